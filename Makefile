@@ -1,0 +1,33 @@
+# localserve — the two commands people need: `make run` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# llama-cpp-python is built from source; RPC is needed for `localserve worker` and --rpc.
+# pip's wheel cache does not notice CMake options: after changing them, add --no-cache-dir.
+CMAKE_ARGS ?= -DGGML_RPC=ON
+export CMAKE_ARGS
+
+.PHONY: install run test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --upgrade pip setuptools wheel
+
+$(VENV)/.installed: $(BIN)/python setup.cfg setup.py
+	$(BIN)/pip install -e '.[test,demo]'
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/localserve
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

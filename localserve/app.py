@@ -1,0 +1,169 @@
+"""The application: loads the model, wires routes to handlers, runs until a signal.
+
+Order at start: bind the socket first (so /health can say "loading"), then load
+the model, choose the chat template and tool syntax, start the runtime thread,
+and mark the app ready. SIGTERM / SIGINT: stop accepting, drain, exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from . import endpoints
+from .demo import DemoUnavailable, demo_model_path
+from .engine import Engine, ModelLoadError, quiet_llama_logs
+from .errors import ApiError
+from .http import Limits
+from .protocols import chat, completions
+from .routes import ANTHROPIC, Router
+from .runtime import Runtime
+from .server import HTTPServer
+from .settings import MAX_DEFAULT_CTX, Settings
+from .templates import TemplateError, choose_template
+from .tools import TOOL_SYNTAXES, detect_tool_syntax
+
+log = logging.getLogger("localserve")
+
+EXIT_LOAD_FAILED = 1
+EXIT_USAGE = 2
+
+
+class StartupError(Exception):
+    def __init__(self, message: str, status: int = EXIT_LOAD_FAILED):
+        super().__init__(message)
+        self.status = status
+
+
+class App:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.ready = threading.Event()
+        self.engine: Engine | None = None
+        self.runtime: Runtime | None = None
+        self.template = None
+        self.tool_syntax = "json"
+        self.model_id = settings.model_id or ""
+        self.created = int(time.time())
+        self.router = Router(self)
+        self._add_routes()
+
+    def _add_routes(self) -> None:
+        add = self.router.add
+        add("/health", "GET", endpoints.health)
+        add("/v1/health", "GET", endpoints.health)
+        add("/v1/models", "GET", endpoints.list_models)
+        add("/v1/models/{model}", "GET", endpoints.get_model)
+        add("/v1/chat/completions", "POST", chat.handle)
+        add("/v1/completions", "POST", completions.handle)
+        add("/tokenize", "POST", endpoints.tokenize)
+        add("/detokenize", "POST", endpoints.detokenize)
+        add("/apply-template", "POST", endpoints.apply_template)
+        add("/slots", "GET", endpoints.slots)
+
+    # ---- hooks the router calls ---------------------------------------------------
+
+    def check_access(self, exchange) -> None:
+        """Auth, Host and CORS checks (none yet)."""
+
+    def preflight_headers(self, exchange) -> list[tuple[str, str]]:
+        return []
+
+    def require_ready(self) -> None:
+        if not self.ready.is_set():
+            raise ApiError(503, "the model is still loading", code="model_loading",
+                           headers=[("Retry-After", "1")])
+
+    # ---- start-up -----------------------------------------------------------------
+
+    def load(self) -> None:
+        s = self.settings
+        path = resolve_model_path(s)
+        try:
+            self.engine = Engine(path, n_ctx=s.ctx_size, n_seq=s.slots, n_batch=s.batch_size,
+                                 threads=s.resolved_threads(), n_gpu_layers=s.n_gpu_layers,
+                                 max_default_ctx=MAX_DEFAULT_CTX)
+        except ModelLoadError as exc:
+            raise StartupError(str(exc)) from None
+        info = self.engine.info
+        self.model_id = s.model_id or Path(path).stem
+        try:
+            self.template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
+                                            bos_token=info.bos_token, eos_token=info.eos_token,
+                                            override_path=s.chat_template_file)
+        except TemplateError as exc:
+            raise StartupError(f"chat template: {exc}", EXIT_USAGE) from None
+        if s.tool_syntax:
+            if s.tool_syntax not in TOOL_SYNTAXES:
+                raise StartupError(f"unknown --tool-syntax '{s.tool_syntax}'; choose from "
+                                   f"{', '.join(sorted(TOOL_SYNTAXES))}", EXIT_USAGE)
+            self.tool_syntax = s.tool_syntax
+        else:
+            self.tool_syntax = detect_tool_syntax(self.template.text)
+        self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue)
+        self.runtime.start()
+
+    def close(self) -> None:
+        if self.runtime is not None:
+            self.runtime.stop()
+        if self.engine is not None:
+            self.engine.close()
+
+
+def resolve_model_path(settings: Settings) -> str:
+    if settings.model:
+        return settings.model
+    try:
+        log.info("no --model given: serving the demo model (Gemma 3 270M Q4_K_M)")
+        return demo_model_path()
+    except DemoUnavailable as exc:
+        raise StartupError(str(exc), EXIT_USAGE) from None
+
+
+def serve(settings: Settings) -> int:
+    quiet_llama_logs(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
+    app = App(settings)
+    try:
+        listener = HTTPServer.listen(settings.host, settings.port)
+    except OSError as exc:
+        print(f"localserve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    limits = Limits(max_body_bytes=settings.max_body_bytes)
+    server = HTTPServer(app.router.dispatch, limits=limits, header_timeout=settings.header_timeout,
+                        idle_timeout=settings.idle_timeout, listener=listener)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    server.start()
+    try:
+        app.load()
+    except StartupError as exc:
+        print(f"localserve: {exc}", file=sys.stderr)
+        server.shutdown(0)
+        return exc.status
+    app.ready.set()
+    host, port = server.address
+    engine = app.engine
+    log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
+             "chat template %s, tool syntax %s", engine.info.path, engine.info.architecture,
+             _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
+             settings.resolved_threads(), app.template.source, app.tool_syntax)
+    while not stop.wait(1.0):
+        pass
+    log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
+    server.shutdown(settings.drain_timeout)
+    app.close()
+    log.info("stopped")
+    return 0
+
+
+def _human(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)

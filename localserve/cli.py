@@ -1,0 +1,139 @@
+"""Command line: flags and LOCALSERVE_* environment → Settings, then serve.
+
+Every option is declared once in OPTIONS; argparse, the environment lookup and the
+README's flag table all follow from it. Precedence: flag > environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from . import __version__
+from .settings import Settings
+from . import settings as defaults
+
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                  # flag without dashes, e.g. "ctx-size"
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    metavar: str | None = None
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "LOCALSERVE_" + self.name.replace("-", "_").upper()
+
+
+def _log_level(value: str) -> str:
+    value = value.lower()
+    if value not in ("debug", "info", "warning", "error"):
+        raise argparse.ArgumentTypeError("must be one of debug, info, warning, error")
+    return value
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return number
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
+    Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
+    Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
+    Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
+    Option("ctx-size", _positive_int, None,
+           f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
+    Option("threads", _positive_int, None, "CPU threads for generation (default: all cores)", "N"),
+    Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
+    Option("slots", _positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
+    Option("max-queue", _positive_int, defaults.DEFAULT_MAX_QUEUE,
+           "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
+    Option("batch-size", _positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
+    Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
+           "seconds between ': prefill' SSE comments while a prompt is processed", "SECONDS"),
+    Option("max-body-bytes", _positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),
+    Option("header-timeout", _non_negative_float, defaults.DEFAULT_HEADER_TIMEOUT,
+           "seconds a client has to send a request's headers", "SECONDS"),
+    Option("idle-timeout", _non_negative_float, defaults.DEFAULT_IDLE_TIMEOUT,
+           "seconds a keep-alive connection may stay idle", "SECONDS"),
+    Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
+           "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
+    Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
+    Option("tool-syntax", str, None, "tool-call syntax (default: recognised from the chat template)", "NAME"),
+    Option("log-level", _log_level, "info", "debug, info, warning or error", "LEVEL"),
+)
+
+
+class UsageError(Exception):
+    """A configuration problem: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localserve",
+        description="A local LLM daemon: OpenAI and Anthropic APIs over one GGUF model.",
+        epilog="Each flag can also be set with an environment variable LOCALSERVE_<NAME>, e.g. LOCALSERVE_CTX_SIZE.",
+    )
+    parser.add_argument("--version", action="version", version=f"localserve {__version__}")
+    for option in OPTIONS:
+        parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, default=None,
+                            metavar=option.metavar, help=f"{option.help} [env {option.env}]")
+    return parser
+
+
+def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = getattr(args, option.attr)
+        if value is None and environ.get(option.env, "") != "":
+            try:
+                value = option.type(environ[option.env])
+            except (ValueError, argparse.ArgumentTypeError) as exc:
+                raise UsageError(f"{option.env}={environ[option.env]!r}: {exc}") from None
+        if value is None:
+            value = option.default
+        values[option.attr] = value
+    return Settings(**values)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = resolve_settings(args)
+    except UsageError as exc:
+        print(f"localserve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    configure_logging(settings.log_level)
+    from .app import serve  # imported late: loading llama_cpp takes a moment
+    return serve(settings)

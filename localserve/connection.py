@@ -1,0 +1,109 @@
+"""One client's socket as the handlers see it: write a whole response or a stream.
+
+The connection thread owns the socket; handlers and respond.py write through a
+ResponseWriter so the server can log status and bytes and knows whether the
+connection may be reused. A failed write raises ClientGone: the caller cancels its job.
+"""
+
+from __future__ import annotations
+
+import errno
+import select
+import socket
+import time
+
+from .http import LAST_CHUNK, Request, format_chunk, format_head, format_response
+
+
+class ClientGone(Exception):
+    """The peer closed the connection or a write failed."""
+
+
+class ResponseWriter:
+    def __init__(self, sock: socket.socket, request: Request, *, server_header: str = "localserve",
+                 extra_headers: list[tuple[str, str]] | None = None):
+        self.sock = sock
+        self.request = request
+        self.server_header = server_header
+        self.extra_headers = list(extra_headers or [])
+        self.status: int | None = None
+        self.bytes_sent = 0
+        self.close_after = not request.keep_alive
+        self.streaming = False
+        self.finished = False
+
+    @property
+    def started(self) -> bool:
+        return self.status is not None
+
+    def _common_headers(self) -> list[tuple[str, str]]:
+        headers = [("Server", self.server_header), ("Date", _http_date())]
+        headers.extend(self.extra_headers)
+        if self.close_after:
+            headers.append(("Connection", "close"))
+        elif self.request.version == "HTTP/1.0":
+            headers.append(("Connection", "keep-alive"))
+        return headers
+
+    def send(self, status: int, body: bytes = b"", *, content_type: str | None = "application/json",
+             headers: list[tuple[str, str]] | None = None) -> None:
+        all_headers = self._common_headers()
+        if content_type and (body or status not in (204, 304)):
+            all_headers.append(("Content-Type", content_type))
+        all_headers.extend(headers or [])
+        head_only = self.request.method == "HEAD" or status in (204, 304)
+        self.status = status
+        self._write(format_response(status, all_headers, body, head_only=head_only))
+        self.finished = True
+
+    def start_stream(self, status: int = 200, *, content_type: str = "text/event-stream",
+                     headers: list[tuple[str, str]] | None = None) -> None:
+        """Send the head of a streamed response. HTTP/1.0 clients get a close-delimited body."""
+        all_headers = self._common_headers()
+        all_headers += [("Content-Type", content_type), ("Cache-Control", "no-cache"),
+                        ("X-Accel-Buffering", "no")]
+        all_headers.extend(headers or [])
+        if self.request.version == "HTTP/1.0":
+            self.close_after = True
+            all_headers = [h for h in all_headers if h[0] != "Connection"] + [("Connection", "close")]
+        else:
+            all_headers.append(("Transfer-Encoding", "chunked"))
+        self.status = status
+        self.streaming = True
+        self._write(format_head(status, all_headers))
+
+    def stream(self, data: bytes) -> None:
+        if not data:
+            return
+        self._write(data if self.request.version == "HTTP/1.0" else format_chunk(data))
+
+    def end_stream(self) -> None:
+        if self.request.version != "HTTP/1.0":
+            self._write(LAST_CHUNK)
+        self.finished = True
+
+    def peer_closed(self) -> bool:
+        """True when the client has gone away (EOF or reset) while we wait for a result."""
+        # select first: a socket with a timeout would otherwise wait in recv.
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+            if not readable:
+                return False
+            data = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except (OSError, ValueError):
+            return True
+        return data == b""
+
+    def _write(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError as exc:
+            self.close_after = True
+            raise ClientGone(errno.errorcode.get(exc.errno or 0, str(exc))) from exc
+        self.bytes_sent += len(data)
+
+
+def _http_date() -> str:
+    return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())

@@ -1,0 +1,113 @@
+"""Endpoints about the server and the model: health, models, tokenize, templates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import ApiError
+from .protocols.common import invalid, read_bool
+from .prompt import ChatInput, function_definitions, render_chat
+from .protocols.chat import read_messages
+from .routes import Exchange
+
+
+def health(exchange: Exchange) -> None:
+    app = exchange.app
+    if not app.ready.is_set():
+        exchange.send_json({"status": "loading"}, status=503)
+        return
+    body: dict[str, Any] = {"status": "ok"}
+    if app.runtime is not None:
+        body["slots_idle"] = len(app.runtime.slots) - app.runtime.busy_slots
+        body["slots_processing"] = app.runtime.busy_slots
+        body["queue_depth"] = app.runtime.queue_depth
+    exchange.send_json(body)
+
+
+def model_object(app: Any) -> dict:
+    info = app.engine.info
+    return {
+        "id": app.model_id,
+        "object": "model",
+        "created": app.created,
+        "owned_by": "localserve",
+        "meta": {
+            "n_ctx": app.engine.n_ctx_seq,
+            "n_ctx_train": info.n_ctx_train,
+            "n_params": info.n_params,
+            "n_vocab": info.n_vocab,
+            "size": info.size,
+            "architecture": info.architecture,
+            "description": info.description,
+            "chat_template_source": app.template.source,
+            "tool_syntax": app.tool_syntax,
+            "n_gpu_layers": app.settings.n_gpu_layers,
+            "slots": app.settings.slots,
+        },
+    }
+
+
+def list_models(exchange: Exchange) -> None:
+    exchange.app.require_ready()
+    exchange.send_json({"object": "list", "data": [model_object(exchange.app)]})
+
+
+def get_model(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    if exchange.params["model"] != app.model_id:
+        raise ApiError(404, f"model '{exchange.params['model']}' does not exist; this server serves "
+                            f"'{app.model_id}'", param="model", code="model_not_found")
+    exchange.send_json(model_object(app))
+
+
+def tokenize(exchange: Exchange) -> None:
+    """llama.cpp's shape: {"content", "add_special", "with_pieces"} → {"tokens": [...]}."""
+    app = exchange.app
+    app.require_ready()
+    body = exchange.json()
+    content = body.get("content")
+    if not isinstance(content, str):
+        raise invalid("content", "expected a string")
+    tokens = app.engine.tokenize(content, add_special=read_bool(body, "add_special", False),
+                                 parse_special=read_bool(body, "parse_special", True))
+    if read_bool(body, "with_pieces"):
+        pieces = []
+        for token in tokens:
+            raw = app.engine.piece(token)
+            try:
+                piece: Any = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                piece = list(raw)
+            pieces.append({"id": token, "piece": piece})
+        exchange.send_json({"tokens": pieces})
+    else:
+        exchange.send_json({"tokens": tokens})
+
+
+def detokenize(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    body = exchange.json()
+    tokens = body.get("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise invalid("tokens", "expected an array of token ids")
+    bad = [t for t in tokens if not app.engine.valid_token(t)]
+    if bad:
+        raise invalid("tokens", f"token id {bad[0]} is outside the vocabulary")
+    exchange.send_json({"content": app.engine.detokenize(tokens)})
+
+
+def apply_template(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    body = exchange.json()
+    chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
+                     template_kwargs=dict(body.get("chat_template_kwargs") or {}))
+    exchange.send_json({"prompt": render_chat(app, chat)})
+
+
+def slots(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    exchange.send_json(app.runtime.slot_state())

@@ -1,0 +1,327 @@
+"""llama.cpp through llama-cpp-python's low-level bindings.
+
+Only the runtime thread calls into an Engine after start-up. The engine knows
+tokens, sequences and logits; it knows nothing about requests or protocols.
+Why not ``Llama.create_completion``: it costs Python work per token and
+re-detokenizes the whole output each step; here one token costs one piece lookup.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import llama_cpp
+from llama_cpp import llama_cpp as ll
+
+from .generation import SamplingParams
+
+log = logging.getLogger("localserve.engine")
+
+DECODE_OK = 0
+DECODE_NO_SLOT = 1        # llama_decode: no KV cells for the batch
+DECODE_ABORTED = 2
+GGUF_MAGIC = b"GGUF"
+
+
+class ModelLoadError(Exception):
+    """The model file cannot be served; the message is one line for the user."""
+
+
+class DecodeError(Exception):
+    def __init__(self, status: int):
+        super().__init__(f"llama_decode failed with status {status}")
+        self.status = status
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    architecture: str
+    n_ctx_train: int
+    n_params: int
+    size: int
+    n_vocab: int
+    description: str
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+
+
+_log_callback = None
+
+
+def quiet_llama_logs(level: int = logging.WARNING) -> None:
+    """Route llama.cpp's own logging to Python's logger (it prints to stderr otherwise)."""
+    global _log_callback
+    native = logging.getLogger("localserve.llama")
+
+    @ll.llama_log_callback
+    def callback(lvl, text, _user_data):
+        # ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
+        if lvl in (3, 4) and level <= logging.WARNING:
+            message = text.decode("utf-8", "replace").rstrip()
+            if message:
+                native.warning(message)
+        elif level <= logging.DEBUG:
+            native.debug(text.decode("utf-8", "replace").rstrip())
+
+    _log_callback = callback      # keep the ctypes thunk alive
+    ll.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def check_model_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise ModelLoadError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise ModelLoadError(f"model path is a directory, not a GGUF file: {path}")
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {path}: {exc.strerror}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"not a GGUF model file: {path}")
+
+
+class Engine:
+    def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
+                 n_gpu_layers: int = 0, max_default_ctx: int = 8192):
+        check_model_file(path)
+        ll.llama_backend_init()
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        if not self.model:
+            raise ModelLoadError(f"llama.cpp could not load {path} (corrupt file, unsupported architecture, "
+                                 f"or not enough memory)")
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        n_ctx_train = ll.llama_model_n_ctx_train(self.model)
+        self.n_ctx_seq = n_ctx or min(n_ctx_train or max_default_ctx, max_default_ctx)
+        self.n_seq = n_seq
+        self.n_batch = n_batch
+        self.threads = threads
+        cparams = ll.llama_context_default_params()
+        # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
+        cparams.n_ctx = self.n_ctx_seq * n_seq
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = False
+        # Keep the whole sliding-window cache so a cached prefix can be cut anywhere.
+        cparams.swa_full = True
+        cparams.no_perf = True
+        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            ll.llama_model_free(self.model)
+            raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
+                                 f"(not enough memory? try a smaller --ctx-size)")
+        self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
+        self.memory = ll.llama_get_memory(self.ctx)
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._eog = [False] * self.n_vocab
+        for token in range(self.n_vocab):
+            self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
+        self._abort_check: Callable[[], bool] | None = None
+        self._abort_cb = ll.ggml_abort_callback(self._on_abort)
+        self.info = self._read_info(path, n_ctx_train)
+
+    # ---- model facts ---------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        size = ll.llama_model_meta_val_str(self.model, key.encode(), None, 0)
+        if size < 0:
+            return None
+        buf = ctypes.create_string_buffer(size + 1)
+        ll.llama_model_meta_val_str(self.model, key.encode(), buf, size + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def _read_info(self, path: str, n_ctx_train: int) -> ModelInfo:
+        desc = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self.model, desc, 256)
+        bos = ll.llama_vocab_bos(self.vocab)
+        eos = ll.llama_vocab_eos(self.vocab)
+        return ModelInfo(
+            path=path,
+            architecture=self.meta("general.architecture") or "unknown",
+            n_ctx_train=n_ctx_train,
+            n_params=ll.llama_model_n_params(self.model),
+            size=ll.llama_model_size(self.model),
+            n_vocab=self.n_vocab,
+            description=desc.value.decode("utf-8", "replace"),
+            chat_template=self.meta("tokenizer.chat_template"),
+            bos_token=self.token_text(bos) if bos >= 0 else "",
+            eos_token=self.token_text(eos) if eos >= 0 else "",
+        )
+
+    # ---- tokens --------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        data = text.encode("utf-8")
+        capacity = len(data) + 8
+        buf = (ll.llama_token * capacity)()
+        n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        if n < 0:
+            capacity = -n
+            buf = (ll.llama_token * capacity)()
+            n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token, special tokens rendered as their text (cached)."""
+        cached = self._pieces[token]
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, True)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def token_text(self, token: int) -> str:
+        return self.piece(token).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens if 0 <= t < self.n_vocab).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return self._eog[token]
+
+    def valid_token(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab
+
+    # ---- sequences -----------------------------------------------------------------
+
+    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
+        """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
+        return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self.memory, True)
+
+    def decode(self, entries: Sequence[tuple[int, int, int, bool]], abort_check: Callable[[], bool] | None = None) -> None:
+        """Decode (token, position, seq_id, wants_logits) entries in one llama_decode call.
+
+        abort_check is polled by llama.cpp between graph nodes; used only for prompt
+        chunks, where one call can take long enough for a cancel to matter.
+        """
+        batch = self._batch
+        for i, (token, pos, seq_id, logits) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = logits
+        batch.n_tokens = len(entries)
+        if abort_check is not None:
+            self._abort_check = abort_check
+            ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            status = ll.llama_decode(self.ctx, batch)
+        finally:
+            if abort_check is not None:
+                ll.llama_set_abort_callback(self.ctx, ll.ggml_abort_callback(0), None)
+                self._abort_check = None
+        if status != DECODE_OK:
+            raise DecodeError(status)
+
+    def _on_abort(self, _data) -> bool:
+        check = self._abort_check
+        return bool(check and check())
+
+    def logits(self, index: int):
+        """Raw logits of output row `index` as a numpy array view (n_vocab floats)."""
+        import numpy as np
+        ptr = ll.llama_get_logits_ith(self.ctx, index)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+
+    # ---- sampling ------------------------------------------------------------------
+
+    def new_sampler(self, params: SamplingParams) -> "Sampler":
+        return Sampler(self, params)
+
+    def close(self) -> None:
+        if self.ctx:
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            ll.llama_model_free(self.model)
+            self.model = None
+
+
+class GrammarError(ValueError):
+    pass
+
+
+class Sampler:
+    """A native llama.cpp sampler chain for one job: its seed, grammar and penalties."""
+
+    def __init__(self, engine: Engine, params: SamplingParams):
+        self.engine = engine
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        self.chain = chain
+        try:
+            self._build(params)
+        except Exception:
+            ll.llama_sampler_free(chain)
+            raise
+
+    def _add(self, sampler) -> None:
+        if not sampler:
+            raise GrammarError("sampler initialisation failed")
+        ll.llama_sampler_chain_add(self.chain, sampler)
+
+    def _build(self, p: SamplingParams) -> None:
+        engine = self.engine
+        if p.logit_bias:
+            items = (ll.llama_logit_bias * len(p.logit_bias))()
+            for i, (token, bias) in enumerate(p.logit_bias.items()):
+                items[i].token = token
+                items[i].bias = float("-inf") if bias <= -100 else bias
+            self._add(ll.llama_sampler_init_logit_bias(engine.n_vocab, len(p.logit_bias), items))
+        if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+            self._add(ll.llama_sampler_init_penalties(engine.n_vocab, p.repeat_last_n, p.repeat_penalty,
+                                                      p.frequency_penalty, p.presence_penalty))
+        if p.grammar:
+            grammar = ll.llama_sampler_init_grammar(engine.vocab, p.grammar.encode("utf-8"), b"root")
+            if not grammar:
+                raise GrammarError("the grammar could not be parsed by llama.cpp")
+            self._add(grammar)
+        if p.temperature <= 0:
+            self._add(ll.llama_sampler_init_greedy())
+            return
+        if p.top_k > 0:
+            self._add(ll.llama_sampler_init_top_k(p.top_k))
+        if p.top_p < 1.0:
+            self._add(ll.llama_sampler_init_top_p(p.top_p, 1))
+        if p.min_p > 0:
+            self._add(ll.llama_sampler_init_min_p(p.min_p, 1))
+        self._add(ll.llama_sampler_init_temp(p.temperature))
+        seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self._add(ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    def sample(self, index: int) -> int:
+        """Sample from output row `index` of the last decode and accept the token."""
+        return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
+
+    def accept(self, token: int) -> None:
+        ll.llama_sampler_accept(self.chain, token)
+
+    def free(self) -> None:
+        if self.chain:
+            ll.llama_sampler_free(self.chain)
+            self.chain = None
+
+
+def supports_rpc() -> bool:
+    return bool(getattr(llama_cpp, "llama_supports_rpc", lambda: False)())

@@ -1,0 +1,94 @@
+"""API errors and the two error shapes clients check: OpenAI's and Anthropic's.
+
+Handlers raise ApiError with an HTTP status and a message; the router picks the
+shape by the dialect of the path. The same error in a stream goes out in-band
+through the dialect's own error event (respond.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+OPENAI_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    431: "invalid_request_error",
+    501: "not_implemented_error",
+    503: "server_error",
+    505: "invalid_request_error",
+}
+
+ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
+                 code: str | None = None, headers: list[tuple[str, str]] | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or []
+        self.extra = extra or {}
+
+
+def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def context_exceeded(n_prompt_tokens: int, n_ctx: int) -> ApiError:
+    return ApiError(
+        400,
+        f"the request needs {n_prompt_tokens} prompt tokens but the context holds {n_ctx}",
+        code="context_length_exceeded",
+        param="messages",
+        extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx},
+    )
+
+
+def openai_error_body(error: ApiError) -> dict[str, Any]:
+    body = {
+        "message": error.message,
+        "type": error.type or OPENAI_ERROR_TYPES.get(error.status, "server_error"),
+        "param": error.param,
+        "code": error.code,
+    }
+    body.update(error.extra)
+    return {"error": body}
+
+
+def anthropic_error_body(error: ApiError) -> dict[str, Any]:
+    kind = ANTHROPIC_ERROR_TYPES.get(error.status) or ("api_error" if error.status >= 500 else "invalid_request_error")
+    body: dict[str, Any] = {"type": kind, "message": error.message}
+    body.update(error.extra)
+    return {"type": "error", "error": body}
+
+
+def anthropic_status(status: int) -> int:
+    """Anthropic reports a full queue as 529 overloaded, not 503."""
+    return 529 if status == 503 else status
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)

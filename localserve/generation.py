@@ -1,0 +1,152 @@
+"""The vocabulary shared by protocols and the runtime: requests in, events out.
+
+A protocol module reads its dialect's JSON into a GenerationRequest; the runtime
+answers on the job's own queue with the events below. Nothing here knows about
+HTTP or any dialect's wire format.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 0.8
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: str | None = None
+
+
+@dataclass
+class ToolSpec:
+    """What the runtime needs to split tool calls out of generated text."""
+    syntax: Any                      # tools.ToolSyntax
+    names: set[str]
+    parallel: bool = True
+
+
+@dataclass
+class GenerationRequest:
+    prompt_tokens: list[int]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+    logprobs: bool = False
+    top_logprobs: int = 0
+    reasoning: Any = None            # reasoning.ReasoningFormat or None
+    reasoning_starts_inside: bool = False
+    reasoning_budget: int | None = None
+    tools: ToolSpec | None = None
+    label: str = ""                  # for logs: endpoint and request id
+
+
+# ---- events, one queue per job -------------------------------------------------
+
+@dataclass
+class Queued:
+    position: int
+
+
+@dataclass
+class Context:
+    used: int
+    n_ctx: int
+    tokens_per_second: float | None   # None while prefilling
+
+
+@dataclass
+class Chunk:
+    reasoning: bool
+    text: str
+    logprobs: list[dict] | None = None
+
+
+@dataclass
+class ToolCallStart:
+    index: int
+    id: str
+    name: str
+
+
+@dataclass
+class ToolCallDelta:
+    index: int
+    fragment: str
+
+
+@dataclass
+class Timings:
+    queued_ms: float = 0.0
+    prefill_ms: float = 0.0
+    decode_ms: float = 0.0
+
+    @property
+    def decode_tokens_per_second(self) -> float | None:
+        return None
+
+
+@dataclass
+class GenerationOutput:
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list = field(default_factory=list)      # tools.ToolCall
+    finish_reason: str = "stop"                         # stop | length | tool_calls | cancelled
+    stop_sequence: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    logprobs: list[dict] | None = None
+    timings: Timings = field(default_factory=Timings)
+
+
+@dataclass
+class GenerationError:
+    status: int
+    message: str
+    code: str = "server_error"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Finished:
+    output: GenerationOutput | None = None
+    error: GenerationError | None = None
+
+
+Event = Union[Queued, Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
+
+
+class ActiveGeneration:
+    """One job's handle, shared by the connection thread and the runtime thread."""
+
+    def __init__(self, request: GenerationRequest):
+        self.id = uuid.uuid4().hex[:12]
+        self.request = request
+        self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self.cancel_flag = threading.Event()
+        self.stop_flag = threading.Event()      # finish normally as soon as possible
+        self.created = time.monotonic()
+        self.cancel_reason = ""
+
+    def cancel(self, reason: str = "client went away") -> None:
+        if not self.cancel_flag.is_set():
+            self.cancel_reason = reason
+            self.cancel_flag.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_flag.is_set()

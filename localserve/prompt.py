@@ -1,0 +1,141 @@
+"""From chat messages, tools and output constraints to a GenerationRequest.
+
+Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses)
+converts its input into OpenAI-style messages and function definitions, then
+calls build_chat_request. Here the template is rendered, the prompt tokenized and
+checked against the context, the reasoning format found, and tool_choice or a
+response format turned into a grammar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ApiError, context_exceeded
+from .generation import GenerationRequest, SamplingParams, ToolSpec
+from .grammar import SchemaError, json_object_grammar, json_schema_grammar, tool_call_grammar
+from .reasoning import detect_reasoning
+from .templates import TemplateError, normalize_messages
+from .tools import TOOL_SYNTAXES
+
+
+@dataclass
+class ToolChoice:
+    mode: str = "auto"             # none | auto | required | named
+    name: str | None = None
+
+
+@dataclass
+class ChatInput:
+    messages: list[dict]
+    tools: list[dict] = field(default_factory=list)      # {"name", "description", "parameters"}
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    response_schema: dict | None = None                  # json_schema output
+    json_object: bool = False
+    template_kwargs: dict = field(default_factory=dict)
+    reasoning_budget: int | None = None
+
+
+def render_chat(app: Any, chat: ChatInput) -> str:
+    tools = chat.tools if chat.tools and chat.tool_choice.mode != "none" else None
+    template_tools = [{"type": "function", "function": t} for t in tools] if tools else None
+    try:
+        return app.template.render(normalize_messages(chat.messages), tools=template_tools,
+                                   add_generation_prompt=True, extra=chat.template_kwargs)
+    except TemplateError as exc:
+        raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
+
+
+def tokenize_prompt(app: Any, text: str) -> list[int]:
+    # The template already wrote the BOS text when the model wants it; don't add a second.
+    tokens = app.engine.tokenize(text, add_special=True, parse_special=True)
+    bos = app.engine.info.bos_token
+    if bos and len(tokens) >= 2 and text.startswith(bos) and tokens[0] == tokens[1]:
+        tokens = tokens[1:]
+    return tokens
+
+
+def check_fits(app: Any, tokens: list[int]) -> None:
+    n_ctx = app.engine.n_ctx_seq
+    if len(tokens) >= n_ctx:
+        raise context_exceeded(len(tokens), n_ctx)
+
+
+def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
+                       stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
+                       label: str = "") -> GenerationRequest:
+    text = render_chat(app, chat)
+    tokens = tokenize_prompt(app, text)
+    check_fits(app, tokens)
+    request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
+                                logprobs=logprobs, top_logprobs=top_logprobs, label=label)
+    fmt = detect_reasoning(app.template.text, text)
+    if fmt is not None:
+        request.reasoning = fmt
+        request.reasoning_starts_inside = _opens_reasoning(text, fmt)
+        request.reasoning_budget = chat.reasoning_budget
+    use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
+    if use_tools:
+        syntax = app.tool_syntax
+        request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"] for t in chat.tools},
+                                 parallel=chat.parallel_tool_calls)
+        if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
+            sampling.grammar = forced_tool_grammar(syntax, chat)
+    if not sampling.grammar:
+        sampling.grammar = output_grammar(chat)
+    return request
+
+
+def _opens_reasoning(text: str, fmt: Any) -> bool:
+    start = getattr(fmt, "start", None)
+    return bool(start) and text.rstrip().endswith(start)
+
+
+def forced_tool_grammar(syntax: str, chat: ChatInput) -> str:
+    tools = chat.tools
+    if chat.tool_choice.mode == "named":
+        tools = [t for t in tools if t["name"] == chat.tool_choice.name]
+    try:
+        return tool_call_grammar(syntax, tools, parallel=chat.parallel_tool_calls,
+                                 forced_name=chat.tool_choice.name)
+    except SchemaError as exc:
+        raise ApiError(400, f"a tool's parameters schema is not usable: {exc}", param="tools",
+                       code="invalid_schema") from None
+
+
+def output_grammar(chat: ChatInput) -> str | None:
+    if chat.response_schema is not None:
+        try:
+            return json_schema_grammar(chat.response_schema)
+        except SchemaError as exc:
+            raise ApiError(400, f"invalid JSON schema: {exc}", param="response_format",
+                           code="invalid_schema") from None
+    if chat.json_object:
+        return json_object_grammar()
+    return None
+
+
+def function_definitions(tools: Any, param: str = "tools") -> list[dict]:
+    """OpenAI chat tools [{"type": "function", "function": {...}}] → plain definitions."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ApiError(400, f"invalid '{param}': expected an array", param=param)
+    found = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ApiError(400, f"invalid '{param}[{i}]': expected an object", param=param)
+        kind = tool.get("type", "function")
+        if kind != "function":
+            raise ApiError(400, f"tool type '{kind}' is not supported; only function tools are", param=param)
+        fn = tool.get("function") if "function" in tool else tool
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ApiError(400, f"invalid '{param}[{i}]': a function needs a name", param=param)
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise ApiError(400, f"invalid '{param}[{i}].function.parameters': expected an object", param=param)
+        found.append({"name": fn["name"], "description": fn.get("description", ""),
+                      "parameters": params or {"type": "object", "properties": {}}})
+    return found

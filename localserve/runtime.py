@@ -1,0 +1,381 @@
+"""The runtime thread: one scheduler loop over every active sequence.
+
+Shape (as nano-vllm's engine): jobs wait in a deque; each step admits waiting
+jobs into free slots, builds one batch (one token for every decoding job, then
+prompt chunks for prefilling ones), runs one llama_decode, and postprocesses:
+sample, turn bytes into events, retire finished jobs. A slot keeps its sequence
+after its job ends, so the next job with the same prefix skips that much prefill.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, Sampler
+from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
+                         GenerationRequest, Queued, Timings)
+from .textstream import OutputPipeline
+
+log = logging.getLogger("localserve.runtime")
+
+# While other jobs are decoding, a prompt is fed in chunks this large so their
+# streams keep moving; alone, a prompt is fed n_batch tokens at a time.
+SHARED_PREFILL_CHUNK = 128
+
+
+class QueueFull(Exception):
+    pass
+
+
+class RuntimeStopped(Exception):
+    pass
+
+
+@dataclass
+class Slot:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)   # what this sequence's KV cache holds
+    job: "Job | None" = None
+    last_used: float = 0.0
+
+
+class Job:
+    """One admitted request: its tokens, sampler, text pipeline and progress."""
+
+    def __init__(self, gen: ActiveGeneration, slot: Slot, sampler: Sampler, n_cached: int):
+        self.gen = gen
+        self.request: GenerationRequest = gen.request
+        self.slot = slot
+        self.sampler = sampler
+        self.prompt = gen.request.prompt_tokens
+        self.n_cached = n_cached
+        self.n_past = n_cached              # tokens of this sequence already in the KV cache
+        self.generated: list[int] = []
+        self.next_token: int | None = None  # sampled, not yet decoded
+        self.pipeline = OutputPipeline(gen.request)
+        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
+        self.reasoning_tokens = 0
+        self.t_admitted = time.monotonic()
+        self.t_first_token: float | None = None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_past < len(self.prompt)
+
+
+class Runtime:
+    def __init__(self, engine: Engine, *, slots: int, max_queue: int):
+        self.engine = engine
+        self.max_queue = max_queue
+        self.slots = [Slot(i) for i in range(slots)]
+        self.waiting: collections.deque[ActiveGeneration] = collections.deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
+        self.stats = collections.Counter()
+
+    # ---- called from connection threads ------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.thread.join(timeout=5)
+
+    def submit(self, request: GenerationRequest) -> ActiveGeneration:
+        gen = ActiveGeneration(request)
+        with self.cond:
+            if self.stopping:
+                raise RuntimeStopped()
+            if len(self.waiting) >= self.max_queue:
+                raise QueueFull()
+            self.waiting.append(gen)
+            position = len(self.waiting)
+            self.cond.notify()
+        gen.events.put(Queued(position))
+        return gen
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for s in self.slots if s.job is not None)
+
+    def slot_state(self) -> list[dict]:
+        return [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens)} for s in self.slots]
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def _active(self) -> list[Job]:
+        return [s.job for s in self.slots if s.job is not None]
+
+    def _loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.stopping and not self.waiting and not self._active():
+                    self.cond.wait()
+                if self.stopping:
+                    break
+            try:
+                self.step()
+            except Exception:   # keep serving: fail what was running, not the process
+                log.exception("runtime step failed")
+                for job in self._active():
+                    self._fail(job, GenerationError(500, "internal error in the runtime"))
+        for job in self._active():
+            self._retire(job, "cancelled")
+
+    def step(self) -> None:
+        self._admit()
+        for job in self._active():
+            if job.gen.cancelled:
+                self._cancel(job)
+        jobs = self._active()
+        if not jobs:
+            return
+        entries, rows, prefill_jobs = self._schedule(jobs)
+        abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None
+        try:
+            self.engine.decode(entries, abort_check)
+        except DecodeError as exc:
+            self._decode_failed(exc, jobs, prefill_jobs)
+            return
+        for job, row, n_tokens in rows:
+            job.n_past += n_tokens
+            if row is not None:
+                self._sample(job, row)
+
+    def _admit(self) -> None:
+        while True:
+            with self.cond:
+                free = [s for s in self.slots if s.job is None]
+                if not free or not self.waiting:
+                    return
+                gen = self.waiting.popleft()
+            if gen.cancelled:
+                gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
+                continue
+            slot = self._choose_slot(free, gen.request.prompt_tokens)
+            self._start(gen, slot)
+
+    def _choose_slot(self, free: list[Slot], prompt: list[int]) -> Slot:
+        """The free slot sharing the longest prefix with the prompt; ties go to the least recently used."""
+        return max(free, key=lambda s: (_common_prefix(s.tokens, prompt), -s.last_used))
+
+    def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
+        prompt = gen.request.prompt_tokens
+        keep = min(_common_prefix(slot.tokens, prompt), len(prompt) - 1)
+        if not self._truncate(slot, keep):
+            keep = 0
+        try:
+            sampler = self.engine.new_sampler(gen.request.sampling)
+        except GrammarError as exc:
+            gen.events.put(Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
+            return
+        job = Job(gen, slot, sampler, keep)
+        slot.job = job
+        slot.last_used = time.monotonic()
+        gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
+        self.stats["admitted"] += 1
+
+    def _truncate(self, slot: Slot, keep: int) -> bool:
+        """Drop the sequence's cache past `keep` tokens; False when the cache cannot be cut there."""
+        if keep <= 0:
+            self.engine.seq_remove(slot.seq_id)
+            slot.tokens = []
+            return True
+        ok = self.engine.seq_remove(slot.seq_id, keep, -1)
+        if ok is False:
+            self.engine.seq_remove(slot.seq_id)
+            slot.tokens = []
+            return False
+        del slot.tokens[keep:]
+        return True
+
+    def _schedule(self, jobs: list[Job]):
+        """One batch: a token per decoding job, then prompt chunks within the batch budget."""
+        entries: list[tuple[int, int, int, bool]] = []
+        rows: list[tuple[Job, int | None, int]] = []
+        decoding = [j for j in jobs if not j.prefilling]
+        for job in decoding:
+            rows.append((job, len(entries), 1))
+            entries.append((job.next_token, job.n_past, job.slot.seq_id, True))
+        budget = self.engine.n_batch - len(entries)
+        chunk_limit = SHARED_PREFILL_CHUNK if decoding else budget
+        prefill_jobs = []
+        for job in jobs:
+            if not job.prefilling or budget <= 0:
+                continue
+            n = min(len(job.prompt) - job.n_past, budget, chunk_limit)
+            last = job.n_past + n == len(job.prompt)
+            for i in range(n):
+                pos = job.n_past + i
+                entries.append((job.prompt[pos], pos, job.slot.seq_id, last and i == n - 1))
+            rows.append((job, len(entries) - 1 if last else None, n))
+            budget -= n
+            prefill_jobs.append(job)
+        return entries, rows, prefill_jobs
+
+    def _decode_failed(self, exc: DecodeError, jobs: list[Job], prefill_jobs: list[Job]) -> None:
+        if exc.status == DECODE_ABORTED:
+            # A cancel interrupted a prompt chunk: drop what the batch may have left in
+            # the cache for the others; they are scheduled again next step.
+            for job in jobs:
+                if job.gen.cancelled:
+                    self._cancel(job)
+                else:
+                    self.engine.seq_remove(job.slot.seq_id, job.n_past, -1)
+            return
+        log.error("llama_decode failed with status %d", exc.status)
+        for job in jobs:
+            self._fail(job, GenerationError(500, f"the engine failed to decode (status {exc.status})"))
+
+    # ---- per-token work ------------------------------------------------------------
+
+    def _sample(self, job: Job, row: int) -> None:
+        if job.logprobs is not None:
+            logprob_entry = self._logprobs(row, job.request.top_logprobs)
+        token = job.sampler.sample(row)
+        now = time.monotonic()
+        if job.t_first_token is None:
+            job.t_first_token = now
+        if job.next_token is not None:
+            job.slot.tokens.append(job.next_token)      # decoded in this step
+        else:
+            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
+        job.next_token = None
+        if self.engine.is_eog(token):
+            self._retire(job, "stop")
+            return
+        job.generated.append(token)
+        if job.pipeline.in_reasoning:
+            job.reasoning_tokens += 1
+        events = job.pipeline.feed(self.engine.piece(token))
+        if job.logprobs is not None:
+            logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
+            logprob_entry["logprob"] = logprob_entry.pop("_all")[token]
+            job.logprobs.append(logprob_entry)
+            events = self._attach_logprobs(events, logprob_entry)
+        for event in events:
+            job.gen.events.put(event)
+        if len(job.generated) == 1:
+            job.gen.events.put(Context(job.n_past + 1, self.engine.n_ctx_seq, None))
+        reason = self._finish_reason(job)
+        if reason:
+            self._retire(job, reason)
+        else:
+            job.next_token = token
+
+    def _finish_reason(self, job: Job) -> str | None:
+        if job.pipeline.stop_sequence is not None or job.gen.stop_flag.is_set():
+            return "stop"
+        if job.pipeline.tools_done:
+            return "tool_calls"
+        limit = job.request.max_tokens
+        if limit is not None and len(job.generated) >= limit:
+            return "length"
+        if job.n_past + 1 >= self.engine.n_ctx_seq:
+            return "length"
+        return None
+
+    def _logprobs(self, row: int, top_n: int) -> dict:
+        import numpy as np
+        logits = self.engine.logits(row).astype(np.float64)
+        peak = logits.max()
+        log_z = peak + math.log(float(np.exp(logits - peak).sum()))
+        all_logprobs = logits - log_z
+        entry: dict = {"_all": all_logprobs}
+        if top_n:
+            best = np.argpartition(-all_logprobs, top_n)[:top_n]
+            best = best[np.argsort(-all_logprobs[best])]
+            entry["top_logprobs"] = [
+                {"token": self.engine.piece(int(t)).decode("utf-8", "replace"), "logprob": float(all_logprobs[t]),
+                 "bytes": list(self.engine.piece(int(t)))} for t in best]
+        else:
+            entry["top_logprobs"] = []
+        return entry
+
+    @staticmethod
+    def _attach_logprobs(events: list, entry: dict) -> list:
+        entry["logprob"] = float(entry["logprob"])
+        entry["bytes"] = list(entry["token"].encode("utf-8"))
+        for event in events:
+            if isinstance(event, Chunk):
+                event.logprobs = [entry]
+                break
+        return events
+
+    # ---- endings -------------------------------------------------------------------
+
+    def _retire(self, job: Job, reason: str) -> None:
+        events = job.pipeline.finish() if reason != "cancelled" else []
+        for event in events:
+            job.gen.events.put(event)
+        calls = job.pipeline.tool_calls
+        if calls and reason in ("stop", "tool_calls"):
+            reason = "tool_calls"
+        elif reason == "tool_calls":
+            reason = "stop"
+        now = time.monotonic()
+        first = job.t_first_token or now
+        output = GenerationOutput(
+            content="".join(job.pipeline.content),
+            reasoning="".join(job.pipeline.reasoning),
+            tool_calls=list(calls),
+            finish_reason=reason,
+            stop_sequence=job.pipeline.stop_sequence,
+            prompt_tokens=len(job.prompt),
+            cached_tokens=job.n_cached,
+            completion_tokens=len(job.generated),
+            reasoning_tokens=job.reasoning_tokens,
+            logprobs=job.logprobs,
+            timings=Timings(
+                queued_ms=(job.t_admitted - job.gen.created) * 1000,
+                prefill_ms=(first - job.t_admitted) * 1000,
+                decode_ms=(now - first) * 1000,
+            ),
+        )
+        self._release(job)
+        self.stats["finished"] += 1
+        job.gen.events.put(Finished(output))
+
+    def _cancel(self, job: Job) -> None:
+        log.info("cancelled job %s (%s) after %d tokens: %s", job.gen.id, job.request.label,
+                 len(job.generated), job.gen.cancel_reason)
+        self.engine.seq_remove(job.slot.seq_id)
+        job.slot.tokens = []
+        self.stats["cancelled"] += 1
+        self._release(job)
+        job.gen.events.put(Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
+                                                     completion_tokens=len(job.generated))))
+
+    def _fail(self, job: Job, error: GenerationError) -> None:
+        self.engine.seq_remove(job.slot.seq_id)
+        job.slot.tokens = []
+        self._release(job)
+        job.gen.events.put(Finished(error=error))
+
+    def _release(self, job: Job) -> None:
+        job.sampler.free()
+        job.slot.job = None
+        job.slot.last_used = time.monotonic()
+        if job.next_token is not None:
+            job.next_token = None
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i

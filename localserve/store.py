@@ -1,0 +1,426 @@
+"""Embedded SQLite storage for the Responses API: responses, their stream events, conversations.
+
+Threading: one connection, opened with check_same_thread=False and guarded by one lock, serves
+every thread. Connection threads come and go (one per client), so per-thread connections would
+pile up until garbage collection and could not all be closed by close(); SQLite serialises
+writers anyway, and each statement here takes microseconds next to seconds of generation. One
+connection also means no SQLITE_BUSY between our own threads; busy_timeout covers a second
+process on the same file.
+
+Durability: WAL with synchronous=NORMAL. A committed transaction survives the process being
+killed (kill -9); only a power loss can drop the last few commits, never corrupt the file.
+
+Each Response object is stored whole, as JSON, in `responses.response`: output, usage, error,
+incomplete_details and metadata live there and only there, so an update cannot leave a copy
+stale. The columns beside it (status, model, chain and conversation ids, flags) are what queries
+filter on; status is kept equal to the JSON's "status" by every write.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+try:
+    import orjson
+
+    def _dumps(value) -> str:
+        return orjson.dumps(value).decode()
+
+    _loads = orjson.loads
+except ImportError:  # pragma: no cover - depends on the environment
+    import json
+
+    def _dumps(value) -> str:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    _loads = json.loads
+
+
+# Each migration is a tuple of statements, applied in one transaction with user_version.
+SCHEMA_V1 = (
+    """CREATE TABLE responses (
+        id TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        model TEXT,
+        previous_response_id TEXT,
+        conversation_id TEXT,
+        background INTEGER NOT NULL DEFAULT 0,
+        store INTEGER NOT NULL DEFAULT 1,
+        request TEXT NOT NULL,
+        input_items TEXT NOT NULL,
+        response TEXT NOT NULL)""",
+    "CREATE INDEX responses_by_status ON responses(status)",
+    """CREATE TABLE response_events (
+        response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+        sequence_number INTEGER NOT NULL,
+        event TEXT NOT NULL,
+        PRIMARY KEY (response_id, sequence_number)) WITHOUT ROWID""",
+    """CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,
+        created_at INTEGER NOT NULL,
+        metadata TEXT NOT NULL)""",
+    """CREATE TABLE conversation_items (
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        item_id TEXT NOT NULL,
+        item TEXT NOT NULL,
+        created_at INTEGER NOT NULL,
+        PRIMARY KEY (conversation_id, position)) WITHOUT ROWID""",
+    "CREATE INDEX conversation_items_by_id ON conversation_items(conversation_id, item_id)",
+)
+MIGRATIONS = [SCHEMA_V1]
+
+INSERT_RESPONSE = """INSERT INTO responses (id, created_at, status, model, previous_response_id,
+    conversation_id, background, store, request, input_items, response)
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+SELECT_RESPONSE = "SELECT response FROM responses WHERE id = ?"
+SELECT_RECORD = "SELECT response, input_items, request FROM responses WHERE id = ?"
+SELECT_STATUS = "SELECT status, response FROM responses WHERE id = ?"
+SELECT_INPUT_ITEMS = "SELECT input_items FROM responses WHERE id = ?"
+SELECT_INTERRUPTED = (
+    "SELECT id, response FROM responses WHERE status IN ('queued', 'in_progress')"
+)
+UPDATE_RESPONSE = "UPDATE responses SET status = ?, response = ? WHERE id = ?"
+DELETE_RESPONSE = "DELETE FROM responses WHERE id = ?"
+SELECT_CHAIN = """WITH RECURSIVE chain(id, previous_response_id, depth) AS (
+        SELECT id, previous_response_id, 0 FROM responses WHERE id = ?
+        UNION ALL
+        SELECT r.id, r.previous_response_id, c.depth + 1
+        FROM responses r JOIN chain c ON r.id = c.previous_response_id
+        WHERE c.depth < ?)
+    SELECT c.previous_response_id, r.input_items, r.response
+    FROM chain c JOIN responses r ON r.id = c.id ORDER BY c.depth DESC"""
+MAX_CHAIN_DEPTH = 10_000
+
+INSERT_EVENT = "INSERT INTO response_events (response_id, sequence_number, event) VALUES (?, ?, ?)"
+SELECT_EVENTS = """SELECT event FROM response_events
+    WHERE response_id = ? AND sequence_number > ? ORDER BY sequence_number"""
+SELECT_LAST_SEQUENCE = "SELECT max(sequence_number) FROM response_events WHERE response_id = ?"
+
+INSERT_CONVERSATION = "INSERT INTO conversations (id, created_at, metadata) VALUES (?, ?, ?)"
+SELECT_CONVERSATION = "SELECT id, created_at, metadata FROM conversations WHERE id = ?"
+UPDATE_CONVERSATION = "UPDATE conversations SET metadata = ? WHERE id = ?"
+DELETE_CONVERSATION = "DELETE FROM conversations WHERE id = ?"
+INSERT_ITEM = """INSERT INTO conversation_items
+    (conversation_id, position, item_id, item, created_at) VALUES (?, ?, ?, ?, ?)"""
+SELECT_NEXT_POSITION = (
+    "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?"
+)
+SELECT_ITEM_POSITION = """SELECT min(position) FROM conversation_items
+    WHERE conversation_id = ? AND item_id = ?"""
+SELECT_ITEM = """SELECT item FROM conversation_items
+    WHERE conversation_id = ? AND item_id = ? ORDER BY position DESC LIMIT 1"""
+SELECT_ITEMS_ASC = """SELECT item FROM conversation_items
+    WHERE conversation_id = ? AND position > ? ORDER BY position ASC LIMIT ?"""
+SELECT_ITEMS_DESC = """SELECT item FROM conversation_items
+    WHERE conversation_id = ? AND position < ? ORDER BY position DESC LIMIT ?"""
+SELECT_ALL_ITEMS = "SELECT item FROM conversation_items WHERE conversation_id = ? ORDER BY position"
+DELETE_ITEM = "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
+
+INTERRUPTED_ERROR = {
+    "code": "server_error",
+    "message": "the server stopped while this response was running",
+}
+ITEM_ID_PREFIXES = {
+    "message": "msg",
+    "function_call": "fc",
+    "function_call_output": "fco",
+    "reasoning": "rs",
+}
+ORDERS = ("asc", "desc")
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id such as "resp_3f2a…" (prefix, underscore, 32 hex digits)."""
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+def with_item_ids(items: list[dict]) -> list[dict]:
+    """Copies of the items, each with an id; an item without "type" is a message."""
+    return [
+        item if item.get("id") else {
+            **item, "id": new_id(ITEM_ID_PREFIXES.get(item.get("type", "message"), "item"))
+        }
+        for item in items
+    ]
+
+
+def _with_output_ids(response: dict) -> dict:
+    if "output" not in response:
+        return response
+    return {**response, "output": with_item_ids(response["output"] or [])}
+
+
+def _check_order(order: str) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order must be 'asc' or 'desc', not {order!r}")
+
+
+def page(items: list[dict], *, after: str | None, limit: int, order: str):
+    """One page of an in-memory list: (items, has_more); an unknown `after` gives no items."""
+    _check_order(order)
+    ordered = items if order == "asc" else items[::-1]
+    start = 0
+    if after is not None:
+        ids = [item.get("id") for item in ordered]
+        if after not in ids:
+            return [], False
+        start = ids.index(after) + 1
+    chosen = ordered[start:start + limit]
+    return chosen, start + limit < len(ordered)
+
+
+@dataclass
+class ResponseRecord:
+    response: dict
+    input_items: list[dict]
+    request: dict
+
+
+class Store:
+    def __init__(self, path: str, *, recover: bool = True):
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(
+            path, timeout=10.0, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA busy_timeout=10000")
+        self._migrate()
+        self.recovered = self.recover_interrupted() if recover else 0
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @contextmanager
+    def _tx(self):
+        """One write transaction, taken at once (IMMEDIATE) so reads inside it stay valid."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _one(self, sql: str, args: tuple):
+        with self._lock:
+            return self._db.execute(sql, args).fetchone()
+
+    def _all(self, sql: str, args: tuple) -> list:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    def _write(self, sql: str, args: tuple) -> int:
+        with self._lock:
+            return self._db.execute(sql, args).rowcount
+
+    def _migrate(self) -> None:
+        # The version is read inside the transaction, so two processes opening a new file
+        # at once cannot both apply the same migration.
+        with self._tx() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for number, statements in enumerate(MIGRATIONS[version:], start=version + 1):
+                for statement in statements:
+                    db.execute(statement)
+                db.execute(f"PRAGMA user_version = {number}")
+
+    @property
+    def schema_version(self) -> int:
+        return self._one("PRAGMA user_version", ())[0]
+
+    # ---- responses ----
+
+    def create_response(self, response: dict, *, input_items: list[dict],
+                        request: dict) -> list[dict]:
+        """Store a new response; returns its input items as stored (with ids)."""
+        items = with_item_ids(input_items)
+        response = _with_output_ids(response)
+        conversation = response.get("conversation") or request.get("conversation")
+        if isinstance(conversation, dict):
+            conversation = conversation.get("id")
+        self._write(INSERT_RESPONSE, (
+            response["id"], int(response.get("created_at") or time.time()),
+            response["status"], response.get("model"), response.get("previous_response_id"),
+            conversation, bool(response.get("background")), response.get("store", True) is not False,
+            _dumps(request), _dumps(items), _dumps(response),
+        ))
+        return items
+
+    def update_response(self, response: dict, *,
+                        only_if_in: tuple[str, ...] | None = None) -> bool:
+        """Replace the stored Response object; with only_if_in, only while its status is one
+        of those (so a finishing job cannot overwrite a cancel). True when written."""
+        response = _with_output_ids(response)
+        with self._tx() as db:
+            row = db.execute(SELECT_STATUS, (response["id"],)).fetchone()
+            if row is None or (only_if_in is not None and row[0] not in only_if_in):
+                return False
+            db.execute(UPDATE_RESPONSE, (response["status"], _dumps(response), response["id"]))
+            return True
+
+    def get_response(self, response_id: str) -> dict | None:
+        row = self._one(SELECT_RESPONSE, (response_id,))
+        return None if row is None else _loads(row[0])
+
+    def get_response_record(self, response_id: str) -> ResponseRecord | None:
+        row = self._one(SELECT_RECORD, (response_id,))
+        if row is None:
+            return None
+        return ResponseRecord(_loads(row[0]), _loads(row[1]), _loads(row[2]))
+
+    def delete_response(self, response_id: str) -> bool:
+        return self._write(DELETE_RESPONSE, (response_id,)) > 0
+
+    def set_status(self, response_id: str, status: str, *,
+                   only_if_in: tuple[str, ...] | None = None) -> bool:
+        """Atomically set the status (column and JSON), optionally only from given statuses."""
+        with self._tx() as db:
+            row = db.execute(SELECT_STATUS, (response_id,)).fetchone()
+            if row is None or (only_if_in is not None and row[0] not in only_if_in):
+                return False
+            response = _loads(row[1])
+            response["status"] = status
+            db.execute(UPDATE_RESPONSE, (status, _dumps(response), response_id))
+            return True
+
+    def recover_interrupted(self) -> int:
+        """Mark responses left queued/in_progress by a dead process as failed; how many.
+        One with recorded events also gets a final response.failed event, so a replay ends."""
+        with self._tx() as db:
+            rows = db.execute(SELECT_INTERRUPTED).fetchall()
+            for response_id, raw in rows:
+                response = _loads(raw)
+                response["status"] = "failed"
+                response["error"] = dict(INTERRUPTED_ERROR)
+                db.execute(UPDATE_RESPONSE, ("failed", _dumps(response), response_id))
+                last = db.execute(SELECT_LAST_SEQUENCE, (response_id,)).fetchone()[0]
+                if last is not None:
+                    event = {"type": "response.failed", "sequence_number": last + 1,
+                             "response": response}
+                    db.execute(INSERT_EVENT, (response_id, last + 1, _dumps(event)))
+        return len(rows)
+
+    def append_event(self, response_id: str, event: dict) -> None:
+        self._write(INSERT_EVENT, (response_id, event["sequence_number"], _dumps(event)))
+
+    def events(self, response_id: str, *, starting_after: int | None = None) -> list[dict]:
+        after = -1 if starting_after is None else starting_after
+        return [_loads(r[0]) for r in self._all(SELECT_EVENTS, (response_id, after))]
+
+    def list_input_items(self, response_id: str, *, after: str | None = None, limit: int = 20,
+                         order: str = "desc") -> tuple[list[dict], bool] | None:
+        """A page of the response's input items, or None for an unknown response."""
+        row = self._one(SELECT_INPUT_ITEMS, (response_id,))
+        if row is None:
+            return None
+        return page(_loads(row[0]), after=after, limit=limit, order=order)
+
+    def chain_items(self, response_id: str) -> list[dict] | None:
+        """The context for a follow-up to `response_id`: from the root of its
+        previous_response_id chain forward, each response's input items then its output.
+        None when the response or any link of the chain is missing."""
+        rows = self._all(SELECT_CHAIN, (response_id, MAX_CHAIN_DEPTH))
+        if not rows or rows[0][0] is not None:
+            return None
+        items: list[dict] = []
+        for _, input_items, response in rows:
+            items += _loads(input_items)
+            items += _loads(response).get("output") or []
+        return items
+
+    # ---- conversations ----
+
+    def create_conversation(self, *, items: list[dict] | None = None,
+                            metadata: dict | None = None) -> dict:
+        conversation = {"id": new_id("conv"), "object": "conversation",
+                        "created_at": int(time.time()), "metadata": metadata or {}}
+        with self._tx() as db:
+            db.execute(INSERT_CONVERSATION, (
+                conversation["id"], conversation["created_at"], _dumps(conversation["metadata"])
+            ))
+            self._insert_items(db, conversation["id"], items or [])
+        return conversation
+
+    def get_conversation(self, conv_id: str) -> dict | None:
+        row = self._one(SELECT_CONVERSATION, (conv_id,))
+        if row is None:
+            return None
+        return {"id": row[0], "object": "conversation", "created_at": row[1],
+                "metadata": _loads(row[2])}
+
+    def update_conversation(self, conv_id: str, metadata: dict | None) -> dict | None:
+        if self._write(UPDATE_CONVERSATION, (_dumps(metadata or {}), conv_id)) == 0:
+            return None
+        return self.get_conversation(conv_id)
+
+    def delete_conversation(self, conv_id: str) -> bool:
+        return self._write(DELETE_CONVERSATION, (conv_id,)) > 0
+
+    def _insert_items(self, db: sqlite3.Connection, conv_id: str,
+                      items: list[dict]) -> list[dict]:
+        stored = with_item_ids(items)
+        position = db.execute(SELECT_NEXT_POSITION, (conv_id,)).fetchone()[0]
+        now = int(time.time())
+        db.executemany(INSERT_ITEM, [
+            (conv_id, position + i, item["id"], _dumps(item), now)
+            for i, item in enumerate(stored)
+        ])
+        return stored
+
+    def add_items(self, conv_id: str, items: list[dict]) -> list[dict] | None:
+        """Append items (ids assigned where missing); the stored items, or None if no such
+        conversation."""
+        with self._tx() as db:
+            if db.execute(SELECT_CONVERSATION, (conv_id,)).fetchone() is None:
+                return None
+            return self._insert_items(db, conv_id, items)
+
+    def list_items(self, conv_id: str, *, after: str | None = None, limit: int = 20,
+                   order: str = "desc") -> tuple[list[dict], bool] | None:
+        """A page of the conversation's items; None if no such conversation, no items after
+        an unknown `after`."""
+        _check_order(order)
+        with self._lock:
+            if self.get_conversation(conv_id) is None:
+                return None
+            start = -1 if order == "asc" else 1 << 62
+            if after is not None:
+                start = self._one(SELECT_ITEM_POSITION, (conv_id, after))[0]
+                if start is None:
+                    return [], False
+            sql = SELECT_ITEMS_ASC if order == "asc" else SELECT_ITEMS_DESC
+            rows = self._all(sql, (conv_id, start, limit + 1))
+        return [_loads(r[0]) for r in rows[:limit]], len(rows) > limit
+
+    def get_item(self, conv_id: str, item_id: str) -> dict | None:
+        row = self._one(SELECT_ITEM, (conv_id, item_id))
+        return None if row is None else _loads(row[0])
+
+    def delete_item(self, conv_id: str, item_id: str) -> bool:
+        return self._write(DELETE_ITEM, (conv_id, item_id)) > 0
+
+    def conversation_items(self, conv_id: str) -> list[dict] | None:
+        with self._lock:
+            if self.get_conversation(conv_id) is None:
+                return None
+            return [_loads(r[0]) for r in self._all(SELECT_ALL_ITEMS, (conv_id,))]

@@ -1,0 +1,120 @@
+"""Shared fixtures: tiny real models and the real server in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """The real localserve, started as `python -m localserve` on a free port."""
+
+    def __init__(self, model: str | None, *args: str, env: dict | None = None, wait: bool = True):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        cmd = [sys.executable, "-m", "localserve", "--port", str(self.port), "--threads", "2"]
+        if model:
+            cmd += ["--model", str(model)]
+        cmd += list(args)
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read_output, daemon=True)
+        self._reader.start()
+        if wait:
+            self.wait_ready()
+
+    def _read_output(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.append(line)
+
+    @property
+    def log(self) -> str:
+        return "".join(self.lines)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as sock:
+                    sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                    if sock.recv(64).startswith(b"HTTP/1.1 200"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server did not become ready:\n{self.log}")
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def stop(self, sig: int | None = None) -> int:
+        if self.proc.poll() is None:
+            if sig is None:
+                self.proc.terminate()
+            else:
+                self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._reader.join(timeout=5)
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="session")
+def models_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(models_dir) -> Path:
+    """A ChatML tiny model with the tool and reasoning markers as special tokens."""
+    return write_tiny_gguf(models_dir / "tiny-chatml.gguf", chat_template=CHATML_TEMPLATE,
+                           special_tokens=["<tool_call>", "</tool_call>",
+                                           ("<think>", "user_defined"), ("</think>", "user_defined")])
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("data")
+    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", "2",
+                        env={"XDG_DATA_HOME": str(data_dir)})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def openai_client(server):
+    import openai
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0,
+                         _strict_response_validation=True)

