@@ -36,6 +36,7 @@ def model_object(app: Any) -> dict:
             "n_ctx_train": info.n_ctx_train,
             "n_params": info.n_params,
             "n_vocab": info.n_vocab,
+            "eog_tokens": app.engine.eog_tokens,
             "size": info.size,
             "architecture": info.architecture,
             "description": info.description,

@@ -8,9 +8,11 @@ re-detokenizes the whole output each step; here one token costs one piece lookup
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import logging
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -52,25 +54,41 @@ class ModelInfo:
 
 
 _log_callback = None
+_recent_native_errors: collections.deque[str] = collections.deque(maxlen=16)
+_capture_only = threading.local()
 
 
 def quiet_llama_logs(level: int = logging.WARNING) -> None:
-    """Route llama.cpp's own logging to Python's logger (it prints to stderr otherwise)."""
+    """Route llama.cpp's own logging to Python's logger (it prints to stderr otherwise).
+
+    Warnings and errors are remembered so a failed load can name llama.cpp's reason
+    in one line instead of a screenful.
+    """
     global _log_callback
     native = logging.getLogger("localserve.llama")
 
     @ll.llama_log_callback
     def callback(lvl, text, _user_data):
         # ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
-        if lvl in (3, 4) and level <= logging.WARNING:
-            message = text.decode("utf-8", "replace").rstrip()
-            if message:
+        message = text.decode("utf-8", "replace").rstrip()
+        if not message:
+            return
+        if lvl in (3, 4):
+            _recent_native_errors.append(message)
+            if level <= logging.WARNING and not getattr(_capture_only, "on", False):
                 native.warning(message)
         elif level <= logging.DEBUG:
-            native.debug(text.decode("utf-8", "replace").rstrip())
+            native.debug(message)
 
     _log_callback = callback      # keep the ctypes thunk alive
     ll.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def _native_reason() -> str:
+    for message in _recent_native_errors:
+        if "failed to load model" not in message and "error loading model" not in message:
+            return message.split(": ", 1)[-1]
+    return "unknown reason"
 
 
 def check_model_file(path: str) -> None:
@@ -94,10 +112,14 @@ class Engine:
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
-        self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        _recent_native_errors.clear()
+        _capture_only.on = True
+        try:
+            self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        finally:
+            _capture_only.on = False
         if not self.model:
-            raise ModelLoadError(f"llama.cpp could not load {path} (corrupt file, unsupported architecture, "
-                                 f"or not enough memory)")
+            raise ModelLoadError(f"llama.cpp could not load {path}: {_native_reason()}")
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         n_ctx_train = ll.llama_model_n_ctx_train(self.model)
@@ -117,11 +139,12 @@ class Engine:
         # Keep the whole sliding-window cache so a cached prefix can be cut anywhere.
         cparams.swa_full = True
         cparams.no_perf = True
+        _recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
-                                 f"(not enough memory? try a smaller --ctx-size)")
+                                 f"({_native_reason()}; try a smaller --ctx-size)")
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
         self.memory = ll.llama_get_memory(self.ctx)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
@@ -129,6 +152,7 @@ class Engine:
         self._eog = [False] * self.n_vocab
         for token in range(self.n_vocab):
             self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
+        self.eog_tokens = [t for t in range(self.n_vocab) if self._eog[t]]
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
         self.info = self._read_info(path, n_ctx_train)
@@ -249,6 +273,28 @@ class Engine:
     def new_sampler(self, params: SamplingParams) -> "Sampler":
         return Sampler(self, params)
 
+    def check_grammar(self, grammar: str) -> None:
+        """Raise GrammarError unless llama.cpp parses the grammar and it is safe to run.
+
+        A grammar that names an end-of-generation token (``<|im_end|>``, ``<[2]>``)
+        makes llama.cpp abort the whole process once the token is chosen, so it
+        is refused here, before it reaches the runtime.
+        """
+        for ref in _token_refs(grammar):
+            token = int(ref[1:-1]) if ref[1:-1].isdigit() else self._single_token(ref)
+            if token is not None and 0 <= token < self.n_vocab and self.is_eog(token):
+                raise GrammarError(f"the grammar names the end-of-generation token <{ref}>; "
+                                   f"generation ends there by itself, leave it out")
+        sampler = ll.llama_sampler_init_grammar(self.vocab, grammar.encode("utf-8"), b"root")
+        if not sampler:
+            raise GrammarError("the grammar could not be parsed by llama.cpp (check the GBNF syntax "
+                               "and that a 'root' rule exists)")
+        ll.llama_sampler_free(sampler)
+
+    def _single_token(self, text: str) -> int | None:
+        tokens = self.tokenize(f"<{text}>", add_special=False, parse_special=True)
+        return tokens[0] if len(tokens) == 1 else None
+
     def close(self) -> None:
         if self.ctx:
             ll.llama_batch_free(self._batch)
@@ -261,6 +307,31 @@ class Engine:
 
 class GrammarError(ValueError):
     pass
+
+
+def _token_refs(grammar: str) -> list[str]:
+    """Token references (``<name>``, ``<[id]>``, also after ``!``) outside strings and classes."""
+    refs, i, n = [], 0, len(grammar)
+    while i < n:
+        c = grammar[i]
+        if c == "#":
+            end = grammar.find("\n", i)
+            i = n if end == -1 else end
+        elif c in "\"[":
+            close = '"' if c == '"' else "]"
+            i += 1
+            while i < n and grammar[i] != close:
+                i += 2 if grammar[i] == "\\" else 1
+            i += 1
+        elif c == "<":
+            end = grammar.find(">", i)
+            if end == -1:
+                break
+            refs.append(grammar[i + 1:end])
+            i = end + 1
+        else:
+            i += 1
+    return refs
 
 
 class Sampler:

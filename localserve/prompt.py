@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .engine import GrammarError
 from .errors import ApiError, context_exceeded
 from .generation import GenerationRequest, SamplingParams, ToolSpec
 from .grammar import SchemaError, json_object_grammar, json_schema_grammar, tool_call_grammar
@@ -85,7 +86,17 @@ def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, m
             sampling.grammar = forced_tool_grammar(syntax, chat)
     if not sampling.grammar:
         sampling.grammar = output_grammar(chat)
+    check_grammar(app, sampling)
     return request
+
+
+def check_grammar(app: Any, sampling: SamplingParams, param: str = "grammar") -> None:
+    """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
+    if sampling.grammar:
+        try:
+            app.engine.check_grammar(sampling.grammar)
+        except GrammarError as exc:
+            raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 
 
 def _opens_reasoning(text: str, fmt: Any) -> bool:

@@ -187,7 +187,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(tiny_model):
 
     def long_request():
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
-                "temperature": 0, "logit_bias": {"2": -100, "4": -100}}
+                "temperature": 0, "logit_bias": {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}}
         results["resp"] = request(srv.port, post_json("/v1/chat/completions", body), timeout=60)
 
     worker = threading.Thread(target=long_request)

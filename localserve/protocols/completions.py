@@ -8,7 +8,7 @@ from typing import Any
 
 from ..connection import ClientGone
 from ..generation import Chunk, Finished, GenerationOutput, GenerationRequest
-from ..prompt import check_fits
+from ..prompt import check_fits, check_grammar
 from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit, wait_for_output
 from ..routes import Exchange
 from .chat import finish_reason, timings, usage
@@ -60,9 +60,11 @@ def read_request(app: Any, body: dict, request_id: str) -> GenerationRequest:
         raise invalid("suffix", "suffix (fill-in-the-middle) is not supported")
     logprobs = read_int(body, "logprobs", low=0, high=20)
     check_fits(app, tokens)
+    sampling = read_sampling(body, app.engine.n_vocab)
+    check_grammar(app, sampling)
     return GenerationRequest(
         prompt_tokens=tokens,
-        sampling=read_sampling(body, app.engine.n_vocab),
+        sampling=sampling,
         max_tokens=read_int(body, "max_tokens", low=1, default=16),
         stop=read_stop(body),
         logprobs=logprobs is not None,

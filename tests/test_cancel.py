@@ -1,0 +1,137 @@
+"""Keepalives, cancellation when the client goes away, and a full queue.
+
+These need a prompt that takes seconds to prefill, so they use a larger random
+model (a few MB) and a prompt of a few thousand tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from conftest import ServerProcess
+from rawhttp import RawConnection, post_json, request
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+
+LONG_PROMPT = "hello world " * 1500          # ~3000 tokens: seconds of prefill on this model
+NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}   # keep generating: ban every EOG token
+
+
+@pytest.fixture(scope="module")
+def slow_server(models_dir):
+    path = models_dir / "slow.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
+                        context_length=8192)
+    srv = ServerProcess(path, "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2",
+                        "--max-queue", "1")
+    yield srv
+    srv.stop()
+
+
+def quick_request_seconds(port: int) -> float:
+    started = time.monotonic()
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert request(port, post_json("/v1/chat/completions", body), timeout=30).status == 200
+    return time.monotonic() - started
+
+
+def long_generation(stream: bool, prompt: str = "hi", max_tokens: int = 4000) -> bytes:
+    return post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": prompt}],
+                                              "max_tokens": max_tokens, "stream": stream, "logit_bias": NO_EOG})
+
+
+def test_prefill_keepalive_comments_come_before_the_first_chunk(slow_server):
+    conn = RawConnection(slow_server.port, timeout=60)
+    conn.send(long_generation(True, LONG_PROMPT, max_tokens=2))
+    resp = conn.read_response()
+    text = resp.body.decode()
+    first_data = text.index("data: {")
+    assert text[:first_data].count(": prefill\n\n") >= 2
+    assert text.endswith("data: [DONE]\n\n")
+    conn.close()
+
+
+def test_non_streaming_client_that_leaves_cancels_its_job(slow_server):
+    conn = RawConnection(slow_server.port)
+    conn.send(long_generation(False))
+    time.sleep(1.0)
+    conn.close()
+    assert slow_server.wait_log("client closed the connection while waiting", timeout=5)
+    assert quick_request_seconds(slow_server.port) < 3
+
+
+def test_stream_dropped_midway_cancels_its_job(slow_server):
+    conn = RawConnection(slow_server.port)
+    conn.send(long_generation(True))
+    received = b""
+    while received.count(b"data: {") < 5:
+        received += conn.sock.recv(4096)
+    conn.close()
+    assert slow_server.wait_log("client went away during the stream", timeout=5)
+    assert quick_request_seconds(slow_server.port) < 3
+
+
+def test_drop_during_long_prefill_stops_the_prefill(slow_server):
+    for stream in (False, True):
+        conn = RawConnection(slow_server.port)
+        conn.send(long_generation(stream, LONG_PROMPT * 2, max_tokens=1))
+        time.sleep(0.5)
+        conn.close()
+        # the prompt alone takes several seconds; a cancelled prefill frees the runtime at once
+        assert quick_request_seconds(slow_server.port) < 2.5
+    assert slow_server.log.count("cancelled job") >= 2
+
+
+def test_full_queue_is_503_with_retry_after(slow_server):
+    running = RawConnection(slow_server.port)
+    running.send(long_generation(True))
+    running.sock.recv(4096)                       # the stream has started: the slot is busy
+    queued = RawConnection(slow_server.port)
+    queued.send(long_generation(True))            # waits for the slot: the queue (size 1) is full
+    time.sleep(0.3)
+    resp = request(slow_server.port, long_generation(False))
+    assert resp.status == 503 and resp.header("retry-after")
+    assert resp.json()["error"]["message"]
+    running.close()
+    queued.close()
+    time.sleep(0.5)
+    assert quick_request_seconds(slow_server.port) < 3
+
+
+def test_engine_failure_fails_one_job_and_the_next_is_served(slow_server):
+    # A grammar llama.cpp accepts but cannot satisfy within the context still ends cleanly.
+    resp = request(slow_server.port, post_json("/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= [a-z]+", "max_tokens": 5}))
+    assert resp.status == 200
+    assert quick_request_seconds(slow_server.port) < 3
+
+
+def test_generation_reaching_the_end_of_context_is_length(tiny_model):
+    srv = ServerProcess(tiny_model, "--ctx-size", "64")
+    try:
+        resp = request(srv.port, long_generation(False, "hi", max_tokens=1000))
+        body = resp.json()
+        # llama.cpp rounds the context up (to 256 here); the API reports what it really is
+        n_ctx = request(srv.port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n").json()["data"][0]["meta"]["n_ctx"]
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"] == n_ctx
+    finally:
+        srv.stop()
+
+
+def test_concurrent_clients_all_get_answers(slow_server):
+    results = []
+
+    def one():
+        results.append(quick_request_seconds(slow_server.port))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 2
