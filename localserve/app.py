@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -24,7 +25,8 @@ from .protocols import chat, completions
 from .routes import ANTHROPIC, Router
 from .runtime import Runtime
 from .server import HTTPServer
-from .settings import MAX_DEFAULT_CTX, Settings
+from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
+from .store import Store
 from .templates import TemplateError, choose_template
 from .tools import TOOL_SYNTAXES, detect_tool_syntax
 
@@ -46,6 +48,7 @@ class App:
         self.ready = threading.Event()
         self.engine: Engine | None = None
         self.runtime: Runtime | None = None
+        self.store: Store | None = None
         self.template = None
         self.tool_syntax = "json"
         self.model_id = settings.model_id or ""
@@ -105,14 +108,31 @@ class App:
             self.tool_syntax = s.tool_syntax
         else:
             self.tool_syntax = detect_tool_syntax(self.template.text)
+        self.store = open_store(s)
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue)
         self.runtime.start()
 
     def close(self) -> None:
         if self.runtime is not None:
             self.runtime.stop()
+        if self.store is not None:
+            self.store.close()
         if self.engine is not None:
             self.engine.close()
+
+
+def open_store(settings: Settings) -> Store | None:
+    if settings.no_store:
+        return None
+    data_dir = Path(settings.data_dir) if settings.data_dir else user_data_dir()
+    try:
+        store = Store(str(data_dir / "localserve.db"))
+    except (OSError, sqlite3.Error) as exc:
+        raise StartupError(f"cannot open the store in {data_dir}: {exc}", EXIT_USAGE) from None
+    if store.recovered:
+        log.warning("marked %d response(s) failed: they were running when the server last stopped",
+                    store.recovered)
+    return store
 
 
 def resolve_model_path(settings: Settings) -> str:

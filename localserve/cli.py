@@ -44,6 +44,15 @@ def _log_level(value: str) -> str:
     return value
 
 
+def _flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError("expected true or false")
+
+
 def _positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -82,6 +91,9 @@ OPTIONS: tuple[Option, ...] = (
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
     Option("tool-syntax", str, None, "tool-call syntax (default: recognised from the chat template)", "NAME"),
+    Option("data-dir", str, None, "where stored responses and conversations live "
+           "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
+    Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
     Option("log-level", _log_level, "info", "debug, info, warning or error", "LEVEL"),
 )
 
@@ -98,8 +110,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"localserve {__version__}")
     for option in OPTIONS:
-        parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, default=None,
-                            metavar=option.metavar, help=f"{option.help} [env {option.env}]")
+        if option.type is _flag:
+            parser.add_argument(f"--{option.name}", dest=option.attr, action="store_const", const=True,
+                                default=None, help=f"{option.help} [env {option.env}]")
+        else:
+            parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, default=None,
+                                metavar=option.metavar, help=f"{option.help} [env {option.env}]")
     return parser
 
 

@@ -60,6 +60,8 @@ class Job:
         self.pipeline = OutputPipeline(gen.request)
         self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
         self.reasoning_tokens = 0
+        self.forced: collections.deque[int] = collections.deque()   # tokens to emit instead of sampling
+        self.budget_spent = False
         self.t_admitted = time.monotonic()
         self.t_first_token: float | None = None
 
@@ -245,7 +247,11 @@ class Runtime:
     def _sample(self, job: Job, row: int) -> None:
         if job.logprobs is not None:
             logprob_entry = self._logprobs(row, job.request.top_logprobs)
-        token = job.sampler.sample(row)
+        if job.forced:
+            token = job.forced.popleft()
+            job.sampler.accept(token)
+        else:
+            token = job.sampler.sample(row)
         now = time.monotonic()
         if job.t_first_token is None:
             job.t_first_token = now
@@ -260,6 +266,7 @@ class Runtime:
         job.generated.append(token)
         if job.pipeline.in_reasoning:
             job.reasoning_tokens += 1
+            self._enforce_reasoning_budget(job)
         events = job.pipeline.feed(self.engine.piece(token))
         if job.logprobs is not None:
             logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
@@ -275,6 +282,17 @@ class Runtime:
             self._retire(job, reason)
         else:
             job.next_token = token
+
+    def _enforce_reasoning_budget(self, job: Job) -> None:
+        """Past its thinking budget, a job is made to close its reasoning and answer."""
+        budget = job.request.reasoning_budget
+        if budget is None or job.budget_spent or job.reasoning_tokens < budget:
+            return
+        if job.request.sampling.grammar:
+            return      # a grammar decides every token; forcing one could violate it
+        job.budget_spent = True
+        close = job.request.reasoning.close
+        job.forced.extend(self.engine.tokenize(close, add_special=False, parse_special=True))
 
     def _finish_reason(self, job: Job) -> str | None:
         if job.pipeline.stop_sequence is not None or job.gen.stop_flag.is_set():

@@ -52,6 +52,8 @@ class Settings:
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     chat_template_file: str | None = None
     tool_syntax: str | None = None
+    data_dir: str | None = None
+    no_store: bool = False
     log_level: str = "info"
     extra: dict = field(default_factory=dict)
 
