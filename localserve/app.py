@@ -22,10 +22,13 @@ from .engine import Engine, ModelLoadError, quiet_llama_logs
 from .errors import ApiError
 from .http import Limits
 from .protocols import chat, completions
+from .protocols import anthropic
 from .routes import ANTHROPIC, Router
+from .reasoning import REASONING_FORMATS
 from .runtime import Runtime
 from .server import HTTPServer
 from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
+from .signing import load_signing_key
 from .store import Store
 from .templates import TemplateError, choose_template
 from .tools import TOOL_SYNTAXES, detect_tool_syntax
@@ -51,6 +54,8 @@ class App:
         self.store: Store | None = None
         self.template = None
         self.tool_syntax = "json"
+        self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
+        self.default_reasoning = None     # <think> splitting for models whose vocabulary has it
         self.model_id = settings.model_id or ""
         self.created = int(time.time())
         self.router = Router(self)
@@ -68,6 +73,7 @@ class App:
         add("/detokenize", "POST", endpoints.detokenize)
         add("/apply-template", "POST", endpoints.apply_template)
         add("/slots", "GET", endpoints.slots)
+        anthropic.register(self.router)
 
     # ---- hooks the router calls ---------------------------------------------------
 
@@ -108,7 +114,10 @@ class App:
             self.tool_syntax = s.tool_syntax
         else:
             self.tool_syntax = detect_tool_syntax(self.template.text)
+        if len(self.engine.tokenize("<think>", add_special=False)) == 1:
+            self.default_reasoning = REASONING_FORMATS["think"]
         self.store = open_store(s)
+        self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue)
         self.runtime.start()
 

@@ -15,8 +15,8 @@ from typing import Any
 from .engine import GrammarError
 from .errors import ApiError, context_exceeded
 from .generation import GenerationRequest, SamplingParams, ToolSpec
-from .grammar import SchemaError, json_object_grammar, json_schema_grammar, tool_call_grammar
-from .reasoning import detect_reasoning
+from .grammar import GrammarBuilder, SchemaError, tool_call_grammar
+from .reasoning import detect_reasoning, prompt_opens_reasoning
 from .templates import TemplateError, normalize_messages
 from .tools import TOOL_SYNTAXES
 
@@ -72,20 +72,25 @@ def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, m
     check_fits(app, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
                                 logprobs=logprobs, top_logprobs=top_logprobs, label=label)
-    fmt = detect_reasoning(app.template.text, text)
+    fmt = detect_reasoning(app.template.text, text) or app.default_reasoning
+    # A grammar forced on a prompt that opened the reasoning block first closes it:
+    # otherwise the whole constrained answer would land inside the reasoning.
+    grammar_prefix = ""
     if fmt is not None:
         request.reasoning = fmt
-        request.reasoning_starts_inside = _opens_reasoning(text, fmt)
+        request.reasoning_starts_inside = prompt_opens_reasoning(fmt, text)
         request.reasoning_budget = chat.reasoning_budget
+        if request.reasoning_starts_inside:
+            grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
         syntax = app.tool_syntax
         request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"] for t in chat.tools},
                                  parallel=chat.parallel_tool_calls)
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
-            sampling.grammar = forced_tool_grammar(syntax, chat)
+            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
     if not sampling.grammar:
-        sampling.grammar = output_grammar(chat)
+        sampling.grammar = output_grammar(chat, grammar_prefix)
     check_grammar(app, sampling)
     return request
 
@@ -99,33 +104,34 @@ def check_grammar(app: Any, sampling: SamplingParams, param: str = "grammar") ->
             raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 
 
-def _opens_reasoning(text: str, fmt: Any) -> bool:
-    start = getattr(fmt, "start", None)
-    return bool(start) and text.rstrip().endswith(start)
-
-
-def forced_tool_grammar(syntax: str, chat: ChatInput) -> str:
+def forced_tool_grammar(syntax: str, chat: ChatInput, prefix: str = "") -> str:
     tools = chat.tools
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]
     try:
-        return tool_call_grammar(syntax, tools, parallel=chat.parallel_tool_calls,
-                                 forced_name=chat.tool_choice.name)
+        # A named tool_choice means exactly one call of that function.
+        parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
+        return tool_call_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name,
+                                 prefix=prefix)
     except SchemaError as exc:
         raise ApiError(400, f"a tool's parameters schema is not usable: {exc}", param="tools",
                        code="invalid_schema") from None
 
 
-def output_grammar(chat: ChatInput) -> str | None:
+def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
+    """The grammar for response_format json_schema / json_object, after an optional literal prefix."""
+    builder = GrammarBuilder()
     if chat.response_schema is not None:
         try:
-            return json_schema_grammar(chat.response_schema)
+            rule = builder.add_schema(chat.response_schema)
         except SchemaError as exc:
             raise ApiError(400, f"invalid JSON schema: {exc}", param="response_format",
                            code="invalid_schema") from None
-    if chat.json_object:
-        return json_object_grammar()
-    return None
+    elif chat.json_object:
+        rule = "object"
+    else:
+        return None
+    return builder.build(f"{builder.literal(prefix)} {rule}" if prefix else rule)
 
 
 def function_definitions(tools: Any, param: str = "tools") -> list[dict]:
