@@ -21,7 +21,8 @@ from .demo import DemoUnavailable, demo_model_path
 from .engine import Engine, ModelLoadError, quiet_llama_logs
 from .errors import ApiError
 from .http import Limits
-from .protocols import chat, completions
+from .protocols import chat, completions, conversations, responses
+from .response_runs import ResponseRuns
 from .protocols import anthropic
 from .routes import ANTHROPIC, Router
 from .reasoning import REASONING_FORMATS
@@ -52,6 +53,7 @@ class App:
         self.engine: Engine | None = None
         self.runtime: Runtime | None = None
         self.store: Store | None = None
+        self.response_runs = ResponseRuns()
         self.template = None
         self.tool_syntax = "json"
         self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
@@ -73,6 +75,19 @@ class App:
         add("/detokenize", "POST", endpoints.detokenize)
         add("/apply-template", "POST", endpoints.apply_template)
         add("/slots", "GET", endpoints.slots)
+        add("/v1/responses", "POST", responses.create)
+        add("/v1/responses/{response_id}", "GET", responses.retrieve)
+        add("/v1/responses/{response_id}", "DELETE", responses.delete)
+        add("/v1/responses/{response_id}/cancel", "POST", responses.cancel)
+        add("/v1/responses/{response_id}/input_items", "GET", responses.input_items)
+        add("/v1/conversations", "POST", conversations.create)
+        add("/v1/conversations/{conversation_id}", "GET", conversations.retrieve)
+        add("/v1/conversations/{conversation_id}", "POST", conversations.update)
+        add("/v1/conversations/{conversation_id}", "DELETE", conversations.delete)
+        add("/v1/conversations/{conversation_id}/items", "POST", conversations.add_items)
+        add("/v1/conversations/{conversation_id}/items", "GET", conversations.list_items)
+        add("/v1/conversations/{conversation_id}/items/{item_id}", "GET", conversations.get_item)
+        add("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", conversations.delete_item)
         anthropic.register(self.router)
 
     # ---- hooks the router calls ---------------------------------------------------
@@ -118,12 +133,14 @@ class App:
             self.default_reasoning = REASONING_FORMATS["think"]
         self.store = open_store(s)
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
-        self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue)
+        self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
+                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024)
         self.runtime.start()
 
     def close(self) -> None:
         if self.runtime is not None:
             self.runtime.stop()
+        self.response_runs.close()      # runs still going fail, and are stored so, before the store closes
         if self.store is not None:
             self.store.close()
         if self.engine is not None:

@@ -80,6 +80,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-queue", _positive_int, defaults.DEFAULT_MAX_QUEUE,
            "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
     Option("batch-size", _positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
+    Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
+           "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
     Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
            "seconds between ': prefill' SSE comments while a prompt is processed", "SECONDS"),
     Option("max-body-bytes", _positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),

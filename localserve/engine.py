@@ -136,8 +136,12 @@ class Engine:
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         cparams.kv_unified = False
-        # Keep the whole sliding-window cache so a cached prefix can be cut anywhere.
-        cparams.swa_full = True
+        # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
+        # Runtime checks with can_extend() that a cached prefix is still usable.
+        cparams.swa_full = False
+        # One logits row per sequence per step is all we read; llama.cpp would
+        # otherwise reserve n_batch rows of n_vocab floats (512 MB for Gemma 3).
+        cparams.n_outputs_max = n_seq
         cparams.no_perf = True
         _recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
@@ -147,6 +151,7 @@ class Engine:
                                  f"({_native_reason()}; try a smaller --ctx-size)")
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
         self.memory = ll.llama_get_memory(self.ctx)
+        self.n_swa = ll.llama_model_n_swa(self.model)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._eog = [False] * self.n_vocab
@@ -228,6 +233,31 @@ class Engine:
     def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
         """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
         return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def can_extend(self, seq_id: int, keep: int) -> bool:
+        """Whether a sequence cut at `keep` still holds what new tokens must attend to.
+
+        A sliding-window cache keeps only the last window of positions: a prefix
+        can be reused only if the window before `keep` is still there.
+        """
+        if keep <= 0 or self.n_swa <= 0:
+            return True
+        return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
+
+    def save_sequence(self, seq_id: int) -> bytes:
+        """A copy of one sequence's KV state, to restore later into any sequence."""
+        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
+        return bytes(buf[:written])
+
+    def restore_sequence(self, seq_id: int, state: bytes) -> bool:
+        self.seq_remove(seq_id)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if ll.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) == 0:
+            self.seq_remove(seq_id)
+            return False
+        return True
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.memory, True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, Sampler
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
+from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 from .textstream import OutputPipeline
 
 log = logging.getLogger("localserve.runtime")
@@ -71,8 +72,9 @@ class Job:
 
 
 class Runtime:
-    def __init__(self, engine: Engine, *, slots: int, max_queue: int):
+    def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0):
         self.engine = engine
+        self.cache = PromptCache(cache_bytes)
         self.max_queue = max_queue
         self.slots = [Slot(i) for i in range(slots)]
         self.waiting: collections.deque[ActiveGeneration] = collections.deque()
@@ -113,8 +115,14 @@ class Runtime:
     def busy_slots(self) -> int:
         return sum(1 for s in self.slots if s.job is not None)
 
-    def slot_state(self) -> list[dict]:
-        return [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens)} for s in self.slots]
+    def slot_state(self) -> dict:
+        return {
+            "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens)}
+                      for s in self.slots],
+            "queue_depth": self.queue_depth,
+            "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
+                          "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
+        }
 
     # ---- the loop ------------------------------------------------------------------
 
@@ -172,11 +180,12 @@ class Runtime:
 
     def _choose_slot(self, free: list[Slot], prompt: list[int]) -> Slot:
         """The free slot sharing the longest prefix with the prompt; ties go to the least recently used."""
-        return max(free, key=lambda s: (_common_prefix(s.tokens, prompt), -s.last_used))
+        return max(free, key=lambda s: (common_prefix(s.tokens, prompt), -s.last_used))
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
         prompt = gen.request.prompt_tokens
-        keep = min(_common_prefix(slot.tokens, prompt), len(prompt) - 1)
+        shared = self._reuse_cache(slot, prompt)
+        keep = min(shared, len(prompt) - 1)
         if not self._truncate(slot, keep):
             keep = 0
         try:
@@ -190,14 +199,30 @@ class Runtime:
         gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
         self.stats["admitted"] += 1
 
+    def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:
+        """Save what the slot would lose, restore a better saved sequence; the shared prefix length."""
+        shared = common_prefix(slot.tokens, prompt)
+        lost = len(slot.tokens) - shared
+        if lost >= MIN_TOKENS_WORTH_SAVING and self.cache.worth_saving(slot.tokens):
+            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
+        key, cached = self.cache.best_match(prompt)
+        if key is None or cached <= shared:
+            return shared
+        entry = self.cache.take(key)
+        if not self.engine.restore_sequence(slot.seq_id, entry.state):
+            slot.tokens = []
+            return 0
+        slot.tokens = entry.tokens
+        return cached
+
     def _truncate(self, slot: Slot, keep: int) -> bool:
         """Drop the sequence's cache past `keep` tokens; False when the cache cannot be cut there."""
         if keep <= 0:
             self.engine.seq_remove(slot.seq_id)
             slot.tokens = []
             return True
-        ok = self.engine.seq_remove(slot.seq_id, keep, -1)
-        if ok is False:
+        ok = self.engine.can_extend(slot.seq_id, keep) and self.engine.seq_remove(slot.seq_id, keep, -1)
+        if not ok:
             self.engine.seq_remove(slot.seq_id)
             slot.tokens = []
             return False
@@ -389,11 +414,3 @@ class Runtime:
         job.slot.last_used = time.monotonic()
         if job.next_token is not None:
             job.next_token = None
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

@@ -18,9 +18,10 @@ DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 10.0      # a client must send a whole request head within this
 DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this long
 DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
-DEFAULT_SLOTS = 1
+DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
-DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
+DEFAULT_BATCH_SIZE = 512
+DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)           # tokens per llama_decode call during prefill
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 
@@ -45,6 +46,7 @@ class Settings:
     slots: int = DEFAULT_SLOTS
     max_queue: int = DEFAULT_MAX_QUEUE
     batch_size: int = DEFAULT_BATCH_SIZE
+    cache_ram: int = DEFAULT_CACHE_RAM_MB
     prefill_keepalive: float = DEFAULT_PREFILL_KEEPALIVE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     header_timeout: float = DEFAULT_HEADER_TIMEOUT

@@ -26,7 +26,7 @@ def slow_server(models_dir):
     if not path.exists():
         write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
                         context_length=8192)
-    srv = ServerProcess(path, "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2",
+    srv = ServerProcess(path, "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2", "--slots", "1",
                         "--max-queue", "1")
     yield srv
     srv.stop()

@@ -1,0 +1,80 @@
+"""A RAM cache of evicted sequences, so a conversation that comes back skips its prefill.
+
+When a slot is about to be reused for a different prompt, the runtime saves the
+slot's sequence here (llama_state_seq_get_data) if it is worth keeping. A new job
+whose prompt shares a longer prefix with a saved sequence than with any free slot
+gets that sequence restored into its slot. Entries are evicted least recently
+used first, so the total stays under --cache-ram.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+
+MIN_TOKENS_WORTH_SAVING = 32
+
+
+@dataclass
+class CachedSequence:
+    tokens: list[int]
+    state: bytes
+
+
+class PromptCache:
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        self.entries: collections.OrderedDict[int, CachedSequence] = collections.OrderedDict()
+        self.size = 0
+        self._next_key = 0
+        self.hits = 0
+        self.saves = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def worth_saving(self, tokens: list[int]) -> bool:
+        if self.limit_bytes <= 0 or len(tokens) < MIN_TOKENS_WORTH_SAVING:
+            return False
+        # a sequence already covered by a saved one (same or longer prefix) adds nothing
+        return not any(len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
+                       for e in self.entries.values())
+
+    def add(self, tokens: list[int], state: bytes) -> None:
+        if len(state) > self.limit_bytes:
+            return
+        for key in [k for k, e in self.entries.items() if tokens[:len(e.tokens)] == e.tokens]:
+            self._drop(key)                     # the new entry extends these
+        while self.size + len(state) > self.limit_bytes and self.entries:
+            self._drop(next(iter(self.entries)))
+        self.entries[self._next_key] = CachedSequence(list(tokens), state)
+        self._next_key += 1
+        self.size += len(state)
+        self.saves += 1
+
+    def best_match(self, prompt: list[int]) -> tuple[int | None, int]:
+        """(key, shared prefix length) of the entry sharing the longest prefix with prompt."""
+        best_key, best_len = None, 0
+        for key, entry in self.entries.items():
+            n = common_prefix(entry.tokens, prompt)
+            if n > best_len:
+                best_key, best_len = key, n
+        return best_key, best_len
+
+    def take(self, key: int) -> CachedSequence:
+        """Remove and return an entry (it moves back into a slot)."""
+        entry = self.entries.pop(key)
+        self.size -= len(entry.state)
+        self.hits += 1
+        return entry
+
+    def _drop(self, key: int) -> None:
+        self.size -= len(self.entries.pop(key).state)
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
