@@ -1,89 +1,182 @@
-"""make bench: the server against the bare engine, on the demo model, in one run.
+"""make bench: localserve against the bare engine (and llama-server if present), in one run.
 
-Prints a table: bare-engine decode tokens/s and prefill time, the server's
-single-stream tokens/s and time to first token, and their ratios. Run with
-`python -m bench [--model PATH] [--threads N] [--tokens N] [--repeat N]`.
+Measures, on the demo model unless --model is given:
+- bare engine: single-stream decode tokens/s, prefill time, and the "second turn"
+  floor (prefilling only the new tokens on top of a resident prefix);
+- localserve: single-stream tokens/s and time to first token; aggregate tokens/s
+  with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
+  interleaved; peak RSS;
+- llama-server, when it is on PATH, with the same workload.
+Prints one table with the ratios and the targets. Measurements are medians.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
+import threading
+import time
 from pathlib import Path
 
 from .bare import BareEngine
 from .client import stream_completion
-from .server import RunningServer
+from .server import LlamaServer, RunningServer
 
 PROMPT = ("The history of computing is a story of people building tools to think with. "
           "From the abacus to the mechanical calculators of the seventeenth century, ") * 3
+CONVERSATION = "Conversation {i}: tell me about the rivers, mountains and cities of region {i}. " * 12
+FOLLOW_UP = " And now, briefly, what about the weather there in spring and in autumn? " * 2
+CONCURRENCY = (1, 2, 4, 8)
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench")
     parser.add_argument("--model", help="GGUF model (default: the demo model)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--tokens", type=int, default=128, help="tokens generated per run")
+    parser.add_argument("--tokens", type=int, default=128, help="tokens generated per stream")
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement (median reported)")
     parser.add_argument("--ctx-size", type=int, default=4096)
+    parser.add_argument("--quick", action="store_true", help="single-stream figures only")
     return parser.parse_args()
 
 
-def measure_bare(model: str, args, prompt_text: str) -> tuple[list[int], float, float]:
+class Workload:
+    """The token sequences every contender gets, tokenized once by the bare engine."""
+
+    def __init__(self, engine: BareEngine, n_conversations: int = 4):
+        self.prompt = engine.tokenize(PROMPT)
+        self.conversations = [engine.tokenize(CONVERSATION.format(i=i)) for i in range(n_conversations)]
+        self.follow_up = engine.tokenize(FOLLOW_UP)[1:]        # no BOS in the middle
+        self.ban = engine.eog_tokens()
+
+
+def measure_bare(model: str, args, text_only: bool = False):
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
-    prompt = engine.tokenize(prompt_text)
-    engine.run(prompt, 8)                                   # warm-up
-    runs = [engine.run(prompt, args.tokens) for _ in range(args.repeat)]
+    work = Workload(engine)
+    engine.run(work.prompt, 8)                                      # warm-up
+    runs = [engine.run(work.prompt, args.tokens) for _ in range(args.repeat)]
+    floors = []
+    for conv in work.conversations:                                 # prefix resident, only the new part
+        engine.run(conv, 1)
+        floors.append(engine.run(conv + work.follow_up, 1, keep=len(conv))[0])
     engine.close()
-    return prompt, statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs)
+    return work, {
+        "prefill": statistics.median(r[0] for r in runs),
+        "decode": statistics.median(r[1] for r in runs),
+        "second_turn_floor": statistics.median(floors),
+    }
 
 
-def measure_server(model: str, args, prompt: list[int]) -> tuple[float, float]:
-    with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size)) as server:
-        ban = {str(t): -100 for t in server.eog_tokens()}
-        body = {"prompt": prompt, "max_tokens": args.tokens, "temperature": 0, "logit_bias": ban}
-        stream_completion(server.port, {**body, "max_tokens": 8})          # warm-up
-        runs = []
-        for i in range(args.repeat):
-            # a different first token each time: the prompt cache must not help the TTFT figure
-            runs.append(stream_completion(server.port, {**body, "prompt": [prompt[0], 100 + i] + prompt[1:]}))
-    return statistics.median(r.ttft for r in runs), statistics.median(r.decode_rate for r in runs)
+def measure_server(server, work: Workload, args) -> dict:
+    port = server.port
+    ban = {str(t): -100 for t in work.ban}
+    base = {"max_tokens": args.tokens, "temperature": 0, "logit_bias": ban}
+    stream_completion(port, {**base, "prompt": work.prompt, "max_tokens": 8})          # warm-up
+    singles = []
+    for i in range(args.repeat):
+        # a different second token each run, so the prompt cache cannot help the TTFT figure
+        prompt = [work.prompt[0], 100 + i] + work.prompt[1:]
+        singles.append(stream_completion(port, {**base, "prompt": prompt}))
+    result = {"ttft": statistics.median(r.ttft for r in singles),
+              "decode": statistics.median(r.decode_rate for r in singles)}
+    if args.quick:
+        return result
+    for n in CONCURRENCY:
+        result[f"aggregate_{n}"] = aggregate_rate(port, base, work, n)
+    result["second_turn"] = second_turn_ttft(port, base, work)
+    result["peak_rss_mb"] = server.peak_rss_mb()
+    return result
+
+
+def aggregate_rate(port: int, base: dict, work: Workload, n: int) -> float:
+    """Total generated tokens per second with n streams running at once."""
+    results = [None] * n
+
+    def one(i: int) -> None:
+        prompt = [work.prompt[0], 200 + n * 10 + i] + work.prompt[1:]
+        results[i] = stream_completion(port, {**base, "prompt": prompt})
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    return sum(r.completion_tokens for r in results) / elapsed
+
+
+def second_turn_ttft(port: int, base: dict, work: Workload) -> float:
+    """Median TTFT of each conversation's second turn, the four conversations interleaved."""
+    for conv in work.conversations:
+        stream_completion(port, {**base, "prompt": conv, "max_tokens": 8})
+    ttfts = [stream_completion(port, {**base, "prompt": conv + work.follow_up, "max_tokens": 1}).ttft
+             for conv in work.conversations]
+    return statistics.median(ttfts)
 
 
 def main() -> int:
     args = parse_args()
-    model = args.model
+    model = args.model or demo_model()
     if model is None:
-        from localserve.demo import DemoUnavailable, demo_model_path
-        try:
-            model = demo_model_path()
-        except DemoUnavailable as exc:
-            print(f"bench: {exc}", file=sys.stderr)
-            return 2
-    print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per run, "
-          f"median of {args.repeat}")
-    prompt, bare_prefill, bare_rate = measure_bare(model, args, PROMPT)
-    ttft, rate = measure_server(model, args, prompt)
-    rows = [
-        ("decode tokens/s, single stream", f"{bare_rate:.1f}", f"{rate:.1f}", f"{rate / bare_rate:.3f}", ">= 0.95"),
-        (f"prefill {len(prompt) + 1} tokens → first token, ms", f"{bare_prefill * 1000:.1f}", f"{ttft * 1000:.1f}",
-         f"{(ttft - bare_prefill) * 1000:+.1f} ms", "<= +5 ms"),
-    ]
-    print_table(("measure", "bare engine", "localserve", "ratio / delta", "target"), rows)
+        return 2
+    print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
+          f"median of {args.repeat}", flush=True)
+    work, bare = measure_bare(model, args)
+    contenders = {}
+    with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
+                       "--slots", "4") as server:
+        contenders["localserve"] = measure_server(server, work, args)
+    if shutil.which("llama-server") and not args.quick:
+        with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
+            contenders["llama-server"] = measure_server(server, work, args)
+    print_report(bare, contenders, args)
     return 0
 
 
-def print_table(header, rows) -> None:
+def demo_model() -> str | None:
+    from localserve.demo import DemoUnavailable, demo_model_path
+    try:
+        return demo_model_path()
+    except DemoUnavailable as exc:
+        print(f"bench: {exc}", file=sys.stderr)
+        return None
+
+
+def print_report(bare: dict, contenders: dict, args) -> None:
+    names = list(contenders)
+    header = ("measure", "bare engine", *names, "ratio (localserve)", "target")
+    ours = contenders["localserve"]
+    rows = [
+        ("decode tokens/s, 1 stream", f"{bare['decode']:.1f}", *(f"{c['decode']:.1f}" for c in contenders.values()),
+         f"{ours['decode'] / bare['decode']:.3f} x bare", ">= 0.95"),
+        ("time to first token, ms", f"{bare['prefill'] * 1000:.1f}",
+         *(f"{c['ttft'] * 1000:.1f}" for c in contenders.values()),
+         f"{(ours['ttft'] - bare['prefill']) * 1000:+.1f} ms vs bare", "<= +5 ms"),
+    ]
+    if not args.quick:
+        single = ours["aggregate_1"]
+        for n in CONCURRENCY:
+            target = ">= 1.5" if n == 4 else ""
+            rows.append((f"aggregate tokens/s, {n} streams", "",
+                         *(f"{c[f'aggregate_{n}']:.1f}" for c in contenders.values()),
+                         f"{ours[f'aggregate_{n}'] / single:.2f} x 1 stream", target))
+        floor = bare["second_turn_floor"]
+        rows.append(("2nd-turn TTFT, 4 convs, ms", f"{floor * 1000:.1f} (floor)",
+                     *(f"{c['second_turn'] * 1000:.1f}" for c in contenders.values()),
+                     f"{ours['second_turn'] / floor:.2f} x floor", "<= 1.1"))
+        rows.append(("peak RSS, MB", "", *(f"{c['peak_rss_mb']:.0f}" for c in contenders.values()), "", ""))
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    line = "  ".join("-" * w for w in widths)
-    print(line)
+    rule = "  ".join("-" * w for w in widths)
+    print(rule)
     print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
-    print(line)
+    print(rule)
     for row in rows:
         print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-    print(line)
+    print(rule)
 
 
 if __name__ == "__main__":

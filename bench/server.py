@@ -1,8 +1,7 @@
-"""Start localserve as a subprocess for a benchmark, on a free port, and stop it after."""
+"""Start a server under test as a subprocess on a free port; stop it afterwards."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
@@ -16,15 +15,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-class RunningServer:
-    def __init__(self, model: str, *args: str):
-        self.port = free_port()
-        self.cmd = [sys.executable, "-m", "localserve", "--model", model, "--port", str(self.port),
-                    "--log-level", "warning", *args]
+class _Subprocess:
+    cmd: list[str]
 
-    def __enter__(self) -> "RunningServer":
+    def __enter__(self):
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as resp:
@@ -33,13 +29,31 @@ class RunningServer:
             except OSError:
                 time.sleep(0.1)
         self.proc.kill()
-        raise RuntimeError("localserve did not start")
+        raise RuntimeError(f"{self.cmd[0]} did not start")
 
     def __exit__(self, *exc) -> None:
         self.proc.terminate()
         self.proc.wait(30)
 
-    def eog_tokens(self) -> list[int]:
-        """End-of-generation token ids, from /tokenize of the vocabulary's EOG texts."""
-        info = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{self.port}/v1/models").read())
-        return info["data"][0]["meta"].get("eog_tokens", [])
+    def peak_rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+        return 0.0
+
+
+class RunningServer(_Subprocess):
+    def __init__(self, model: str, *args: str):
+        self.port = free_port()
+        self.cmd = [sys.executable, "-m", "localserve", "--model", model, "--port", str(self.port),
+                    "--log-level", "warning", *args]
+
+
+class LlamaServer(_Subprocess):
+    """llama.cpp's own server, when installed, for a side-by-side figure."""
+
+    def __init__(self, model: str, threads: int, ctx_size: int, slots: int):
+        self.port = free_port()
+        self.cmd = ["llama-server", "-m", model, "--port", str(self.port), "-t", str(threads),
+                    "-c", str(ctx_size * slots), "-np", str(slots)]
