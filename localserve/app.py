@@ -27,6 +27,8 @@ from .protocols import anthropic
 from .routes import ANTHROPIC, Router
 from .reasoning import REASONING_FORMATS
 from .runtime import Runtime
+from .security import AccessPolicy, load_api_keys
+from . import systemd
 from .server import HTTPServer
 from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
 from .signing import load_signing_key
@@ -46,6 +48,9 @@ class StartupError(Exception):
         self.status = status
 
 
+PUBLIC_PATHS = ("/health", "/v1/health")     # answered without an API key (probes)
+
+
 class App:
     def __init__(self, settings: Settings):
         self.settings = settings
@@ -60,6 +65,11 @@ class App:
         self.default_reasoning = None     # <think> splitting for models whose vocabulary has it
         self.model_id = settings.model_id or ""
         self.created = int(time.time())
+        try:
+            keys = load_api_keys(settings.api_key, settings.api_key_file)
+        except OSError as exc:
+            raise StartupError(f"cannot read --api-key-file {settings.api_key_file}: {exc.strerror}", EXIT_USAGE) from None
+        self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin)
         self.router = Router(self)
         self._add_routes()
 
@@ -93,10 +103,23 @@ class App:
     # ---- hooks the router calls ---------------------------------------------------
 
     def check_access(self, exchange) -> None:
-        """Auth, Host and CORS checks (none yet)."""
+        """Host check, CORS headers and the API key, before any handler runs."""
+        request = exchange.request
+        if not self.access.host_ok(request.header("host")):
+            raise ApiError(403, f"requests for host '{request.header('host')}' are refused: this server answers "
+                                f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
+        exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
+        if request.method == "OPTIONS" or exchange.request.path in PUBLIC_PATHS or not self.access.requires_key:
+            return
+        if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
+            raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
+                           type="authentication_error" if exchange.dialect == "anthropic" else "invalid_request_error",
+                           code="invalid_api_key", headers=[("WWW-Authenticate", "Bearer")])
 
-    def preflight_headers(self, exchange) -> list[tuple[str, str]]:
-        return []
+    def preflight_headers(self, exchange, allow: str) -> list[tuple[str, str]]:
+        request = exchange.request
+        return self.access.preflight_headers(request.header("origin"), allow,
+                                             request.header("access-control-request-headers"))
 
     def require_ready(self) -> None:
         if not self.ready.is_set():
@@ -173,9 +196,13 @@ def resolve_model_path(settings: Settings) -> str:
 
 def serve(settings: Settings) -> int:
     quiet_llama_logs(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
-    app = App(settings)
     try:
-        listener = HTTPServer.listen(settings.host, settings.port)
+        app = App(settings)
+    except StartupError as exc:
+        print(f"localserve: {exc}", file=sys.stderr)
+        return exc.status
+    try:
+        listener = systemd.activated_listener() or HTTPServer.listen(settings.host, settings.port)
     except OSError as exc:
         print(f"localserve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
@@ -199,8 +226,12 @@ def serve(settings: Settings) -> int:
              "chat template %s, tool syntax %s", engine.info.path, engine.info.architecture,
              _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
              settings.resolved_threads(), app.template.source, app.tool_syntax)
-    while not stop.wait(1.0):
-        pass
+    systemd.notify(f"READY=1\nSTATUS=serving {app.model_id} on {host}:{port}")
+    watchdog = systemd.watchdog_interval()
+    while not stop.wait(watchdog or 1.0):
+        if watchdog:
+            systemd.notify("WATCHDOG=1")
+    systemd.notify("STOPPING=1")
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     server.shutdown(settings.drain_timeout)
     app.close()
@@ -213,3 +244,23 @@ def _human(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(n)
+
+
+def check(settings: Settings) -> int:
+    """--check: validate the configuration and the model, print the resolved settings."""
+    quiet_llama_logs(logging.WARNING)
+    try:
+        app = App(settings)
+        app.load()
+    except StartupError as exc:
+        print(f"localserve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    for name, value in sorted(vars(settings).items()):
+        if name in ("api_key",) and value:
+            value = [f"<{len(value)} key(s)>"]
+        print(f"{name.replace('_', '-')} = {value!r}")
+    info = app.engine.info
+    print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {app.engine.n_ctx_seq}, "
+          f"chat template {app.template.source}, tool syntax {app.tool_syntax}")
+    app.close()
+    return 0

@@ -27,6 +27,7 @@ class Option:
     default: Any
     help: str
     metavar: str | None = None
+    repeat: bool = False       # may be given several times; env and file take a list (env: commas)
 
     @property
     def attr(self) -> str:
@@ -96,6 +97,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("data-dir", str, None, "where stored responses and conversations live "
            "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
     Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
+    Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
+           "KEY", repeat=True),
+    Option("api-key-file", str, None, "file with one API key per line", "PATH"),
+    Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
+           "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
+    Option("cors-origin", str, [], "browser origin allowed by CORS (repeatable; '*' any); off by default",
+           "ORIGIN", repeat=True),
     Option("log-level", _log_level, "info", "debug, info, warning or error", "LEVEL"),
 )
 
@@ -111,8 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Each flag can also be set with an environment variable LOCALSERVE_<NAME>, e.g. LOCALSERVE_CTX_SIZE.",
     )
     parser.add_argument("--version", action="version", version=f"localserve {__version__}")
+    parser.add_argument("--config", metavar="PATH", default=None,
+                        help="TOML file whose keys are these flags' names [env LOCALSERVE_CONFIG]")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the configuration and the model, print the settings, exit 0 or 2")
     for option in OPTIONS:
-        if option.type is _flag:
+        if option.repeat:
+            parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, action="append",
+                                default=None, metavar=option.metavar, help=f"{option.help} [env {option.env}]")
+        elif option.type is _flag:
             parser.add_argument(f"--{option.name}", dest=option.attr, action="store_const", const=True,
                                 default=None, help=f"{option.help} [env {option.env}]")
         else:
@@ -122,19 +137,78 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    """Flags beat LOCALSERVE_* variables, which beat the config file, which beats the defaults."""
     environ = os.environ if environ is None else environ
+    config_path = getattr(args, "config", None) or environ.get("LOCALSERVE_CONFIG") or None
+    from_file = read_config(config_path) if config_path else {}
     values: dict[str, Any] = {}
     for option in OPTIONS:
         value = getattr(args, option.attr)
         if value is None and environ.get(option.env, "") != "":
-            try:
-                value = option.type(environ[option.env])
-            except (ValueError, argparse.ArgumentTypeError) as exc:
-                raise UsageError(f"{option.env}={environ[option.env]!r}: {exc}") from None
+            value = _from_env(option, environ[option.env])
         if value is None:
-            value = option.default
+            value = from_file.get(option.attr)
+        if value is None:
+            value = list(option.default) if option.repeat else option.default
         values[option.attr] = value
     return Settings(**values)
+
+
+def _from_env(option: Option, raw: str) -> Any:
+    try:
+        if option.repeat:
+            return [option.type(part.strip()) for part in raw.split(",") if part.strip()]
+        return option.type(raw)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise UsageError(f"{option.env}={raw!r}: {exc}") from None
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The TOML config file as option values; one-line UsageError naming the file and the key."""
+    import tomllib
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    by_name = {o.name: o for o in OPTIONS}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        option = by_name.get(key.replace("_", "-"))
+        if option is None:
+            raise UsageError(f"config file {path}: unknown key '{key}'")
+        try:
+            values[option.attr] = _config_value(option, value)
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            raise UsageError(f"config file {path}: key '{key}': {exc}") from None
+    return values
+
+
+def _config_value(option: Option, value: Any) -> Any:
+    if option.repeat:
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in items):
+            raise TypeError("expected a string or a list of strings")
+        return [option.type(v) for v in items]
+    if option.type is _flag:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {type(value).__name__}")
+        return value
+    kind = _value_kind(option.type)
+    accepted = {"int": (int,), "float": (int, float), "str": (str,)}[kind]
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise TypeError(f"expected {'a number' if kind == 'float' else 'an integer' if kind == 'int' else 'a string'}, "
+                        f"got {type(value).__name__}")
+    return option.type(value if kind == "str" else str(value))   # the converter also checks ranges
+
+
+def _value_kind(converter: Callable[[str], Any]) -> str:
+    """"int", "float" or "str": what a converter returns (its return annotation for our own)."""
+    if converter in (int, float, str):
+        return converter.__name__
+    return str(getattr(converter, "__annotations__", {}).get("return", "str"))
 
 
 def configure_logging(level: str) -> None:
@@ -153,5 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"localserve: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(settings.log_level)
-    from .app import serve  # imported late: loading llama_cpp takes a moment
+    if args.check:
+        from .app import check  # imported late: loading llama_cpp takes a moment
+        return check(settings)
+    from .app import serve
     return serve(settings)

@@ -114,7 +114,8 @@ class Router:
                 raise ApiError(404, f"no route for {request.path}", code="not_found")
             if request.method == "OPTIONS":
                 allow = ", ".join(self.allowed(matches))
-                writer.send(204, b"", content_type=None, headers=[("Allow", allow)] + self.app.preflight_headers(exchange))
+                writer.send(204, b"", content_type=None,
+                            headers=[("Allow", allow)] + self.app.preflight_headers(exchange, allow))
                 return
             method = "GET" if request.method == "HEAD" else request.method
             for route, params in matches:

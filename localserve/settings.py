@@ -56,6 +56,10 @@ class Settings:
     tool_syntax: str | None = None
     data_dir: str | None = None
     no_store: bool = False
+    api_key: list[str] = field(default_factory=list)
+    api_key_file: str | None = None
+    allowed_host: list[str] = field(default_factory=list)
+    cors_origin: list[str] = field(default_factory=list)
     log_level: str = "info"
     extra: dict = field(default_factory=dict)
 
