@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from . import endpoints
+from . import metrics
 from .demo import DemoUnavailable, demo_model_path
 from .engine import Engine, ModelLoadError, quiet_llama_logs
 from .errors import ApiError
@@ -65,6 +66,7 @@ class App:
         self.default_reasoning = None     # <think> splitting for models whose vocabulary has it
         self.model_id = settings.model_id or ""
         self.created = int(time.time())
+        self.metrics = metrics.ServerMetrics(self)
         try:
             keys = load_api_keys(settings.api_key, settings.api_key_file)
         except OSError as exc:
@@ -85,6 +87,7 @@ class App:
         add("/detokenize", "POST", endpoints.detokenize)
         add("/apply-template", "POST", endpoints.apply_template)
         add("/slots", "GET", endpoints.slots)
+        add("/metrics", "GET", metrics.handle)
         add("/v1/responses", "POST", responses.create)
         add("/v1/responses/{response_id}", "GET", responses.retrieve)
         add("/v1/responses/{response_id}", "DELETE", responses.delete)
@@ -157,7 +160,7 @@ class App:
         self.store = open_store(s)
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
-                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024)
+                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics)
         self.runtime.start()
 
     def close(self) -> None:
@@ -209,6 +212,7 @@ def serve(settings: Settings) -> int:
     limits = Limits(max_body_bytes=settings.max_body_bytes)
     server = HTTPServer(app.router.dispatch, limits=limits, header_timeout=settings.header_timeout,
                         idle_timeout=settings.idle_timeout, listener=listener)
+    app.metrics.watch_server(server)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -223,9 +227,9 @@ def serve(settings: Settings) -> int:
     host, port = server.address
     engine = app.engine
     log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
-             "chat template %s, tool syntax %s", engine.info.path, engine.info.architecture,
+             "chat template %s, tool syntax %s, %s", engine.info.path, engine.info.architecture,
              _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
-             settings.resolved_threads(), app.template.source, app.tool_syntax)
+             settings.resolved_threads(), app.template.source, app.tool_syntax, offload_summary(engine))
     systemd.notify(f"READY=1\nSTATUS=serving {app.model_id} on {host}:{port}")
     watchdog = systemd.watchdog_interval()
     while not stop.wait(watchdog or 1.0):
@@ -237,6 +241,13 @@ def serve(settings: Settings) -> int:
     app.close()
     log.info("stopped")
     return 0
+
+
+def offload_summary(engine: Engine) -> str:
+    if engine.gpu_layers:
+        devices = sorted({d for d in engine.layer_devices.values() if d != "CPU"})
+        return f"{engine.gpu_layers}/{engine.n_layer} layers offloaded to {', '.join(devices)}"
+    return "CPU only" if engine.gpu_available else "CPU only (this llama-cpp-python build has no GPU backend)"
 
 
 def _human(n: int) -> str:

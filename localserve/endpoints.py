@@ -43,6 +43,8 @@ def model_object(app: Any) -> dict:
             "chat_template_source": app.template.source,
             "tool_syntax": app.tool_syntax,
             "n_gpu_layers": app.settings.n_gpu_layers,
+            "n_layer": app.engine.n_layer,
+            "gpu_layers_offloaded": app.engine.gpu_layers,
             "slots": app.settings.slots,
         },
     }

@@ -12,6 +12,7 @@ import collections
 import ctypes
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -56,6 +57,8 @@ class ModelInfo:
 _log_callback = None
 _recent_native_errors: collections.deque[str] = collections.deque(maxlen=16)
 _capture_only = threading.local()
+_load_messages: list[str] = []          # llama.cpp's log of the current model load
+_LAYER_DEVICE = re.compile(r"layer\s+(\d+) assigned to device ([^,\s]+)")
 
 
 def quiet_llama_logs(level: int = logging.WARNING) -> None:
@@ -73,6 +76,8 @@ def quiet_llama_logs(level: int = logging.WARNING) -> None:
         message = text.decode("utf-8", "replace").rstrip()
         if not message:
             return
+        if getattr(_capture_only, "on", False):
+            _load_messages.append(message)
         if lvl in (3, 4):
             _recent_native_errors.append(message)
             if level <= logging.WARNING and not getattr(_capture_only, "on", False):
@@ -82,6 +87,17 @@ def quiet_llama_logs(level: int = logging.WARNING) -> None:
 
     _log_callback = callback      # keep the ctypes thunk alive
     ll.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def _layer_devices() -> dict[int, str]:
+    """Which device llama.cpp put each layer on, from its load log (its "offloaded N
+    layers to GPU" line counts layers it meant to offload even when no GPU exists)."""
+    devices = {}
+    for message in _load_messages:
+        found = _LAYER_DEVICE.search(message)
+        if found:
+            devices[int(found.group(1))] = found.group(2)
+    return devices
 
 
 def _native_reason() -> str:
@@ -113,6 +129,7 @@ class Engine:
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
         _recent_native_errors.clear()
+        _load_messages.clear()
         _capture_only.on = True
         try:
             self.model = ll.llama_model_load_from_file(path.encode(), mparams)
@@ -121,6 +138,11 @@ class Engine:
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path}: {_native_reason()}")
         self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_layer = ll.llama_model_n_layer(self.model)
+        # llama.cpp offloads the output layer too: n_layer + 1 layers in all
+        self.gpu_available = bool(ll.llama_supports_gpu_offload())
+        self.layer_devices = _layer_devices()
+        self.gpu_layers = sum(1 for d in self.layer_devices.values() if d != "CPU")
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         n_ctx_train = ll.llama_model_n_ctx_train(self.model)
         self.n_ctx_seq = n_ctx or min(n_ctx_train or max_default_ctx, max_default_ctx)
