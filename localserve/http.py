@@ -45,6 +45,7 @@ class ProtocolError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.path: str | None = None  # the request's path, when its head was read (for the error's shape)
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,8 @@ class RequestReader:
         try:
             return self._advance()
         except ProtocolError as error:
+            if self._request is not None:
+                error.path = self._request.path
             self._error = error
             raise
 
@@ -335,8 +338,8 @@ class RequestReader:
             request = self._read_head()
             if request is None:
                 return None
-            self._body_reader = body_reader_for(request, self._limits)
             self._request = request
+            self._body_reader = body_reader_for(request, self._limits)
         body = self._body_reader.read(self._buf)
         if body is None:
             return None

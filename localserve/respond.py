@@ -45,14 +45,18 @@ def error_from(finished: Finished) -> ApiError:
 
 def wait_for_output(exchange: Exchange, gen: ActiveGeneration) -> GenerationOutput:
     """Block until the job finishes; raises ClientGone (job cancelled) or ApiError."""
+    next_peek = time.monotonic() + DISCONNECT_POLL_INTERVAL
     while True:
         try:
             event = gen.events.get(timeout=DISCONNECT_POLL_INTERVAL)
         except queue.Empty:
+            event = None
+        # Peek on the clock, not only when the queue goes quiet: a fast decode never lets it.
+        if time.monotonic() >= next_peek:
+            next_peek = time.monotonic() + DISCONNECT_POLL_INTERVAL
             if exchange.writer.peer_closed():
                 gen.cancel("client closed the connection while waiting")
                 raise ClientGone("peer closed")
-            continue
         if isinstance(event, Finished):
             if event.error is not None:
                 raise error_from(event)

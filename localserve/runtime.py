@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, Sampler
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
+from .metrics import ServerMetrics
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 from .textstream import OutputPipeline
 
@@ -72,8 +73,10 @@ class Job:
 
 
 class Runtime:
-    def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0):
+    def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
+                 metrics: ServerMetrics | None = None):
         self.engine = engine
+        self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
         self.max_queue = max_queue
         self.slots = [Slot(i) for i in range(slots)]
@@ -173,6 +176,7 @@ class Runtime:
                     return
                 gen = self.waiting.popleft()
             if gen.cancelled:
+                self.metrics.record_cancellation()
                 gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
                 continue
             slot = self._choose_slot(free, gen.request.prompt_tokens)
@@ -390,6 +394,7 @@ class Runtime:
         )
         self._release(job)
         self.stats["finished"] += 1
+        self.metrics.record_generation(output)
         job.gen.events.put(Finished(output))
 
     def _cancel(self, job: Job) -> None:
@@ -398,6 +403,7 @@ class Runtime:
         self.engine.seq_remove(job.slot.seq_id)
         job.slot.tokens = []
         self.stats["cancelled"] += 1
+        self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         job.gen.events.put(Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
                                                      completion_tokens=len(job.generated))))

@@ -18,8 +18,9 @@ from typing import Callable
 import orjson
 
 from .connection import ClientGone, ResponseWriter
-from .errors import ApiError, openai_error_body
+from .errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
+from .metrics import ServerMetrics
 
 log = logging.getLogger("localserve.server")
 access_log = logging.getLogger("localserve.access")
@@ -39,6 +40,7 @@ class HTTPServer:
         self.limits = limits
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
+        self.metrics = ServerMetrics()     # the app's own replaces it: ServerMetrics.watch_server
         self.listener = listener
         self.draining = threading.Event()
         self._lock = threading.Lock()
@@ -162,17 +164,25 @@ class HTTPServer:
             elapsed = (time.monotonic() - started) * 1000
             access_log.info("%s %s %s %d %.1fms", request.method, request.target, writer.status or "-",
                             writer.bytes_sent, elapsed)
+            self.metrics.record_request(request.path, request.method, writer.status, elapsed / 1000)
         return not writer.close_after and writer.finished and not self.draining.is_set()
 
     def _send_protocol_error(self, sock: socket.socket, exc: ProtocolError) -> None:
-        body = orjson.dumps(openai_error_body(ApiError(exc.status, exc.message)))
-        headers = [("Content-Type", "application/json"), ("Connection", "close")]
+        error = ApiError(exc.status, exc.message)
+        if exc.path is not None and exc.path.startswith("/v1/messages"):   # Anthropic clients read their shape
+            status, body = anthropic_status(exc.status), orjson.dumps(anthropic_error_body(error))
+        else:
+            status, body = exc.status, orjson.dumps(openai_error_body(error))
+        request_id = "req_" + uuid.uuid4().hex[:24]
+        headers = [("Content-Type", "application/json"), ("Connection", "close"),
+                   ("request-id", request_id), ("x-request-id", request_id)]
         try:
             sock.settimeout(1.0)
-            sock.sendall(format_response(exc.status, headers, body))
+            sock.sendall(format_response(status, headers, body))
         except OSError:
             pass
-        access_log.info("- - %d %d (%s)", exc.status, len(body), exc.message)
+        access_log.info("- - %d %d (%s)", status, len(body), exc.message)
+        self.metrics.record_request(exc.path, "", status, None)
 
     def shutdown(self, drain_timeout: float) -> None:
         """Stop accepting, close idle connections, wait for busy ones up to drain_timeout."""

@@ -323,6 +323,15 @@ class Store:
     def append_event(self, response_id: str, event: dict) -> None:
         self._write(INSERT_EVENT, (response_id, event["sequence_number"], _dumps(event)))
 
+    def append_events(self, response_id: str, events: list[dict]) -> None:
+        """Several events in one transaction (a stream's worth at a time)."""
+        if not events:
+            return
+        with self._tx() as db:
+            db.executemany(INSERT_EVENT, [
+                (response_id, event["sequence_number"], _dumps(event)) for event in events
+            ])
+
     def events(self, response_id: str, *, starting_after: int | None = None) -> list[dict]:
         after = -1 if starting_after is None else starting_after
         return [_loads(r[0]) for r in self._all(SELECT_EVENTS, (response_id, after))]
