@@ -39,7 +39,7 @@ def greedy(port: int, prompt: str, max_tokens: int = 40, stream: bool = False) -
 
 
 def slots(port: int) -> dict:
-    return request(port, b"GET /slots HTTP/1.1\r\nHost: x\r\n\r\n").json()
+    return request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
 
 
 def run_concurrently(fn, args_list):

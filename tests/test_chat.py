@@ -25,8 +25,11 @@ def chat(client, **kwargs):
     return client.chat.completions.create(**kwargs)
 
 
+NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}
+
+
 def test_chat_completion_shape(openai_client):
-    reply = chat(openai_client, max_tokens=5)
+    reply = chat(openai_client, max_tokens=5, logit_bias=NO_EOG)
     assert reply.object == "chat.completion" and reply.id.startswith("chatcmpl-")
     assert reply.model == "tiny"                      # the served model, whatever was asked
     choice = reply.choices[0]
@@ -100,14 +103,14 @@ def test_logit_bias_steers_and_seed_repeats(openai_client):
 
 
 def test_sampling_fields_are_accepted(openai_client):
-    reply = chat(openai_client, max_completion_tokens=3, temperature=0.7, top_p=0.9, presence_penalty=0.5,
+    reply = chat(openai_client, max_completion_tokens=3, temperature=0.7, logit_bias=NO_EOG, top_p=0.9, presence_penalty=0.5,
                  frequency_penalty=0.5, extra_body={"top_k": 10, "min_p": 0.1, "repeat_penalty": 1.1,
                                                     "chat_template_kwargs": {"x": 1}})
     assert reply.usage.completion_tokens == 3
 
 
 def test_logprobs(openai_client):
-    reply = chat(openai_client, logprobs=True, top_logprobs=3, max_tokens=4, temperature=0)
+    reply = chat(openai_client, logprobs=True, top_logprobs=3, max_tokens=4, temperature=0, logit_bias=NO_EOG)
     content = reply.choices[0].logprobs.content
     assert len(content) == 4
     for entry in content:
@@ -134,7 +137,8 @@ def test_bad_fields_are_400_naming_the_param(server, field, value):
 
 
 def test_unknown_fields_are_ignored(openai_client):
-    assert chat(openai_client, max_tokens=1, extra_body={"frobnicate": True}).usage.completion_tokens == 1
+    assert chat(openai_client, max_tokens=1, logit_bias=NO_EOG,
+                extra_body={"frobnicate": True}).usage.completion_tokens == 1
 
 
 def test_prompt_cache_reports_cached_tokens(openai_client):
@@ -173,7 +177,7 @@ def test_template_error_is_400(tiny_model, tmp_path):
 # ---- legacy completions --------------------------------------------------------
 
 def test_completion_with_string_and_token_prompt(openai_client):
-    reply = openai_client.completions.create(model="x", prompt="Once upon", max_tokens=4)
+    reply = openai_client.completions.create(model="x", prompt="Once upon", max_tokens=4, logit_bias=NO_EOG)
     assert reply.object == "text_completion" and reply.choices[0].finish_reason == "length"
     assert reply.usage.completion_tokens == 4
     tokens = openai_client.completions.create(model="x", prompt=[1, IDS["A"], IDS["B"]], max_tokens=2)
@@ -192,7 +196,7 @@ def test_completion_stream_and_grammar(server):
 
 
 def test_completion_logprobs(openai_client):
-    reply = openai_client.completions.create(model="x", prompt="Hi", max_tokens=3, logprobs=2)
+    reply = openai_client.completions.create(model="x", prompt="Hi", max_tokens=3, logprobs=2, logit_bias=NO_EOG)
     logprobs = reply.choices[0].logprobs
     assert len(logprobs.tokens) == 3 and len(logprobs.top_logprobs[0]) <= 2
 

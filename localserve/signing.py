@@ -1,0 +1,77 @@
+"""Signatures the server puts on text it hands out and checks when that text comes back.
+
+Anthropic clients return thinking blocks in later requests with the `signature` the
+server gave them; a block whose signature does not verify was not written by this
+server (or was edited) and is refused. The signature is an HMAC-SHA256 of the text
+under a key only the server knows.
+
+The key lives in the data directory (`signing.key`, mode 0600), so signatures stay
+valid across restarts: a long agent session survives the daemon being restarted.
+With --no-store, or when the data directory cannot be written, the key is random
+for the life of the process instead (signatures then expire with the process).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+from pathlib import Path
+
+log = logging.getLogger("localserve.signing")
+
+KEY_FILE = "signing.key"
+KEY_BYTES = 32
+_DOMAIN = b"localserve thinking v1\x00"   # a signature for one purpose is no use for another
+
+
+def load_signing_key(data_dir: Path | None) -> bytes:
+    """The persisted key under data_dir (created on first use); a per-process key without one."""
+    if data_dir is None:
+        return secrets.token_bytes(KEY_BYTES)
+    path = Path(data_dir) / KEY_FILE
+    try:
+        key = path.read_bytes()
+        if len(key) == KEY_BYTES:
+            return key
+        log.warning("%s is not a %d-byte key; writing a new one", path, KEY_BYTES)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("cannot read %s (%s): thinking signatures last only for this process", path, exc)
+        return secrets.token_bytes(KEY_BYTES)
+    key = secrets.token_bytes(KEY_BYTES)
+    tmp = path.with_name(f"{KEY_FILE}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(key)
+        try:
+            os.link(tmp, path)          # atomic and never overwrites: two starting servers agree
+        except FileExistsError:
+            existing = path.read_bytes()
+            if len(existing) == KEY_BYTES:
+                key = existing              # another process wrote it first
+            else:
+                os.replace(tmp, path)       # a damaged key file: ours replaces it
+    except OSError as exc:
+        log.warning("cannot write %s (%s): thinking signatures last only for this process", path, exc)
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+    return key
+
+
+def sign(key: bytes, text: str) -> str:
+    digest = hmac.new(key, _DOMAIN + text.encode("utf-8"), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def verify(key: bytes, text: str, signature: object) -> bool:
+    return isinstance(signature, str) and hmac.compare_digest(sign(key, text), signature)
