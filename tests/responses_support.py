@@ -1,0 +1,105 @@
+"""Shared by the Responses API tests: tiny models that can call tools and reason, SDK
+clients in strict mode, raw-socket helpers and grammars that force exact output."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import openai
+
+from conftest import ServerProcess
+from family_templates import FAMILY_SPECIAL_TOKENS, HERMES, QWEN3
+from rawhttp import request
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+
+NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}   # keep generating: ban every EOG token
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
+                          "required": ["city"]}}
+
+
+def hermes_model(models_dir: Path) -> Path:
+    path = models_dir / "responses-hermes.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, chat_template=HERMES, special_tokens=FAMILY_SPECIAL_TOKENS["hermes"])
+    return path
+
+
+def qwen3_model(models_dir: Path) -> Path:
+    path = models_dir / "responses-qwen3.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, chat_template=QWEN3, special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
+    return path
+
+
+def slow_model(models_dir: Path) -> Path:
+    """Several times slower per token than the tiny models: time to poll and cancel."""
+    path = models_dir / "responses-slow.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
+                        context_length=8192)
+    return path
+
+
+def start(model: Path, data_dir: Path | None, *args: str) -> ServerProcess:
+    flags = ["--model-id", "tiny", *args]
+    if data_dir is not None:
+        flags += ["--data-dir", str(data_dir)]
+    return ServerProcess(model, *flags)
+
+
+def client(server: ServerProcess) -> openai.OpenAI:
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0,
+                         _strict_response_validation=True)
+
+
+def forced(text: str) -> dict:
+    """extra_body that makes the model write exactly `text`."""
+    return {"grammar": "root ::= " + json.dumps(text)}
+
+
+def call_text(name: str, arguments: dict) -> str:
+    """One call in the Hermes syntax the tiny models' templates teach."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def parse_sse(body: bytes) -> list[tuple[str | None, dict]]:
+    """(event name, data) for every SSE event; comments skipped."""
+    events = []
+    for block in body.decode().split("\n\n"):
+        name, data = None, None
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[len("event: "):]
+            elif line.startswith("data: "):
+                data = json.loads(line[len("data: "):])
+        if data is not None:
+            events.append((name, data))
+    return events
+
+
+def check_event_stream(events: list[tuple[str | None, dict]], first: int = 0) -> None:
+    """event: lines match types, sequence numbers count up by one, one terminal event, last."""
+    assert events
+    for name, data in events:
+        assert name == data["type"]
+    assert [d["sequence_number"] for _, d in events] == list(range(first, first + len(events)))
+    terminals = [d["type"] for _, d in events if d["type"] in TERMINAL]
+    assert len(terminals) == 1 and events[-1][1]["type"] == terminals[0]
+
+
+def get_json(port: int, path: str):
+    return request(port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode(), timeout=30)
+
+
+def wait_status(c: openai.OpenAI, response_id: str, statuses: tuple[str, ...], timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        response = c.responses.retrieve(response_id)
+        if response.status in statuses:
+            return response
+        time.sleep(0.02)
+    raise AssertionError(f"{response_id} never reached {statuses}; last {response.status}")
