@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON
 export CMAKE_ARGS
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,15 @@ test: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# dist/wheelhouse/ and dist/localserve.pyz for machines with no network (README: Offline install).
+# DIST_FLAGS=--pyz-demo puts the demo model in the pyz; --no-cache-dir rebuilds llama-cpp-python.
+$(VENV)/.dist-tools: $(BIN)/python
+	$(BIN)/pip install shiv
+	touch $@
+
+dist: $(VENV)/.dist-tools
+	$(BIN)/python contrib/build_dist.py --out dist $(DIST_FLAGS)
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

