@@ -1,0 +1,297 @@
+"""Tool-call parsers, one per model family's syntax: each is a generator over (cursor,
+projector, the start marker found) that reads a call or a block of calls from the cursor and
+reports it to the projector (start_call, add_arguments, end_call, end_block) as it goes.
+Text that proves no well-formed call raises Malformed; the projector rolls it back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from .json_stream import Cursor, Malformed, compact, partial_start, strict_loads
+
+if TYPE_CHECKING:
+    from .tools import ToolProjector
+
+
+def _read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
+    """A call's arguments: a JSON object, streamed to `sink`; or, as some models write them,
+    a JSON string holding the object, passed on once complete."""
+    yield from cur.skip_ws()
+    yield from cur.wait(1)
+    if cur.char() == '"':
+        try:
+            decoded = strict_loads((yield from cur.json_string()))
+        except ValueError:
+            raise Malformed("arguments string") from None
+        if not isinstance(decoded, dict):
+            raise Malformed("arguments")
+        sink(compact(decoded))
+    elif cur.char() == "{":
+        yield from cur.json_value(sink)
+    else:
+        raise Malformed("arguments")
+
+
+def _call_object(cur: Cursor, calls: ToolProjector, *, defer: bool = False,
+                 first_key: str | None = None) -> Iterator[None]:
+    """`{"name": ..., "arguments"|"parameters": {...}, "id": ...}`, keys in any order ("type"
+    skipped). Any other key means this is no call, so JSON that merely answers the user flows
+    on as content at once rather than when it ends. The call starts as soon as its name is
+    read and its arguments stream; arguments written before the name wait for it. With
+    `defer` the whole object is read first, so that an id written after the arguments
+    (Mistral's order) can be used."""
+    if first_key is None:
+        yield from cur.expect("{")
+    name = call_id = held = None
+    started = sent = False
+    key = first_key
+    while True:
+        if key is None:
+            key = yield from cur.json_key()
+        yield from cur.skip_ws()
+        if key == "name" and name is None:
+            name = yield from cur.json_string()
+            if not defer:
+                calls.start_call(name)
+                started = True
+                if held is not None:
+                    calls.add_arguments(held)
+                    sent = True
+        elif key in ("arguments", "parameters") and held is None and not sent:
+            if started:
+                yield from _read_arguments(cur, calls.add_arguments)
+                sent = True
+            else:
+                parts: list[str] = []
+                yield from _read_arguments(cur, parts.append)
+                held = "".join(parts)
+        elif key == "id" and defer:
+            value = strict_loads((yield from cur.json_value()))
+            call_id = value if isinstance(value, str) and value else None
+        elif key in ("id", "type"):
+            yield from cur.json_value()
+        else:
+            raise Malformed(f"key {key!r}")
+        yield from cur.skip_ws()
+        if not (yield from cur.accept(",")):
+            yield from cur.expect("}")
+            break
+        key = None
+    if name is None:
+        raise Malformed("no name")
+    if not started:
+        calls.start_call(name, call_id)
+    if not sent:
+        calls.add_arguments(held if held is not None else "{}")
+
+
+def _call_list(cur: Cursor, calls: ToolProjector, separator: str, *,
+               defer: bool = False) -> Iterator[None]:
+    """Call objects separated by `separator`, each complete (and committed) on its own."""
+    while True:
+        yield from cur.skip_ws()
+        yield from _call_object(cur, calls, defer=defer)
+        calls.end_call()
+        yield from cur.skip_ws()
+        if not (yield from cur.accept(separator)):
+            return
+
+
+def parse_hermes(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    yield from cur.expect(marker)
+    yield from cur.skip_ws()
+    yield from _call_object(cur, calls)
+    yield from cur.closing("</tool_call>")
+    calls.end_call()
+    yield from cur.skip_ws()
+
+
+_PARAM_END = "</parameter>"
+_NUMBER_PREFIX = re.compile(r"-?\d*(?:\.\d*)?(?:[eE][+-]?\d*)?")
+
+
+def _could_be_json(raw: str, strings: bool) -> bool:
+    """Whether a parameter value, seen so far, might still turn out a JSON value (a JSON
+    string only if `strings`)."""
+    core = raw.strip()
+    return (not core or core[0] in ('[{"' if strings else "[{")
+            or bool(_NUMBER_PREFIX.fullmatch(core))
+            or any(literal.startswith(core) for literal in ("true", "false", "null")))
+
+
+def _param_json(raw: str, strings: bool) -> str:
+    try:
+        value = strict_loads(raw)
+    except ValueError:
+        value = raw
+    if isinstance(value, str) and not strings:
+        value = raw
+    return compact(value)
+
+
+def _take_value_text(cur: Cursor) -> tuple[str, bool]:
+    """The value text that is safe to pass on now, and whether the closing tag was reached.
+    Held back: a possible partial closing tag and a newline before it (maybe the last)."""
+    rest = cur.text[cur.pos:]
+    end = rest.find(_PARAM_END)
+    if end < 0 and cur.eof:
+        raise Malformed(_PARAM_END)
+    cut = end if end >= 0 else partial_start(rest, (_PARAM_END,))
+    piece = rest if cut is None else rest[:cut]
+    piece = piece[:-1] if piece.endswith("\n") else piece
+    cur.pos += end + len(_PARAM_END) if end >= 0 else len(piece)
+    return piece, end >= 0
+
+
+def _qwen_value(cur: Cursor, calls: ToolProjector, schema_type: str | None) -> Iterator[None]:
+    """A <parameter> value: raw text up to </parameter>, less one newline at each end.
+
+    How it becomes JSON follows the parameter's schema, as llama.cpp does: type "string", the
+    raw text as a string; another type, the JSON the text parses as (a quoted string too),
+    else the raw text; no schema, the JSON only if it is no string (a string parameter may
+    well start with a quote). String text streams as it comes; text that might still be JSON
+    waits for the closing tag."""
+    yield from cur.accept("\n")
+    strings = schema_type == "other"
+    held, streaming = "", schema_type == "string"
+    if streaming:
+        calls.add_arguments('"')
+    while True:
+        piece, last = _take_value_text(cur)
+        if not streaming:
+            held += piece
+            if last:
+                calls.add_arguments(_param_json(held, strings))
+                return
+            if not _could_be_json(held, strings):
+                streaming, piece = True, held
+                calls.add_arguments('"')
+        if streaming:
+            calls.add_arguments(json.dumps(piece, ensure_ascii=False)[1:-1] + ('"' if last else ""))
+        if last:
+            return
+        yield
+
+
+def parse_qwen3_coder(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    wrapped = marker == "<tool_call>"
+    if wrapped:
+        yield from cur.expect(marker)
+        yield from cur.skip_ws()
+    yield from cur.expect("<function=")
+    name = (yield from cur.until(">", 128)).strip()
+    calls.start_call(name)
+    separator = "{"
+    while True:
+        yield from cur.skip_ws()
+        if not (yield from cur.accept("<parameter=")):
+            break
+        key = (yield from cur.until(">", 128)).strip()
+        calls.add_arguments(separator + json.dumps(key, ensure_ascii=False) + ":")
+        separator = ","
+        yield from _qwen_value(cur, calls, calls.parameter_type(name, key))
+    calls.add_arguments("{}" if separator == "{" else "}")
+    yield from cur.closing("</function>")
+    if wrapped:
+        yield from cur.closing("</tool_call>")
+    calls.end_call()
+    yield from cur.skip_ws()
+
+
+def parse_llama3(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    """A bare object opening the message, or <|python_tag|> and objects; `;` separates."""
+    if marker == "<|python_tag|>":
+        yield from cur.expect(marker)
+    yield from _call_list(cur, calls, ";")
+
+
+def parse_mistral(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    """[TOOL_CALLS][{...}, ...] (ids follow the arguments, so each call is read whole) or
+    the newer [TOOL_CALLS]NAME[ARGS]{...}, optionally NAME[CALL_ID]id[ARGS]{...}."""
+    yield from cur.expect(marker)
+    yield from cur.skip_ws()
+    if (yield from cur.accept("[")):
+        yield from _call_list(cur, calls, ",", defer=True)
+        yield from cur.closing("]")
+        calls.end_block()
+    name = (yield from cur.until("[", 128)).strip()
+    call_id = None
+    if (yield from cur.accept("CALL_ID]")):
+        call_id = (yield from cur.until("[", 64)).strip() or None
+    yield from cur.expect("ARGS]")
+    calls.start_call(name, call_id)
+    yield from _read_arguments(cur, calls.add_arguments)
+    calls.end_call()
+    yield from cur.skip_ws()
+
+
+DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
+# After the separator: R1/V3 put the name and a ```json fence; V3.1 puts the object at once.
+_DS_AFTER_SEP = re.compile(r"\s*([^\s`]*)\s*(```(?:json)?)?\s*")
+
+
+def parse_deepseek(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    in_block = yield from cur.accept(DS_CALLS_BEGIN)
+    while True:
+        yield from cur.skip_ws()
+        yield from cur.expect(DS_CALL_BEGIN)
+        before = (yield from cur.until(DS_SEP, 128)).strip()
+        after = _DS_AFTER_SEP.fullmatch((yield from cur.until("{", 256, consume=False)))
+        if not after:
+            raise Malformed("deepseek head")
+        if before == "function" and after[1]:
+            name, fenced = after[1], bool(after[2])
+        elif not after[1] and not after[2]:
+            name, fenced = before, False
+        else:
+            raise Malformed("deepseek head")
+        calls.start_call(name)
+        yield from _read_arguments(cur, calls.add_arguments)
+        if fenced:
+            yield from cur.closing("```")
+        yield from cur.closing(DS_CALL_END)
+        calls.end_call()
+        yield from cur.skip_ws()
+        if not in_block or (yield from cur.cut_off(DS_CALLS_END)):
+            return
+        if (yield from cur.accept(DS_CALLS_END)):
+            calls.end_block()
+
+
+# The recipient is written in the role header or after the channel; the content type after.
+_HARMONY_HEAD = re.compile(
+    r"(?:<\|start\|>assistant)?\s*(?:to=functions\.(?P<before>[^\s<]+)\s*)?"
+    r"<\|channel\|>(?:commentary|analysis)(?:\s*to=functions\.(?P<after>[^\s<]+))?"
+    r"\s*(?:<\|constrain\|>)?\s*(?:json)?\s*")
+
+
+def parse_harmony(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    head = _HARMONY_HEAD.fullmatch((yield from cur.until("<|message|>", 256)))
+    if not head or not (head["before"] or head["after"]) or (head["before"] and head["after"]):
+        raise Malformed("harmony header")
+    calls.start_call(head["before"] or head["after"])
+    yield from _read_arguments(cur, calls.add_arguments)
+    yield from cur.closing("<|call|>")
+    calls.end_call()
+    calls.end_block()  # <|call|> ends the assistant's turn
+
+
+def parse_json(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+    """The whole output as {"tool_calls": [call, ...]} or as a single call object."""
+    yield from cur.expect("{")
+    key = yield from cur.json_key()
+    yield from cur.skip_ws()
+    if key != "tool_calls":
+        yield from _call_object(cur, calls, first_key=key)
+        calls.end_call()
+        calls.end_block()
+    yield from cur.expect("[")
+    yield from _call_list(cur, calls, ",")
+    yield from cur.expect("]")
+    yield from cur.closing("}")
+    calls.end_block()
