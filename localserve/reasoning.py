@@ -22,6 +22,8 @@ of the text into chunks yields the same pieces, concatenated, as the whole.
 from __future__ import annotations
 
 import re
+
+from .json_stream import partial_start
 from dataclasses import dataclass
 
 
@@ -76,12 +78,8 @@ def prompt_opens_reasoning(fmt: ReasoningFormat | None, rendered_prompt_tail: st
 
 def _hold_start(text: str, markers: tuple[str, ...]) -> int:
     """Where a possible partial marker begins at the end of `text` (len(text) if none)."""
-    longest = max(map(len, markers))
-    for i in range(max(0, len(text) - longest + 1), len(text)):
-        tail = text[i:]
-        if any(len(m) > len(tail) and m.startswith(tail) for m in markers):
-            return i
-    return len(text)
+    start = partial_start(text, markers)
+    return len(text) if start is None else start
 
 
 class ReasoningSplitter:

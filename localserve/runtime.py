@@ -147,6 +147,11 @@ class Runtime:
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
         for job in self._active():
             self._retire(job, "cancelled")
+        with self.cond:                 # nobody will run these: tell their waiters now
+            stranded, self.waiting = list(self.waiting), collections.deque()
+        for gen in stranded:
+            gen.events.put(Finished(error=GenerationError(503, "the server is shutting down",
+                                                          "server_shutting_down")))
 
     def step(self) -> None:
         self._admit()
@@ -169,6 +174,7 @@ class Runtime:
                 self._sample(job, row)
 
     def _admit(self) -> None:
+        self._drop_cancelled_waiting()
         while True:
             with self.cond:
                 free = [s for s in self.slots if s.job is None]
@@ -176,11 +182,26 @@ class Runtime:
                     return
                 gen = self.waiting.popleft()
             if gen.cancelled:
-                self.metrics.record_cancellation()
-                gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
+                self._end_cancelled_waiting(gen)
                 continue
             slot = self._choose_slot(free, gen.request.prompt_tokens)
             self._start(gen, slot)
+
+    def _drop_cancelled_waiting(self) -> None:
+        """Jobs whose clients left while queued give their places back now, not when a slot frees."""
+        with self.cond:
+            if not any(gen.cancelled for gen in self.waiting):
+                return
+            dropped = [gen for gen in self.waiting if gen.cancelled]
+            kept = [gen for gen in self.waiting if not gen.cancelled]
+            self.waiting.clear()
+            self.waiting.extend(kept)
+        for gen in dropped:
+            self._end_cancelled_waiting(gen)
+
+    def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
+        self.metrics.record_cancellation()
+        gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
 
     def _choose_slot(self, free: list[Slot], prompt: list[int]) -> Slot:
         """The free slot sharing the longest prefix with the prompt; ties go to the least recently used."""

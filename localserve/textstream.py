@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import codecs
 
+from .json_stream import partial_start
 from .generation import Chunk, GenerationRequest, ToolCallDelta, ToolCallStart
 from .reasoning import ReasoningSplitter
 from .tools import CallArguments, CallStart, ContentDelta, ToolProjector
@@ -44,13 +45,8 @@ class StopMatcher:
 
     def _held_suffix(self, buffer: str) -> int:
         """Length of the longest tail of buffer that could begin a stop string."""
-        longest = 0
-        for stop in self.stops:
-            for n in range(min(len(stop) - 1, len(buffer)), longest, -1):
-                if stop.startswith(buffer[-n:]):
-                    longest = n
-                    break
-        return longest
+        start = partial_start(buffer, self.stops)
+        return 0 if start is None else len(buffer) - start
 
     def flush(self) -> str:
         text, self.pending = self.pending, ""
