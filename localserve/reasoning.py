@@ -22,9 +22,9 @@ of the text into chunks yields the same pieces, concatenated, as the whole.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from .json_stream import partial_start
-from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
