@@ -18,8 +18,9 @@ from pathlib import Path
 
 from . import endpoints
 from . import metrics
+from . import rpc
 from .demo import DemoUnavailable, demo_model_path
-from .engine import Engine, ModelLoadError, quiet_llama_logs
+from .engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .http import Limits
 from .protocols import chat, completions, conversations, responses
@@ -134,9 +135,19 @@ class App:
     def load(self) -> None:
         s = self.settings
         path = resolve_model_path(s)
+        if s.rpc:   # llama.cpp places layers on the devices registered before the model loads
+            try:
+                check_model_file(path)
+                rpc.attach_workers(s.rpc, s.rpc_wait)     # /health says loading while it waits
+            except ModelLoadError as exc:
+                raise StartupError(str(exc)) from None
+            except rpc.RpcError as exc:
+                raise StartupError(str(exc), exc.status) from None
         try:
             self.engine = Engine(path, n_ctx=s.ctx_size, n_seq=s.slots, n_batch=s.batch_size,
-                                 threads=s.resolved_threads(), n_gpu_layers=s.n_gpu_layers,
+                                 threads=s.resolved_threads(),
+                                 n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc),
+                                 tensor_split=rpc.split_proportions(s.tensor_split) if s.tensor_split else None,
                                  max_default_ctx=MAX_DEFAULT_CTX)
         except ModelLoadError as exc:
             raise StartupError(str(exc)) from None
@@ -246,7 +257,7 @@ def serve(settings: Settings) -> int:
 def offload_summary(engine: Engine) -> str:
     if engine.gpu_layers:
         devices = sorted({d for d in engine.layer_devices.values() if d != "CPU"})
-        return f"{engine.gpu_layers}/{engine.n_layer} layers offloaded to {', '.join(devices)}"
+        return f"{engine.gpu_layers}/{len(engine.layer_devices)} layers offloaded to {', '.join(devices)}"
     return "CPU only" if engine.gpu_available else "CPU only (this llama-cpp-python build has no GPU backend)"
 
 

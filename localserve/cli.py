@@ -16,6 +16,7 @@ from typing import Any, Callable
 from . import __version__
 from .settings import Settings
 from . import settings as defaults
+from .rpc import rpc_workers, tensor_split
 
 EXIT_USAGE = 2
 
@@ -104,6 +105,12 @@ OPTIONS: tuple[Option, ...] = (
            "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
     Option("cors-origin", str, [], "browser origin allowed by CORS (repeatable; '*' any); off by default",
            "ORIGIN", repeat=True),
+    Option("rpc", rpc_workers, [], "RPC workers (`localserve worker`) that hold offloaded layers; "
+           "comma-separated or repeated", "HOST:PORT", repeat=True),
+    Option("rpc-wait", _non_negative_float, defaults.DEFAULT_RPC_WAIT,
+           "seconds to wait at start for unreachable RPC workers (/health says loading meanwhile)", "SECONDS"),
+    Option("tensor-split", tensor_split, None, "share of offloaded layers per device, e.g. 3,1 "
+           "(RPC workers first, then local GPUs; default: by free memory)", "LIST"),
     Option("log-level", _log_level, "info", "debug, info, warning or error", "LEVEL"),
 )
 
@@ -220,6 +227,10 @@ def configure_logging(level: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        from .worker import main as worker_main
+        return worker_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         settings = resolve_settings(args)

@@ -21,6 +21,8 @@ def health(exchange: Exchange) -> None:
         body["slots_idle"] = len(app.runtime.slots) - app.runtime.busy_slots
         body["slots_processing"] = app.runtime.busy_slots
         body["queue_depth"] = app.runtime.queue_depth
+    if app.engine is not None:      # each device's memory as of start-up: /health never calls a worker
+        body["devices"] = [device.as_json() for device in app.engine.devices]
     exchange.send_json(body)
 
 
@@ -46,6 +48,7 @@ def model_object(app: Any) -> dict:
             "n_layer": app.engine.n_layer,
             "gpu_layers_offloaded": app.engine.gpu_layers,
             "slots": app.settings.slots,
+            "devices": [device.as_json() for device in app.engine.devices],
         },
     }
 

