@@ -213,9 +213,9 @@ def _config_value(option: Option, value: Any) -> Any:
 
 def _value_kind(converter: Callable[[str], Any]) -> str:
     """"int", "float" or "str": what a converter returns (its return annotation for our own)."""
-    if converter in (int, float, str):
-        return converter.__name__
-    return str(getattr(converter, "__annotations__", {}).get("return", "str"))
+    kind = converter.__name__ if converter in (int, float, str) else \
+        str(getattr(converter, "__annotations__", {}).get("return", "str"))
+    return kind if kind in ("int", "float") else "str"   # other converters parse text themselves
 
 
 def configure_logging(level: str) -> None:
