@@ -102,7 +102,8 @@ class Runtime:
         with self.cond:
             if self.stopping:
                 raise RuntimeStopped()
-            if len(self.waiting) >= self.max_queue:
+            free = sum(1 for s in self.slots if s.job is None)   # these take a waiting job at once
+            if len(self.waiting) - free >= self.max_queue:
                 raise QueueFull()
             self.waiting.append(gen)
             position = len(self.waiting)

@@ -32,7 +32,7 @@ class ServerProcess:
     def __init__(self, model: str | None, *args: str, env: dict | None = None, wait: bool = True):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "localserve", "--port", str(self.port), "--threads", "2"]
+        cmd = [sys.executable, "-m", "localserve", "--port", str(self.port), "--threads", "1"]
         if model:
             cmd += ["--model", str(model)]
         cmd += list(args)

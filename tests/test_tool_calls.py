@@ -109,7 +109,7 @@ def collect_stream(stream):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_syntax_is_recognised_from_the_template(families, family):
     srv = families.get(family)
-    assert f"tool syntax {FAMILIES[family]}" in srv.log
+    assert srv.wait_log(f"tool syntax {FAMILIES[family]}")
 
 
 @pytest.mark.parametrize("family", FAMILIES)
