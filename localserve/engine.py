@@ -408,6 +408,7 @@ class Sampler:
 
     def __init__(self, engine: Engine, params: SamplingParams):
         self.engine = engine
+        self._argmax_bias = self._plain_greedy_bias(params)
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         self.chain = chain
         try:
@@ -450,9 +451,32 @@ class Sampler:
         seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._add(ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
 
+    @staticmethod
+    def _plain_greedy_bias(p: SamplingParams):
+        """For greedy sampling with nothing but a logit bias: the bias as (ids, values), else None.
+
+        llama_sampler_sample copies all n_vocab candidates into an array on every call
+        (0.7 ms for Gemma's 262k vocabulary); an argmax over the logits costs a tenth.
+        """
+        if p.temperature > 0 or p.grammar or p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+            return None
+        import numpy as np
+        ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64, count=len(p.logit_bias))
+        values = np.array([float("-inf") if b <= -100 else b for b in p.logit_bias.values()], dtype=np.float32)
+        return ids, values
+
     def sample(self, index: int) -> int:
         """Sample from output row `index` of the last decode and accept the token."""
-        return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
+        if self._argmax_bias is None:
+            return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
+        ids, values = self._argmax_bias
+        logits = self.engine.logits(index)
+        if len(ids):
+            logits = logits.copy()
+            logits[ids] += values
+        token = int(logits.argmax())
+        ll.llama_sampler_accept(self.chain, token)
+        return token
 
     def accept(self, token: int) -> None:
         ll.llama_sampler_accept(self.chain, token)

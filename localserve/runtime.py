@@ -28,6 +28,9 @@ log = logging.getLogger("localserve.runtime")
 # While other jobs are decoding, a prompt is fed in chunks this large so their
 # streams keep moving; alone, a prompt is fed n_batch tokens at a time.
 SHARED_PREFILL_CHUNK = 128
+# A job reuses a slot's cached sequence when their shared prefix covers at least
+# this much of it (llama-server's --slot-prompt-similarity plays the same role).
+SLOT_REUSE_FRACTION = 0.5
 
 
 class QueueFull(Exception):
@@ -205,8 +208,20 @@ class Runtime:
         gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
 
     def _choose_slot(self, free: list[Slot], prompt: list[int]) -> Slot:
-        """The free slot sharing the longest prefix with the prompt; ties go to the least recently used."""
-        return max(free, key=lambda s: (common_prefix(s.tokens, prompt), -s.last_used))
+        """The free slot this prompt continues; else an empty one; else the least recently used.
+
+        A slot counts as continued when the shared prefix covers most of what it holds:
+        reusing a slot for a few shared template tokens would throw away another
+        conversation's cache for nothing.
+        """
+        shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
+        continued = [s for s in free if s.tokens and shared[s.seq_id] >= SLOT_REUSE_FRACTION * len(s.tokens)]
+        if continued:
+            return max(continued, key=lambda s: shared[s.seq_id])
+        empty = [s for s in free if not s.tokens]
+        if empty:
+            return empty[0]
+        return min(free, key=lambda s: s.last_used)
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
         prompt = gen.request.prompt_tokens
