@@ -8,7 +8,6 @@ and mark the app ready. SIGTERM / SIGINT: stop accepting, drain, exit 0.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sqlite3
 import sys
@@ -26,7 +25,7 @@ from .http import Limits
 from .protocols import chat, completions, conversations, responses
 from .response_runs import ResponseRuns
 from .protocols import anthropic
-from .routes import ANTHROPIC, Router
+from .routes import Router
 from .reasoning import REASONING_FORMATS
 from .runtime import Runtime
 from .security import AccessPolicy, load_api_keys

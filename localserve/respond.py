@@ -11,6 +11,7 @@ The dialect modules shape the events; nothing here knows a wire format.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import time
 from typing import Iterator
@@ -89,19 +90,21 @@ def stream_events(exchange: Exchange, gen: ActiveGeneration, keepalive: float) -
         raise
 
 
-def drain_available(gen: ActiveGeneration, first: object) -> list[object]:
-    """The given event and any others already queued: one write for several tokens."""
-    events = [first]
-    if isinstance(first, Finished):
-        return events
-    while True:
-        try:
-            event = gen.events.get_nowait()
-        except queue.Empty:
-            return events
-        events.append(event)
-        if isinstance(event, Finished):
-            return events
+def flush_when_idle(exchange: Exchange, gen: ActiveGeneration, buffer: list[bytes], event: object) -> None:
+    """Write the buffered events once the job has nothing more queued: one write for several tokens."""
+    if buffer and (isinstance(event, Finished) or gen.events.empty()):
+        exchange.writer.stream(b"".join(buffer))
+        buffer.clear()
+
+
+@contextlib.contextmanager
+def cancel_on_disconnect(gen: ActiveGeneration):
+    """Around a stream's writes: a client that went away cancels the job at once."""
+    try:
+        yield
+    except ClientGone:
+        gen.cancel("client went away during the stream")
+        raise
 
 
 def sse(data: object, event: str | None = None) -> bytes:

@@ -6,7 +6,6 @@ model (a few MB) and a prompt of a few thousand tokens.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, ServerProcess, free_port
+from conftest import ROOT, ServerProcess
 from rawhttp import post_json, request
 
 from localserve.cli import build_parser, resolve_settings

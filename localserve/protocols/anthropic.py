@@ -25,11 +25,11 @@ from typing import Any
 
 import orjson
 
-from ..connection import ClientGone
 from ..errors import anthropic_error_body
 from ..generation import Chunk, Context, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from ..prompt import build_chat_request, render_chat, tokenize_prompt
-from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit, wait_for_output
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse,
+                       stream_events, submit, wait_for_output)
 from ..routes import ANTHROPIC, Exchange, Router
 from ..signing import sign
 from ..tools import new_call_id
@@ -243,7 +243,7 @@ def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
     started = False
     buffer: list[bytes] = []
     writer.start_stream()
-    try:
+    with cancel_on_disconnect(gen):
         for ev in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
             if ev is KEEPALIVE:
                 buffer.append(PING if started else PREFILL_COMMENT)
@@ -267,10 +267,5 @@ def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
                     if not started:
                         buffer.append(message_start(meta, ev.output.prompt_tokens, ev.output.cached_tokens))
                     buffer += blocks.close() + message_end(ev.output)
-            if buffer and (isinstance(ev, Finished) or gen.events.empty()):
-                writer.stream(b"".join(buffer))
-                buffer.clear()
+            flush_when_idle(exchange, gen, buffer, ev)
         writer.end_stream()
-    except ClientGone:
-        gen.cancel("client went away during the stream")
-        raise

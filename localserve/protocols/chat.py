@@ -6,11 +6,10 @@ import time
 import uuid
 from typing import Any
 
-from ..connection import ClientGone
-from ..errors import ApiError
 from ..generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from ..prompt import ChatInput, ToolChoice, build_chat_request, function_definitions
-from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit, wait_for_output
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse,
+                       stream_events, submit, wait_for_output)
 from ..routes import Exchange
 from .common import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
@@ -19,19 +18,24 @@ ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def handle(exchange: Exchange) -> None:
+    serve_openai(exchange, read_request, "chatcmpl-", final_response, stream_response)
+
+
+def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) -> None:
+    """The request/response cycle both OpenAI endpoints share: read, queue, answer whole or streamed."""
     app = exchange.app
     app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    gen_request = read_request(app, body, exchange.request_id)
+    gen_request = read(app, body, exchange.request_id)
     include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
     gen = submit(exchange, gen_request)
-    meta = {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
+    meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
     if stream:
-        stream_response(exchange, gen, meta, include_usage)
+        stream_out(exchange, gen, meta, include_usage)
     else:
         output = wait_for_output(exchange, gen)
-        exchange.send_json(final_response(output, meta, gen_request.logprobs))
+        exchange.send_json(final(output, meta, gen_request.logprobs))
 
 
 def read_request(app: Any, body: dict, request_id: str):
@@ -173,7 +177,7 @@ def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) ->
     writer.start_stream()
     role_sent = False
     buffer: list[bytes] = []
-    try:
+    with cancel_on_disconnect(gen):
         for event in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
             if event is KEEPALIVE:
                 writer.stream(PREFILL_COMMENT)
@@ -202,10 +206,5 @@ def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) ->
                     if include_usage:
                         buffer.append(sse({**base, "choices": [], "usage": usage(output)}))
                 buffer.append(b"data: [DONE]\n\n")
-            if buffer and (isinstance(event, Finished) or gen.events.empty()):
-                writer.stream(b"".join(buffer))
-                buffer.clear()
+            flush_when_idle(exchange, gen, buffer, event)
         writer.end_stream()
-    except ClientGone:
-        gen.cancel("client went away during the stream")
-        raise

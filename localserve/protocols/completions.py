@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import time
-import uuid
 from typing import Any
 
-from ..connection import ClientGone
 from ..generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ..prompt import check_fits, check_grammar
-from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit, wait_for_output
+from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse, stream_events
 from ..routes import Exchange
-from .chat import finish_reason, timings, usage
-from .common import invalid, read_bool, read_dict, read_int, read_sampling, read_stop
+from .chat import finish_reason, serve_openai, timings, usage
+from .common import invalid, read_bool, read_int, read_sampling, read_stop
 
 
 def handle(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
-    body = exchange.json()
-    stream = read_bool(body, "stream")
-    request = read_request(app, body, exchange.request_id)
-    include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
-    gen = submit(exchange, request)
-    meta = {"id": "cmpl-" + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
-    if stream:
-        stream_response(exchange, gen, meta, include_usage)
-    else:
-        output = wait_for_output(exchange, gen)
-        exchange.send_json(final_response(output, meta, request.logprobs))
+    serve_openai(exchange, read_request, "cmpl-", final_response, stream_response)
 
 
 def read_prompt_tokens(app: Any, prompt: Any) -> list[int]:
@@ -105,7 +90,7 @@ def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) ->
 
     writer.start_stream()
     buffer: list[bytes] = []
-    try:
+    with cancel_on_disconnect(gen):
         for event in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
             if event is KEEPALIVE:
                 writer.stream(PREFILL_COMMENT)
@@ -122,10 +107,5 @@ def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) ->
                     if include_usage:
                         buffer.append(sse({**base, "choices": [], "usage": usage(event.output)}))
                 buffer.append(b"data: [DONE]\n\n")
-            if buffer and (isinstance(event, Finished) or gen.events.empty()):
-                writer.stream(b"".join(buffer))
-                buffer.clear()
+            flush_when_idle(exchange, gen, buffer, event)
         writer.end_stream()
-    except ClientGone:
-        gen.cancel("client went away during the stream")
-        raise
