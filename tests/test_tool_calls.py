@@ -236,6 +236,35 @@ def test_reasoning_when_the_template_opens_think(families, stream, models_dir):
     assert content == "Hello there!"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_reasoning_in_a_tool_call_turn_is_kept_apart_from_the_call(families, stream, models_dir):
+    srv = families.servers.get("qwen3")
+    if srv is None:
+        path = write_tiny_gguf(models_dir / "tiny-qwen3.gguf", chat_template=FAMILY_TEMPLATES["qwen3"],
+                               special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
+        srv = families.servers["qwen3"] = ServerProcess(path, "--no-store")
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0,
+                           _strict_response_validation=True)
+    call = '<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"zone\\": \\"UTC\\"}}\\n</tool_call>'
+    grammar = f'root ::= "I need the time." "</think>" "\\n\\n" "{call}"'
+    reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, stream=stream,
+                                           extra_body={"grammar": grammar})
+    if stream:
+        reasoning = ""
+        for chunk in reply:
+            if chunk.choices:
+                reasoning += (chunk.choices[0].delta.model_extra or {}).get("reasoning_content") or ""
+        reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS,
+                                               extra_body={"grammar": grammar})
+        assert reasoning == "I need the time."
+    message = reply.choices[0].message
+    assert message.model_extra["reasoning_content"] == "I need the time."
+    assert not message.content
+    assert [c.function.name for c in message.tool_calls] == ["get_time"]
+    assert json.loads(message.tool_calls[0].function.arguments) == {"zone": "UTC"}
+    assert reply.choices[0].finish_reason == "tool_calls"
+
+
 def test_reasoning_opened_by_the_model(openai_client):
     # the conftest model has <think> in its vocabulary but a template that never mentions it
     client = openai_client
