@@ -85,18 +85,19 @@ def measure_server(server, work: Workload, args) -> dict:
     if args.quick:
         return result
     for n in CONCURRENCY:
-        result[f"aggregate_{n}"] = aggregate_rate(port, base, work, n)
+        result[f"aggregate_{n}"] = statistics.median(aggregate_rate(port, base, work, n, run)
+                                                     for run in range(args.repeat))
     result["second_turn"] = second_turn_ttft(port, base, work)
     result["peak_rss_mb"] = server.peak_rss_mb()
     return result
 
 
-def aggregate_rate(port: int, base: dict, work: Workload, n: int) -> float:
-    """Total generated tokens per second with n streams running at once."""
+def aggregate_rate(port: int, base: dict, work: Workload, n: int, run: int = 0) -> float:
+    """Total generated tokens per second with n streams running at once (prefill included)."""
     results = [None] * n
 
     def one(i: int) -> None:
-        prompt = [work.prompt[0], 200 + n * 10 + i] + work.prompt[1:]
+        prompt = [work.prompt[0], 200 + run * 40 + n * 10 + i] + work.prompt[1:]      # never cached
         results[i] = stream_completion(port, {**base, "prompt": prompt})
 
     started = time.perf_counter()
