@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .bare import BareEngine
 from .client import stream_completion
-from .server import LlamaServer, RunningServer
+from .server import LlamaCppPythonServer, LlamaServer, RunningServer
 
 PROMPT = ("The history of computing is a story of people building tools to think with. "
           "From the abacus to the mechanical calculators of the seventeenth century, ") * 3
@@ -51,11 +51,18 @@ class Workload:
         self.conversations = [engine.tokenize(CONVERSATION.format(i=i)) for i in range(n_conversations)]
         self.follow_up = engine.tokenize(FOLLOW_UP)[1:]        # no BOS in the middle
         self.ban = engine.eog_tokens()
+        self.texts: dict[tuple, str] = {}          # token prompts as text, for servers that take only text
+        self._detokenize = engine.detokenize
+
+    def as_text(self, *token_lists: list[int]) -> None:
+        for tokens in token_lists:
+            self.texts[tuple(tokens)] = self._detokenize(tokens)
 
 
 def measure_bare(model: str, args, text_only: bool = False):
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
     work = Workload(engine)
+    work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
     engine.run(work.prompt, 8)                                      # warm-up
     runs = [engine.run(work.prompt, args.tokens) for _ in range(args.repeat)]
     floors = []
@@ -74,6 +81,8 @@ def measure_server(server, work: Workload, args) -> dict:
     port = server.port
     ban = {str(t): -100 for t in work.ban}
     base = {"max_tokens": args.tokens, "temperature": 0, "logit_bias": ban}
+    if getattr(server, "text_prompts", False):
+        base["text_prompts"] = work.texts
     stream_completion(port, {**base, "prompt": work.prompt, "max_tokens": 8})          # warm-up
     singles = []
     for i in range(args.repeat):
@@ -134,6 +143,9 @@ def main() -> int:
     if shutil.which("llama-server") and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
             contenders["llama-server"] = measure_server(server, work, args)
+    if LlamaCppPythonServer.available() and not args.quick:
+        with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
+            contenders["llama-cpp-python"] = measure_server(server, work, args)
     print_report(bare, contenders, args)
     return 0
 

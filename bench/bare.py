@@ -37,6 +37,12 @@ class BareEngine:
         n = ll.llama_tokenize(self.vocab, data, len(data), buf, len(buf), True, True)
         return list(buf[:n])
 
+    def detokenize(self, tokens: list[int]) -> str:
+        buf = ctypes.create_string_buffer(len(tokens) * 64 + 64)
+        n = ll.llama_detokenize(self.vocab, (ll.llama_token * len(tokens))(*tokens), len(tokens), buf, len(buf),
+                                True, False)
+        return buf.raw[:max(n, 0)].decode("utf-8", "replace")
+
     def sampler(self, ban: list[int]):
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         bias = (ll.llama_logit_bias * len(ban))()

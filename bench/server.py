@@ -17,13 +17,14 @@ def free_port() -> int:
 
 class _Subprocess:
     cmd: list[str]
+    ready_path = "/health"
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=1) as resp:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{self.ready_path}", timeout=1) as resp:
                     if resp.status == 200:
                         return self
             except OSError:
@@ -57,3 +58,23 @@ class LlamaServer(_Subprocess):
         self.port = free_port()
         self.cmd = ["llama-server", "-m", model, "--port", str(self.port), "-t", str(threads),
                     "-c", str(ctx_size * slots), "-np", str(slots)]
+
+
+class LlamaCppPythonServer(_Subprocess):
+    """llama-cpp-python's own server (one request at a time), when its extras are installed.
+
+    It takes only text prompts, so the bench sends it the same text instead of token ids.
+    """
+    ready_path = "/v1/models"
+    text_prompts = True
+
+    def __init__(self, model: str, threads: int, ctx_size: int):
+        self.port = free_port()
+        self.cmd = [sys.executable, "-m", "llama_cpp.server", "--model", model, "--port", str(self.port),
+                    "--n_threads", str(threads), "--n_ctx", str(ctx_size)]
+
+    @staticmethod
+    def available() -> bool:
+        import importlib.util
+        return all(importlib.util.find_spec(name) is not None
+                   for name in ("fastapi", "sse_starlette", "starlette", "uvicorn", "llama_cpp.server"))
