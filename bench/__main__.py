@@ -59,25 +59,30 @@ class Workload:
             self.texts[tuple(tokens)] = self._detokenize(tokens)
 
 
-def measure_bare(model: str, args, text_only: bool = False):
-    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
-    work = Workload(engine)
-    work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
-    engine.run(work.prompt, 8)                                      # warm-up
-    runs = [engine.run(work.prompt, args.tokens) for _ in range(args.repeat)]
-    floors = []
-    for conv in work.conversations:                                 # prefix resident, only the new part
-        engine.run(conv, 1)
-        floors.append(engine.run(conv + work.follow_up, 1, keep=len(conv))[0])
-    engine.close()
-    return work, {
-        "prefill": statistics.median(r[0] for r in runs),
-        "decode": statistics.median(r[1] for r in runs),
-        "second_turn_floor": statistics.median(floors),
-    }
+class BareRuns:
+    """The floor's measurements, taken between the server's so both see the same machine."""
+
+    def __init__(self, engine: BareEngine, work: Workload, args):
+        self.engine, self.work, self.args = engine, work, args
+        self.runs: list[tuple[float, float]] = []
+        engine.run(work.prompt, 8)                                  # warm-up
+        self.floors = []
+        for conv in work.conversations:                             # prefix resident, only the new part
+            engine.run(conv, 1)
+            self.floors.append(engine.run(conv + work.follow_up, 1, keep=len(conv))[0])
+
+    def once(self) -> None:
+        # the same marker token the server's run gets, so both prefill the same tokens
+        prompt = [self.work.prompt[0], 100 + len(self.runs)] + self.work.prompt[1:]
+        self.runs.append(self.engine.run(prompt, self.args.tokens))
+
+    def result(self) -> dict:
+        return {"prefill": statistics.median(r[0] for r in self.runs),
+                "decode": statistics.median(r[1] for r in self.runs),
+                "second_turn_floor": statistics.median(self.floors)}
 
 
-def measure_server(server, work: Workload, args) -> dict:
+def measure_server(server, work: Workload, args, before_each=None) -> dict:
     port = server.port
     ban = {str(t): -100 for t in work.ban}
     base = {"max_tokens": args.tokens, "temperature": 0, "logit_bias": ban}
@@ -86,6 +91,8 @@ def measure_server(server, work: Workload, args) -> dict:
     stream_completion(port, {**base, "prompt": work.prompt, "max_tokens": 8})          # warm-up
     singles = []
     for i in range(args.repeat):
+        if before_each is not None:
+            before_each()
         # a different second token each run, so the prompt cache cannot help the TTFT figure
         prompt = [work.prompt[0], 100 + i] + work.prompt[1:]
         singles.append(stream_completion(port, {**base, "prompt": prompt}))
@@ -135,17 +142,23 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
-    work, bare = measure_bare(model, args)
+    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
+    work = Workload(engine)
+    work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
+    bare_runs = BareRuns(engine, work, args)
     contenders = {}
     with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
                        "--slots", "4") as server:
-        contenders["localserve"] = measure_server(server, work, args)
+        # bare and server runs alternate: a shared machine's drift hits both alike
+        contenders["localserve"] = measure_server(server, work, args, before_each=bare_runs.once)
+    bare = bare_runs.result()
     if shutil.which("llama-server") and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
             contenders["llama-server"] = measure_server(server, work, args)
     if LlamaCppPythonServer.available() and not args.quick:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
+    engine.close()
     print_report(bare, contenders, args)
     return 0
 
