@@ -93,10 +93,6 @@ class Timings:
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
 
-    @property
-    def decode_tokens_per_second(self) -> float | None:
-        return None
-
 
 @dataclass
 class GenerationOutput:

@@ -87,7 +87,6 @@ class Runtime:
         self.cond = threading.Condition()
         self.stopping = False
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
-        self.stats = collections.Counter()
 
     # ---- called from connection threads ------------------------------------------------
 
@@ -238,7 +237,6 @@ class Runtime:
         slot.job = job
         slot.last_used = time.monotonic()
         gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
-        self.stats["admitted"] += 1
 
     def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:
         """Save what the slot would lose, restore a better saved sequence; the shared prefix length."""
@@ -430,7 +428,6 @@ class Runtime:
             ),
         )
         self._release(job)
-        self.stats["finished"] += 1
         self.metrics.record_generation(output)
         job.gen.events.put(Finished(output))
 
@@ -439,7 +436,6 @@ class Runtime:
                  len(job.generated), job.gen.cancel_reason)
         self.engine.seq_remove(job.slot.seq_id)
         job.slot.tokens = []
-        self.stats["cancelled"] += 1
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         job.gen.events.put(Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
