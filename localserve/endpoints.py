@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .errors import ApiError
@@ -53,9 +54,25 @@ def model_object(app: Any) -> dict:
     }
 
 
+def anthropic_model_object(app: Any) -> dict:
+    """The same model as Anthropic's Models API describes one (clients send anthropic-version)."""
+    created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(app.created))
+    return {"type": "model", "id": app.model_id, "display_name": app.model_id, "created_at": created,
+            "lifecycle": "active", "max_input_tokens": app.engine.n_ctx_seq}
+
+
+def wants_anthropic(exchange: Exchange) -> bool:
+    return exchange.request.header("anthropic-version") is not None
+
+
 def list_models(exchange: Exchange) -> None:
-    exchange.app.require_ready()
-    exchange.send_json({"object": "list", "data": [model_object(exchange.app)]})
+    app = exchange.app
+    app.require_ready()
+    if wants_anthropic(exchange):
+        model = anthropic_model_object(app)
+        exchange.send_json({"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]})
+        return
+    exchange.send_json({"object": "list", "data": [model_object(app)]})
 
 
 def get_model(exchange: Exchange) -> None:
@@ -64,7 +81,7 @@ def get_model(exchange: Exchange) -> None:
     if exchange.params["model"] != app.model_id:
         raise ApiError(404, f"model '{exchange.params['model']}' does not exist; this server serves "
                             f"'{app.model_id}'", param="model", code="model_not_found")
-    exchange.send_json(model_object(app))
+    exchange.send_json(anthropic_model_object(app) if wants_anthropic(exchange) else model_object(app))
 
 
 def tokenize(exchange: Exchange) -> None:

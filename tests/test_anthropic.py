@@ -636,3 +636,12 @@ def test_failure_mid_stream_is_an_error_event():
     error = text.split("event: error\ndata: ", 1)[1].split("\n", 1)[0]
     assert json.loads(error) == {
         "type": "error", "error": {"type": "api_error", "message": "the engine failed to decode (status -1)"}}
+
+
+def test_models_api_in_anthropic_shape(server):
+    import anthropic
+    client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0,
+                                 _strict_response_validation=True)
+    models = client.models.list()
+    assert [m.id for m in models.data] == ["tiny"] and models.data[0].type == "model"
+    assert client.models.retrieve("tiny").display_name == "tiny"
