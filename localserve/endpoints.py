@@ -17,13 +17,11 @@ def health(exchange: Exchange) -> None:
     if not app.ready.is_set():
         exchange.send_json({"status": "loading"}, status=503)
         return
+    # exactly {"status": "ok"} as llama-server answers, plus the devices when layers live
+    # elsewhere (RPC workers, GPUs); slots and queue are in /slots and /metrics
     body: dict[str, Any] = {"status": "ok"}
-    if app.runtime is not None:
-        body["slots_idle"] = len(app.runtime.slots) - app.runtime.busy_slots
-        body["slots_processing"] = app.runtime.busy_slots
-        body["queue_depth"] = app.runtime.queue_depth
-    if app.engine is not None:      # each device's memory as of start-up: /health never calls a worker
-        body["devices"] = [device.as_json() for device in app.engine.devices]
+    if app.engine is not None and any(d.kind != "cpu" for d in app.engine.devices):
+        body["devices"] = [device.as_json() for device in app.engine.devices]   # as of start-up
     exchange.send_json(body)
 
 

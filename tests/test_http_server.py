@@ -216,3 +216,8 @@ def test_unknown_model_is_404(openai_client):
     import openai
     with pytest.raises(openai.NotFoundError):
         openai_client.models.retrieve("other")
+
+
+def test_health_is_exactly_ok_on_a_local_model(server):
+    resp = request(server.port, GET_HEALTH)
+    assert resp.json() == {"status": "ok"}
