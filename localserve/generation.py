@@ -34,7 +34,7 @@ class SamplingParams:
 class ToolSpec:
     """What the runtime needs to split tool calls out of generated text."""
     syntax: Any                      # tools.ToolSyntax
-    names: set[str]
+    names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
 
 

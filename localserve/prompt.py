@@ -85,7 +85,8 @@ def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, m
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
         syntax = app.tool_syntax
-        request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"] for t in chat.tools},
+        # names with their parameter schemas: qwen3_coder's parser reads values by type
+        request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"]: t["parameters"] for t in chat.tools},
                                  parallel=chat.parallel_tool_calls)
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
             sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)

@@ -319,3 +319,18 @@ def test_invalid_schema_is_400(openai_client):
         openai_client.chat.completions.create(
             model="m", messages=MESSAGES,
             response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "strnig"}}})
+
+
+def test_qwen3_coder_values_follow_the_parameter_types(families):
+    client = families.client("qwen3_coder")
+    tool = {"type": "function", "function": {"name": "note", "parameters": {
+        "type": "object", "properties": {"text": {"type": ["string", "null"], "maxLength": 6},
+                                         "count": {"type": "integer", "minimum": 0, "maximum": 9}},
+        "required": ["text", "count"]}}}
+    for seed in (1, 2, 3):
+        reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=[tool], tool_choice="required",
+                                               temperature=1.0, seed=seed, max_tokens=400)
+        args = json.loads(reply.choices[0].message.tool_calls[0].function.arguments)
+        assert isinstance(args["count"], int)
+        # the grammar writes a nullable string as JSON ("abc" or null); the parser reads it back by its type
+        assert args["text"] is None or (isinstance(args["text"], str) and not args["text"].startswith('"'))
