@@ -247,7 +247,11 @@ def serve(settings: Settings) -> int:
             systemd.notify("WATCHDOG=1")
     systemd.notify("STOPPING=1")
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
+    drain_started = time.monotonic()
     server.shutdown(settings.drain_timeout)
+    left = app.response_runs.drain(max(0.0, settings.drain_timeout - (time.monotonic() - drain_started)))
+    if left:
+        log.warning("%d background response(s) still running at the end of the drain: stored as failed", left)
     app.close()
     log.info("stopped")
     return 0

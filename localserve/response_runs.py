@@ -18,6 +18,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from .generation import ActiveGeneration, Finished
@@ -198,6 +199,16 @@ class ResponseRuns:
             run.interrupt("internal error while running the response")
         finally:
             self.discard(run)
+
+    def drain(self, timeout: float) -> int:
+        """Let background runs finish for up to `timeout` seconds (SIGTERM); how many are still going."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive or time.monotonic() >= deadline:
+                return len(alive)
+            time.sleep(0.05)
 
     def close(self, timeout: float = 5.0) -> None:
         """Fail every run still going (the runtime has stopped) and wait for their threads."""

@@ -260,6 +260,27 @@ def test_kill_9_leaves_a_running_background_response_failed(models_dir, tmp_path
         srv.stop()
 
 
+def test_sigterm_lets_a_running_background_response_finish(models_dir, tmp_path):
+    import signal
+    model = slow_model(models_dir)
+    srv = start(model, tmp_path, "--ctx-size", "8192", "--drain-timeout", "60")
+    try:
+        c = client(srv)
+        b = background(c, max_output_tokens=600, extra_body={"logit_bias": NO_EOG})
+        wait_status(c, b.id, ("in_progress",))
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(60) == 0
+    finally:
+        srv.stop()
+    srv = start(model, tmp_path, "--ctx-size", "8192")
+    try:
+        finished = client(srv).responses.retrieve(b.id)
+        assert finished.status == "incomplete"          # it ran to max_output_tokens, not cut off as failed
+        assert finished.usage.output_tokens == 600
+    finally:
+        srv.stop()
+
+
 # ---- storage off ---------------------------------------------------------------------------------
 
 def test_no_store_serves_responses_without_state(models_dir):
