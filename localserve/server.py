@@ -121,6 +121,7 @@ class HTTPServer:
     def _read_request(self, sock: socket.socket, reader: RequestReader) -> Request | None:
         """The next request, None on a clean EOF between requests; raises _Timeout or ProtocolError."""
         head_deadline: float | None = None
+        body_deadline: float | None = None
         while True:
             request = reader.next_request()
             if request is not None:
@@ -131,6 +132,11 @@ class HTTPServer:
             if reader.has_partial and not reader.head_complete():
                 head_deadline = head_deadline or time.monotonic() + self.header_timeout
                 timeout = head_deadline - time.monotonic()
+            elif reader.head_complete():
+                # the whole body within one idle timeout: a body dripped a byte at a time
+                # would otherwise hold the connection for ever
+                body_deadline = body_deadline or time.monotonic() + self.idle_timeout
+                timeout = body_deadline - time.monotonic()
             else:
                 timeout = self.idle_timeout
             if timeout <= 0:

@@ -221,3 +221,25 @@ def test_unknown_model_is_404(openai_client):
 def test_health_is_exactly_ok_on_a_local_model(server):
     resp = request(server.port, GET_HEALTH)
     assert resp.json() == {"status": "ok"}
+
+
+def test_a_body_dripped_slowly_is_cut_off(tiny_model):
+    srv = ServerProcess(tiny_model, "--idle-timeout", "1")
+    try:
+        conn = RawConnection(srv.port)
+        conn.send(b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n")
+        started = time.monotonic()
+        closed = False
+        while time.monotonic() - started < 6:
+            try:
+                conn.send(b"x")                    # one byte every 0.3 s: each read is within the idle timeout
+            except OSError:
+                closed = True
+                break
+            if conn.is_closed(timeout=0.3):
+                closed = True
+                break
+        assert closed and time.monotonic() - started < 4
+        assert request(srv.port, GET_HEALTH).status == 200
+    finally:
+        srv.stop()
