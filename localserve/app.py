@@ -221,6 +221,7 @@ def serve(settings: Settings) -> int:
         return EXIT_USAGE
     limits = Limits(max_body_bytes=settings.max_body_bytes)
     server = HTTPServer(app.router.dispatch, limits=limits, header_timeout=settings.header_timeout,
+                        max_connections=settings.max_connections,
                         idle_timeout=settings.idle_timeout, listener=listener)
     app.metrics.watch_server(server)
     stop = threading.Event()

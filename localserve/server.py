@@ -35,8 +35,10 @@ class _Timeout(Exception):
 
 class HTTPServer:
     def __init__(self, dispatch: Callable[[Request, ResponseWriter, str], None], *, limits: Limits,
-                 header_timeout: float, idle_timeout: float, listener: socket.socket):
+                 header_timeout: float, idle_timeout: float, listener: socket.socket,
+                 max_connections: int = 1024):
         self.dispatch = dispatch
+        self.max_connections = max_connections
         self.limits = limits
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
@@ -75,9 +77,20 @@ class HTTPServer:
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
-                self._connections[sock] = False
+                full = len(self._connections) >= self.max_connections
+                if not full:
+                    self._connections[sock] = False
+            if full:
+                self._refuse(sock)
+                continue
             threading.Thread(target=self._serve_connection, args=(sock, peer), daemon=True,
                              name=f"conn-{peer[1] if len(peer) > 1 else ''}").start()
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Over --max-connections: a 503 and close, without a thread of its own."""
+        self._send_protocol_error(sock, ProtocolError(503, f"too many open connections "
+                                                            f"(--max-connections {self.max_connections}); retry shortly"))
+        _close(sock)
 
     def connection_count(self) -> int:
         with self._lock:

@@ -17,7 +17,8 @@ DEFAULT_PREFILL_KEEPALIVE = 5.0    # seconds between ": prefill" SSE comments
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 10.0      # a client must send a whole request head within this
 DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this long
-DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
+DEFAULT_DRAIN_TIMEOUT = 30.0
+DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close       # SIGTERM: how long in-flight requests may finish
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512
@@ -64,6 +65,7 @@ class Settings:
     header_timeout: float = DEFAULT_HEADER_TIMEOUT
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     chat_template_file: str | None = None
     tool_syntax: str | None = None
     data_dir: str | None = None

@@ -243,3 +243,20 @@ def test_a_body_dripped_slowly_is_cut_off(tiny_model):
         assert request(srv.port, GET_HEALTH).status == 200
     finally:
         srv.stop()
+
+
+def test_connections_beyond_the_limit_get_503(tiny_model):
+    srv = ServerProcess(tiny_model, "--max-connections", "3")
+    try:
+        held = [RawConnection(srv.port) for _ in range(3)]
+        for conn in held:
+            conn.send(GET_HEALTH)
+            assert conn.read_response().status == 200     # three open keep-alive connections
+        extra = RawConnection(srv.port)
+        resp = extra.read_response()
+        assert resp.status == 503 and "max-connections" in resp.json()["error"]["message"]
+        held[0].close()
+        time.sleep(0.3)
+        assert request(srv.port, GET_HEALTH).status == 200  # a freed place is usable again
+    finally:
+        srv.stop()
