@@ -13,8 +13,10 @@ writing classes, groups and repetitions that every grammar here uses.
 
 from __future__ import annotations
 
-import json
+import math
 import re
+
+from .json_stream import compact
 
 WS_MAX_INDENT = 20
 MAX_INT_DIGITS = 15
@@ -46,15 +48,23 @@ RULE_NAME = re.compile(r"[A-Za-z0-9-]+")
 
 
 def json_text(value, path: str) -> str:
-    """Compact JSON text for a value, as UTF-8-safe text."""
+    """Compact JSON text for a value a grammar will write (orjson would write NaN as null: refused)."""
+    if not _finite(value):
+        raise SchemaError(f"{path}: {value!r} is not a JSON value")
     try:
-        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:
-        raise SchemaError(f"{path}: {value!r} is not a JSON value") from exc
-    return text
+        return compact(value)
+    except TypeError as exc:      # orjson.JSONEncodeError: lone surrogates, non-string keys, huge ints
+        raise SchemaError(f"{path}: {value!r} is not a JSON value ({exc})") from exc
+
+
+def _finite(value) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def group(expr: str) -> str:

@@ -5,11 +5,11 @@ text without '<'. Anything outside the subset raises SchemaError.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import TYPE_CHECKING
 
 from .gbnf import RULE_NAME, SCALARS, SchemaError, char_class, repeat, subtract
+from .json_stream import compact
 
 if TYPE_CHECKING:
     from .gbnf_schema import GrammarBuilder
@@ -160,7 +160,7 @@ class _Regex:
         plain = subtract(chosen, [(cp, cp) for cp in self.specials])
         parts = [char_class(plain)] if plain else []
         if not self.raw:  # '"', '\' and controls appear as their JSON escapes
-            parts += [self.b.literal(json.dumps(chr(cp))[1:-1]) for cp in self.specials
+            parts += [self.b.literal(compact(chr(cp))[1:-1]) for cp in self.specials
                       if any(a <= cp <= b for a, b in chosen)]
         if not parts:
             self.fail("a character set that is empty here")

@@ -11,9 +11,10 @@ exactly the JSON valid for it, refusing with SchemaError what it cannot enforce.
 
 from __future__ import annotations
 
-import json
 import re
 from urllib.parse import unquote
+
+import orjson
 
 from .gbnf import KEY_CHARS, PRIMITIVES, RULE_NAME, SchemaError, char_class, json_text, repeat, subtract
 from .gbnf_numbers import bounds, signed_range
@@ -50,7 +51,11 @@ _IS_TYPE = {
 
 
 def _canon(value) -> str:
-    return json.dumps(value, sort_keys=True, default=repr)
+    """A key that is equal for equal JSON values, whatever their key order."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr).decode()
+    except TypeError:             # orjson.JSONEncodeError: e.g. an integer past 64 bits
+        return repr(value)
 
 
 def _count(s: dict, key: str, default, path: str):

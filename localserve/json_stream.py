@@ -9,7 +9,7 @@ Text that is not what a reader expects raises Malformed.
 
 from __future__ import annotations
 
-import json
+import orjson
 from collections.abc import Callable, Collection, Iterator
 
 
@@ -18,14 +18,16 @@ class Malformed(Exception):
 
 
 def strict_loads(text: str):
-    """Strict JSON: no NaN/Infinity, no raw control characters (clients parse strictly)."""
-    def reject(constant):
-        raise ValueError(constant)
-    return json.loads(text, parse_constant=reject)
+    """Strict JSON, as clients parse it: orjson refuses NaN/Infinity and raw control characters."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def compact(value) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """Compact JSON text, non-ASCII written as itself."""
+    return orjson.dumps(value).decode()
 
 
 def partial_start(text: str, markers: Collection[str]) -> int | None:
@@ -125,7 +127,7 @@ class Cursor:
                     elif ch == '"':
                         in_string, complete = False, not stack
                     elif ch < " ":
-                        ch = json.dumps(ch)[1:-1]
+                        ch = compact(ch)[1:-1]
                 elif ch == '"':
                     in_string = True
                 elif ch in "{[":

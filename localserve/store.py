@@ -26,20 +26,14 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-try:
-    import orjson
+import orjson
 
-    def _dumps(value) -> str:
-        return orjson.dumps(value).decode()
 
-    _loads = orjson.loads
-except ImportError:  # pragma: no cover - depends on the environment
-    import json
+def _dumps(value) -> str:
+    return orjson.dumps(value).decode()
 
-    def _dumps(value) -> str:
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
-    _loads = json.loads
+_loads = orjson.loads
 
 
 # Each migration is a tuple of statements, applied in one transaction with user_version.

@@ -23,6 +23,7 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["BUILTIN_TEMPLATES", "ChatTemplate", "TemplateError", "ToolArguments",
@@ -130,10 +131,10 @@ def _tool_arguments(value: Any) -> Any:
     if value is None or (isinstance(value, str) and not value.strip()):
         return ToolArguments({}, "{}")
     if isinstance(value, dict):
-        return ToolArguments(value, json.dumps(value, ensure_ascii=False))
+        return ToolArguments(value, _tojson(value))
     if isinstance(value, str):
         try:
-            parsed = json.loads(value)
+            parsed = orjson.loads(value)
         except ValueError:
             return value
         if isinstance(parsed, dict):
@@ -145,7 +146,9 @@ def _tool_arguments(value: Any) -> Any:
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:
-    # Jinja's own tojson escapes HTML characters; HF's does not.
+    # Jinja's own tojson escapes HTML characters; HF's does not. This one stays on the
+    # stdlib json: prompts must carry HF's exact text (", " and ": " separators, any
+    # indent), which orjson cannot write, and models were trained on that text.
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
                       separators=separators, sort_keys=sort_keys)
 

@@ -6,7 +6,6 @@ Text that proves no well-formed call raises Malformed; the projector rolls it ba
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -171,7 +170,7 @@ def _qwen_value(cur: Cursor, calls: ToolProjector, schema_type: str | None) -> I
                 streaming, piece = True, held
                 calls.add_arguments('"')
         if streaming:
-            calls.add_arguments(json.dumps(piece, ensure_ascii=False)[1:-1] + ('"' if last else ""))
+            calls.add_arguments(compact(piece)[1:-1] + ('"' if last else ""))
         if last:
             return
         yield
@@ -191,7 +190,7 @@ def parse_qwen3_coder(cur: Cursor, calls: ToolProjector, marker: str) -> Iterato
         if not (yield from cur.accept("<parameter=")):
             break
         key = (yield from cur.until(">", 128)).strip()
-        calls.add_arguments(separator + json.dumps(key, ensure_ascii=False) + ":")
+        calls.add_arguments(separator + compact(key) + ":")
         separator = ","
         yield from _qwen_value(cur, calls, calls.parameter_type(name, key))
     calls.add_arguments("{}" if separator == "{" else "}")
