@@ -104,6 +104,15 @@ def tiny_model(models_dir) -> Path:
                                            ("<think>", "user_defined"), ("</think>", "user_defined")])
 
 
+def slow_model(models_dir: Path) -> Path:
+    """A random model a few MB large: seconds of prefill for a few thousand tokens, time to poll and cancel."""
+    path = models_dir / "slow.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
+                        context_length=8192)
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(tiny_model, tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("data")

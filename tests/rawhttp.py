@@ -108,3 +108,16 @@ def post_json(path: str, body: dict | bytes, headers: str = "") -> bytes:
     payload = body if isinstance(body, bytes) else json.dumps(body).encode()
     return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\n{headers}\r\n").encode() + payload
+
+
+def chat_text(resp: RawResponse) -> str:
+    """The assistant's text in a chat completion, whole or streamed (SSE)."""
+    if not (resp.header("content-type") or "").startswith("text/event-stream"):
+        return resp.json()["choices"][0]["message"]["content"]
+    text = ""
+    for line in resp.body.decode().split("\n"):
+        if line.startswith("data: {"):
+            choices = json.loads(line[6:])["choices"]
+            if choices:
+                text += choices[0]["delta"].get("content") or ""
+    return text

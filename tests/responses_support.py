@@ -9,12 +9,11 @@ from pathlib import Path
 
 import openai
 
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model  # noqa: F401 (slow_model: for the response tests)
 from family_templates import FAMILY_SPECIAL_TOKENS, HERMES, QWEN3
 from rawhttp import request
-from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+from tinymodel import NO_EOG, write_tiny_gguf  # noqa: F401 (NO_EOG: for the response tests)
 
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}   # keep generating: ban every EOG token
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
            "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
@@ -32,15 +31,6 @@ def qwen3_model(models_dir: Path) -> Path:
     path = models_dir / "responses-qwen3.gguf"
     if not path.exists():
         write_tiny_gguf(path, chat_template=QWEN3, special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
-    return path
-
-
-def slow_model(models_dir: Path) -> Path:
-    """Several times slower per token than the tiny models: time to poll and cancel."""
-    path = models_dir / "responses-slow.gguf"
-    if not path.exists():
-        write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
-                        context_length=8192)
     return path
 
 

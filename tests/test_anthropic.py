@@ -15,10 +15,10 @@ import time
 import anthropic
 import pytest
 
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model
 from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
 from rawhttp import RawConnection, post_json, request
-from tinymodel import CHATML_TEMPLATE, token_ids, write_tiny_gguf
+from tinymodel import NO_EOG, token_ids, write_tiny_gguf
 
 from localserve.connection import ResponseWriter
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError,
@@ -39,7 +39,6 @@ WEATHER = {"name": "get_weather", "description": "Weather for a city", "input_sc
 TOOLS = [WEATHER, TIME]
 TIME_CALL = '<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"zone\\": \\"UTC\\"}}\\n</tool_call>'
 LONG_PROMPT = "hello world " * 1500          # seconds of prefill on the slow model
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}   # ban every end-of-generation token
 
 
 def client_for(srv: ServerProcess) -> anthropic.Anthropic:
@@ -72,11 +71,7 @@ def qwen3(models_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def slow_server(models_dir):
-    path = models_dir / "slow.gguf"
-    if not path.exists():
-        write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
-                        context_length=8192)
-    srv = ServerProcess(path, "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2",
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2",
                         "--slots", "1", "--max-queue", "1", "--max-body-bytes", "100000", "--no-store")
     yield srv
     srv.stop()

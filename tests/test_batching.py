@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
 
 from conftest import ServerProcess
-from rawhttp import RawConnection, post_json, request
+from rawhttp import RawConnection, chat_text, post_json, request
+from tinymodel import NO_EOG
 
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}
 PROMPTS = ["alpha beta gamma", "the quick brown fox", "one two three four", "hello there world"]
 
 
@@ -27,15 +26,7 @@ def greedy(port: int, prompt: str, max_tokens: int = 40, stream: bool = False) -
             "logit_bias": NO_EOG, "stream": stream}
     resp = request(port, post_json("/v1/chat/completions", body), timeout=60)
     assert resp.status == 200, resp.body
-    if not stream:
-        return resp.json()["choices"][0]["message"]["content"]
-    text = ""
-    for line in resp.body.decode().split("\n"):
-        if line.startswith("data: {"):
-            choices = json.loads(line[6:])["choices"]
-            if choices:
-                text += choices[0]["delta"].get("content") or ""
-    return text
+    return chat_text(resp)
 
 
 def slots(port: int) -> dict:

@@ -11,21 +11,16 @@ import time
 
 import pytest
 
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model
 from rawhttp import RawConnection, post_json, request
-from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+from tinymodel import NO_EOG
 
 LONG_PROMPT = "hello world " * 1500          # ~3000 tokens: seconds of prefill on this model
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}   # keep generating: ban every EOG token
 
 
 @pytest.fixture(scope="module")
 def slow_server(models_dir):
-    path = models_dir / "slow.gguf"
-    if not path.exists():
-        write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
-                        context_length=8192)
-    srv = ServerProcess(path, "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2", "--slots", "1",
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive", "0.2", "--slots", "1",
                         "--max-queue", "1")
     yield srv
     srv.stop()

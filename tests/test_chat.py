@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from rawhttp import RawConnection, post_json, request
-from tinymodel import token_ids
+from tinymodel import NO_EOG, token_ids
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 IDS = token_ids()
@@ -25,7 +25,6 @@ def chat(client, **kwargs):
     return client.chat.completions.create(**kwargs)
 
 
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}
 
 
 def test_chat_completion_shape(openai_client):

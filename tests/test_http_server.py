@@ -12,6 +12,7 @@ import pytest
 
 from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request
+from tinymodel import NO_EOG
 
 GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
@@ -187,7 +188,7 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(tiny_model):
 
     def long_request():
         body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
-                "temperature": 0, "logit_bias": {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}}
+                "temperature": 0, "logit_bias": NO_EOG}
         results["resp"] = request(srv.port, post_json("/v1/chat/completions", body), timeout=60)
 
     worker = threading.Thread(target=long_request)

@@ -21,8 +21,8 @@ import time
 from conftest import ServerProcess
 from promtext import parse
 from rawhttp import RawConnection, post_json, request
+from tinymodel import NO_EOG
 
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}
 # One llama.cpp thread: the tiny model needs no more, and on a busy 2-core box two threads that
 # spin-wait on each other make a decode step up to 200x slower (seen: 300 tokens in 70 s, not 0.1 s).
 BASE_FLAGS = ("--no-store", "--threads", "1")

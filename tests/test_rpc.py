@@ -6,7 +6,6 @@ stops its front before the next one uses the same workers.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -18,7 +17,8 @@ import time
 import pytest
 
 from conftest import ROOT, ServerProcess, free_port
-from rawhttp import RawConnection, post_json, request
+from rawhttp import RawConnection, chat_text, post_json, request
+from tinymodel import NO_EOG
 
 from localserve import rpc
 from localserve.worker import check_bind_address
@@ -26,7 +26,6 @@ from localserve.worker import check_bind_address
 pytestmark = pytest.mark.skipif(not __import__("llama_cpp").llama_supports_rpc(),
                                 reason="llama-cpp-python built without -DGGML_RPC=ON")
 
-NO_EOG = {str(t): -100 for t in (2, 4, 6, 10, 11, 17)}   # the tiny model's EOG tokens: keep generating
 PROMPTS = ["alpha beta gamma", "the quick brown fox"]
 
 
@@ -85,15 +84,7 @@ def chat_body(prompt: str, max_tokens: int = 24, stream: bool = False) -> dict:
 def greedy(port: int, prompt: str, stream: bool = False) -> str:
     resp = request(port, post_json("/v1/chat/completions", chat_body(prompt, stream=stream)), timeout=60)
     assert resp.status == 200, resp.body
-    if not stream:
-        return resp.json()["choices"][0]["message"]["content"]
-    text = ""
-    for line in resp.body.decode().split("\n"):
-        if line.startswith("data: {"):
-            choices = json.loads(line[6:])["choices"]
-            if choices:
-                text += choices[0]["delta"].get("content") or ""
-    return text
+    return chat_text(resp)
 
 
 def get_json(port: int, path: str):

@@ -42,6 +42,7 @@ __all__ = [
     "CHATML_TEMPLATE",
     "CHAT_CONTROL_TOKENS",
     "EOS_ID",
+    "NO_EOG",
     "GEMMA_TEMPLATE",
     "UNK_ID",
     "byte_token_id",
@@ -324,3 +325,10 @@ def write_tiny_gguf(
     finally:
         writer.close()
     return path
+
+
+#: Texts llama.cpp treats as end of generation in every tiny model (see CHAT_CONTROL_TOKENS).
+EOG_TEXTS = ("</s>", "<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>", "<|end|>")
+
+#: A logit_bias banning every end-of-generation token: random weights then keep generating.
+NO_EOG = {str(token_ids()[text]): -100 for text in EOG_TEXTS}
