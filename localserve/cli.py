@@ -55,7 +55,7 @@ def _flag(value: str) -> bool:
     raise argparse.ArgumentTypeError("expected true or false")
 
 
-def _positive_int(value: str) -> int:
+def positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
@@ -74,25 +74,25 @@ OPTIONS: tuple[Option, ...] = (
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
     Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
     Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
-    Option("ctx-size", _positive_int, None,
+    Option("ctx-size", positive_int, None,
            f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
-    Option("threads", _positive_int, None, "CPU threads for generation (default: all cores)", "N"),
+    Option("threads", positive_int, None, "CPU threads for generation (default: all cores)", "N"),
     Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
-    Option("slots", _positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
-    Option("max-queue", _positive_int, defaults.DEFAULT_MAX_QUEUE,
+    Option("slots", positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
+    Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
            "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
-    Option("batch-size", _positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
+    Option("batch-size", positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
     Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
            "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
     Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
            "seconds between ': prefill' SSE comments while a prompt is processed", "SECONDS"),
-    Option("max-body-bytes", _positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),
+    Option("max-body-bytes", positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),
     Option("header-timeout", _non_negative_float, defaults.DEFAULT_HEADER_TIMEOUT,
            "seconds a client has to send a request's headers", "SECONDS"),
     Option("idle-timeout", _non_negative_float, defaults.DEFAULT_IDLE_TIMEOUT,
            "seconds a keep-alive connection may stay idle, and the most a request body may take",
            "SECONDS"),
-    Option("max-connections", _positive_int, defaults.DEFAULT_MAX_CONNECTIONS,
+    Option("max-connections", positive_int, defaults.DEFAULT_MAX_CONNECTIONS,
            "open connections allowed at once (a thread each); beyond it a 503", "N"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),

@@ -21,6 +21,7 @@ import threading
 
 from . import __version__
 from . import settings as defaults
+from .cli import positive_int
 from .rpc import RpcError, is_private_address
 
 log = logging.getLogger("localserve.worker")
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="address to listen on (default 127.0.0.1; public addresses need --allow-public)")
     parser.add_argument("--port", type=int, default=defaults.DEFAULT_RPC_PORT,
                         help=f"TCP port to listen on (default {defaults.DEFAULT_RPC_PORT})")
-    parser.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--threads", type=positive_int, default=None, metavar="N",
                         help="CPU threads for computation (default: all cores)")
     parser.add_argument("--cache-dir", default=None, metavar="DIR",
                         help="keep large tensors here by hash, so a front restarting sends them only once")
@@ -47,13 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="allow a bind address that is not loopback or private (the protocol has no auth)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return parser
-
-
-def _positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
 
 
 def check_bind_address(host: str, allow_public: bool) -> str:
