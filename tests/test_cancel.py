@@ -96,11 +96,13 @@ def test_full_queue_is_503_with_retry_after(slow_server):
     assert quick_request_seconds(slow_server.port) < 5
 
 
-def test_engine_failure_fails_one_job_and_the_next_is_served(slow_server):
-    # A grammar llama.cpp accepts but cannot satisfy within the context still ends cleanly.
+def test_a_grammar_that_never_ends_stops_at_max_tokens(slow_server):
     resp = request(slow_server.port, post_json("/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= [a-z]+", "max_tokens": 5}))
-    assert resp.status == 200
+        "messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= [a-z]+", "max_tokens": 5,
+        "logit_bias": NO_EOG}))
+    choice = resp.json()["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"].isalpha() and choice["message"]["content"].islower()
     assert quick_request_seconds(slow_server.port) < 5
 
 
