@@ -189,6 +189,8 @@ class Engine:
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self._output_rows: dict[int, int] = {}     # batch index -> row of the logits matrix
+        self._step_logits = None
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._eog = [False] * self.n_vocab
         for token in range(self.n_vocab):
@@ -288,7 +290,8 @@ class Engine:
         size = ll.llama_state_seq_get_size(self.ctx, seq_id)
         buf = (ctypes.c_uint8 * size)()
         written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
-        return bytes(buf[:written])
+        # string_at copies the bytes in one go; bytes(buf[:n]) would build a list of n ints
+        return ctypes.string_at(buf, written)
 
     def restore_sequence(self, seq_id: int, state: bytes) -> bool:
         self.seq_remove(seq_id)
@@ -308,13 +311,18 @@ class Engine:
         chunks, where one call can take long enough for a cancel to matter.
         """
         batch = self._batch
+        output_rows = self._output_rows
+        output_rows.clear()
         for i, (token, pos, seq_id, logits) in enumerate(entries):
             batch.token[i] = token
             batch.pos[i] = pos
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq_id
             batch.logits[i] = logits
+            if logits:
+                output_rows[i] = len(output_rows)
         batch.n_tokens = len(entries)
+        self._step_logits = None
         if abort_check is not None:
             self._abort_check = abort_check
             ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)
@@ -332,10 +340,16 @@ class Engine:
         return bool(check and check())
 
     def logits(self, index: int):
-        """Raw logits of output row `index` as a numpy array view (n_vocab floats)."""
-        import numpy as np
-        ptr = ll.llama_get_logits_ith(self.ctx, index)
-        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,))
+        """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats).
+
+        The step's whole logits matrix is fetched once: every native call lets the
+        connection threads take the GIL, and the runtime thread then waits for it back.
+        """
+        if self._step_logits is None:
+            import numpy as np
+            ptr = ll.llama_get_logits(self.ctx)      # rows in batch order, one per entry wanting logits
+            self._step_logits = np.ctypeslib.as_array(ptr, shape=(len(self._output_rows), self.n_vocab))
+        return self._step_logits[self._output_rows[index]]
 
     # ---- sampling ------------------------------------------------------------------
 
@@ -463,23 +477,32 @@ class Sampler:
         import numpy as np
         ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64, count=len(p.logit_bias))
         values = np.array([float("-inf") if b <= -100 else b for b in p.logit_bias.values()], dtype=np.float32)
-        return ids, values
+        return ids, values, frozenset(p.logit_bias)
 
     def sample(self, index: int) -> int:
         """Sample from output row `index` of the last decode and accept the token."""
         if self._argmax_bias is None:
             return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
-        ids, values = self._argmax_bias
+        # A bias and greedy keep no state, so the chain need not hear of the token.
+        ids, values, biased_ids = self._argmax_bias
         logits = self.engine.logits(index)
-        if len(ids):
-            logits = logits.copy()
-            logits[ids] += values
-        token = int(logits.argmax())
-        ll.llama_sampler_accept(self.chain, token)
-        return token
+        best = int(logits.argmax())
+        if not len(ids):
+            return best
+        if best in biased_ids:          # the raw winner is biased itself: bias a copy of all
+            biased_all = logits.copy()
+            biased_all[ids] += values
+            return int(biased_all.argmax())
+        # an unbiased winner only competes with the biased tokens' new values
+        biased = logits[ids] + values
+        k = int(biased.argmax())
+        if biased[k] > logits[best] or (biased[k] == logits[best] and ids[k] < best):
+            return int(ids[k])
+        return best
 
     def accept(self, token: int) -> None:
-        ll.llama_sampler_accept(self.chain, token)
+        if self._argmax_bias is None:
+            ll.llama_sampler_accept(self.chain, token)
 
     def free(self) -> None:
         if self.chain:

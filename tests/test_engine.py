@@ -1,0 +1,83 @@
+"""localserve.engine on a tiny real model: its shortcuts must agree with llama.cpp's own paths."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from llama_cpp import llama_cpp as ll
+
+from localserve.engine import Engine
+from localserve.generation import SamplingParams
+from tinymodel import write_tiny_gguf
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    path = write_tiny_gguf(tmp_path_factory.mktemp("engine") / "tiny.gguf")
+    eng = Engine(str(path), n_ctx=256, n_seq=3, n_batch=64, threads=1)
+    yield eng
+    eng.close()
+
+
+def prefill(engine: Engine, texts: list[str]) -> list[int]:
+    """Each text into its own sequence, one batch; the batch index of each text's last token."""
+    engine.clear()
+    entries, last_rows = [], []
+    for seq, text in enumerate(texts):
+        tokens = engine.tokenize(text)
+        entries += [(t, pos, seq, pos == len(tokens) - 1) for pos, t in enumerate(tokens)]
+        last_rows.append(len(entries) - 1)
+    engine.decode(entries)
+    return last_rows
+
+
+TEXTS = ["Hello there, how are you", "The quick brown fox", "1 2 3 4 5 6 7"]
+
+
+def test_logits_rows_follow_the_batch_index(engine):
+    rows = prefill(engine, TEXTS)
+    for row in rows:
+        native = np.ctypeslib.as_array(ll.llama_get_logits_ith(engine.ctx, row), shape=(engine.n_vocab,))
+        assert np.array_equal(engine.logits(row), native)
+
+
+def bias_cases(logits: np.ndarray) -> list[dict[int, float]]:
+    order = np.argsort(-logits)
+    first, second, third = (int(t) for t in order[:3])
+    gap = float(logits[first] - logits[second])
+    return [
+        {},
+        {first: -100},                                  # the raw winner banned
+        {first: -100, second: -100},
+        {third: 100},                                   # another token boosted past it
+        {third: -5, 7: -100},                           # biases that change nothing
+        {second: gap},                                  # an exact tie: the lower id wins, as in llama.cpp
+        {second: gap / 2},                              # close, but not enough
+        {first: 3.0, second: 50.0},                     # the winner biased up, another more
+    ]
+
+
+@pytest.mark.parametrize("seq", range(len(TEXTS)))
+def test_greedy_shortcut_agrees_with_the_native_chain(engine, seq):
+    rows = prefill(engine, TEXTS)
+    row = rows[seq]
+    for bias in bias_cases(engine.logits(row).copy()):
+        sampler = engine.new_sampler(SamplingParams(temperature=0, logit_bias=bias))
+        try:
+            assert sampler._argmax_bias is not None        # the shortcut is what is under test
+            native = ll.llama_sampler_sample(sampler.chain, engine.ctx, row)
+            assert sampler.sample(row) == native, bias
+        finally:
+            sampler.free()
+
+
+def test_saved_sequence_restores_into_another(engine):
+    tokens = engine.tokenize(TEXTS[0])
+    engine.clear()
+    engine.decode([(t, pos, 0, False) for pos, t in enumerate(tokens)])
+    state = engine.save_sequence(0)
+    assert isinstance(state, bytes) and len(state) > 0
+    assert engine.restore_sequence(2, state)
+    nxt = engine.tokenize(" again", add_special=False)[0]
+    engine.decode([(nxt, len(tokens), 0, True), (nxt, len(tokens), 2, True)])
+    assert np.array_equal(engine.logits(0), engine.logits(1))
