@@ -86,6 +86,9 @@ class Runtime:
         self.waiting: collections.deque[ActiveGeneration] = collections.deque()
         self.cond = threading.Condition()
         self.stopping = False
+        # A step's events go out together after its sampling: waking a connection
+        # thread mid-step would let it take the GIL between our native calls.
+        self._outbox: list[tuple[ActiveGeneration, object]] = []
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -148,8 +151,11 @@ class Runtime:
                 log.exception("runtime step failed")
                 for job in self._active():
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
+            finally:
+                self._deliver()
         for job in self._active():
             self._retire(job, "cancelled")
+        self._deliver()
         with self.cond:                 # nobody will run these: tell their waiters now
             stranded, self.waiting = list(self.waiting), collections.deque()
         for gen in stranded:
@@ -175,6 +181,14 @@ class Runtime:
             job.n_past += n_tokens
             if row is not None:
                 self._sample(job, row)
+
+    def _emit(self, job: Job, event: object) -> None:
+        self._outbox.append((job.gen, event))
+
+    def _deliver(self) -> None:
+        for gen, event in self._outbox:
+            gen.events.put(event)
+        self._outbox.clear()
 
     def _admit(self) -> None:
         self._drop_cancelled_waiting()
@@ -338,9 +352,9 @@ class Runtime:
             job.logprobs.append(logprob_entry)
             events = self._attach_logprobs(events, logprob_entry)
         for event in events:
-            job.gen.events.put(event)
+            self._emit(job, event)
         if len(job.generated) == 1:
-            job.gen.events.put(Context(job.n_past + 1, self.engine.n_ctx_seq, None))
+            self._emit(job, Context(job.n_past + 1, self.engine.n_ctx_seq, None))
         reason = self._finish_reason(job)
         if reason:
             self._retire(job, reason)
@@ -402,7 +416,7 @@ class Runtime:
     def _retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []
         for event in events:
-            job.gen.events.put(event)
+            self._emit(job, event)
         calls = job.pipeline.tool_calls
         if calls and reason in ("stop", "tool_calls"):
             reason = "tool_calls"
@@ -429,7 +443,7 @@ class Runtime:
         )
         self._release(job)
         self.metrics.record_generation(output)
-        job.gen.events.put(Finished(output))
+        self._emit(job, Finished(output))
 
     def _cancel(self, job: Job) -> None:
         log.info("cancelled job %s (%s) after %d tokens: %s", job.gen.id, job.request.label,
@@ -438,14 +452,14 @@ class Runtime:
         job.slot.tokens = []
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
-        job.gen.events.put(Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
+        self._emit(job, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
                                                      completion_tokens=len(job.generated))))
 
     def _fail(self, job: Job, error: GenerationError) -> None:
         self.engine.seq_remove(job.slot.seq_id)
         job.slot.tokens = []
         self._release(job)
-        job.gen.events.put(Finished(error=error))
+        self._emit(job, Finished(error=error))
 
     def _release(self, job: Job) -> None:
         job.sampler.free()
