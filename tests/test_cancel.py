@@ -96,6 +96,26 @@ def test_full_queue_is_503_with_retry_after(slow_server):
     assert quick_request_seconds(slow_server.port) < 5
 
 
+def test_a_queued_stream_gets_keepalives_then_the_freed_slot(slow_server):
+    running = RawConnection(slow_server.port)
+    running.send(long_generation(True))
+    running.sock.recv(4096)                       # decoding: the only slot is busy
+    queued = RawConnection(slow_server.port, timeout=30)
+    queued.send(long_generation(True, max_tokens=3))
+    waited = b""
+    while waited.count(b": prefill\n\n") < 2:     # 0.2 s apart while it waits for the slot
+        waited += queued.sock.recv(4096)
+    assert b"data: {" not in waited
+    freed = time.monotonic()
+    running.close()
+    while b"data: [DONE]" not in waited:
+        waited += queued.sock.recv(4096)
+    # admitted at the next step once the slot frees: a blink next to the 0.2 s keepalive
+    assert time.monotonic() - freed < 2
+    assert waited.count(b'"content":') >= 1
+    queued.close()
+
+
 def test_a_grammar_that_never_ends_stops_at_max_tokens(slow_server):
     resp = request(slow_server.port, post_json("/v1/chat/completions", {
         "messages": [{"role": "user", "content": "hi"}], "grammar": "root ::= [a-z]+", "max_tokens": 5,
