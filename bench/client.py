@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 from dataclasses import dataclass
+
+
+# generated text in a chunk, with or without a space after the colon (servers differ)
+FIRST_TEXT = re.compile(rb'"text":\s?"(?!")')
 
 
 @dataclass
@@ -38,7 +43,7 @@ def stream_completion(port: int, body: dict, path: str = "/v1/completions") -> S
         if not data:
             break
         buffer += data
-        if first is None and b'"text":"' in buffer.replace(b'"text":""', b""):
+        if first is None and FIRST_TEXT.search(buffer):
             first = time.perf_counter()
         if b"data: [DONE]" in buffer:
             break
@@ -48,7 +53,8 @@ def stream_completion(port: int, body: dict, path: str = "/v1/completions") -> S
         if line.startswith(b"data: {") and b'"usage"' in line and b'"choices":[]' in line:
             usage = json.loads(line[6:])["usage"]
     if usage is None:       # a server without stream_options.include_usage: one chunk per token
-        chunks = sum(1 for line in buffer.split(b"\n") if line.startswith(b"data: {") and b'"text":""' not in line)
+        chunks = sum(1 for line in buffer.split(b"\n")
+                     if line.startswith(b"data: {") and any(c.get("text") for c in json.loads(line[6:])["choices"]))
         usage = {"completion_tokens": chunks, "prompt_tokens_details": {"cached_tokens": 0}}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
     return StreamResult(first - started if first else end - started, end - started, usage["completion_tokens"],
