@@ -14,6 +14,7 @@ ratio is the median of ratios paired within a round (see measure_server).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -54,6 +55,11 @@ class Workload:
         self.ban = engine.eog_tokens()
         self.texts: dict[tuple, str] = {}          # token prompts as text, for servers that take only text
         self._detokenize = engine.detokenize
+        self._markers = itertools.count(100)
+
+    def fresh(self, tokens: list[int]) -> list[int]:
+        """tokens with a marker never used before spliced in after BOS: no cache can know it."""
+        return [tokens[0], next(self._markers)] + tokens[1:]
 
     def as_text(self, *token_lists: list[int]) -> None:
         for tokens in token_lists:
@@ -69,9 +75,7 @@ class BareRuns:
         engine.run(work.prompt, 8)                                  # warm-up
         self.floors: list[float] = []
 
-    def once(self) -> None:
-        # the same marker token the server's run gets, so both prefill the same tokens
-        prompt = [self.work.prompt[0], 100 + len(self.runs)] + self.work.prompt[1:]
+    def once(self, prompt: list[int]) -> None:
         self.runs.append(self.engine.run(prompt, self.args.tokens))
 
     def floor(self, conversation: list[int]) -> float:
@@ -100,11 +104,10 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
         base["text_prompts"] = work.texts
     stream_completion(port, {**base, "prompt": work.prompt, "max_tokens": 8})          # warm-up
     singles = []
-    for i in range(args.repeat):
+    for _ in range(args.repeat):
+        prompt = work.fresh(work.prompt)            # the bare run prefills the same tokens
         if bare is not None:
-            bare.once()
-        # a different second token each run, so the prompt cache cannot help the TTFT figure
-        prompt = [work.prompt[0], 100 + i] + work.prompt[1:]
+            bare.once(prompt)
         singles.append(stream_completion(port, {**base, "prompt": prompt}))
     result = {"ttft": statistics.median(r.ttft for r in singles),
               "decode": statistics.median(r.decode_rate for r in singles)}
@@ -113,7 +116,7 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
         result["ttft_vs_bare"] = statistics.median(r.ttft - b[0] for r, b in zip(singles, bare.runs))
     if args.quick:
         return result
-    rounds = [{n: aggregate_rate(port, base, work, n, run) for n in CONCURRENCY} for run in range(args.repeat)]
+    rounds = [{n: aggregate_rate(port, base, work, n) for n in CONCURRENCY} for _ in range(args.repeat)]
     for n in CONCURRENCY:
         result[f"aggregate_{n}"] = statistics.median(r[n] for r in rounds)
         result[f"scaling_{n}"] = statistics.median(r[n] / r[1] for r in rounds)
@@ -122,13 +125,13 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
     return result
 
 
-def aggregate_rate(port: int, base: dict, work: Workload, n: int, run: int = 0) -> float:
+def aggregate_rate(port: int, base: dict, work: Workload, n: int) -> float:
     """Total generated tokens per second with n streams running at once (prefill included)."""
     results = [None] * n
+    prompts = [work.fresh(work.prompt) for _ in range(n)]
 
     def one(i: int) -> None:
-        prompt = [work.prompt[0], 200 + run * 40 + n * 10 + i] + work.prompt[1:]      # never cached
-        results[i] = stream_completion(port, {**base, "prompt": prompt})
+        results[i] = stream_completion(port, {**base, "prompt": prompts[i]})
 
     started = time.perf_counter()
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
@@ -148,8 +151,8 @@ def second_turn(port: int, base: dict, work: Workload, rounds: int, bare: BareRu
     engine floor for the same tokens, measured just before it.
     """
     ttfts, ratios = [], []
-    for r in range(rounds):
-        conversations = [[c[0], 300 + r * 8 + i] + c[1:] for i, c in enumerate(work.conversations)]
+    for _ in range(rounds):
+        conversations = [work.fresh(c) for c in work.conversations]
         for conv in conversations:
             stream_completion(port, {**base, "prompt": conv, "max_tokens": 8})
         for conv in conversations:
