@@ -1,12 +1,15 @@
 """make bench: localserve against the bare engine (and llama-server if present), in one run.
 
 Measures, on the demo model unless --model is given:
-- bare engine: single-stream decode tokens/s, prefill time, and the "second turn"
-  floor (prefilling only the new tokens on top of a resident prefix);
+- bare engine: single-stream decode tokens/s, prefill time, the "second turn"
+  floor (prefilling only the new tokens on top of a resident prefix), and the same
+  aggregate workload as the server (up to 4 sequences per batch, as its 4 slots):
+  what batching in llama.cpp itself gives on this machine;
 - localserve: single-stream tokens/s and time to first token; aggregate tokens/s
   with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
   interleaved; peak RSS;
-- llama-server, when it is on PATH, with the same workload.
+- llama-server when it is on PATH, and llama-cpp-python's server when its extras
+  are installed, with the same workload.
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -32,6 +35,7 @@ PROMPT = ("The history of computing is a story of people building tools to think
 CONVERSATION = "Conversation {i}: tell me about the rivers, mountains and cities of region {i}. " * 12
 FOLLOW_UP = " And now, briefly, what about the weather there in spring and in autumn? " * 2
 CONCURRENCY = (1, 2, 4, 8)
+SINGLE_PAIRS_PER_ROUND = 3
 
 
 def parse_args() -> argparse.Namespace:
@@ -74,20 +78,36 @@ class BareRuns:
         self.runs: list[tuple[float, float]] = []
         engine.run(work.prompt, 8)                                  # warm-up
         self.floors: list[float] = []
+        self.rounds: list[dict[int, float]] = []                   # aggregate tokens/s by stream count
 
     def once(self, prompt: list[int]) -> None:
         self.runs.append(self.engine.run(prompt, self.args.tokens))
 
-    def floor(self, conversation: list[int]) -> float:
-        """Seconds to prefill the follow-up on top of the resident conversation."""
-        self.engine.run(conversation, 1)
-        self.floors.append(self.engine.run(conversation + self.work.follow_up, 1, keep=len(conversation))[0])
+    def first_turns(self, conversations: list[list[int]]) -> None:
+        for seq, conv in enumerate(conversations):
+            self.engine.resident(seq, conv)
+
+    def floor(self, seq: int, conversation: list[int]) -> float:
+        """Seconds to prefill the follow-up on top of the resident conversation in sequence seq."""
+        self.floors.append(self.engine.extend(seq, len(conversation), self.work.follow_up))
         return self.floors[-1]
 
+    def aggregate(self, prompts: list[list[int]]) -> float:
+        rate = self.engine.aggregate(prompts, self.args.tokens)
+        if not self.rounds or len(prompts) in self.rounds[-1]:
+            self.rounds.append({})
+        self.rounds[-1][len(prompts)] = rate
+        return rate
+
     def result(self) -> dict:
-        return {"prefill": statistics.median(r[0] for r in self.runs),
-                "decode": statistics.median(r[1] for r in self.runs),
-                "second_turn_floor": statistics.median(self.floors) if self.floors else float("nan")}
+        result = {"prefill": statistics.median(r[0] for r in self.runs),
+                  "decode": statistics.median(r[1] for r in self.runs),
+                  "second_turn_floor": statistics.median(self.floors) if self.floors else float("nan")}
+        for n in CONCURRENCY:
+            if self.rounds:
+                result[f"aggregate_{n}"] = statistics.median(r[n] for r in self.rounds)
+                result[f"scaling_{n}"] = statistics.median(r[n] / r[1] for r in self.rounds)
+        return result
 
 
 def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -> dict:
@@ -104,11 +124,15 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
         base["text_prompts"] = work.texts
     stream_completion(port, {**base, "prompt": work.prompt, "max_tokens": 8})          # warm-up
     singles = []
-    for _ in range(args.repeat):
+    # Single streams are short, so they get three times the pairs, and the pairs alternate
+    # which side runs first: a machine speeding up or slowing down favours neither.
+    for i in range(SINGLE_PAIRS_PER_ROUND * args.repeat):
         prompt = work.fresh(work.prompt)            # the bare run prefills the same tokens
-        if bare is not None:
+        if bare is not None and i % 2 == 0:
             bare.once(prompt)
         singles.append(stream_completion(port, {**base, "prompt": prompt}))
+        if bare is not None and i % 2 == 1:
+            bare.once(prompt)
     result = {"ttft": statistics.median(r.ttft for r in singles),
               "decode": statistics.median(r.decode_rate for r in singles)}
     if bare is not None:
@@ -116,25 +140,35 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
         result["ttft_vs_bare"] = statistics.median(r.ttft - b[0] for r, b in zip(singles, bare.runs))
     if args.quick:
         return result
-    rounds = [{n: aggregate_rate(port, base, work, n) for n in CONCURRENCY} for _ in range(args.repeat)]
+    rounds, vs_bare = [], []
+    for _ in range(args.repeat):
+        rates = {}
+        for n in CONCURRENCY:
+            prompts = [work.fresh(work.prompt) for _ in range(n)]
+            bare_rate = bare.aggregate(prompts) if bare is not None else None
+            rates[n] = aggregate_rate(port, base, prompts)
+            if bare_rate and n == 4:
+                vs_bare.append(rates[n] / bare_rate)
+        rounds.append(rates)
     for n in CONCURRENCY:
         result[f"aggregate_{n}"] = statistics.median(r[n] for r in rounds)
         result[f"scaling_{n}"] = statistics.median(r[n] / r[1] for r in rounds)
+    if vs_bare:
+        result["aggregate_4_vs_bare"] = statistics.median(vs_bare)
     result.update(second_turn(port, base, work, args.repeat, bare))
     result["peak_rss_mb"] = server.peak_rss_mb()
     return result
 
 
-def aggregate_rate(port: int, base: dict, work: Workload, n: int) -> float:
-    """Total generated tokens per second with n streams running at once (prefill included)."""
-    results = [None] * n
-    prompts = [work.fresh(work.prompt) for _ in range(n)]
+def aggregate_rate(port: int, base: dict, prompts: list[list[int]]) -> float:
+    """Total generated tokens per second with a stream per prompt, all at once (prefill included)."""
+    results = [None] * len(prompts)
 
     def one(i: int) -> None:
         results[i] = stream_completion(port, {**base, "prompt": prompts[i]})
 
     started = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
     for t in threads:
         t.start()
     for t in threads:
@@ -147,17 +181,22 @@ def second_turn(port: int, base: dict, work: Workload, rounds: int, bare: BareRu
     """TTFT of each conversation's second turn, four conversations interleaved.
 
     Each round uses new conversations (a marker token spliced in), so nothing is
-    left over from the last; with `bare`, each second turn is paired with the
-    engine floor for the same tokens, measured just before it.
+    left over from the last. With `bare`, the engine holds the same four
+    conversations and each second turn is paired with the floor for the same
+    tokens, the two taken back to back, in alternating order.
     """
     ttfts, ratios = [], []
     for _ in range(rounds):
         conversations = [work.fresh(c) for c in work.conversations]
         for conv in conversations:
             stream_completion(port, {**base, "prompt": conv, "max_tokens": 8})
-        for conv in conversations:
-            floor = bare.floor(conv) if bare is not None else None
+        if bare is not None:
+            bare.first_turns(conversations)
+        for seq, conv in enumerate(conversations):
+            floor = bare.floor(seq, conv) if bare is not None and seq % 2 == 0 else None
             ttfts.append(stream_completion(port, {**base, "prompt": conv + work.follow_up, "max_tokens": 1}).ttft)
+            if bare is not None and floor is None:
+                floor = bare.floor(seq, conv)
             if floor is not None:
                 ratios.append(ttfts[-1] / floor)
     result = {"second_turn": statistics.median(ttfts)}
@@ -217,9 +256,13 @@ def print_report(bare: dict, contenders: dict, args) -> None:
     if not args.quick:
         for n in CONCURRENCY:
             target = ">= 1.5" if n == 4 else ""
-            rows.append((f"aggregate tokens/s, {n} streams", "",
+            ratio = f"{ours[f'scaling_{n}']:.2f} x 1 stream"
+            if n == 4 and "aggregate_4_vs_bare" in ours:
+                ratio += f", {ours['aggregate_4_vs_bare']:.2f} x bare"
+            bare_cell = f"{bare[f'aggregate_{n}']:.1f} ({bare[f'scaling_{n}']:.2f}x)" if f"aggregate_{n}" in bare else ""
+            rows.append((f"aggregate tokens/s, {n} stream{'s' if n > 1 else ''}", bare_cell,
                          *(f"{c[f'aggregate_{n}']:.1f} ({c[f'scaling_{n}']:.2f}x)" for c in contenders.values()),
-                         f"{ours[f'scaling_{n}']:.2f} x 1 stream", target))
+                         ratio, target))
         floor = bare["second_turn_floor"]
         rows.append(("2nd-turn TTFT, 4 convs, ms", f"{floor * 1000:.1f} (floor)",
                      *(f"{c['second_turn'] * 1000:.1f}" for c in contenders.values()),

@@ -9,23 +9,29 @@ from __future__ import annotations
 import ctypes
 import time
 
+import numpy as np
 from llama_cpp import llama_cpp as ll
 
 
 class BareEngine:
-    def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512):
+    def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512, n_seq: int = 4):
         ll.llama_backend_init()
         self._silence()
         self.model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
         params = ll.llama_context_default_params()
-        params.n_ctx, params.n_batch, params.n_ubatch = n_ctx, n_batch, n_batch
+        # the server's layout: n_seq sequences of n_ctx each, one KV stream per sequence
+        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, False
+        params.n_batch, params.n_ubatch = n_batch, n_batch
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         self.ctx = ll.llama_init_from_model(self.model, params)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         self.n_batch = n_batch
+        self.n_seq = n_seq
         self.memory = ll.llama_get_memory(self.ctx)
+        self.ban = np.array(self.eog_tokens(), dtype=np.int64)    # the workload bans end-of-generation
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
 
     def _silence(self) -> None:
         self._log = ll.llama_log_callback(lambda *_: None)
@@ -43,14 +49,11 @@ class BareEngine:
                                 True, False)
         return buf.raw[:max(n, 0)].decode("utf-8", "replace")
 
-    def sampler(self, ban: list[int]):
-        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        bias = (ll.llama_logit_bias * len(ban))()
-        for i, token in enumerate(ban):
-            bias[i].token, bias[i].bias = token, float("-inf")
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(self.n_vocab, len(ban), bias))
-        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_greedy())
-        return chain
+    def greedy(self, row: int) -> int:
+        """Greedy with the end-of-generation tokens banned: an argmax, the cheapest sampling there is."""
+        logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
+        logits[self.ban] = -np.inf
+        return int(logits.argmax())
 
     def eog_tokens(self) -> list[int]:
         return [t for t in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, t)]
@@ -64,19 +67,67 @@ class BareEngine:
     def run(self, prompt: list[int], n_new: int, *, keep: int = 0) -> tuple[float, float]:
         """(seconds to prefill prompt[keep:] and sample the first token, decode tokens/s)."""
         ll.llama_memory_seq_rm(self.memory, 0, keep, -1)
-        chain = self.sampler(self.eog_tokens())
         started = time.perf_counter()
         for i in range(keep, len(prompt), self.n_batch):
             self._decode(prompt[i:i + self.n_batch], i)
-        token = ll.llama_sampler_sample(chain, self.ctx, -1)
+        token = self.greedy(-1)
         first = time.perf_counter()
         for _ in range(n_new - 1):
             self._decode([token], 0)
-            token = ll.llama_sampler_sample(chain, self.ctx, -1)
+            token = self.greedy(-1)
         done = time.perf_counter()
-        ll.llama_sampler_free(chain)
         return first - started, (n_new - 1) / (done - first)
 
+    def resident(self, seq: int, tokens: list[int]) -> None:
+        """Prefill tokens into sequence seq (untimed): a conversation's first turn."""
+        ll.llama_memory_seq_rm(self.memory, seq, 0, -1)
+        entries = [(token, pos, seq, False) for pos, token in enumerate(tokens)]
+        for i in range(0, len(entries), self.n_batch):
+            self._decode_entries(entries[i:i + self.n_batch])
+
+    def extend(self, seq: int, start: int, tokens: list[int]) -> float:
+        """Seconds to prefill tokens at position start of sequence seq and pick the next token."""
+        ll.llama_memory_seq_rm(self.memory, seq, start, -1)
+        started = time.perf_counter()
+        for i in range(0, len(tokens), self.n_batch):
+            chunk = tokens[i:i + self.n_batch]
+            self._decode_entries([(t, start + i + j, seq, i + j == len(tokens) - 1) for j, t in enumerate(chunk)])
+        self.greedy(-1)
+        return time.perf_counter() - started
+
+    def aggregate(self, prompts: list[list[int]], n_new: int) -> float:
+        """Tokens/s for all prompts, n_seq at a time: each wave prefilled together, then decoded in lockstep."""
+        started = time.perf_counter()
+        for w in range(0, len(prompts), self.n_seq):
+            self._wave(prompts[w:w + self.n_seq], n_new)
+        return len(prompts) * n_new / (time.perf_counter() - started)
+
+    def _wave(self, prompts: list[list[int]], n_new: int) -> None:
+        ll.llama_memory_clear(self.memory, True)
+        entries = [(token, pos, seq, pos == len(p) - 1) for seq, p in enumerate(prompts) for pos, token in enumerate(p)]
+        tokens = [0] * len(prompts)
+        for i in range(0, len(entries), self.n_batch):
+            chunk = entries[i:i + self.n_batch]
+            self._decode_entries(chunk)
+            for row, (_, _, seq, wants_logits) in enumerate(chunk):
+                if wants_logits:
+                    tokens[seq] = self.greedy(row)
+        positions = [len(p) for p in prompts]
+        for _ in range(n_new - 1):
+            self._decode_entries([(t, pos, seq, True) for seq, (t, pos) in enumerate(zip(tokens, positions))])
+            tokens = [self.greedy(seq) for seq in range(len(prompts))]
+            positions = [pos + 1 for pos in positions]
+
+    def _decode_entries(self, entries: list[tuple[int, int, int, bool]]) -> None:
+        batch = self._batch
+        for i, (token, pos, seq, logits) in enumerate(entries):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, pos, 1, logits
+            batch.seq_id[i][0] = seq
+        batch.n_tokens = len(entries)
+        if ll.llama_decode(self.ctx, batch) != 0:
+            raise RuntimeError("llama_decode failed")
+
     def close(self) -> None:
+        ll.llama_batch_free(self._batch)
         ll.llama_free(self.ctx)
         ll.llama_model_free(self.model)
