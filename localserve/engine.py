@@ -480,7 +480,7 @@ class Sampler:
         return ids, values, frozenset(p.logit_bias)
 
     def sample(self, index: int) -> int:
-        """Sample from output row `index` of the last decode and accept the token."""
+        """Sample from batch entry `index` of the last decode and accept the token."""
         if self._argmax_bias is None:
             return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
         # A bias and greedy keep no state, so the chain need not hear of the token.

@@ -3,8 +3,9 @@
 Shape (as nano-vllm's engine): jobs wait in a deque; each step admits waiting
 jobs into free slots, builds one batch (one token for every decoding job, then
 prompt chunks for prefilling ones), runs one llama_decode, and postprocesses:
-sample, turn bytes into events, retire finished jobs. A slot keeps its sequence
-after its job ends, so the next job with the same prefix skips that much prefill.
+sample, turn bytes into events, retire finished jobs, then hand the step's events
+to the connection threads together. A slot keeps its sequence after its job ends,
+so the next job with the same prefix skips that much prefill.
 """
 
 from __future__ import annotations
@@ -453,7 +454,7 @@ class Runtime:
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         self._emit(job, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
-                                                     completion_tokens=len(job.generated))))
+                                                  completion_tokens=len(job.generated))))
 
     def _fail(self, job: Job, error: GenerationError) -> None:
         self.engine.seq_remove(job.slot.seq_id)
