@@ -191,6 +191,7 @@ class Engine:
         self._batch = ll.llama_batch_init(n_batch, 0, 1)
         self._output_rows: dict[int, int] = {}     # batch index -> row of the logits matrix
         self._step_logits = None
+        self._logits_views: dict[tuple[int, int], object] = {}
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self._eog = [False] * self.n_vocab
         for token in range(self.n_vocab):
@@ -346,10 +347,25 @@ class Engine:
         connection threads take the GIL, and the runtime thread then waits for it back.
         """
         if self._step_logits is None:
-            import numpy as np
             ptr = ll.llama_get_logits(self.ctx)      # rows in batch order, one per entry wanting logits
-            self._step_logits = np.ctypeslib.as_array(ptr, shape=(len(self._output_rows), self.n_vocab))
+            self._step_logits = self._logits_view(ctypes.addressof(ptr.contents), len(self._output_rows))
         return self._step_logits[self._output_rows[index]]
+
+    def _logits_view(self, address: int, rows: int):
+        """A numpy view of `rows` logits rows at `address`, made once per (address, rows).
+
+        llama.cpp keeps its logits buffer between decodes, so the views are reused:
+        making one costs ~50 us on a cache-cold runtime thread, on every token.
+        """
+        key = (address, rows)
+        view = self._logits_views.get(key)
+        if view is None:
+            import numpy as np
+            if len(self._logits_views) > 4 * self.n_seq:      # the buffer moved: forget old addresses
+                self._logits_views.clear()
+            floats = (ctypes.c_float * (rows * self.n_vocab)).from_address(address)
+            view = self._logits_views[key] = np.frombuffer(floats, dtype=np.float32).reshape(rows, self.n_vocab)
+        return view
 
     # ---- sampling ------------------------------------------------------------------
 

@@ -192,6 +192,8 @@ class Runtime:
         self._outbox.clear()
 
     def _admit(self) -> None:
+        if not self.waiting:        # the common step: nothing queued (a racy read, checked again below)
+            return
         self._drop_cancelled_waiting()
         while True:
             with self.cond:
