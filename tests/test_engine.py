@@ -51,7 +51,7 @@ def bias_cases(logits: np.ndarray) -> list[dict[int, float]]:
         {first: -100, second: -100},
         {third: 100},                                   # another token boosted past it
         {third: -5, 7: -100},                           # biases that change nothing
-        {second: gap},                                  # an exact tie: the lower id wins, as in llama.cpp
+        {second: gap},                                  # a tie (or as near as float32 allows): lower id wins
         {second: gap / 2},                              # close, but not enough
         {first: 3.0, second: 50.0},                     # the winner biased up, another more
     ]
