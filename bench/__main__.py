@@ -114,8 +114,8 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
     """The server's figures; each ratio is the median of ratios within one round.
 
     A shared machine drifts by more than the differences measured here, so each
-    figure is paired with its reference taken moments before (the bare engine's
-    run, or the same round's single stream) and the pairs' ratios are what count.
+    figure is paired with a reference taken right before or after it (the bare
+    engine's run, or the same round's single stream) and the pairs' ratios count.
     """
     port = server.port
     ban = {str(t): -100 for t in work.ban}
