@@ -15,7 +15,6 @@ because templates are written against HF's conventions, not OpenAI's wire format
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +24,8 @@ import jinja2
 import jinja2.ext
 import orjson
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from . import hf_json
 
 __all__ = ["BUILTIN_TEMPLATES", "ChatTemplate", "TemplateError", "ToolArguments",
            "choose_template", "normalize_messages"]
@@ -146,11 +147,10 @@ def _tool_arguments(value: Any) -> Any:
 
 def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
             separators: Any = None, sort_keys: bool = False) -> str:
-    # Jinja's own tojson escapes HTML characters; HF's does not. This one stays on the
-    # stdlib json: prompts must carry HF's exact text (", " and ": " separators, any
-    # indent), which orjson cannot write, and models were trained on that text.
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
-                      separators=separators, sort_keys=sort_keys)
+    # Jinja's own tojson escapes HTML characters; HF's does not, and prompts must carry
+    # HF's exact text (hf_json writes it).
+    return hf_json.dumps(value, ensure_ascii=ensure_ascii, indent=indent,
+                         separators=separators, sort_keys=sort_keys)
 
 
 def _raise_exception(message: Any) -> None:
