@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from . import endpoints
+from . import memory
 from . import metrics
 from . import rpc
 from .demo import DemoUnavailable, demo_model_path
@@ -108,8 +109,8 @@ class App:
     def check_access(self, exchange) -> None:
         """Host check, CORS headers and the API key, before any handler runs."""
         request = exchange.request
-        if not self.access.host_ok(request.header("host")):
-            raise ApiError(403, f"requests for host '{request.header('host')}' are refused: this server answers "
+        if not self.access.host_ok(request.host):
+            raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
                                 f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
         exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
         if request.method == "OPTIONS" or exchange.request.path in PUBLIC_PATHS or not self.access.requires_key:
@@ -208,6 +209,7 @@ def resolve_model_path(settings: Settings) -> str:
 
 
 def serve(settings: Settings) -> int:
+    memory.configure_malloc()
     quiet_llama_logs(logging.DEBUG if settings.log_level == "debug" else logging.WARNING)
     try:
         app = App(settings)
@@ -221,7 +223,7 @@ def serve(settings: Settings) -> int:
         return EXIT_USAGE
     limits = Limits(max_body_bytes=settings.max_body_bytes)
     server = HTTPServer(app.router.dispatch, limits=limits, header_timeout=settings.header_timeout,
-                        max_connections=settings.max_connections,
+                        max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
                         idle_timeout=settings.idle_timeout, listener=listener)
     app.metrics.watch_server(server)
     stop = threading.Event()

@@ -94,6 +94,9 @@ OPTIONS: tuple[Option, ...] = (
            "SECONDS"),
     Option("max-connections", positive_int, defaults.DEFAULT_MAX_CONNECTIONS,
            "open connections allowed at once (a thread each); beyond it a 503", "N"),
+    Option("max-inflight-bytes", positive_int, None,
+           f"request-body bytes read or handled at once, all connections together; beyond it a 503 "
+           f"(default: {defaults.INFLIGHT_BODIES} x --max-body-bytes)", "BYTES"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
@@ -161,6 +164,11 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
         if value is None:
             value = list(option.default) if option.repeat else option.default
         values[option.attr] = value
+    if values["max_inflight_bytes"] is None:
+        values["max_inflight_bytes"] = defaults.INFLIGHT_BODIES * values["max_body_bytes"]
+    elif values["max_inflight_bytes"] < values["max_body_bytes"]:
+        raise UsageError(f"--max-inflight-bytes ({values['max_inflight_bytes']}) must be at least "
+                         f"--max-body-bytes ({values['max_body_bytes']}): a largest request could never be served")
     return Settings(**values)
 
 

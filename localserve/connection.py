@@ -3,6 +3,9 @@
 The connection thread owns the socket; handlers and respond.py write through a
 ResponseWriter so the server can log status and bytes and knows whether the
 connection may be reused. A failed write raises ClientGone: the caller cancels its job.
+
+A response to HEAD is its head alone (RFC 9110 §9.3.2), whatever the handler writes:
+every body byte, whole or streamed, passes through _write_body, which drops it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class ResponseWriter:
         self.close_after = not request.keep_alive
         self.streaming = False
         self.finished = False
+        self.head_only = request.method == "HEAD"
 
     @property
     def started(self) -> bool:
@@ -51,9 +55,8 @@ class ResponseWriter:
         if content_type and (body or status not in (204, 304)):
             all_headers.append(("Content-Type", content_type))
         all_headers.extend(headers or [])
-        head_only = self.request.method == "HEAD" or status in (204, 304)
         self.status = status
-        self._write(format_response(status, all_headers, body, head_only=head_only))
+        self._write_body(body, head=format_response(status, all_headers, body, head_only=True))
         self.finished = True
 
     def start_stream(self, status: int = 200, *, content_type: str = "text/event-stream",
@@ -75,19 +78,21 @@ class ResponseWriter:
     def stream(self, data: bytes) -> None:
         if not data:
             return
-        self._write(data if self.request.version == "HTTP/1.0" else format_chunk(data))
+        self._write_body(data if self.request.version == "HTTP/1.0" else format_chunk(data))
 
     def end_stream(self) -> None:
         if self.request.version != "HTTP/1.0":
-            self._write(LAST_CHUNK)
+            self._write_body(LAST_CHUNK)
         self.finished = True
 
     def peer_closed(self) -> bool:
         """True when the client has gone away (EOF or reset) while we wait for a result."""
-        # select first: a socket with a timeout would otherwise wait in recv.
+        # poll first: a socket with a timeout would otherwise wait in recv. (Not select():
+        # with over 1,024 connections open a descriptor is past FD_SETSIZE and select raises.)
         try:
-            readable, _, _ = select.select([self.sock], [], [], 0)
-            if not readable:
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            if not poller.poll(0):
                 return False
             data = self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
@@ -95,6 +100,12 @@ class ResponseWriter:
         except (OSError, ValueError):
             return True
         return data == b""
+
+    def _write_body(self, data: bytes, *, head: bytes = b"") -> None:
+        """Body bytes (after a head, in one write); to a HEAD request only the head goes out."""
+        data = head if self.head_only else head + data
+        if data:
+            self._write(data)
 
     def _write(self, data: bytes) -> None:
         try:

@@ -7,7 +7,7 @@ from typing import Any
 
 from .errors import ApiError
 from .protocols.common import invalid, read_bool
-from .prompt import ChatInput, function_definitions, render_chat
+from .prompt import ChatInput, function_definitions, render_chat, tokenize_capped
 from .protocols.chat import read_messages
 from .routes import Exchange
 
@@ -90,8 +90,8 @@ def tokenize(exchange: Exchange) -> None:
     content = body.get("content")
     if not isinstance(content, str):
         raise invalid("content", "expected a string")
-    tokens = app.engine.tokenize(content, add_special=read_bool(body, "add_special", False),
-                                 parse_special=read_bool(body, "parse_special", True))
+    tokens = tokenize_capped(app, content, "content", add_special=read_bool(body, "add_special", False),
+                             parse_special=read_bool(body, "parse_special", True))
     if read_bool(body, "with_pieces"):
         pieces = []
         for token in tokens:

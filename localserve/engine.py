@@ -9,6 +9,7 @@ re-detokenizes the whole output each step; here one token costs one piece lookup
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
 import logging
 import os
@@ -21,6 +22,7 @@ import llama_cpp
 from llama_cpp import llama_cpp as ll
 
 from .generation import SamplingParams
+from .settings import TOKENIZE_ALONE_BYTES
 from .rpc import device_report
 
 log = logging.getLogger("localserve.engine")
@@ -33,6 +35,14 @@ GGUF_MAGIC = b"GGUF"
 
 class ModelLoadError(Exception):
     """The model file cannot be served; the message is one line for the user."""
+
+
+class TooManyTokens(Exception):
+    """A text makes more tokens than the caller's limit; at_least: how many it makes at least."""
+
+    def __init__(self, at_least: int):
+        super().__init__(f"at least {at_least} tokens")
+        self.at_least = at_least
 
 
 class DecodeError(Exception):
@@ -197,6 +207,8 @@ class Engine:
         for token in range(self.n_vocab):
             self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
         self.eog_tokens = [t for t in range(self.n_vocab) if self._eog[t]]
+        self.max_piece_bytes = self._longest_piece()
+        self._big_tokenize = threading.Lock()
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
         self.info = self._read_info(path, n_ctx_train)
@@ -234,16 +246,38 @@ class Engine:
 
     # ---- tokens --------------------------------------------------------------------
 
-    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True,
+                 limit: int | None = None) -> list[int]:
+        """The tokens of text; with a limit, TooManyTokens when there would be more.
+
+        llama.cpp's tokenizers take some 40 bytes of working memory per byte of text. So a text
+        that can't make `limit` tokens or fewer (longer than limit × the longest piece) never
+        reaches them, and big texts are tokenized one at a time: at most one such peak at once.
+        """
+        if limit is not None and len(text) > limit * self.max_piece_bytes:   # characters ≤ bytes
+            raise TooManyTokens(-(-len(text) // self.max_piece_bytes))
         data = text.encode("utf-8")
-        capacity = len(data) + 8
+        if limit is not None and len(data) > limit * self.max_piece_bytes:
+            raise TooManyTokens(-(-len(data) // self.max_piece_bytes))
+        capacity = len(data) + 8 if limit is None else min(len(data) + 8, limit + 1)
         buf = (ll.llama_token * capacity)()
-        n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
-        if n < 0:
-            capacity = -n
-            buf = (ll.llama_token * capacity)()
+        with self._big_tokenize if len(data) > TOKENIZE_ALONE_BYTES else contextlib.nullcontext():
             n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+            if n < 0 and limit is not None:
+                raise TooManyTokens(-n)
+            if n < 0:
+                capacity = -n
+                buf = (ll.llama_token * capacity)()
+                n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
+
+    def _longest_piece(self) -> int:
+        buf = ctypes.create_string_buffer(256)
+        longest = 1
+        for token in range(self.n_vocab):
+            n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
+            longest = max(longest, n if n >= 0 else -n)
+        return longest
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token, special tokens rendered as their text (cached)."""

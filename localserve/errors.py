@@ -57,10 +57,12 @@ def bad_request(message: str, param: str | None = None, code: str | None = None)
     return ApiError(400, message, param=param, code=code)
 
 
-def context_exceeded(n_prompt_tokens: int, n_ctx: int) -> ApiError:
+def context_exceeded(n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False) -> ApiError:
+    """at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""
     return ApiError(
         400,
-        f"the request needs {n_prompt_tokens} prompt tokens but the context holds {n_ctx}",
+        f"the request needs {'at least ' if at_least else ''}{n_prompt_tokens} prompt tokens but the "
+        f"context holds {n_ctx}",
         code="context_length_exceeded",
         param="messages",
         extra={"n_prompt_tokens": n_prompt_tokens, "n_ctx": n_ctx},

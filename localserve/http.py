@@ -30,6 +30,11 @@ CHUNK_SIZE_LINE = re.compile(rb"(?P<size>[0-9A-Fa-f]{1,16})[ \t]*(?:;" + FIELD_C
 CONTENT_LENGTH = re.compile(r"[0-9]+")
 ABSOLUTE_FORM = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 HEAD_END_OR_BARE_LF = re.compile(rb"\r\n\r\n|(?<!\r)\n")
+# Host (RFC 9110 §7.2) = uri-host [ ":" port ], with RFC 3986 §3.2.2's host: no userinfo, no
+# other ":" than the port's, a port of digits only. "localhost:80@evil.com" is not a host.
+REG_NAME = r"(?:[-A-Za-z0-9._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*"
+IP_LITERAL = r"\[(?:[0-9A-Fa-f:.]+|[vV][0-9A-Fa-f]+\.[-A-Za-z0-9._~!$&'()*+,;=:]+)\]"
+HOST = re.compile(rf"(?:{IP_LITERAL}|{REG_NAME})(?::[0-9]*)?")
 OWS = b" \t"
 
 # --- Rules that are not limits --------------------------------------------------------------
@@ -41,10 +46,11 @@ MAX_CHUNK_SIZE_LINE = 1024  # chunk-size plus extensions; longer is garbage, not
 class ProtocolError(Exception):
     """The one error the parser raises. .status (int HTTP status), .message (str)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, headers: list[tuple[str, str]] | None = None):
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers or []  # extra response fields (Retry-After)
         self.path: str | None = None  # the request's path, when its head was read (for the error's shape)
 
 
@@ -64,11 +70,18 @@ class Request:
     query: dict[str, str]  # last value wins
     version: str  # "HTTP/1.1" or "HTTP/1.0"
     headers: list[tuple[str, str]]  # names lower-cased, values stripped, in order
-    body: bytes = b""
+    body: bytes | bytearray = b""  # the bytes as read, never copied (the reader's own buffer)
+    target_authority: str | None = None  # host[:port] of an absolute-form target
 
     def header(self, name: str, default: str | None = None) -> str | None:
         values = self._values(name)
         return ", ".join(values) if values else default
+
+    @property
+    def host(self) -> str | None:
+        """The host the request is for: an absolute-form target's authority replaces the Host
+        header (RFC 9112 §3.2.2), so the Host rules are checked against what will be served."""
+        return self.target_authority if self.target_authority is not None else self.header("host")
 
     @property
     def keep_alive(self) -> bool:
@@ -91,11 +104,18 @@ def parse_head(head: bytes, limits: Limits = Limits()) -> Request:
     if len(field_lines) > limits.max_header_count:
         raise ProtocolError(431, "too many header fields")
     method, target, version = parse_request_line(request_line)
+    if target == "*" and method != "OPTIONS":
+        raise ProtocolError(400, "the target * is for OPTIONS only")   # RFC 9112 §3.2.4
     path, query = split_target(target)
     headers = [parse_field_line(line) for line in field_lines]
     request = Request(method, target, path, query, version, headers)
-    if version == "HTTP/1.1" and len(request._values("host")) != 1:
+    hosts = request._values("host")
+    if version == "HTTP/1.1" and len(hosts) != 1:
         raise ProtocolError(400, "HTTP/1.1 needs exactly one Host header")
+    if any(not HOST.fullmatch(value) for value in hosts):
+        raise ProtocolError(400, "the Host header is not a host[:port]")   # RFC 9112 §3.2
+    if ABSOLUTE_FORM.match(target):
+        request.target_authority = target_authority(target)
     return request
 
 
@@ -139,6 +159,19 @@ def split_target(target: str) -> tuple[str, dict[str, str]]:
     return unquote(path), dict(parse_qsl(query, keep_blank_values=True))
 
 
+def target_authority(target: str) -> str:
+    """host[:port] of an absolute-form target; only http(s), with a host and no userinfo."""
+    scheme, _, rest = target.partition("://")
+    if scheme.lower() not in ("http", "https"):
+        raise ProtocolError(400, f"the target's scheme must be http or https, not '{scheme}'")
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "@" in authority:
+        raise ProtocolError(400, "userinfo in the request target is not allowed")   # RFC 9110 §4.2.4
+    if not authority or authority.startswith(":") or not HOST.fullmatch(authority):
+        raise ProtocolError(400, "the request target's authority is not a host[:port]")
+    return authority
+
+
 # --- Body framing -----------------------------------------------------------------------------
 # Strategy (as in h11's _readers.py): once the head is parsed, one reader object owns the body.
 # Its read(buf) consumes what it can from the front of the receive buffer and returns the whole
@@ -146,12 +179,22 @@ def split_target(target: str) -> tuple[str, dict[str, str]]:
 # in the buffer belongs to the next (pipelined) request.
 
 
+# A body is handed over as the bytearray it was read into: one copy of it, never two. committed
+# says how many body bytes the framing has announced so far, so the server can hold them against
+# its in-flight budget before they arrive.
+
+
 class BodyReader(Protocol):
-    def read(self, buf: bytearray) -> bytes | None: ...
+    def read(self, buf: bytearray) -> bytes | bytearray | None: ...
+
+    @property
+    def committed(self) -> int: ...
 
 
 class NoBodyReader:
     """No Content-Length, no Transfer-Encoding: a request has no body (RFC 9112 §6.3)."""
+
+    committed = 0
 
     def read(self, buf: bytearray) -> bytes | None:
         return b""
@@ -159,15 +202,17 @@ class NoBodyReader:
 
 class ContentLengthReader:
     def __init__(self, length: int):
+        self.committed = length
         self._remaining = length
         self._body = bytearray()
 
-    def read(self, buf: bytearray) -> bytes | None:
-        taken = buf[: self._remaining]
-        del buf[: self._remaining]
-        self._body += taken
-        self._remaining -= len(taken)
-        return bytes(self._body) if self._remaining == 0 else None
+    def read(self, buf: bytearray) -> bytearray | None:
+        with memoryview(buf) as view:   # no temporary copy of what is taken
+            self._body += view[: self._remaining]
+        taken = min(len(buf), self._remaining)
+        del buf[:taken]
+        self._remaining -= taken
+        return self._body if self._remaining == 0 else None
 
 
 class ChunkedReader:
@@ -182,7 +227,11 @@ class ChunkedReader:
         self._trailer_bytes = 0
         self._line_scanned = 0  # bytes of a partial line already searched for its CRLF
 
-    def read(self, buf: bytearray) -> bytes | None:
+    @property
+    def committed(self) -> int:
+        return len(self._body) + self._remaining
+
+    def read(self, buf: bytearray) -> bytearray | None:
         while True:
             if self._state == "size":
                 line = self._take_line(buf, MAX_CHUNK_SIZE_LINE, "chunk-size line", 400)
@@ -190,10 +239,11 @@ class ChunkedReader:
                     return None
                 self._start_chunk(line)
             elif self._state == "data":
-                taken = buf[: self._remaining]
-                del buf[: self._remaining]
-                self._body += taken
-                self._remaining -= len(taken)
+                with memoryview(buf) as view:
+                    self._body += view[: self._remaining]
+                taken = min(len(buf), self._remaining)
+                del buf[:taken]
+                self._remaining -= taken
                 if self._remaining:
                     return None
                 self._state = "data-end"
@@ -209,7 +259,7 @@ class ChunkedReader:
                 if line is None:
                     return None
                 if line == b"":
-                    return bytes(self._body)
+                    return self._body
                 self._read_trailer(line)
 
     def _take_line(self, buf: bytearray, limit: int, what: str, status: int) -> bytes | None:
@@ -333,6 +383,15 @@ class RequestReader:
     def head_complete(self) -> bool:
         return self._request is not None
 
+    @property
+    def pending_path(self) -> str | None:
+        return self._request.path if self._request is not None else None
+
+    @property
+    def body_committed(self) -> int:
+        """Body bytes the pending request's framing has announced so far (0 before its head)."""
+        return self._body_reader.committed if self._request is not None else 0
+
     def _advance(self) -> Request | None:
         if self._request is None:
             request = self._read_head()
@@ -345,6 +404,7 @@ class RequestReader:
             return None
         request, self._request = self._request, None
         request.body = body
+        self._body_reader = NoBodyReader()  # the body is the request's now, not kept here too
         self._continue_sent = False
         return request
 

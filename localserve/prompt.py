@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .engine import GrammarError
+from .engine import GrammarError, TooManyTokens
 from .errors import ApiError, context_exceeded
 from .generation import GenerationRequest, SamplingParams, ToolSpec
 from .grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from .reasoning import detect_reasoning, prompt_opens_reasoning
+from .settings import MAX_TOKENIZE_BYTES
 from .templates import TemplateError, normalize_messages
 from .tools import TOOL_SYNTAXES
 
@@ -49,13 +50,35 @@ def render_chat(app: Any, chat: ChatInput) -> str:
         raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
 
-def tokenize_prompt(app: Any, text: str) -> list[int]:
+def tokenize_prompt(app: Any, text: str, *, fit: bool = True, param: str = "messages") -> list[int]:
+    """The prompt's tokens. fit: it must fit the context, and a text far too long for it is
+    refused without being tokenized; otherwise (counting) the text has a size cap."""
+    if fit:
+        tokens = tokenize_to_fit(app, text, add_special=True, parse_special=True)
+    else:
+        tokens = tokenize_capped(app, text, param, add_special=True, parse_special=True)
     # The template already wrote the BOS text when the model wants it; don't add a second.
-    tokens = app.engine.tokenize(text, add_special=True, parse_special=True)
     bos = app.engine.info.bos_token
     if bos and len(tokens) >= 2 and text.startswith(bos) and tokens[0] == tokens[1]:
         tokens = tokens[1:]
     return tokens
+
+
+def tokenize_to_fit(app: Any, text: str, **options: bool) -> list[int]:
+    """Tokens of a prompt that must fit the context: 400 context_length_exceeded otherwise."""
+    try:
+        return app.engine.tokenize(text, limit=app.engine.n_ctx_seq, **options)
+    except TooManyTokens as exc:
+        raise context_exceeded(exc.at_least, app.engine.n_ctx_seq, at_least=True) from None
+
+
+def tokenize_capped(app: Any, text: str, param: str, **options: bool) -> list[int]:
+    """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (400 beyond)."""
+    size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode("utf-8"))
+    if size > MAX_TOKENIZE_BYTES:
+        raise ApiError(400, f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
+                            f"once, this is {size}", param=param, code="text_too_long")
+    return app.engine.tokenize(text, **options)
 
 
 def check_fits(app: Any, tokens: list[int]) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import orjson
 
+from . import memory
 from .connection import ClientGone, ResponseWriter
 from .errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
 from .http import Request
@@ -33,18 +34,28 @@ class Exchange:
     app: Any
     dialect: str = OPENAI
     request_id: str = ""
+    _json: dict | None = field(default=None, repr=False)
+
+    def has_body(self) -> bool:
+        body = self.request.body
+        return bool(body) and not body.isspace()     # not body.strip(): that copies the body
 
     def json(self) -> dict[str, Any]:
-        """The body as a JSON object, or a 400 naming the problem."""
-        body = self.request.body
-        if not body.strip():
+        """The body as a JSON object, or a 400 naming the problem. Parsed once; the raw bytes are
+        dropped then, so a request holds one copy of its text, not two."""
+        if self._json is not None:
+            return self._json
+        if not self.has_body():
             raise ApiError(400, "the request body is empty; expected a JSON object")
         try:
-            value = orjson.loads(body)
+            with memory.gc_paused():
+                value = orjson.loads(self.request.body)
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise ApiError(400, f"the request body must be a JSON object, not {type(value).__name__}")
+        self.request.body = b""
+        self._json = value
         return value
 
     def send_json(self, value: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> None:
@@ -104,12 +115,19 @@ class Router:
             methods.append("HEAD")
         return methods + ["OPTIONS"]
 
+    def all_methods(self) -> list[str]:
+        return self.allowed([(route, {}) for route in self.routes])
+
     def dispatch(self, request: Request, writer: ResponseWriter, request_id: str = "") -> None:
         matches = self.match(request.path)
         dialect = matches[0][0].dialect if matches else _dialect_for(request.path)
         exchange = Exchange(request, writer, {}, self.app, dialect, request_id)
         try:
             self.app.check_access(exchange)   # auth, Host and CORS rules live in the app
+            if request.target == "*":          # OPTIONS * asks about the server as a whole
+                allow = ", ".join(self.all_methods())
+                writer.send(204, b"", content_type=None, headers=[("Allow", allow)])
+                return
             if not matches:
                 raise ApiError(404, f"no route for {request.path}", code="not_found")
             if request.method == "OPTIONS":

@@ -2,8 +2,14 @@
 
 The connection thread reads requests with http.RequestReader, hands each to the
 router, and keeps the connection alive between requests. Two clocks guard it: a
-request head must arrive within header_timeout of its first byte, and an idle
-keep-alive connection is closed after idle_timeout.
+request head must arrive within header_timeout of its first byte (of the accept,
+for a connection's first request: a socket that sends nothing is closed then), and
+an idle keep-alive connection is closed after idle_timeout.
+
+Request bodies are held against one ByteBudget (--max-inflight-bytes) from when
+their framing announces them until the answer is written; past it a request gets
+a 503. An error answer to a client that may still be sending ends with a lingering
+close (linger.py), so the client reads the answer instead of a reset.
 """
 
 from __future__ import annotations
@@ -17,10 +23,14 @@ from typing import Callable
 
 import orjson
 
+from . import memory
+from .budget import ByteBudget, Held
 from .connection import ClientGone, ResponseWriter
 from .errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
+from .linger import Lingerer, linger_close
 from .metrics import ServerMetrics
+from .settings import INFLIGHT_BODIES, RETRY_AFTER_SECONDS, TRIM_AFTER_BYTES
 
 log = logging.getLogger("localserve.server")
 access_log = logging.getLogger("localserve.access")
@@ -36,9 +46,11 @@ class _Timeout(Exception):
 class HTTPServer:
     def __init__(self, dispatch: Callable[[Request, ResponseWriter, str], None], *, limits: Limits,
                  header_timeout: float, idle_timeout: float, listener: socket.socket,
-                 max_connections: int = 1024):
+                 max_connections: int = 1024, max_inflight_bytes: int | None = None):
         self.dispatch = dispatch
         self.max_connections = max_connections
+        self.inflight = ByteBudget(max_inflight_bytes or INFLIGHT_BODIES * limits.max_body_bytes)
+        self.lingerer = Lingerer()
         self.limits = limits
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
@@ -88,9 +100,11 @@ class HTTPServer:
 
     def _refuse(self, sock: socket.socket) -> None:
         """Over --max-connections: a 503 and close, without a thread of its own."""
-        self._send_protocol_error(sock, ProtocolError(503, f"too many open connections "
-                                                            f"(--max-connections {self.max_connections}); retry shortly"))
-        _close(sock)
+        sock.setblocking(False)      # a few hundred bytes into an empty send buffer: never waits
+        self._send_protocol_error(sock, ProtocolError(503, f"too many open connections (--max-connections "
+                                                            f"{self.max_connections}); retry shortly",
+                                                      headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]))
+        self.lingerer.add(sock)
 
     def connection_count(self) -> int:
         with self._lock:
@@ -107,42 +121,57 @@ class HTTPServer:
 
     def _serve_connection(self, sock: socket.socket, peer: tuple) -> None:
         reader = RequestReader(self.limits)
+        held = Held(self.inflight)
+        # the first head is due header_timeout after the accept: silence is not an idle keep-alive
+        first_head_deadline: float | None = time.monotonic() + self.header_timeout
+        linger = False
         try:
             while not self.draining.is_set():
                 try:
-                    request = self._read_request(sock, reader)
+                    request = self._read_request(sock, reader, held, first_head_deadline)
                 except _Timeout:
                     return
                 except ProtocolError as exc:
                     self._send_protocol_error(sock, exc)
+                    linger = True
                     return
+                first_head_deadline = None
                 if request is None:
                     return
                 self._set_busy(sock, True)
                 try:
-                    if not self._handle(sock, request):
-                        return
+                    keep_alive = self._handle(sock, request)
                 finally:
                     self._set_busy(sock, False)
+                    del request             # the body and all made of it can go before the trim
+                    if held.release() >= TRIM_AFTER_BYTES:
+                        memory.release_free_memory()
+                if not keep_alive:
+                    return
         except OSError:
             pass
         finally:
+            held.release()
             with self._lock:
                 self._connections.pop(sock, None)
-            _close(sock)
+            if linger:
+                linger_close(sock)
+            else:
+                _close(sock)
 
-    def _read_request(self, sock: socket.socket, reader: RequestReader) -> Request | None:
+    def _read_request(self, sock: socket.socket, reader: RequestReader, held: Held,
+                      head_deadline: float | None = None) -> Request | None:
         """The next request, None on a clean EOF between requests; raises _Timeout or ProtocolError."""
-        head_deadline: float | None = None
         body_deadline: float | None = None
         while True:
             request = reader.next_request()
+            self._hold_body(held, reader, request)
             if request is not None:
                 return request
             if reader.wants_continue():
                 sock.sendall(CONTINUE_RESPONSE)
                 reader.mark_continue_sent()
-            if reader.has_partial and not reader.head_complete():
+            if not reader.head_complete() and (reader.has_partial or head_deadline is not None):
                 head_deadline = head_deadline or time.monotonic() + self.header_timeout
                 timeout = head_deadline - time.monotonic()
             elif reader.head_complete():
@@ -166,6 +195,17 @@ class HTTPServer:
                     log.debug("client closed mid-request")
                 return None
             reader.feed(data)
+
+    def _hold_body(self, held: Held, reader: RequestReader, request: Request | None) -> None:
+        """Hold the body bytes announced so far against the in-flight budget, or a 503."""
+        needed = len(request.body) if request is not None else reader.body_committed
+        if held.grow_to(needed):
+            return
+        error = ProtocolError(503, f"the server is handling {self.inflight.used} bytes of request bodies and "
+                                   f"{needed} more would pass --max-inflight-bytes {self.inflight.limit}; "
+                                   f"retry shortly", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))])
+        error.path = request.path if request is not None else reader.pending_path
+        raise error
 
     def _handle(self, sock: socket.socket, request: Request) -> bool:
         """Answer one request; True when the connection may serve another."""
@@ -194,9 +234,10 @@ class HTTPServer:
             status, body = exc.status, orjson.dumps(openai_error_body(error))
         request_id = "req_" + uuid.uuid4().hex[:24]
         headers = [("Content-Type", "application/json"), ("Connection", "close"),
-                   ("request-id", request_id), ("x-request-id", request_id)]
+                   ("request-id", request_id), ("x-request-id", request_id), *exc.headers]
         try:
-            sock.settimeout(1.0)
+            if sock.getblocking():
+                sock.settimeout(1.0)
             sock.sendall(format_response(status, headers, body))
         except OSError:
             pass

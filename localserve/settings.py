@@ -17,12 +17,19 @@ DEFAULT_PREFILL_KEEPALIVE = 5.0    # seconds between ": prefill" SSE comments
 DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
 DEFAULT_HEADER_TIMEOUT = 10.0      # a client must send a whole request head within this
 DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this long
-DEFAULT_DRAIN_TIMEOUT = 30.0
-DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close       # SIGTERM: how long in-flight requests may finish
+DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
+DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close
+INFLIGHT_BODIES = 4                # --max-inflight-bytes default: this many largest bodies at once
+LINGER_SECONDS = 2.0               # after an error answer, how long to read what the client still sends
+MAX_LINGERING_SOCKETS = 256        # refused sockets lingered on at once by the accept loop's helper
+TRIM_AFTER_BYTES = 1024 * 1024     # a request body this large: give freed memory back afterwards
+MALLOC_MMAP_THRESHOLD = 1024 * 1024    # glibc: blocks this large get their own mapping (memory.py)
+TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
+MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
-DEFAULT_BATCH_SIZE = 512
-DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)           # tokens per llama_decode call during prefill
+DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
+DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 
@@ -66,6 +73,7 @@ class Settings:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_inflight_bytes: int = INFLIGHT_BODIES * DEFAULT_MAX_BODY_BYTES
     chat_template_file: str | None = None
     tool_syntax: str | None = None
     data_dir: str | None = None

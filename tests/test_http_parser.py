@@ -582,6 +582,12 @@ field_text = st.text(
 ows = st.sampled_from(["", " ", "\t", "  ", " \t "])
 any_text = st.text(st.characters(codec="utf-8"), max_size=8)
 FRAMING = {"host", "content-length", "transfer-encoding"}
+# a Host value is uri-host [":" port] (RFC 9110 §7.2): a reg-name or an IP literal, digits for a port
+host_values = st.tuples(
+    st.text(string.ascii_letters + string.digits + "-._~!$&'()*+,;=", max_size=12)
+    | st.sampled_from(["[::1]", "127.0.0.1", "%41b"]),
+    st.sampled_from(["", ":", ":8080", ":0"]),
+).map("".join)
 
 
 @st.composite
@@ -597,7 +603,7 @@ def valid_requests(draw: st.DrawFn) -> tuple[bytes, Request]:
     names = tokens.filter(lambda n: n.lower() not in FRAMING)
     headers = draw(st.lists(st.tuples(names, field_text)))
     if version == "HTTP/1.1":
-        headers.insert(draw(st.integers(0, len(headers))), ("Host", draw(field_text)))
+        headers.insert(draw(st.integers(0, len(headers))), ("Host", draw(host_values)))
     body = draw(st.binary(max_size=200))
     framing = draw(st.sampled_from(["length", "chunked"] if version == "HTTP/1.1" else ["length"]))
     if framing == "length":

@@ -73,7 +73,8 @@ def handle_count_tokens(exchange: Exchange) -> None:
     body = exchange.json()
     read_model(body, app)
     chat = read_chat(body, app.signing_key)
-    exchange.send_json({"input_tokens": len(tokenize_prompt(app, render_chat(app, chat)))})
+    tokens = tokenize_prompt(app, render_chat(app, chat), fit=False)
+    exchange.send_json({"input_tokens": len(tokens)})
 
 
 def read_model(body: dict, app: Any) -> str:

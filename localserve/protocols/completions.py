@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..generation import Chunk, Finished, GenerationOutput, GenerationRequest
-from ..prompt import check_fits, check_grammar
+from ..prompt import check_fits, check_grammar, tokenize_to_fit
 from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse, stream_events
 from ..routes import Exchange
 from .chat import finish_reason, serve_openai, timings, usage
@@ -20,7 +20,7 @@ def read_prompt_tokens(app: Any, prompt: Any) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]          # a batch of one
     if isinstance(prompt, str):
-        return app.engine.tokenize(prompt, add_special=True, parse_special=True)
+        return tokenize_to_fit(app, prompt, add_special=True, parse_special=True)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad = [t for t in prompt if not app.engine.valid_token(t)]
         if bad:

@@ -93,7 +93,7 @@ def stored_state(exchange: Exchange) -> Any:
 
 
 def optional_json(exchange: Exchange) -> dict:
-    return exchange.json() if exchange.request.body.strip() else {}
+    return exchange.json() if exchange.has_body() else {}
 
 
 def conversation_id(exchange: Exchange) -> str:

@@ -22,6 +22,7 @@ from .responses_request import ACTIVE, read_plan
 
 FOLLOW_WAIT_SECONDS = 0.25
 FOLLOW_KEEPALIVE = b": keepalive\n\n"
+MAX_SEQUENCE_NUMBER = 2**63 - 1    # SQLite's largest integer: a larger starting_after can't be bound
 
 
 def encode(events: list[dict]) -> bytes:
@@ -121,6 +122,9 @@ def replay(exchange: Exchange, response_id: str, after: int) -> None:
         writer.end_stream()
         return
     writer.start_stream()
+    if writer.head_only:          # the head is all a HEAD asks for: don't follow the run
+        writer.end_stream()
+        return
     keepalive = app.settings.prefill_keepalive or 5.0
     last_write = time.monotonic()
     while True:
@@ -220,4 +224,6 @@ def read_starting_after(query: dict[str, str]) -> int:
         raise invalid("starting_after", f"expected an integer, got '{raw}'") from None
     if value < -1:
         raise invalid("starting_after", "must be at least -1")
+    if value > MAX_SEQUENCE_NUMBER:
+        raise invalid("starting_after", f"must be at most {MAX_SEQUENCE_NUMBER}")
     return value
