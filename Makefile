@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON
 export CMAKE_ARGS
 
-.PHONY: install run test bench dist clean
+.PHONY: install run test bench dist clean fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,3 +40,10 @@ dist: $(VENV)/.dist-tools
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# Generated requests against a real server on a tiny model (tests/fuzz.py); not part of `make test`.
+# Stops after FUZZ_SECONDS or FUZZ_REQUESTS, whichever comes first; FUZZ_SEED replays a run.
+FUZZ_SECONDS ?= 900
+FUZZ_REQUESTS ?= 100000
+fuzz: install
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_REQUESTS=$(FUZZ_REQUESTS) $(BIN)/python tests/fuzz.py
