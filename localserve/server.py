@@ -123,7 +123,7 @@ class HTTPServer:
         reader = RequestReader(self.limits)
         held = Held(self.inflight)
         # the first head is due header_timeout after the accept: silence is not an idle keep-alive
-        first_head_deadline: float | None = time.monotonic() + self.header_timeout
+        first_head_deadline = time.monotonic() + self.header_timeout if self.header_timeout > 0 else None
         linger = False
         try:
             while not self.draining.is_set():
@@ -171,7 +171,8 @@ class HTTPServer:
             if reader.wants_continue():
                 sock.sendall(CONTINUE_RESPONSE)
                 reader.mark_continue_sent()
-            if not reader.head_complete() and (reader.has_partial or head_deadline is not None):
+            if not reader.head_complete() and (reader.has_partial or head_deadline is not None) \
+                    and self.header_timeout > 0:        # 0: no header clock
                 head_deadline = head_deadline or time.monotonic() + self.header_timeout
                 timeout = head_deadline - time.monotonic()
             elif reader.head_complete():

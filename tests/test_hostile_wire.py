@@ -168,6 +168,20 @@ def test_a_refused_connection_reads_its_503_though_it_sent_a_body(tiny_model):
         srv.stop()
 
 
+def test_a_413_reaches_a_client_still_sending_its_body(tiny_model):
+    srv = ServerProcess(tiny_model, "--max-body-bytes", "1000")
+    try:
+        payload = post_json("/tokenize", {"content": "x" * 8 * MB})
+        for _ in range(3):
+            conn = RawConnection(srv.port)
+            conn.send(payload)                     # the server answers 413 at the head and drains the rest
+            resp = conn.read_response()
+            assert resp.status == 413 and resp.header("connection") == "close"
+            conn.close()
+    finally:
+        srv.stop()
+
+
 # ---- item 5: the in-flight body budget, memory per request -------------------------------------
 
 def test_bodies_past_the_inflight_budget_get_503_in_their_dialect(tiny_model):
