@@ -18,6 +18,7 @@ from . import memory
 from .connection import ClientGone, ResponseWriter
 from .errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
 from .http import Request
+from .settings import MAX_JSON_DEPTH
 
 log = logging.getLogger("localserve.routes")
 
@@ -54,6 +55,9 @@ class Exchange:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise ApiError(400, f"the request body must be a JSON object, not {type(value).__name__}")
+        if too_deep(self.request.body, value):
+            raise ApiError(400, f"the request body nests objects and arrays more than {MAX_JSON_DEPTH} levels "
+                                f"deep", code="too_deep")
         self.request.body = b""
         self._json = value
         return value
@@ -80,6 +84,20 @@ class Route:
         parts = re.split(r"(\{\w+\})", self.pattern)
         regex = "".join(f"(?P<{p[1:-1]}>[^/]+)" if p.startswith("{") else re.escape(p) for p in parts)
         self.regex = re.compile(regex + r"\Z")
+
+
+def too_deep(body: bytes | bytearray, value: Any) -> bool:
+    """Whether objects and arrays in the body nest deeper than orjson can write (MAX_JSON_DEPTH).
+    Such a body could be read but not stored or echoed, and would fail half-way through its
+    request; refused at the door instead. Fewer brackets than the limit can't nest past it; past
+    that, orjson itself is the measure (a walk in Python takes seconds on millions of arrays)."""
+    if body.count(b"[") + body.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    try:
+        orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return True
+    return False
 
 
 def send_error(writer: ResponseWriter, error: ApiError, dialect: str = OPENAI) -> None:

@@ -26,6 +26,7 @@ TRIM_AFTER_BYTES = 1024 * 1024     # a request body this large: give freed memor
 MALLOC_MMAP_THRESHOLD = 1024 * 1024    # glibc: blocks this large get their own mapping (memory.py)
 TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
+MAX_JSON_DEPTH = 254               # objects and arrays in a body nest at most this deep: what orjson can write
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill

@@ -56,6 +56,19 @@ def test_starting_after_past_64_bits_is_400_naming_it(stored):
     assert ok.status == 200 and ok.body == b""     # the largest cursor SQLite can hold: nothing after it
 
 
+def nested(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def test_a_body_nested_past_what_can_be_stored_is_400_not_500(stored):
+    srv, _ = stored
+    head = b'{"model":"tiny","input":"hi","max_output_tokens":2,"extra":'
+    resp = request(srv.port, post_json("/v1/responses", head + nested(300) + b"}"))
+    assert resp.status == 400 and resp.json()["error"]["code"] == "too_deep"     # was a 500 from the store
+    ok = request(srv.port, post_json("/v1/responses", head + nested(100) + b"}"))
+    assert ok.status == 200, ok.body
+
+
 # ---- item 8: HEAD never has a body -------------------------------------------------------------
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 10.0) -> bytes:
