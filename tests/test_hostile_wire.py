@@ -64,7 +64,7 @@ def test_a_body_nested_past_what_can_be_stored_is_400_not_500(stored):
     srv, _ = stored
     head = b'{"model":"tiny","input":"hi","max_output_tokens":2,"extra":'
     resp = request(srv.port, post_json("/v1/responses", head + nested(300) + b"}"))
-    assert resp.status == 400 and resp.json()["error"]["code"] == "too_deep"     # was a 500 from the store
+    assert resp.status == 400 and resp.json()["error"]["code"] == "json_too_deep"    # was a 500 from the store
     ok = request(srv.port, post_json("/v1/responses", head + nested(100) + b"}"))
     assert ok.status == 200, ok.body
 
