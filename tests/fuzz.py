@@ -25,6 +25,7 @@ import http.client
 import json
 import os
 import random
+import re
 import signal
 import socket
 import sys
@@ -42,7 +43,10 @@ from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 TIMEOUT = 60.0               # one answer; longer means the server stalled
 RAW_SHARE = 0.04             # requests sent as raw bytes at the HTTP level
 DROP_SHARE = 0.03            # connections dropped mid-request or mid-answer
+RECENT = 3                   # requests per client reported with a death, besides those in flight
 DEATH_GRACE = 5.0            # seconds a failed connection waits to see whether the server is dying
+MAX_RSS_MB = int(os.environ.get("FUZZ_MAX_RSS_MB", 3000))   # past it: a violation, and a new server
+CAUSE_LINES = re.compile(r"GGML_ASSERT|terminate called|what\(\)|Error|error:|Traceback|Fatal|abort", re.I)
 STREAM_ENDS = {"/v1/chat/completions": b"data: [DONE]", "/v1/completions": b"data: [DONE]",
                "/v1/responses": b"event: response.", "/v1/messages": b"event: message_stop"}
 RAW_5XX = (501, 505)         # what HTTP itself answers to an unknown coding or version (RFC 9110 §15.6)
@@ -78,8 +82,17 @@ class Target:
     def restart(self, seen_generation: int) -> None:
         with self.lock:
             if self.generation == seen_generation:
+                if self.server.proc.poll() is None:
+                    self.server.proc.kill()
+                    self.server.stop()
                 self.server = self._start()
                 self.generation += 1
+
+    def cause(self) -> str:
+        """The log lines that say why the server went (not the backtrace that follows them)."""
+        lines = [line for line in self.server.log.splitlines()[-400:] if CAUSE_LINES.search(line)
+                 and not line.startswith("#")]
+        return "\n".join(lines[-12:])
 
 
 class Tally:
@@ -160,6 +173,7 @@ class Client(threading.Thread):
         self.conn: http.client.HTTPConnection | None = None
         self.generation = -1
         self.current: tuple[str, str, bytes | None] | None = None
+        self.recent: collections.deque = collections.deque(maxlen=RECENT)   # answered just before
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -174,6 +188,8 @@ class Client(threading.Thread):
                 self.drop()
             else:
                 self.one()
+            if self.current is not None:
+                self.recent.append(self.current)
             self.current = None
 
     def connection(self) -> http.client.HTTPConnection:
@@ -338,20 +354,26 @@ def main(argv: list[str] | None = None) -> int:
     next_report = started + 30
     while any(c.is_alive() for c in clients) and time.monotonic() < deadline:
         time.sleep(0.5)
-        if target.server.proc.poll() is not None:
-            time.sleep(1)      # a client's failed request reports the death; make sure it is seen
-            if target.server.proc.poll() is not None:
-                server = target.server
-                tally.violation("server died", "", "", None,
-                                f"exit status {server.proc.returncode}; log tail:\n{server.log[-3000:]}")
+        rss_mb = proc_status(target.server.proc.pid).get("VmRSS", 0) // 1024
+        if target.server.proc.poll() is not None or rss_mb > MAX_RSS_MB:
+            time.sleep(1)      # let the death (or the growth) show
+            server = target.server
+            if server.proc.poll() is not None:
+                what = f"server died: exit status {server.proc.returncode}"
+            else:
+                what = f"server grew past {MAX_RSS_MB} MB (RSS {rss_mb} MB): stopped"
+            if server.proc.poll() is not None or rss_mb > MAX_RSS_MB:
+                tally.violation(what, "", "", None, f"log:\n{target.cause()}")
                 for method, path, data in [c.current for c in clients if c.current]:
-                    tally.violation("in flight when it died", method, path, data, "")
+                    tally.violation("in flight then", method, path, data, "")
+                for method, path, data in [r for c in clients for r in c.recent]:
+                    tally.violation("answered just before", method, path, data, "")
                 target.restart(target.generation)
         if time.monotonic() >= next_report:
             next_report += 30
             elapsed = time.monotonic() - started
             print(f"  {elapsed:5.0f} s: {tally.tried} requests, {tally.tried / elapsed:.0f}/s, "
-                  f"{tally.violations} violations", flush=True)
+                  f"{tally.violations} violations, server RSS {rss_mb} MB", flush=True)
     stop.set()
     for client in clients:
         client.join(TIMEOUT)
@@ -367,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
     status = proc_status(server.proc.pid)
     exit_status = server.stop(signal.SIGTERM)
     if exit_status != 0:
-        tally.violation("exit status", "SIGTERM", "", None, f"{exit_status}; log tail:\n{server.log[-1500:]}")
+        tally.violation("exit status", "SIGTERM", "", None, f"{exit_status}; log:\n{target.cause()}\n"
+                                                            f"{server.log[-1500:]}")
     if health != 200:
         tally.violation("health", "GET", "/health", None, f"{health} after the run")
 
