@@ -52,6 +52,7 @@ class ProtocolError(Exception):
         self.message = message
         self.headers = headers or []  # extra response fields (Retry-After)
         self.path: str | None = None  # the request's path, when its head was read (for the error's shape)
+        self.method: str | None = None  # and its method (an answer to HEAD has no body)
 
 
 @dataclass(frozen=True)
@@ -360,7 +361,7 @@ class RequestReader:
             return self._advance()
         except ProtocolError as error:
             if self._request is not None:
-                error.path = self._request.path
+                error.path, error.method = self._request.path, self._request.method
             self._error = error
             raise
 
@@ -384,8 +385,9 @@ class RequestReader:
         return self._request is not None
 
     @property
-    def pending_path(self) -> str | None:
-        return self._request.path if self._request is not None else None
+    def pending(self) -> Request | None:
+        """The request whose head is read and whose body is not complete yet."""
+        return self._request
 
     @property
     def body_committed(self) -> int:

@@ -205,7 +205,8 @@ class HTTPServer:
         error = ProtocolError(503, f"the server is handling {self.inflight.used} bytes of request bodies and "
                                    f"{needed} more would pass --max-inflight-bytes {self.inflight.limit}; "
                                    f"retry shortly", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))])
-        error.path = request.path if request is not None else reader.pending_path
+        request = request or reader.pending
+        error.path, error.method = request.path, request.method
         raise error
 
     def _handle(self, sock: socket.socket, request: Request) -> bool:
@@ -239,7 +240,7 @@ class HTTPServer:
         try:
             if sock.getblocking():
                 sock.settimeout(1.0)
-            sock.sendall(format_response(status, headers, body))
+            sock.sendall(format_response(status, headers, body, head_only=exc.method == "HEAD"))
         except OSError:
             pass
         access_log.info("- - %d %d (%s)", status, len(body), exc.message)

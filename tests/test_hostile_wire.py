@@ -96,6 +96,21 @@ def test_head_of_a_replayed_stream_is_the_head_alone(stored):
     assert rest.endswith(b'{"status":"ok"}')
 
 
+def test_an_error_to_head_has_no_body_either(tiny_model):
+    srv = ServerProcess(tiny_model, "--max-body-bytes", "1000")
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall(b"HEAD /health HTTP/1.1\r\nHost: localhost\r\nContent-Length: 5000\r\n\r\n")
+            data = read_until(sock, b"\r\n\r\n")
+            sock.settimeout(5)
+            while chunk := sock.recv(65536):       # the server closes after the 413's head
+                data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and rest == b""
+    finally:
+        srv.stop()
+
+
 # ---- item 9: OPTIONS *, absolute-form targets, Host syntax ---------------------------------------
 
 def test_options_asterisk_is_204_with_allow(stored):
