@@ -18,6 +18,8 @@ import math
 import threading
 from typing import Any, Callable, Iterable
 
+from . import memory
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -226,6 +228,11 @@ class ServerMetrics:
         r.gauge("localserve_slots_total", "Slots (sequences the runtime holds at once)",
                 self._runtime(lambda rt: len(rt.slots)))
         r.gauge("localserve_open_connections", "Client connections open", self._open_connections)
+        r.gauge("localserve_inflight_body_bytes", "Request-body bytes being read or handled (--max-inflight-bytes)",
+                self._server(lambda server: server.inflight.used))
+        r.gauge("localserve_inflight_body_limit_bytes", "The in-flight body budget (--max-inflight-bytes)",
+                self._server(lambda server: server.inflight.limit))
+        r.gauge("process_resident_memory_bytes", "Resident set size of the process (from /proc)", memory.rss_bytes)
         r.gauge("localserve_prompt_cache_bytes", "Bytes held by the RAM prompt cache",
                 self._runtime(lambda rt: rt.cache.size))
         r.gauge("localserve_prompt_cache_limit_bytes", "The RAM prompt cache's limit (--cache-ram)",
@@ -287,6 +294,11 @@ class ServerMetrics:
         def value() -> float | None:
             runtime = getattr(self.app, "runtime", None)
             return None if runtime is None else read(runtime)
+        return value
+
+    def _server(self, read: Callable[[Any], float]) -> Callable[[], float | None]:
+        def value() -> float | None:
+            return None if self.server is None else read(self.server)
         return value
 
     def _open_connections(self) -> float | None:

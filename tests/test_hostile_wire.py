@@ -227,6 +227,9 @@ def test_bodies_past_the_inflight_budget_get_503_in_their_dialect(tiny_model):
         assert anthropic_resp.status == 529 and anthropic_resp.header("retry-after")
         assert anthropic_resp.json()["error"]["type"] == "overloaded_error"
         assert request(srv.port, post_json("/tokenize", {"content": "hi"})).status == 200   # small ones pass
+        metrics = request(srv.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode()
+        assert "localserve_inflight_body_bytes 100000" in metrics
+        assert "localserve_inflight_body_limit_bytes 150000" in metrics
         slow.send(b" " * (100000 - 10))            # the held body ends (and is answered): its bytes free up
         assert slow.read_response().status == 400
         again = request(srv.port, post_json("/v1/chat/completions", big))
