@@ -156,7 +156,8 @@ def stream_problem(method: str, path: str, data: bytes) -> str | None:
         return "an internal error in the stream"
     if method != "POST":
         return None         # a replay starting after the last event is rightly empty
-    end = STREAM_ENDS.get(path.split("?")[0])
+    base = path.split("?")[0]
+    end = STREAM_ENDS.get(base)
     if end is None or end in data:
         return None
     if base == "/v1/messages" and b"event: error" in data:
