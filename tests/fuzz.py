@@ -292,6 +292,7 @@ class Client(threading.Thread):
         body["stream"] = self.gen.chance(0.6)
         body["max_tokens" if "messages" in body else "max_output_tokens"] = 30
         data = to_json(body)
+        self.current = ("DROP " + method, path, data)
         head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(data)}\r\n\r\n").encode()
         try:
