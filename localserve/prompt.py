@@ -50,7 +50,7 @@ def render_chat(app: Any, chat: ChatInput) -> str:
         raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
 
-def tokenize_prompt(app: Any, text: str, *, fit: bool = True, param: str = "messages") -> list[int]:
+def tokenize_prompt(app: Any, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
     """The prompt's tokens. fit: it must fit the context, and a text far too long for it is
     refused without being tokenized; otherwise (counting) the text has a size cap."""
     if fit:
@@ -91,7 +91,7 @@ def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, m
                        stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
                        label: str = "") -> GenerationRequest:
     text = render_chat(app, chat)
-    tokens = tokenize_prompt(app, text)
+    tokens = tokenize_prompt(app, text, fit=True)
     check_fits(app, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
                                 logprobs=logprobs, top_logprobs=top_logprobs, label=label)

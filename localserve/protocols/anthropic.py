@@ -73,7 +73,7 @@ def handle_count_tokens(exchange: Exchange) -> None:
     body = exchange.json()
     read_model(body, app)
     chat = read_chat(body, app.signing_key)
-    tokens = tokenize_prompt(app, render_chat(app, chat), fit=False)
+    tokens = tokenize_prompt(app, render_chat(app, chat))
     exchange.send_json({"input_tokens": len(tokens)})
 
 
