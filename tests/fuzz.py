@@ -110,13 +110,17 @@ class Tally:
             self.statuses[status] += 1
             self.kinds[kind] += 1
 
-    def violation(self, what: str, method: str, path: str, body: bytes | None, detail: str) -> None:
+    def violation(self, what: str, method: str, path: str, body: bytes | None, detail: str,
+                  context: bool = False) -> None:
+        """One violation; context: a request recorded beside one (in flight when the server died)."""
         with self.lock:
-            self.violations += 1
             record = {"violation": what, "method": method, "path": path, "detail": detail[:2000],
                       "body": (body or b"")[:20000].decode("utf-8", "replace")}
             self.out.write(json.dumps(record) + "\n")
             self.out.flush()
+            if context:
+                return
+            self.violations += 1
             if self.violations <= 20:
                 print(f"VIOLATION {what}: {method} {path} {detail[:300]}\n  body: {(body or b'')[:300]!r}",
                       flush=True)
@@ -367,9 +371,9 @@ def main(argv: list[str] | None = None) -> int:
             if server.proc.poll() is not None or rss_mb > MAX_RSS_MB:
                 tally.violation(what, "", "", None, f"log:\n{target.cause()}")
                 for method, path, data in [c.current for c in clients if c.current]:
-                    tally.violation("in flight then", method, path, data, "")
+                    tally.violation("in flight then", method, path, data, "", context=True)
                 for method, path, data in [r for c in clients for r in c.recent]:
-                    tally.violation("answered just before", method, path, data, "")
+                    tally.violation("answered just before", method, path, data, "", context=True)
                 target.restart(target.generation)
         if time.monotonic() >= next_report:
             next_report += 30
