@@ -101,6 +101,7 @@ class Tally:
         self.statuses: collections.Counter = collections.Counter()
         self.kinds: collections.Counter = collections.Counter()
         self.violations = 0
+        self.violation_kinds: collections.Counter = collections.Counter()
         self.tried = 0
         self.out = out.open("w")
 
@@ -121,6 +122,7 @@ class Tally:
             if context:
                 return
             self.violations += 1
+            self.violation_kinds[what.split(":")[0].split(" (")[0]] += 1
             if self.violations <= 20:
                 print(f"VIOLATION {what}: {method} {path} {detail[:300]}\n  body: {(body or b'')[:300]!r}",
                       flush=True)
@@ -406,7 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     print("  by status: " + ", ".join(f"{k} {n}" for k, n in sorted(tally.statuses.items(), key=str)))
     print(f"  server at the end: RSS {status.get('VmRSS', 0) // 1024} MB (peak {status.get('VmHWM', 0) // 1024} MB), "
           f"{status.get('Threads', '?')} threads; /health {health}; SIGTERM exit status {exit_status}")
-    print(f"  violations: {tally.violations}" + (f" (see {out})" if tally.violations else ""))
+    print(f"  violations: {tally.violations}" + (f" (see {out}): " if tally.violations else "")
+          + ", ".join(f"{k} {n}" for k, n in tally.violation_kinds.most_common()))
     tally.out.close()
     return 1 if tally.violations else 0
 
