@@ -18,6 +18,7 @@ import pytest
 
 from conftest import ROOT, ServerProcess
 from rawhttp import RawConnection, post_json, request
+from tinymodel import NO_EOG
 
 GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
 GET_METRICS = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -111,6 +112,24 @@ def test_an_error_to_head_has_no_body_either(tiny_model):
         assert head.startswith(b"HTTP/1.1 413") and rest == b""
     finally:
         srv.stop()
+
+
+def test_head_of_a_response_still_running_is_the_head_alone(stored):
+    srv, _ = stored
+    created = request(srv.port, post_json("/v1/responses", {
+        "model": "tiny", "input": "hi", "max_output_tokens": 1500, "background": True, "logit_bias": NO_EOG}))
+    assert created.status == 200, created.body
+    response_id = created.json()["id"]
+    try:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as sock:
+            sock.sendall(f"HEAD /v1/responses/{response_id}?stream=true HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+                         + GET_HEALTH)
+            data = read_until(sock, b'{"status":"ok"}')
+        head, _, rest = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and rest.startswith(b"HTTP/1.1 200"), rest[:200]
+    finally:
+        request(srv.port, f"POST /v1/responses/{response_id}/cancel HTTP/1.1\r\nHost: localhost\r\n"
+                          f"Content-Length: 0\r\n\r\n".encode())
 
 
 # ---- item 9: OPTIONS *, absolute-form targets, Host syntax ---------------------------------------
