@@ -170,7 +170,8 @@ class App:
         self.store = open_store(s)
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
-                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics)
+                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics,
+                               sample_time_limit=s.sample_time_limit)
         self.runtime.start()
 
     def close(self) -> None:

@@ -69,6 +69,13 @@ def _non_negative_float(value: str) -> float:
     return number
 
 
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return number
+
+
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
@@ -94,6 +101,9 @@ OPTIONS: tuple[Option, ...] = (
            "SECONDS"),
     Option("max-connections", positive_int, defaults.DEFAULT_MAX_CONNECTIONS,
            "open connections allowed at once (a thread each); beyond it a 503", "N"),
+    Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
+           "seconds one request may take to choose one token (a costly grammar); then it fails, "
+           "the others go on", "SECONDS"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),

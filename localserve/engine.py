@@ -433,12 +433,32 @@ def _token_refs(grammar: str) -> list[str]:
     return refs
 
 
+class NoLegalToken(Exception):
+    """Nothing may come next: every token the grammar allows is banned (logit_bias -100).
+
+    ``grammar_complete`` says whether the grammar could end here (only an end-of-generation
+    token was legal, and that is banned): then the output is whole and the job ends normally.
+    """
+
+    def __init__(self, grammar_complete: bool):
+        super().__init__("no token is allowed by both the grammar and logit_bias")
+        self.grammar_complete = grammar_complete
+
+
 class Sampler:
-    """A native llama.cpp sampler chain for one job: its seed, grammar and penalties."""
+    """A native llama.cpp sampler chain for one job: its seed, grammar and penalties.
+
+    The chain is applied to our own candidate array and the token accepted only once it is
+    known to be legal: llama.cpp's grammar throws a C++ exception (which aborts the whole
+    process) when asked to accept a token it forbids, and ``llama_sampler_sample`` picks one
+    when a logit_bias has banned every token the grammar allows.
+    """
 
     def __init__(self, engine: Engine, params: SamplingParams):
         self.engine = engine
         self._argmax_bias = self._plain_greedy_bias(params)
+        self._grammar = None            # the chain owns it; kept to ask whether the grammar may end
+        self._candidates = None
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         self.chain = chain
         try:
@@ -446,6 +466,8 @@ class Sampler:
         except Exception:
             ll.llama_sampler_free(chain)
             raise
+        if self._argmax_bias is None:
+            self._candidates = CandidateBuffer(engine.n_vocab)
 
     def _add(self, sampler) -> None:
         if not sampler:
@@ -468,6 +490,7 @@ class Sampler:
             if not grammar:
                 raise GrammarError("the grammar could not be parsed by llama.cpp")
             self._add(grammar)
+            self._grammar = grammar
         if p.temperature <= 0:
             self._add(ll.llama_sampler_init_greedy())
             return
@@ -496,9 +519,19 @@ class Sampler:
         return ids, values, frozenset(p.logit_bias)
 
     def sample(self, index: int) -> int:
-        """Sample from batch entry `index` of the last decode and accept the token."""
-        if self._argmax_bias is None:
-            return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
+        """Sample from batch entry `index` of the last decode and accept the token.
+
+        Raises NoLegalToken when the bias and grammar leave no token to choose.
+        """
+        if self._argmax_bias is not None:
+            return self._greedy_with_bias(index)
+        token, logit = self._candidates.choose(self.chain, self.engine.logits(index))
+        if logit == float("-inf"):      # the chain chose among nothing but forbidden tokens
+            raise NoLegalToken(self._grammar_may_end())
+        ll.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _greedy_with_bias(self, index: int) -> int:
         # A bias and greedy keep no state, so the chain need not hear of the token.
         ids, values, biased_ids = self._argmax_bias
         logits = self.engine.logits(index)
@@ -508,7 +541,10 @@ class Sampler:
         if best in biased_ids:          # the raw winner is biased itself: bias a copy of all
             biased_all = logits.copy()
             biased_all[ids] += values
-            return int(biased_all.argmax())
+            best = int(biased_all.argmax())
+            if biased_all[best] == float("-inf"):
+                raise NoLegalToken(False)
+            return best
         # an unbiased winner only competes with the biased tokens' new values
         biased = logits[ids] + values
         k = int(biased.argmax())
@@ -516,7 +552,19 @@ class Sampler:
             return int(ids[k])
         return best
 
+    def _grammar_may_end(self) -> bool:
+        """Whether the grammar would accept an end-of-generation token now."""
+        if self._grammar is None or not self.engine.eog_tokens:
+            return False
+        probe = CandidateBuffer(1)
+        probe.fill_one(self.engine.eog_tokens[0])
+        ll.llama_sampler_apply(self._grammar, probe.ref)
+        return probe.logit(0) != float("-inf")
+
     def accept(self, token: int) -> None:
+        """Tell the chain about a token chosen elsewhere (forced). Never with a grammar: it could not check it."""
+        if self._grammar is not None:
+            raise GrammarError("a token cannot be forced past a grammar")
         if self._argmax_bias is None:
             ll.llama_sampler_accept(self.chain, token)
 
@@ -524,6 +572,54 @@ class Sampler:
         if self.chain:
             ll.llama_sampler_free(self.chain)
             self.chain = None
+            self._grammar = None
+
+
+class CandidateBuffer:
+    """A llama_token_data_array over a numpy array we own: filled from logits, then given to a chain."""
+
+    def __init__(self, n: int):
+        import numpy as np
+        self.n = n
+        self.rows = np.zeros(n, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)]))
+        self.ids = np.arange(n, dtype=np.int32)
+        self.array = ll.llama_token_data_array()
+        self.ref = ctypes.byref(self.array)
+        self._data = ctypes.cast(self.rows.ctypes.data, ll.llama_token_data_p)
+
+    def _reset(self) -> None:
+        # samplers sort and shrink the array in place: every use starts from a fresh one
+        self.array.data = self._data
+        self.array.size = self.n
+        self.array.selected = -1
+        self.array.sorted = False
+
+    def fill_one(self, token: int) -> None:
+        self.rows[0] = (token, 0.0, 0.0)
+        self._reset()
+
+    def choose(self, chain, logits) -> tuple[int, float]:
+        """Apply the chain to these logits: the selected token and its logit after every sampler."""
+        rows = self.rows
+        rows["id"] = self.ids
+        rows["logit"] = logits
+        rows["p"] = 0.0
+        self._reset()
+        ll.llama_sampler_apply(chain, self.ref)
+        selected, size = self.array.selected, self.array.size
+        if 0 <= selected < size and self.array.data[selected].logit != float("-inf"):
+            chosen = self.array.data[selected]
+            return int(chosen.id), float(chosen.logit)
+        # Nothing legal was chosen (a distribution over all -inf is NaN): the best legal
+        # candidate left, if any. Samplers only sort and shrink the array, in place.
+        if size <= 0 or ctypes.addressof(self.array.data.contents) != self.rows.ctypes.data:
+            return 0, float("-inf")
+        left = rows["logit"][:size]
+        best = int(left.argmax())
+        return int(rows["id"][best]), float(left[best])
+
+    def logit(self, i: int) -> float:
+        return float(self.array.data[i].logit)
 
 
 def supports_rpc() -> bool:

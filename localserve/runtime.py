@@ -17,11 +17,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, Sampler
+from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken, Sampler
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
 from .metrics import ServerMetrics
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
+from .settings import DEFAULT_SAMPLE_TIME_LIMIT
 from .textstream import OutputPipeline
 
 log = logging.getLogger("localserve.runtime")
@@ -78,8 +79,9 @@ class Job:
 
 class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
-                 metrics: ServerMetrics | None = None):
+                 metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT):
         self.engine = engine
+        self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
         self.max_queue = max_queue
@@ -104,6 +106,8 @@ class Runtime:
         self.thread.join(timeout=5)
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
+        if not request.prompt_tokens:
+            raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
         gen = ActiveGeneration(request)
         with self.cond:
             if self.stopping:
@@ -180,8 +184,12 @@ class Runtime:
             return
         for job, row, n_tokens in rows:
             job.n_past += n_tokens
-            if row is not None:
-                self._sample(job, row)
+            if row is None:
+                continue
+            if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
+                self._cancel(job)
+            else:
+                self._sample_alone(job, row)
 
     def _emit(self, job: Job, event: object) -> None:
         self._outbox.append((job.gen, event))
@@ -205,7 +213,16 @@ class Runtime:
                 self._end_cancelled_waiting(gen)
                 continue
             slot = self._choose_slot(free, gen.request.prompt_tokens)
-            self._start(gen, slot)
+            try:
+                self._start(gen, slot)
+            except Exception:       # this job alone fails; the others and the slot go on
+                log.exception("could not start job %s (%s)", gen.id, gen.request.label)
+                if slot.job is not None and slot.job.gen is gen:
+                    self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
+                else:
+                    self.engine.seq_remove(slot.seq_id)
+                    slot.tokens = []
+                    gen.events.put(Finished(error=GenerationError(500, "internal error while starting this request")))
 
     def _drop_cancelled_waiting(self) -> None:
         """Jobs whose clients left while queued give their places back now, not when a slot frees."""
@@ -242,7 +259,7 @@ class Runtime:
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
         prompt = gen.request.prompt_tokens
         shared = self._reuse_cache(slot, prompt)
-        keep = min(shared, len(prompt) - 1)
+        keep = max(0, min(shared, len(prompt) - 1))     # the last prompt token is always decoded
         if not self._truncate(slot, keep):
             keep = 0
         try:
@@ -325,7 +342,38 @@ class Runtime:
 
     # ---- per-token work ------------------------------------------------------------
 
+    def _sample_alone(self, job: Job, row: int) -> None:
+        """Sample one job's next token; whatever goes wrong ends this job alone."""
+        started = time.monotonic()
+        try:
+            self._sample(job, row)
+        except NoLegalToken as exc:
+            if exc.grammar_complete:    # only an end token could follow, and it is banned: the output is whole
+                self._retire(job, "stop")
+            else:
+                self._fail(job, GenerationError(400, "no token is allowed by both the grammar and logit_bias: "
+                                                     "the bias bans every token the grammar allows next",
+                                                "no_allowed_token"))
+            return
+        except Exception:
+            log.exception("sampling failed for job %s (%s)", job.gen.id, job.request.label)
+            self._fail(job, GenerationError(500, "internal error while sampling this request"))
+            return
+        spent = time.monotonic() - started
+        if spent > self.sample_time_limit and job.slot.job is job:
+            log.warning("job %s (%s) took %.2f s to sample one token; failing it", job.gen.id,
+                        job.request.label, spent)
+            self._fail(job, GenerationError(
+                400, f"choosing one token took {spent:.1f} s, over the limit of {self.sample_time_limit:g} s "
+                     f"(--sample-time-limit): the grammar or schema is too costly to follow; simplify it",
+                "sampling_too_slow"))
+
     def _sample(self, job: Job, row: int) -> None:
+        if job.next_token is not None:
+            job.slot.tokens.append(job.next_token)      # decoded in this step
+        else:
+            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
+        job.next_token = None
         if job.logprobs is not None:
             logprob_entry = self._logprobs(row, job.request.top_logprobs)
         if job.forced:
@@ -336,11 +384,6 @@ class Runtime:
         now = time.monotonic()
         if job.t_first_token is None:
             job.t_first_token = now
-        if job.next_token is not None:
-            job.slot.tokens.append(job.next_token)      # decoded in this step
-        else:
-            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
-        job.next_token = None
         if self.engine.is_eog(token):
             self._retire(job, "stop")
             return

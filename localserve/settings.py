@@ -23,8 +23,18 @@ DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)           # tokens per llama_decode call during prefill
+DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
+
+# What a request may ask of the runtime, checked before it is queued (400 naming the limit)
+MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
+MAX_GRAMMAR_BYTES = 256 * 1024     # GBNF text, given or built from a schema or tools
+MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxima into unbounded '*')
+MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
+MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
+MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
+MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it are recursive)
 
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
 DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same
@@ -66,6 +76,7 @@ class Settings:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT
     chat_template_file: str | None = None
     tool_syntax: str | None = None
     data_dir: str | None = None
