@@ -98,6 +98,17 @@ def flush_when_idle(exchange: Exchange, gen: ActiveGeneration, buffer: list[byte
 
 
 @contextlib.contextmanager
+def cancel_on_error(gen: ActiveGeneration):
+    """Around everything between submit and the job's end: whatever fails there cancels the job,
+    so no job runs on with nobody to read it."""
+    try:
+        yield
+    except BaseException as exc:
+        gen.cancel(f"the request failed while its job ran ({type(exc).__name__})")
+        raise
+
+
+@contextlib.contextmanager
 def cancel_on_disconnect(gen: ActiveGeneration):
     """Around a stream's writes: a client that went away cancels the job at once."""
     try:

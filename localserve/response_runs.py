@@ -154,7 +154,7 @@ class ResponseRun:
         try:
             result = write(self.store)
             return True if result is None else result
-        except (sqlite3.Error, ValueError) as exc:
+        except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:    # TypeError: orjson's encode error
             log.error("could not store response %s: %s", self.id, exc)
             return None
 

@@ -17,6 +17,7 @@ import orjson
 from .connection import ClientGone, ResponseWriter
 from .errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
 from .http import Request
+from .settings import MAX_JSON_DEPTH
 
 log = logging.getLogger("localserve.routes")
 
@@ -45,6 +46,9 @@ class Exchange:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
         if not isinstance(value, dict):
             raise ApiError(400, f"the request body must be a JSON object, not {type(value).__name__}")
+        if _nests_deeper(value, MAX_JSON_DEPTH):
+            raise ApiError(400, f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels "
+                                f"(MAX_JSON_DEPTH)", code="json_too_deep")
         return value
 
     def send_json(self, value: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> None:
@@ -52,6 +56,21 @@ class Exchange:
 
     def send_error(self, error: ApiError) -> None:
         send_error(self.writer, error, self.dialect)
+
+
+def _nests_deeper(value: Any, limit: int) -> bool:
+    """Whether arrays and objects nest more than `limit` deep (walked without recursion: the
+    readers, schema walks and templates after this one recurse, and must not hit Python's limit)."""
+    pending = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= limit:
+                    return True
+                pending.append((child, depth + 1))
+    return False
 
 
 Handler = Callable[[Exchange], None]

@@ -95,6 +95,8 @@ def _normalize_message(message: Any) -> dict:
     if isinstance(content, list):
         content = _join_text_parts(content)
     if out.get("tool_calls"):
+        if not isinstance(out["tool_calls"], list):
+            raise TemplateError("a message's tool_calls must be an array")
         out["tool_calls"] = [_normalize_tool_call(c) for c in out["tool_calls"]]
     else:
         out.pop("tool_calls", None)

@@ -28,8 +28,8 @@ import orjson
 from ..errors import anthropic_error_body
 from ..generation import Chunk, Context, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from ..prompt import build_chat_request, render_chat, tokenize_prompt
-from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse,
-                       stream_events, submit, wait_for_output)
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
+                       flush_when_idle, sse, stream_events, submit, wait_for_output)
 from ..routes import ANTHROPIC, Exchange, Router
 from ..signing import sign
 from ..tools import new_call_id
@@ -59,11 +59,12 @@ def handle_messages(exchange: Exchange) -> None:
     meta = MessageMeta(new_call_id("msg_"), read_model(body, app), app.signing_key)
     gen_request = read_request(app, body, exchange.request_id)
     gen = submit(exchange, gen_request)
-    if stream:
-        stream_response(exchange, gen, meta)
-    else:
-        output = wait_for_output(exchange, gen)
-        exchange.send_json(final_response(output, meta))
+    with cancel_on_error(gen):
+        if stream:
+            stream_response(exchange, gen, meta)
+        else:
+            output = wait_for_output(exchange, gen)
+            exchange.send_json(final_response(output, meta))
 
 
 def handle_count_tokens(exchange: Exchange) -> None:

@@ -21,6 +21,7 @@ import orjson
 
 from ..prompt import ChatInput, ToolChoice
 from ..signing import verify
+from ..settings import MAX_INT_PARAM
 from .common import invalid, read_template_kwargs
 
 TEXT_ONLY = "this server takes text only"
@@ -298,7 +299,7 @@ def read_thinking(value: Any, template_kwargs: dict) -> int | None:
     if kind != "enabled":
         raise invalid("thinking.type", f"expected enabled, disabled or adaptive; got {kind!r}")
     budget = value.get("budget_tokens")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise invalid("thinking.budget_tokens", "expected a positive integer")
+    if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_INT_PARAM:
+        raise invalid("thinking.budget_tokens", f"expected a positive integer of at most {MAX_INT_PARAM}")
     template_kwargs.setdefault("enable_thinking", True)
     return budget

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..connection import ClientGone
 from ..errors import ApiError
-from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit
+from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
 from ..response_runs import ResponseRun
 from ..routes import Exchange
 from .common import invalid
@@ -35,21 +35,23 @@ def create(exchange: Exchange) -> None:
     app.require_ready()
     plan = read_plan(app, exchange.json(), exchange.request_id)
     gen = submit(exchange, plan.generation)
-    run = ResponseRun(plan, gen, app.store)
-    opening = run.begin()
-    if plan.store:
-        app.response_runs.add(run)
-    if plan.background:
-        app.response_runs.start_background(run)
+    with cancel_on_error(gen):
+        run = ResponseRun(plan, gen, app.store)
+        opening = run.begin()
+        if plan.store:
+            app.response_runs.add(run)
+        try:
+            if plan.background:
+                app.response_runs.start_background(run)
+            elif plan.stream:
+                stream_run(exchange, run)
+            else:
+                answer(exchange, run)
+        finally:
+            if not plan.background:
+                app.response_runs.discard(run)
+    if plan.background:         # the runner thread owns the job now: a client gone here stops nothing
         exchange.send_json(opening[0]["response"])
-        return
-    try:
-        if plan.stream:
-            stream_run(exchange, run)
-        else:
-            answer(exchange, run)
-    finally:
-        app.response_runs.discard(run)
 
 
 def answer(exchange: Exchange, run: ResponseRun) -> None:
