@@ -16,6 +16,7 @@ from .engine import GrammarError
 from .errors import ApiError, context_exceeded
 from .generation import GenerationRequest, SamplingParams, ToolSpec
 from .grammar import GrammarBuilder, SchemaError, tool_call_grammar
+from .grammar_limits import GrammarTooCostly, check_size
 from .reasoning import detect_reasoning, prompt_opens_reasoning
 from .templates import TemplateError, normalize_messages
 from .tools import TOOL_SYNTAXES
@@ -100,7 +101,10 @@ def check_grammar(app: Any, sampling: SamplingParams, param: str = "grammar") ->
     """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
     if sampling.grammar:
         try:
+            check_size(sampling.grammar)
             app.engine.check_grammar(sampling.grammar)
+        except GrammarTooCostly as exc:
+            raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
         except GrammarError as exc:
             raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 
