@@ -483,7 +483,10 @@ class Sampler:
                 items[i].bias = float("-inf") if bias <= -100 else bias
             self._add(ll.llama_sampler_init_logit_bias(engine.n_vocab, len(p.logit_bias), items))
         if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
-            self._add(ll.llama_sampler_init_penalties(engine.n_vocab, p.repeat_last_n, p.repeat_penalty,
+            # llama.cpp allocates (and zeroes) a ring of repeat_last_n tokens at once: -1 ("all")
+            # would be 8 GB. Nothing older than the context can repeat anyway.
+            last_n = min(p.repeat_last_n, engine.n_ctx_seq)
+            self._add(ll.llama_sampler_init_penalties(engine.n_vocab, last_n, p.repeat_penalty,
                                                       p.frequency_penalty, p.presence_penalty))
         if p.grammar:
             grammar = ll.llama_sampler_init_grammar(engine.vocab, p.grammar.encode("utf-8"), b"root")

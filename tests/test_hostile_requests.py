@@ -293,3 +293,20 @@ def test_ordinary_grammars_still_run(srv, oai):
                                        extra_body={"grammar": 'root ::= "x" [a-c]{2,4} "!"'})
     text = done.choices[0].message.content
     assert text.startswith("x") and text.endswith("!") and 2 <= len(text) - 2 <= 4
+
+
+def _rss_mb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):       # the peak: what the request cost at its worst
+                return int(line.split()[1]) // 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_repeat_last_n_of_the_whole_history_allocates_no_more_than_the_context(srv):
+    """llama.cpp sizes its penalty ring by repeat_last_n: -1 (all) meant 2**31 tokens, 8 GB zeroed."""
+    for last_n in (-1, 2**31 - 1):
+        resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 3, "repeat_penalty": 1.1,
+                                                  "repeat_last_n": last_n})
+        assert resp.status == 200, resp.body
+    assert _rss_mb(srv.proc.pid) < 1024
