@@ -521,6 +521,11 @@ class Sampler:
         values = np.array([float("-inf") if b <= -100 else b for b in p.logit_bias.values()], dtype=np.float32)
         return ids, values, frozenset(p.logit_bias)
 
+    @property
+    def has_grammar(self) -> bool:
+        """A grammar's cost per token has no useful bound: the runtime samples such a job off its thread."""
+        return self._grammar is not None
+
     def sample(self, index: int) -> int:
         """Sample from batch entry `index` of the last decode and accept the token.
 
@@ -528,7 +533,17 @@ class Sampler:
         """
         if self._argmax_bias is not None:
             return self._greedy_with_bias(index)
-        token, logit = self._candidates.choose(self.chain, self.engine.logits(index))
+        self.load(index)
+        return self.choose()
+
+    def load(self, index: int) -> None:
+        """Copy batch entry `index`'s logits into this sampler's own candidates (before the next decode)."""
+        self._candidates.load(self.engine.logits(index))
+
+    def choose(self) -> int:
+        """Run the chain over the loaded candidates and accept the token; touches no llama context,
+        so it may run on another thread while the runtime decodes."""
+        token, logit = self._candidates.choose(self.chain)
         if logit == float("-inf"):      # the chain chose among nothing but forbidden tokens
             raise NoLegalToken(self._grammar_may_end())
         ll.llama_sampler_accept(self.chain, token)
@@ -601,13 +616,16 @@ class CandidateBuffer:
         self.rows[0] = (token, 0.0, 0.0)
         self._reset()
 
-    def choose(self, chain, logits) -> tuple[int, float]:
-        """Apply the chain to these logits: the selected token and its logit after every sampler."""
+    def load(self, logits) -> None:
         rows = self.rows
         rows["id"] = self.ids
         rows["logit"] = logits
         rows["p"] = 0.0
         self._reset()
+
+    def choose(self, chain) -> tuple[int, float]:
+        """Apply the chain to the loaded logits: the selected token and its logit after every sampler."""
+        rows = self.rows
         ll.llama_sampler_apply(chain, self.ref)
         selected, size = self.array.selected, self.array.size
         if 0 <= selected < size and self.array.data[selected].logit != float("-inf"):

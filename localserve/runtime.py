@@ -21,6 +21,7 @@ from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalTo
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
 from .metrics import ServerMetrics
+from .pending_sample import PendingSample
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 from .settings import DEFAULT_SAMPLE_TIME_LIMIT
 from .textstream import OutputPipeline
@@ -33,6 +34,10 @@ SHARED_PREFILL_CHUNK = 128
 # A job reuses a slot's cached sequence when their shared prefix covers at least
 # this much of it (llama-server's --slot-prompt-similarity plays the same role).
 SLOT_REUSE_FRACTION = 0.5
+# After a step, how long the runtime waits for grammar tokens being chosen off-thread before
+# it goes on without them; with nothing else to run, how long it waits before looking again.
+SAMPLE_GRACE = 0.05
+IDLE_SAMPLE_WAIT = 0.05
 
 
 class QueueFull(Exception):
@@ -71,6 +76,8 @@ class Job:
         self.budget_spent = False
         self.t_admitted = time.monotonic()
         self.t_first_token: float | None = None
+        self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
+        self.pending_logprobs: dict | None = None
 
     @property
     def prefilling(self) -> bool:
@@ -172,8 +179,10 @@ class Runtime:
         for job in self._active():
             if job.gen.cancelled:
                 self._cancel(job)
-        jobs = self._active()
+        self._collect_samples()
+        jobs = [job for job in self._active() if job.pending is None]
         if not jobs:
+            self._collect_samples(IDLE_SAMPLE_WAIT, every=False)    # only grammar samples are running
             return
         entries, rows, prefill_jobs = self._schedule(jobs)
         abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None
@@ -190,6 +199,8 @@ class Runtime:
                 self._cancel(job)
             else:
                 self._sample_alone(job, row)
+        # a grammar's token is usually ready in a moment: it need not wait a whole step
+        self._collect_samples(SAMPLE_GRACE)
 
     def _emit(self, job: Job, event: object) -> None:
         self._outbox.append((job.gen, event))
@@ -343,11 +354,68 @@ class Runtime:
     # ---- per-token work ------------------------------------------------------------
 
     def _sample_alone(self, job: Job, row: int) -> None:
-        """Sample one job's next token; whatever goes wrong ends this job alone."""
-        started = time.monotonic()
+        """Sample one job's next token; whatever goes wrong ends this job alone.
+
+        A grammar job's token is chosen on a thread of its own (pending_sample.py): the job
+        sits out of the batch until it is ready, and the others keep their pace.
+        """
         try:
-            self._sample(job, row)
-        except NoLegalToken as exc:
+            logprob_entry = self._begin_sample(job, row)
+            if job.forced:
+                token = job.forced.popleft()
+                job.sampler.accept(token)
+            elif job.sampler.has_grammar:
+                job.sampler.load(row)
+                job.pending = PendingSample(job.sampler, self._sample_ready)
+                job.pending_logprobs = logprob_entry
+                return
+            else:
+                token = job.sampler.sample(row)
+            self._take_token(job, token, logprob_entry)
+        except Exception as exc:
+            self._sample_failed(job, exc)
+
+    def _sample_ready(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def _collect_samples(self, wait: float = 0.0, *, every: bool = True) -> None:
+        """Take the tokens chosen off-thread, fail the jobs past the time limit; wait up to `wait`
+        seconds for every pending sample (every=False: for any one) to be ready."""
+        deadline = time.monotonic() + wait
+        while True:
+            pending = [job for job in self._active() if job.pending is not None]
+            ready = [job for job in pending if job.pending.done]
+            now = time.monotonic()
+            for job in pending:
+                sample = job.pending
+                if sample.seconds(now) > self.sample_time_limit:
+                    self._too_slow(job, sample.seconds(now))
+                elif sample.done:
+                    job.pending = None
+                    self._finish_sample(job, sample)
+            if not pending or (ready and not every) or len(ready) == len(pending) or now >= deadline:
+                return
+            with self.cond:
+                if not any(job.pending is not None and job.pending.done for job in pending):
+                    self.cond.wait(min(deadline - now, self.sample_time_limit))
+
+    def _finish_sample(self, job: Job, sample: PendingSample) -> None:
+        try:
+            if sample.error is not None:
+                raise sample.error
+            self._take_token(job, sample.token, job.pending_logprobs)
+        except Exception as exc:
+            self._sample_failed(job, exc)
+
+    def _too_slow(self, job: Job, seconds: float) -> None:
+        log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
+        self._fail(job, GenerationError(
+            400, f"choosing one token took over {self.sample_time_limit:g} s (--sample-time-limit): the grammar "
+                 f"or schema is too costly to follow; simplify it", "sampling_too_slow"))
+
+    def _sample_failed(self, job: Job, exc: Exception) -> None:
+        if isinstance(exc, NoLegalToken):
             if exc.grammar_complete:    # only an end token could follow, and it is banned: the output is whole
                 self._retire(job, "stop")
             else:
@@ -355,32 +423,21 @@ class Runtime:
                                                      "the bias bans every token the grammar allows next",
                                                 "no_allowed_token"))
             return
-        except Exception:
-            log.exception("sampling failed for job %s (%s)", job.gen.id, job.request.label)
-            self._fail(job, GenerationError(500, "internal error while sampling this request"))
-            return
-        spent = time.monotonic() - started
-        if spent > self.sample_time_limit and job.slot.job is job:
-            log.warning("job %s (%s) took %.2f s to sample one token; failing it", job.gen.id,
-                        job.request.label, spent)
-            self._fail(job, GenerationError(
-                400, f"choosing one token took {spent:.1f} s, over the limit of {self.sample_time_limit:g} s "
-                     f"(--sample-time-limit): the grammar or schema is too costly to follow; simplify it",
-                "sampling_too_slow"))
+        log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
+        self._fail(job, GenerationError(500, "internal error while sampling this request"))
 
-    def _sample(self, job: Job, row: int) -> None:
+    def _begin_sample(self, job: Job, row: int) -> dict | None:
+        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
         if job.next_token is not None:
             job.slot.tokens.append(job.next_token)      # decoded in this step
         else:
             job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
         job.next_token = None
-        if job.logprobs is not None:
-            logprob_entry = self._logprobs(row, job.request.top_logprobs)
-        if job.forced:
-            token = job.forced.popleft()
-            job.sampler.accept(token)
-        else:
-            token = job.sampler.sample(row)
+        if job.logprobs is None:
+            return None
+        return self._logprobs(row, job.request.top_logprobs)
+
+    def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
         now = time.monotonic()
         if job.t_first_token is None:
             job.t_first_token = now
@@ -392,7 +449,7 @@ class Runtime:
             job.reasoning_tokens += 1
             self._enforce_reasoning_budget(job)
         events = job.pipeline.feed(self.engine.piece(token))
-        if job.logprobs is not None:
+        if logprob_entry is not None:
             logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
             logprob_entry["logprob"] = logprob_entry.pop("_all")[token]
             job.logprobs.append(logprob_entry)
@@ -508,7 +565,11 @@ class Runtime:
         self._emit(job, Finished(error=error))
 
     def _release(self, job: Job) -> None:
-        job.sampler.free()
+        if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
+            job.pending.abandon()
+            job.pending = None
+        else:
+            job.sampler.free()
         job.slot.job = None
         job.slot.last_used = time.monotonic()
         if job.next_token is not None:

@@ -7,6 +7,7 @@ so an abort inside llama.cpp shows as its exit status, checked when the module e
 from __future__ import annotations
 
 import threading
+import time
 
 import anthropic
 import openai
@@ -310,3 +311,62 @@ def test_repeat_last_n_of_the_whole_history_allocates_no_more_than_the_context(s
                                                   "repeat_last_n": last_n})
         assert resp.status == 200, resp.body
     assert _rss_mb(srv.proc.pid) < 1024
+
+
+# ---- item 3: a grammar that is slow anyway fails alone; cancel stops it between tokens ----------
+# Flat optional items are ambiguous: llama.cpp's stacks multiply with every character of a candidate
+# token. Forty of them cost about half a second per token on the tiny vocabulary (far more on a real one).
+SLOW_GRAMMAR = "root ::= " + " ".join(["o"] * 40) + "\no ::= [ -~] |\n"
+
+
+@pytest.fixture(scope="module")
+def strict_srv(no_bos_model, tmp_path_factory):
+    server = ServerProcess(no_bos_model, "--model-id", "tiny", "--slots", "3", "--sample-time-limit", "0.05",
+                           env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("strict"))})
+    yield server
+    status = server.stop()
+    assert status == 0, f"the server exited with {status}:\n{server.log[-3000:]}"
+
+
+def test_a_token_slower_than_the_limit_fails_its_job_alone(strict_srv):
+    others = [None] * 2
+
+    def stream(i: int) -> None:
+        others[i] = post(strict_srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 60, "stream": True,
+                                                              "temperature": 0, "logit_bias": NO_EOG})
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    slow = post(strict_srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 20, "grammar": SLOW_GRAMMAR,
+                                                     "logit_bias": NO_EOG})
+    streamed = post(strict_srv, "/v1/completions", {"prompt": "x", "max_tokens": 20, "grammar": SLOW_GRAMMAR,
+                                                    "stream": True, "logit_bias": NO_EOG})
+    for thread in threads:
+        thread.join()
+    assert slow.status == 400, slow.body
+    assert slow.json()["error"]["code"] == "sampling_too_slow"
+    assert "--sample-time-limit" in slow.json()["error"]["message"]
+    assert streamed.status == 200 and b"sampling_too_slow" in streamed.body and streamed.body.endswith(b"[DONE]\n\n")
+    for other in others:
+        assert other.status == 200 and b'"finish_reason":"length"' in other.body, other.body
+        assert b'"error"' not in other.body
+    assert not _busy(strict_srv)
+    alive(strict_srv)
+
+
+def test_cancel_of_a_background_response_frees_its_slot_while_a_grammar_token_is_being_chosen(srv, oai):
+    response = oai.responses.create(model="tiny", input="go", background=True, max_output_tokens=400,
+                                    extra_body={"grammar": SLOW_GRAMMAR.replace('"o"', "o"),
+                                                "logit_bias": NO_EOG})
+    deadline = time.monotonic() + 30
+    while oai.responses.retrieve(response.id).status == "queued" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    cancelled = oai.responses.cancel(response.id)
+    assert cancelled.status == "cancelled"
+    while _busy(srv) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not _busy(srv)
+    done = oai.chat.completions.create(model="tiny", messages=USER, max_tokens=3)
+    assert done.choices[0].finish_reason in ("stop", "length")
+    alive(srv)
