@@ -21,6 +21,7 @@ from . import rpc
 from .demo import DemoUnavailable, demo_model_path
 from .engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
+from .fatal import at_engine_failure
 from .http import Limits
 from .protocols import chat, completions, conversations, responses
 from .response_runs import ResponseRuns
@@ -168,11 +169,19 @@ class App:
         if len(self.engine.tokenize("<think>", add_special=False)) == 1:
             self.default_reasoning = REASONING_FORMATS["think"]
         self.store = open_store(s)
+        at_engine_failure(self._close_stored_state)
+        rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
                                cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics,
                                sample_time_limit=s.sample_time_limit)
         self.runtime.start()
+
+    def _close_stored_state(self) -> None:
+        """The process is about to exit for good: runs still going are stored as failed, the store closed."""
+        self.response_runs.close(timeout=0.2)
+        if self.store is not None:
+            self.store.close()
 
     def close(self) -> None:
         if self.runtime is not None:

@@ -16,10 +16,12 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken, Sampler
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
+from .fatal import exit_engine_failed
 from .metrics import ServerMetrics
 from .pending_sample import PendingSample
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
@@ -37,6 +39,8 @@ SLOT_REUSE_FRACTION = 0.5
 # After a step, how long the runtime waits for grammar tokens being chosen off-thread before
 # it goes on without them; with nothing else to run, how long it waits before looking again.
 SAMPLE_GRACE = 0.05
+# Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
+MAX_FAILED_STEPS = 3
 IDLE_SAMPLE_WAIT = 0.05
 
 
@@ -86,8 +90,10 @@ class Job:
 
 class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
-                 metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT):
+                 metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
+                 on_fatal: Callable[[str], None] = exit_engine_failed):
         self.engine = engine
+        self.on_fatal = on_fatal        # the runtime cannot go on: by default, exit status 3
         self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
@@ -151,6 +157,13 @@ class Runtime:
         return [s.job for s in self.slots if s.job is not None]
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:    # nothing would ever answer a job again: end the process cleanly
+            self.on_fatal(f"the runtime thread failed ({type(exc).__name__}: {exc})")
+
+    def _serve(self) -> None:
+        failed_steps = 0
         while True:
             with self.cond:
                 while not self.stopping and not self.waiting and not self._active():
@@ -159,8 +172,12 @@ class Runtime:
                     break
             try:
                 self.step()
+                failed_steps = 0
             except Exception:   # keep serving: fail what was running, not the process
-                log.exception("runtime step failed")
+                failed_steps += 1
+                log.exception("runtime step failed (%d in a row)", failed_steps)
+                if failed_steps >= MAX_FAILED_STEPS:
+                    raise
                 for job in self._active():
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
             finally:
@@ -350,6 +367,7 @@ class Runtime:
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
             self._fail(job, GenerationError(500, f"the engine failed to decode (status {exc.status})"))
+        raise exc       # counted as a failed step: a decode that keeps failing ends the process
 
     # ---- per-token work ------------------------------------------------------------
 
