@@ -448,10 +448,11 @@ class NoLegalToken(Exception):
 class Sampler:
     """A native llama.cpp sampler chain for one job: its seed, grammar and penalties.
 
-    The chain is applied to our own candidate array and the token accepted only once it is
-    known to be legal: llama.cpp's grammar throws a C++ exception (which aborts the whole
-    process) when asked to accept a token it forbids, and ``llama_sampler_sample`` picks one
-    when a logit_bias has banned every token the grammar allows.
+    With a grammar, the chain is applied to our own candidate array and the token accepted
+    only once it is known to be legal: llama.cpp's grammar throws a C++ exception (which
+    aborts the whole process) when asked to accept a token it forbids, and
+    ``llama_sampler_sample`` picks one when a logit_bias has banned every token the grammar
+    allows.
     """
 
     def __init__(self, engine: Engine, params: SamplingParams):
@@ -466,7 +467,7 @@ class Sampler:
         except Exception:
             ll.llama_sampler_free(chain)
             raise
-        if self._argmax_bias is None:
+        if self._grammar is not None:
             self._candidates = CandidateBuffer(engine.n_vocab)
 
     def _add(self, sampler) -> None:
@@ -533,6 +534,8 @@ class Sampler:
         """
         if self._argmax_bias is not None:
             return self._greedy_with_bias(index)
+        if self._grammar is None:       # nothing in the chain can refuse a token: llama.cpp's own loop is safe
+            return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
         self.load(index)
         return self.choose()
 
