@@ -18,6 +18,15 @@ from typing import Callable
 from .engine import Sampler
 
 
+_abandoned_lock = threading.Lock()
+_abandoned_running = 0      # threads still inside llama.cpp for jobs that have ended
+
+
+def abandoned_running() -> int:
+    """Threads still choosing a token for a job that has ended: each keeps a CPU core busy."""
+    return _abandoned_running
+
+
 class PendingSample:
     def __init__(self, sampler: Sampler, on_done: Callable[[], None]):
         self.sampler = sampler
@@ -49,6 +58,7 @@ class PendingSample:
             abandoned = self._abandoned
         if abandoned:
             self.sampler.free()
+            _count_abandoned(-1)
         self._on_done()
 
     def abandon(self) -> None:
@@ -56,5 +66,12 @@ class PendingSample:
         with self._lock:
             if not self._done:
                 self._abandoned = True
+                _count_abandoned(+1)
                 return
         self.sampler.free()
+
+
+def _count_abandoned(change: int) -> None:
+    global _abandoned_running
+    with _abandoned_lock:
+        _abandoned_running += change

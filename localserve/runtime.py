@@ -23,9 +23,9 @@ from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationE
                          GenerationRequest, Queued, Timings)
 from .fatal import exit_engine_failed
 from .metrics import ServerMetrics
-from .pending_sample import PendingSample
+from .pending_sample import PendingSample, abandoned_running
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
-from .settings import DEFAULT_SAMPLE_TIME_LIMIT
+from .settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
 from .textstream import OutputPipeline
 
 log = logging.getLogger("localserve.runtime")
@@ -50,6 +50,10 @@ class QueueFull(Exception):
 
 class RuntimeStopped(Exception):
     pass
+
+
+class GrammarBacklog(Exception):
+    """Too many abandoned grammar samples are still running: no new grammar job for now."""
 
 
 @dataclass
@@ -121,6 +125,10 @@ class Runtime:
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
         if not request.prompt_tokens:
             raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
+        if request.sampling.grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+            # each is a core busy inside llama.cpp until it returns; more would starve every job
+            log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
+            raise GrammarBacklog()
         gen = ActiveGeneration(request)
         with self.cond:
             if self.stopping:

@@ -26,6 +26,7 @@ DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = o
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
+GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
 
 # What a request may ask of the runtime, checked before it is queued (400 naming the limit)
 MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
@@ -34,6 +35,7 @@ MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxim
 MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
 MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
 MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
+MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it are recursive)
 
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend

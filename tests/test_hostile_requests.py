@@ -370,3 +370,31 @@ def test_cancel_of_a_background_response_frees_its_slot_while_a_grammar_token_is
     done = oai.chat.completions.create(model="tiny", messages=USER, max_tokens=3)
     assert done.choices[0].finish_reason in ("stop", "length")
     alive(srv)
+
+
+def test_an_abandoned_grammar_sample_frees_its_sampler_when_llama_cpp_returns(no_bos_model):
+    """In-process, real engine: a job that ends while its token is being chosen leaves the thread to
+    finish; the sampler is freed then (not under it), and the thread is counted until it has."""
+    from localserve.engine import Engine
+    from localserve.generation import SamplingParams
+    from localserve.pending_sample import PendingSample, abandoned_running
+
+    engine = Engine(str(no_bos_model), n_ctx=256, n_seq=1, n_batch=64, threads=1)
+    try:
+        prompt = engine.tokenize("hello", add_special=False)
+        engine.decode([(t, i, 0, i == len(prompt) - 1) for i, t in enumerate(prompt)])
+        sampler = engine.new_sampler(SamplingParams(temperature=0, grammar=SLOW_GRAMMAR,
+                                                    logit_bias={int(k): v for k, v in NO_EOG.items()}))
+        sampler.load(len(prompt) - 1)
+        ready = threading.Event()
+        sample = PendingSample(sampler, ready.set)
+        sample.abandon()
+        assert abandoned_running() == 1 or sample.done     # done is set before the count drops
+        assert ready.wait(60)
+        deadline = time.monotonic() + 5
+        while abandoned_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert abandoned_running() == 0
+        assert sampler.chain is None            # freed by the thread once it was done with it
+    finally:
+        engine.close()
