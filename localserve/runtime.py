@@ -204,10 +204,11 @@ class Runtime:
         for job in self._active():
             if job.gen.cancelled:
                 self._cancel(job)
-        self._collect_samples()
+        self._take_samples()
         jobs = [job for job in self._active() if job.pending is None]
         if not jobs:
-            self._collect_samples(IDLE_SAMPLE_WAIT, every=False)    # only grammar samples are running
+            if self._active():
+                self._idle_until_a_sample()
             return
         entries, rows, prefill_jobs = self._schedule(jobs)
         abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None
@@ -216,6 +217,7 @@ class Runtime:
         except DecodeError as exc:
             self._decode_failed(exc, jobs, prefill_jobs)
             return
+        sampled_at = time.monotonic()
         for job, row, n_tokens in rows:
             job.n_past += n_tokens
             if row is None:
@@ -224,8 +226,8 @@ class Runtime:
                 self._cancel(job)
             else:
                 self._sample_alone(job, row)
-        # a grammar's token is usually ready in a moment: it need not wait a whole step
-        self._collect_samples(SAMPLE_GRACE)
+        # a grammar's token is usually ready in a moment: it need not sit out a whole step
+        self._collect_samples(SAMPLE_GRACE, started_since=sampled_at)
 
     def _emit(self, job: Job, event: object) -> None:
         self._outbox.append((job.gen, event))
@@ -405,26 +407,41 @@ class Runtime:
         with self.cond:
             self.cond.notify_all()
 
-    def _collect_samples(self, wait: float = 0.0, *, every: bool = True) -> None:
-        """Take the tokens chosen off-thread, fail the jobs past the time limit; wait up to `wait`
-        seconds for every pending sample (every=False: for any one) to be ready."""
+    def _collect_samples(self, wait: float = 0.0, started_since: float | None = None) -> None:
+        """Take the tokens chosen off-thread and fail the jobs past the time limit; then wait up to
+        `wait` seconds for the samples started since `started_since` to be ready too."""
         deadline = time.monotonic() + wait
         while True:
-            pending = [job for job in self._active() if job.pending is not None]
-            ready = [job for job in pending if job.pending.done]
+            self._take_samples()
+            awaited = [job.pending for job in self._active()
+                       if job.pending is not None and started_since is not None and job.pending.started >= started_since]
             now = time.monotonic()
-            for job in pending:
-                sample = job.pending
-                if sample.seconds(now) > self.sample_time_limit:
-                    self._too_slow(job, sample.seconds(now))
-                elif sample.done:
-                    job.pending = None
-                    self._finish_sample(job, sample)
-            if not pending or (ready and not every) or len(ready) == len(pending) or now >= deadline:
+            if not awaited or now >= deadline:
                 return
             with self.cond:
-                if not any(job.pending is not None and job.pending.done for job in pending):
-                    self.cond.wait(min(deadline - now, self.sample_time_limit))
+                if not any(sample.done for sample in awaited):
+                    self.cond.wait(deadline - now)
+
+    def _idle_until_a_sample(self) -> None:
+        """Only grammar samples are running: sleep until one is ready, a job arrives, or a limit is due."""
+        pending = [job.pending for job in self._active() if job.pending is not None]
+        due = min(sample.started for sample in pending) + self.sample_time_limit - time.monotonic()
+        with self.cond:
+            if not self.waiting and not self.stopping and not any(sample.done for sample in pending):
+                self.cond.wait(max(0.0, min(due, IDLE_SAMPLE_WAIT)))
+        self._take_samples()
+
+    def _take_samples(self) -> None:
+        now = time.monotonic()
+        for job in self._active():
+            sample = job.pending
+            if sample is None:
+                continue
+            if sample.seconds(now) > self.sample_time_limit:
+                self._too_slow(job, sample.seconds(now))
+            elif sample.done:
+                job.pending = None
+                self._finish_sample(job, sample)
 
     def _finish_sample(self, job: Job, sample: PendingSample) -> None:
         try:

@@ -31,7 +31,7 @@ def no_bos_model(models_dir):
 
 @pytest.fixture(scope="module")
 def srv(no_bos_model, tmp_path_factory):
-    server = ServerProcess(no_bos_model, "--model-id", "tiny", "--slots", "3",
+    server = ServerProcess(no_bos_model, "--model-id", "tiny", "--slots", "3", "--sample-time-limit", "60",
                            env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
     yield server
     status = server.stop()
@@ -398,3 +398,27 @@ def test_an_abandoned_grammar_sample_frees_its_sampler_when_llama_cpp_returns(no
         assert sampler.chain is None            # freed by the thread once it was done with it
     finally:
         engine.close()
+
+
+def test_a_slow_grammar_job_does_not_hold_back_the_others(srv):
+    """Its tokens are chosen off the runtime thread: a plain request started after it, with many more
+    tokens to make, is done while it still has tokens to go (in step with it, it would wait ~0.5 s a token)."""
+    finished: list[str] = []
+
+    def slow() -> None:
+        resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 8, "grammar": SLOW_GRAMMAR,
+                                                  "logit_bias": NO_EOG}, timeout=120)
+        assert resp.status == 200, resp.body
+        finished.append("slow")
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not _busy(srv) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    plain = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 100, "temperature": 0,
+                                               "logit_bias": NO_EOG})
+    finished.append("plain")
+    thread.join()
+    assert plain.status == 200 and plain.json()["usage"]["completion_tokens"] == 100
+    assert finished == ["plain", "slow"]
