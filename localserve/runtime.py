@@ -15,18 +15,17 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Callable
 
-from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken, Sampler
+from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
+from .fatal import exit_engine_failed
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
-from .fatal import exit_engine_failed
+from .jobs import Job, Slot
 from .metrics import ServerMetrics
 from .pending_sample import PendingSample, abandoned_running
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 from .settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
-from .textstream import OutputPipeline
 
 log = logging.getLogger("localserve.runtime")
 
@@ -54,42 +53,6 @@ class RuntimeStopped(Exception):
 
 class GrammarBacklog(Exception):
     """Too many abandoned grammar samples are still running: no new grammar job for now."""
-
-
-@dataclass
-class Slot:
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)   # what this sequence's KV cache holds
-    job: "Job | None" = None
-    last_used: float = 0.0
-
-
-class Job:
-    """One admitted request: its tokens, sampler, text pipeline and progress."""
-
-    def __init__(self, gen: ActiveGeneration, slot: Slot, sampler: Sampler, n_cached: int):
-        self.gen = gen
-        self.request: GenerationRequest = gen.request
-        self.slot = slot
-        self.sampler = sampler
-        self.prompt = gen.request.prompt_tokens
-        self.n_cached = n_cached
-        self.n_past = n_cached              # tokens of this sequence already in the KV cache
-        self.generated: list[int] = []
-        self.next_token: int | None = None  # sampled, not yet decoded
-        self.pipeline = OutputPipeline(gen.request)
-        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
-        self.reasoning_tokens = 0
-        self.forced: collections.deque[int] = collections.deque()   # tokens to emit instead of sampling
-        self.budget_spent = False
-        self.t_admitted = time.monotonic()
-        self.t_first_token: float | None = None
-        self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
-        self.pending_logprobs: dict | None = None
-
-    @property
-    def prefilling(self) -> bool:
-        return self.n_past < len(self.prompt)
 
 
 class Runtime:
