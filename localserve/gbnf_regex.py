@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from .gbnf import RULE_NAME, SCALARS, SchemaError, char_class, repeat, subtract
 from .json_stream import compact
-from .settings import MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_NESTING
+from .settings import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_NESTING
 
 UNBOUNDED_WEIGHT = 16   # what a '*' or '+' counts as in a product of nested repetition counts
 
@@ -84,6 +84,8 @@ class _Regex:
                 self.i += 2
             elif self.peek() == "?":
                 self.fail("a lookaround, named group or inline flag")
+            if depth >= MAX_GRAMMAR_NESTING:     # the walk recurses, and so does llama.cpp's parser
+                self.fail(f"groups nested deeper than {MAX_GRAMMAR_NESTING} (MAX_GRAMMAR_NESTING)")
             outer, self.nested = self.nested, 1
             inner = self.alternatives(depth + 1)
             self.atom_nested, self.nested = self.nested, outer

@@ -3,15 +3,16 @@
 llama.cpp's grammar sampler keeps one stack per way the text so far can be parsed, and
 checks every candidate token against every stack. Ambiguous repetitions multiply the stacks:
 1,600 optional items in a row (``[ -~]? [ -~]? ...``) took 23 s for 4 tokens. The text is
-scanned (outside literals, classes and comments) for its size, its number of quantifiers and
-its repetition counts; the runtime's per-token time limit catches what slips through.
+scanned (outside literals, classes and comments) for its size, its number of quantifiers,
+its repetition counts and how deep its groups nest (llama.cpp's parser recurses into each:
+30,000 nested parentheses overflowed the thread's stack); the runtime's per-token time limit catches what slips through.
 """
 
 from __future__ import annotations
 
 import re
 
-from .settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_QUANTIFIERS, MAX_GRAMMAR_REPEAT
+from .settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_GRAMMAR_REPEAT
 
 _COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 
@@ -31,7 +32,14 @@ def check_client_grammar(grammar: str) -> None:
     """Raise GrammarTooCostly when a GBNF text is over one of the limits."""
     check_size(grammar)
     quantifiers = 0
-    for index, quantifier in _quantifiers(grammar):
+    depth = 0
+    for index, quantifier in _operators(grammar):
+        if quantifier in "()":
+            depth += 1 if quantifier == "(" else -1
+            if depth > MAX_GRAMMAR_NESTING:
+                raise GrammarTooCostly(f"the grammar nests groups deeper than {MAX_GRAMMAR_NESTING} levels "
+                                       f"(MAX_GRAMMAR_NESTING)")
+            continue
         quantifiers += 1
         if quantifiers > MAX_GRAMMAR_QUANTIFIERS:
             raise GrammarTooCostly(f"the grammar has more than {MAX_GRAMMAR_QUANTIFIERS} quantifiers (?, *, +, "
@@ -46,8 +54,8 @@ def check_client_grammar(grammar: str) -> None:
                                            f"{MAX_GRAMMAR_REPEAT} (MAX_GRAMMAR_REPEAT)")
 
 
-def _quantifiers(grammar: str):
-    """(index, character) of each ?, *, + and { outside literals, classes, token refs and comments."""
+def _operators(grammar: str):
+    """(index, character) of each ?, *, +, {, ( and ) outside literals, classes, token refs and comments."""
     i, n = 0, len(grammar)
     while i < n:
         c = grammar[i]
@@ -64,6 +72,6 @@ def _quantifiers(grammar: str):
             end = grammar.find(">", i)
             i = n if end == -1 else end + 1
         else:
-            if c in "?*+{":
+            if c in "?*+{()":
                 yield i, c
             i += 1

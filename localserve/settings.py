@@ -32,6 +32,7 @@ GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar 
 MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
 MAX_GRAMMAR_BYTES = 256 * 1024     # GBNF text, given or built from a schema or tools
 MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxima into unbounded '*')
+MAX_GRAMMAR_NESTING = 64           # ( ... ) groups one inside the other: llama.cpp's parser recurses (30,000 crashed it)
 MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
 MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
 MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)

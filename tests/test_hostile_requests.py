@@ -422,3 +422,22 @@ def test_a_slow_grammar_job_does_not_hold_back_the_others(srv):
     thread.join()
     assert plain.status == 200 and plain.json()["usage"]["completion_tokens"] == 100
     assert finished == ["plain", "slow"]
+
+
+def test_deeply_nested_grammar_groups_are_refused(srv):
+    """llama.cpp's GBNF parser recurses into each group: 30,000 nested parentheses crashed the process."""
+    grammar = "root ::= " + "(" * 30000 + '"a"' + ")" * 30000
+    resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "grammar": grammar})
+    assert_400(resp, "grammar", "MAX_GRAMMAR_NESTING")
+    alive(srv)
+
+
+def test_deeply_nested_pattern_groups_are_refused(srv):
+    """The pattern translator recursed too (RecursionError, a 500)."""
+    pattern = "^" + "(" * 2000 + "a" + ")" * 2000 + "$"
+    resp = post(srv, "/v1/chat/completions", {
+        "messages": USER, "max_tokens": 2,
+        "response_format": {"type": "json_schema", "json_schema": {
+            "name": "p", "schema": {"type": "string", "pattern": pattern}}}})
+    assert_400(resp, "response_format", "MAX_GRAMMAR_NESTING")
+    alive(srv)
