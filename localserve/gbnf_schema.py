@@ -19,7 +19,7 @@ import orjson
 from .gbnf import KEY_CHARS, PRIMITIVES, RULE_NAME, SchemaError, char_class, json_text, repeat, subtract
 from .gbnf_numbers import bounds, signed_range
 from .gbnf_regex import translate_pattern
-from .settings import MAX_SCHEMA_DEPTH
+from .settings import MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
 
 _DATE = r'[1-9] [0-9]{3} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] )'
 _TIME = (r'( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? '
@@ -313,7 +313,7 @@ class GrammarBuilder:
             extra_kv = None
             if extra is not False:
                 value = self._visit(extra, f"{path}.additionalProperties", f"{hint}-extra")
-                extra_kv = self.add_rule(f"{hint}-extra-kv", f'{self._key_not_in(names)} ws ":" ws {value}')
+                extra_kv = self.add_rule(f"{hint}-extra-kv", f'{self._key_not_in(names, path)} ws ":" ws {value}')
         finally:
             self._bare_refs = saved
         return self._members(hint, [members[k] for k in order if k in required],
@@ -335,10 +335,13 @@ class GrammarBuilder:
             alts.append(f"{extra}{tail}")
         return f'"{{" ws ( ( {" | ".join(alts)} ) ws )? "}}"'
 
-    def _key_not_in(self, names: list[str]) -> str:
+    def _key_not_in(self, names: list[str], path: str) -> str:
         """A key that is none of ``names``: unescaped characters only, so it reads as written."""
         trie: dict = {}
         for name in names:
+            if len(name) > MAX_SCHEMA_KEY_LENGTH:     # the rule nests a group per character
+                raise SchemaError(f"{path}: a property name longer than {MAX_SCHEMA_KEY_LENGTH} characters beside "
+                                  f"additional properties is not supported (MAX_SCHEMA_KEY_LENGTH)")
             if not any(c in '"\\' or ord(c) < 0x20 for c in name):  # no plain key can equal it
                 node = trie
                 for c in name:

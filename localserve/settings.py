@@ -35,6 +35,7 @@ MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxim
 MAX_GRAMMAR_NESTING = 64           # ( ... ) groups one inside the other: llama.cpp's parser recurses (30,000 crashed it)
 MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
 MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
+MAX_SCHEMA_KEY_LENGTH = 256        # a property name beside additionalProperties (its exclusion nests per character)
 MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
 MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it are recursive)
