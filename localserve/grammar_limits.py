@@ -5,7 +5,8 @@ checks every candidate token against every stack. Ambiguous repetitions multiply
 1,600 optional items in a row (``[ -~]? [ -~]? ...``) took 23 s for 4 tokens. The text is
 scanned (outside literals, classes and comments) for its size, its number of quantifiers,
 its repetition counts and how deep its groups nest (llama.cpp's parser recurses into each:
-30,000 nested parentheses overflowed the thread's stack); the runtime's per-token time limit catches what slips through.
+30,000 nested parentheses overflowed the thread's stack); the runtime's per-token time limit
+catches what slips through.
 """
 
 from __future__ import annotations

@@ -38,9 +38,9 @@ SLOT_REUSE_FRACTION = 0.5
 # After a step, how long the runtime waits for grammar tokens being chosen off-thread before
 # it goes on without them; with nothing else to run, how long it waits before looking again.
 SAMPLE_GRACE = 0.05
+IDLE_SAMPLE_WAIT = 0.05
 # Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
 MAX_FAILED_STEPS = 3
-IDLE_SAMPLE_WAIT = 0.05
 
 
 class QueueFull(Exception):
@@ -55,12 +55,17 @@ class GrammarBacklog(Exception):
     """Too many abandoned grammar samples are still running: no new grammar job for now."""
 
 
+class EngineFailure(Exception):
+    """The engine keeps failing: the runtime cannot go on."""
+
+
 class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
                  on_fatal: Callable[[str], None] = exit_engine_failed):
         self.engine = engine
         self.on_fatal = on_fatal        # the runtime cannot go on: by default, exit status 3
+        self.failed_steps = 0           # one after another; reset by a decode that succeeds
         self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
@@ -134,7 +139,6 @@ class Runtime:
             self.on_fatal(f"the runtime thread failed ({type(exc).__name__}: {exc})")
 
     def _serve(self) -> None:
-        failed_steps = 0
         while True:
             with self.cond:
                 while not self.stopping and not self.waiting and not self._active():
@@ -143,11 +147,12 @@ class Runtime:
                     break
             try:
                 self.step()
-                failed_steps = 0
+            except EngineFailure:
+                raise
             except Exception:   # keep serving: fail what was running, not the process
-                failed_steps += 1
-                log.exception("runtime step failed (%d in a row)", failed_steps)
-                if failed_steps >= MAX_FAILED_STEPS:
+                self.failed_steps += 1
+                log.exception("runtime step failed (%d in a row)", self.failed_steps)
+                if self.failed_steps >= MAX_FAILED_STEPS:
                     raise
                 for job in self._active():
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
@@ -180,6 +185,7 @@ class Runtime:
         except DecodeError as exc:
             self._decode_failed(exc, jobs, prefill_jobs)
             return
+        self.failed_steps = 0
         sampled_at = time.monotonic()
         for job, row, n_tokens in rows:
             job.n_past += n_tokens
@@ -340,7 +346,9 @@ class Runtime:
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
             self._fail(job, GenerationError(500, f"the engine failed to decode (status {exc.status})"))
-        raise exc       # counted as a failed step: a decode that keeps failing ends the process
+        self.failed_steps += 1
+        if self.failed_steps >= MAX_FAILED_STEPS:
+            raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
 
     # ---- per-token work ------------------------------------------------------------
 
@@ -376,8 +384,8 @@ class Runtime:
         deadline = time.monotonic() + wait
         while True:
             self._take_samples()
-            awaited = [job.pending for job in self._active()
-                       if job.pending is not None and started_since is not None and job.pending.started >= started_since]
+            awaited = [job.pending for job in self._active() if job.pending is not None
+                       and started_since is not None and job.pending.started >= started_since]
             now = time.monotonic()
             if not awaited or now >= deadline:
                 return

@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +41,11 @@ def test_an_abort_inside_llama_cpp_exits_with_status_3_after_the_clean_up():
     assert "exiting with status 3" in done.stderr
 
 
-def test_a_runtime_that_keeps_failing_exits_with_status_3(tmp_path):
+@pytest.mark.parametrize("fault,reason", [
+    ('RuntimeError("device lost")', "the runtime thread failed (RuntimeError: device lost)"),
+    ("DecodeError(-3)", "llama_decode failed 3 times in a row (status -3)"),
+])
+def test_a_runtime_that_keeps_failing_exits_with_status_3(tmp_path, fault, reason):
     """Steps that fail one after another leave no way to serve: exit 3 rather than hang every client.
     The fault is injected at the engine's decode call; everything else is the real runtime."""
     model = write_tiny_gguf(tmp_path / "m.gguf", chat_template=CHATML_TEMPLATE)
@@ -47,14 +53,14 @@ def test_a_runtime_that_keeps_failing_exits_with_status_3(tmp_path):
         import logging, time
         logging.basicConfig(level=logging.INFO)
         from localserve import fatal
-        from localserve.engine import Engine
+        from localserve.engine import DecodeError, Engine
         from localserve.generation import GenerationRequest
         from localserve.runtime import Runtime
         fatal.at_engine_failure(lambda: print("clean-up ran", flush=True))
         engine = Engine({str(model)!r}, n_ctx=256, n_seq=2, n_batch=64, threads=1)
 
         def broken(*args, **kwargs):
-            raise RuntimeError("device lost")
+            raise {fault}
 
         engine.decode = broken
         runtime = Runtime(engine, slots=2, max_queue=8)
@@ -70,4 +76,4 @@ def test_a_runtime_that_keeps_failing_exits_with_status_3(tmp_path):
     """)
     assert done.returncode == 3, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "clean-up ran" in done.stdout and "still running" not in done.stdout
-    assert "the runtime thread failed (RuntimeError: device lost)" in done.stderr
+    assert reason in done.stderr

@@ -445,7 +445,8 @@ def test_deeply_nested_pattern_groups_are_refused(srv):
 
 def test_a_very_long_property_name_beside_additional_properties_is_a_400(srv):
     """Excluding a property name from the extra keys nests a group per character: RecursionError, a 500."""
-    schema = {"type": "object", "properties": {"k" * 3000: {"type": "null"}}, "additionalProperties": {"type": "null"}}
+    schema = {"type": "object", "properties": {"k" * 3000: {"type": "null"}},
+              "additionalProperties": {"type": "null"}}
     resp = post(srv, "/v1/chat/completions", {
         "messages": USER, "max_tokens": 2,
         "response_format": {"type": "json_schema", "json_schema": {"name": "o", "schema": schema}}})
@@ -455,6 +456,7 @@ def test_a_very_long_property_name_beside_additional_properties_is_a_400(srv):
 def test_a_schema_whose_grammar_is_too_big_is_a_400(srv):
     resp = post(srv, "/v1/chat/completions", {
         "messages": USER, "max_tokens": 2,
-        "response_format": {"type": "json_schema", "json_schema": {"name": "e", "schema": {"enum": list(range(60000))}}}})
+        "response_format": {"type": "json_schema",
+                            "json_schema": {"name": "e", "schema": {"enum": list(range(60000))}}}})
     assert resp.status == 400, resp.body
     assert "MAX_GRAMMAR_BYTES" in resp.json()["error"]["message"]
