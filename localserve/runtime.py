@@ -115,6 +115,10 @@ class Runtime:
         return len(self.waiting)
 
     @property
+    def abandoned_samples(self) -> int:
+        return abandoned_running()
+
+    @property
     def busy_slots(self) -> int:
         return sum(1 for s in self.slots if s.job is not None)
 

@@ -352,6 +352,8 @@ def test_a_token_slower_than_the_limit_fails_its_job_alone(strict_srv):
         assert other.status == 200 and b'"finish_reason":"length"' in other.body, other.body
         assert b'"error"' not in other.body
     assert not _busy(strict_srv)
+    metrics = request(strict_srv.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    assert b"localserve_abandoned_grammar_samples " in metrics.body     # 0 or the threads still finishing
     alive(strict_srv)
 
 
