@@ -40,15 +40,20 @@ def create(exchange: Exchange) -> None:
         opening = run.begin()
         if plan.store:
             app.response_runs.add(run)
+        handed_over = False
         try:
             if plan.background:
                 app.response_runs.start_background(run)
+                handed_over = True
             elif plan.stream:
                 stream_run(exchange, run)
             else:
                 answer(exchange, run)
+        except BaseException:
+            run.interrupt("the response failed while it was being generated")   # stored so, unless it ended
+            raise
         finally:
-            if not plan.background:
+            if not handed_over:
                 app.response_runs.discard(run)
     if plan.background:         # the runner thread owns the job now: a client gone here stops nothing
         exchange.send_json(opening[0]["response"])
