@@ -22,6 +22,7 @@ from .demo import DemoUnavailable, demo_model_path
 from .engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .fatal import at_engine_failure
+from .pending_sample import abandoned_running
 from .http import Limits
 from .protocols import chat, completions, conversations, responses
 from .response_runs import ResponseRuns
@@ -190,7 +191,11 @@ class App:
         if self.store is not None:
             self.store.close()
         if self.engine is not None:
-            self.engine.close()
+            still = abandoned_running()
+            if still:   # their grammars point into the model: freeing it under them could crash the exit
+                log.info("leaving the model loaded at exit: %d grammar sample(s) still inside llama.cpp", still)
+            else:
+                self.engine.close()
 
 
 def open_store(settings: Settings) -> Store | None:
