@@ -12,10 +12,12 @@ import time
 import pytest
 
 from conftest import ServerProcess, slow_model
+from promtext import parse
 from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG
 
 LONG_PROMPT = "hello world " * 1500          # ~3000 tokens: seconds of prefill on this model
+PREFILL_PROMPT = "hello world " * 3900       # ~7800 tokens: as long as the 8192-token context allows
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +71,44 @@ def test_stream_dropped_midway_cancels_its_job(slow_server):
     assert quick_request_seconds(slow_server.port) < 5
 
 
-def test_drop_during_long_prefill_stops_the_prefill(slow_server):
-    for stream in (False, True):
-        conn = RawConnection(slow_server.port)
-        conn.send(long_generation(stream, LONG_PROMPT * 2, max_tokens=1))
-        time.sleep(0.5)
+def scrape(port: int):
+    return parse(request(port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode())
+
+
+def scrape_until(port: int, done, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        m = scrape(port)
+        if done(m):
+            return m
+        assert time.monotonic() < deadline, "the server never reached the state waited for"
+        time.sleep(0.05)
+
+
+def ended(m, reason: str) -> float:
+    return m.value("localserve_generations_total", finish_reason=reason)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_drop_during_long_prefill_stops_the_prefill(models_dir, stream):
+    # --batch-size takes the whole prompt in one llama_decode call: only the abort callback can stop
+    # it midway. A job whose prefill is not cancelled samples its one token and ends as "length".
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--slots", "1",
+                        "--batch-size", "8192", "--no-store")
+    try:
+        before = scrape(srv.port)
+        conn = RawConnection(srv.port)
+        conn.send(long_generation(stream, PREFILL_PROMPT, max_tokens=1))
+        scrape_until(srv.port, lambda m: m.value("localserve_slots_busy") == 1)     # admitted: prefilling
         conn.close()
-        # the prompt alone takes several seconds; a cancelled prefill frees the runtime at once
-        assert quick_request_seconds(slow_server.port) < 5
-    assert slow_server.log.count("cancelled job") >= 2
+        finished = lambda m: ended(m, "cancelled") + ended(m, "length")     # noqa: E731
+        after = scrape_until(srv.port, lambda m: m.value("localserve_slots_busy") == 0
+                             and finished(m) > finished(before))
+        assert ended(after, "cancelled") - ended(before, "cancelled") == 1
+        assert ended(after, "length") == ended(before, "length"), "the prefill ran to its end"
+        assert after.value("localserve_generated_tokens_total") == 0
+    finally:
+        srv.stop()
 
 
 def test_full_queue_is_503_with_retry_after(slow_server):
