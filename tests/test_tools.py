@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import family_templates      # tests/family_templates.py: always there, never skipped
 from localserve.tools import (
     TOOL_SYNTAXES, CallArguments, CallStart, ContentDelta, ToolProjector,
     detect_tool_syntax, parse_generated_tools,
@@ -361,7 +362,6 @@ def test_detect_tool_syntax_without_template():
 
 
 def test_detect_tool_syntax_on_the_family_test_templates():
-    family_templates = pytest.importorskip("family_templates")
     expected = {"hermes": "hermes", "qwen3": "hermes", "qwen3_coder": "qwen3_coder",
                 "llama3": "llama3", "mistral": "mistral", "deepseek_r1": "deepseek",
                 "gpt_oss": "harmony", "gemma": "hermes", "chatml": "hermes"}  # built-ins teach hermes
