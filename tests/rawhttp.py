@@ -128,6 +128,16 @@ def request(port: int, data: bytes, timeout: float = 10.0) -> RawResponse:
         conn.close()
 
 
+def request_id_of(received: bytes) -> str:
+    """The request-id header of a response whose head is at the start of received."""
+    head = received.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    for line in head.split("\r\n")[1:]:
+        name, value = line.split(":", 1)
+        if name.strip().lower() == "request-id":
+            return value.strip()
+    raise AssertionError(f"no request-id header in {head!r}")
+
+
 def post_json(path: str, body: dict | bytes, headers: str = "") -> bytes:
     payload = body if isinstance(body, bytes) else json.dumps(body).encode()
     return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"

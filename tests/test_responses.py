@@ -7,6 +7,7 @@ with a GBNF grammar (or tool_choice, which the server turns into one) through th
 from __future__ import annotations
 
 import json
+import re
 
 import openai
 import pytest
@@ -187,17 +188,26 @@ def test_parallel_calls_come_back_as_separate_items(c):
 
 
 def test_parallel_tool_calls_false_with_two_calls_fails_the_response(c, hermes):
-    r = create(c, input="Weather?", tools=[WEATHER], parallel_tool_calls=False, extra_body=TWO_CALLS)
+    r = create(c, input="Weather?", tools=[WEATHER], parallel_tool_calls=False, temperature=0, extra_body=TWO_CALLS)
     assert r.status == "failed" and r.error.code == "server_error"
     assert "parallel_tool_calls" in r.error.message and r.parallel_tool_calls is False
     assert c.responses.retrieve(r.id).status == "failed"
 
-    events = raw_stream(hermes.port, {"input": "Weather?", "tools": [WEATHER], "parallel_tool_calls": False,
-                                      **TWO_CALLS})
+    resp = request(hermes.port, post_json("/v1/responses", {"input": "Weather?", "tools": [WEATHER],
+                                                            "parallel_tool_calls": False, "stream": True,
+                                                            "temperature": 0, **TWO_CALLS}), timeout=60)
+    events = parse_sse(resp.body)
     check_event_stream(events)
     assert events[-1][1]["type"] == "response.failed"
     assert events[-1][1]["response"]["error"]["code"] == "server_error"
-    assert hermes.wait_log("while parallel_tool_calls is false")   # the job was stopped early
+    # The job was stopped at the second call's start, not run to the grammar's end: its own line says
+    # so. Greedy, the same forced text comes out in the same tokens as when both calls are allowed.
+    both_calls = create(c, input="Weather?", tools=[WEATHER], temperature=0, extra_body=TWO_CALLS)
+    assert len(both_calls.output) == 2
+    for request_id in (r._request_id, resp.header("request-id")):
+        line = hermes.wait_cancelled(request_id, "while parallel_tool_calls is false")
+        assert line, request_id
+        assert int(re.search(r"after (\d+) tokens", line).group(1)) < both_calls.usage.output_tokens
 
 
 def test_tool_choice_none_keeps_calls_out(c):
