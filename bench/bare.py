@@ -19,9 +19,13 @@ class BareEngine:
         self._silence()
         self.model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
         params = ll.llama_context_default_params()
-        # the server's layout: n_seq sequences of n_ctx each, one KV stream per sequence
+        # The server's layout (localserve/engine.py builds its context the same way): n_seq
+        # sequences of n_ctx each, one KV stream per sequence, sliding-window layers holding only
+        # their window, and logits rows for one token per sequence per step.
         params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, False
         params.n_batch, params.n_ubatch = n_batch, n_batch
+        params.swa_full = False
+        params.n_outputs_max = n_seq
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         self.ctx = ll.llama_init_from_model(self.model, params)
