@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON
 export CMAKE_ARGS
 
-.PHONY: install run test bench dist clean
+.PHONY: install run test bench mutants dist clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: install
 
 bench: install
 	$(BIN)/python -m bench
+
+# Break one behaviour at a time in a copy of the code; its tests must fail (tests/mutants.py).
+mutants: install
+	$(BIN)/python tests/mutants.py
 
 # dist/wheelhouse/ and dist/localserve.pyz for machines with no network (README: Offline install).
 # DIST_FLAGS=--pyz-demo puts the demo model in the pyz; --no-cache-dir rebuilds llama-cpp-python.
