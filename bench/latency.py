@@ -93,11 +93,15 @@ def _read_response(sock: socket.socket) -> bytes:
 def _stream_generation(port: int, tokens: int, stop: threading.Event) -> None:
     body = json.dumps({"prompt": "Once upon a time", "max_tokens": tokens, "stream": True}).encode()
     while not stop.is_set():
-        with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\nConnection: close\r\n\r\n%b" % (len(body), body))
-            while sock.recv(65536):
-                pass
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
+                sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+                             b"Content-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%b"
+                             % (len(body), body))
+                while sock.recv(65536):
+                    pass
+        except OSError:
+            return                  # the server went away: the probe's failure reports it
 
 
 def _keepalive_client(port: int, opened: threading.Barrier, stop: threading.Event) -> None:
@@ -134,6 +138,8 @@ def health_under_load(model: str, args) -> list[float]:
         stop.set()
         for t in threads + streams:
             t.join(120)
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"the server exited with status {server.proc.returncode} under load")
         if probe.returncode != 0:
             raise RuntimeError("the /health probe failed")
         return json.loads(out)
