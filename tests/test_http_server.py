@@ -198,9 +198,9 @@ def test_sigterm_drains_in_flight_requests_and_exits_0(models_dir):
             "messages": [{"role": "user", "content": "hello world " * 1500}], "max_tokens": 3, "stream": True,
             "stream_options": {"include_usage": True}, "logit_bias": NO_EOG}))
         received = b""
-        while b": prefill" not in received:          # headers out, the prompt still prefilling
-            received += conn.sock.recv(65536)
-        assert b"data: [DONE]" not in received
+        while b": prefill" not in received and b"data: [DONE]" not in received:
+            received += conn.sock.recv(65536)        # headers out, the prompt still prefilling
+        assert b"data: [DONE]" not in received, "the request ended before SIGTERM: nothing left to drain"
         srv.proc.send_signal(signal.SIGTERM)
         while chunk := conn.sock.recv(65536):         # the server finishes the stream, then closes
             received += chunk
