@@ -150,6 +150,8 @@ def apply(mutant: Mutant, root: Path) -> None:
 
 def check_patterns(mutant: Mutant) -> str | None:
     """The error for a mutant whose source strings are not each found exactly once, else None."""
+    if not (ROOT / mutant.path).is_file():
+        return f"{mutant.path}: file not found (the code moved: update the mutant)"
     with tempfile.TemporaryDirectory(prefix="mutant-check-") as tmp:
         (Path(tmp) / mutant.path).parent.mkdir(parents=True)
         shutil.copy2(ROOT / mutant.path, Path(tmp) / mutant.path)
