@@ -2,8 +2,15 @@
 
 Anthropic clients return thinking blocks in later requests with the `signature` the
 server gave them; a block whose signature does not verify was not written by this
-server (or was edited) and is refused. The signature is an HMAC-SHA256 of the text
-under a key only the server knows.
+server (or was edited) and is refused. The signature is the text sealed under a key
+only the server knows (authenticated encryption, below), so a block that comes back
+with its text left out (thinking display "omitted") still renders the prompt it was
+generated in. Signatures of the first version (an HMAC-SHA256 of the text) still verify.
+
+Sealing is deterministic authenticated encryption in the SIV style, from the standard
+library alone: the tag is an HMAC-SHA256 of the text (cut to 16 bytes), the keystream
+SHAKE-256 of an encryption key and the tag. The same text seals to the same token (a
+streamed and a whole answer carry the same signature); a changed byte fails the tag.
 
 The key lives in the data directory (`signing.key`, mode 0600), so signatures stay
 valid across restarts: a long agent session survives the daemon being restarted.
@@ -69,9 +76,76 @@ def load_signing_key(data_dir: Path | None) -> bytes:
 
 
 def sign(key: bytes, text: str) -> str:
+    """The thinking text sealed: verify() checks it, recover() gives the text back."""
+    return seal(key, text, _THINKING)
+
+
+def verify(key: bytes, text: str, signature: object) -> bool:
+    if not isinstance(signature, str) or not signature.isascii():
+        return False
+    if signature.startswith(_SEAL_PREFIX):
+        return unseal(key, signature, _THINKING) == text
+    return hmac.compare_digest(_hmac_signature(key, text), signature)   # the first version
+
+
+def recover(key: bytes, signature: object) -> str | None:
+    """The text a signature seals; None when it is not one of ours (or was changed)."""
+    return unseal(key, signature, _THINKING) if isinstance(signature, str) else None
+
+
+def _hmac_signature(key: bytes, text: str) -> str:
     digest = hmac.new(key, _DOMAIN + text.encode("utf-8"), hashlib.sha256).digest()
     return base64.b64encode(digest).decode("ascii")
 
 
-def verify(key: bytes, text: str, signature: object) -> bool:
-    return isinstance(signature, str) and hmac.compare_digest(sign(key, text), signature)
+# ---- sealing -------------------------------------------------------------------------
+
+def seal(key: bytes, text: str, purpose: bytes) -> str:
+    """`text` encrypted and authenticated under `key`, for one `purpose` (a token sealed
+    for one purpose does not open for another)."""
+    enc_key, mac_key = _subkeys(key, purpose)
+    plain = text.encode("utf-8")
+    tag = hmac.new(mac_key, plain, hashlib.sha256).digest()[:_TAG_BYTES]
+    return _SEAL_PREFIX + base64.b64encode(tag + _xor(plain, _keystream(enc_key, tag, len(plain)))).decode("ascii")
+
+
+def unseal(key: bytes, token: str, purpose: bytes) -> str | None:
+    """The sealed text, or None when the token is malformed, forged or altered."""
+    if not token.startswith(_SEAL_PREFIX):
+        return None
+    try:
+        raw = base64.b64decode(token[len(_SEAL_PREFIX):], validate=True)
+    except ValueError:
+        return None
+    if len(raw) < _TAG_BYTES:
+        return None
+    enc_key, mac_key = _subkeys(key, purpose)
+    tag, cipher = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
+    plain = _xor(cipher, _keystream(enc_key, tag, len(cipher)))
+    if not hmac.compare_digest(hmac.new(mac_key, plain, hashlib.sha256).digest()[:_TAG_BYTES], tag):
+        return None
+    try:
+        return plain.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+_THINKING = b"anthropic thinking"
+_SEAL_PREFIX = "ls1."
+_TAG_BYTES = 16
+
+
+def _subkeys(key: bytes, purpose: bytes) -> tuple[bytes, bytes]:
+    def derive(label: bytes) -> bytes:
+        return hmac.new(key, b"localserve seal v1\x00" + label + b"\x00" + purpose, hashlib.sha256).digest()
+    return derive(b"encrypt"), derive(b"authenticate")
+
+
+def _keystream(enc_key: bytes, tag: bytes, size: int) -> bytes:
+    return hashlib.shake_256(enc_key + tag).digest(size) if size else b""
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    if not data:
+        return b""
+    return (int.from_bytes(data, "big") ^ int.from_bytes(stream, "big")).to_bytes(len(data), "big")
