@@ -15,27 +15,57 @@ Consecutive user turns are merged, as Anthropic does, so strict templates see al
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from ..prompt import ChatInput, ToolChoice
-from ..signing import verify
+from ..settings import DEFAULT_EFFORT, EFFORT_BUDGETS
+from ..signing import recover, verify
 from .common import invalid, read_template_kwargs
 
 TEXT_ONLY = "this server takes text only"
 
 
-def read_chat(body: dict, signing_key: bytes) -> ChatInput:
-    messages = read_system(body.get("system")) + read_messages(body.get("messages"), signing_key)
+@dataclass
+class MessagesInput:
+    """A Messages request's input: the chat to render and what shapes its answer."""
+    chat: ChatInput
+    thinking: Thinking
+    cache_breakpoint: int | None     # index in chat.messages of the last message a cache_control marks
+
+
+def read_input(body: dict, signing_key: bytes) -> MessagesInput:
+    messages: list[dict] = []
+    for message in read_system(body.get("system")) + read_messages(body.get("messages"), signing_key):
+        _append(messages, message)
     tools = read_tools(body.get("tools"))
+    if messages and messages[0]["role"] == "system" and any(_marked(t) for t in body.get("tools") or ()):
+        messages[0][_BREAKPOINT] = True      # tools render with (or just after) the system prompt
+    if body.get("cache_control") is not None and messages:
+        messages[-1][_BREAKPOINT] = True     # automatic caching: up to the last message
+    marked = [i for i, m in enumerate(messages) if m.pop(_BREAKPOINT, False)]
     choice, parallel = read_tool_choice(body.get("tool_choice"), tools)
-    kwargs = read_template_kwargs(body)
-    budget = read_thinking(body.get("thinking"), kwargs)
     chat = ChatInput(messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
-                     template_kwargs=kwargs, reasoning_budget=budget)
-    read_output_config(body, chat)
-    return chat
+                     template_kwargs=read_template_kwargs(body))
+    effort = read_output_config(body, chat)
+    thinking = read_thinking(body.get("thinking"), effort, chat.template_kwargs)
+    chat.reasoning_budget = thinking.budget
+    return MessagesInput(chat, thinking, marked[-1] if marked else None)
+
+
+def read_chat(body: dict, signing_key: bytes) -> ChatInput:
+    return read_input(body, signing_key).chat
+
+
+# A cache_control breakpoint is noted on the converted message that holds its block
+# (under this key, removed before rendering); only the last one matters for usage.
+_BREAKPOINT = "cache_breakpoint"
+
+
+def _marked(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("cache_control") is not None
 
 
 def read_system(system: Any) -> list[dict]:
@@ -47,7 +77,12 @@ def read_system(system: Any) -> list[dict]:
         text = "\n".join(_text_of(block, f"system[{i}]") for i, block in enumerate(system))
     else:
         raise invalid("system", "expected a string or an array of text blocks")
-    return [{"role": "system", "content": text}] if text else []
+    if not text:
+        return []
+    message = {"role": "system", "content": text}
+    if isinstance(system, list) and any(_marked(b) for b in system):
+        message[_BREAKPOINT] = True
+    return [message]
 
 
 def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
@@ -70,8 +105,12 @@ def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
             converted = _user_turn(blocks, f"{where}.content")
         elif role == "assistant":
             converted = [_assistant_turn(blocks, f"{where}.content", signing_key)]
+        elif role == "system":
+            converted = [_system_turn(blocks, f"{where}.content")]
         else:
-            raise invalid(f"{where}.role", "expected user or assistant (the system prompt goes in 'system')")
+            raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
+        if converted and any(_marked(b) for b in blocks):
+            converted[-1][_BREAKPOINT] = True
         for msg in converted:
             _append(out, msg)
     return out
@@ -79,10 +118,21 @@ def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
 
 def _append(out: list[dict], msg: dict) -> None:
     last = out[-1] if out else None
-    if last is not None and msg["role"] == "user" and last["role"] == "user":
+    # consecutive user turns are one turn; so are system turns before any other
+    same = last is not None and msg["role"] == last["role"] and (
+        msg["role"] == "user" or (msg["role"] == "system" and all(m["role"] == "system" for m in out)))
+    if same:
         last["content"] = "\n".join(t for t in (last["content"], msg["content"]) if t)
+        if msg.get(_BREAKPOINT):
+            last[_BREAKPOINT] = True
     else:
         out.append(msg)
+
+
+def _system_turn(blocks: list, where: str) -> dict:
+    """A system message inside `messages`: kept in its place (prompt.render_chat decides
+    how the template shows it); text blocks only."""
+    return {"role": "system", "content": "\n".join(_text_of(block, f"{where}[{j}]") for j, block in enumerate(blocks))}
 
 
 def _user_turn(blocks: list, where: str) -> list[dict]:
@@ -161,6 +211,10 @@ def _verified_thinking(block: dict, where: str, signing_key: bytes) -> str:
     thinking = block.get("thinking")
     if not isinstance(thinking, str):
         raise invalid(f"{where}.thinking", "expected a string")
+    if not thinking:       # display "omitted": the text comes back sealed in the signature
+        sealed = recover(signing_key, block.get("signature"))
+        if sealed is not None:
+            return sealed
     if not verify(signing_key, thinking, block.get("signature")):
         raise invalid(f"{where}.signature", "the thinking block's signature does not match its text; "
                                             "send thinking blocks back exactly as this server returned them")
@@ -259,46 +313,57 @@ def read_tool_choice(value: Any, tools: list[dict]) -> tuple[ToolChoice, bool]:
     raise invalid("tool_choice.type", f"expected auto, any, tool or none; got {kind!r}")
 
 
-def read_output_config(body: dict, chat: ChatInput) -> None:
-    """Structured output (output_config.format, or the older output_format) and effort."""
+def read_output_config(body: dict, chat: ChatInput) -> str | None:
+    """Structured output (output_config.format, or the older output_format); returns the effort."""
     config = body.get("output_config")
-    fmt, where = None, "output_format"
+    fmt, where, effort = None, "output_format", None
     if config is not None:
         if not isinstance(config, dict):
             raise invalid("output_config", "expected an object")
         effort = config.get("effort")
         if effort is not None:
-            if not isinstance(effort, str):
-                raise invalid("output_config.effort", "expected a string")
+            if not isinstance(effort, str):     # a level newer than this server reads as the default
+                raise invalid("output_config.effort", f"expected one of {', '.join(EFFORT_BUDGETS)}")
             chat.template_kwargs.setdefault("reasoning_effort", effort)
         fmt, where = config.get("format"), "output_config.format"
     if fmt is None:
         fmt, where = body.get("output_format"), "output_format"
-    if fmt is None:
-        return
-    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
-        raise invalid(where, 'expected {"type": "json_schema", "schema": {...}}')
-    chat.response_schema = fmt["schema"]
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            raise invalid(where, 'expected {"type": "json_schema", "schema": {...}}')
+        chat.response_schema = fmt["schema"]
+    return effort
 
 
-def read_thinking(value: Any, template_kwargs: dict) -> int | None:
-    """The reasoning budget in tokens (None: unlimited); sets enable_thinking for the template
-    unless chat_template_kwargs already does."""
+@dataclass
+class Thinking:
+    budget: int | None = None        # reasoning tokens (None: unlimited)
+    omitted: bool = False            # display "omitted": thinking blocks carry only the signature
+
+
+def read_thinking(value: Any, effort: str | None, template_kwargs: dict) -> Thinking:
+    """The reasoning budget and display; sets enable_thinking for the template unless
+    chat_template_kwargs already does. `budget_tokens` is the budget when given; otherwise
+    the effort (output_config.effort; adaptive thinking defaults to high) sets it."""
+    effort_budget = EFFORT_BUDGETS.get(effort, EFFORT_BUDGETS[DEFAULT_EFFORT]) if effort else None
     if value is None:
-        return None
+        return Thinking(effort_budget)
     if not isinstance(value, dict):
         raise invalid("thinking", "expected an object with a 'type'")
     kind = value.get("type")
     if kind == "disabled":
         template_kwargs.setdefault("enable_thinking", False)
-        return None
-    if kind == "adaptive":
-        template_kwargs.setdefault("enable_thinking", True)
-        return None
-    if kind != "enabled":
-        raise invalid("thinking.type", f"expected enabled, disabled or adaptive; got {kind!r}")
-    budget = value.get("budget_tokens")
-    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-        raise invalid("thinking.budget_tokens", "expected a positive integer")
+        return Thinking()
+    display = value.get("display")
+    if display not in (None, "summarized", "omitted"):
+        raise invalid("thinking.display", f"expected summarized or omitted; got {display!r}")
     template_kwargs.setdefault("enable_thinking", True)
-    return budget
+    if kind == "adaptive":
+        budget = effort_budget if effort else EFFORT_BUDGETS[DEFAULT_EFFORT]
+    elif kind == "enabled":
+        budget = value.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise invalid("thinking.budget_tokens", "expected a positive integer")
+    else:
+        raise invalid("thinking.type", f"expected enabled, disabled or adaptive; got {kind!r}")
+    return Thinking(budget, display == "omitted")
