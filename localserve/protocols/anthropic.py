@@ -7,10 +7,13 @@ and the runtime's events become Anthropic content blocks:
   generated in, a whole response (whose output keeps no order) puts them in that order;
   whitespace alone makes no text block;
 - stop_reason end_turn / max_tokens / stop_sequence (with stop_sequence) / tool_use;
-- usage as Anthropic counts it: input_tokens are the prompt tokens that had to be
-  processed, cache_read_input_tokens those the prompt cache already held (their sum is
-  the prompt, which count_tokens reports); nothing is billed as a cache write, so
-  cache_creation_input_tokens is 0.
+- usage as Anthropic counts it (anthropic_prompt.usage): cache_read_input_tokens are the
+  prompt tokens the prompt cache already held, cache_creation_input_tokens the rest up to
+  the last cache_control breakpoint, input_tokens what follows; they sum to the prompt,
+  which count_tokens reports;
+- with thinking display "omitted", thinking blocks carry an empty text and the signature
+  (which seals the text); with context_management, the edits applied
+  (`context_management.applied_edits`, in the message and in message_delta).
 A stream is message_start (once the job is admitted and its cache hit is known), a ping,
 then per block content_block_start / _delta* / _stop with indices 0, 1, 2…, a
 signature_delta closing every thinking block, message_delta with the stop reason and the

@@ -1,16 +1,24 @@
 """Anthropic Messages input → the OpenAI-style chat every template is rendered from.
 
-- `system` (a string or text blocks) becomes a leading system message.
+- `system` (a string or text blocks) becomes a leading system message; `role: "system"`
+  messages inside `messages` stay where they are (prompt.render_chat folds them into the
+  user turns for a template that takes no system turn there); one with `clear_at:
+  "next_user_message"` is left out once a user turn follows it, and its
+  `output_config.effort`, after the last user turn, is this turn's effort.
 - A user turn's `tool_result` blocks become role "tool" messages (in order, before the
   turn's text), with `tool_call_id` and the result's text; `is_error` results say so.
 - An assistant turn's `tool_use` blocks become `tool_calls` (arguments as JSON text), its
   `thinking` blocks `reasoning_content` (the template decides whether to show it) once
-  their signatures verify: a thinking block this server did not sign is a 400.
+  their signatures verify: a thinking block this server did not sign is a 400. A block
+  that comes back with its text left out (display "omitted") gets it from the signature.
 - `tools` (`input_schema`) become function definitions; `tool_choice` any/tool/none map to
-  required/named/none; `thinking` sets the budget and the template's enable_thinking;
-  `output_config.format` (a JSON schema) constrains the answer, `output_config.effort` is
-  passed to the template as reasoning_effort.
+  required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
+  `output_config.effort` set the reasoning budget and the template's enable_thinking and
+  reasoning_effort; `output_config.format` (a JSON schema) constrains the answer.
+- `cache_control` on a block (or on the request, for automatic caching) marks its message
+  as a breakpoint: the last one tells anthropic_prompt where this request's cache ends.
 Consecutive user turns are merged, as Anthropic does, so strict templates see alternation.
+Fields this module does not read are ignored, never an error.
 """
 
 from __future__ import annotations
@@ -49,10 +57,24 @@ def read_input(body: dict, signing_key: bytes) -> MessagesInput:
     choice, parallel = read_tool_choice(body.get("tool_choice"), tools)
     chat = ChatInput(messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
                      template_kwargs=read_template_kwargs(body))
-    effort = read_output_config(body, chat)
+    effort = _turn_effort(body.get("messages")) or read_output_config(body, chat)
+    if effort:
+        chat.template_kwargs.setdefault("reasoning_effort", effort)
     thinking = read_thinking(body.get("thinking"), effort, chat.template_kwargs)
     chat.reasoning_budget = thinking.budget
     return MessagesInput(chat, thinking, marked[-1] if marked else None)
+
+
+def _turn_effort(messages: list) -> str | None:
+    """output_config.effort of a system message after the last user turn: it sets this turn's effort."""
+    effort = None
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            break
+        config = message.get("output_config") if message.get("role") == "system" else None
+        if isinstance(config, dict) and isinstance(config.get("effort"), str):
+            effort = effort or config["effort"]
+    return effort
 
 
 def read_chat(body: dict, signing_key: bytes) -> ChatInput:
@@ -89,6 +111,8 @@ def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "expected a non-empty array of messages")
     out: list[dict] = []
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
+                    default=-1)
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
@@ -99,6 +123,8 @@ def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
             blocks: list = [{"type": "text", "text": content}]
         elif isinstance(content, list):
             blocks = content
+        elif content is None and role == "system":     # a system message may carry only output_config
+            blocks = []
         else:
             raise invalid(f"{where}.content", "expected a string or an array of content blocks")
         if role == "user":
@@ -106,7 +132,10 @@ def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
         elif role == "assistant":
             converted = [_assistant_turn(blocks, f"{where}.content", signing_key)]
         elif role == "system":
-            converted = [_system_turn(blocks, f"{where}.content")]
+            # clear_at "next_user_message": shown only until a user turn follows it
+            shown = message.get("clear_at") != "next_user_message" or i > last_user
+            system = _system_turn(blocks, f"{where}.content")
+            converted = [system] if shown and system["content"] else []
         else:
             raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
         if converted and any(_marked(b) for b in blocks):
@@ -324,7 +353,6 @@ def read_output_config(body: dict, chat: ChatInput) -> str | None:
         if effort is not None:
             if not isinstance(effort, str):     # a level newer than this server reads as the default
                 raise invalid("output_config.effort", f"expected one of {', '.join(EFFORT_BUDGETS)}")
-            chat.template_kwargs.setdefault("reasoning_effort", effort)
         fmt, where = config.get("format"), "output_config.format"
     if fmt is None:
         fmt, where = body.get("output_format"), "output_format"
@@ -354,9 +382,9 @@ def read_thinking(value: Any, effort: str | None, template_kwargs: dict) -> Thin
     if kind == "disabled":
         template_kwargs.setdefault("enable_thinking", False)
         return Thinking()
-    display = value.get("display")
-    if display not in (None, "summarized", "omitted"):
-        raise invalid("thinking.display", f"expected summarized or omitted; got {display!r}")
+    display = value.get("display")       # summarized, omitted, or a newer mode: shown as summarized
+    if display is not None and not isinstance(display, str):
+        raise invalid("thinking.display", "expected summarized or omitted")
     template_kwargs.setdefault("enable_thinking", True)
     if kind == "adaptive":
         budget = effort_budget if effort else EFFORT_BUDGETS[DEFAULT_EFFORT]
