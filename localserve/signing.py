@@ -1,9 +1,17 @@
-"""Signatures the server puts on text it hands out and checks when that text comes back.
+"""Signatures and sealed blobs: what the server puts on text it hands out and checks when that
+text comes back.
 
 Anthropic clients return thinking blocks in later requests with the `signature` the
 server gave them; a block whose signature does not verify was not written by this
 server (or was edited) and is refused. The signature is an HMAC-SHA256 of the text
 under a key only the server knows.
+
+Responses reasoning items carry `encrypted_content` (`seal`): the reasoning text encrypted and
+authenticated, so a client that keeps no server state (store: false) can hand it back and the
+next prompt renders the reasoning exactly as it was generated. The cipher is built from the
+standard library alone: a SHAKE-256 keystream over (key, random nonce) XORed with the text,
+then HMAC-SHA256 over everything before the tag (encrypt-then-MAC). Sub-keys for each purpose
+are derived from the one key, so no output of one purpose helps forge another.
 
 The key lives in the data directory (`signing.key`, mode 0600), so signatures stay
 valid across restarts: a long agent session survives the daemon being restarted.
@@ -75,3 +83,47 @@ def sign(key: bytes, text: str) -> str:
 
 def verify(key: bytes, text: str, signature: object) -> bool:
     return isinstance(signature, str) and hmac.compare_digest(sign(key, text), signature)
+
+
+SEAL_VERSION = b"\x01"
+NONCE_BYTES = 16
+TAG_BYTES = 32
+
+
+def _subkey(key: bytes, purpose: bytes) -> bytes:
+    return hmac.new(key, b"localserve " + purpose, hashlib.sha256).digest()
+
+
+def _keystream(key: bytes, nonce: bytes, length: int) -> bytes:
+    return hashlib.shake_256(_subkey(key, b"seal stream v1") + nonce).digest(length)
+
+
+def seal(key: bytes, text: str) -> str:
+    """`text` encrypted and authenticated under `key`, as URL-safe base64."""
+    data = text.encode("utf-8")
+    nonce = secrets.token_bytes(NONCE_BYTES)
+    cipher = bytes(a ^ b for a, b in zip(data, _keystream(key, nonce, len(data))))
+    body = SEAL_VERSION + nonce + cipher
+    tag = hmac.new(_subkey(key, b"seal mac v1"), body, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(body + tag).decode("ascii")
+
+
+def unseal(key: bytes, blob: object) -> str | None:
+    """The text `seal` sealed, or None when the blob was not sealed by this key or was altered."""
+    if not isinstance(blob, str):
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(blob.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        return None
+    if len(raw) < 1 + NONCE_BYTES + TAG_BYTES or raw[:1] != SEAL_VERSION:
+        return None
+    body, tag = raw[:-TAG_BYTES], raw[-TAG_BYTES:]
+    if not hmac.compare_digest(hmac.new(_subkey(key, b"seal mac v1"), body, hashlib.sha256).digest(), tag):
+        return None
+    nonce, cipher = body[1:1 + NONCE_BYTES], body[1 + NONCE_BYTES:]
+    data = bytes(a ^ b for a, b in zip(cipher, _keystream(key, nonce, len(cipher))))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
