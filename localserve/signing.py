@@ -1,16 +1,23 @@
-"""Signatures the server puts on text it hands out and checks when that text comes back.
+"""Signatures and sealed blobs: what the server puts on text it hands out and checks when that
+text comes back.
 
 Anthropic clients return thinking blocks in later requests with the `signature` the
 server gave them; a block whose signature does not verify was not written by this
-server (or was edited) and is refused. The signature is the text sealed under a key
-only the server knows (authenticated encryption, below), so a block that comes back
-with its text left out (thinking display "omitted") still renders the prompt it was
-generated in. Signatures of the first version (an HMAC-SHA256 of the text) still verify.
+server (or was edited) and is refused. The signature is the thinking text sealed (below),
+so a block that comes back with its text left out (thinking display "omitted") still
+renders the prompt it was generated in. Signatures of the first version (an HMAC-SHA256
+of the text) still verify.
 
-Sealing is deterministic authenticated encryption in the SIV style, from the standard
-library alone: the tag is an HMAC-SHA256 of the text (cut to 16 bytes), the keystream
-SHAKE-256 of an encryption key and the tag. The same text seals to the same token (a
-streamed and a whole answer carry the same signature); a changed byte fails the tag.
+Responses reasoning items carry `encrypted_content` (`seal`): the reasoning text encrypted and
+authenticated, so a client that keeps no server state (store: false) can hand it back and the
+next prompt renders the reasoning exactly as it was generated.
+
+The cipher is built from the standard library alone, deterministic in the SIV style: the
+nonce is an HMAC of the text, the keystream SHAKE-256 over (key, nonce) XORed with the text,
+then HMAC-SHA256 over everything before the tag (encrypt-then-MAC). The same text seals to
+the same blob, so a streamed and a whole answer carry the same one. Sub-keys are derived
+for each purpose (thinking signatures, reasoning items), so a blob sealed for one does not
+open for another.
 
 The key lives in the data directory (`signing.key`, mode 0600), so signatures stay
 valid across restarts: a long agent session survives the daemon being restarted.
@@ -77,20 +84,20 @@ def load_signing_key(data_dir: Path | None) -> bytes:
 
 def sign(key: bytes, text: str) -> str:
     """The thinking text sealed: verify() checks it, recover() gives the text back."""
-    return seal(key, text, _THINKING)
+    return seal(key, text, THINKING)
 
 
 def verify(key: bytes, text: str, signature: object) -> bool:
     if not isinstance(signature, str) or not signature.isascii():
         return False
-    if signature.startswith(_SEAL_PREFIX):
-        return unseal(key, signature, _THINKING) == text
+    if unseal(key, signature, THINKING) == text:
+        return True
     return hmac.compare_digest(_hmac_signature(key, text), signature)   # the first version
 
 
 def recover(key: bytes, signature: object) -> str | None:
-    """The text a signature seals; None when it is not one of ours (or was changed)."""
-    return unseal(key, signature, _THINKING) if isinstance(signature, str) else None
+    """The thinking text a signature seals; None when it is not one of ours (or was changed)."""
+    return unseal(key, signature, THINKING)
 
 
 def _hmac_signature(key: bytes, text: str) -> str:
@@ -100,49 +107,49 @@ def _hmac_signature(key: bytes, text: str) -> str:
 
 # ---- sealing -------------------------------------------------------------------------
 
-def seal(key: bytes, text: str, purpose: bytes) -> str:
-    """`text` encrypted and authenticated under `key`, for one `purpose` (a token sealed
-    for one purpose does not open for another)."""
-    enc_key, mac_key = _subkeys(key, purpose)
-    plain = text.encode("utf-8")
-    tag = hmac.new(mac_key, plain, hashlib.sha256).digest()[:_TAG_BYTES]
-    return _SEAL_PREFIX + base64.b64encode(tag + _xor(plain, _keystream(enc_key, tag, len(plain)))).decode("ascii")
+REASONING = b"responses reasoning"      # purposes: a blob sealed for one does not open for another
+THINKING = b"anthropic thinking"
+SEAL_VERSION = b"\x01"
+NONCE_BYTES = 16
+TAG_BYTES = 32
 
 
-def unseal(key: bytes, token: str, purpose: bytes) -> str | None:
-    """The sealed text, or None when the token is malformed, forged or altered."""
-    if not token.startswith(_SEAL_PREFIX):
+def seal(key: bytes, text: str, purpose: bytes = REASONING) -> str:
+    """`text` encrypted and authenticated under `key`, as URL-safe base64."""
+    data = text.encode("utf-8")
+    nonce = hmac.new(_subkey(key, b"seal nonce v1", purpose), data, hashlib.sha256).digest()[:NONCE_BYTES]
+    body = SEAL_VERSION + nonce + _xor(data, _keystream(key, purpose, nonce, len(data)))
+    tag = hmac.new(_subkey(key, b"seal mac v1", purpose), body, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(body + tag).decode("ascii")
+
+
+def unseal(key: bytes, blob: object, purpose: bytes = REASONING) -> str | None:
+    """The text `seal` sealed, or None when the blob was not sealed by this key for this
+    purpose, or was altered."""
+    if not isinstance(blob, str):
         return None
     try:
-        raw = base64.b64decode(token[len(_SEAL_PREFIX):], validate=True)
-    except ValueError:
+        raw = base64.urlsafe_b64decode(blob.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
         return None
-    if len(raw) < _TAG_BYTES:
+    if len(raw) < 1 + NONCE_BYTES + TAG_BYTES or raw[:1] != SEAL_VERSION:
         return None
-    enc_key, mac_key = _subkeys(key, purpose)
-    tag, cipher = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
-    plain = _xor(cipher, _keystream(enc_key, tag, len(cipher)))
-    if not hmac.compare_digest(hmac.new(mac_key, plain, hashlib.sha256).digest()[:_TAG_BYTES], tag):
+    body, tag = raw[:-TAG_BYTES], raw[-TAG_BYTES:]
+    if not hmac.compare_digest(hmac.new(_subkey(key, b"seal mac v1", purpose), body, hashlib.sha256).digest(), tag):
         return None
+    nonce, cipher = body[1:1 + NONCE_BYTES], body[1 + NONCE_BYTES:]
     try:
-        return plain.decode("utf-8")
+        return _xor(cipher, _keystream(key, purpose, nonce, len(cipher))).decode("utf-8")
     except UnicodeDecodeError:
         return None
 
 
-_THINKING = b"anthropic thinking"
-_SEAL_PREFIX = "ls1."
-_TAG_BYTES = 16
+def _subkey(key: bytes, label: bytes, purpose: bytes) -> bytes:
+    return hmac.new(key, b"localserve " + label + b"\x00" + purpose, hashlib.sha256).digest()
 
 
-def _subkeys(key: bytes, purpose: bytes) -> tuple[bytes, bytes]:
-    def derive(label: bytes) -> bytes:
-        return hmac.new(key, b"localserve seal v1\x00" + label + b"\x00" + purpose, hashlib.sha256).digest()
-    return derive(b"encrypt"), derive(b"authenticate")
-
-
-def _keystream(enc_key: bytes, tag: bytes, size: int) -> bytes:
-    return hashlib.shake_256(enc_key + tag).digest(size) if size else b""
+def _keystream(key: bytes, purpose: bytes, nonce: bytes, length: int) -> bytes:
+    return hashlib.shake_256(_subkey(key, b"seal stream v1", purpose) + nonce).digest(length) if length else b""
 
 
 def _xor(data: bytes, stream: bytes) -> bytes:
