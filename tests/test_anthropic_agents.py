@@ -157,9 +157,12 @@ def test_adaptive_thinking_and_effort_set_the_budget():
         EFFORT_BUDGETS[DEFAULT_EFFORT]
     assert budget(thinking={"type": "disabled"}, output_config={"effort": "high"}) is None
     system_effort = [{"role": "user", "content": "x"}, {"role": "system", "output_config": {"effort": "low"}}]
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
     turn = read_input({"messages": system_effort, "thinking": {"type": "adaptive"},
-                       "output_config": {"effort": "max"}}, b"k" * 32).chat
+                       "output_config": {"effort": "max", "format": {"type": "json_schema", "schema": schema}}},
+                      b"k" * 32).chat
     assert turn.reasoning_budget == EFFORT_BUDGETS["low"] and turn.template_kwargs["reasoning_effort"] == "low"
+    assert turn.response_schema == schema
 
 
 def test_adaptive_thinking_answers_with_a_thinking_block(qwen3):

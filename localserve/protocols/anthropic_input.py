@@ -57,7 +57,8 @@ def read_input(body: dict, signing_key: bytes) -> MessagesInput:
     choice, parallel = read_tool_choice(body.get("tool_choice"), tools)
     chat = ChatInput(messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
                      template_kwargs=read_template_kwargs(body))
-    effort = _turn_effort(body.get("messages")) or read_output_config(body, chat)
+    request_effort = read_output_config(body, chat)
+    effort = _turn_effort(body["messages"]) or request_effort
     if effort:
         chat.template_kwargs.setdefault("reasoning_effort", effort)
     thinking = read_thinking(body.get("thinking"), effort, chat.template_kwargs)
@@ -161,7 +162,8 @@ def _append(out: list[dict], msg: dict) -> None:
 def _system_turn(blocks: list, where: str) -> dict:
     """A system message inside `messages`: kept in its place (prompt.render_chat decides
     how the template shows it); text blocks only."""
-    return {"role": "system", "content": "\n".join(_text_of(block, f"{where}[{j}]") for j, block in enumerate(blocks))}
+    texts = [_text_of(block, f"{where}[{j}]") for j, block in enumerate(blocks)]
+    return {"role": "system", "content": "\n".join(texts)}
 
 
 def _user_turn(blocks: list, where: str) -> list[dict]:
@@ -351,7 +353,7 @@ def read_output_config(body: dict, chat: ChatInput) -> str | None:
             raise invalid("output_config", "expected an object")
         effort = config.get("effort")
         if effort is not None:
-            if not isinstance(effort, str):     # a level newer than this server reads as the default
+            if not isinstance(effort, str):     # any string: a level newer than this server reads as the default
                 raise invalid("output_config.effort", f"expected one of {', '.join(EFFORT_BUDGETS)}")
         fmt, where = config.get("format"), "output_config.format"
     if fmt is None:
