@@ -7,7 +7,7 @@ and the runtime's events become Anthropic content blocks:
   generated in, a whole response (whose output keeps no order) puts them in that order;
   whitespace alone makes no text block;
 - stop_reason end_turn / max_tokens / stop_sequence (with stop_sequence) / tool_use;
-- usage as Anthropic counts it (anthropic_prompt.usage): cache_read_input_tokens are the
+- usage as Anthropic counts it (anthropic_prompt.cache_usage): cache_read_input_tokens are the
   prompt tokens the prompt cache already held, cache_creation_input_tokens the rest up to
   the last cache_control breakpoint, input_tokens what follows; they sum to the prompt,
   which count_tokens reports;
@@ -37,8 +37,7 @@ from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_f
 from ..routes import ANTHROPIC, Exchange, Router
 from ..signing import sign
 from ..tools import new_call_id
-from .anthropic_prompt import MessagesPrompt, read_prompt
-from .anthropic_prompt import usage as prompt_usage
+from .anthropic_prompt import MessagesPrompt, cache_usage, read_prompt
 from .common import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str
 
 PING = sse({"type": "ping"}, "ping")
@@ -59,7 +58,7 @@ class MessageMeta:
     context_management: dict | None = None    # {"applied_edits": [...]} when the request asked for edits
 
     def usage(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
-        return {**prompt_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
+        return {**cache_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
                 "output_tokens": output_tokens}
 
 

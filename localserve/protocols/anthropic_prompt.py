@@ -73,7 +73,7 @@ def _breakpoint_tokens(app: Any, chat: ChatInput, index: int, text: str) -> int:
     return len(tokenize_prompt(app, marked_text[:cut]))
 
 
-def usage(prompt_tokens: int, cached_tokens: int, breakpoint_tokens: int) -> dict:
+def cache_usage(prompt_tokens: int, cached_tokens: int, breakpoint_tokens: int) -> dict:
     """input_tokens + cache_read + cache_creation = the prompt."""
     cached = min(cached_tokens, prompt_tokens)
     created = max(0, min(breakpoint_tokens, prompt_tokens) - cached)
