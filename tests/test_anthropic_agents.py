@@ -373,6 +373,28 @@ def test_cache_breakpoints_split_the_prompt_in_usage(server, stream):
         model="m", system=longer["system"], messages=longer["messages"]).input_tokens
 
 
+def test_claude_codes_billing_header_line_costs_no_cache(server):
+    client = client_for(server)
+    system = [{"type": "text", "text": "You are Claude Code. " * 20, "cache_control": {"type": "ephemeral"}}]
+    messages = [{"role": "user", "content": unique("hello")}]
+
+    def header(nonce: str) -> dict:
+        return {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.332.{nonce}; "
+                                        f"cc_entrypoint=cli; cch={nonce}1f;"}
+    plain = client.messages.count_tokens(model="m", system=system, messages=messages).input_tokens
+    assert client.messages.count_tokens(model="m", system=[header("a0c"), *system],
+                                        messages=messages).input_tokens == plain
+    first = client.messages.create(model="m", max_tokens=5, system=[header("a0c"), *system], messages=messages,
+                                   extra_body={"grammar": HELLO})
+    second = client.messages.create(model="m", max_tokens=5, system=[header("7d2"), *system], messages=messages,
+                                    extra_body={"grammar": HELLO})
+    assert prompt_tokens(first) == prompt_tokens(second) == plain
+    assert second.usage.cache_read_input_tokens >= first.usage.cache_creation_input_tokens
+    as_text = client.messages.count_tokens(model="m", system=header("a0c")["text"] + "\n" + system[0]["text"],
+                                           messages=messages)
+    assert as_text.input_tokens == plain
+
+
 def test_without_cache_control_nothing_is_created(server):
     client = client_for(server)
     text = unique("No breakpoints here, just a question.")

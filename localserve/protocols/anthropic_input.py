@@ -1,6 +1,7 @@
 """Anthropic Messages input → the OpenAI-style chat every template is rendered from.
 
-- `system` (a string or text blocks) becomes a leading system message; `role: "system"`
+- `system` (a string or text blocks) becomes a leading system message (without Claude
+  Code's `x-anthropic-billing-header:` line, which changes per request); `role: "system"`
   messages inside `messages` stay where they are (prompt.render_chat folds them into the
   user turns for a template that takes no system turn there); one with `clear_at:
   "next_user_message"` is left out once a user turn follows it, and its
@@ -91,15 +92,25 @@ def _marked(block: Any) -> bool:
     return isinstance(block, dict) and block.get("cache_control") is not None
 
 
+# Claude Code opens its system prompt with a line that changes from one request (or
+# session) to the next and says nothing to the model; left in, it would be the first
+# difference between two prompts and cost the prompt cache everything after it.
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
 def read_system(system: Any) -> list[dict]:
     if system is None:
         return []
     if isinstance(system, str):
-        text = system
+        texts = [system]
     elif isinstance(system, list):
-        text = "\n".join(_text_of(block, f"system[{i}]") for i, block in enumerate(system))
+        texts = [_text_of(block, f"system[{i}]") for i, block in enumerate(system)]
     else:
         raise invalid("system", "expected a string or an array of text blocks")
+    if texts and texts[0].startswith(BILLING_HEADER):
+        first = texts[0].partition("\n")[2]
+        texts = ([first] if first else []) + texts[1:]
+    text = "\n".join(texts)
     if not text:
         return []
     message = {"role": "system", "content": text}
