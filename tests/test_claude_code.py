@@ -10,7 +10,9 @@ betas, thinking with display "omitted" (budget_tokens 31999 on Sonnet 4.5; adapt
 thinking, output_config.effort and a role "system" message on newer models),
 context_management, cache_control, metadata.user_id, its dozen-plus tools. The thinking
 block comes back with its text left out; the server restores it from the signature, so
-the second turn reads the whole first turn from the prompt cache.
+the second turn reads the whole first turn from the prompt cache; and a new session in the
+same project reads the system prompt and tools from it, the billing-header line that
+changes between sessions left out.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -73,14 +76,15 @@ def usage_of(exchange) -> tuple[dict, int]:
     return usage, prompt
 
 
-@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "opus"])
-def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
-    work, home = tmp_path / "work", tmp_path / "home"
-    work.mkdir()
-    home.mkdir()
+def run_claude(claude, server, where, prompt: str, model: str) -> tuple[RecordingProxy, Path]:
+    """One `claude -p` session in where/work (HOME where/home); the proxy holds what it sent."""
+    work, home = where / "work", where / "home"
+    work.mkdir(parents=True, exist_ok=True)
+    home.mkdir(exist_ok=True)
+    (work / "made.txt").unlink(missing_ok=True)
     proxy = RecordingProxy(server.port)
     try:
-        done = subprocess.run([str(claude), "-p", "Create the file made.txt", "--model", model,
+        done = subprocess.run([str(claude), "-p", prompt, "--model", model,
                                "--allowedTools", "Bash", "--output-format", "json"],
                               cwd=work, env=offline_env(home, proxy.base_url), capture_output=True, text=True,
                               timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
@@ -90,7 +94,12 @@ def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["result"] == FINAL and not result.get("is_error")
     assert (work / "made.txt").exists()                       # Claude Code ran the Bash call
+    return proxy, work
 
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-5", "opus"])
+def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
+    proxy, _ = run_claude(claude, server, tmp_path, "Create the file made.txt", model)
     turns = proxy.messages()
     assert len(turns) >= 2 and all(t.status == 200 for t in turns), [(t.status, t.response[:300]) for t in turns]
     first, last = turns[0], turns[-1]
@@ -121,3 +130,16 @@ def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
     assert first_usage["cache_creation_input_tokens"] > first_usage["input_tokens"]
     assert last_usage["cache_read_input_tokens"] >= first_prompt + first_usage["output_tokens"] - 1
     assert last_prompt > first_prompt
+
+
+def test_a_new_session_reads_the_system_prompt_and_tools_from_the_cache(claude, server, tmp_path):
+    """Claude Code's billing-header line differs between sessions in one project; the rest
+    of the system prompt and the tools do not, and the next session finds them in the cache."""
+    first, _ = run_claude(claude, server, tmp_path, "Create the file made.txt", "claude-sonnet-4-5")
+    second, _ = run_claude(claude, server, tmp_path, "Please make made.txt here", "claude-sonnet-4-5")
+    a, b = first.messages()[0], second.messages()[0]
+    assert a.body["system"][0]["text"] != b.body["system"][0]["text"]      # the line that changes
+    assert a.body["system"][1:] == b.body["system"][1:] and a.body["tools"] == b.body["tools"]
+    _, a_prompt = usage_of(a)
+    usage, _ = usage_of(b)
+    assert usage["cache_read_input_tokens"] > a_prompt // 2
