@@ -462,6 +462,42 @@ def test_unknown_betas_fields_and_the_beta_query_are_accepted(server):
 BASH_CALL = TIME_CALL.replace("get_time", "Bash").replace("zone", "command").replace("UTC", "ls")
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_server_tools_are_left_out_and_named_in_a_header(qwen3, stream):
+    client = client_for(qwen3)
+    server_tools = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8},
+                    {"type": "web_fetch_20250910", "name": "web_fetch"},
+                    {"type": "code_execution_20250825", "name": "code_execution"}]
+    messages = [{"role": "user", "content": "Search the web"}]
+    plain = client.beta.messages.count_tokens(model="m", messages=messages, tools=[TIME]).input_tokens
+    assert client.beta.messages.count_tokens(model="m", messages=messages,
+                                             tools=[*server_tools, TIME]).input_tokens == plain
+    kwargs = dict(model="m", max_tokens=50, messages=messages, tools=[*server_tools, TIME],
+                  thinking={"type": "disabled"}, extra_body={"grammar": HELLO})
+    if stream:
+        with client.beta.messages.with_streaming_response.create(stream=True, **kwargs) as raw:
+            header = raw.headers.get("x-localserve-ignored-tools")
+            blocks = check_wire(parse_sse(raw.read()))
+        assert "".join(d["text"] for d in blocks[0]["deltas"]) == "Hello, world!"
+    else:
+        raw = client.beta.messages.with_raw_response.create(**kwargs)
+        header = raw.headers.get("x-localserve-ignored-tools")
+        assert raw.parse().content[0].text == "Hello, world!"
+    assert header == "web_search_20250305, web_fetch_20250910, code_execution_20250825"
+    assert qwen3.wait_log("server tools left out")
+
+
+def test_tool_search_results_come_back_as_text(qwen3):
+    client = client_for(qwen3)
+    messages = [{"role": "user", "content": "Find a tool"},
+                {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch",
+                                                   "input": {"query": "select:get_time"}}]},
+                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_s", "content": [
+                    {"type": "tool_reference", "tool_name": "get_time"}]}]}]
+    counted = client.beta.messages.count_tokens(model="m", messages=messages, tools=[TIME])
+    assert counted.input_tokens > 0
+
+
 def claude_code_tools() -> list[dict]:
     """~25 tools as Claude Code sends them: some deferred, the last one marked for caching."""
     tools = [{"name": f"Tool{i}", "description": f"Tool number {i}", "defer_loading": i >= 20,

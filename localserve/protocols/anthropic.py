@@ -23,6 +23,7 @@ comments, and pings while it is prefilled; a failure after the headers is `event
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,7 +39,10 @@ from ..routes import ANTHROPIC, Exchange, Router
 from ..signing import sign
 from ..tools import new_call_id
 from .anthropic_prompt import MessagesPrompt, cache_usage, read_prompt
-from .common import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str
+from .common import (IGNORED_TOOLS_HEADER, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
+                     read_str)
+
+log = logging.getLogger("localserve.anthropic")
 
 PING = sse({"type": "ping"}, "ping")
 
@@ -69,6 +73,10 @@ def handle_messages(exchange: Exchange) -> None:
     stream = read_bool(body, "stream")
     model = read_model(body, app)
     gen_request, prompt = read_request(app, body, exchange.request_id)
+    if prompt.input.ignored_tools:
+        ignored = ", ".join(prompt.input.ignored_tools)
+        log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
+        exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     meta = MessageMeta(new_call_id("msg_"), model, app.signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
     gen = submit(exchange, gen_request)

@@ -12,7 +12,8 @@
   `thinking` blocks `reasoning_content` (the template decides whether to show it) once
   their signatures verify: a thinking block this server did not sign is a 400. A block
   that comes back with its text left out (display "omitted") gets it from the signature.
-- `tools` (`input_schema`) become function definitions; `tool_choice` any/tool/none map to
+- `tools` (`input_schema`) become function definitions (server tools such as web search are
+  left out, and named in a response header); `tool_choice` any/tool/none map to
   required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
   `output_config.effort` set the reasoning budget and the template's enable_thinking and
   reasoning_effort; `output_config.format` (a JSON schema) constrains the answer.
@@ -43,13 +44,15 @@ class MessagesInput:
     chat: ChatInput
     thinking: Thinking
     cache_breakpoint: int | None     # index in chat.messages of the last message a cache_control marks
+    ignored_tools: list[str]         # server tool types left out of the prompt
 
 
 def read_input(body: dict, signing_key: bytes) -> MessagesInput:
     messages: list[dict] = []
     for message in read_system(body.get("system")) + read_messages(body.get("messages"), signing_key):
         _append(messages, message)
-    tools = read_tools(body.get("tools"))
+    ignored: list[str] = []
+    tools = read_tools(body.get("tools"), ignored)
     if messages and messages[0]["role"] == "system" and any(_marked(t) for t in body.get("tools") or ()):
         messages[0][_BREAKPOINT] = True      # tools render with (or just after) the system prompt
     if body.get("cache_control") is not None and messages:
@@ -64,7 +67,7 @@ def read_input(body: dict, signing_key: bytes) -> MessagesInput:
         chat.template_kwargs.setdefault("reasoning_effort", effort)
     thinking = read_thinking(body.get("thinking"), effort, chat.template_kwargs)
     chat.reasoning_budget = thinking.budget
-    return MessagesInput(chat, thinking, marked[-1] if marked else None)
+    return MessagesInput(chat, thinking, marked[-1] if marked else None, ignored)
 
 
 def _turn_effort(messages: list) -> str | None:
@@ -208,6 +211,9 @@ def _tool_result(block: dict, where: str) -> dict:
         parts = []
         for k, part in enumerate(content):
             kind = _block_type(part, f"{where}.content[{k}]")
+            if kind == "tool_reference":     # tool search found a tool (every tool is rendered already)
+                parts.append(f"[tool available: {part.get('tool_name')}]")
+                continue
             if kind != "text":
                 raise _unsupported(kind, f"{where}.content[{k}]")
             parts.append(_text_of(part, f"{where}.content[{k}]"))
@@ -299,8 +305,16 @@ def _unsupported(kind: str, where: str):
 
 # ---- tools and thinking -------------------------------------------------------------
 
-def read_tools(tools: Any) -> list[dict]:
-    """Anthropic custom tools → function definitions {"name", "description", "parameters"}."""
+# Tools Anthropic runs on its own servers (web search and fetch, code execution, tool
+# search, MCP connectors, the advisor): nothing here can run them, so they are left out
+# of the prompt, never an error; the response names them in a header.
+SERVER_TOOL_PREFIXES = ("web_search_", "web_fetch_", "code_execution_", "tool_search_tool_", "advisor_",
+                        "mcp_toolset")
+
+
+def read_tools(tools: Any, ignored: list[str] | None = None) -> list[dict]:
+    """Anthropic custom tools → function definitions {"name", "description", "parameters"};
+    the types of server tools left out are appended to `ignored`."""
     if tools is None:
         return []
     if not isinstance(tools, list):
@@ -311,6 +325,10 @@ def read_tools(tools: Any) -> list[dict]:
         if not isinstance(tool, dict):
             raise invalid(where, "expected an object")
         kind = tool.get("type")
+        if isinstance(kind, str) and kind.startswith(SERVER_TOOL_PREFIXES):
+            if ignored is not None and kind not in ignored:
+                ignored.append(kind)
+            continue
         if kind not in (None, "custom"):
             raise invalid(f"{where}.type", f"tool type '{kind}' is not supported; only custom tools "
                                            f"(name, description, input_schema) are")

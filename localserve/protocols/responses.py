@@ -17,14 +17,13 @@ from ..errors import ApiError
 from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit
 from ..response_runs import ResponseRun
 from ..routes import Exchange
-from .common import invalid
+from .common import IGNORED_TOOLS_HEADER, invalid
 from .responses_items import list_page, read_page_query
 from .responses_request import ACTIVE, read_plan
 
 log = logging.getLogger("localserve.responses")
 
 FOLLOW_WAIT_SECONDS = 0.25
-IGNORED_TOOLS_HEADER = "x-localserve-ignored-tools"
 FOLLOW_KEEPALIVE = b": keepalive\n\n"
 
 
