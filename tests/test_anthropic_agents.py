@@ -104,7 +104,16 @@ def test_a_template_without_them_gets_them_merged_into_the_user_turn(family):
     assert text.index("List files") < text.index("The user is in /tmp.")
 
 
-def test_system_messages_are_accepted_and_rendered(qwen3, mistral):
+def create(client: anthropic.Anthropic, stream: bool, **kwargs):
+    """The whole message, from a create call or from a stream."""
+    if not stream:
+        return client.beta.messages.create(**kwargs)
+    with client.beta.messages.stream(**kwargs) as s:
+        return s.get_final_message()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_system_messages_are_accepted_and_rendered(qwen3, mistral, stream):
     body = dict(model="m", system="Be terse.", messages=[
         {"role": "system", "content": "Also be kind."},        # before any turn: joins the system prompt
         {"role": "user", "content": "List files"},
@@ -116,7 +125,7 @@ def test_system_messages_are_accepted_and_rendered(qwen3, mistral):
                           (mistral, None)):
         client = client_for(srv)
         counted = client.beta.messages.count_tokens(**body)
-        message = client.beta.messages.create(max_tokens=50, **body, extra_body={"grammar": HELLO})
+        message = create(client, stream, max_tokens=50, **body, extra_body={"grammar": HELLO})
         assert message.stop_reason == "end_turn" and prompt_tokens(message) == counted.input_tokens
         if expected:
             assert counted.input_tokens == len(tokenize(srv, apply_template(srv, expected)))
@@ -165,12 +174,13 @@ def test_adaptive_thinking_and_effort_set_the_budget():
     assert turn.response_schema == schema
 
 
-def test_adaptive_thinking_answers_with_a_thinking_block(qwen3):
+@pytest.mark.parametrize("stream", [False, True])
+def test_adaptive_thinking_answers_with_a_thinking_block(qwen3, stream):
     client = client_for(qwen3)
     user = [{"role": "user", "content": "Say hello"}]
     kwargs = dict(model="m", max_tokens=100, messages=user, thinking={"type": "adaptive"},
                   output_config={"effort": "medium"}, extra_body={"grammar": THINK_THEN_HELLO})
-    message = client.beta.messages.create(**kwargs)
+    message = create(client, stream, **kwargs)
     assert [b.type for b in message.content] == ["thinking", "text"]
     assert message.content[0].thinking == "I should greet them."
     enabled = client.beta.messages.count_tokens(model="m", messages=user,
