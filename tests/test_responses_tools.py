@@ -149,6 +149,28 @@ def test_an_agent_loop_through_every_tool_kind(agent, stream):
     assert fourth.usage.input_tokens_details.cached_tokens >= third.usage.input_tokens
 
 
+def test_a_stored_chain_through_every_tool_kind(agent):
+    """previous_response_id: the stored custom and local shell calls come back as context."""
+    client = sdk(agent)
+    first = client.responses.create(model="agent", input="go", tools=TOOLS, include=SEALED)
+    call = first.output[-1]
+    second = client.responses.create(model="agent", tools=TOOLS, previous_response_id=first.id, input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "ok"}])
+    custom = second.output[0]
+    assert custom.type == "custom_tool_call" and custom.input == PATCH
+    assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+    third = client.responses.create(model="agent", tools=TOOLS, previous_response_id=second.id, input=[
+        {"type": "custom_tool_call_output", "call_id": custom.call_id, "output": "patched"}])
+    shell = third.output[0]
+    assert shell.type == "local_shell_call"
+    fourth = client.responses.create(model="agent", tools=TOOLS, previous_response_id=third.id, input=[
+        {"type": "local_shell_call_output", "id": shell.call_id, "output": "a.txt"}])
+    assert fourth.output_text == FINAL
+    items = client.responses.input_items.list(third.id)
+    assert [i.type for i in items.data] == ["custom_tool_call_output"] and items.data[0].id.startswith("ctco_")
+    assert client.responses.retrieve(second.id).output[0].type == "custom_tool_call"
+
+
 def test_hosted_tools_are_left_out_and_reported(agent):
     raw = sdk(agent).responses.with_raw_response.create(model="agent", input="hi", tools=TOOLS)
     assert raw.headers["x-localserve-ignored-tools"] == "web_search, image_generation"

@@ -76,6 +76,8 @@ def read_tools(body: dict) -> ResponseTools:
         if not isinstance(tool, dict):
             raise invalid(where, "expected an object")
         kind = tool.get("type", "function")
+        if not isinstance(kind, str):
+            raise invalid(f"{where}.type", "expected a string")
         if kind in HOSTED_TOOL_TYPES or kind.startswith(("web_search", "computer_use")):
             if kind not in found.ignored:
                 found.ignored.append(kind)
