@@ -30,6 +30,7 @@ from .common import invalid
 HOSTED_TOOL_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                      "file_search", "image_generation", "code_interpreter", "computer_use",
                      "computer_use_preview", "computer", "mcp", "tool_search")
+HOSTED_SUMMARY = "web_search*, file_search, image_generation, code_interpreter, computer_use*, mcp, tool_search"
 LOCAL_SHELL = "local_shell"
 CUSTOM_INPUT = "input"
 _LOCAL_SHELL_PARAMETERS = {
@@ -126,7 +127,7 @@ def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) ->
     else:
         raise ApiError(400, f"invalid '{where}.type': tool type '{kind}' is not supported; this server takes "
                             f"function, namespace, custom and local_shell tools, and leaves out hosted tools "
-                            f"({', '.join(HOSTED_TOOL_TYPES[:1] + HOSTED_TOOL_TYPES[4:])})",
+                            f"({HOSTED_SUMMARY})",
                        param="tools", code="unsupported_value")
     found.definitions.append(definition)
 
