@@ -180,6 +180,9 @@ def test_hosted_tools_are_left_out_and_reported(agent):
     assert agent.wait_log("hosted tools left out (they cannot run here): web_search, image_generation")
     plain = sdk(agent).responses.with_raw_response.create(model="agent", input="hi", tools=TOOLS[:1])
     assert "x-localserve-ignored-tools" not in plain.headers
+    streamed = request(agent.port, post_json("/v1/responses", {"input": "hi", "tools": TOOLS, "stream": True}))
+    assert streamed.status == 200 and streamed.headers["x-localserve-ignored-tools"] == "web_search, image_generation"
+    assert b"event: response.completed" in streamed.body
 
 
 def sealed_reasoning(client) -> list:
