@@ -349,3 +349,11 @@ def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_chat(server):
     unkeyed = affinity_run(server, ask, "chat-plain", None, None)
     keyed = affinity_run(server, ask, "chat-keyed", "conv-c", "conv-d")
     assert keyed > 150 > unkeyed
+
+
+def test_a_namespace_without_a_description_echoes_as_the_sdk_expects(agent):
+    response = sdk(agent).responses.create(model="agent", input="hi", tools=[
+        {"type": "namespace", "name": "ns", "tools": [{"type": "custom", "name": "c"}]}])
+    assert response.tools[0].description == "" and response.tools[0].tools[0].name == "c"
+    # the script calls tasks.add, which this request does not offer: it stays text
+    assert response.output[-1].type == "message"

@@ -106,7 +106,8 @@ def _namespace(found: ResponseTools, tool: dict, where: str) -> None:
         if not isinstance(member, dict) or member.get("type", "function") not in ("function", "custom"):
             raise invalid(f"{where}.tools[{j}]", "a namespace holds function and custom tools only")
         _add(found, member, f"{where}.tools[{j}]", name)
-    found.echo.append({**tool, "tools": [_echo(m) for m in members]})
+    found.echo.append({**tool, "description": tool.get("description") or "",
+                       "tools": [_echo(m) for m in members]})
 
 
 def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) -> None:
