@@ -231,8 +231,7 @@ class Runtime:
         reusing a slot for a few shared template tokens would throw away another
         conversation's cache for nothing. A prompt_cache_key names the conversation outright:
         the slot its last request used is taken whenever the prefix shares anything (an agent
-        that rewrote its history keeps what still matches), and slots holding a keyed
-        conversation are evicted last.
+        that rewrote or compacted its history keeps what still matches).
         """
         shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
         keyed = [s for s in free if key is not None and s.cache_key == key and shared[s.seq_id] > 0]
@@ -244,7 +243,7 @@ class Runtime:
         empty = [s for s in free if not s.tokens]
         if empty:
             return empty[0]
-        return min(free, key=lambda s: (s.cache_key is not None, s.last_used))
+        return min(free, key=lambda s: s.last_used)
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
         prompt = gen.request.prompt_tokens

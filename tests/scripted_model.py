@@ -38,7 +38,7 @@ from gguf import GGUFWriter
 from tinymodel import _add, tiny_vocab
 
 __all__ = ["MAX_STEPS", "SCRIPTED_TEMPLATE", "Script", "step_token", "tool_call_piece",
-           "tool_call_pieces", "tool_loop_script", "write_scripted_gguf"]
+           "tool_call_pieces", "tool_call_token", "tool_loop_script", "write_scripted_gguf"]
 
 MAX_STEPS = 8
 END_OF_TURN = "<|im_end|>"
@@ -95,6 +95,12 @@ def _compact(value: Any) -> str:
 def tool_call_piece(name: str, arguments: dict) -> str:
     """A call's JSON as localserve hands it back (compact), so a replayed history matches."""
     return '{"name":' + _compact(name) + ',"arguments":' + _compact(arguments) + "}"
+
+
+def tool_call_token(name: str, arguments: dict) -> str:
+    """One whole Hermes-style call as a single piece: scripts with several calls need it, since
+    every piece of a script is a distinct token."""
+    return "<tool_call>" + tool_call_piece(name, arguments) + "</tool_call>"
 
 
 def tool_call_pieces(name: str, arguments: dict) -> list[str]:

@@ -139,12 +139,16 @@ def _sealer(key: bytes):
 
 def open_reasoning(key: bytes, items: list[dict], param: str) -> list[dict]:
     """Items to render: a reasoning item that carries encrypted_content renders the text sealed
-    in it, exactly as it was generated. A blob this server did not seal, or that was altered,
-    is a 400 (as OpenAI refuses one it cannot decrypt)."""
+    in it, exactly as it was generated. In `input`, a blob this server did not seal, or that
+    was altered, is a 400 (as OpenAI refuses one it cannot decrypt); stored context keeps the
+    reasoning text it was stored with."""
     out = []
     for i, item in enumerate(items):
         if item["type"] == "reasoning" and "encrypted_content" in item:
             text = unseal(key, item["encrypted_content"])
+            if text is None and param != "input":
+                out.append(item)    # stored context: its own reasoning text renders instead
+                continue
             if text is None:
                 where = f"{param}[{i}].encrypted_content" if param == "input" else param
                 raise ApiError(400, f"invalid '{where}': the encrypted content could not be verified or "

@@ -30,6 +30,7 @@ from .common import invalid
 HOSTED_TOOL_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                      "file_search", "image_generation", "code_interpreter", "computer_use",
                      "computer_use_preview", "computer", "mcp", "tool_search")
+HOSTED_SUMMARY = "web_search*, file_search, image_generation, code_interpreter, computer_use*, mcp, tool_search"
 LOCAL_SHELL = "local_shell"
 CUSTOM_INPUT = "input"
 _LOCAL_SHELL_PARAMETERS = {
@@ -76,6 +77,8 @@ def read_tools(body: dict) -> ResponseTools:
         if not isinstance(tool, dict):
             raise invalid(where, "expected an object")
         kind = tool.get("type", "function")
+        if not isinstance(kind, str):
+            raise invalid(f"{where}.type", "expected a string")
         if kind in HOSTED_TOOL_TYPES or kind.startswith(("web_search", "computer_use")):
             if kind not in found.ignored:
                 found.ignored.append(kind)
@@ -103,7 +106,8 @@ def _namespace(found: ResponseTools, tool: dict, where: str) -> None:
         if not isinstance(member, dict) or member.get("type", "function") not in ("function", "custom"):
             raise invalid(f"{where}.tools[{j}]", "a namespace holds function and custom tools only")
         _add(found, member, f"{where}.tools[{j}]", name)
-    found.echo.append({**tool, "tools": [_echo(m) for m in members]})
+    found.echo.append({**tool, "description": tool.get("description") or "",
+                       "tools": [_echo(m) for m in members]})
 
 
 def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) -> None:
@@ -124,7 +128,7 @@ def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) ->
     else:
         raise ApiError(400, f"invalid '{where}.type': tool type '{kind}' is not supported; this server takes "
                             f"function, namespace, custom and local_shell tools, and leaves out hosted tools "
-                            f"({', '.join(HOSTED_TOOL_TYPES[:1] + HOSTED_TOOL_TYPES[4:])})",
+                            f"({HOSTED_SUMMARY})",
                        param="tools", code="unsupported_value")
     found.definitions.append(definition)
 
