@@ -4,7 +4,7 @@
 variables that keep it off the network (README.rst, "Coding agents"). The model is
 scripted (tests/scripted_model.py): on the first turn it thinks and calls Bash with
 `touch made.txt`; Claude Code runs it, sends the result back, and the model thinks again
-and answers. Between Claude Code and the server a recording proxy keeps what Claude Code
+and answers. Between Claude Code and the server a wiretap (tests/wiretap.py) keeps what Claude Code
 really sends, so the test checks its wire as it is, not as documented: ?beta=true, the
 betas, thinking with display "omitted" (budget_tokens 31999 on Sonnet 4.5; adaptive
 thinking, output_config.effort and a role "system" message on newer models),
@@ -26,7 +26,7 @@ import pytest
 
 from agent_clis import claude_binary
 from conftest import ServerProcess
-from recording_proxy import RecordingProxy
+from wiretap import Wiretap
 from scripted_model import tool_loop_script, write_scripted_gguf
 from test_anthropic import parse_sse
 
@@ -68,6 +68,11 @@ def server(models_dir, tmp_path_factory):
     srv.stop()
 
 
+def message_posts(tap: Wiretap) -> list:
+    """The POST /v1/messages exchanges (count_tokens left out), with their JSON bodies."""
+    return [e for e in tap.posts("/v1/messages") if e.path.split("?")[0] == "/v1/messages"]
+
+
 def usage_of(exchange) -> tuple[dict, int]:
     """(the final usage, the prompt's tokens) of a streamed /v1/messages answer."""
     events = parse_sse(exchange.response)
@@ -76,35 +81,35 @@ def usage_of(exchange) -> tuple[dict, int]:
     return usage, prompt
 
 
-def run_claude(claude, server, where, prompt: str, model: str) -> tuple[RecordingProxy, Path]:
-    """One `claude -p` session in where/work (HOME where/home); the proxy holds what it sent."""
+def run_claude(claude, server, where, prompt: str, model: str) -> tuple[Wiretap, Path]:
+    """One `claude -p` session in where/work (HOME where/home); the tap holds what it sent."""
     work, home = where / "work", where / "home"
     work.mkdir(parents=True, exist_ok=True)
     home.mkdir(exist_ok=True)
     (work / "made.txt").unlink(missing_ok=True)
-    proxy = RecordingProxy(server.port)
+    tap = Wiretap(server.port)
     try:
         done = subprocess.run([str(claude), "-p", prompt, "--model", model,
                                "--allowedTools", "Bash", "--output-format", "json"],
-                              cwd=work, env=offline_env(home, proxy.base_url), capture_output=True, text=True,
+                              cwd=work, env=offline_env(home, tap.base_url), capture_output=True, text=True,
                               timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     finally:
-        proxy.close()
+        tap.close()
     assert done.returncode == 0, done.stdout + done.stderr + server.log[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["result"] == FINAL and not result.get("is_error")
     assert (work / "made.txt").exists()                       # Claude Code ran the Bash call
-    return proxy, work
+    return tap, work
 
 
 @pytest.mark.parametrize("model", ["claude-sonnet-4-5", "opus"])
 def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
-    proxy, _ = run_claude(claude, server, tmp_path, "Create the file made.txt", model)
-    turns = proxy.messages()
+    tap, _ = run_claude(claude, server, tmp_path, "Create the file made.txt", model)
+    turns = message_posts(tap)
     assert len(turns) >= 2 and all(t.status == 200 for t in turns), [(t.status, t.response[:300]) for t in turns]
     first, last = turns[0], turns[-1]
     assert first.path.endswith("?beta=true") and "claude-code-20250219" in first.headers.get("anthropic-beta", "")
-    body = first.body
+    body = first.json()
     assert body["stream"] is True and len(body["tools"]) >= 10 and "user_id" in body["metadata"]
     assert body["system"][0]["text"].startswith("x-anthropic-billing-header")
     assert body["thinking"].get("display") == "omitted"
@@ -122,7 +127,7 @@ def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
     assert not [d for n, d in events if n == "content_block_delta" and d["delta"]["type"] == "thinking_delta"]
 
     # ... came back as it was sent; the restored thinking makes the whole first turn a cache hit
-    assistant = [m for m in last.body["messages"] if m["role"] == "assistant"][0]
+    assistant = [m for m in last.json()["messages"] if m["role"] == "assistant"][0]
     thinking = assistant["content"][0]
     assert thinking["type"] == "thinking" and thinking["thinking"] == "" and thinking["signature"]
     first_usage, first_prompt = usage_of(first)
@@ -137,9 +142,10 @@ def test_a_new_session_reads_the_system_prompt_and_tools_from_the_cache(claude, 
     of the system prompt and the tools do not, and the next session finds them in the cache."""
     first, _ = run_claude(claude, server, tmp_path, "Create the file made.txt", "claude-sonnet-4-5")
     second, _ = run_claude(claude, server, tmp_path, "Please make made.txt here", "claude-sonnet-4-5")
-    a, b = first.messages()[0], second.messages()[0]
-    assert a.body["system"][0]["text"] != b.body["system"][0]["text"]      # the line that changes
-    assert a.body["system"][1:] == b.body["system"][1:] and a.body["tools"] == b.body["tools"]
+    a, b = message_posts(first)[0], message_posts(second)[0]
+    a_body, b_body = a.json(), b.json()
+    assert a_body["system"][0]["text"] != b_body["system"][0]["text"]      # the line that changes
+    assert a_body["system"][1:] == b_body["system"][1:] and a_body["tools"] == b_body["tools"]
     _, a_prompt = usage_of(a)
     usage, _ = usage_of(b)
     assert usage["cache_read_input_tokens"] > a_prompt // 2
