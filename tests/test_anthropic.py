@@ -250,7 +250,7 @@ def anthropic_error(resp, status: int, kind: str) -> str:
 @pytest.mark.parametrize("body, needle", [
     ({"model": "m", "messages": USER}, "max_tokens"),
     ({"model": "m", "max_tokens": 5, "messages": []}, "messages"),
-    ({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "role"),
+    ({"model": "m", "max_tokens": 5, "messages": [{"role": "tool", "content": "x"}]}, "role"),
     ({"model": "m", "max_tokens": 5, "messages": USER, "temperature": 1.5}, "temperature"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]}, "image"),

@@ -286,9 +286,20 @@ def test_cancelling_a_finished_response_is_400(c):
     ({"previous_response_id": "resp_x", "conversation": "conv_x"}, "previous_response_id",
      "mutually_exclusive_parameters"),
     ({"background": True, "store": False}, "background", None),
-    ({"tools": [{"type": "web_search"}]}, "tools", None),
-    ({"tools": [{"type": "file_search"}, {"type": "function", "name": "f"}, {"type": "mcp"}]}, "tools", None),
-    ({"tools": [{"type": "function"}]}, "tools", None),
+    ({"tools": [{"type": "fucntion", "name": "f"}]}, "tools", "unsupported_value"),
+    ({"tools": [{"type": "custom"}]}, "tools[0].name", None),
+    ({"tools": [{"type": 5}]}, "tools[0].type", None),
+    ({"tools": [{"type": "function", "name": "f"}, {"type": "function", "name": "f"}]}, "tools", None),
+    ({"tool_choice": {"type": "custom", "name": "f"}, "tools": [WEATHER]}, "tool_choice", None),
+    ({"input": [{"type": "custom_tool_call", "call_id": "c", "name": "f"}]}, "input[0].input", None),
+    ({"input": [{"type": "local_shell_call", "call_id": "c", "action": {"command": "ls"}}]}, "input[0].action",
+     None),
+    ({"input": [{"type": "reasoning", "encrypted_content": 5}]}, "input[0].encrypted_content", None),
+    ({"tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]}, "tools[0].tools[0]",
+     None),
+    ({"tools": [{"type": "custom", "name": "c", "format": {"type": "grammar", "syntax": "ebnf",
+                                                           "definition": "x"}}]}, "tools[0].format", None),
+    ({"tools": [{"type": "function"}]}, "tools[0]", None),
     ({"tool_choice": "sometimes"}, "tool_choice", None),
     ({"tool_choice": {"type": "function", "name": "nope"}, "tools": [WEATHER]}, "tool_choice", None),
     ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice", None),
@@ -324,9 +335,8 @@ def test_bad_requests_are_400_naming_the_param(hermes, body, param, code):
     assert error["param"] == param
     if code:
         assert error["code"] == code
-    for kind in ("web_search", "file_search", "mcp"):
-        if kind in json.dumps(body.get("tools")):
-            assert kind in error["message"]
+    if "fucntion" in json.dumps(body.get("tools")):
+        assert "fucntion" in error["message"]
 
 
 def test_context_overflow_with_truncation_disabled_and_auto(hermes, c):

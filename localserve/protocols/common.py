@@ -14,6 +14,9 @@ from ..generation import SamplingParams
 
 _MISSING = object()
 
+# Names the tool types a request carried that cannot run here and were left out of the prompt.
+IGNORED_TOOLS_HEADER = "x-localserve-ignored-tools"
+
 
 def invalid(param: str, message: str) -> ApiError:
     return ApiError(400, f"invalid '{param}': {message}", param=param, code="invalid_value")
