@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGUFWriter
 
-from tinymodel import _add, tiny_vocab
+from tinymodel import tiny_vocab, write_gguf
 
 __all__ = ["MAX_STEPS", "SCRIPTED_TEMPLATE", "Script", "step_token", "tool_call_piece",
            "tool_call_pieces", "tool_call_token", "tool_loop_script", "write_scripted_gguf"]
@@ -228,15 +227,4 @@ def _write(path: Path, vocab: list, embd: np.ndarray, out: np.ndarray, template:
         ("blk.0.ffn_down.weight", zeros(n_embd, n_ff)),
         ("output.weight", out),
     ]
-    writer = GGUFWriter(str(path), arch)
-    try:
-        for key, value in meta.items():
-            _add(writer, key, value)
-        for name, data in tensors:
-            writer.add_tensor(name, data)
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-    finally:
-        writer.close()
-    return path
+    return write_gguf(path, arch, meta, tensors)
