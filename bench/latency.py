@@ -28,6 +28,8 @@ import sys
 import threading
 import time
 
+from pathlib import Path
+
 from .server import RunningServer
 
 HEALTH_TARGET_MS = 50.0
@@ -43,25 +45,8 @@ PROBE_INTERVAL = 0.02
 DRIP_EVERY = 5                    # probes per byte dripped on each slow connection (~10 bytes/s)
 GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
 GET_MODELS = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n"
-
-# Asks GET /health every 20 ms over one keep-alive connection until stdin closes;
-# prints the round trips in milliseconds as a JSON list.
-HEALTH_PROBE = r"""
-import json, select, socket, sys, time
-sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=30)
-times = []
-while not select.select([sys.stdin], [], [], 0.02)[0]:
-    started = time.perf_counter()
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    data = b""
-    while not data.endswith(b"}"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            sys.exit("the server closed the probe's connection")
-        data += chunk
-    times.append((time.perf_counter() - started) * 1000)
-print(json.dumps(times))
-"""
+PROBE_TIMEOUT = 30.0              # seconds one /health probe may wait for its answer
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse_args() -> argparse.Namespace:
@@ -131,7 +116,8 @@ def health_under_load(model: str, args) -> list[float]:
                                     daemon=True) for _ in range(GENERATION_STREAMS)]
         for t in streams:
             t.start()
-        probe = subprocess.Popen([sys.executable, "-c", HEALTH_PROBE, str(server.port)], stdin=subprocess.PIPE,
+        probe = subprocess.Popen([sys.executable, "-m", "bench.health_probe", str(server.port), str(PROBE_TIMEOUT)],
+                                 cwd=REPO_ROOT, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
         time.sleep(LOAD_SECONDS)
         out, _ = probe.communicate("stop\n", timeout=60)

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from conftest import ServerProcess
+from conftest import ROOT, ServerProcess
 from promtext import parse
 from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG
@@ -38,24 +38,6 @@ GENERATIONS = 96                # 2 slots + a queue of 64 + 30 more: some are li
 GENERATION_TOKENS = 16
 PROBE_TIMEOUT = 10.0            # seconds one /health probe may wait for its answer
 
-# Asks GET /health every 20 ms over one keep-alive connection until stdin closes; prints the
-# round trips in milliseconds as a JSON list. A probe unanswered within argv[2] seconds fails it.
-HEALTH_PROBE = r"""
-import json, select, socket, sys, time
-sock = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=float(sys.argv[2]))
-times = []
-while not select.select([sys.stdin], [], [], 0.02)[0] and len(times) < 2000:
-    started = time.perf_counter()
-    sock.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    data = b""
-    while not data.endswith(b"}"):
-        chunk = sock.recv(4096)
-        if not chunk:
-            sys.exit("the server closed the probe's connection")
-        data += chunk
-    times.append((time.perf_counter() - started) * 1000)
-print(json.dumps(times))
-"""
 
 
 # ---- helpers ---------------------------------------------------------------------
@@ -119,7 +101,7 @@ def baseline(srv: ServerProcess) -> tuple[int, int]:
 
 class HealthProbe:
     def __init__(self, port: int):
-        self.proc = subprocess.Popen([sys.executable, "-c", HEALTH_PROBE, str(port), str(PROBE_TIMEOUT)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "bench.health_probe", str(port), str(PROBE_TIMEOUT)], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def stop(self) -> list[float]:
