@@ -26,9 +26,12 @@ import threading
 import time
 from pathlib import Path
 
+from localserve import cpu_weights
+
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
+from . import weights
 
 PROMPT = ("The history of computing is a story of people building tools to think with. "
           "From the abacus to the mechanical calculators of the seventeenth century, ") * 3
@@ -212,7 +215,7 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
-    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
+    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
     bare_runs = BareRuns(engine, work, args)
@@ -230,6 +233,7 @@ def main() -> int:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     engine.close()
     print_report(bare, contenders, args)
+    weights.print_table(model, args)
     return 0
 
 
