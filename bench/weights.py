@@ -23,20 +23,23 @@ def layouts(model: str, mode: str) -> dict[str, cpu_weights.WeightPlan]:
     return {f"--cpu-weights {mode}: {chosen.layout}": chosen, "use_extra_bufts = False": plain}
 
 
-def measure(model: str, plans: dict[str, cpu_weights.WeightPlan], args) -> dict[str, float]:
-    """{layout: median decode tokens/s of one stream}."""
+PROMPT = "The history of computing is a story of people building tools to think with. " * 8
+
+
+def measure(model: str, plans: dict[str, cpu_weights.WeightPlan], args) -> dict[str, list[tuple[float, float]]]:
+    """{layout: (prefill seconds, decode tokens/s) of one stream, round by round}."""
     engines = {name: BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, n_seq=1, weights=plan)
                for name, plan in plans.items()}
     try:
-        prompt = next(iter(engines.values())).tokenize("The history of computing is a story of people")
+        prompt = next(iter(engines.values())).tokenize(PROMPT)
         order = list(engines)
         for name in order:
             engines[name].run(prompt, 8)                   # warm-up
-        rates: dict[str, list[float]] = {name: [] for name in order}
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in order}
         for i in range(args.repeat):
             for name in order if i % 2 == 0 else order[::-1]:
-                rates[name].append(engines[name].run(prompt, args.tokens)[1])
-        return {name: statistics.median(found) for name, found in rates.items()}
+                runs[name].append(engines[name].run(prompt, args.tokens))
+        return runs
     finally:
         for engine in engines.values():
             engine.close()
@@ -45,12 +48,15 @@ def measure(model: str, plans: dict[str, cpu_weights.WeightPlan], args) -> dict[
 def print_table(model: str, args, mode: str = "auto") -> None:
     plans = layouts(model, mode)
     chosen = next(iter(plans.values()))
-    rates = measure(model, plans, args)
-    plain = rates["use_extra_bufts = False"]
-    width = max(len(name) for name in rates)
+    runs = measure(model, plans, args)
+    plain = runs["use_extra_bufts = False"]
+    width = max(len(name) for name in runs)
     print(f"weights on the CPU, 1 stream ({chosen.why}; {len(chosen.repack)} weights overridden to CPU_REPACK):")
-    for name, rate in rates.items():
-        print(f"  {name.ljust(width)}  {rate:6.1f} decode tokens/s  {rate / plain:.2f} x use_extra_bufts = False")
+    for name, found in runs.items():
+        # a ratio is the median of the rounds' own ratios: both layouts ran back to back in each
+        ratio = statistics.median(r[1] / p[1] for r, p in zip(found, plain))
+        print(f"  {name.ljust(width)}  {statistics.median(r[1] for r in found):6.1f} decode tokens/s "
+              f"({ratio:.2f} x use_extra_bufts = False), prefill {statistics.median(r[0] for r in found) * 1000:.0f} ms")
 
 
 def main() -> int:
