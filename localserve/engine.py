@@ -223,9 +223,11 @@ class Engine:
         """
         bos, eos = ll.llama_vocab_bos(self.vocab), ll.llama_vocab_eos(self.vocab)
         first, second = max(bos, 0), max(eos, 0)
+        pair = [(first, 0, 0, False), (second, 1, 0, True)]
         started = time.perf_counter()
         try:
-            self.decode([(first, 0, 0, False), (second, 1, 0, True)])
+            for i in range(0, len(pair), self.n_batch):      # --batch-size 1 takes them one by one
+                self.decode(pair[i:i + self.n_batch])
             self.decode([(second, 2, 0, True)])
         except DecodeError as exc:
             self.close()
