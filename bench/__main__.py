@@ -26,7 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-from . import latency
+from localserve import cpu_weights
+
+from . import latency, weights
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
@@ -213,7 +215,7 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
-    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
+    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
     bare_runs = BareRuns(engine, work, args)
@@ -231,6 +233,7 @@ def main() -> int:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     engine.close()
     print_report(bare, contenders, args)
+    weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
     return 0

@@ -66,12 +66,8 @@ def render_chat(app: Any, chat: ChatInput) -> str:
 
 
 def tokenize_prompt(app: Any, text: str) -> list[int]:
-    # The template already wrote the BOS text when the model wants it; don't add a second.
-    tokens = app.engine.tokenize(text, add_special=True, parse_special=True)
-    bos = app.engine.info.bos_token
-    if bos and len(tokens) >= 2 and text.startswith(bos) and tokens[0] == tokens[1]:
-        tokens = tokens[1:]
-    return tokens
+    # The template writes the BOS text when the model wants one; the engine adds it only once.
+    return app.engine.tokenize(text, add_special=True, parse_special=True)
 
 
 def check_fits(app: Any, tokens: list[int]) -> None:

@@ -22,6 +22,7 @@ DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512
+DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)           # tokens per llama_decode call during prefill
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
@@ -62,6 +63,7 @@ class Settings:
     ctx_size: int | None = None
     threads: int | None = None
     n_gpu_layers: int = 0
+    cpu_weights: str = DEFAULT_CPU_WEIGHTS
     slots: int = DEFAULT_SLOTS
     max_queue: int = DEFAULT_MAX_QUEUE
     batch_size: int = DEFAULT_BATCH_SIZE
