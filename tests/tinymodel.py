@@ -318,12 +318,13 @@ def write_tiny_gguf(
     # Logits come out with a standard deviation of about 2: varied, not degenerate.
     tensors.append(("output.weight", rand(n_vocab, n_embd, std=2.0 * proj)))
 
-    return write_gguf(path, arch, meta, tensors)
+    return write_gguf(path, arch, meta, tensors, weight_type)
 
 
 def write_gguf(path: str | os.PathLike[str], arch: str, meta: Mapping[str, Any],
-               tensors: Sequence[tuple[str, np.ndarray]]) -> str | os.PathLike[str]:
-    """Write a GGUF file of these metadata keys and tensors; returns `path`."""
+               tensors: Sequence[tuple[str, np.ndarray]], weight_type: Any = None) -> str | os.PathLike[str]:
+    """Write a GGUF file of these metadata keys and tensors; returns `path`. With a
+    `weight_type`, the layers' matrices are quantised to it."""
     writer = GGUFWriter(str(path), arch)
     try:
         for key, value in meta.items():
