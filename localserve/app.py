@@ -19,6 +19,7 @@ from . import endpoints
 from . import metrics
 from . import rpc
 from .demo import DemoUnavailable, demo_model_path
+from .cpu_weights import USERS_CHOICE, describe as describe_buffers
 from .engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .fatal import at_engine_failure
@@ -149,9 +150,10 @@ class App:
                                  threads=s.resolved_threads(),
                                  n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc),
                                  tensor_split=rpc.split_proportions(s.tensor_split) if s.tensor_split else None,
-                                 max_default_ctx=MAX_DEFAULT_CTX)
+                                 max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=s.cpu_weights)
         except ModelLoadError as exc:
             raise StartupError(str(exc)) from None
+        log_weights(self.engine)
         info = self.engine.info
         self.model_id = s.model_id or Path(path).stem
         try:
@@ -253,9 +255,10 @@ def serve(settings: Settings) -> int:
     host, port = server.address
     engine = app.engine
     log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
-             "chat template %s, tool syntax %s, %s", engine.info.path, engine.info.architecture,
+             "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
              _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
-             settings.resolved_threads(), app.template.source, app.tool_syntax, offload_summary(engine))
+             settings.resolved_threads(), app.template.source, app.tool_syntax, offload_summary(engine),
+             describe_buffers(engine.weight_buffers))
     systemd.notify(f"READY=1\nSTATUS=serving {app.model_id} on {host}:{port}")
     watchdog = systemd.watchdog_interval()
     while not stop.wait(watchdog or 1.0):
@@ -271,6 +274,13 @@ def serve(settings: Settings) -> int:
     app.close()
     log.info("stopped")
     return 0
+
+
+def log_weights(engine: Engine) -> None:
+    plan = engine.weight_plan
+    say = log.warning if plan.why == USERS_CHOICE else log.info
+    say("weights: %s — --cpu-weights %s: %s (%s); warm-up decode %.0f ms", describe_buffers(engine.weight_buffers),
+        plan.mode, plan.layout, plan.why, engine.warmup_seconds * 1000)
 
 
 def offload_summary(engine: Engine) -> str:

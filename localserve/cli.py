@@ -16,6 +16,7 @@ from typing import Any, Callable
 from . import __version__
 from .settings import Settings
 from . import settings as defaults
+from .cpu_weights import cpu_weights_mode
 from .rpc import rpc_workers, tensor_split
 
 EXIT_USAGE = 2
@@ -85,6 +86,9 @@ OPTIONS: tuple[Option, ...] = (
            f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
     Option("threads", positive_int, None, "CPU threads for generation (default: all cores)", "N"),
     Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
+    Option("cpu-weights", cpu_weights_mode, defaults.DEFAULT_CPU_WEIGHTS,
+           "which CPU buffer types hold the weights: auto (no AMX where llama.cpp's AMX kernels may crash, "
+           "CPU_REPACK kept), repack, plain or amx", "MODE"),
     Option("slots", positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
     Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
            "jobs allowed to wait for a slot; beyond it requests get 503", "N"),

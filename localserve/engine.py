@@ -14,12 +14,14 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import llama_cpp
 from llama_cpp import llama_cpp as ll
 
+from . import cpu_weights
 from .generation import SamplingParams
 from .rpc import device_report
 from .sampler import GrammarError, NoLegalToken, Sampler
@@ -137,7 +139,7 @@ def check_model_file(path: str) -> None:
 class Engine:
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
-                 tensor_split: Sequence[float] | None = None):
+                 tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto"):
         check_model_file(path)
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
@@ -149,11 +151,15 @@ class Engine:
         _load_messages.clear()
         _capture_only.on = True
         try:
+            self.weight_plan = cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers)
+            overrides = self.weight_plan.apply(mparams)     # referenced until the model is loaded
             self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+            del overrides
         finally:
             _capture_only.on = False
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path}: {_native_reason()}")
+        self.weight_buffers = cpu_weights.buffer_sizes(_load_messages)     # {buffer type: MiB}
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_layer = ll.llama_model_n_layer(self.model)
         # llama.cpp offloads the output layer too: n_layer + 1 layers in all
@@ -203,9 +209,34 @@ class Engine:
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
         self.info = self._read_info(path, n_ctx_train)
+        self._adds_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        self._adds_eos = bool(ll.llama_vocab_get_add_eos(self.vocab))
         self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
         if any(d.kind != "cpu" for d in self.devices):
             log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
+        self.warmup_seconds = self._warm_up()
+
+    def _warm_up(self) -> float:
+        """Decode two tokens, then one more, and forget them, as llama-server warms up at load.
+
+        The first decodes are where a native problem with the weights shows (AMX's crash,
+        cpu_weights.py): at start, before /health says ok, never at a user's first request.
+        Both shapes run, because ggml multiplies a batch of one by other kernels than a
+        longer batch (AMX's crash is in the latter).
+        """
+        bos, eos = ll.llama_vocab_bos(self.vocab), ll.llama_vocab_eos(self.vocab)
+        first, second = max(bos, 0), max(eos, 0)
+        pair = [(first, 0, 0, False), (second, 1, 0, True)]
+        started = time.perf_counter()
+        try:
+            for i in range(0, len(pair), self.n_batch):      # --batch-size 1 takes them one by one
+                self.decode(pair[i:i + self.n_batch])
+            self.decode([(second, 2, 0, True)])
+        except DecodeError as exc:
+            self.close()
+            raise ModelLoadError(f"the warm-up decode failed: {exc} ({_native_reason()})") from None
+        self.clear()
+        return time.perf_counter() - started
 
     # ---- model facts ---------------------------------------------------------------
 
@@ -238,6 +269,8 @@ class Engine:
     # ---- tokens --------------------------------------------------------------------
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
+        if add_special and parse_special:
+            text = self._without_added_specials(text)
         data = text.encode("utf-8")
         capacity = len(data) + 8
         buf = (ll.llama_token * capacity)()
@@ -247,6 +280,20 @@ class Engine:
             buf = (ll.llama_token * capacity)()
             n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
+
+    def _without_added_specials(self, text: str) -> str:
+        """The text less a leading BOS (a trailing EOS) that llama.cpp is about to add itself.
+
+        Chat templates write the BOS text; llama.cpp would add a second BOS and log a
+        warning on every request. As llama.cpp's own chat code does, the written one goes:
+        the tokens are the same as with one BOS, and nothing is logged.
+        """
+        bos, eos = self.info.bos_token, self.info.eos_token
+        if bos and self._adds_bos and text.startswith(bos):
+            text = text[len(bos):]
+        if eos and self._adds_eos and text.endswith(eos):
+            text = text[:-len(eos)]
+        return text
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token, special tokens rendered as their text (cached)."""

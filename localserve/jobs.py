@@ -19,6 +19,7 @@ class Slot:
     tokens: list[int] = field(default_factory=list)   # what this sequence's KV cache holds
     job: "Job | None" = None
     last_used: float = 0.0
+    cache_key: str | None = None                      # the prompt_cache_key of its last job
 
 
 class Job:

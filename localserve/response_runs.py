@@ -38,7 +38,7 @@ class ResponseRun:
         self.gen = gen
         self.store = store if plan.store else None
         self.shaper = ResponseEvents(plan.response, summary=plan.summary, parallel=plan.parallel_tool_calls,
-                                     logprobs=plan.logprobs)
+                                     logprobs=plan.logprobs, tool_kinds=plan.tool_kinds, seal=plan.seal)
         self.events: list[dict] = []        # events[i]["sequence_number"] == i
         self.saved = 0                      # events already in the store
         self.cond = threading.Condition()

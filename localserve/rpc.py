@@ -231,6 +231,7 @@ class Ggml:
     def __init__(self):
         ggml = _open_loaded(_GGML_NAMES)
         base = _open_loaded(_GGML_BASE_NAMES)
+        self.lib, self.base = ggml, base        # for prototypes of other modules (cpu_weights.py)
         self.reg_by_name = _declare(ggml, "ggml_backend_reg_by_name", _V, ctypes.c_char_p)
         self.register = _declare(ggml, "ggml_backend_register", None, _V)
         self.dev_count = _declare(ggml, "ggml_backend_dev_count", _SIZE)

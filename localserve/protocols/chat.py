@@ -60,8 +60,11 @@ def read_request(app: Any, body: dict, request_id: str):
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
     sampling = read_sampling(body, app.engine.n_vocab)
-    return build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
-                              logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
+    cache_key = read_str(body, "prompt_cache_key")
+    request = build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
+                                 logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
+    request.cache_key = cache_key     # a slot-affinity hint (runtime._choose_slot)
+    return request
 
 
 def read_messages(body: dict) -> list[dict]:

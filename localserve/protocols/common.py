@@ -18,6 +18,9 @@ SEED_LOW, SEED_HIGH = -(2**63), 2**64 - 1     # any 64-bit seed; llama.cpp uses 
 
 _MISSING = object()
 
+# Names the tool types a request carried that cannot run here and were left out of the prompt.
+IGNORED_TOOLS_HEADER = "x-localserve-ignored-tools"
+
 
 def invalid(param: str, message: str) -> ApiError:
     return ApiError(400, f"invalid '{param}': {message}", param=param, code="invalid_value")

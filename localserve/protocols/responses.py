@@ -8,6 +8,7 @@ which stores it as it goes when `store` is on.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -16,9 +17,11 @@ from ..errors import ApiError
 from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
 from ..response_runs import ResponseRun
 from ..routes import Exchange
-from .common import invalid
+from .common import IGNORED_TOOLS_HEADER, invalid
 from .responses_items import list_page, read_page_query
 from .responses_request import ACTIVE, read_plan
+
+log = logging.getLogger("localserve.responses")
 
 FOLLOW_WAIT_SECONDS = 0.25
 FOLLOW_KEEPALIVE = b": keepalive\n\n"
@@ -34,6 +37,10 @@ def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     plan = read_plan(app, exchange.json(), exchange.request_id)
+    if plan.ignored_tools:
+        ignored = ", ".join(plan.ignored_tools)
+        log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
+        exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     gen = submit(exchange, plan.generation)
     with cancel_on_error(gen):
         run = ResponseRun(plan, gen, app.store)
