@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from .settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING
+
 __all__ = ["LarkError", "lark_to_regex"]
 
 
@@ -99,6 +101,7 @@ class _Flattener:
         self.active: list[str] = []
         self.tokens: list[tuple[str, str]] = []
         self.i = 0
+        self.depth = 0          # groups and rules open one inside another: the walk recurses
 
     def fail(self, what: str) -> LarkError:
         return LarkError(f"{self.where}: {what}")
@@ -112,6 +115,8 @@ class _Flattener:
             raise self.fail(f"rule '{bare}' is recursive ({cycle}); only non-recursive grammars are supported")
         if bare not in self.definitions:
             raise self.fail(f"'{bare}' is used but never defined")
+        if len(self.active) >= MAX_GRAMMAR_NESTING:
+            raise self.fail(f"rules nest deeper than {MAX_GRAMMAR_NESTING} (MAX_GRAMMAR_NESTING)")
         self.active.append(bare)
         saved = self.tokens, self.i
         self.tokens, self.i = _tokenize(self.definitions[bare], f"{self.where}: rule '{bare}'"), 0
@@ -120,6 +125,10 @@ class _Flattener:
             raise self.fail(f"rule '{bare}': unexpected {self.tokens[self.i][1]!r}")
         self.tokens, self.i = saved
         self.active.pop()
+        # Every use of a rule is a copy of it: thirty rules that each use the next twice made 2**30.
+        if len(body) > MAX_GRAMMAR_BYTES:
+            raise self.fail(f"rule '{bare}' flattens to more than {MAX_GRAMMAR_BYTES} characters of regex "
+                            f"(MAX_GRAMMAR_BYTES); each use of a rule copies it")
         self.done[bare] = f"(?:{body})"
         return self.done[bare]
 
@@ -152,7 +161,11 @@ class _Flattener:
     def atom(self) -> str:
         kind, text = self.take()
         if kind == "op" and text in ("(", "["):
+            if self.depth >= MAX_GRAMMAR_NESTING:
+                raise self.fail(f"groups nest deeper than {MAX_GRAMMAR_NESTING} (MAX_GRAMMAR_NESTING)")
+            self.depth += 1
             inner = self.alternatives()
+            self.depth -= 1
             closing = ")" if text == "(" else "]"
             if self.take() != ("op", closing):
                 raise self.fail(f"an unbalanced {text!r}")

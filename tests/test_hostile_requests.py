@@ -462,3 +462,26 @@ def test_a_schema_whose_grammar_is_too_big_is_a_400(srv):
                             "json_schema": {"name": "e", "schema": {"enum": list(range(60000))}}}})
     assert resp.status == 400, resp.body
     assert "MAX_GRAMMAR_BYTES" in resp.json()["error"]["message"]
+
+
+def _forced_custom_tool(srv, lark: str):
+    tool = {"type": "custom", "name": "expr", "format": {"type": "grammar", "syntax": "lark", "definition": lark}}
+    return post(srv, "/v1/responses", {"input": "hi", "tools": [tool], "tool_choice": "required",
+                                       "max_output_tokens": 2})
+
+
+def test_a_lark_grammar_that_doubles_at_every_rule_is_refused_before_it_is_built(srv):
+    """Flattening copies each rule at each use: 30 rules using the next twice asked for 2**30 characters."""
+    lark = "start: a0\n" + "".join(f"a{i}: a{i + 1} a{i + 1}\n" for i in range(20)) + 'a20: "x"\n'
+    resp = _forced_custom_tool(srv, lark)
+    assert_400(resp, "tools", "flattens to more than", "MAX_GRAMMAR_BYTES")
+    alive(srv)
+
+
+@pytest.mark.parametrize("lark", ["start: " + "(" * 3000 + '"x"' + ")" * 3000,
+                                  "start: a0\n" + "".join(f"a{i}: a{i + 1}\n" for i in range(300)) + 'a300: "x"\n'],
+                         ids=["groups", "rules"])
+def test_deeply_nested_lark_grammars_are_a_400(srv, lark):
+    """The flattener recursed into each group and rule: RecursionError, a 500."""
+    resp = _forced_custom_tool(srv, lark)
+    assert_400(resp, "tools", "MAX_GRAMMAR_NESTING")
