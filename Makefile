@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON
 export CMAKE_ARGS
 
-.PHONY: install run test bench dist clean fuzz
+.PHONY: install run test bench dist clean mutants agent-clis fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +22,32 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/localserve
 
-test: install
+test: install agent-clis
 	$(BIN)/python -m pytest
+
+# The coding-agent CLIs the end-to-end tests drive (tests/agent_clis.py finds them), pinned and
+# installed once from the npm registry into .cache/agent-clis; skipped where npm is absent.
+CODEX_VERSION ?= 0.171.0
+CLAUDE_CODE_VERSION ?= 2.1.332
+AGENT_CLIS := .cache/agent-clis
+AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
+
+agent-clis:
+	@if ! command -v npm >/dev/null 2>&1; then \
+		echo "agent-clis: npm not found; the Codex CLI and Claude Code end-to-end tests will be skipped"; \
+	elif [ ! -f $(AGENT_CLIS_STAMP) ]; then \
+		mkdir -p $(AGENT_CLIS) && \
+		npm install --prefix $(AGENT_CLIS) --no-audit --no-fund --save-exact \
+			@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
+		touch $(AGENT_CLIS_STAMP); \
+	fi
 
 bench: install
 	$(BIN)/python -m bench
+
+# Break one behaviour at a time in a copy of the code; its tests must fail (tests/mutants.py).
+mutants: install
+	$(BIN)/python tests/mutants.py
 
 # dist/wheelhouse/ and dist/localserve.pyz for machines with no network (README: Offline install).
 # DIST_FLAGS=--pyz-demo puts the demo model in the pyz; --no-cache-dir rebuilds llama-cpp-python.
@@ -38,7 +59,7 @@ dist: $(VENV)/.dist-tools
 	$(BIN)/python contrib/build_dist.py --out dist $(DIST_FLAGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .cache
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Generated requests against a real server on a tiny model (tests/fuzz.py); not part of `make test`.

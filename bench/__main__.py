@@ -7,7 +7,7 @@ Measures, on the demo model unless --model is given:
   what batching in llama.cpp itself gives on this machine;
 - localserve: single-stream tokens/s and time to first token; aggregate tokens/s
   with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
-  interleaved; peak RSS;
+  interleaved; peak RSS; /health latency under load and during slowloris (latency.py);
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
   are installed, with the same workload.
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
@@ -26,6 +26,9 @@ import threading
 import time
 from pathlib import Path
 
+from localserve import cpu_weights
+
+from . import latency, weights
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
@@ -212,7 +215,7 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
-    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads)
+    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
     bare_runs = BareRuns(engine, work, args)
@@ -230,6 +233,9 @@ def main() -> int:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     engine.close()
     print_report(bare, contenders, args)
+    weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
+    if not args.quick:
+        latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
     return 0
 
 

@@ -1,7 +1,9 @@
 """The floor: a minimal prefill + greedy decode loop over llama.cpp's low-level bindings.
 
-Nothing of localserve is used here: this is what the engine itself can do with the
-same model, context size and threads, so the server's figures divide by these.
+Nothing of localserve is used here but the weight layout (``weights``, a
+cpu_weights.WeightPlan: the one the server chooses, so that both run the same kernels
+and neither the AMX ones that may crash): this is what the engine itself can do with
+the same model, context size and threads, so the server's figures divide by these.
 """
 
 from __future__ import annotations
@@ -14,14 +16,21 @@ from llama_cpp import llama_cpp as ll
 
 
 class BareEngine:
-    def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512, n_seq: int = 4):
+    def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512, n_seq: int = 4, weights=None):
         ll.llama_backend_init()
         self._silence()
-        self.model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
+        mparams = ll.llama_model_default_params()
+        keep = weights.apply(mparams) if weights is not None else None     # referenced until loaded
+        self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        del keep
         params = ll.llama_context_default_params()
-        # the server's layout: n_seq sequences of n_ctx each, one KV stream per sequence
+        # The server's layout (localserve/engine.py builds its context the same way): n_seq
+        # sequences of n_ctx each, one KV stream per sequence, sliding-window layers holding only
+        # their window, and logits rows for one token per sequence per step.
         params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, False
         params.n_batch, params.n_ubatch = n_batch, n_batch
+        params.swa_full = False
+        params.n_outputs_max = n_seq
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
         self.ctx = ll.llama_init_from_model(self.model, params)

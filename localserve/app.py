@@ -20,8 +20,11 @@ from . import memory
 from . import metrics
 from . import rpc
 from .demo import DemoUnavailable, demo_model_path
+from .cpu_weights import USERS_CHOICE, describe as describe_buffers
 from .engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
+from .fatal import at_engine_failure
+from .pending_sample import abandoned_running
 from .http import Limits
 from .protocols import chat, completions, conversations, responses
 from .response_runs import ResponseRuns
@@ -148,9 +151,10 @@ class App:
                                  threads=s.resolved_threads(),
                                  n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc),
                                  tensor_split=rpc.split_proportions(s.tensor_split) if s.tensor_split else None,
-                                 max_default_ctx=MAX_DEFAULT_CTX)
+                                 max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=s.cpu_weights)
         except ModelLoadError as exc:
             raise StartupError(str(exc)) from None
+        log_weights(self.engine)
         info = self.engine.info
         self.model_id = s.model_id or Path(path).stem
         try:
@@ -169,10 +173,19 @@ class App:
         if len(self.engine.tokenize("<think>", add_special=False)) == 1:
             self.default_reasoning = REASONING_FORMATS["think"]
         self.store = open_store(s)
+        at_engine_failure(self._close_stored_state)
+        rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
-                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics)
+                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics,
+                               sample_time_limit=s.sample_time_limit)
         self.runtime.start()
+
+    def _close_stored_state(self) -> None:
+        """The process is about to exit for good: runs still going are stored as failed, the store closed."""
+        self.response_runs.close(timeout=0.2)
+        if self.store is not None:
+            self.store.close()
 
     def close(self) -> None:
         if self.runtime is not None:
@@ -181,7 +194,11 @@ class App:
         if self.store is not None:
             self.store.close()
         if self.engine is not None:
-            self.engine.close()
+            still = abandoned_running()
+            if still:   # their grammars point into the model: freeing it under them could crash the exit
+                log.info("leaving the model loaded at exit: %d grammar sample(s) still inside llama.cpp", still)
+            else:
+                self.engine.close()
 
 
 def open_store(settings: Settings) -> Store | None:
@@ -240,9 +257,10 @@ def serve(settings: Settings) -> int:
     host, port = server.address
     engine = app.engine
     log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
-             "chat template %s, tool syntax %s, %s", engine.info.path, engine.info.architecture,
+             "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
              _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
-             settings.resolved_threads(), app.template.source, app.tool_syntax, offload_summary(engine))
+             settings.resolved_threads(), app.template.source, app.tool_syntax, offload_summary(engine),
+             describe_buffers(engine.weight_buffers))
     systemd.notify(f"READY=1\nSTATUS=serving {app.model_id} on {host}:{port}")
     watchdog = systemd.watchdog_interval()
     while not stop.wait(watchdog or 1.0):
@@ -258,6 +276,13 @@ def serve(settings: Settings) -> int:
     app.close()
     log.info("stopped")
     return 0
+
+
+def log_weights(engine: Engine) -> None:
+    plan = engine.weight_plan
+    say = log.warning if plan.why == USERS_CHOICE else log.info
+    say("weights: %s — --cpu-weights %s: %s (%s); warm-up decode %.0f ms", describe_buffers(engine.weight_buffers),
+        plan.mode, plan.layout, plan.why, engine.warmup_seconds * 1000)
 
 
 def offload_summary(engine: Engine) -> str:

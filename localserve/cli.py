@@ -16,6 +16,7 @@ from typing import Any, Callable
 from . import __version__
 from .settings import Settings
 from . import settings as defaults
+from .cpu_weights import cpu_weights_mode
 from .rpc import rpc_workers, tensor_split
 
 EXIT_USAGE = 2
@@ -69,6 +70,13 @@ def _non_negative_float(value: str) -> float:
     return number
 
 
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return number
+
+
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
@@ -78,6 +86,9 @@ OPTIONS: tuple[Option, ...] = (
            f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
     Option("threads", positive_int, None, "CPU threads for generation (default: all cores)", "N"),
     Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
+    Option("cpu-weights", cpu_weights_mode, defaults.DEFAULT_CPU_WEIGHTS,
+           "which CPU buffer types hold the weights: auto (no AMX where llama.cpp's AMX kernels may crash, "
+           "CPU_REPACK kept), repack, plain or amx", "MODE"),
     Option("slots", positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
     Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
            "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
@@ -97,6 +108,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-inflight-bytes", positive_int, None,
            f"request-body bytes read or handled at once, all connections together; beyond it a 503 "
            f"(default: {defaults.INFLIGHT_BODIES} x --max-body-bytes)", "BYTES"),
+    Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
+           "seconds one request may take to choose one token (a costly grammar); then it fails, "
+           "the others go on", "SECONDS"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),

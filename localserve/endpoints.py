@@ -48,6 +48,8 @@ def model_object(app: Any) -> dict:
             "gpu_layers_offloaded": app.engine.gpu_layers,
             "slots": app.settings.slots,
             "devices": [device.as_json() for device in app.engine.devices],
+            "cpu_weights": app.engine.weight_plan.mode,
+            "weight_buffers_mib": app.engine.weight_buffers,       # {"CPU_REPACK": 52.5, "CPU": 182.7}
         },
     }
 

@@ -15,15 +15,20 @@ import logging
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import llama_cpp
 from llama_cpp import llama_cpp as ll
 
+from . import cpu_weights
 from .generation import SamplingParams
 from .settings import TOKENIZE_ALONE_BYTES
 from .rpc import device_report
+from .sampler import GrammarError, NoLegalToken, Sampler
+
+__all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler"]
 
 log = logging.getLogger("localserve.engine")
 
@@ -144,7 +149,7 @@ def check_model_file(path: str) -> None:
 class Engine:
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
-                 tensor_split: Sequence[float] | None = None):
+                 tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto"):
         check_model_file(path)
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
@@ -156,11 +161,15 @@ class Engine:
         _load_messages.clear()
         _capture_only.on = True
         try:
+            self.weight_plan = cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers)
+            overrides = self.weight_plan.apply(mparams)     # referenced until the model is loaded
             self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+            del overrides
         finally:
             _capture_only.on = False
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path}: {_native_reason()}")
+        self.weight_buffers = cpu_weights.buffer_sizes(_load_messages)     # {buffer type: MiB}
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_layer = ll.llama_model_n_layer(self.model)
         # llama.cpp offloads the output layer too: n_layer + 1 layers in all
@@ -212,9 +221,34 @@ class Engine:
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
         self.info = self._read_info(path, n_ctx_train)
+        self._adds_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        self._adds_eos = bool(ll.llama_vocab_get_add_eos(self.vocab))
         self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
         if any(d.kind != "cpu" for d in self.devices):
             log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
+        self.warmup_seconds = self._warm_up()
+
+    def _warm_up(self) -> float:
+        """Decode two tokens, then one more, and forget them, as llama-server warms up at load.
+
+        The first decodes are where a native problem with the weights shows (AMX's crash,
+        cpu_weights.py): at start, before /health says ok, never at a user's first request.
+        Both shapes run, because ggml multiplies a batch of one by other kernels than a
+        longer batch (AMX's crash is in the latter).
+        """
+        bos, eos = ll.llama_vocab_bos(self.vocab), ll.llama_vocab_eos(self.vocab)
+        first, second = max(bos, 0), max(eos, 0)
+        pair = [(first, 0, 0, False), (second, 1, 0, True)]
+        started = time.perf_counter()
+        try:
+            for i in range(0, len(pair), self.n_batch):      # --batch-size 1 takes them one by one
+                self.decode(pair[i:i + self.n_batch])
+            self.decode([(second, 2, 0, True)])
+        except DecodeError as exc:
+            self.close()
+            raise ModelLoadError(f"the warm-up decode failed: {exc} ({_native_reason()})") from None
+        self.clear()
+        return time.perf_counter() - started
 
     # ---- model facts ---------------------------------------------------------------
 
@@ -254,6 +288,8 @@ class Engine:
         that can't make `limit` tokens or fewer (longer than limit × the longest piece) never
         reaches them, and big texts are tokenized one at a time: at most one such peak at once.
         """
+        if add_special and parse_special:
+            text = self._without_added_specials(text)
         if limit is not None and len(text) > limit * self.max_piece_bytes:   # characters ≤ bytes
             raise TooManyTokens(-(-len(text) // self.max_piece_bytes))
         data = text.encode("utf-8")
@@ -278,6 +314,20 @@ class Engine:
             n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
             longest = max(longest, n if n >= 0 else -n)
         return longest
+
+    def _without_added_specials(self, text: str) -> str:
+        """The text less a leading BOS (a trailing EOS) that llama.cpp is about to add itself.
+
+        Chat templates write the BOS text; llama.cpp would add a second BOS and log a
+        warning on every request. As llama.cpp's own chat code does, the written one goes:
+        the tokens are the same as with one BOS, and nothing is logged.
+        """
+        bos, eos = self.info.bos_token, self.info.eos_token
+        if bos and self._adds_bos and text.startswith(bos):
+            text = text[len(bos):]
+        if eos and self._adds_eos and text.endswith(eos):
+            text = text[:-len(eos)]
+        return text
 
     def piece(self, token: int) -> bytes:
         """The bytes of one token, special tokens rendered as their text (cached)."""
@@ -438,10 +488,6 @@ class Engine:
             self.model = None
 
 
-class GrammarError(ValueError):
-    pass
-
-
 def _token_refs(grammar: str) -> list[str]:
     """Token references (``<name>``, ``<[id]>``, also after ``!``) outside strings and classes."""
     refs, i, n = [], 0, len(grammar)
@@ -465,99 +511,6 @@ def _token_refs(grammar: str) -> list[str]:
         else:
             i += 1
     return refs
-
-
-class Sampler:
-    """A native llama.cpp sampler chain for one job: its seed, grammar and penalties."""
-
-    def __init__(self, engine: Engine, params: SamplingParams):
-        self.engine = engine
-        self._argmax_bias = self._plain_greedy_bias(params)
-        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
-        self.chain = chain
-        try:
-            self._build(params)
-        except Exception:
-            ll.llama_sampler_free(chain)
-            raise
-
-    def _add(self, sampler) -> None:
-        if not sampler:
-            raise GrammarError("sampler initialisation failed")
-        ll.llama_sampler_chain_add(self.chain, sampler)
-
-    def _build(self, p: SamplingParams) -> None:
-        engine = self.engine
-        if p.logit_bias:
-            items = (ll.llama_logit_bias * len(p.logit_bias))()
-            for i, (token, bias) in enumerate(p.logit_bias.items()):
-                items[i].token = token
-                items[i].bias = float("-inf") if bias <= -100 else bias
-            self._add(ll.llama_sampler_init_logit_bias(engine.n_vocab, len(p.logit_bias), items))
-        if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
-            self._add(ll.llama_sampler_init_penalties(engine.n_vocab, p.repeat_last_n, p.repeat_penalty,
-                                                      p.frequency_penalty, p.presence_penalty))
-        if p.grammar:
-            grammar = ll.llama_sampler_init_grammar(engine.vocab, p.grammar.encode("utf-8"), b"root")
-            if not grammar:
-                raise GrammarError("the grammar could not be parsed by llama.cpp")
-            self._add(grammar)
-        if p.temperature <= 0:
-            self._add(ll.llama_sampler_init_greedy())
-            return
-        if p.top_k > 0:
-            self._add(ll.llama_sampler_init_top_k(p.top_k))
-        if p.top_p < 1.0:
-            self._add(ll.llama_sampler_init_top_p(p.top_p, 1))
-        if p.min_p > 0:
-            self._add(ll.llama_sampler_init_min_p(p.min_p, 1))
-        self._add(ll.llama_sampler_init_temp(p.temperature))
-        seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(4), "little")
-        self._add(ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
-
-    @staticmethod
-    def _plain_greedy_bias(p: SamplingParams):
-        """For greedy sampling with nothing but a logit bias: the bias as (ids, values), else None.
-
-        llama_sampler_sample copies all n_vocab candidates into an array on every call
-        (0.7 ms for Gemma's 262k vocabulary); an argmax over the logits costs a tenth.
-        """
-        if p.temperature > 0 or p.grammar or p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
-            return None
-        import numpy as np
-        ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64, count=len(p.logit_bias))
-        values = np.array([float("-inf") if b <= -100 else b for b in p.logit_bias.values()], dtype=np.float32)
-        return ids, values, frozenset(p.logit_bias)
-
-    def sample(self, index: int) -> int:
-        """Sample from batch entry `index` of the last decode and accept the token."""
-        if self._argmax_bias is None:
-            return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
-        # A bias and greedy keep no state, so the chain need not hear of the token.
-        ids, values, biased_ids = self._argmax_bias
-        logits = self.engine.logits(index)
-        best = int(logits.argmax())
-        if not len(ids):
-            return best
-        if best in biased_ids:          # the raw winner is biased itself: bias a copy of all
-            biased_all = logits.copy()
-            biased_all[ids] += values
-            return int(biased_all.argmax())
-        # an unbiased winner only competes with the biased tokens' new values
-        biased = logits[ids] + values
-        k = int(biased.argmax())
-        if biased[k] > logits[best] or (biased[k] == logits[best] and ids[k] < best):
-            return int(ids[k])
-        return best
-
-    def accept(self, token: int) -> None:
-        if self._argmax_bias is None:
-            ll.llama_sampler_accept(self.chain, token)
-
-    def free(self) -> None:
-        if self.chain:
-            ll.llama_sampler_free(self.chain)
-            self.chain = None
 
 
 def supports_rpc() -> bool:

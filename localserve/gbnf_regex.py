@@ -10,6 +10,9 @@ from typing import TYPE_CHECKING
 
 from .gbnf import RULE_NAME, SCALARS, SchemaError, char_class, repeat, subtract
 from .json_stream import compact
+from .settings import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_NESTING
+
+UNBOUNDED_WEIGHT = 16   # what a '*' or '+' counts as in a product of nested repetition counts
 
 if TYPE_CHECKING:
     from .gbnf_schema import GrammarBuilder
@@ -31,6 +34,11 @@ class _Regex:
 
     def __init__(self, builder: GrammarBuilder, pattern: str, raw: bool, path: str) -> None:
         self.b, self.p, self.raw, self.path, self.i, self.end = builder, pattern, raw, path, 0, False
+        # Nested repetition costs llama.cpp's grammar the product of the counts at every
+        # character ((a{0,2000}){0,2000}: seconds per token), and many in a row cost cubic time.
+        self.nested = 1             # the largest product of repetition counts inside the group being read
+        self.atom_nested = 1        # the same for the atom just read
+        self.quantifiers = 0
         self.specials = [0x3C] if raw else [0x22, 0x5C, *range(0x20)]  # written otherwise or never
 
     def fail(self, what: str):
@@ -76,11 +84,16 @@ class _Regex:
                 self.i += 2
             elif self.peek() == "?":
                 self.fail("a lookaround, named group or inline flag")
+            if depth >= MAX_GRAMMAR_NESTING:     # the walk recurses, and so does llama.cpp's parser
+                self.fail(f"groups nested deeper than {MAX_GRAMMAR_NESTING} (MAX_GRAMMAR_NESTING)")
+            outer, self.nested = self.nested, 1
             inner = self.alternatives(depth + 1)
+            self.atom_nested, self.nested = self.nested, outer
             if self.peek() != ")":
                 self.fail("an unbalanced '('")
             self.i += 1
             return f"( {' | '.join(inner)} )"
+        self.atom_nested = 1
         if c == "[":
             return self.char_class()
         if c == ".":
@@ -137,22 +150,37 @@ class _Regex:
     def quantified(self, atom: str) -> str:
         m = re.match(r"[*+?]|\{(\d+)(,(\d*))?\}", self.p[self.i:])
         if not m:
+            self.nested = max(self.nested, self.atom_nested)
             return atom
         self.i += m.end()
         if m[1] is None:
             quant = m[0]
+            count = UNBOUNDED_WEIGHT if m[0] in "*+" else 1
         else:
             lo = int(m[1])
             hi = lo if m[2] is None else (int(m[3]) if m[3] else None)
             if hi is not None and lo > hi:
                 self.fail("a {m,n} with m > n")
             quant = repeat("", lo, hi, self.path)
+            count = max(lo, 1) * UNBOUNDED_WEIGHT if hi is None else max(hi, 1)
             if hi == 0:
                 return ""
+        self.count_repetition(self.atom_nested * count)
         if self.peek() == "+":
             self.fail("a possessive quantifier")
         self.i += self.peek() == "?"  # lazy: the same language
         return (atom if RULE_NAME.fullmatch(atom) else self.b.add_rule("pattern", atom)) + quant
+
+    def count_repetition(self, nested: int) -> None:
+        self.quantifiers += 1
+        if self.quantifiers > MAX_GRAMMAR_QUANTIFIERS:
+            raise SchemaError(f"{self.path}: the pattern has more than {MAX_GRAMMAR_QUANTIFIERS} quantifiers "
+                              f"(MAX_GRAMMAR_QUANTIFIERS)")
+        if nested > MAX_REPEAT_NESTING:
+            raise SchemaError(f"{self.path}: nested repetitions in {self.p!r} multiply to {nested} (a '*' or '+' "
+                              f"counts {UNBOUNDED_WEIGHT}), over the limit of {MAX_REPEAT_NESTING} "
+                              f"(MAX_REPEAT_NESTING)")
+        self.nested = max(self.nested, nested)
 
     def encode(self, negated: bool, ranges: list[tuple[int, int]]) -> str:
         """GBNF for the characters of a set, as they are written in the string."""

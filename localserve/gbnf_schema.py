@@ -19,6 +19,7 @@ import orjson
 from .gbnf import KEY_CHARS, PRIMITIVES, RULE_NAME, SchemaError, char_class, json_text, repeat, subtract
 from .gbnf_numbers import bounds, signed_range
 from .gbnf_regex import translate_pattern
+from .settings import MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
 
 _DATE = r'[1-9] [0-9]{3} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] )'
 _TIME = (r'( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? '
@@ -76,6 +77,7 @@ class GrammarBuilder:
         self._documents: list = []  # keeps documents alive, so that their ids stay unique
         self._root: dict = {}
         self._bare_refs: set[tuple[int, str]] = set()  # refs entered with no "{" or "[" since
+        self._depth = 0  # schemas being visited, one inside the other
 
     def literal(self, text: str) -> str:
         """A GBNF literal matching exactly ``text`` (non-ASCII is written as UTF-8)."""
@@ -131,9 +133,20 @@ class GrammarBuilder:
             raise SchemaError(f"{path}: a schema must be a JSON object or true, not {s!r}")
         key = (id(self._root), _canon(s))
         if key not in self._memo:
-            body = self._body(s, path, hint)
+            body = self._nested_body(s, path, hint)
             self._memo[key] = body if RULE_NAME.fullmatch(body) else self.add_rule(hint, body)
         return self._memo[key]
+
+    def _nested_body(self, s, path: str, hint: str) -> str:
+        """_body one level deeper; the walk is recursive, so its depth is bounded (and named)."""
+        if self._depth >= MAX_SCHEMA_DEPTH:
+            raise SchemaError(f"{path}: the schema nests deeper than {MAX_SCHEMA_DEPTH} levels "
+                              f"(subschemas and $refs one inside the other)")
+        self._depth += 1
+        try:
+            return self._body(s, path, hint)
+        finally:
+            self._depth -= 1
 
     def _ref(self, ref, path: str) -> str:
         key = (id(self._root), ref)
@@ -144,7 +157,7 @@ class GrammarBuilder:
             name = self._refs[key] = self.add_rule(ref.rsplit("/", 1)[-1].strip("#") or "root-ref", "")
             self._bare_refs.add(key)
             try:
-                self._rules[name] = self._body(target, ref, name)
+                self._rules[name] = self._nested_body(target, ref, name)
             finally:
                 self._bare_refs.discard(key)
         return self._refs[key]
@@ -300,7 +313,7 @@ class GrammarBuilder:
             extra_kv = None
             if extra is not False:
                 value = self._visit(extra, f"{path}.additionalProperties", f"{hint}-extra")
-                extra_kv = self.add_rule(f"{hint}-extra-kv", f'{self._key_not_in(names)} ws ":" ws {value}')
+                extra_kv = self.add_rule(f"{hint}-extra-kv", f'{self._key_not_in(names, path)} ws ":" ws {value}')
         finally:
             self._bare_refs = saved
         return self._members(hint, [members[k] for k in order if k in required],
@@ -322,10 +335,13 @@ class GrammarBuilder:
             alts.append(f"{extra}{tail}")
         return f'"{{" ws ( ( {" | ".join(alts)} ) ws )? "}}"'
 
-    def _key_not_in(self, names: list[str]) -> str:
+    def _key_not_in(self, names: list[str], path: str) -> str:
         """A key that is none of ``names``: unescaped characters only, so it reads as written."""
         trie: dict = {}
         for name in names:
+            if len(name) > MAX_SCHEMA_KEY_LENGTH:     # the rule nests a group per character
+                raise SchemaError(f"{path}: a property name longer than {MAX_SCHEMA_KEY_LENGTH} characters beside "
+                                  f"additional properties is not supported (MAX_SCHEMA_KEY_LENGTH)")
             if not any(c in '"\\' or ord(c) < 0x20 for c in name):  # no plain key can equal it
                 node = trie
                 for c in name:

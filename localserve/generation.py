@@ -51,6 +51,7 @@ class GenerationRequest:
     reasoning_budget: int | None = None
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
+    cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
 
 
 # ---- events, one queue per job -------------------------------------------------

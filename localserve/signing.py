@@ -1,9 +1,23 @@
-"""Signatures the server puts on text it hands out and checks when that text comes back.
+"""Signatures and sealed blobs: what the server puts on text it hands out and checks when that
+text comes back.
 
 Anthropic clients return thinking blocks in later requests with the `signature` the
 server gave them; a block whose signature does not verify was not written by this
-server (or was edited) and is refused. The signature is an HMAC-SHA256 of the text
-under a key only the server knows.
+server (or was edited) and is refused. The signature is the thinking text sealed (below),
+so a block that comes back with its text left out (thinking display "omitted") still
+renders the prompt it was generated in. Signatures of the first version (an HMAC-SHA256
+of the text) still verify.
+
+Responses reasoning items carry `encrypted_content` (`seal`): the reasoning text encrypted and
+authenticated, so a client that keeps no server state (store: false) can hand it back and the
+next prompt renders the reasoning exactly as it was generated.
+
+The cipher is built from the standard library alone, deterministic in the SIV style: the
+nonce is an HMAC of the text, the keystream SHAKE-256 over (key, nonce) XORed with the text,
+then HMAC-SHA256 over everything before the tag (encrypt-then-MAC). The same text seals to
+the same blob, so a streamed and a whole answer carry the same one. Sub-keys are derived
+for each purpose (thinking signatures, reasoning items), so a blob sealed for one does not
+open for another.
 
 The key lives in the data directory (`signing.key`, mode 0600), so signatures stay
 valid across restarts: a long agent session survives the daemon being restarted.
@@ -69,9 +83,76 @@ def load_signing_key(data_dir: Path | None) -> bytes:
 
 
 def sign(key: bytes, text: str) -> str:
+    """The thinking text sealed: verify() checks it, recover() gives the text back."""
+    return seal(key, text, THINKING)
+
+
+def verify(key: bytes, text: str, signature: object) -> bool:
+    if not isinstance(signature, str) or not signature.isascii():
+        return False
+    if unseal(key, signature, THINKING) == text:
+        return True
+    return hmac.compare_digest(_hmac_signature(key, text), signature)   # the first version
+
+
+def recover(key: bytes, signature: object) -> str | None:
+    """The thinking text a signature seals; None when it is not one of ours (or was changed)."""
+    return unseal(key, signature, THINKING)
+
+
+def _hmac_signature(key: bytes, text: str) -> str:
     digest = hmac.new(key, _DOMAIN + text.encode("utf-8"), hashlib.sha256).digest()
     return base64.b64encode(digest).decode("ascii")
 
 
-def verify(key: bytes, text: str, signature: object) -> bool:
-    return isinstance(signature, str) and hmac.compare_digest(sign(key, text), signature)
+# ---- sealing -------------------------------------------------------------------------
+
+REASONING = b"responses reasoning"      # purposes: a blob sealed for one does not open for another
+THINKING = b"anthropic thinking"
+SEAL_VERSION = b"\x01"
+NONCE_BYTES = 16
+TAG_BYTES = 32
+
+
+def seal(key: bytes, text: str, purpose: bytes = REASONING) -> str:
+    """`text` encrypted and authenticated under `key`, as URL-safe base64."""
+    data = text.encode("utf-8")
+    nonce = hmac.new(_subkey(key, b"seal nonce v1", purpose), data, hashlib.sha256).digest()[:NONCE_BYTES]
+    body = SEAL_VERSION + nonce + _xor(data, _keystream(key, purpose, nonce, len(data)))
+    tag = hmac.new(_subkey(key, b"seal mac v1", purpose), body, hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(body + tag).decode("ascii")
+
+
+def unseal(key: bytes, blob: object, purpose: bytes = REASONING) -> str | None:
+    """The text `seal` sealed, or None when the blob was not sealed by this key for this
+    purpose, or was altered."""
+    if not isinstance(blob, str):
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(blob.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        return None
+    if len(raw) < 1 + NONCE_BYTES + TAG_BYTES or raw[:1] != SEAL_VERSION:
+        return None
+    body, tag = raw[:-TAG_BYTES], raw[-TAG_BYTES:]
+    if not hmac.compare_digest(hmac.new(_subkey(key, b"seal mac v1", purpose), body, hashlib.sha256).digest(), tag):
+        return None
+    nonce, cipher = body[1:1 + NONCE_BYTES], body[1 + NONCE_BYTES:]
+    try:
+        return _xor(cipher, _keystream(key, purpose, nonce, len(cipher))).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _subkey(key: bytes, label: bytes, purpose: bytes) -> bytes:
+    return hmac.new(key, b"localserve " + label + b"\x00" + purpose, hashlib.sha256).digest()
+
+
+def _keystream(key: bytes, purpose: bytes, nonce: bytes, length: int) -> bytes:
+    return hashlib.shake_256(_subkey(key, b"seal stream v1", purpose) + nonce).digest(length) if length else b""
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    if not data:
+        return b""
+    return (int.from_bytes(data, "big") ^ int.from_bytes(stream, "big")).to_bytes(len(data), "big")

@@ -127,6 +127,9 @@ ITEM_ID_PREFIXES = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "custom_tool_call": "ctc",
+    "custom_tool_call_output": "ctco",
+    "local_shell_call": "lsh",
 }
 ORDERS = ("asc", "desc")
 

@@ -28,7 +28,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from . import hf_json
 
 __all__ = ["BUILTIN_TEMPLATES", "ChatTemplate", "TemplateError", "ToolArguments",
-           "choose_template", "normalize_messages"]
+           "choose_template", "fold_system_turns", "has_later_system_turns", "normalize_messages",
+           "shows_every_system_turn"]
 
 
 class TemplateError(Exception):
@@ -95,6 +96,8 @@ def _normalize_message(message: Any) -> dict:
     if isinstance(content, list):
         content = _join_text_parts(content)
     if out.get("tool_calls"):
+        if not isinstance(out["tool_calls"], list):
+            raise TemplateError("a message's tool_calls must be an array")
         out["tool_calls"] = [_normalize_tool_call(c) for c in out["tool_calls"]]
     else:
         out.pop("tool_calls", None)
@@ -141,6 +144,46 @@ def _tool_arguments(value: Any) -> Any:
         if isinstance(parsed, dict):
             return ToolArguments(parsed, value)
     return value
+
+
+# --- system turns after the first message --------------------------------------
+# Anthropic (and OpenAI's developer messages) allow instructions in the middle of a
+# conversation. Templates that take a system turn anywhere (ChatML, Qwen, Llama 3) get
+# it as it is; for one that refuses it (Mistral) or drops it (one that keeps only
+# the last system message), the turn becomes text of the user turn it follows.
+
+def has_later_system_turns(messages: list[dict]) -> bool:
+    return any(m.get("role") in ("system", "developer") for m in messages[1:])
+
+
+def shows_every_system_turn(text: str, messages: list[dict]) -> bool:
+    """Whether the rendered prompt carries the text of every system message."""
+    return all(_system_text(m) in text for m in messages if m.get("role") in ("system", "developer"))
+
+
+def fold_system_turns(messages: list[dict]) -> list[dict]:
+    """A leading system message stays; every later one becomes a user message (wrapped in
+    <system> tags) merged with the user message before or after it."""
+    out: list[dict] = []
+    for i, message in enumerate(messages):
+        if i > 0 and message.get("role") in ("system", "developer"):
+            message = {"role": "user", "content": f"<system>\n{_system_text(message)}\n</system>"}
+        last = out[-1] if out else None
+        if last is not None and message.get("role") == "user" and last.get("role") == "user":
+            out[-1] = {**last, "content": _joined(last.get("content"), message["content"])}
+        else:
+            out.append(message)
+    return out
+
+
+def _system_text(message: dict) -> str:
+    content = message.get("content")
+    return _join_text_parts(content) if isinstance(content, list) else str(content or "")
+
+
+def _joined(first: Any, second: str) -> str:
+    first = _join_text_parts(first) if isinstance(first, list) else str(first or "")
+    return f"{first}\n\n{second}" if first else second
 
 
 # --- the Jinja environment (as HF's transformers/utils/chat_template_utils.py) ---

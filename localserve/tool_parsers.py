@@ -35,14 +35,19 @@ def _read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
         raise Malformed("arguments")
 
 
-def _call_object(cur: Cursor, calls: ToolProjector, *, defer: bool = False,
+def _call_object(cur: Cursor, calls: ToolProjector, *, model_ids: bool = False,
                  first_key: str | None = None) -> Iterator[None]:
     """`{"name": ..., "arguments"|"parameters": {...}, "id": ...}`, keys in any order ("type"
     skipped). Any other key means this is no call, so JSON that merely answers the user flows
     on as content at once rather than when it ends. The call starts as soon as its name is
-    read and its arguments stream; arguments written before the name wait for it. With
-    `defer` the whole object is read first, so that an id written after the arguments
-    (Mistral's order) can be used."""
+    read and its arguments stream; arguments written before the name wait for it.
+
+    With `model_ids` (Mistral, whose calls carry the model's own id) the start waits for the
+    arguments to begin, so that an id written before them is the call's. An id written after
+    them comes too late: the client has had the start, with our id, and its arguments, and
+    one call must keep one id from its first delta to the final message (streamed or not:
+    both read the text the same way), so that later id is read and dropped. Holding the whole
+    call for it instead would stall every argument fragment until the call's end."""
     if first_key is None:
         yield from cur.expect("{")
     name = call_id = held = None
@@ -54,13 +59,16 @@ def _call_object(cur: Cursor, calls: ToolProjector, *, defer: bool = False,
         yield from cur.skip_ws()
         if key == "name" and name is None:
             name = yield from cur.json_string()
-            if not defer:
+            if not model_ids:
                 calls.start_call(name)
                 started = True
                 if held is not None:
                     calls.add_arguments(held)
                     sent = True
         elif key in ("arguments", "parameters") and held is None and not sent:
+            if model_ids and name is not None:
+                calls.start_call(name, call_id)
+                started = True
             if started:
                 yield from _read_arguments(cur, calls.add_arguments)
                 sent = True
@@ -68,7 +76,7 @@ def _call_object(cur: Cursor, calls: ToolProjector, *, defer: bool = False,
                 parts: list[str] = []
                 yield from _read_arguments(cur, parts.append)
                 held = "".join(parts)
-        elif key == "id" and defer:
+        elif key == "id" and model_ids and not started:
             value = strict_loads((yield from cur.json_value()))
             call_id = value if isinstance(value, str) and value else None
         elif key in ("id", "type"):
@@ -89,11 +97,11 @@ def _call_object(cur: Cursor, calls: ToolProjector, *, defer: bool = False,
 
 
 def _call_list(cur: Cursor, calls: ToolProjector, separator: str, *,
-               defer: bool = False) -> Iterator[None]:
+               model_ids: bool = False) -> Iterator[None]:
     """Call objects separated by `separator`, each complete (and committed) on its own."""
     while True:
         yield from cur.skip_ws()
-        yield from _call_object(cur, calls, defer=defer)
+        yield from _call_object(cur, calls, model_ids=model_ids)
         calls.end_call()
         yield from cur.skip_ws()
         if not (yield from cur.accept(separator)):
@@ -209,12 +217,12 @@ def parse_llama3(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[Non
 
 
 def parse_mistral(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
-    """[TOOL_CALLS][{...}, ...] (ids follow the arguments, so each call is read whole) or
+    """[TOOL_CALLS][{...}, ...] (each object may carry the model's id, see _call_object) or
     the newer [TOOL_CALLS]NAME[ARGS]{...}, optionally NAME[CALL_ID]id[ARGS]{...}."""
     yield from cur.expect(marker)
     yield from cur.skip_ws()
     if (yield from cur.accept("[")):
-        yield from _call_list(cur, calls, ",", defer=True)
+        yield from _call_list(cur, calls, ",", model_ids=True)
         yield from cur.closing("]")
         calls.end_block()
     name = (yield from cur.until("[", 128)).strip()

@@ -76,6 +76,20 @@ class ServerProcess:
             time.sleep(0.05)
         return False
 
+    def wait_cancelled(self, request_id: str, reason: str, timeout: float = 10.0) -> str | None:
+        """The runtime's "cancelled job" line for the request with this request-id, once it names reason.
+
+        Keyed by the request's own id, so a cancellation left over from an earlier test on the
+        same server cannot satisfy it.
+        """
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if "cancelled job" in line and f" {request_id}) " in line and reason in line:
+                    return line
+            time.sleep(0.05)
+        return None
+
     def stop(self, sig: int | None = None) -> int:
         if self.proc.poll() is None:
             if sig is None:

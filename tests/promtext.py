@@ -35,12 +35,18 @@ class Scrape:
         self.families = families
 
     def value(self, name: str, **labels: str) -> float:
-        """One sample's value; 0 when that sample is absent (a counter not yet moved)."""
+        """One sample's value. An absent sample of a counter or histogram is 0 (its series has not
+        moved yet); an absent gauge, or a name no family has, is an error: a gauge that vanished
+        must not read as "0 busy"."""
         want = tuple(sorted((k, str(v)) for k, v in labels.items()))
-        for family in self.families.values():
-            if (name, want) in family.samples:
-                return family.samples[(name, want)]
-        return 0.0
+        family = _family_of(name, self.families)
+        if family is None:
+            raise KeyError(f"no metric family has a sample named {name}")
+        if (name, want) in family.samples:
+            return family.samples[(name, want)]
+        if family.type in ("counter", "histogram"):
+            return 0.0
+        raise KeyError(f"{name}{dict(want)} is absent from the scrape ({family.type} {family.name})")
 
     def total(self, name: str, **labels: str) -> float:
         """Sum over the samples of name whose labels include the given ones."""

@@ -6,6 +6,9 @@ import json
 import socket
 from dataclasses import dataclass
 
+# How long a response without a body is watched for stray bytes after its head.
+NO_BODY_GRACE = 0.2
+
 
 @dataclass
 class RawResponse:
@@ -23,6 +26,7 @@ class RawResponse:
 class RawConnection:
     def __init__(self, port: int, timeout: float = 10.0):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.timeout = timeout
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -62,6 +66,7 @@ class RawConnection:
         if status == 100:
             return RawResponse(status, headers, b"")
         if head_request or status in (204, 304):
+            self._expect_nothing_more(status)
             return RawResponse(status, headers, b"")
         if headers.get("transfer-encoding") == "chunked":
             body = b""
@@ -80,6 +85,25 @@ class RawConnection:
             pass
         body, self.buffer = self.buffer, b""
         return RawResponse(status, headers, body)
+
+    def _expect_nothing_more(self, status: int) -> None:
+        """A response without a body (HEAD, 204, 304) ends at its blank line: what follows on the
+        connection can only be the next response (to a pipelined request).
+
+        Bytes that came with the head are in the buffer already; bytes written a little later
+        show up within NO_BODY_GRACE. A body sent anyway would be read as the next response.
+        """
+        if not self.buffer:
+            self.sock.settimeout(NO_BODY_GRACE)
+            try:
+                self._fill()
+            except socket.timeout:
+                pass
+            finally:
+                self.sock.settimeout(self.timeout)
+        if self.buffer and not self.buffer.startswith(b"HTTP/1."[:len(self.buffer)]):
+            raise AssertionError(f"a {status} response with no body is followed by {len(self.buffer)} "
+                                 f"stray bytes: {self.buffer[:80]!r}")
 
     def is_closed(self, timeout: float = 2.0) -> bool:
         """True when the server closed the connection (EOF) within timeout."""
@@ -102,6 +126,16 @@ def request(port: int, data: bytes, timeout: float = 10.0) -> RawResponse:
         return conn.read_response(head_request=data.startswith(b"HEAD "))
     finally:
         conn.close()
+
+
+def request_id_of(received: bytes) -> str:
+    """The request-id header of a response whose head is at the start of received."""
+    head = received.split(b"\r\n\r\n", 1)[0].decode("latin-1")
+    for line in head.split("\r\n")[1:]:
+        name, value = line.split(":", 1)
+        if name.strip().lower() == "request-id":
+            return value.strip()
+    raise AssertionError(f"no request-id header in {head!r}")
 
 
 def post_json(path: str, body: dict | bytes, headers: str = "") -> bytes:

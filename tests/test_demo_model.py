@@ -45,3 +45,25 @@ def test_chat_through_the_builtin_gemma_template(client):
     words = [w for w in text.replace(",", " ").split() if w.isalpha()]
     assert len(words) >= 3                      # words, not byte noise
     assert "<end_of_turn>" not in text and "<start_of_turn>" not in text
+
+
+def test_weights_kept_out_of_amx_unless_asked(demo_server):
+    """The demo model's Q4_K weights crash llama.cpp's AMX kernels (llama.cpp #20824): the
+    default layout never uses AMX, and still repacks the weights CPU_REPACK takes."""
+    from rawhttp import request
+    from localserve.cpu_weights import extra_buffer_types
+    meta = request(demo_server.port, b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["data"][0]["meta"]
+    assert meta["cpu_weights"] == "auto"
+    assert "AMX" not in meta["weight_buffers_mib"] and meta["weight_buffers_mib"]
+    offered = extra_buffer_types()
+    if "AMX" in offered and "CPU_REPACK" in offered:
+        assert meta["weight_buffers_mib"]["CPU_REPACK"] > 0
+    assert "warm-up decode" in demo_server.log
+
+
+def test_no_bos_warning_per_request(demo_server, client):
+    """The Gemma template writes <bos>; llama.cpp must not add a second one and warn."""
+    client.chat.completions.create(model="x", max_tokens=2, temperature=0,
+                                   messages=[{"role": "user", "content": "Hi"}])
+    assert demo_server.wait_log("POST /v1/chat/completions 200")
+    assert "BOS" not in demo_server.log

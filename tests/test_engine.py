@@ -81,3 +81,12 @@ def test_saved_sequence_restores_into_another(engine):
     nxt = engine.tokenize(" again", add_special=False)[0]
     engine.decode([(nxt, len(tokens), 0, True), (nxt, len(tokens), 2, True)])
     assert np.array_equal(engine.logits(0), engine.logits(1))
+
+
+def test_a_written_bos_is_not_doubled(engine):
+    """Chat templates write the BOS text; the tokens carry one BOS, as if it were not written."""
+    from tinymodel import BOS_ID
+    bos = engine.info.bos_token
+    assert engine.tokenize(bos + "Hello there") == engine.tokenize("Hello there")
+    assert engine.tokenize(bos + "Hello there")[:2].count(BOS_ID) == 1
+    assert engine.tokenize(bos + "Hi", add_special=False)[0] == BOS_ID

@@ -19,14 +19,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import llama_cpp as L      # a broken engine install must fail these tests, not skip them
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-L = pytest.importorskip("llama_cpp")
-
-from localserve.grammar import (  # noqa: E402
+from localserve.grammar import (
     MAX_REPEAT,
     TOOL_CALL_SYNTAXES,
     WS_MAX_INDENT,

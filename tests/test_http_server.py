@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import threading
 import time
 
 import pytest
 
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model
 from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG
 
@@ -144,8 +143,16 @@ def test_options_is_204_with_allow(server):
 
 
 def test_head_has_no_body(server):
-    resp = request(server.port, b"HEAD /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    assert resp.status == 200 and int(resp.header("content-length")) > 0
+    # rawhttp fails a HEAD response followed by any byte; the connection then serves a GET cleanly
+    conn = RawConnection(server.port)
+    conn.send(b"HEAD /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    head = conn.read_response(head_request=True)
+    conn.send(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    get = conn.read_response()
+    conn.close()
+    assert head.status == 200 and get.status == 200
+    assert int(head.header("content-length")) == len(get.body) > 0
+    assert head.header("content-type") == get.header("content-type")
 
 
 @pytest.mark.parametrize("body,needle", [
@@ -182,25 +189,30 @@ def test_idle_connection_is_closed(tiny_model):
         srv.stop()
 
 
-def test_sigterm_drains_in_flight_requests_and_exits_0(tiny_model):
-    srv = ServerProcess(tiny_model)
-    results = {}
-
-    def long_request():
-        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
-                "temperature": 0, "logit_bias": NO_EOG}
-        results["resp"] = request(srv.port, post_json("/v1/chat/completions", body), timeout=60)
-
-    worker = threading.Thread(target=long_request)
-    worker.start()
-    time.sleep(0.3)
-    srv.proc.send_signal(signal.SIGTERM)
-    worker.join(60)
-    assert srv.stop() == 0
-    assert results["resp"].status == 200
-    assert results["resp"].json()["usage"]["completion_tokens"] > 0
-    with pytest.raises(OSError):
-        socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+def test_sigterm_drains_in_flight_requests_and_exits_0(models_dir):
+    # A prompt of seconds of prefill on the slow model: the request is surely in flight at SIGTERM.
+    srv = ServerProcess(slow_model(models_dir), "--ctx-size", "8192", "--prefill-keepalive", "0.2", "--no-store")
+    try:
+        conn = RawConnection(srv.port, timeout=60)
+        conn.send(post_json("/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hello world " * 1500}], "max_tokens": 3, "stream": True,
+            "stream_options": {"include_usage": True}, "logit_bias": NO_EOG}))
+        received = b""
+        while b": prefill" not in received and b"data: [DONE]" not in received:
+            received += conn.sock.recv(65536)        # headers out, the prompt still prefilling
+        assert b"data: [DONE]" not in received, "the request ended before SIGTERM: nothing left to drain"
+        srv.proc.send_signal(signal.SIGTERM)
+        while chunk := conn.sock.recv(65536):         # the server finishes the stream, then closes
+            received += chunk
+        assert srv.stop() == 0
+        chunks = [json.loads(line[6:]) for line in received.decode().split("\n") if line.startswith("data: {")]
+        assert received.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+        assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+        assert chunks[-1]["usage"]["completion_tokens"] == 3
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", srv.port), timeout=1).close()
+    finally:
+        srv.stop()
 
 
 def test_models_through_the_openai_sdk(openai_client, server):

@@ -72,6 +72,18 @@ def test_gauges_are_read_at_scrape_time_and_skipped_when_unknown():
     assert not scrape.families["x_unknown"].samples
 
 
+def test_the_test_parser_never_reads_a_missing_gauge_or_name_as_zero():
+    registry = Registry()
+    registry.gauge("x_unknown", "Not known yet.", lambda: None)
+    registry.counter("x_total", "Count.", ("kind",))
+    scrape = parse(registry.render())
+    assert scrape.value("x_total", kind="a") == 0           # a labelled counter not moved yet
+    with pytest.raises(KeyError):
+        scrape.value("x_unknown")                           # "busy == 0" must not pass on a vanished gauge
+    with pytest.raises(KeyError):
+        scrape.value("x_misspelt")
+
+
 def test_counting_from_many_threads_loses_nothing():
     counter = Counter("x_total", "Count.", ("kind",))
     hist = Histogram("x_seconds", "Time.", (1,))

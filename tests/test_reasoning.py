@@ -6,6 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import family_templates      # tests/family_templates.py: always there, never skipped
 from localserve.reasoning import (
     HARMONY, REASONING_FORMATS, ReasoningSplitter, detect_reasoning, prompt_opens_reasoning,
     split_reasoning,
@@ -162,7 +163,6 @@ def test_prompt_opens_reasoning():
 
 
 def test_detect_reasoning_on_the_family_test_templates():
-    family_templates = pytest.importorskip("family_templates")
     templates = family_templates.FAMILY_TEMPLATES
     assert detect_reasoning(templates["qwen3"], "") is THINK
     assert detect_reasoning(templates["deepseek_r1"], "") is THINK

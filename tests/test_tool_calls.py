@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import openai
 import pytest
 
@@ -132,6 +133,51 @@ def test_forced_call_parses_whole_and_streamed(families, family):
     assert calls[0]["name"] == "get_weather"
     assert calls[0]["arguments"] == call.function.arguments      # same forced output, same fragments
     check_weather_arguments(calls[0]["arguments"])
+
+
+def test_mistral_arguments_stream_as_generated_in_every_dialect(families):
+    # The forced call is [TOOL_CALLS][{"name": "get_weather", "arguments": {...}}]: its
+    # arguments must go out fragment by fragment, not whole once the call object closes.
+    chat = families.client("mistral")
+    choice = {"type": "function", "function": {"name": "get_weather"}}
+    kwargs = dict(model="m", messages=MESSAGES, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=1000)
+    whole = chat.chat.completions.create(**kwargs).choices[0].message.tool_calls[0]
+    check_weather_arguments(whole.function.arguments)
+    deltas = [delta for chunk in chat.chat.completions.create(**kwargs, stream=True) if chunk.choices
+              for delta in chunk.choices[0].delta.tool_calls or []]
+    fragments = [d.function.arguments for d in deltas if d.function.arguments]
+    assert len(fragments) >= 2 and "".join(fragments) == whole.function.arguments
+    assert [d.id for d in deltas if d.id] == [deltas[0].id]  # one start, with the call's one id
+
+    claude = anthropic.Anthropic(base_url=families.get("mistral").base_url, api_key="x", max_retries=0,
+                                 _strict_response_validation=True)
+    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
+    kwargs = dict(model="m", max_tokens=1000, messages=MESSAGES, tools=tools, extra_body={"temperature": 0},
+                  tool_choice={"type": "tool", "name": "get_weather"})
+    use = next(b for b in claude.messages.create(**kwargs).content if b.type == "tool_use")
+    fragments, starts = [], []
+    for event in claude.messages.create(**kwargs, stream=True):
+        if event.type == "content_block_start" and event.content_block.type == "tool_use":
+            starts.append(event.content_block)
+        elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+            fragments.append(event.delta.partial_json)
+    assert [b.name for b in starts] == ["get_weather"] and starts[0].input == {}
+    fragments = [f for f in fragments if f]
+    assert len(fragments) >= 2 and json.loads("".join(fragments)) == use.input
+
+    kwargs = dict(model="m", input="What is the weather in Paris?", store=False, temperature=0,
+                  tools=[{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"],
+                          "strict": False} for t in TOOLS],
+                  tool_choice={"type": "function", "name": "get_weather"})
+    item = next(o for o in chat.responses.create(**kwargs).output if o.type == "function_call")
+    fragments, done = [], None
+    for event in chat.responses.create(**kwargs, stream=True):
+        if event.type == "response.function_call_arguments.delta":
+            fragments.append(event.delta)
+        elif event.type == "response.output_item.done" and event.item.type == "function_call":
+            done = event.item
+    assert len(fragments) >= 2 and "".join(fragments) == item.arguments == done.arguments
+    check_weather_arguments(item.arguments)
 
 
 @pytest.mark.parametrize("family", ["hermes", "mistral", "qwen3_coder"])

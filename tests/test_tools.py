@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import family_templates      # tests/family_templates.py: always there, never skipped
 from localserve.tools import (
     TOOL_SYNTAXES, CallArguments, CallStart, ContentDelta, ToolProjector,
     detect_tool_syntax, parse_generated_tools,
@@ -297,16 +298,32 @@ def test_closing_marker_cut_off_at_end_of_generation_is_accepted():
 
 
 def test_mistral_ids():
-    text = ('[TOOL_CALLS][{"name": "f", "arguments": {}, "id": "abc123XYZ"}, '
-            '{"name": "g", "arguments": {}}]')
+    # The model's id is the call's when written before the arguments; written after them, it
+    # comes too late for the start already streamed, so ours stands, streamed or not.
+    text = ('[TOOL_CALLS][{"name": "f", "id": "abc123XYZ", "arguments": {}}, '
+            '{"id": "q9w8e7r6t", "name": "g", "arguments": {}}, '
+            '{"name": "h", "arguments": {}, "id": "late12345"}]')
     _, calls = parse_generated_tools(text, "mistral")
-    assert calls[0].id == "abc123XYZ"
-    assert len(calls[1].id) == 9 and calls[1].id.isalnum()  # Mistral templates demand 9
-    _, events_calls, projector, events = stream(list(text), "mistral")
+    assert [c.id for c in calls[:2]] == ["abc123XYZ", "q9w8e7r6t"]
+    assert calls[2].id != "late12345" and len(calls[2].id) == 9 and calls[2].id.isalnum()  # 9, as templates demand
+    _, _, projector, events = stream(list(text), "mistral")
     starts = [e for e in events if isinstance(e, CallStart)]
-    assert starts[0].id == "abc123XYZ" and projector.calls[0].id == "abc123XYZ"
+    assert [s.id for s in starts] == [c.id for c in projector.calls]
+    assert [s.id for s in starts[:2]] == ["abc123XYZ", "q9w8e7r6t"]
     _, calls = parse_generated_tools('[TOOL_CALLS]f[CALL_ID]q1w2e3r4t[ARGS]{"a": 1}', "mistral")
     assert (calls[0].id, calls[0].name, calls[0].arguments) == ("q1w2e3r4t", "f", '{"a":1}')
+
+
+def test_mistral_call_starts_and_arguments_stream_before_the_call_ends():
+    projector = ToolProjector("mistral", {"get_weather"})
+    assert projector.feed('[TOOL_CALLS][{"name": "get_weather", ') == []  # an id may come first
+    events = projector.feed('"arguments": {"city": "Pa')
+    assert isinstance(events[0], CallStart) and events[0].name == "get_weather"
+    assert events[1:] == [CallArguments(0, '{"city":"Pa')]
+    assert projector.feed('ris", "days": 3}') == [CallArguments(0, 'ris","days":3}')]
+    assert projector.feed(', "id": "late12345"}') == []
+    assert projector.calls[0].id == events[0].id and projector.calls[0].arguments == '{"city":"Paris","days":3}'
+    assert projector.feed("]") == [] and projector.done
 
 
 def test_ids_are_unique_and_streamed_ids_match():
@@ -361,7 +378,6 @@ def test_detect_tool_syntax_without_template():
 
 
 def test_detect_tool_syntax_on_the_family_test_templates():
-    family_templates = pytest.importorskip("family_templates")
     expected = {"hermes": "hermes", "qwen3": "hermes", "qwen3_coder": "qwen3_coder",
                 "llama3": "llama3", "mistral": "mistral", "deepseek_r1": "deepseek",
                 "gpt_oss": "harmony", "gemma": "hermes", "chatml": "hermes"}  # built-ins teach hermes

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 from gguf import GGUFValueType, GGUFWriter, TokenType
+from gguf import quants as gguf_quants
 
 __all__ = [
     "BOS_ID",
@@ -233,6 +234,7 @@ def write_tiny_gguf(
     seed: int = 0,
     arch: str = "llama",
     extra_metadata: Mapping[str, Any] | None = None,
+    weight_type: Any = None,
 ) -> Path:
     """Write a tiny random-weight llama GGUF model to ``path`` and return the path.
 
@@ -244,6 +246,9 @@ def write_tiny_gguf(
     ``extra_metadata`` overrides or adds keys: a bool, int (UINT32, or INT32 if
     negative), float (FLOAT32), str, list (array), or an explicit
     ``(value, gguf.GGUFValueType)`` pair; ``None`` removes a default key.
+
+    ``weight_type``: a ``gguf.GGMLQuantizationType`` (Q4_0, Q8_0, ...) for the
+    layers' matrices, as a quantised model has them; the rest stays F32.
     """
     if n_embd % n_head:
         raise ValueError("n_embd must be a multiple of n_head")
@@ -313,12 +318,22 @@ def write_tiny_gguf(
     # Logits come out with a standard deviation of about 2: varied, not degenerate.
     tensors.append(("output.weight", rand(n_vocab, n_embd, std=2.0 * proj)))
 
+    return write_gguf(path, arch, meta, tensors, weight_type)
+
+
+def write_gguf(path: str | os.PathLike[str], arch: str, meta: Mapping[str, Any],
+               tensors: Sequence[tuple[str, np.ndarray]], weight_type: Any = None) -> str | os.PathLike[str]:
+    """Write a GGUF file of these metadata keys and tensors; returns `path`. With a
+    `weight_type`, the layers' matrices are quantised to it."""
     writer = GGUFWriter(str(path), arch)
     try:
         for key, value in meta.items():
             _add(writer, key, value)
         for name, data in tensors:
-            writer.add_tensor(name, data)
+            if weight_type is not None and name.startswith("blk.") and data.ndim == 2:
+                writer.add_tensor(name, gguf_quants.quantize(data, weight_type), raw_dtype=weight_type)
+            else:
+                writer.add_tensor(name, data)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

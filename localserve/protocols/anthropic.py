@@ -7,10 +7,13 @@ and the runtime's events become Anthropic content blocks:
   generated in, a whole response (whose output keeps no order) puts them in that order;
   whitespace alone makes no text block;
 - stop_reason end_turn / max_tokens / stop_sequence (with stop_sequence) / tool_use;
-- usage as Anthropic counts it: input_tokens are the prompt tokens that had to be
-  processed, cache_read_input_tokens those the prompt cache already held (their sum is
-  the prompt, which count_tokens reports); nothing is billed as a cache write, so
-  cache_creation_input_tokens is 0.
+- usage as Anthropic counts it (anthropic_prompt.cache_usage): cache_read_input_tokens are the
+  prompt tokens the prompt cache already held, cache_creation_input_tokens the rest up to
+  the last cache_control breakpoint, input_tokens what follows; they sum to the prompt,
+  which count_tokens reports;
+- with thinking display "omitted", thinking blocks carry an empty text and the signature
+  (which seals the text); with context_management, the edits applied
+  (`context_management.applied_edits`, in the message and in message_delta).
 A stream is message_start (once the job is admitted and its cache hit is known), a ping,
 then per block content_block_start / _delta* / _stop with indices 0, 1, 2…, a
 signature_delta closing every thinking block, message_delta with the stop reason and the
@@ -20,21 +23,26 @@ comments, and pings while it is prefilled; a failure after the headers is `event
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from ..errors import anthropic_error_body
-from ..generation import Chunk, Context, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
-from ..prompt import build_chat_request, render_chat, tokenize_prompt
-from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse,
-                       stream_events, submit, wait_for_output)
+from ..generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
+                          ToolCallStart)
+from ..prompt import build_chat_request, tokenize_prompt
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
+                       flush_when_idle, sse, stream_events, submit, wait_for_output)
 from ..routes import ANTHROPIC, Exchange, Router
 from ..signing import sign
 from ..tools import new_call_id
-from .anthropic_input import read_chat
-from .common import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str
+from .anthropic_prompt import MessagesPrompt, cache_usage, read_prompt
+from .common import (IGNORED_TOOLS_HEADER, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
+                     read_str)
+
+log = logging.getLogger("localserve.anthropic")
 
 PING = sse({"type": "ping"}, "ping")
 
@@ -49,6 +57,13 @@ class MessageMeta:
     id: str
     model: str
     signing_key: bytes = field(repr=False, default=b"")
+    omit_thinking: bool = False               # thinking.display "omitted"
+    cache_breakpoint_tokens: int = 0          # where the last cache_control falls in the prompt
+    context_management: dict | None = None    # {"applied_edits": [...]} when the request asked for edits
+
+    def usage(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
+        return {**cache_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
+                "output_tokens": output_tokens}
 
 
 def handle_messages(exchange: Exchange) -> None:
@@ -56,25 +71,37 @@ def handle_messages(exchange: Exchange) -> None:
     app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    meta = MessageMeta(new_call_id("msg_"), read_model(body, app), app.signing_key)
-    gen_request = read_request(app, body, exchange.request_id)
+    model = read_model(body, app)
+    gen_request, prompt = read_request(app, body, exchange.request_id)
+    if prompt.input.ignored_tools:
+        ignored = ", ".join(prompt.input.ignored_tools)
+        log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
+        exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
+    meta = MessageMeta(new_call_id("msg_"), model, app.signing_key, prompt.input.thinking.omitted,
+                       prompt.cache_breakpoint_tokens, prompt.context_management())
     gen = submit(exchange, gen_request)
-    if stream:
-        stream_response(exchange, gen, meta)
-    else:
-        output = wait_for_output(exchange, gen)
-        exchange.send_json(final_response(output, meta))
+    with cancel_on_error(gen):
+        if stream:
+            stream_response(exchange, gen, meta)
+        else:
+            output = wait_for_output(exchange, gen)
+            exchange.send_json(final_response(output, meta))
 
 
 def handle_count_tokens(exchange: Exchange) -> None:
-    """The prompt /v1/messages would render for the same body, counted (max_tokens not needed)."""
+    """The prompt /v1/messages would render for the same body, counted (max_tokens not needed):
+    rendering and tokenizing on this thread, no job for the runtime."""
     app = exchange.app
     app.require_ready()
     body = exchange.json()
     read_model(body, app)
-    chat = read_chat(body, app.signing_key)
-    tokens = tokenize_prompt(app, render_chat(app, chat))
-    exchange.send_json({"input_tokens": len(tokens)})
+    prompt = read_prompt(app, body, breakpoints=False)
+    answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(app, prompt.text))}
+    if prompt.edits is not None:
+        original = prompt.edits.original_tokens
+        answer["context_management"] = {"original_input_tokens": answer["input_tokens"] if original is None
+                                         else original}
+    exchange.send_json(answer)
 
 
 def read_model(body: dict, app: Any) -> str:
@@ -82,16 +109,17 @@ def read_model(body: dict, app: Any) -> str:
     return read_str(body, "model") or app.model_id
 
 
-def read_request(app: Any, body: dict, request_id: str):
+def read_request(app: Any, body: dict, request_id: str) -> tuple[GenerationRequest, MessagesPrompt]:
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
-    chat = read_chat(body, app.signing_key)
+    prompt = read_prompt(app, body)
     sampling = read_sampling(body, app.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
-    return build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=stop,
-                              label=f"messages {request_id}")
+    request = build_chat_request(app, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,
+                                 label=f"messages {request_id}", text=prompt.text)
+    return request, prompt
 
 
 def tool_use_id(call_id: str) -> str:
@@ -111,12 +139,6 @@ def stop_reason(output: GenerationOutput) -> str:
     return "end_turn"
 
 
-def usage(output: GenerationOutput) -> dict:
-    cached = min(output.cached_tokens, output.prompt_tokens)
-    return {"input_tokens": output.prompt_tokens - cached, "output_tokens": output.completion_tokens,
-            "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
-
-
 def tool_input(arguments: str) -> dict:
     try:
         value = orjson.loads(arguments or "{}")
@@ -131,10 +153,15 @@ def message_shell(meta: MessageMeta, content: list, stop: str | None, stop_seque
             "stop_reason": stop, "stop_sequence": stop_sequence, "usage": usage_}
 
 
+def final_usage(output: GenerationOutput, meta: MessageMeta) -> dict:
+    return meta.usage(output.prompt_tokens, output.cached_tokens, output.completion_tokens)
+
+
 def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
     content: list[dict] = []
     if output.reasoning:
-        content.append({"type": "thinking", "thinking": output.reasoning,
+        # display "omitted": the text travels only sealed in the signature, and comes back so
+        content.append({"type": "thinking", "thinking": "" if meta.omit_thinking else output.reasoning,
                         "signature": sign(meta.signing_key, output.reasoning)})
     if output.content.strip():
         content.append({"type": "text", "text": output.content})
@@ -142,8 +169,11 @@ def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
         content.append({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
                         "input": tool_input(call.arguments)})
     reason = stop_reason(output)
-    return message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
-                         usage(output))
+    message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
+                            final_usage(output, meta))
+    if meta.context_management is not None:
+        message["context_management"] = meta.context_management
+    return message
 
 
 # ---- streams ------------------------------------------------------------------------
@@ -155,8 +185,9 @@ def event(kind: str, **fields: Any) -> bytes:
 class BlockStream:
     """Turns generation events into content_block_* events, one open block at a time."""
 
-    def __init__(self, signing_key: bytes):
+    def __init__(self, signing_key: bytes, omit_thinking: bool = False):
         self.signing_key = signing_key
+        self.omit_thinking = omit_thinking
         self.next_index = 0
         self.open: str | None = None          # "thinking" | "text" | "tool_use"
         self.open_call: int | None = None     # the runtime's call index of an open tool_use block
@@ -180,6 +211,8 @@ class BlockStream:
             out = self.close() + self._start(block)
         if reasoning:
             self.thinking.append(text)
+            if self.omit_thinking:          # the text goes out only in the closing signature
+                return out
             delta = {"type": "thinking_delta", "thinking": text}
         else:
             delta = {"type": "text_delta", "text": text}
@@ -221,16 +254,17 @@ class BlockStream:
 
 
 def message_start(meta: MessageMeta, prompt_tokens: int, cached_tokens: int) -> bytes:
-    cached = min(cached_tokens, prompt_tokens)
-    start_usage = {"input_tokens": prompt_tokens - cached, "output_tokens": 0,
-                   "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}
+    start_usage = meta.usage(prompt_tokens, cached_tokens, 0)
     return event("message_start", message=message_shell(meta, [], None, None, start_usage))
 
 
-def message_end(output: GenerationOutput) -> list[bytes]:
+def message_end(output: GenerationOutput, meta: MessageMeta) -> list[bytes]:
     reason = stop_reason(output)
     delta = {"stop_reason": reason, "stop_sequence": output.stop_sequence if reason == "stop_sequence" else None}
-    return [event("message_delta", delta=delta, usage=usage(output)), event("message_stop")]
+    fields: dict[str, Any] = {"delta": delta, "usage": final_usage(output, meta)}
+    if meta.context_management is not None:
+        fields["context_management"] = meta.context_management
+    return [event("message_delta", **fields), event("message_stop")]
 
 
 def error_event(error: Any) -> bytes:
@@ -240,7 +274,7 @@ def error_event(error: Any) -> bytes:
 def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
     writer = exchange.writer
     prompt_tokens = len(gen.request.prompt_tokens)
-    blocks = BlockStream(meta.signing_key)
+    blocks = BlockStream(meta.signing_key, meta.omit_thinking)
     started = False
     buffer: list[bytes] = []
     writer.start_stream()
@@ -267,6 +301,6 @@ def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
                 else:
                     if not started:
                         buffer.append(message_start(meta, ev.output.prompt_tokens, ev.output.cached_tokens))
-                    buffer += blocks.close() + message_end(ev.output)
+                    buffer += blocks.close() + message_end(ev.output, meta)
             flush_when_idle(exchange, gen, buffer, ev)
         writer.end_stream()

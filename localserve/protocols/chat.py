@@ -8,10 +8,10 @@ from typing import Any
 
 from ..generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from ..prompt import ChatInput, ToolChoice, build_chat_request, function_definitions
-from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse,
-                       stream_events, submit, wait_for_output)
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
+                       flush_when_idle, sse, stream_events, submit, wait_for_output)
 from ..routes import Exchange
-from .common import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
+from .common import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -30,12 +30,13 @@ def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) ->
     gen_request = read(app, body, exchange.request_id)
     include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
     gen = submit(exchange, gen_request)
-    meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
-    if stream:
-        stream_out(exchange, gen, meta, include_usage)
-    else:
-        output = wait_for_output(exchange, gen)
-        exchange.send_json(final(output, meta, gen_request.logprobs))
+    with cancel_on_error(gen):
+        meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
+        if stream:
+            stream_out(exchange, gen, meta, include_usage)
+        else:
+            output = wait_for_output(exchange, gen)
+            exchange.send_json(final(output, meta, gen_request.logprobs))
 
 
 def read_request(app: Any, body: dict, request_id: str):
@@ -59,8 +60,11 @@ def read_request(app: Any, body: dict, request_id: str):
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
     sampling = read_sampling(body, app.engine.n_vocab)
-    return build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
-                              logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
+    cache_key = read_str(body, "prompt_cache_key")
+    request = build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
+                                 logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
+    request.cache_key = cache_key     # a slot-affinity hint (runtime._choose_slot)
+    return request
 
 
 def read_messages(body: dict) -> list[dict]:
@@ -82,7 +86,24 @@ def read_messages(body: dict) -> list[dict]:
                 if kind not in ("text", "input_text"):
                     raise invalid(f"messages[{i}].content", f"content part type '{kind}' is not supported; "
                                                             f"this server takes text only")
+        read_tool_calls(message, f"messages[{i}].tool_calls")
     return messages
+
+
+def read_tool_calls(message: dict, param: str) -> None:
+    """An assistant message's earlier calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise invalid(param, f"expected an array of tool calls, got {kind_of(calls)}")
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, dict)):
+            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON string")
 
 
 def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:

@@ -11,8 +11,15 @@ from typing import Any
 
 from ..errors import ApiError
 from ..generation import SamplingParams
+from ..grammar_limits import GrammarTooCostly, check_client_grammar
+from ..settings import MAX_INT_PARAM
+
+SEED_LOW, SEED_HIGH = -(2**63), 2**64 - 1     # any 64-bit seed; llama.cpp uses its low 32 bits
 
 _MISSING = object()
+
+# Names the tool types a request carried that cannot run here and were left out of the prompt.
+IGNORED_TOOLS_HEADER = "x-localserve-ignored-tools"
 
 
 def invalid(param: str, message: str) -> ApiError:
@@ -25,13 +32,15 @@ def read_number(body: dict, name: str, *, low: float | None = None, high: float 
     if value is _MISSING or value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise invalid(name, f"expected {'an integer' if integer else 'a number'}, got {_kind(value)}")
+        raise invalid(name, f"expected {'an integer' if integer else 'a number'}, got {kind_of(value)}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise invalid(name, "must be finite")
     if integer and isinstance(value, float):
         if not value.is_integer():
             raise invalid(name, "expected an integer")
+        if high is not None and value > high:       # before int(): 1e308 would be a 1024-bit integer
+            raise invalid(name, f"must be at most {high}, got {value:g}")
         value = int(value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise invalid(name, "must be finite")
     if low is not None and value < low:
         raise invalid(name, f"must be at least {low}, got {value}")
     if high is not None and value > high:
@@ -39,7 +48,9 @@ def read_number(body: dict, name: str, *, low: float | None = None, high: float 
     return value
 
 
-def read_int(body: dict, name: str, *, low: int | None = None, high: int | None = None, default: Any = None) -> Any:
+def read_int(body: dict, name: str, *, low: int | None = None, high: int | None = MAX_INT_PARAM,
+             default: Any = None) -> Any:
+    """An integer (2.0 counts as 2); by default at most MAX_INT_PARAM, so nothing wraps in llama.cpp's int32."""
     return read_number(body, name, low=low, high=high, default=default, integer=True)
 
 
@@ -48,7 +59,7 @@ def read_bool(body: dict, name: str, default: bool = False) -> bool:
     if value is None:
         return default
     if not isinstance(value, bool):
-        raise invalid(name, f"expected a boolean, got {_kind(value)}")
+        raise invalid(name, f"expected a boolean, got {kind_of(value)}")
     return value
 
 
@@ -57,7 +68,7 @@ def read_str(body: dict, name: str, default: str | None = None, *, choices: tupl
     if value is None:
         return default
     if not isinstance(value, str):
-        raise invalid(name, f"expected a string, got {_kind(value)}")
+        raise invalid(name, f"expected a string, got {kind_of(value)}")
     if choices is not None and value not in choices:
         raise invalid(name, f"must be one of {', '.join(choices)}; got '{value}'")
     return value
@@ -68,7 +79,7 @@ def read_dict(body: dict, name: str) -> dict | None:
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise invalid(name, f"expected an object, got {_kind(value)}")
+        raise invalid(name, f"expected an object, got {kind_of(value)}")
     return value
 
 
@@ -119,7 +130,7 @@ def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0) ->
     p.top_p = read_number(body, "top_p", low=0, high=1, default=p.top_p)
     p.top_k = read_int(body, "top_k", low=0, default=p.top_k)
     p.min_p = read_number(body, "min_p", low=0, high=1, default=p.min_p)
-    p.seed = read_int(body, "seed", default=None)
+    p.seed = read_int(body, "seed", low=SEED_LOW, high=SEED_HIGH, default=None)
     p.presence_penalty = read_number(body, "presence_penalty", low=-2, high=2, default=0.0)
     p.frequency_penalty = read_number(body, "frequency_penalty", low=-2, high=2, default=0.0)
     p.repeat_penalty = read_number(body, "repeat_penalty", low=0, high=10, default=1.0)
@@ -130,6 +141,11 @@ def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0) ->
         p.repeat_last_n = 0x7FFFFFFF
     p.logit_bias = read_logit_bias(body, n_vocab)
     p.grammar = read_str(body, "grammar")
+    if p.grammar:
+        try:
+            check_client_grammar(p.grammar)
+        except GrammarTooCostly as exc:
+            raise ApiError(400, f"invalid 'grammar': {exc}", param="grammar", code="grammar_too_costly") from None
     return p
 
 
@@ -138,6 +154,6 @@ def read_template_kwargs(body: dict) -> dict:
     return dict(kwargs or {})
 
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
             type(None): "null"}.get(type(value), type(value).__name__)

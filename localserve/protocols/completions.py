@@ -20,7 +20,10 @@ def read_prompt_tokens(app: Any, prompt: Any) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]          # a batch of one
     if isinstance(prompt, str):
-        return tokenize_to_fit(app, prompt, add_special=True, parse_special=True)
+        tokens = tokenize_to_fit(app, prompt, add_special=True, parse_special=True)
+        if not tokens:      # this model adds no BOS: there is nothing to continue from
+            raise invalid("prompt", "is empty; give at least one character or token to continue from")
+        return tokens
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
         bad = [t for t in prompt if not app.engine.valid_token(t)]
         if bad:

@@ -8,17 +8,20 @@ which stores it as it goes when `store` is on.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from ..connection import ClientGone
 from ..errors import ApiError
-from ..respond import KEEPALIVE, PREFILL_COMMENT, error_from, sse, stream_events, submit
+from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
 from ..response_runs import ResponseRun
 from ..routes import Exchange
-from .common import invalid
+from .common import IGNORED_TOOLS_HEADER, invalid
 from .responses_items import list_page, read_page_query
 from .responses_request import ACTIVE, read_plan
+
+log = logging.getLogger("localserve.responses")
 
 FOLLOW_WAIT_SECONDS = 0.25
 FOLLOW_KEEPALIVE = b": keepalive\n\n"
@@ -35,22 +38,33 @@ def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     plan = read_plan(app, exchange.json(), exchange.request_id)
+    if plan.ignored_tools:
+        ignored = ", ".join(plan.ignored_tools)
+        log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
+        exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     gen = submit(exchange, plan.generation)
-    run = ResponseRun(plan, gen, app.store)
-    opening = run.begin()
-    if plan.store:
-        app.response_runs.add(run)
-    if plan.background:
-        app.response_runs.start_background(run)
+    with cancel_on_error(gen):
+        run = ResponseRun(plan, gen, app.store)
+        opening = run.begin()
+        if plan.store:
+            app.response_runs.add(run)
+        handed_over = False
+        try:
+            if plan.background:
+                app.response_runs.start_background(run)
+                handed_over = True
+            elif plan.stream:
+                stream_run(exchange, run)
+            else:
+                answer(exchange, run)
+        except BaseException:
+            run.interrupt("the response failed while it was being generated")   # stored so, unless it ended
+            raise
+        finally:
+            if not handed_over:
+                app.response_runs.discard(run)
+    if plan.background:         # the runner thread owns the job now: a client gone here stops nothing
         exchange.send_json(opening[0]["response"])
-        return
-    try:
-        if plan.stream:
-            stream_run(exchange, run)
-        else:
-            answer(exchange, run)
-    finally:
-        app.response_runs.discard(run)
 
 
 def answer(exchange: Exchange, run: ResponseRun) -> None:

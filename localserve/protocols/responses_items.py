@@ -17,9 +17,13 @@ import orjson
 from ..errors import ApiError
 from ..store import ITEM_ID_PREFIXES, new_id
 from .common import invalid
+from .responses_tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
+              "custom_tool_call_output", "local_shell_call", "local_shell_call_output")
+CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
+OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
 MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
 
@@ -63,10 +67,14 @@ def normalize_item(item: Any, where: str) -> dict:
         return _message(item, where)
     if kind == "function_call":
         return _function_call(item, where)
-    if kind == "function_call_output":
-        return _function_call_output(item, where)
+    if kind in OUTPUT_TYPES:
+        return _call_output(item, where, kind)
     if kind == "reasoning":
         return _reasoning(item, where)
+    if kind == "custom_tool_call":
+        return _custom_tool_call(item, where)
+    if kind == "local_shell_call":
+        return _local_shell_call(item, where)
     if kind is None:
         raise invalid(where, "an item needs a 'type' (or a 'role' for a message)")
     raise unsupported(f"{where}.type", f"item type '{kind}' is not supported; this server takes "
@@ -120,24 +128,61 @@ def _required_str(item: dict, key: str, where: str) -> str:
     return value
 
 
+def _namespace(item: dict, where: str, out: dict) -> dict:
+    namespace = item.get("namespace")
+    if namespace is not None:
+        if not isinstance(namespace, str) or not namespace:
+            raise invalid(f"{where}.namespace", "expected a non-empty string")
+        out["namespace"] = namespace
+    return out
+
+
 def _function_call(item: dict, where: str) -> dict:
     arguments = item.get("arguments", "{}")
     if isinstance(arguments, dict):
         arguments = orjson.dumps(arguments).decode()
     if not isinstance(arguments, str):
         raise invalid(f"{where}.arguments", "expected a JSON string")
-    return {"id": _item_id(item, where, "function_call"), "type": "function_call",
-            "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
-            "arguments": arguments, "status": "completed"}
+    return _namespace(item, where, {
+        "id": _item_id(item, where, "function_call"), "type": "function_call",
+        "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
+        "arguments": arguments, "status": "completed"})
 
 
-def _function_call_output(item: dict, where: str) -> dict:
+def _custom_tool_call(item: dict, where: str) -> dict:
+    text = item.get("input")
+    if not isinstance(text, str):
+        raise invalid(f"{where}.input", "expected a string")
+    return _namespace(item, where, {
+        "id": _item_id(item, where, "custom_tool_call"), "type": "custom_tool_call",
+        "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
+        "input": text, "status": "completed"})
+
+
+def _local_shell_call(item: dict, where: str) -> dict:
+    action = item.get("action")
+    if not isinstance(action, dict) or not isinstance(action.get("command"), list) or not all(
+            isinstance(c, str) for c in action["command"]):
+        raise invalid(f"{where}.action", "expected an exec action with a 'command' array of strings")
+    call_id = item.get("call_id") or item.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid(f"{where}.call_id", "expected a non-empty string")
+    return {"id": _item_id(item, where, "local_shell_call"), "type": "local_shell_call", "call_id": call_id,
+            "action": {"type": "exec", "env": {}, **action}, "status": "completed"}
+
+
+def _call_output(item: dict, where: str, kind: str) -> dict:
     output = item.get("output")
     if isinstance(output, list):
         output = "\n".join(_texts(output, f"{where}.output"))
     if not isinstance(output, str):
         raise invalid(f"{where}.output", "expected a string or an array of text parts")
-    return {"id": _item_id(item, where, "function_call_output"), "type": "function_call_output",
+    if kind == "local_shell_call_output":   # its `id` is the call's id
+        call_id = item.get("call_id") or item.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise invalid(f"{where}.id", "expected the id of the local_shell_call")
+        return {"id": call_id, "type": kind, "call_id": call_id, "output": output, "status": "completed"}
+    return {"id": _item_id(item, where, kind), "type": kind,
             "call_id": _required_str(item, "call_id", where), "output": output, "status": "completed"}
 
 
@@ -151,6 +196,11 @@ def _reasoning(item: dict, where: str) -> dict:
                 isinstance(p, dict) and isinstance(p.get("text"), str) for p in parts):
             raise invalid(f"{where}.{key}", "expected an array of text parts")
         out[key] = [{"type": part_type, "text": p["text"]} for p in parts]
+    sealed = item.get("encrypted_content")
+    if sealed is not None:
+        if not isinstance(sealed, str):
+            raise invalid(f"{where}.encrypted_content", "expected a string")
+        out["encrypted_content"] = sealed
     out["status"] = "completed"
     return out
 
@@ -181,10 +231,10 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[dict
         elif kind == "message":
             messages.append(_with_reasoning({"role": "assistant", "content": item_text(item)}, reasoning))
             reasoning = None
-        elif kind == "function_call":
-            names[item["call_id"]] = item["name"]
-            call = {"id": item["call_id"], "type": "function",
-                    "function": {"name": item["name"], "arguments": item["arguments"]}}
+        elif kind in CALL_TYPES:
+            name, arguments = call_text(item)
+            names[item["call_id"]] = name
+            call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant" and reasoning is None:
                 last.setdefault("tool_calls", []).append(call)
@@ -192,12 +242,22 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[dict
                 messages.append(_with_reasoning({"role": "assistant", "content": "", "tool_calls": [call]},
                                                 reasoning))
                 reasoning = None
-        elif kind == "function_call_output":
+        elif kind in OUTPUT_TYPES:
             message = {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
             if item["call_id"] in names:
                 message["name"] = names[item["call_id"]]
             messages.append(message)
     return messages
+
+
+def call_text(item: dict) -> tuple[str, str]:
+    """A call item as the model wrote it: the name it called and its arguments (JSON text)."""
+    kind = item["type"]
+    if kind == "custom_tool_call":
+        return qualified(item["name"], item.get("namespace")), orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
+    if kind == "local_shell_call":
+        return LOCAL_SHELL, shell_arguments(item["action"])
+    return qualified(item["name"], item.get("namespace")), item["arguments"]
 
 
 def _with_reasoning(message: dict, reasoning: str | None) -> dict:
@@ -209,7 +269,7 @@ def _with_reasoning(message: dict, reasoning: str | None) -> dict:
 def drop_oldest(items: list[dict]) -> list[dict]:
     """The items less the oldest one, and any function outputs or reasoning it leaves orphaned."""
     rest = items[1:]
-    while rest and rest[0]["type"] in ("function_call_output", "reasoning") and len(rest) > 1:
+    while rest and rest[0]["type"] in (*OUTPUT_TYPES, "reasoning") and len(rest) > 1:
         rest = rest[1:]
     return rest
 

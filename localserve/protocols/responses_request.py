@@ -15,17 +15,20 @@ from typing import Any
 
 from ..errors import ApiError
 from ..generation import GenerationRequest, SamplingParams
-from ..prompt import ChatInput, ToolChoice, build_chat_request, function_definitions
+from ..prompt import ChatInput, build_chat_request
+from ..signing import seal, unseal
 from ..store import new_id
 from .common import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
     read_template_kwargs
 from .responses_items import drop_oldest, read_input, to_messages, unsupported
+from .responses_tools import ToolKind, constrain, read_tool_choice, read_tools
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SUMMARIES = ("auto", "concise", "detailed")
 TRUNCATIONS = ("auto", "disabled")
 ACTIVE = ("queued", "in_progress")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
 
 @dataclass
@@ -41,6 +44,9 @@ class Plan:
     summary: bool = False             # reasoning as summary parts, else reasoning_text parts
     parallel_tool_calls: bool = True
     logprobs: bool = False
+    tool_kinds: dict[str, ToolKind] = dataclasses.field(default_factory=dict)
+    ignored_tools: list[str] = dataclasses.field(default_factory=list)   # hosted tool types left out
+    seal: Any = None                  # seals reasoning text into encrypted_content, when included
 
 
 def storage_off(what: str) -> ApiError:
@@ -77,10 +83,11 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
 
-    tools, tools_echo = read_tools(body)
+    tools = read_tools(body)
     choice, choice_echo = read_tool_choice(body.get("tool_choice"), tools)
+    constrain(tools, choice)
     parallel = read_bool(body, "parallel_tool_calls", default=True)
-    chat = ChatInput(messages=[], tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
+    chat = ChatInput(messages=[], tools=tools.definitions, tool_choice=choice, parallel_tool_calls=parallel,
                      template_kwargs=read_template_kwargs(body))
     text_echo = read_text_format(body, chat)
     reasoning = read_reasoning(body, chat)
@@ -91,14 +98,19 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
     truncation = read_str(body, "truncation", "disabled", choices=TRUNCATIONS)
     sampling = read_sampling(body, app.engine.n_vocab)
     metadata = read_metadata(body)
+    read_dict(body, "client_metadata")   # accepted (Codex sends it); it has no effect here
+    cache_key = read_str(body, "prompt_cache_key")
 
-    generation = build_prompt(app, context + items, instructions, chat, sampling, truncation=truncation,
+    rendered = open_reasoning(app.signing_key, context, "previous_response_id") + \
+        open_reasoning(app.signing_key, items, "input")
+    generation = build_prompt(app, rendered, instructions, chat, sampling, truncation=truncation,
                               max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
                               top_logprobs=top_logprobs, label=f"responses {request_id}")
     if generation.tools is not None:
         # Collect every call the model makes: with parallel_tool_calls false a second call
         # fails the response rather than being silently dropped (the original's rule).
         generation.tools.parallel = True
+    generation.cache_key = cache_key
     response = {
         "id": new_id("resp"), "object": "response", "created_at": int(time.time()),
         "status": "queued" if background else "in_progress", "background": background,
@@ -108,14 +120,43 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
         "parallel_tool_calls": parallel, "previous_response_id": previous_id, "prompt_cache_key": None,
         "reasoning": reasoning, "safety_identifier": None, "service_tier": "default", "store": store,
         "temperature": sampling.temperature, "text": text_echo, "tool_choice": choice_echo,
-        "tools": tools_echo, "top_logprobs": top_logprobs, "top_p": sampling.top_p,
+        "tools": tools.echo, "top_logprobs": top_logprobs, "top_p": sampling.top_p,
         "truncation": truncation, "usage": None, "user": None, "metadata": metadata,
     }
-    for name in ("user", "safety_identifier", "prompt_cache_key"):    # accepted and echoed, no effect
+    for name in ("user", "safety_identifier"):    # accepted and echoed, no effect
         response[name] = read_str(body, name)
+    response["prompt_cache_key"] = cache_key     # a slot-affinity hint (runtime._choose_slot)
     return Plan(response=response, generation=generation, input_items=items, request=body, stream=stream,
                 background=background, store=store, conversation_id=conversation_id,
-                summary=reasoning["summary"] is not None, parallel_tool_calls=parallel, logprobs=logprobs)
+                summary=reasoning["summary"] is not None, parallel_tool_calls=parallel, logprobs=logprobs,
+                tool_kinds=tools.kinds, ignored_tools=tools.ignored,
+                seal=_sealer(app.signing_key) if ENCRYPTED_REASONING_INCLUDE in include else None)
+
+
+def _sealer(key: bytes):
+    return lambda text: seal(key, text)
+
+
+def open_reasoning(key: bytes, items: list[dict], param: str) -> list[dict]:
+    """Items to render: a reasoning item that carries encrypted_content renders the text sealed
+    in it, exactly as it was generated. In `input`, a blob this server did not seal, or that
+    was altered, is a 400 (as OpenAI refuses one it cannot decrypt); stored context keeps the
+    reasoning text it was stored with."""
+    out = []
+    for i, item in enumerate(items):
+        if item["type"] == "reasoning" and "encrypted_content" in item:
+            text = unseal(key, item["encrypted_content"])
+            if text is None and param != "input":
+                out.append(item)    # stored context: its own reasoning text renders instead
+                continue
+            if text is None:
+                where = f"{param}[{i}].encrypted_content" if param == "input" else param
+                raise ApiError(400, f"invalid '{where}': the encrypted content could not be verified or "
+                                    f"decrypted; it was not produced by this server (or its key changed) or "
+                                    f"it was altered", param=where, code="invalid_encrypted_content")
+            item = {**item, "content": [{"type": "reasoning_text", "text": text}]}
+        out.append(item)
+    return out
 
 
 def read_conversation_id(body: dict) -> str | None:
@@ -171,49 +212,6 @@ def build_prompt(app: Any, items: list[dict], instructions: str | None, chat: Ch
                 exc.param = "text.format"
                 exc.message = exc.message.replace("'response_format'", "'text.format'")
             raise
-
-
-def read_tools(body: dict) -> tuple[list[dict], list[dict]]:
-    """Function tools as ChatInput wants them, and as the Response object echoes them."""
-    tools = body.get("tools")
-    if tools is None:
-        return [], []
-    if not isinstance(tools, list):
-        raise invalid("tools", "expected an array")
-    others = sorted({str(t.get("type")) for t in tools if isinstance(t, dict) and t.get("type") != "function"})
-    if others:
-        raise unsupported("tools", f"tool type{'s' if len(others) > 1 else ''} {', '.join(others)} "
-                                   f"{'are' if len(others) > 1 else 'is'} not supported; only function tools are")
-    definitions = function_definitions(tools)
-    echo = []
-    for tool, definition in zip(tools, definitions):
-        strict = tool.get("strict")
-        echo.append({"type": "function", "name": definition["name"],
-                     "description": definition["description"] or None,
-                     "parameters": definition["parameters"],
-                     "strict": strict if isinstance(strict, bool) else None})
-    return definitions, echo
-
-
-def read_tool_choice(value: Any, tools: list[dict]) -> tuple[ToolChoice, Any]:
-    if value is None:
-        return ToolChoice("auto"), "auto"
-    if isinstance(value, str):
-        if value not in ("none", "auto", "required"):
-            raise invalid("tool_choice", f"expected none, auto, required or a function; got '{value}'")
-        if value == "required" and not tools:
-            raise invalid("tool_choice", "'required' needs at least one tool")
-        return ToolChoice(value), value
-    if isinstance(value, dict):
-        kind = value.get("type")
-        if kind != "function":
-            raise unsupported("tool_choice", f"tool_choice type '{kind}' is not supported; use none, auto, "
-                                             f"required or {{\"type\": \"function\", \"name\": ...}}")
-        name = value.get("name")
-        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
-            raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
-        return ToolChoice("named", name), {"type": "function", "name": name}
-    raise invalid("tool_choice", "expected a string or an object")
 
 
 def read_text_format(body: dict, chat: ChatInput) -> dict:

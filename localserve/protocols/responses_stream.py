@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 
 from ..generation import Chunk, Context, GenerationOutput, ToolCallDelta, ToolCallStart
 from ..store import new_id
+from ..json_stream import strict_loads
+from .responses_tools import CUSTOM_INPUT, LOCAL_SHELL, ToolKind, custom_input, shell_action
 
 PARALLEL_VIOLATION = "the model made more than one function call while parallel_tool_calls is false"
+CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
+_INPUT_OPENING = '{"' + CUSTOM_INPUT + '":"'
 
 
 def usage(output: GenerationOutput) -> dict:
@@ -32,8 +37,11 @@ def usage(output: GenerationOutput) -> dict:
 
 class ResponseEvents:
     def __init__(self, response: dict, *, summary: bool = False, parallel: bool = True,
-                 logprobs: bool = False):
+                 logprobs: bool = False, tool_kinds: dict[str, ToolKind] | None = None,
+                 seal: Callable[[str], str] | None = None):
         self.response = response
+        self.tool_kinds = tool_kinds or {}   # the name the model calls -> the tool it stands for
+        self.seal = seal                     # seals reasoning into encrypted_content, when asked for
         self.summary = summary
         self.parallel = parallel
         self.with_logprobs = logprobs
@@ -43,6 +51,7 @@ class ResponseEvents:
         self.pieces: list[str] = []          # the open item's text (or arguments) so far
         self.logprobs: list[dict] = []       # the open message's logprobs so far
         self.calls = 0                       # function calls started
+        self.streamed_input = ""             # the open custom call's input sent so far
         self.dropped: set[str] = set()       # ids of calls the model abandoned
         self.terminal = False
 
@@ -98,7 +107,7 @@ class ResponseEvents:
         incomplete = output.finish_reason == "length"
         final_arguments = {call.id: call.arguments for call in output.tool_calls}
         for item in self.items:
-            if item["type"] == "function_call" and item["call_id"] not in final_arguments:
+            if item["type"] in CALL_ITEMS and item["call_id"] not in final_arguments:
                 self.dropped.add(item["id"])
         events = self.started()
         if not self.items:          # nothing generated: still answer with an (empty) message
@@ -106,14 +115,14 @@ class ResponseEvents:
         if self.with_logprobs and output.logprobs and [i["type"] for i in self.items] == ["message"]:
             # the whole list: a token whose text was held back streamed no logprob of its own
             self.logprobs = self._logprob_entries(output.logprobs)
-        if self.current is not None and self.current["type"] == "function_call":
+        if self.current is not None and self.current["type"] in CALL_ITEMS:
             call_id = self.current["call_id"]
             if call_id in final_arguments:
                 self.pieces = [final_arguments[call_id]]
         events += self._close("incomplete" if incomplete else "completed")
         for item in self.items:
-            if item["type"] == "function_call" and item["call_id"] in final_arguments:
-                item["arguments"] = final_arguments[item["call_id"]]
+            if item["type"] in CALL_ITEMS and item["call_id"] in final_arguments:
+                _set_arguments(item, final_arguments[item["call_id"]])
         self.response.update(
             status="incomplete" if incomplete else "completed",
             output=[copy.deepcopy(i) for i in self.items if i["id"] not in self.dropped],
@@ -233,6 +242,8 @@ class ResponseEvents:
 
     def _close_reasoning(self, text: str) -> list[dict]:
         where = self._where()
+        if self.seal is not None:
+            self.current["encrypted_content"] = self.seal(text)
         if self.summary:
             part = {"type": "summary_text", "text": text}
             self.current["summary"] = [part]
@@ -243,21 +254,90 @@ class ResponseEvents:
         return [self.event("response.reasoning_text.done", **where, content_index=0, text=text),
                 self.event("response.content_part.done", **where, content_index=0, part=dict(part))]
 
-    # function calls: arguments stream as they are generated
+    # tool calls: a function call's arguments stream as generated, a custom call's input as
+    # it decodes from them; a local shell call's action is whole when the call is
 
     def _call_start(self, start: ToolCallStart) -> list[dict]:
         self.calls += 1
-        return self._open({"id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                           "call_id": start.id, "name": start.name, "arguments": ""})
+        kind = self.tool_kinds.get(start.name, ToolKind("function", start.name))
+        if kind.kind == "custom":
+            item = {"id": new_id("ctc"), "type": "custom_tool_call", "status": "in_progress",
+                    "call_id": start.id, "name": kind.name, "input": ""}
+        elif kind.kind == LOCAL_SHELL:
+            item = {"id": new_id("lsh"), "type": "local_shell_call", "status": "in_progress",
+                    "call_id": start.id, "action": shell_action("")}
+        else:
+            item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
+                    "call_id": start.id, "name": kind.name, "arguments": ""}
+        if kind.namespace:
+            item["namespace"] = kind.namespace
+        self.streamed_input = ""
+        return self._open(item)
 
     def _call_delta(self, delta: ToolCallDelta) -> list[dict]:
         item = self.current
-        if item is None or item["type"] != "function_call" or not delta.fragment:
+        if item is None or item["type"] not in CALL_ITEMS or not delta.fragment:
             return []
         self.pieces.append(delta.fragment)
-        return [self.event("response.function_call_arguments.delta", **self._where(), delta=delta.fragment)]
+        if item["type"] == "function_call":
+            return [self.event("response.function_call_arguments.delta", **self._where(), delta=delta.fragment)]
+        if item["type"] == "custom_tool_call":
+            return self._input_delta(partial_input("".join(self.pieces)))
+        return []
+
+    def _input_delta(self, text: str) -> list[dict]:
+        if not text.startswith(self.streamed_input) or len(text) == len(self.streamed_input):
+            return []
+        delta, self.streamed_input = text[len(self.streamed_input):], text
+        return [self.event("response.custom_tool_call_input.delta", **self._where(), delta=delta)]
 
     def _close_call(self, arguments: str) -> list[dict]:
-        self.current["arguments"] = arguments
-        return [self.event("response.function_call_arguments.done", **self._where(),
-                           name=self.current["name"], arguments=arguments)]
+        item = self.current
+        _set_arguments(item, arguments)
+        if item["type"] == "function_call":
+            return [self.event("response.function_call_arguments.done", **self._where(),
+                               name=item["name"], arguments=arguments)]
+        if item["type"] == "custom_tool_call":
+            events = self._input_delta(item["input"])
+            return events + [self.event("response.custom_tool_call_input.done", **self._where(),
+                                        input=item["input"])]
+        return []
+
+
+def _set_arguments(item: dict, arguments: str) -> None:
+    if item["type"] == "custom_tool_call":
+        item["input"] = custom_input(arguments)
+    elif item["type"] == "local_shell_call":
+        item["action"] = shell_action(arguments)
+    else:
+        item["arguments"] = arguments
+
+
+def partial_input(arguments: str) -> str:
+    """As much of a custom call's `input` string as the arguments so far decode to for sure."""
+    if not arguments.startswith(_INPUT_OPENING):
+        return ""
+    body = arguments[len(_INPUT_OPENING):]
+    end, i = 0, 0
+    while i < len(body):
+        c = body[i]
+        if c == '"':
+            break
+        if c != "\\":
+            i += 1
+        elif body[i + 1:i + 2] == "u":
+            if len(body) < i + 6:
+                break
+            high = 0xD800 <= int(body[i + 2:i + 6], 16) <= 0xDBFF
+            if high and len(body) < i + 12:
+                break           # the low half of a surrogate pair has yet to come
+            i += 12 if high else 6
+        elif i + 1 < len(body):
+            i += 2
+        else:
+            break
+        end = i
+    try:
+        return strict_loads('"' + body[:end] + '"')
+    except ValueError:
+        return ""

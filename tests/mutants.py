@@ -1,0 +1,255 @@
+"""make mutants: break one behaviour at a time in a copy of the code and check its tests notice.
+
+Each mutant is a named one-line break, found by an exact source string (with enough context to
+be unique) and replaced. For each, the script copies the package and the tests to a fresh
+temporary directory, applies the break there, and runs only the tests that claim the behaviour,
+from the copy: with PYTHONPATH at the copy and the copy as the working directory, so both the
+test process and the server subprocesses the tests start (`python -m localserve`, run from the
+repository root the copied conftest.py sees) load the broken code. A mutant is killed when its
+tests fail; one whose tests pass has survived, and the script exits 1. A source string that is
+not found exactly once is an error, never a survivor (the code moved: update the mutant), and
+the script exits 2; so does a baseline run, on an unbroken copy, whose tests do not pass.
+
+    python tests/mutants.py                 # all of them (make mutants)
+    python tests/mutants.py --list
+    python tests/mutants.py "drain off" "HEAD body on"
+
+It lives beside the tests because it is part of them: it names their node ids and runs them,
+and it ships with nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("localserve", "tests", "setup.cfg", "setup.py")
+MUTANT_TIMEOUT = 600          # seconds for one mutant's tests; a hang counts as killed
+
+
+@dataclass
+class Mutant:
+    name: str
+    path: str                 # file under the repository root
+    find: str                 # exact text, found exactly once
+    replace: str
+    tests: tuple[str, ...]    # pytest node ids that claim the behaviour
+    also: tuple[tuple[str, str], ...] = ()   # further (find, replace) in the same file
+
+
+MUTANTS = [
+    Mutant("prefill cancel off", "localserve/runtime.py",
+           "abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None",
+           "abort_check = None",
+           ("tests/test_cancel.py::test_drop_during_long_prefill_stops_the_prefill",),
+           also=(("        for job in self._active():\n            if job.gen.cancelled:\n",
+                  "        for job in self._active():\n            if job.gen.cancelled and not job.prefilling:\n"),)),
+    Mutant("prefill abort callback off", "localserve/runtime.py",
+           "abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None",
+           "abort_check = None",
+           ("tests/test_cancel.py::test_drop_during_long_prefill_stops_the_prefill",)),
+    Mutant("drain off", "localserve/app.py",
+           "server.shutdown(settings.drain_timeout)", "server.shutdown(0)",
+           ("tests/test_http_server.py::test_sigterm_drains_in_flight_requests_and_exits_0",)),
+    Mutant("HEAD body on", "localserve/connection.py",
+           'head_only = self.request.method == "HEAD" or status in (204, 304)',
+           "head_only = status in (204, 304)",
+           ("tests/test_http_server.py::test_head_has_no_body",)),
+    Mutant("sampling greedy", "localserve/engine.py",
+           "        if p.temperature <= 0:\n            self._add(ll.llama_sampler_init_greedy())",
+           "        if True:\n            self._add(ll.llama_sampler_init_greedy())",
+           ("tests/test_chat.py::test_temperature_samples_and_the_seed_decides_what",)),
+    Mutant("HTTP keep-alive off", "localserve/server.py",
+           "return not writer.close_after and writer.finished and not self.draining.is_set()",
+           "return False",
+           ("tests/test_http_server.py::test_keep_alive_by_default_and_pipelining_in_order",)),
+    Mutant("prefill keepalive off", "localserve/respond.py",
+           "if not started and next_keepalive is not None and time.monotonic() >= next_keepalive:",
+           "if False:",
+           ("tests/test_cancel.py::test_prefill_keepalive_comments_come_before_the_first_chunk",)),
+    Mutant("cached_tokens always 0", "localserve/runtime.py",
+           "cached_tokens=job.n_cached,", "cached_tokens=0,",
+           ("tests/test_chat.py::test_prompt_cache_reports_cached_tokens",
+            "tests/test_batching.py::test_ram_cache_restores_a_returning_conversation")),
+    Mutant("tool-call end-marker cancel off", "localserve/runtime.py",
+           "        if job.pipeline.tools_done:\n", "        if False:\n",
+           ("tests/test_tool_calls.py::test_parallel_false_stops_after_the_first_call",)),
+    Mutant("Host check off", "localserve/app.py",
+           'if not self.access.host_ok(request.header("host")):', "if False:",
+           ("tests/test_ops.py::test_host_check_defends_against_dns_rebinding",)),
+    Mutant("API key check off", "localserve/app.py",
+           'if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):',
+           "if False:",
+           ("tests/test_ops.py::test_api_key_required_except_health",)),
+    Mutant("disconnect while waiting does not cancel", "localserve/respond.py",
+           '                gen.cancel("client closed the connection while waiting")\n',
+           "                pass\n",
+           ("tests/test_cancel.py::test_non_streaming_client_that_leaves_cancels_its_job",
+            "tests/test_anthropic.py::test_disconnect_while_waiting_cancels_the_job")),
+    Mutant("disconnect mid-stream does not cancel", "localserve/respond.py",
+           '    except (ClientGone, GeneratorExit):\n        gen.cancel("client went away during the stream")\n',
+           "    except (ClientGone, GeneratorExit):\n        pass\n",
+           ("tests/test_cancel.py::test_stream_dropped_midway_cancels_its_job",
+            "tests/test_anthropic.py::test_disconnect_mid_stream_cancels_the_job",
+            "tests/test_batching.py::test_cancelling_one_of_four_leaves_the_others_unchanged"),
+           also=(('    except ClientGone:\n        gen.cancel("client went away during the stream")\n',
+                  "    except ClientGone:\n        pass\n"),)),
+    Mutant("a failed response does not stop its job", "localserve/response_runs.py",
+           '            self.gen.cancel((self.response.get("error") or {}).get("message", "the response ended"))\n',
+           "            pass\n",
+           ("tests/test_responses.py::test_parallel_tool_calls_false_with_two_calls_fails_the_response",)),
+    Mutant("responses cancel leaves the runtime job running", "localserve/response_runs.py",
+           "        self.gen.cancel(reason)\n        return True\n", "        return True\n",
+           ("tests/test_responses_state.py::test_cancel_stops_the_runtime_job_at_once",
+            "tests/test_responses_state.py::test_cancel_of_a_queued_response")),
+    Mutant("queued jobs that left keep their places", "localserve/runtime.py",
+           "        self._drop_cancelled_waiting()\n", "        pass\n",
+           ("tests/test_load.py::test_clients_that_leave_the_queue_give_their_places_back",)),
+    Mutant("queue limit off", "localserve/runtime.py",
+           "if len(self.waiting) - free >= self.max_queue:", "if False:",
+           ("tests/test_cancel.py::test_full_queue_is_503_with_retry_after",)),
+    Mutant("body limit off", "localserve/http.py",
+           "if len(digits) > len(str(limits.max_body_bytes)) or int(digits) > limits.max_body_bytes:",
+           "if False:",
+           ("tests/test_http_server.py::test_body_too_large_is_413",)),
+]
+
+
+class PatternNotFound(Exception):
+    pass
+
+
+def copy_tree(dest: Path) -> None:
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif source.exists():
+            shutil.copy2(source, dest / name)
+
+
+def apply(mutant: Mutant, root: Path) -> None:
+    path = root / mutant.path
+    text = path.read_text()
+    for find, replace in ((mutant.find, mutant.replace), *mutant.also):
+        count = text.count(find)
+        if count != 1:
+            raise PatternNotFound(f"{mutant.path}: {'pattern not found' if not count else f'pattern found {count} times'}: "
+                                  f"{find.strip()!r}")
+        text = text.replace(find, replace)
+    path.write_text(text)
+
+
+def check_patterns(mutant: Mutant) -> str | None:
+    """The error for a mutant whose source strings are not each found exactly once, else None."""
+    if not (ROOT / mutant.path).is_file():
+        return f"{mutant.path}: file not found (the code moved: update the mutant)"
+    with tempfile.TemporaryDirectory(prefix="mutant-check-") as tmp:
+        (Path(tmp) / mutant.path).parent.mkdir(parents=True)
+        shutil.copy2(ROOT / mutant.path, Path(tmp) / mutant.path)
+        try:
+            apply(mutant, Path(tmp))
+        except PatternNotFound as exc:
+            return str(exc)
+    return None
+
+
+def run_tests(root: Path, tests: list[str]) -> tuple[int, float, str]:
+    """pytest on the copy at root: (exit status, seconds, last lines of output); 124 on a timeout."""
+    env = {**os.environ, "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                              cwd=root, env=env, capture_output=True, text=True, timeout=MUTANT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return 124, time.monotonic() - started, "timed out"
+    tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+    return done.returncode, time.monotonic() - started, tail
+
+
+def loads_the_copy(root: Path) -> bool:
+    """Whether `python -m localserve` run from root, as conftest runs it, would load root's package."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    out = subprocess.run([sys.executable, "-c", "import localserve; print(localserve.__file__)"], cwd=root,
+                         env=env, capture_output=True, text=True).stdout.strip()
+    return Path(out).resolve().is_relative_to(root.resolve())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="mutants", description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="list the mutants and their tests")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the run on an unbroken copy")
+    parser.add_argument("-v", "--verbose", action="store_true", help="show how each mutant's tests ended")
+    parser.add_argument("--each", action="store_true",
+                        help="run each test of a mutant on its own: every one must catch it (slower)")
+    args = parser.parse_args()
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name}: {m.path}\n    " + "\n    ".join(m.tests))
+        return 0
+    unknown = set(args.names) - {m.name for m in MUTANTS}
+    if unknown:
+        parser.error(f"unknown mutant(s): {', '.join(sorted(unknown))}")
+    chosen = [m for m in MUTANTS if not args.names or m.name in args.names]
+
+    errors = {m.name: e for m in chosen if (e := check_patterns(m))}
+    for name, error in errors.items():
+        print(f"ERROR  {name}: {error}", flush=True)
+    runnable = [m for m in chosen if m.name not in errors]
+    all_tests = list(dict.fromkeys(t for m in runnable for t in m.tests))
+
+    with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+        base = Path(tmp) / "baseline"
+        copy_tree(base)
+        if not loads_the_copy(base):
+            print("ERROR  a process started in the copy does not load the copy's localserve", flush=True)
+            return 2
+        if not args.no_baseline and all_tests:
+            status, seconds, tail = run_tests(base, all_tests)
+            print(f"baseline ({len(all_tests)} tests, unbroken code): {'pass' if status == 0 else 'FAIL'} "
+                  f"in {seconds:.0f}s", flush=True)
+            if status != 0:
+                print(tail)
+                return 2
+        results = {}
+        for mutant in runnable:
+            root = Path(tmp) / f"m{len(results)}"
+            copy_tree(root)
+            apply(mutant, root)
+            verdicts = []
+            for tests in ([[t] for t in mutant.tests] if args.each else [list(mutant.tests)]):
+                status, seconds, tail = run_tests(root, tests)
+                if status in (0, 1, 124):
+                    verdict = "survived" if status == 0 else "killed"
+                else:       # 2-5: interrupted, internal or usage error, no tests collected
+                    verdict = "error"
+                    errors[mutant.name] = f"pytest exited {status}:\n{tail}"
+                verdicts.append(verdict)
+                label = f"{mutant.name} :: {tests[0]}" if args.each else mutant.name
+                print(f"{verdict:8} {label} ({seconds:.0f}s)", flush=True)
+                if verdict == "error" or args.verbose:
+                    print("    " + tail.replace("\n", "\n    "), flush=True)
+            results[mutant.name] = ("error" if "error" in verdicts else
+                                    "survived" if "survived" in verdicts else "killed")
+            shutil.rmtree(root, ignore_errors=True)
+
+    survived = [name for name, verdict in results.items() if verdict == "survived"]
+    killed = sum(verdict == "killed" for verdict in results.values())
+    print(f"\n{killed} killed, {len(survived)} survived, {len(errors)} error(s)"
+          + (f"; survived: {', '.join(survived)}" if survived else ""))
+    if errors:
+        return 2
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
