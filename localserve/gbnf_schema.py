@@ -149,6 +149,8 @@ class GrammarBuilder:
             self._depth -= 1
 
     def _ref(self, ref, path: str) -> str:
+        if not isinstance(ref, str):        # before it is used as a key: a list or object can't be one
+            raise SchemaError(f"{path}: $ref must be a string, not {ref!r}")
         key = (id(self._root), ref)
         if key in self._bare_refs:
             raise SchemaError(f"{path}: $ref {ref!r} refers back to itself without nesting")

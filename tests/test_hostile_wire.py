@@ -72,6 +72,16 @@ def test_a_body_nested_past_what_can_be_stored_is_400_not_500(stored):
     assert ok.status == 200, ok.body
 
 
+@pytest.mark.parametrize("ref", [[], {}, 5])
+def test_a_schema_ref_that_is_not_a_string_is_400(stored, ref):
+    """Found by make fuzz: $ref was used as a dict key before its type was checked (a 500)."""
+    srv, _ = stored
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"$ref": ref}}}}
+    resp = request(srv.port, post_json("/v1/chat/completions", body))
+    assert resp.status == 400 and resp.json()["error"]["param"] == "response_format", resp.body
+
+
 # ---- item 8: HEAD never has a body -------------------------------------------------------------
 
 def read_until(sock: socket.socket, marker: bytes, timeout: float = 10.0) -> bytes:
