@@ -232,21 +232,3 @@ def configure_logging(level: str) -> None:
         stream=sys.stderr,
     )
 
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["worker"]:
-        from .worker import main as worker_main
-        return worker_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    try:
-        settings = resolve_settings(args)
-    except UsageError as exc:
-        print(f"localserve: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    configure_logging(settings.log_level)
-    if args.check:
-        from ..app import check  # imported late: loading llama_cpp takes a moment
-        return check(settings)
-    from ..app import serve
-    return serve(settings)
