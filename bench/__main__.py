@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from localserve import cpu_weights
+from localserve.engine import cpu_weights
 
 from . import latency, weights
 from .bare import BareEngine
@@ -240,7 +240,7 @@ def main() -> int:
 
 
 def demo_model() -> str | None:
-    from localserve.demo import DemoUnavailable, demo_model_path
+    from localserve.ops.demo import DemoUnavailable, demo_model_path
     try:
         return demo_model_path()
     except DemoUnavailable as exc:

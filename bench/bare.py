@@ -24,7 +24,7 @@ class BareEngine:
         self.model = ll.llama_model_load_from_file(path.encode(), mparams)
         del keep
         params = ll.llama_context_default_params()
-        # The server's layout (localserve/engine.py builds its context the same way): n_seq
+        # The server's layout (localserve/engine/engine.py builds its context the same way): n_seq
         # sequences of n_ctx each, one KV stream per sequence, sliding-window layers holding only
         # their window, and logits rows for one token per sequence per step.
         params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, False

@@ -187,7 +187,7 @@ def main() -> int:
     args = parse_args()
     model = args.model
     if model is None:
-        from localserve.demo import DemoUnavailable, demo_model_path
+        from localserve.ops.demo import DemoUnavailable, demo_model_path
         try:
             model = demo_model_path()
         except DemoUnavailable as exc:

@@ -1,7 +1,7 @@
 """Decode speed of the weight layout localserve chooses, next to use_extra_bufts = False.
 
 use_extra_bufts = False (weights in plain CPU memory, no repacking) is the layout that
-works on every CPU; the layout `--cpu-weights auto` chooses (localserve/cpu_weights.py)
+works on every CPU; the layout `--cpu-weights auto` chooses (localserve/engine/cpu_weights.py)
 should be at least as fast. Both are loaded side by side on the bare engine and decode
 the same prompt in turn, alternating which goes first, so a shared machine's drift hits
 both alike. AMX is never measured unless asked (--cpu-weights amx): it may crash.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from localserve import cpu_weights
+from localserve.engine import cpu_weights
 
 from .bare import BareEngine
 
@@ -62,7 +62,7 @@ def print_table(model: str, args, mode: str = "auto") -> None:
 def main() -> int:
     import argparse
     import os
-    from localserve.demo import demo_model_path
+    from localserve.ops.demo import demo_model_path
     parser = argparse.ArgumentParser(prog="python -m bench.weights", description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="GGUF model (default: the demo model)")
     parser.add_argument("--cpu-weights", default="auto", choices=cpu_weights.MODES)

@@ -15,31 +15,32 @@ import threading
 import time
 from pathlib import Path
 
-from . import endpoints
-from . import memory
-from . import metrics
-from . import rpc
-from .demo import DemoUnavailable, demo_model_path
-from .cpu_weights import USERS_CHOICE, describe as describe_buffers
-from .engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
+from .dialects import endpoints
+from .ops import memory
+from .ops import metrics
+from .engine import rpc
+from .ops.demo import DemoUnavailable, demo_model_path
+from .engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
+from .engine.engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
-from .fatal import at_engine_failure
-from .pending_sample import abandoned_running
-from .http import Limits
-from .protocols import chat, completions, conversations, responses
-from .response_runs import ResponseRuns
-from .protocols import anthropic
-from .routes import Router
-from .reasoning import REASONING_FORMATS
-from .runtime import Runtime
-from .security import AccessPolicy, load_api_keys
-from . import systemd
-from .server import HTTPServer
+from .ops.fatal import at_engine_failure
+from .runtime.pending_sample import abandoned_running
+from .wire.http import Limits
+from .dialects.openai import chat, completions
+from .dialects.responses import conversations, responses
+from .dialects.responses.runs import ResponseRuns
+from .dialects.anthropic import messages as anthropic
+from .wire.routes import Router
+from .parsing.reasoning import REASONING_FORMATS
+from .runtime.runtime import Runtime
+from .wire.access import AccessPolicy, load_api_keys
+from .ops import systemd
+from .wire.server import HTTPServer
 from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
-from .signing import load_signing_key
-from .store import Store
-from .templates import TemplateError, choose_template
-from .tools import TOOL_SYNTAXES, detect_tool_syntax
+from .dialects.signing import load_signing_key
+from .store.store import Store
+from .prompt.templates import TemplateError, choose_template
+from .parsing.tools import TOOL_SYNTAXES, detect_tool_syntax
 
 log = logging.getLogger("localserve")
 

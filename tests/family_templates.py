@@ -19,7 +19,7 @@ BOS); the EOS is the token that ends an assistant turn.
 
 from __future__ import annotations
 
-from localserve.templates import BUILTIN_TEMPLATES
+from localserve.prompt.templates import BUILTIN_TEMPLATES
 
 # Qwen 2.5 / Hermes: ChatML, tools in a <tools></tools> system block, calls as
 # <tool_call> JSON, results as <tool_response> inside a user turn.

@@ -20,14 +20,14 @@ from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
 from rawhttp import RawConnection, post_json, request, request_id_of
 from tinymodel import NO_EOG, token_ids, write_tiny_gguf
 
-from localserve.connection import ResponseWriter
+from localserve.wire.connection import ResponseWriter
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError,
                                    GenerationRequest)
-from localserve.http import Request
-from localserve.protocols import anthropic as messages_api
-from localserve.protocols.anthropic_input import read_chat
-from localserve.routes import Exchange, Router
-from localserve.signing import load_signing_key, sign
+from localserve.wire.http import Request
+from localserve.dialects.anthropic import messages as messages_api
+from localserve.dialects.anthropic.input import read_chat
+from localserve.wire.routes import Exchange, Router
+from localserve.dialects.signing import load_signing_key, sign
 
 USER = [{"role": "user", "content": "Say hello"}]
 HELLO = 'root ::= "Hello, world!"'

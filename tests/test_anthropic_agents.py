@@ -23,11 +23,11 @@ from rawhttp import post_json, request
 from test_anthropic import TIME, TIME_CALL, check_wire, parse_sse, prompt_tokens
 from tinymodel import write_tiny_gguf
 
-from localserve.prompt import ChatInput, render_chat
-from localserve.protocols.anthropic_input import read_input
+from localserve.prompt.build import ChatInput, render_chat
+from localserve.dialects.anthropic.input import read_input
 from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
-from localserve.signing import load_signing_key, sign
-from localserve.templates import ChatTemplate
+from localserve.dialects.signing import load_signing_key, sign
+from localserve.prompt.templates import ChatTemplate
 
 CONTEXT = 16384
 HELLO = 'root ::= "Hello, world!"'

@@ -10,7 +10,7 @@ from pathlib import Path
 from conftest import ROOT, ServerProcess
 from rawhttp import request
 
-from localserve.cli import build_parser, resolve_settings
+from localserve.cli.flags import build_parser, resolve_settings
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -21,8 +21,8 @@ from conftest import ROOT, ServerProcess
 from rawhttp import post_json, request
 from tinymodel import write_tiny_gguf
 
-from localserve import cpu_weights
-from localserve.cli import build_parser, resolve_settings
+from localserve.engine import cpu_weights
+from localserve.cli.flags import build_parser, resolve_settings
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_buffer_sizes_from_the_load_log():
 # ---- the layouts, on the real engine ------------------------------------------------------------
 
 def test_layouts_hold_the_weights_where_they_say_and_agree_on_the_logits(q4_model):
-    from localserve.engine import Engine, quiet_llama_logs
+    from localserve.engine.engine import Engine, quiet_llama_logs
     quiet_llama_logs()        # as the server does: the buffer sizes come from llama.cpp's load log
     bufts = offered()
     logits = {}

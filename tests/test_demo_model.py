@@ -51,7 +51,7 @@ def test_weights_kept_out_of_amx_unless_asked(demo_server):
     """The demo model's Q4_K weights crash llama.cpp's AMX kernels (llama.cpp #20824): the
     default layout never uses AMX, and still repacks the weights CPU_REPACK takes."""
     from rawhttp import request
-    from localserve.cpu_weights import extra_buffer_types
+    from localserve.engine.cpu_weights import extra_buffer_types
     meta = request(demo_server.port, b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["data"][0]["meta"]
     assert meta["cpu_weights"] == "auto"
     assert "AMX" not in meta["weight_buffers_mib"] and meta["weight_buffers_mib"]

@@ -1,4 +1,4 @@
-"""localserve.engine on a tiny real model: its shortcuts must agree with llama.cpp's own paths."""
+"""localserve.engine.engine on a tiny real model: its shortcuts must agree with llama.cpp's own paths."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from llama_cpp import llama_cpp as ll
 
-from localserve.engine import Engine
+from localserve.engine.engine import Engine
 from localserve.generation import SamplingParams
 from tinymodel import write_tiny_gguf
 

@@ -27,7 +27,8 @@ def test_an_abort_inside_llama_cpp_exits_with_status_3_after_the_clean_up():
     done = run_script("""
         import ctypes, logging
         logging.basicConfig(level=logging.INFO)
-        from localserve import fatal, rpc
+        from localserve.ops import fatal
+        from localserve.engine import rpc
         fatal.at_engine_failure(lambda: print("stored state closed", flush=True))
         rpc.watch_aborts()
         base = rpc._open_loaded(rpc._GGML_BASE_NAMES)
@@ -52,10 +53,10 @@ def test_a_runtime_that_keeps_failing_exits_with_status_3(tmp_path, fault, reaso
     done = run_script(f"""
         import logging, time
         logging.basicConfig(level=logging.INFO)
-        from localserve import fatal
-        from localserve.engine import DecodeError, Engine
+        from localserve.ops import fatal
+        from localserve.engine.engine import DecodeError, Engine
         from localserve.generation import GenerationRequest
-        from localserve.runtime import Runtime
+        from localserve.runtime.runtime import Runtime
         fatal.at_engine_failure(lambda: print("clean-up ran", flush=True))
         engine = Engine({str(model)!r}, n_ctx=256, n_seq=2, n_batch=64, threads=1)
 

@@ -1,4 +1,4 @@
-"""localserve.grammar through llama.cpp's own GBNF parser and grammar sampler.
+"""localserve.grammar.grammar through llama.cpp's own GBNF parser and grammar sampler.
 
 A tiny random-weight model (tests/tinymodel.py) samples under each grammar, greedily and with
 temperature over several seeds; whatever comes out must parse with a strict json.loads and
@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from localserve.grammar import (
+from localserve.grammar.grammar import (
     MAX_REPEAT,
     TOOL_CALL_SYNTAXES,
     WS_MAX_INDENT,
@@ -762,9 +762,9 @@ def parse_calls(syntax: str, text: str) -> list[tuple[str, dict]]:
 
 
 def _real_parser():
-    """localserve.tools, if it is there yet (written in parallel)."""
+    """localserve.parsing.tools, if it is there yet (written in parallel)."""
     try:
-        from localserve import tools
+        from localserve.parsing import tools
     except ImportError:
         return None
     if not hasattr(tools, "parse_generated_tools") or not hasattr(tools, "TOOL_SYNTAXES"):
@@ -775,7 +775,7 @@ def _real_parser():
 def _unquote_union_strings(syntax: str, name: str, args: dict) -> dict:
     """qwen3_coder writes the value of a parameter that is not typed "string" as JSON, so a
     string in a ["string", "null"] parameter comes quoted. vLLM's Qwen3-Coder parser decodes
-    such a value; localserve.tools (so far) keeps it as the raw text, quotes included. Accept
+    such a value; localserve.parsing.tools (so far) keeps it as the raw text, quotes included. Accept
     both here: the difference is the parser's to settle, and the report says so."""
     if syntax != "qwen3_coder":
         return args

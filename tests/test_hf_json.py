@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localserve import hf_json
+from localserve.prompt import hf_json
 
 scalars = (st.none() | st.booleans() | st.integers(min_value=-2**80, max_value=2**80)
            | st.floats(allow_nan=True, allow_infinity=True) | st.text())

@@ -377,9 +377,9 @@ def test_cancel_of_a_background_response_frees_its_slot_while_a_grammar_token_is
 def test_an_abandoned_grammar_sample_frees_its_sampler_when_llama_cpp_returns(no_bos_model):
     """In-process, real engine: a job that ends while its token is being chosen leaves the thread to
     finish; the sampler is freed then (not under it), and the thread is counted until it has."""
-    from localserve.engine import Engine
+    from localserve.engine.engine import Engine
     from localserve.generation import SamplingParams
-    from localserve.pending_sample import PendingSample, abandoned_running
+    from localserve.runtime.pending_sample import PendingSample, abandoned_running
 
     engine = Engine(str(no_bos_model), n_ctx=256, n_seq=1, n_batch=64, threads=1)
     try:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from localserve.http import (
+from localserve.wire.http import (
     CONTINUE_RESPONSE,
     LAST_CHUNK,
     MAX_CHUNK_SIZE_LINE,

@@ -1,4 +1,4 @@
-"""Lark grammars of custom tools flattened into one regex (localserve/lark_regex.py)."""
+"""Lark grammars of custom tools flattened into one regex (localserve/grammar/lark_regex.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from localserve.gbnf_schema import GrammarBuilder
-from localserve.lark_regex import LarkError, lark_to_regex
+from localserve.grammar.schema import GrammarBuilder
+from localserve.grammar.lark_regex import LarkError, lark_to_regex
 
 # Codex CLI 0.171.0's apply_patch grammar, as it sends it.
 APPLY_PATCH = r'''start: begin_patch hunk+ end_patch

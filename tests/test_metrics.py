@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import ServerProcess
-from localserve.metrics import Counter, Histogram, Registry, ServerMetrics
+from localserve.ops.metrics import Counter, Histogram, Registry, ServerMetrics
 from localserve.generation import GenerationOutput, Timings
 from promtext import parse
 from rawhttp import RawConnection, post_json, request

@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT, ServerProcess
 from rawhttp import post_json, request
 
-from localserve.cli import build_parser, resolve_settings
+from localserve.cli.flags import build_parser, resolve_settings
 
 
 def run_cli(*args, env=None, timeout=60):

@@ -7,11 +7,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import family_templates      # tests/family_templates.py: always there, never skipped
-from localserve.reasoning import (
+from localserve.parsing.reasoning import (
     HARMONY, REASONING_FORMATS, ReasoningSplitter, detect_reasoning, prompt_opens_reasoning,
     split_reasoning,
 )
-from localserve.tools import parse_generated_tools
+from localserve.parsing.tools import parse_generated_tools
 
 THINK = REASONING_FORMATS["think"]
 

@@ -19,7 +19,7 @@ from conftest import ServerProcess
 from rawhttp import post_json, request
 from scripted_model import tool_call_token, write_scripted_gguf
 
-from localserve.lark_regex import lark_to_regex
+from localserve.grammar.lark_regex import lark_to_regex
 
 REASONING = "Add the task first."
 PATCH = "*** Begin Patch\n*** Add File: a.txt\n+hi\n*** End Patch\n"

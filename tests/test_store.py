@@ -1,4 +1,4 @@
-"""localserve.store on real SQLite files: round trips, migrations, crash recovery, threads."""
+"""localserve.store.store on real SQLite files: round trips, migrations, crash recovery, threads."""
 
 import os
 import signal
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localserve.store import INTERRUPTED_ERROR, MIGRATIONS, ResponseRecord, Store, page
+from localserve.store.store import INTERRUPTED_ERROR, MIGRATIONS, ResponseRecord, Store, page
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -51,7 +51,7 @@ def raw(path, sql, args=()):
 
 def run_child(db_path, body):
     """Start a Python child that opens a Store on db_path as `store` and runs body."""
-    code = "from localserve.store import Store\nstore = Store(%r)\n" % db_path
+    code = "from localserve.store.store import Store\nstore = Store(%r)\n" % db_path
     code += textwrap.dedent(body)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,

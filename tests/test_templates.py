@@ -18,8 +18,8 @@ from family_templates import (  # noqa: E402
     FAMILY_TEMPLATES,
 )
 
-from localserve import templates  # noqa: E402
-from localserve.templates import (  # noqa: E402
+from localserve.prompt import templates  # noqa: E402
+from localserve.prompt.templates import (  # noqa: E402
     BUILTIN_TEMPLATES,
     ChatTemplate,
     TemplateError,

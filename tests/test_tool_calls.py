@@ -18,7 +18,7 @@ from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
 from rawhttp import post_json, request
 from tinymodel import token_ids, write_tiny_gguf
 
-from localserve.grammar import tool_call_grammar
+from localserve.grammar.grammar import tool_call_grammar
 
 WEATHER = {
     "type": "function",

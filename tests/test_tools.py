@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import family_templates      # tests/family_templates.py: always there, never skipped
-from localserve.tools import (
+from localserve.parsing.tools import (
     TOOL_SYNTAXES, CallArguments, CallStart, ContentDelta, ToolProjector,
     detect_tool_syntax, parse_generated_tools,
 )

@@ -1,0 +1,252 @@
+"""Command line: flags and LOCALSERVE_* environment → Settings, then serve.
+
+Every option is declared once in OPTIONS; argparse, the environment lookup and the
+README's flag table all follow from it. Precedence: flag > environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .. import __version__
+from ..settings import Settings
+from .. import settings as defaults
+from ..engine.cpu_weights import cpu_weights_mode
+from ..engine.rpc import rpc_workers, tensor_split
+
+EXIT_USAGE = 2
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str                  # flag without dashes, e.g. "ctx-size"
+    type: Callable[[str], Any]
+    default: Any
+    help: str
+    metavar: str | None = None
+    repeat: bool = False       # may be given several times; env and file take a list (env: commas)
+
+    @property
+    def attr(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return "LOCALSERVE_" + self.name.replace("-", "_").upper()
+
+
+def _log_level(value: str) -> str:
+    value = value.lower()
+    if value not in ("debug", "info", "warning", "error"):
+        raise argparse.ArgumentTypeError("must be one of debug, info, warning, error")
+    return value
+
+
+def _flag(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError("expected true or false")
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return number
+
+
+def _non_negative_float(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError("must be a positive number of seconds")
+    return number
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
+    Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
+    Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
+    Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
+    Option("ctx-size", positive_int, None,
+           f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
+    Option("threads", positive_int, None, "CPU threads for generation (default: all cores)", "N"),
+    Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
+    Option("cpu-weights", cpu_weights_mode, defaults.DEFAULT_CPU_WEIGHTS,
+           "which CPU buffer types hold the weights: auto (no AMX where llama.cpp's AMX kernels may crash, "
+           "CPU_REPACK kept), repack, plain or amx", "MODE"),
+    Option("slots", positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
+    Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
+           "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
+    Option("batch-size", positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
+    Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
+           "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
+    Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
+           "seconds between ': prefill' SSE comments while a prompt is processed", "SECONDS"),
+    Option("max-body-bytes", positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),
+    Option("header-timeout", _non_negative_float, defaults.DEFAULT_HEADER_TIMEOUT,
+           "seconds a client has to send a request's headers", "SECONDS"),
+    Option("idle-timeout", _non_negative_float, defaults.DEFAULT_IDLE_TIMEOUT,
+           "seconds a keep-alive connection may stay idle, and the most a request body may take",
+           "SECONDS"),
+    Option("max-connections", positive_int, defaults.DEFAULT_MAX_CONNECTIONS,
+           "open connections allowed at once (a thread each); beyond it a 503", "N"),
+    Option("max-inflight-bytes", positive_int, None,
+           f"request-body bytes read or handled at once, all connections together; beyond it a 503 "
+           f"(default: {defaults.INFLIGHT_BODIES} x --max-body-bytes)", "BYTES"),
+    Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
+           "seconds one request may take to choose one token (a costly grammar); then it fails, "
+           "the others go on", "SECONDS"),
+    Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
+           "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
+    Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
+    Option("tool-syntax", str, None, "tool-call syntax (default: recognised from the chat template)", "NAME"),
+    Option("data-dir", str, None, "where stored responses and conversations live "
+           "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
+    Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
+    Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
+           "KEY", repeat=True),
+    Option("api-key-file", str, None, "file with one API key per line", "PATH"),
+    Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
+           "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
+    Option("cors-origin", str, [], "browser origin allowed by CORS (repeatable; '*' any); off by default",
+           "ORIGIN", repeat=True),
+    Option("rpc", rpc_workers, [], "RPC workers (`localserve worker`) that hold offloaded layers; "
+           "comma-separated or repeated", "HOST:PORT", repeat=True),
+    Option("rpc-wait", _non_negative_float, defaults.DEFAULT_RPC_WAIT,
+           "seconds to wait at start for unreachable RPC workers (/health says loading meanwhile)", "SECONDS"),
+    Option("tensor-split", tensor_split, None, "share of offloaded layers per device, e.g. 3,1 "
+           "(RPC workers first, then local GPUs; default: by free memory)", "LIST"),
+    Option("log-level", _log_level, "info", "debug, info, warning or error", "LEVEL"),
+)
+
+
+class UsageError(Exception):
+    """A configuration problem: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="localserve",
+        description="A local LLM daemon: OpenAI and Anthropic APIs over one GGUF model.",
+        epilog="Each flag can also be set with an environment variable LOCALSERVE_<NAME>, e.g. LOCALSERVE_CTX_SIZE.",
+    )
+    parser.add_argument("--version", action="version", version=f"localserve {__version__}")
+    parser.add_argument("--config", metavar="PATH", default=None,
+                        help="TOML file whose keys are these flags' names [env LOCALSERVE_CONFIG]")
+    parser.add_argument("--check", action="store_true",
+                        help="validate the configuration and the model, print the settings, exit 0 or 2")
+    for option in OPTIONS:
+        if option.repeat:
+            parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, action="append",
+                                default=None, metavar=option.metavar, help=f"{option.help} [env {option.env}]")
+        elif option.type is _flag:
+            parser.add_argument(f"--{option.name}", dest=option.attr, action="store_const", const=True,
+                                default=None, help=f"{option.help} [env {option.env}]")
+        else:
+            parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, default=None,
+                                metavar=option.metavar, help=f"{option.help} [env {option.env}]")
+    return parser
+
+
+def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
+    """Flags beat LOCALSERVE_* variables, which beat the config file, which beats the defaults."""
+    environ = os.environ if environ is None else environ
+    config_path = getattr(args, "config", None) or environ.get("LOCALSERVE_CONFIG") or None
+    from_file = read_config(config_path) if config_path else {}
+    values: dict[str, Any] = {}
+    for option in OPTIONS:
+        value = getattr(args, option.attr)
+        if value is None and environ.get(option.env, "") != "":
+            value = _from_env(option, environ[option.env])
+        if value is None:
+            value = from_file.get(option.attr)
+        if value is None:
+            value = list(option.default) if option.repeat else option.default
+        values[option.attr] = value
+    if values["max_inflight_bytes"] is None:
+        values["max_inflight_bytes"] = defaults.INFLIGHT_BODIES * values["max_body_bytes"]
+    elif values["max_inflight_bytes"] < values["max_body_bytes"]:
+        raise UsageError(f"--max-inflight-bytes ({values['max_inflight_bytes']}) must be at least "
+                         f"--max-body-bytes ({values['max_body_bytes']}): a largest request could never be served")
+    return Settings(**values)
+
+
+def _from_env(option: Option, raw: str) -> Any:
+    try:
+        if option.repeat:
+            return [option.type(part.strip()) for part in raw.split(",") if part.strip()]
+        return option.type(raw)
+    except (ValueError, argparse.ArgumentTypeError) as exc:
+        raise UsageError(f"{option.env}={raw!r}: {exc}") from None
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The TOML config file as option values; one-line UsageError naming the file and the key."""
+    import tomllib
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except OSError as exc:
+        raise UsageError(f"cannot read config file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"config file {path} is not valid TOML: {exc}") from None
+    by_name = {o.name: o for o in OPTIONS}
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        option = by_name.get(key.replace("_", "-"))
+        if option is None:
+            raise UsageError(f"config file {path}: unknown key '{key}'")
+        try:
+            values[option.attr] = _config_value(option, value)
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            raise UsageError(f"config file {path}: key '{key}': {exc}") from None
+    return values
+
+
+def _config_value(option: Option, value: Any) -> Any:
+    if option.repeat:
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(v, str) for v in items):
+            raise TypeError("expected a string or a list of strings")
+        return [option.type(v) for v in items]
+    if option.type is _flag:
+        if not isinstance(value, bool):
+            raise TypeError(f"expected true or false, got {type(value).__name__}")
+        return value
+    kind = _value_kind(option.type)
+    accepted = {"int": (int,), "float": (int, float), "str": (str,)}[kind]
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise TypeError(f"expected {'a number' if kind == 'float' else 'an integer' if kind == 'int' else 'a string'}, "
+                        f"got {type(value).__name__}")
+    return option.type(value if kind == "str" else str(value))   # the converter also checks ranges
+
+
+def _value_kind(converter: Callable[[str], Any]) -> str:
+    """"int", "float" or "str": what a converter returns (its return annotation for our own)."""
+    kind = converter.__name__ if converter in (int, float, str) else \
+        str(getattr(converter, "__annotations__", {}).get("return", "str"))
+    return kind if kind in ("int", "float") else "str"   # other converters parse text themselves
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+

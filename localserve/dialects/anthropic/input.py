@@ -1,0 +1,428 @@
+"""Anthropic Messages input → the OpenAI-style chat every template is rendered from.
+
+- `system` (a string or text blocks) becomes a leading system message (without Claude
+  Code's `x-anthropic-billing-header:` line, which changes per request); `role: "system"`
+  messages inside `messages` stay where they are (prompt.render_chat folds them into the
+  user turns for a template that takes no system turn there); one with `clear_at:
+  "next_user_message"` is left out once a user turn follows it, and its
+  `output_config.effort`, after the last user turn, is this turn's effort.
+- A user turn's `tool_result` blocks become role "tool" messages (in order, before the
+  turn's text), with `tool_call_id` and the result's text; `is_error` results say so.
+- An assistant turn's `tool_use` blocks become `tool_calls` (arguments as JSON text), its
+  `thinking` blocks `reasoning_content` (the template decides whether to show it) once
+  their signatures verify: a thinking block this server did not sign is a 400. A block
+  that comes back with its text left out (display "omitted") gets it from the signature.
+- `tools` (`input_schema`) become function definitions (server tools such as web search are
+  left out, and named in a response header); `tool_choice` any/tool/none map to
+  required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
+  `output_config.effort` set the reasoning budget and the template's enable_thinking and
+  reasoning_effort; `output_config.format` (a JSON schema) constrains the answer.
+- `cache_control` on a block (or on the request, for automatic caching) marks its message
+  as a breakpoint: the last one tells anthropic_prompt where this request's cache ends.
+Consecutive user turns are merged, as Anthropic does, so strict templates see alternation.
+Fields this module does not read are ignored, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ...prompt.build import ChatInput, ToolChoice
+from ...settings import DEFAULT_EFFORT, EFFORT_BUDGETS, MAX_INT_PARAM
+from ..signing import recover, verify
+from ..fields import invalid, read_template_kwargs
+
+TEXT_ONLY = "this server takes text only"
+
+
+@dataclass
+class MessagesInput:
+    """A Messages request's input: the chat to render and what shapes its answer."""
+    chat: ChatInput
+    thinking: Thinking
+    cache_breakpoint: int | None     # index in chat.messages of the last message a cache_control marks
+    ignored_tools: list[str]         # server tool types left out of the prompt
+
+
+def read_input(body: dict, signing_key: bytes) -> MessagesInput:
+    messages: list[dict] = []
+    for message in read_system(body.get("system")) + read_messages(body.get("messages"), signing_key):
+        _append(messages, message)
+    ignored: list[str] = []
+    tools = read_tools(body.get("tools"), ignored)
+    if messages and messages[0]["role"] == "system" and any(_marked(t) for t in body.get("tools") or ()):
+        messages[0][_BREAKPOINT] = True      # tools render with (or just after) the system prompt
+    if body.get("cache_control") is not None and messages:
+        messages[-1][_BREAKPOINT] = True     # automatic caching: up to the last message
+    marked = [i for i, m in enumerate(messages) if m.pop(_BREAKPOINT, False)]
+    choice, parallel = read_tool_choice(body.get("tool_choice"), tools)
+    chat = ChatInput(messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
+                     template_kwargs=read_template_kwargs(body))
+    request_effort = read_output_config(body, chat)
+    effort = _turn_effort(body["messages"]) or request_effort
+    if effort:
+        chat.template_kwargs.setdefault("reasoning_effort", effort)
+    thinking = read_thinking(body.get("thinking"), effort, chat.template_kwargs)
+    chat.reasoning_budget = thinking.budget
+    return MessagesInput(chat, thinking, marked[-1] if marked else None, ignored)
+
+
+def _turn_effort(messages: list) -> str | None:
+    """output_config.effort of a system message after the last user turn: it sets this turn's effort."""
+    effort = None
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            break
+        config = message.get("output_config") if message.get("role") == "system" else None
+        if isinstance(config, dict) and isinstance(config.get("effort"), str):
+            effort = effort or config["effort"]
+    return effort
+
+
+def read_chat(body: dict, signing_key: bytes) -> ChatInput:
+    return read_input(body, signing_key).chat
+
+
+# A cache_control breakpoint is noted on the converted message that holds its block
+# (under this key, removed before rendering); only the last one matters for usage.
+_BREAKPOINT = "cache_breakpoint"
+
+
+def _marked(block: Any) -> bool:
+    return isinstance(block, dict) and block.get("cache_control") is not None
+
+
+# Claude Code opens its system prompt with a line that changes from one request (or
+# session) to the next and says nothing to the model; left in, it would be the first
+# difference between two prompts and cost the prompt cache everything after it.
+BILLING_HEADER = "x-anthropic-billing-header:"
+
+
+def read_system(system: Any) -> list[dict]:
+    if system is None:
+        return []
+    if isinstance(system, str):
+        texts = [system]
+    elif isinstance(system, list):
+        texts = [_text_of(block, f"system[{i}]") for i, block in enumerate(system)]
+    else:
+        raise invalid("system", "expected a string or an array of text blocks")
+    if texts and texts[0].startswith(BILLING_HEADER):
+        first = texts[0].partition("\n")[2]
+        texts = ([first] if first else []) + texts[1:]
+    text = "\n".join(texts)
+    if not text:
+        return []
+    message = {"role": "system", "content": text}
+    if isinstance(system, list) and any(_marked(b) for b in system):
+        message[_BREAKPOINT] = True
+    return [message]
+
+
+def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "expected a non-empty array of messages")
+    out: list[dict] = []
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
+                    default=-1)
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise invalid(where, "expected an object")
+        role = message.get("role")
+        content = message.get("content")
+        if isinstance(content, str):
+            blocks: list = [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            blocks = content
+        elif content is None and role == "system":     # a system message may carry only output_config
+            blocks = []
+        else:
+            raise invalid(f"{where}.content", "expected a string or an array of content blocks")
+        if role == "user":
+            converted = _user_turn(blocks, f"{where}.content")
+        elif role == "assistant":
+            converted = [_assistant_turn(blocks, f"{where}.content", signing_key)]
+        elif role == "system":
+            # clear_at "next_user_message": shown only until a user turn follows it
+            shown = message.get("clear_at") != "next_user_message" or i > last_user
+            system = _system_turn(blocks, f"{where}.content")
+            converted = [system] if shown and system["content"] else []
+        else:
+            raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
+        if converted and any(_marked(b) for b in blocks):
+            converted[-1][_BREAKPOINT] = True
+        for msg in converted:
+            _append(out, msg)
+    return out
+
+
+def _append(out: list[dict], msg: dict) -> None:
+    last = out[-1] if out else None
+    # consecutive user turns are one turn; so are system turns before any other
+    same = last is not None and msg["role"] == last["role"] and (
+        msg["role"] == "user" or (msg["role"] == "system" and all(m["role"] == "system" for m in out)))
+    if same:
+        last["content"] = "\n".join(t for t in (last["content"], msg["content"]) if t)
+        if msg.get(_BREAKPOINT):
+            last[_BREAKPOINT] = True
+    else:
+        out.append(msg)
+
+
+def _system_turn(blocks: list, where: str) -> dict:
+    """A system message inside `messages`: kept in its place (prompt.render_chat decides
+    how the template shows it); text blocks only."""
+    texts = [_text_of(block, f"{where}[{j}]") for j, block in enumerate(blocks)]
+    return {"role": "system", "content": "\n".join(texts)}
+
+
+def _user_turn(blocks: list, where: str) -> list[dict]:
+    results: list[dict] = []
+    texts: list[str] = []
+    for j, block in enumerate(blocks):
+        kind = _block_type(block, f"{where}[{j}]")
+        if kind == "text":
+            texts.append(_text_of(block, f"{where}[{j}]"))
+        elif kind == "tool_result":
+            results.append(_tool_result(block, f"{where}[{j}]"))
+        elif kind in ("tool_use", "thinking", "redacted_thinking"):
+            raise invalid(f"{where}[{j}]", f"a {kind} block belongs in an assistant message")
+        else:
+            raise _unsupported(kind, f"{where}[{j}]")
+    if texts or not results:
+        results.append({"role": "user", "content": "\n".join(texts)})
+    return results
+
+
+def _tool_result(block: dict, where: str) -> dict:
+    call_id = block.get("tool_use_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid(f"{where}.tool_use_id", "expected the id of the tool_use this answers")
+    content = block.get("content")
+    if content is None:
+        text = ""
+    elif isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        parts = []
+        for k, part in enumerate(content):
+            kind = _block_type(part, f"{where}.content[{k}]")
+            if kind == "tool_reference":     # tool search found a tool (every tool is rendered already)
+                parts.append(f"[tool available: {part.get('tool_name')}]")
+                continue
+            if kind != "text":
+                raise _unsupported(kind, f"{where}.content[{k}]")
+            parts.append(_text_of(part, f"{where}.content[{k}]"))
+        text = "\n".join(parts)
+    else:
+        raise invalid(f"{where}.content", "expected a string or an array of text blocks")
+    is_error = block.get("is_error")
+    if is_error is not None and not isinstance(is_error, bool):
+        raise invalid(f"{where}.is_error", "expected a boolean")
+    if is_error:
+        text = f"Error: {text}" if text else "Error"
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> dict:
+    texts: list[str] = []
+    reasoning: list[str] = []
+    calls: list[dict] = []
+    for j, block in enumerate(blocks):
+        at = f"{where}[{j}]"
+        kind = _block_type(block, at)
+        if kind == "text":
+            texts.append(_text_of(block, at))
+        elif kind == "thinking":
+            reasoning.append(_verified_thinking(block, at, signing_key))
+        elif kind == "redacted_thinking":
+            raise invalid(at, "redacted_thinking blocks are not produced by this server and cannot be verified")
+        elif kind == "tool_use":
+            calls.append(_tool_use(block, at))
+        elif kind == "tool_result":
+            raise invalid(at, "a tool_result block belongs in a user message")
+        else:
+            raise _unsupported(kind, at)
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if reasoning:
+        message["reasoning_content"] = "\n".join(reasoning)
+    if calls:
+        message["tool_calls"] = calls
+    return message
+
+
+def _verified_thinking(block: dict, where: str, signing_key: bytes) -> str:
+    thinking = block.get("thinking")
+    if not isinstance(thinking, str):
+        raise invalid(f"{where}.thinking", "expected a string")
+    if not thinking:       # display "omitted": the text comes back sealed in the signature
+        sealed = recover(signing_key, block.get("signature"))
+        if sealed is not None:
+            return sealed
+    if not verify(signing_key, thinking, block.get("signature")):
+        raise invalid(f"{where}.signature", "the thinking block's signature does not match its text; "
+                                            "send thinking blocks back exactly as this server returned them")
+    return thinking
+
+
+def _tool_use(block: dict, where: str) -> dict:
+    call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid(f"{where}.id", "expected a string")
+    if not isinstance(name, str) or not name:
+        raise invalid(f"{where}.name", "expected a string")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise invalid(f"{where}.input", "expected an object")
+    return {"id": call_id, "type": "function",
+            "function": {"name": name, "arguments": orjson.dumps(arguments).decode()}}
+
+
+def _block_type(block: Any, where: str) -> str:
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        raise invalid(where, "expected a content block: an object with a 'type'")
+    return block["type"]
+
+
+def _text_of(block: Any, where: str) -> str:
+    kind = _block_type(block, where)
+    if kind != "text":
+        raise _unsupported(kind, where)
+    text = block.get("text")
+    if not isinstance(text, str):
+        raise invalid(f"{where}.text", "expected a string")
+    return text
+
+
+def _unsupported(kind: str, where: str):
+    return invalid(where, f"content blocks of type '{kind}' are not supported; {TEXT_ONLY}")
+
+
+# ---- tools and thinking -------------------------------------------------------------
+
+# Tools Anthropic runs on its own servers (web search and fetch, code execution, tool
+# search, MCP connectors, the advisor): nothing here can run them, so they are left out
+# of the prompt, never an error; the response names them in a header.
+SERVER_TOOL_PREFIXES = ("web_search_", "web_fetch_", "code_execution_", "tool_search_tool_", "advisor_",
+                        "mcp_toolset")
+
+
+def read_tools(tools: Any, ignored: list[str] | None = None) -> list[dict]:
+    """Anthropic custom tools → function definitions {"name", "description", "parameters"};
+    the types of server tools left out are appended to `ignored`."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise invalid("tools", "expected an array")
+    found: list[dict] = []
+    for i, tool in enumerate(tools):
+        where = f"tools[{i}]"
+        if not isinstance(tool, dict):
+            raise invalid(where, "expected an object")
+        kind = tool.get("type")
+        if isinstance(kind, str) and kind.startswith(SERVER_TOOL_PREFIXES):
+            if ignored is not None and kind not in ignored:
+                ignored.append(kind)
+            continue
+        if kind not in (None, "custom"):
+            raise invalid(f"{where}.type", f"tool type '{kind}' is not supported; only custom tools "
+                                           f"(name, description, input_schema) are")
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise invalid(f"{where}.name", "expected a non-empty string")
+        if any(t["name"] == name for t in found):
+            raise invalid(f"{where}.name", f"tool names must be unique; '{name}' repeats")
+        schema = tool.get("input_schema")
+        if not isinstance(schema, dict):
+            raise invalid(f"{where}.input_schema", "expected a JSON schema object")
+        description = tool.get("description") or ""
+        if not isinstance(description, str):
+            raise invalid(f"{where}.description", "expected a string")
+        found.append({"name": name, "description": description, "parameters": schema})
+    return found
+
+
+def read_tool_choice(value: Any, tools: list[dict]) -> tuple[ToolChoice, bool]:
+    """(the choice, whether parallel calls are allowed)."""
+    if value is None:
+        return ToolChoice("auto"), True
+    if not isinstance(value, dict):
+        raise invalid("tool_choice", "expected an object with a 'type'")
+    kind = value.get("type")
+    disable_parallel = value.get("disable_parallel_tool_use", False)
+    if not isinstance(disable_parallel, bool):
+        raise invalid("tool_choice.disable_parallel_tool_use", "expected a boolean")
+    if kind == "none":
+        return ToolChoice("none"), True
+    if kind == "auto":
+        return ToolChoice("auto"), not disable_parallel
+    if kind in ("any", "tool") and not tools:
+        raise invalid("tool_choice", f"'{kind}' needs at least one tool in 'tools'")
+    if kind == "any":
+        return ToolChoice("required"), not disable_parallel
+    if kind == "tool":
+        name = value.get("name")
+        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+            raise invalid("tool_choice.name", f"names a tool that is not among the tools: {name!r}")
+        return ToolChoice("named", name), not disable_parallel
+    raise invalid("tool_choice.type", f"expected auto, any, tool or none; got {kind!r}")
+
+
+def read_output_config(body: dict, chat: ChatInput) -> str | None:
+    """Structured output (output_config.format, or the older output_format); returns the effort."""
+    config = body.get("output_config")
+    fmt, where, effort = None, "output_format", None
+    if config is not None:
+        if not isinstance(config, dict):
+            raise invalid("output_config", "expected an object")
+        effort = config.get("effort")
+        if effort is not None:
+            if not isinstance(effort, str):     # any string: a level newer than this server reads as the default
+                raise invalid("output_config.effort", f"expected one of {', '.join(EFFORT_BUDGETS)}")
+        fmt, where = config.get("format"), "output_config.format"
+    if fmt is None:
+        fmt, where = body.get("output_format"), "output_format"
+    if fmt is not None:
+        if not isinstance(fmt, dict) or fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+            raise invalid(where, 'expected {"type": "json_schema", "schema": {...}}')
+        chat.response_schema = fmt["schema"]
+    return effort
+
+
+@dataclass
+class Thinking:
+    budget: int | None = None        # reasoning tokens (None: unlimited)
+    omitted: bool = False            # display "omitted": thinking blocks carry only the signature
+
+
+def read_thinking(value: Any, effort: str | None, template_kwargs: dict) -> Thinking:
+    """The reasoning budget and display; sets enable_thinking for the template unless
+    chat_template_kwargs already does. `budget_tokens` is the budget when given; otherwise
+    the effort (output_config.effort; adaptive thinking defaults to high) sets it."""
+    effort_budget = EFFORT_BUDGETS.get(effort, EFFORT_BUDGETS[DEFAULT_EFFORT]) if effort else None
+    if value is None:
+        return Thinking(effort_budget)
+    if not isinstance(value, dict):
+        raise invalid("thinking", "expected an object with a 'type'")
+    kind = value.get("type")
+    if kind == "disabled":
+        template_kwargs.setdefault("enable_thinking", False)
+        return Thinking()
+    display = value.get("display")       # summarized, omitted, or a newer mode: shown as summarized
+    if display is not None and not isinstance(display, str):
+        raise invalid("thinking.display", "expected summarized or omitted")
+    template_kwargs.setdefault("enable_thinking", True)
+    if kind == "adaptive":
+        budget = effort_budget if effort else EFFORT_BUDGETS[DEFAULT_EFFORT]
+    elif kind == "enabled":
+        budget = value.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_INT_PARAM:
+            raise invalid("thinking.budget_tokens", f"expected a positive integer of at most {MAX_INT_PARAM}")
+    else:
+        raise invalid("thinking.type", f"expected enabled, disabled or adaptive; got {kind!r}")
+    return Thinking(budget, display == "omitted")

@@ -1,0 +1,306 @@
+"""Anthropic Messages: POST /v1/messages (whole or streamed) and /v1/messages/count_tokens.
+
+Input conversion lives in anthropic_input.py; here the request becomes a GenerationRequest
+and the runtime's events become Anthropic content blocks:
+- thinking (the reasoning, signed with the app's key so it can come back in history),
+  text, and tool_use (id "toolu_…", input an object): a stream keeps the order they were
+  generated in, a whole response (whose output keeps no order) puts them in that order;
+  whitespace alone makes no text block;
+- stop_reason end_turn / max_tokens / stop_sequence (with stop_sequence) / tool_use;
+- usage as Anthropic counts it (anthropic_prompt.cache_usage): cache_read_input_tokens are the
+  prompt tokens the prompt cache already held, cache_creation_input_tokens the rest up to
+  the last cache_control breakpoint, input_tokens what follows; they sum to the prompt,
+  which count_tokens reports;
+- with thinking display "omitted", thinking blocks carry an empty text and the signature
+  (which seals the text); with context_management, the edits applied
+  (`context_management.applied_edits`, in the message and in message_delta).
+A stream is message_start (once the job is admitted and its cache hit is known), a ping,
+then per block content_block_start / _delta* / _stop with indices 0, 1, 2…, a
+signature_delta closing every thinking block, message_delta with the stop reason and the
+cumulative usage, message_stop. While the prompt is queued the stream carries ": prefill"
+comments, and pings while it is prefilled; a failure after the headers is `event: error`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ...errors import anthropic_error_body
+from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
+                          ToolCallStart)
+from ...prompt.build import build_chat_request, tokenize_prompt
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
+                       flush_when_idle, sse, stream_events, submit, wait_for_output)
+from ...wire.routes import ANTHROPIC, Exchange, Router
+from ..signing import sign
+from ...parsing.tools import new_call_id
+from .prompt import MessagesPrompt, cache_usage, read_prompt
+from ..fields import (IGNORED_TOOLS_HEADER, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
+                     read_str)
+
+log = logging.getLogger("localserve.anthropic")
+
+PING = sse({"type": "ping"}, "ping")
+
+
+def register(router: Router) -> None:
+    router.add("/v1/messages", "POST", handle_messages, ANTHROPIC)
+    router.add("/v1/messages/count_tokens", "POST", handle_count_tokens, ANTHROPIC)
+
+
+@dataclass
+class MessageMeta:
+    id: str
+    model: str
+    signing_key: bytes = field(repr=False, default=b"")
+    omit_thinking: bool = False               # thinking.display "omitted"
+    cache_breakpoint_tokens: int = 0          # where the last cache_control falls in the prompt
+    context_management: dict | None = None    # {"applied_edits": [...]} when the request asked for edits
+
+    def usage(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
+        return {**cache_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
+                "output_tokens": output_tokens}
+
+
+def handle_messages(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    body = exchange.json()
+    stream = read_bool(body, "stream")
+    model = read_model(body, app)
+    gen_request, prompt = read_request(app, body, exchange.request_id)
+    if prompt.input.ignored_tools:
+        ignored = ", ".join(prompt.input.ignored_tools)
+        log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
+        exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
+    meta = MessageMeta(new_call_id("msg_"), model, app.signing_key, prompt.input.thinking.omitted,
+                       prompt.cache_breakpoint_tokens, prompt.context_management())
+    gen = submit(exchange, gen_request)
+    with cancel_on_error(gen):
+        if stream:
+            stream_response(exchange, gen, meta)
+        else:
+            output = wait_for_output(exchange, gen)
+            exchange.send_json(final_response(output, meta))
+
+
+def handle_count_tokens(exchange: Exchange) -> None:
+    """The prompt /v1/messages would render for the same body, counted (max_tokens not needed):
+    rendering and tokenizing on this thread, no job for the runtime."""
+    app = exchange.app
+    app.require_ready()
+    body = exchange.json()
+    read_model(body, app)
+    prompt = read_prompt(app, body, breakpoints=False)
+    answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(app, prompt.text))}
+    if prompt.edits is not None:
+        original = prompt.edits.original_tokens
+        answer["context_management"] = {"original_input_tokens": answer["input_tokens"] if original is None
+                                         else original}
+    exchange.send_json(answer)
+
+
+def read_model(body: dict, app: Any) -> str:
+    """Whatever model is asked for, the loaded one answers; the reply echoes the name asked."""
+    return read_str(body, "model") or app.model_id
+
+
+def read_request(app: Any, body: dict, request_id: str) -> tuple[GenerationRequest, MessagesPrompt]:
+    max_tokens = read_int(body, "max_tokens", low=1)
+    if max_tokens is None:
+        raise invalid("max_tokens", "this field is required")
+    read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
+    prompt = read_prompt(app, body)
+    sampling = read_sampling(body, app.engine.n_vocab, temperature_high=1.0)
+    stop = read_stop(body, "stop_sequences")
+    request = build_chat_request(app, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,
+                                 label=f"messages {request_id}", text=prompt.text)
+    return request, prompt
+
+
+def tool_use_id(call_id: str) -> str:
+    """The runtime's call id in Anthropic's shape: the same random part, prefixed toolu_."""
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+# ---- whole responses ----------------------------------------------------------------
+
+def stop_reason(output: GenerationOutput) -> str:
+    if output.finish_reason == "tool_calls":
+        return "tool_use"
+    if output.finish_reason == "length":
+        return "max_tokens"
+    if output.stop_sequence is not None:
+        return "stop_sequence"
+    return "end_turn"
+
+
+def tool_input(arguments: str) -> dict:
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def message_shell(meta: MessageMeta, content: list, stop: str | None, stop_sequence: str | None,
+                  usage_: dict) -> dict:
+    return {"id": meta.id, "type": "message", "role": "assistant", "model": meta.model, "content": content,
+            "stop_reason": stop, "stop_sequence": stop_sequence, "usage": usage_}
+
+
+def final_usage(output: GenerationOutput, meta: MessageMeta) -> dict:
+    return meta.usage(output.prompt_tokens, output.cached_tokens, output.completion_tokens)
+
+
+def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
+    content: list[dict] = []
+    if output.reasoning:
+        # display "omitted": the text travels only sealed in the signature, and comes back so
+        content.append({"type": "thinking", "thinking": "" if meta.omit_thinking else output.reasoning,
+                        "signature": sign(meta.signing_key, output.reasoning)})
+    if output.content.strip():
+        content.append({"type": "text", "text": output.content})
+    for call in output.tool_calls:
+        content.append({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+                        "input": tool_input(call.arguments)})
+    reason = stop_reason(output)
+    message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
+                            final_usage(output, meta))
+    if meta.context_management is not None:
+        message["context_management"] = meta.context_management
+    return message
+
+
+# ---- streams ------------------------------------------------------------------------
+
+def event(kind: str, **fields: Any) -> bytes:
+    return sse({"type": kind, **fields}, kind)
+
+
+class BlockStream:
+    """Turns generation events into content_block_* events, one open block at a time."""
+
+    def __init__(self, signing_key: bytes, omit_thinking: bool = False):
+        self.signing_key = signing_key
+        self.omit_thinking = omit_thinking
+        self.next_index = 0
+        self.open: str | None = None          # "thinking" | "text" | "tool_use"
+        self.open_call: int | None = None     # the runtime's call index of an open tool_use block
+        self.thinking: list[str] = []
+        self.pending = ""                     # whitespace held back until a text block opens
+
+    def chunk(self, reasoning: bool, text: str) -> list[bytes]:
+        kind = "thinking" if reasoning else "text"
+        if not reasoning and self.open != "text":
+            # Whitespace alone (say between two tool calls) opens no block: the whole
+            # response leaves out a whitespace-only text too.
+            text, self.pending = self.pending + text, ""
+            if not text.strip():
+                self.pending = text
+                return []
+        if not text:
+            return []
+        out: list[bytes] = []
+        if self.open != kind:
+            block = {"type": "thinking", "thinking": "", "signature": ""} if reasoning else {"type": "text", "text": ""}
+            out = self.close() + self._start(block)
+        if reasoning:
+            self.thinking.append(text)
+            if self.omit_thinking:          # the text goes out only in the closing signature
+                return out
+            delta = {"type": "thinking_delta", "thinking": text}
+        else:
+            delta = {"type": "text_delta", "text": text}
+        return out + [self._delta(delta)]
+
+    def tool_start(self, call: ToolCallStart) -> list[bytes]:
+        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+                                          "input": {}})
+        self.open_call = call.index
+        return out
+
+    def tool_delta(self, delta: ToolCallDelta) -> list[bytes]:
+        if self.open != "tool_use" or self.open_call != delta.index or not delta.fragment:
+            return []
+        return [self._delta({"type": "input_json_delta", "partial_json": delta.fragment})]
+
+    def close(self) -> list[bytes]:
+        self.pending = ""
+        if self.open is None:
+            return []
+        out = []
+        index = self.next_index - 1
+        if self.open == "thinking":
+            signature = sign(self.signing_key, "".join(self.thinking))
+            out.append(self._delta({"type": "signature_delta", "signature": signature}))
+            self.thinking = []
+        out.append(event("content_block_stop", index=index))
+        self.open = None
+        self.open_call = None
+        return out
+
+    def _start(self, block: dict) -> list[bytes]:
+        self.open = block["type"]
+        self.next_index += 1
+        return [event("content_block_start", index=self.next_index - 1, content_block=block)]
+
+    def _delta(self, delta: dict) -> bytes:
+        return event("content_block_delta", index=self.next_index - 1, delta=delta)
+
+
+def message_start(meta: MessageMeta, prompt_tokens: int, cached_tokens: int) -> bytes:
+    start_usage = meta.usage(prompt_tokens, cached_tokens, 0)
+    return event("message_start", message=message_shell(meta, [], None, None, start_usage))
+
+
+def message_end(output: GenerationOutput, meta: MessageMeta) -> list[bytes]:
+    reason = stop_reason(output)
+    delta = {"stop_reason": reason, "stop_sequence": output.stop_sequence if reason == "stop_sequence" else None}
+    fields: dict[str, Any] = {"delta": delta, "usage": final_usage(output, meta)}
+    if meta.context_management is not None:
+        fields["context_management"] = meta.context_management
+    return [event("message_delta", **fields), event("message_stop")]
+
+
+def error_event(error: Any) -> bytes:
+    return sse(anthropic_error_body(error), "error")
+
+
+def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
+    writer = exchange.writer
+    prompt_tokens = len(gen.request.prompt_tokens)
+    blocks = BlockStream(meta.signing_key, meta.omit_thinking)
+    started = False
+    buffer: list[bytes] = []
+    writer.start_stream()
+    with cancel_on_disconnect(gen):
+        for ev in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
+            if ev is KEEPALIVE:
+                buffer.append(PING if started else PREFILL_COMMENT)
+            elif isinstance(ev, Context) and not started:
+                buffer += [message_start(meta, prompt_tokens, ev.used), PING]
+                started = True
+            elif isinstance(ev, (Chunk, ToolCallStart, ToolCallDelta)):
+                if not started:      # never expected: the runtime sends Context first
+                    buffer.append(message_start(meta, prompt_tokens, 0))
+                    started = True
+                if isinstance(ev, Chunk):
+                    buffer += blocks.chunk(ev.reasoning, ev.text)
+                elif isinstance(ev, ToolCallStart):
+                    buffer += blocks.tool_start(ev)
+                else:
+                    buffer += blocks.tool_delta(ev)
+            elif isinstance(ev, Finished):
+                if ev.error is not None:
+                    buffer.append(error_event(error_from(ev)))
+                else:
+                    if not started:
+                        buffer.append(message_start(meta, ev.output.prompt_tokens, ev.output.cached_tokens))
+                    buffer += blocks.close() + message_end(ev.output, meta)
+            flush_when_idle(exchange, gen, buffer, ev)
+        writer.end_stream()

@@ -1,0 +1,231 @@
+"""OpenAI Chat Completions: POST /v1/chat/completions, whole or streamed."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...prompt.build import ChatInput, ToolChoice, build_chat_request, function_definitions
+from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
+                       flush_when_idle, sse, stream_events, submit, wait_for_output)
+from ...wire.routes import Exchange
+from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
+                     read_template_kwargs)
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+
+
+def handle(exchange: Exchange) -> None:
+    serve_openai(exchange, read_request, "chatcmpl-", final_response, stream_response)
+
+
+def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) -> None:
+    """The request/response cycle both OpenAI endpoints share: read, queue, answer whole or streamed."""
+    app = exchange.app
+    app.require_ready()
+    body = exchange.json()
+    stream = read_bool(body, "stream")
+    gen_request = read(app, body, exchange.request_id)
+    include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
+    gen = submit(exchange, gen_request)
+    with cancel_on_error(gen):
+        meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
+        if stream:
+            stream_out(exchange, gen, meta, include_usage)
+        else:
+            output = wait_for_output(exchange, gen)
+            exchange.send_json(final(output, meta, gen_request.logprobs))
+
+
+def read_request(app: Any, body: dict, request_id: str):
+    messages = read_messages(body)
+    n = read_int(body, "n", low=1, default=1)
+    if n != 1:
+        raise invalid("n", "only n=1 is supported")
+    max_tokens = read_int(body, "max_completion_tokens", low=1)
+    if max_tokens is None:
+        max_tokens = read_int(body, "max_tokens", low=1)
+    logprobs = read_bool(body, "logprobs")
+    top_logprobs = read_int(body, "top_logprobs", low=0, high=20, default=0)
+    if top_logprobs and not logprobs:
+        raise invalid("top_logprobs", "requires logprobs: true")
+    chat = ChatInput(messages=messages, template_kwargs=read_template_kwargs(body))
+    effort = read_str(body, "reasoning_effort")
+    if effort is not None:
+        chat.template_kwargs.setdefault("reasoning_effort", effort)
+    chat.tools = function_definitions(body.get("tools"))
+    chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
+    chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
+    read_response_format(body, chat)
+    sampling = read_sampling(body, app.engine.n_vocab)
+    cache_key = read_str(body, "prompt_cache_key")
+    request = build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
+                                 logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
+    request.cache_key = cache_key     # a slot-affinity hint (runtime._choose_slot)
+    return request
+
+
+def read_messages(body: dict) -> list[dict]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "expected a non-empty array of messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise invalid(f"messages[{i}]", "expected an object")
+        role = message.get("role")
+        if role not in ROLES:
+            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}")
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise invalid(f"messages[{i}].content", "expected a string or an array of content parts")
+        if isinstance(content, list):
+            for part in content:
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind not in ("text", "input_text"):
+                    raise invalid(f"messages[{i}].content", f"content part type '{kind}' is not supported; "
+                                                            f"this server takes text only")
+        read_tool_calls(message, f"messages[{i}].tool_calls")
+    return messages
+
+
+def read_tool_calls(message: dict, param: str) -> None:
+    """An assistant message's earlier calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
+    calls = message.get("tool_calls")
+    if calls is None:
+        return
+    if not isinstance(calls, list):
+        raise invalid(param, f"expected an array of tool calls, got {kind_of(calls)}")
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, dict)):
+            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON string")
+
+
+def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
+    if value is None:
+        return ToolChoice("auto")
+    if isinstance(value, str):
+        if value not in ("none", "auto", "required"):
+            raise invalid("tool_choice", "expected none, auto, required or a named function")
+        if value == "required" and not tools:
+            raise invalid("tool_choice", "'required' needs at least one tool")
+        return ToolChoice(value)
+    if isinstance(value, dict):
+        fn = value.get("function") if isinstance(value.get("function"), dict) else value
+        name = fn.get("name")
+        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+            raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
+        return ToolChoice("named", name)
+    raise invalid("tool_choice", "expected a string or an object")
+
+
+def read_response_format(body: dict, chat: ChatInput) -> None:
+    fmt = read_dict(body, "response_format")
+    if not fmt:
+        return
+    kind = fmt.get("type")
+    if kind == "text":
+        return
+    if kind == "json_object":
+        chat.json_object = True
+        return
+    if kind == "json_schema":
+        spec = fmt.get("json_schema")
+        if not isinstance(spec, dict) or not isinstance(spec.get("schema", {}), dict):
+            raise invalid("response_format", "json_schema needs an object with a 'schema' object")
+        chat.response_schema = spec.get("schema", {})
+        return
+    raise invalid("response_format", f"type must be text, json_object or json_schema; got {kind!r}")
+
+
+# ---- shaping ------------------------------------------------------------------------
+
+def usage(output: GenerationOutput) -> dict:
+    return {
+        "prompt_tokens": output.prompt_tokens,
+        "completion_tokens": output.completion_tokens,
+        "total_tokens": output.prompt_tokens + output.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": output.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": output.reasoning_tokens},
+    }
+
+
+def finish_reason(output: GenerationOutput) -> str:
+    return "stop" if output.finish_reason == "cancelled" else output.finish_reason
+
+
+def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": output.content}
+    if output.reasoning:
+        message["reasoning_content"] = output.reasoning
+    if output.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in output.tool_calls]
+        if not output.content:
+            message["content"] = None
+    choice = {"index": 0, "message": message, "finish_reason": finish_reason(output),
+              "logprobs": {"content": output.logprobs or [], "refusal": None} if with_logprobs else None}
+    return {**meta, "object": "chat.completion", "choices": [choice], "usage": usage(output),
+            "system_fingerprint": None, "timings": timings(output)}
+
+
+def timings(output: GenerationOutput) -> dict:
+    t = output.timings
+    decoded = max(output.completion_tokens - 1, 0)
+    return {
+        "prompt_n": output.prompt_tokens - output.cached_tokens,
+        "prompt_ms": round(t.prefill_ms, 3),
+        "predicted_n": output.completion_tokens,
+        "predicted_ms": round(t.decode_ms, 3),
+        "predicted_per_second": round(decoded / (t.decode_ms / 1000), 3) if t.decode_ms > 0 else None,
+    }
+
+
+def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
+    writer = exchange.writer
+    base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
+
+    def chunk(delta: dict, finish: str | None = None, logprobs: Any = None) -> bytes:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+        return sse({**base, "choices": [choice]})
+
+    writer.start_stream()
+    role_sent = False
+    buffer: list[bytes] = []
+    with cancel_on_disconnect(gen):
+        for event in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
+            if event is KEEPALIVE:
+                writer.stream(PREFILL_COMMENT)
+                continue
+            if not role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
+                buffer.append(chunk({"role": "assistant", "content": ""}))
+                role_sent = True
+            if isinstance(event, Chunk):
+                key = "reasoning_content" if event.reasoning else "content"
+                logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
+                buffer.append(chunk({key: event.text}, logprobs=logprobs))
+            elif isinstance(event, ToolCallStart):
+                buffer.append(chunk({"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
+                                                     "function": {"name": event.name, "arguments": ""}}]}))
+            elif isinstance(event, ToolCallDelta):
+                buffer.append(chunk({"tool_calls": [{"index": event.index,
+                                                     "function": {"arguments": event.fragment}}]}))
+            elif isinstance(event, Finished):
+                if event.error is not None:
+                    err = error_from(event)
+                    buffer.append(sse({"error": {"message": err.message, "type": "server_error",
+                                                 "param": None, "code": err.code}}))
+                else:
+                    output = event.output
+                    buffer.append(chunk({}, finish_reason(output)))
+                    if include_usage:
+                        buffer.append(sse({**base, "choices": [], "usage": usage(output)}))
+                buffer.append(b"data: [DONE]\n\n")
+            flush_when_idle(exchange, gen, buffer, event)
+        writer.end_stream()

@@ -1,0 +1,114 @@
+"""OpenAI legacy Completions: POST /v1/completions with a raw prompt, whole or streamed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
+from ...prompt.build import check_fits, check_grammar, tokenize_to_fit
+from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse, stream_events
+from ...wire.routes import Exchange
+from .chat import finish_reason, serve_openai, timings, usage
+from ..fields import invalid, read_bool, read_int, read_sampling, read_stop
+
+
+def handle(exchange: Exchange) -> None:
+    serve_openai(exchange, read_request, "cmpl-", final_response, stream_response)
+
+
+def read_prompt_tokens(app: Any, prompt: Any) -> list[int]:
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]          # a batch of one
+    if isinstance(prompt, str):
+        tokens = tokenize_to_fit(app, prompt, add_special=True, parse_special=True)
+        if not tokens:      # this model adds no BOS: there is nothing to continue from
+            raise invalid("prompt", "is empty; give at least one character or token to continue from")
+        return tokens
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad = [t for t in prompt if not app.engine.valid_token(t)]
+        if bad:
+            raise invalid("prompt", f"token id {bad[0]} is outside the vocabulary")
+        return list(prompt)
+    if isinstance(prompt, list) and len(prompt) > 1:
+        raise invalid("prompt", "only one prompt per request is supported")
+    raise invalid("prompt", "expected a string or an array of token ids")
+
+
+def read_request(app: Any, body: dict, request_id: str) -> GenerationRequest:
+    if "prompt" not in body:
+        raise invalid("prompt", "is required")
+    tokens = read_prompt_tokens(app, body["prompt"])
+    if read_int(body, "n", low=1, default=1) != 1:
+        raise invalid("n", "only n=1 is supported")
+    if read_int(body, "best_of", low=1, default=1) != 1:
+        raise invalid("best_of", "only best_of=1 is supported")
+    if read_bool(body, "echo"):
+        raise invalid("echo", "echo is not supported")
+    if body.get("suffix"):
+        raise invalid("suffix", "suffix (fill-in-the-middle) is not supported")
+    logprobs = read_int(body, "logprobs", low=0, high=20)
+    check_fits(app, tokens)
+    sampling = read_sampling(body, app.engine.n_vocab)
+    check_grammar(app, sampling)
+    return GenerationRequest(
+        prompt_tokens=tokens,
+        sampling=sampling,
+        max_tokens=read_int(body, "max_tokens", low=1, default=16),
+        stop=read_stop(body),
+        logprobs=logprobs is not None,
+        top_logprobs=logprobs or 0,
+        label=f"completion {request_id}",
+    )
+
+
+def legacy_logprobs(entries: list[dict] | None) -> dict | None:
+    if entries is None:
+        return None
+    offset, offsets = 0, []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry["token"])
+    return {
+        "tokens": [e["token"] for e in entries],
+        "token_logprobs": [e["logprob"] for e in entries],
+        "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
+    choice = {"text": output.content, "index": 0,
+              "logprobs": legacy_logprobs(output.logprobs) if with_logprobs else None,
+              "finish_reason": finish_reason(output)}
+    return {**meta, "object": "text_completion", "choices": [choice], "usage": usage(output),
+            "system_fingerprint": None, "timings": timings(output)}
+
+
+def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
+    writer = exchange.writer
+    base = {**meta, "object": "text_completion", "system_fingerprint": None}
+
+    def chunk(text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
+        return sse({**base, "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}]})
+
+    writer.start_stream()
+    buffer: list[bytes] = []
+    with cancel_on_disconnect(gen):
+        for event in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
+            if event is KEEPALIVE:
+                writer.stream(PREFILL_COMMENT)
+                continue
+            if isinstance(event, Chunk):
+                buffer.append(chunk(event.text, logprobs=legacy_logprobs(event.logprobs)))
+            elif isinstance(event, Finished):
+                if event.error is not None:
+                    err = error_from(event)
+                    buffer.append(sse({"error": {"message": err.message, "type": "server_error",
+                                                 "param": None, "code": err.code}}))
+                else:
+                    buffer.append(chunk("", finish_reason(event.output)))
+                    if include_usage:
+                        buffer.append(sse({**base, "choices": [], "usage": usage(event.output)}))
+                buffer.append(b"data: [DONE]\n\n")
+            flush_when_idle(exchange, gen, buffer, event)
+        writer.end_stream()

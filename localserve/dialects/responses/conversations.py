@@ -1,0 +1,117 @@
+"""OpenAI Conversations: a stored, growing list of items that responses read and extend.
+
+POST /v1/conversations (optional items and metadata), GET / POST (metadata) / DELETE
+/v1/conversations/{id}, POST and GET /v1/conversations/{id}/items, GET and DELETE
+/v1/conversations/{id}/items/{item_id}. Items are normalized as response input items are
+(protocols/responses_items.py), so a response created with `conversation` reads them back
+as context. All of it lives in the store; with storage off these endpoints answer 400.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...errors import ApiError
+from ...wire.routes import Exchange
+from ..fields import invalid
+from .items import list_page, read_items, read_page_query
+from .request import read_metadata, storage_off
+
+
+def create(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    body = optional_json(exchange)
+    items = read_items(body.get("items"), "items")
+    conversation = store.create_conversation(items=items, metadata=read_metadata(body))
+    exchange.send_json(conversation)
+
+
+def retrieve(exchange: Exchange) -> None:
+    exchange.send_json(existing(exchange))
+
+
+def update(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    body = exchange.json()
+    if "metadata" not in body:
+        raise invalid("metadata", "required: the metadata to set")
+    conversation = store.update_conversation(conversation_id(exchange), read_metadata(body))
+    if conversation is None:
+        raise not_found(conversation_id(exchange))
+    exchange.send_json(conversation)
+
+
+def delete(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    conv_id = conversation_id(exchange)
+    if not store.delete_conversation(conv_id):
+        raise not_found(conv_id)
+    exchange.send_json({"id": conv_id, "object": "conversation.deleted", "deleted": True})
+
+
+def add_items(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    items = read_items(exchange.json().get("items"), "items", required=True)
+    stored = store.add_items(conversation_id(exchange), items)
+    if stored is None:
+        raise not_found(conversation_id(exchange))
+    exchange.send_json(list_page(stored, False))
+
+
+def list_items(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    after, limit, order = read_page_query(exchange.request.query)
+    page = store.list_items(conversation_id(exchange), after=after, limit=limit, order=order)
+    if page is None:
+        raise not_found(conversation_id(exchange))
+    exchange.send_json(list_page(*page))
+
+
+def get_item(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    existing(exchange)
+    item = store.get_item(conversation_id(exchange), exchange.params["item_id"])
+    if item is None:
+        raise item_not_found(exchange)
+    exchange.send_json(item)
+
+
+def delete_item(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    conversation = existing(exchange)
+    if not store.delete_item(conversation["id"], exchange.params["item_id"]):
+        raise item_not_found(exchange)
+    exchange.send_json(conversation)
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+def stored_state(exchange: Exchange) -> Any:
+    if exchange.app.store is None:
+        raise storage_off("the Conversations API")
+    return exchange.app.store
+
+
+def optional_json(exchange: Exchange) -> dict:
+    return exchange.json() if exchange.has_body() else {}
+
+
+def conversation_id(exchange: Exchange) -> str:
+    return exchange.params["conversation_id"]
+
+
+def existing(exchange: Exchange) -> dict:
+    conversation = stored_state(exchange).get_conversation(conversation_id(exchange))
+    if conversation is None:
+        raise not_found(conversation_id(exchange))
+    return conversation
+
+
+def not_found(conv_id: str) -> ApiError:
+    return ApiError(404, f"conversation '{conv_id}' not found", param="conversation_id",
+                    code="conversation_not_found")
+
+
+def item_not_found(exchange: Exchange) -> ApiError:
+    return ApiError(404, f"item '{exchange.params['item_id']}' not found in conversation "
+                         f"'{conversation_id(exchange)}'", param="item_id", code="item_not_found")

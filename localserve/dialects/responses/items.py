@@ -1,0 +1,296 @@
+"""Responses API items: reading them from a request, and turning them into chat messages.
+
+Input arrives as a string or as items (messages, function calls, their outputs, reasoning).
+Each item is validated and normalized to the shape the API returns when it lists items
+(`GET /v1/responses/{id}/input_items`, conversation items): an id, `type`, `status`, and
+content as typed parts. Stored items, chained items and conversation items are all in that
+shape, so one function turns any run of them into the OpenAI chat messages that
+prompt.build_chat_request renders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ...errors import ApiError
+from ...store.store import ITEM_ID_PREFIXES, new_id
+from ..fields import invalid
+from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
+
+MESSAGE_ROLES = ("user", "system", "developer", "assistant")
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
+              "custom_tool_call_output", "local_shell_call", "local_shell_call_output")
+CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
+OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
+TEXT_PARTS = ("input_text", "output_text", "text")
+MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
+
+
+def unsupported(param: str, message: str) -> ApiError:
+    return ApiError(400, f"invalid '{param}': {message}", param=param, code="unsupported_value")
+
+
+def read_input(value: Any, param: str = "input") -> list[dict]:
+    """A request's `input`: a string (one user message) or a list of items, normalized."""
+    if isinstance(value, str):
+        return [message_item("user", value)]
+    if not isinstance(value, list):
+        raise invalid(param, "expected a string or an array of input items")
+    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+
+
+def read_items(value: Any, param: str = "items", *, required: bool = False) -> list[dict]:
+    """Items for the Conversations API: a list of at most MAX_ITEMS items."""
+    if value is None and not required:
+        return []
+    if not isinstance(value, list) or (required and not value):
+        raise invalid(param, "expected a non-empty array of items" if required else "expected an array of items")
+    if len(value) > MAX_ITEMS:
+        raise invalid(param, f"at most {MAX_ITEMS} items can be added at a time")
+    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+
+
+def message_item(role: str, text: str, item_id: str | None = None) -> dict:
+    part = {"type": "output_text", "text": text, "annotations": [], "logprobs": []} if role == "assistant" \
+        else {"type": "input_text", "text": text}
+    return {"id": item_id or new_id("msg"), "type": "message", "role": role, "content": [part],
+            "status": "completed"}
+
+
+def normalize_item(item: Any, where: str) -> dict:
+    if not isinstance(item, dict):
+        raise invalid(where, "expected an object")
+    kind = item.get("type", "message" if "role" in item else None)
+    if kind == "message":
+        return _message(item, where)
+    if kind == "function_call":
+        return _function_call(item, where)
+    if kind in OUTPUT_TYPES:
+        return _call_output(item, where, kind)
+    if kind == "reasoning":
+        return _reasoning(item, where)
+    if kind == "custom_tool_call":
+        return _custom_tool_call(item, where)
+    if kind == "local_shell_call":
+        return _local_shell_call(item, where)
+    if kind is None:
+        raise invalid(where, "an item needs a 'type' (or a 'role' for a message)")
+    raise unsupported(f"{where}.type", f"item type '{kind}' is not supported; this server takes "
+                                       f"{', '.join(ITEM_TYPES)} items")
+
+
+def _item_id(item: dict, where: str, kind: str) -> str:
+    value = item.get("id")
+    if value is None or value == "":
+        return new_id(ITEM_ID_PREFIXES.get(kind, "item"))
+    if not isinstance(value, str):
+        raise invalid(f"{where}.id", "expected a string")
+    return value
+
+
+def _message(item: dict, where: str) -> dict:
+    role = item.get("role")
+    if role not in MESSAGE_ROLES:
+        raise invalid(f"{where}.role", f"expected one of {', '.join(MESSAGE_ROLES)}, got {role!r}")
+    texts = _texts(item.get("content"), f"{where}.content")
+    out = message_item(role, "", _item_id(item, where, "message"))
+    template = out["content"][0]
+    out["content"] = [{**template, "text": text} for text in texts]
+    return out
+
+
+def _texts(content: Any, where: str) -> list[str]:
+    if isinstance(content, str):
+        return [content]
+    if not isinstance(content, list):
+        raise invalid(where, "expected a string or an array of content parts")
+    texts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in TEXT_PARTS and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "refusal" and isinstance(part.get("refusal"), str):
+            texts.append(part["refusal"])
+        elif kind in TEXT_PARTS or kind == "refusal":
+            raise invalid(f"{where}[{i}]", "a text part needs a string 'text'")
+        else:
+            raise unsupported(f"{where}[{i}].type", f"content part type '{kind}' is not supported; "
+                                                    f"this server takes text only")
+    return texts
+
+
+def _required_str(item: dict, key: str, where: str) -> str:
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise invalid(f"{where}.{key}", "expected a non-empty string")
+    return value
+
+
+def _namespace(item: dict, where: str, out: dict) -> dict:
+    namespace = item.get("namespace")
+    if namespace is not None:
+        if not isinstance(namespace, str) or not namespace:
+            raise invalid(f"{where}.namespace", "expected a non-empty string")
+        out["namespace"] = namespace
+    return out
+
+
+def _function_call(item: dict, where: str) -> dict:
+    arguments = item.get("arguments", "{}")
+    if isinstance(arguments, dict):
+        arguments = orjson.dumps(arguments).decode()
+    if not isinstance(arguments, str):
+        raise invalid(f"{where}.arguments", "expected a JSON string")
+    return _namespace(item, where, {
+        "id": _item_id(item, where, "function_call"), "type": "function_call",
+        "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
+        "arguments": arguments, "status": "completed"})
+
+
+def _custom_tool_call(item: dict, where: str) -> dict:
+    text = item.get("input")
+    if not isinstance(text, str):
+        raise invalid(f"{where}.input", "expected a string")
+    return _namespace(item, where, {
+        "id": _item_id(item, where, "custom_tool_call"), "type": "custom_tool_call",
+        "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
+        "input": text, "status": "completed"})
+
+
+def _local_shell_call(item: dict, where: str) -> dict:
+    action = item.get("action")
+    if not isinstance(action, dict) or not isinstance(action.get("command"), list) or not all(
+            isinstance(c, str) for c in action["command"]):
+        raise invalid(f"{where}.action", "expected an exec action with a 'command' array of strings")
+    call_id = item.get("call_id") or item.get("id")
+    if not isinstance(call_id, str) or not call_id:
+        raise invalid(f"{where}.call_id", "expected a non-empty string")
+    return {"id": _item_id(item, where, "local_shell_call"), "type": "local_shell_call", "call_id": call_id,
+            "action": {"type": "exec", "env": {}, **action}, "status": "completed"}
+
+
+def _call_output(item: dict, where: str, kind: str) -> dict:
+    output = item.get("output")
+    if isinstance(output, list):
+        output = "\n".join(_texts(output, f"{where}.output"))
+    if not isinstance(output, str):
+        raise invalid(f"{where}.output", "expected a string or an array of text parts")
+    if kind == "local_shell_call_output":   # its `id` is the call's id
+        call_id = item.get("call_id") or item.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            raise invalid(f"{where}.id", "expected the id of the local_shell_call")
+        return {"id": call_id, "type": kind, "call_id": call_id, "output": output, "status": "completed"}
+    return {"id": _item_id(item, where, kind), "type": kind,
+            "call_id": _required_str(item, "call_id", where), "output": output, "status": "completed"}
+
+
+def _reasoning(item: dict, where: str) -> dict:
+    out: dict = {"id": _item_id(item, where, "reasoning"), "type": "reasoning", "summary": []}
+    for key, part_type in (("summary", "summary_text"), ("content", "reasoning_text")):
+        parts = item.get(key)
+        if parts is None:
+            continue
+        if not isinstance(parts, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("text"), str) for p in parts):
+            raise invalid(f"{where}.{key}", "expected an array of text parts")
+        out[key] = [{"type": part_type, "text": p["text"]} for p in parts]
+    sealed = item.get("encrypted_content")
+    if sealed is not None:
+        if not isinstance(sealed, str):
+            raise invalid(f"{where}.encrypted_content", "expected a string")
+        out["encrypted_content"] = sealed
+    out["status"] = "completed"
+    return out
+
+
+# ---- items → chat messages ---------------------------------------------------------
+
+def item_text(item: dict) -> str:
+    """The text of a message item, or the reasoning of a reasoning item."""
+    if item["type"] == "reasoning":
+        parts = item.get("content") or item.get("summary") or []
+    else:
+        parts = item.get("content") or []
+    return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
+
+
+def to_messages(items: list[dict], instructions: str | None = None) -> list[dict]:
+    """Normalized items → OpenAI chat messages. Consecutive function calls (and the assistant
+    text before them) become one assistant turn; a reasoning item goes with the next one."""
+    messages: list[dict] = [{"role": "system", "content": instructions}] if instructions else []
+    names: dict[str, str] = {}
+    reasoning: str | None = None
+    for item in items:
+        kind = item["type"]
+        if kind == "reasoning":
+            reasoning = item_text(item) or None
+        elif kind == "message" and item["role"] != "assistant":
+            messages.append({"role": item["role"], "content": item_text(item)})
+        elif kind == "message":
+            messages.append(_with_reasoning({"role": "assistant", "content": item_text(item)}, reasoning))
+            reasoning = None
+        elif kind in CALL_TYPES:
+            name, arguments = call_text(item)
+            names[item["call_id"]] = name
+            call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and reasoning is None:
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append(_with_reasoning({"role": "assistant", "content": "", "tool_calls": [call]},
+                                                reasoning))
+                reasoning = None
+        elif kind in OUTPUT_TYPES:
+            message = {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
+            if item["call_id"] in names:
+                message["name"] = names[item["call_id"]]
+            messages.append(message)
+    return messages
+
+
+def call_text(item: dict) -> tuple[str, str]:
+    """A call item as the model wrote it: the name it called and its arguments (JSON text)."""
+    kind = item["type"]
+    if kind == "custom_tool_call":
+        return qualified(item["name"], item.get("namespace")), orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
+    if kind == "local_shell_call":
+        return LOCAL_SHELL, shell_arguments(item["action"])
+    return qualified(item["name"], item.get("namespace")), item["arguments"]
+
+
+def _with_reasoning(message: dict, reasoning: str | None) -> dict:
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def drop_oldest(items: list[dict]) -> list[dict]:
+    """The items less the oldest one, and any function outputs or reasoning it leaves orphaned."""
+    rest = items[1:]
+    while rest and rest[0]["type"] in (*OUTPUT_TYPES, "reasoning") and len(rest) > 1:
+        rest = rest[1:]
+    return rest
+
+
+# ---- listing -----------------------------------------------------------------------
+
+def read_page_query(query: dict[str, str]) -> tuple[str | None, int, str]:
+    """`after`, `limit` (1..100, default 20) and `order` (asc|desc, default desc) of a list."""
+    raw = query.get("limit", "20")
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise invalid("limit", f"expected an integer, got '{raw}'") from None
+    if not 1 <= limit <= 100:
+        raise invalid("limit", f"must be from 1 to 100, got {limit}")
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid("order", f"must be asc or desc, got '{order}'")
+    return query.get("after") or None, limit, order
+
+
+def list_page(items: list[dict], has_more: bool) -> dict:
+    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
+            "last_id": items[-1]["id"] if items else None, "has_more": has_more}

@@ -1,0 +1,243 @@
+"""OpenAI Responses: create (plain, streamed or in the background), retrieve (also as a
+replayed or followed stream), cancel, delete, and list a response's input items.
+
+Reading the request is protocols/responses_request.py; shaping events is
+protocols/responses_stream.py; a response being generated is a response_runs.ResponseRun,
+which stores it as it goes when `store` is on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from ...wire.connection import ClientGone
+from ...errors import ApiError
+from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
+from .runs import ResponseRun
+from ...wire.routes import Exchange
+from ..fields import IGNORED_TOOLS_HEADER, invalid
+from .items import list_page, read_page_query
+from .request import ACTIVE, read_plan
+
+log = logging.getLogger("localserve.responses")
+
+FOLLOW_WAIT_SECONDS = 0.25
+FOLLOW_KEEPALIVE = b": keepalive\n\n"
+MAX_SEQUENCE_NUMBER = 2**63 - 1    # SQLite's largest integer: a larger starting_after can't be bound
+
+
+def encode(events: list[dict]) -> bytes:
+    return b"".join(sse(event, event["type"]) for event in events)
+
+
+# ---- POST /v1/responses ----------------------------------------------------------------
+
+def create(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    plan = read_plan(app, exchange.json(), exchange.request_id)
+    if plan.ignored_tools:
+        ignored = ", ".join(plan.ignored_tools)
+        log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
+        exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
+    gen = submit(exchange, plan.generation)
+    with cancel_on_error(gen):
+        run = ResponseRun(plan, gen, app.store)
+        opening = run.begin()
+        if plan.store:
+            app.response_runs.add(run)
+        handed_over = False
+        try:
+            if plan.background:
+                app.response_runs.start_background(run)
+                handed_over = True
+            elif plan.stream:
+                stream_run(exchange, run)
+            else:
+                answer(exchange, run)
+        except BaseException:
+            run.interrupt("the response failed while it was being generated")   # stored so, unless it ended
+            raise
+        finally:
+            if not handed_over:
+                app.response_runs.discard(run)
+    if plan.background:         # the runner thread owns the job now: a client gone here stops nothing
+        exchange.send_json(opening[0]["response"])
+
+
+def answer(exchange: Exchange, run: ResponseRun) -> None:
+    """Wait for the whole response; a client that leaves cancels it."""
+    try:
+        for event in stream_events(exchange, run.gen, 0):
+            run.feed(event)
+            if run.done:
+                break
+    except ClientGone:
+        run.cancel("client closed the connection while waiting")
+        raise
+    if run.error_event is not None:
+        raise error_from(run.error_event)
+    exchange.send_json(run.shaper.snapshot())
+
+
+def stream_run(exchange: Exchange, run: ResponseRun) -> None:
+    """The run's events as SSE while it generates; a failed write cancels it."""
+    writer = exchange.writer
+    writer.start_stream()
+    sent = 0
+    try:
+        for event in stream_events(exchange, run.gen, exchange.app.settings.prefill_keepalive):
+            if event is KEEPALIVE and sent == len(run.events):
+                writer.stream(PREFILL_COMMENT)
+                continue
+            if event is not KEEPALIVE:
+                run.feed(event)
+            if run.done or run.gen.events.empty():
+                pending = run.events[sent:]
+                sent += len(pending)
+                writer.stream(encode(pending))
+            if run.done:
+                break
+        writer.stream(encode(run.events[sent:]))
+        writer.end_stream()
+    except ClientGone:
+        run.cancel("client went away during the stream")
+        raise
+
+
+# ---- GET /v1/responses/{response_id} ----------------------------------------------------
+
+def retrieve(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    response_id = exchange.params["response_id"]
+    query = exchange.request.query
+    if read_flag(query, "stream"):
+        replay(exchange, response_id, read_starting_after(query))
+        return
+    response = store.get_response(response_id)
+    if response is None:
+        raise not_found(response_id)
+    exchange.send_json(response)
+
+
+def replay(exchange: Exchange, response_id: str, after: int) -> None:
+    """Stored events after `after`; a response still running is followed live to its end."""
+    app = exchange.app
+    writer = exchange.writer
+    run = app.response_runs.get(response_id)
+    if run is None:
+        if app.store.get_response(response_id) is None:
+            raise not_found(response_id)
+        events = app.store.events(response_id, starting_after=after)
+        writer.start_stream()
+        writer.stream(encode(events))
+        writer.end_stream()
+        return
+    writer.start_stream()
+    if writer.head_only:          # the head is all a HEAD asks for: don't follow the run
+        writer.end_stream()
+        return
+    keepalive = app.settings.prefill_keepalive or 5.0
+    last_write = time.monotonic()
+    while True:
+        events, done = run.follow(after, FOLLOW_WAIT_SECONDS)
+        if events:
+            writer.stream(encode(events))
+            after = events[-1]["sequence_number"]
+            last_write = time.monotonic()
+        elif done:
+            break
+        elif writer.peer_closed():
+            raise ClientGone("peer closed while following a response")
+        elif time.monotonic() - last_write >= keepalive:
+            writer.stream(FOLLOW_KEEPALIVE)
+            last_write = time.monotonic()
+    writer.end_stream()
+
+
+# ---- POST /v1/responses/{response_id}/cancel -----------------------------------------------
+
+def cancel(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    response_id = exchange.params["response_id"]
+    run = exchange.app.response_runs.get(response_id)
+    if run is not None and run.cancel(f"cancelled through POST /v1/responses/{response_id}/cancel"):
+        exchange.send_json(store.get_response(response_id) or run.shaper.snapshot())
+        return
+    response = store.get_response(response_id)
+    if response is None:
+        raise not_found(response_id)
+    status = response["status"]
+    if status in ACTIVE:        # no run behind it (it is just ending): the store decides
+        store.set_status(response_id, "cancelled", only_if_in=ACTIVE)
+        response = store.get_response(response_id) or response
+        status = response["status"]
+    if status not in ("cancelled",):
+        code = "response_already_failed" if status == "failed" else "response_already_completed"
+        raise ApiError(400, f"response '{response_id}' has already finished ({status}); only a queued or "
+                            f"in-progress response can be cancelled", code=code)
+    exchange.send_json(response)
+
+
+# ---- DELETE /v1/responses/{response_id} ----------------------------------------------------
+
+def delete(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    response_id = exchange.params["response_id"]
+    run = exchange.app.response_runs.get(response_id)
+    if run is not None:
+        run.cancel("the response was deleted")
+    if not store.delete_response(response_id):
+        raise not_found(response_id)
+    exchange.send_json({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+# ---- GET /v1/responses/{response_id}/input_items ----------------------------------------
+
+def input_items(exchange: Exchange) -> None:
+    store = stored_state(exchange)
+    response_id = exchange.params["response_id"]
+    after, limit, order = read_page_query(exchange.request.query)
+    page = store.list_input_items(response_id, after=after, limit=limit, order=order)
+    if page is None:
+        raise not_found(response_id)
+    exchange.send_json(list_page(*page))
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+
+def stored_state(exchange: Exchange) -> Any:
+    """The store; with storage off no response can be found."""
+    store = exchange.app.store
+    if store is None:
+        raise ApiError(404, f"response '{exchange.params.get('response_id')}' not found: storage is off on "
+                            f"this server (--no-store), so no response is kept", code="storage_disabled")
+    return store
+
+
+def not_found(response_id: str) -> ApiError:
+    return ApiError(404, f"response '{response_id}' not found", param="response_id", code="response_not_found")
+
+
+def read_flag(query: dict[str, str], name: str) -> bool:
+    value = query.get(name, "false").lower()
+    if value not in ("true", "false", "1", "0"):
+        raise invalid(name, f"expected true or false, got '{value}'")
+    return value in ("true", "1")
+
+
+def read_starting_after(query: dict[str, str]) -> int:
+    raw = query.get("starting_after")
+    if raw is None or raw == "":
+        return -1
+    try:
+        value = int(raw)
+    except ValueError:
+        raise invalid("starting_after", f"expected an integer, got '{raw}'") from None
+    if value < -1:
+        raise invalid("starting_after", "must be at least -1")
+    if value > MAX_SEQUENCE_NUMBER:
+        raise invalid("starting_after", f"must be at most {MAX_SEQUENCE_NUMBER}")
+    return value

@@ -1,0 +1,517 @@
+"""llama.cpp through llama-cpp-python's low-level bindings.
+
+Only the runtime thread calls into an Engine after start-up. The engine knows
+tokens, sequences and logits; it knows nothing about requests or protocols.
+Why not ``Llama.create_completion``: it costs Python work per token and
+re-detokenizes the whole output each step; here one token costs one piece lookup.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import llama_cpp
+from llama_cpp import llama_cpp as ll
+
+from . import cpu_weights
+from ..generation import SamplingParams
+from ..settings import TOKENIZE_ALONE_BYTES
+from .rpc import device_report
+from .sampler import GrammarError, NoLegalToken, Sampler
+
+__all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler"]
+
+log = logging.getLogger("localserve.engine")
+
+DECODE_OK = 0
+DECODE_NO_SLOT = 1        # llama_decode: no KV cells for the batch
+DECODE_ABORTED = 2
+GGUF_MAGIC = b"GGUF"
+
+
+class ModelLoadError(Exception):
+    """The model file cannot be served; the message is one line for the user."""
+
+
+class TooManyTokens(Exception):
+    """A text makes more tokens than the caller's limit; at_least: how many it makes at least."""
+
+    def __init__(self, at_least: int):
+        super().__init__(f"at least {at_least} tokens")
+        self.at_least = at_least
+
+
+class DecodeError(Exception):
+    def __init__(self, status: int):
+        super().__init__(f"llama_decode failed with status {status}")
+        self.status = status
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    architecture: str
+    n_ctx_train: int
+    n_params: int
+    size: int
+    n_vocab: int
+    description: str
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+
+
+_log_callback = None
+_recent_native_errors: collections.deque[str] = collections.deque(maxlen=16)
+_capture_only = threading.local()
+_load_messages: list[str] = []          # llama.cpp's log of the current model load
+_LAYER_DEVICE = re.compile(r"layer\s+(\d+) assigned to device ([^,\s]+)")
+
+
+def quiet_llama_logs(level: int = logging.WARNING) -> None:
+    """Route llama.cpp's own logging to Python's logger (it prints to stderr otherwise).
+
+    Warnings and errors are remembered so a failed load can name llama.cpp's reason
+    in one line instead of a screenful.
+    """
+    global _log_callback
+    native = logging.getLogger("localserve.llama")
+
+    @ll.llama_log_callback
+    def callback(lvl, text, _user_data):
+        # ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
+        message = text.decode("utf-8", "replace").rstrip()
+        if not message:
+            return
+        if getattr(_capture_only, "on", False):
+            _load_messages.append(message)
+        if lvl in (3, 4):
+            _recent_native_errors.append(message)
+            if level <= logging.WARNING and not getattr(_capture_only, "on", False):
+                native.warning(message)
+        elif level <= logging.DEBUG:
+            native.debug(message)
+
+    _log_callback = callback      # keep the ctypes thunk alive
+    ll.llama_log_set(callback, ctypes.c_void_p(0))
+
+
+def _layer_devices() -> dict[int, str]:
+    """Which device llama.cpp put each layer on, from its load log (its "offloaded N
+    layers to GPU" line counts layers it meant to offload even when no GPU exists)."""
+    devices = {}
+    for message in _load_messages:
+        found = _LAYER_DEVICE.search(message)
+        if found:
+            devices[int(found.group(1))] = found.group(2)
+    return devices
+
+
+def _tensor_split(proportions: Sequence[float] | None):
+    if not proportions:
+        return None
+    if len(proportions) > ll.LLAMA_MAX_DEVICES:
+        raise ModelLoadError(f"--tensor-split has {len(proportions)} values; this llama.cpp handles at most "
+                             f"{ll.LLAMA_MAX_DEVICES} devices")
+    return (ctypes.c_float * ll.LLAMA_MAX_DEVICES)(*proportions)
+
+
+def _native_reason() -> str:
+    for message in _recent_native_errors:
+        if "failed to load model" not in message and "error loading model" not in message:
+            return message.split(": ", 1)[-1]
+    return "unknown reason"
+
+
+def check_model_file(path: str) -> None:
+    if not os.path.exists(path):
+        raise ModelLoadError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise ModelLoadError(f"model path is a directory, not a GGUF file: {path}")
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:
+        raise ModelLoadError(f"cannot read model file {path}: {exc.strerror}") from None
+    if magic != GGUF_MAGIC:
+        raise ModelLoadError(f"not a GGUF model file: {path}")
+
+
+class Engine:
+    def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
+                 n_gpu_layers: int = 0, max_default_ctx: int = 8192,
+                 tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto"):
+        check_model_file(path)
+        ll.llama_backend_init()
+        mparams = ll.llama_model_default_params()
+        mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        split = _tensor_split(tensor_split)     # referenced until the model is loaded
+        if split is not None:
+            mparams.tensor_split = split
+        _recent_native_errors.clear()
+        _load_messages.clear()
+        _capture_only.on = True
+        try:
+            self.weight_plan = cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers)
+            overrides = self.weight_plan.apply(mparams)     # referenced until the model is loaded
+            self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+            del overrides
+        finally:
+            _capture_only.on = False
+        if not self.model:
+            raise ModelLoadError(f"llama.cpp could not load {path}: {_native_reason()}")
+        self.weight_buffers = cpu_weights.buffer_sizes(_load_messages)     # {buffer type: MiB}
+        self.vocab = ll.llama_model_get_vocab(self.model)
+        self.n_layer = ll.llama_model_n_layer(self.model)
+        # llama.cpp offloads the output layer too: n_layer + 1 layers in all
+        self.gpu_available = bool(ll.llama_supports_gpu_offload())
+        self.layer_devices = _layer_devices()
+        self.gpu_layers = sum(1 for d in self.layer_devices.values() if d != "CPU")
+        self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        n_ctx_train = ll.llama_model_n_ctx_train(self.model)
+        self.n_ctx_seq = n_ctx or min(n_ctx_train or max_default_ctx, max_default_ctx)
+        self.n_seq = n_seq
+        self.n_batch = n_batch
+        self.threads = threads
+        cparams = ll.llama_context_default_params()
+        # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
+        cparams.n_ctx = self.n_ctx_seq * n_seq
+        cparams.n_batch = n_batch
+        cparams.n_ubatch = n_batch
+        cparams.n_seq_max = n_seq
+        cparams.n_threads = threads
+        cparams.n_threads_batch = threads
+        cparams.kv_unified = False
+        # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
+        # Runtime checks with can_extend() that a cached prefix is still usable.
+        cparams.swa_full = False
+        # One logits row per sequence per step is all we read; llama.cpp would
+        # otherwise reserve n_batch rows of n_vocab floats (512 MB for Gemma 3).
+        cparams.n_outputs_max = n_seq
+        cparams.no_perf = True
+        _recent_native_errors.clear()
+        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if not self.ctx:
+            ll.llama_model_free(self.model)
+            raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
+                                 f"({_native_reason()}; try a smaller --ctx-size)")
+        self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
+        self.memory = ll.llama_get_memory(self.ctx)
+        self.n_swa = ll.llama_model_n_swa(self.model)
+        self._batch = ll.llama_batch_init(n_batch, 0, 1)
+        self._output_rows: dict[int, int] = {}     # batch index -> row of the logits matrix
+        self._step_logits = None
+        self._logits_views: dict[tuple[int, int], object] = {}
+        self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self._eog = [False] * self.n_vocab
+        for token in range(self.n_vocab):
+            self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
+        self.eog_tokens = [t for t in range(self.n_vocab) if self._eog[t]]
+        self.max_piece_bytes = self._longest_piece()
+        self._big_tokenize = threading.Lock()
+        self._abort_check: Callable[[], bool] | None = None
+        self._abort_cb = ll.ggml_abort_callback(self._on_abort)
+        self.info = self._read_info(path, n_ctx_train)
+        self._adds_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
+        self._adds_eos = bool(ll.llama_vocab_get_add_eos(self.vocab))
+        self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
+        if any(d.kind != "cpu" for d in self.devices):
+            log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
+        self.warmup_seconds = self._warm_up()
+
+    def _warm_up(self) -> float:
+        """Decode two tokens, then one more, and forget them, as llama-server warms up at load.
+
+        The first decodes are where a native problem with the weights shows (AMX's crash,
+        cpu_weights.py): at start, before /health says ok, never at a user's first request.
+        Both shapes run, because ggml multiplies a batch of one by other kernels than a
+        longer batch (AMX's crash is in the latter).
+        """
+        bos, eos = ll.llama_vocab_bos(self.vocab), ll.llama_vocab_eos(self.vocab)
+        first, second = max(bos, 0), max(eos, 0)
+        pair = [(first, 0, 0, False), (second, 1, 0, True)]
+        started = time.perf_counter()
+        try:
+            for i in range(0, len(pair), self.n_batch):      # --batch-size 1 takes them one by one
+                self.decode(pair[i:i + self.n_batch])
+            self.decode([(second, 2, 0, True)])
+        except DecodeError as exc:
+            self.close()
+            raise ModelLoadError(f"the warm-up decode failed: {exc} ({_native_reason()})") from None
+        self.clear()
+        return time.perf_counter() - started
+
+    # ---- model facts ---------------------------------------------------------------
+
+    def meta(self, key: str) -> str | None:
+        size = ll.llama_model_meta_val_str(self.model, key.encode(), None, 0)
+        if size < 0:
+            return None
+        buf = ctypes.create_string_buffer(size + 1)
+        ll.llama_model_meta_val_str(self.model, key.encode(), buf, size + 1)
+        return buf.value.decode("utf-8", "replace")
+
+    def _read_info(self, path: str, n_ctx_train: int) -> ModelInfo:
+        desc = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self.model, desc, 256)
+        bos = ll.llama_vocab_bos(self.vocab)
+        eos = ll.llama_vocab_eos(self.vocab)
+        return ModelInfo(
+            path=path,
+            architecture=self.meta("general.architecture") or "unknown",
+            n_ctx_train=n_ctx_train,
+            n_params=ll.llama_model_n_params(self.model),
+            size=ll.llama_model_size(self.model),
+            n_vocab=self.n_vocab,
+            description=desc.value.decode("utf-8", "replace"),
+            chat_template=self.meta("tokenizer.chat_template"),
+            bos_token=self.token_text(bos) if bos >= 0 else "",
+            eos_token=self.token_text(eos) if eos >= 0 else "",
+        )
+
+    # ---- tokens --------------------------------------------------------------------
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True,
+                 limit: int | None = None) -> list[int]:
+        """The tokens of text; with a limit, TooManyTokens when there would be more.
+
+        llama.cpp's tokenizers take some 40 bytes of working memory per byte of text. So a text
+        that can't make `limit` tokens or fewer (longer than limit × the longest piece) never
+        reaches them, and big texts are tokenized one at a time: at most one such peak at once.
+        """
+        if add_special and parse_special:
+            text = self._without_added_specials(text)
+        if limit is not None and len(text) > limit * self.max_piece_bytes:   # characters ≤ bytes
+            raise TooManyTokens(-(-len(text) // self.max_piece_bytes))
+        data = text.encode("utf-8")
+        if limit is not None and len(data) > limit * self.max_piece_bytes:
+            raise TooManyTokens(-(-len(data) // self.max_piece_bytes))
+        capacity = len(data) + 8 if limit is None else min(len(data) + 8, limit + 1)
+        buf = (ll.llama_token * capacity)()
+        with self._big_tokenize if len(data) > TOKENIZE_ALONE_BYTES else contextlib.nullcontext():
+            n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+            if n < 0 and limit is not None:
+                raise TooManyTokens(-n)
+            if n < 0:
+                capacity = -n
+                buf = (ll.llama_token * capacity)()
+                n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
+        return list(buf[:n])
+
+    def _longest_piece(self) -> int:
+        buf = ctypes.create_string_buffer(256)
+        longest = 1
+        for token in range(self.n_vocab):
+            n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
+            longest = max(longest, n if n >= 0 else -n)
+        return longest
+
+    def _without_added_specials(self, text: str) -> str:
+        """The text less a leading BOS (a trailing EOS) that llama.cpp is about to add itself.
+
+        Chat templates write the BOS text; llama.cpp would add a second BOS and log a
+        warning on every request. As llama.cpp's own chat code does, the written one goes:
+        the tokens are the same as with one BOS, and nothing is logged.
+        """
+        bos, eos = self.info.bos_token, self.info.eos_token
+        if bos and self._adds_bos and text.startswith(bos):
+            text = text[len(bos):]
+        if eos and self._adds_eos and text.endswith(eos):
+            text = text[:-len(eos)]
+        return text
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token, special tokens rendered as their text (cached)."""
+        cached = self._pieces[token]
+        if cached is None:
+            buf = ctypes.create_string_buffer(64)
+            n = ll.llama_token_to_piece(self.vocab, token, buf, 64, 0, True)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = ll.llama_token_to_piece(self.vocab, token, buf, -n, 0, True)
+            cached = buf.raw[:n]
+            self._pieces[token] = cached
+        return cached
+
+    def token_text(self, token: int) -> str:
+        return self.piece(token).decode("utf-8", "replace")
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return b"".join(self.piece(t) for t in tokens if 0 <= t < self.n_vocab).decode("utf-8", "replace")
+
+    def is_eog(self, token: int) -> bool:
+        return self._eog[token]
+
+    def valid_token(self, token: int) -> bool:
+        return 0 <= token < self.n_vocab
+
+    # ---- sequences -----------------------------------------------------------------
+
+    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
+        """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
+        return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def can_extend(self, seq_id: int, keep: int) -> bool:
+        """Whether a sequence cut at `keep` still holds what new tokens must attend to.
+
+        A sliding-window cache keeps only the last window of positions: a prefix
+        can be reused only if the window before `keep` is still there.
+        """
+        if keep <= 0 or self.n_swa <= 0:
+            return True
+        return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
+
+    def save_sequence(self, seq_id: int) -> bytes:
+        """A copy of one sequence's KV state, to restore later into any sequence."""
+        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
+        # string_at copies the bytes in one go; bytes(buf[:n]) would build a list of n ints
+        return ctypes.string_at(buf, written)
+
+    def restore_sequence(self, seq_id: int, state: bytes) -> bool:
+        self.seq_remove(seq_id)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if ll.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) == 0:
+            self.seq_remove(seq_id)
+            return False
+        return True
+
+    def clear(self) -> None:
+        ll.llama_memory_clear(self.memory, True)
+
+    def decode(self, entries: Sequence[tuple[int, int, int, bool]], abort_check: Callable[[], bool] | None = None) -> None:
+        """Decode (token, position, seq_id, wants_logits) entries in one llama_decode call.
+
+        abort_check is polled by llama.cpp between graph nodes; used only for prompt
+        chunks, where one call can take long enough for a cancel to matter.
+        """
+        batch = self._batch
+        output_rows = self._output_rows
+        output_rows.clear()
+        for i, (token, pos, seq_id, logits) in enumerate(entries):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = logits
+            if logits:
+                output_rows[i] = len(output_rows)
+        batch.n_tokens = len(entries)
+        self._step_logits = None
+        if abort_check is not None:
+            self._abort_check = abort_check
+            ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)
+        try:
+            status = ll.llama_decode(self.ctx, batch)
+        finally:
+            if abort_check is not None:
+                ll.llama_set_abort_callback(self.ctx, ll.ggml_abort_callback(0), None)
+                self._abort_check = None
+        if status != DECODE_OK:
+            raise DecodeError(status)
+
+    def _on_abort(self, _data) -> bool:
+        check = self._abort_check
+        return bool(check and check())
+
+    def logits(self, index: int):
+        """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats).
+
+        The step's whole logits matrix is fetched once: every native call lets the
+        connection threads take the GIL, and the runtime thread then waits for it back.
+        """
+        if self._step_logits is None:
+            ptr = ll.llama_get_logits(self.ctx)      # rows in batch order, one per entry wanting logits
+            self._step_logits = self._logits_view(ctypes.addressof(ptr.contents), len(self._output_rows))
+        return self._step_logits[self._output_rows[index]]
+
+    def _logits_view(self, address: int, rows: int):
+        """A numpy view of `rows` logits rows at `address`, made once per (address, rows).
+
+        llama.cpp keeps its logits buffer between decodes, so the views are reused:
+        making one costs ~50 us on a cache-cold runtime thread, on every token.
+        """
+        key = (address, rows)
+        view = self._logits_views.get(key)
+        if view is None:
+            import numpy as np
+            if len(self._logits_views) > 4 * self.n_seq:      # the buffer moved: forget old addresses
+                self._logits_views.clear()
+            floats = (ctypes.c_float * (rows * self.n_vocab)).from_address(address)
+            view = self._logits_views[key] = np.frombuffer(floats, dtype=np.float32).reshape(rows, self.n_vocab)
+        return view
+
+    # ---- sampling ------------------------------------------------------------------
+
+    def new_sampler(self, params: SamplingParams) -> "Sampler":
+        return Sampler(self, params)
+
+    def check_grammar(self, grammar: str) -> None:
+        """Raise GrammarError unless llama.cpp parses the grammar and it is safe to run.
+
+        A grammar that names an end-of-generation token (``<|im_end|>``, ``<[2]>``)
+        makes llama.cpp abort the whole process once the token is chosen, so it
+        is refused here, before it reaches the runtime.
+        """
+        for ref in _token_refs(grammar):
+            token = int(ref[1:-1]) if ref[1:-1].isdigit() else self._single_token(ref)
+            if token is not None and 0 <= token < self.n_vocab and self.is_eog(token):
+                raise GrammarError(f"the grammar names the end-of-generation token <{ref}>; "
+                                   f"generation ends there by itself, leave it out")
+        sampler = ll.llama_sampler_init_grammar(self.vocab, grammar.encode("utf-8"), b"root")
+        if not sampler:
+            raise GrammarError("the grammar could not be parsed by llama.cpp (check the GBNF syntax "
+                               "and that a 'root' rule exists)")
+        ll.llama_sampler_free(sampler)
+
+    def _single_token(self, text: str) -> int | None:
+        tokens = self.tokenize(f"<{text}>", add_special=False, parse_special=True)
+        return tokens[0] if len(tokens) == 1 else None
+
+    def close(self) -> None:
+        if self.ctx:
+            ll.llama_batch_free(self._batch)
+            ll.llama_free(self.ctx)
+            self.ctx = None
+        if self.model:
+            ll.llama_model_free(self.model)
+            self.model = None
+
+
+def _token_refs(grammar: str) -> list[str]:
+    """Token references (``<name>``, ``<[id]>``, also after ``!``) outside strings and classes."""
+    refs, i, n = [], 0, len(grammar)
+    while i < n:
+        c = grammar[i]
+        if c == "#":
+            end = grammar.find("\n", i)
+            i = n if end == -1 else end
+        elif c in "\"[":
+            close = '"' if c == '"' else "]"
+            i += 1
+            while i < n and grammar[i] != close:
+                i += 2 if grammar[i] == "\\" else 1
+            i += 1
+        elif c == "<":
+            end = grammar.find(">", i)
+            if end == -1:
+                break
+            refs.append(grammar[i + 1:end])
+            i = end + 1
+        else:
+            i += 1
+    return refs
+
+
+def supports_rpc() -> bool:
+    return bool(getattr(llama_cpp, "llama_supports_rpc", lambda: False)())

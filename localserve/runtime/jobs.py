@@ -1,0 +1,50 @@
+"""What the runtime keeps per sequence and per request: a Slot (a sequence of the KV cache and
+what it holds) and a Job (one admitted request: its tokens, sampler, text pipeline, progress)."""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass, field
+
+from ..generation import ActiveGeneration, GenerationRequest
+from .pending_sample import PendingSample
+from ..engine.sampler import Sampler
+from .textstream import OutputPipeline
+
+
+@dataclass
+class Slot:
+    seq_id: int
+    tokens: list[int] = field(default_factory=list)   # what this sequence's KV cache holds
+    job: "Job | None" = None
+    last_used: float = 0.0
+    cache_key: str | None = None                      # the prompt_cache_key of its last job
+
+
+class Job:
+    """One admitted request: its tokens, sampler, text pipeline and progress."""
+
+    def __init__(self, gen: ActiveGeneration, slot: Slot, sampler: Sampler, n_cached: int):
+        self.gen = gen
+        self.request: GenerationRequest = gen.request
+        self.slot = slot
+        self.sampler = sampler
+        self.prompt = gen.request.prompt_tokens
+        self.n_cached = n_cached
+        self.n_past = n_cached              # tokens of this sequence already in the KV cache
+        self.generated: list[int] = []
+        self.next_token: int | None = None  # sampled, not yet decoded
+        self.pipeline = OutputPipeline(gen.request)
+        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
+        self.reasoning_tokens = 0
+        self.forced: collections.deque[int] = collections.deque()   # tokens to emit instead of sampling
+        self.budget_spent = False
+        self.t_admitted = time.monotonic()
+        self.t_first_token: float | None = None
+        self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
+        self.pending_logprobs: dict | None = None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.n_past < len(self.prompt)

@@ -1,0 +1,77 @@
+"""A grammar job's next token, chosen on a thread of its own while the runtime goes on.
+
+llama.cpp's grammar sampler keeps a stack per way the text so far can be parsed; an
+ambiguous grammar multiplies them, and one token can take seconds or minutes (the limits
+checked before a job runs catch the plain cases, not every one). A native call cannot be
+interrupted, so the runtime does not make it: it copies the job's logits into the job's
+sampler, starts this thread, and keeps decoding the other jobs; the job sits out of the
+batch until its token is ready. Past the time limit the job fails at once and the thread
+is abandoned: it finishes inside llama.cpp and frees the sampler then.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from ..engine.sampler import Sampler
+
+
+_abandoned_lock = threading.Lock()
+_abandoned_running = 0      # threads still inside llama.cpp for jobs that have ended
+
+
+def abandoned_running() -> int:
+    """Threads still choosing a token for a job that has ended: each keeps a CPU core busy."""
+    return _abandoned_running
+
+
+class PendingSample:
+    def __init__(self, sampler: Sampler, on_done: Callable[[], None]):
+        self.sampler = sampler
+        self.started = time.monotonic()
+        self.finished: float | None = None
+        self.token: int | None = None
+        self.error: BaseException | None = None
+        self._on_done = on_done
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._done = False
+        threading.Thread(target=self._run, name="grammar-sample", daemon=True).start()
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    def seconds(self, now: float) -> float:
+        return (self.finished or now) - self.started
+
+    def _run(self) -> None:
+        try:
+            self.token = self.sampler.choose()
+        except BaseException as exc:     # handed to the runtime, which fails this job alone
+            self.error = exc
+        with self._lock:
+            self.finished = time.monotonic()
+            self._done = True
+            abandoned = self._abandoned
+        if abandoned:
+            self.sampler.free()
+            _count_abandoned(-1)
+        self._on_done()
+
+    def abandon(self) -> None:
+        """The job has ended: free the sampler now if the thread is done with it, else when it is."""
+        with self._lock:
+            if not self._done:
+                self._abandoned = True
+                _count_abandoned(+1)
+                return
+        self.sampler.free()
+
+
+def _count_abandoned(change: int) -> None:
+    global _abandoned_running
+    with _abandoned_lock:
+        _abandoned_running += change

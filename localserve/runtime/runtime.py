@@ -1,0 +1,600 @@
+"""The runtime thread: one scheduler loop over every active sequence.
+
+Shape (as nano-vllm's engine): jobs wait in a deque; each step admits waiting
+jobs into free slots, builds one batch (one token for every decoding job, then
+prompt chunks for prefilling ones), runs one llama_decode, and postprocesses:
+sample, turn bytes into events, retire finished jobs, then hand the step's events
+to the connection threads together. A slot keeps its sequence after its job ends,
+so the next job with the same prefix skips that much prefill.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import threading
+import time
+from typing import Callable
+
+from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
+from ..ops.fatal import exit_engine_failed
+from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
+                         GenerationRequest, Queued, Timings)
+from .jobs import Job, Slot
+from ..ops.metrics import ServerMetrics
+from .pending_sample import PendingSample, abandoned_running
+from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
+from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
+
+log = logging.getLogger("localserve.runtime")
+
+# While other jobs are decoding, a prompt is fed in chunks this large so their
+# streams keep moving; alone, a prompt is fed n_batch tokens at a time.
+SHARED_PREFILL_CHUNK = 128
+# A job reuses a slot's cached sequence when their shared prefix covers at least
+# this much of it (llama-server's --slot-prompt-similarity plays the same role).
+SLOT_REUSE_FRACTION = 0.5
+# After a step, how long the runtime waits for grammar tokens being chosen off-thread before
+# it goes on without them; with nothing else to run, how long it waits before looking again.
+SAMPLE_GRACE = 0.05
+IDLE_SAMPLE_WAIT = 0.05
+# Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
+MAX_FAILED_STEPS = 3
+
+
+class QueueFull(Exception):
+    pass
+
+
+class RuntimeStopped(Exception):
+    pass
+
+
+class GrammarBacklog(Exception):
+    """Too many abandoned grammar samples are still running: no new grammar job for now."""
+
+
+class EngineFailure(Exception):
+    """The engine keeps failing: the runtime cannot go on."""
+
+
+class Runtime:
+    def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
+                 metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
+                 on_fatal: Callable[[str], None] = exit_engine_failed):
+        self.engine = engine
+        self.on_fatal = on_fatal        # the runtime cannot go on: by default, exit status 3
+        self.failed_steps = 0           # one after another; reset by a decode that succeeds
+        self.sample_time_limit = sample_time_limit
+        self.metrics = metrics or ServerMetrics()
+        self.cache = PromptCache(cache_bytes)
+        self.max_queue = max_queue
+        self.slots = [Slot(i) for i in range(slots)]
+        self.waiting: collections.deque[ActiveGeneration] = collections.deque()
+        self.cond = threading.Condition()
+        self.stopping = False
+        # A step's events go out together after its sampling: waking a connection
+        # thread mid-step would let it take the GIL between our native calls.
+        self._outbox: list[tuple[ActiveGeneration, object]] = []
+        self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
+
+    # ---- called from connection threads ------------------------------------------------
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.thread.join(timeout=5)
+
+    def submit(self, request: GenerationRequest) -> ActiveGeneration:
+        if not request.prompt_tokens:
+            raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
+        if request.sampling.grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+            # each is a core busy inside llama.cpp until it returns; more would starve every job
+            log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
+            raise GrammarBacklog()
+        gen = ActiveGeneration(request)
+        with self.cond:
+            if self.stopping:
+                raise RuntimeStopped()
+            free = sum(1 for s in self.slots if s.job is None)   # these take a waiting job at once
+            if len(self.waiting) - free >= self.max_queue:
+                raise QueueFull()
+            self.waiting.append(gen)
+            position = len(self.waiting)
+            self.cond.notify()
+        gen.events.put(Queued(position))
+        return gen
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def abandoned_samples(self) -> int:
+        return abandoned_running()
+
+    @property
+    def busy_slots(self) -> int:
+        return sum(1 for s in self.slots if s.job is not None)
+
+    def slot_state(self) -> dict:
+        return {
+            "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens)}
+                      for s in self.slots],
+            "queue_depth": self.queue_depth,
+            "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
+                          "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
+        }
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def _active(self) -> list[Job]:
+        return [s.job for s in self.slots if s.job is not None]
+
+    def _loop(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:    # nothing would ever answer a job again: end the process cleanly
+            self.on_fatal(f"the runtime thread failed ({type(exc).__name__}: {exc})")
+
+    def _serve(self) -> None:
+        while True:
+            with self.cond:
+                while not self.stopping and not self.waiting and not self._active():
+                    self.cond.wait()
+                if self.stopping:
+                    break
+            try:
+                self.step()
+            except EngineFailure:
+                raise
+            except Exception:   # keep serving: fail what was running, not the process
+                self.failed_steps += 1
+                log.exception("runtime step failed (%d in a row)", self.failed_steps)
+                if self.failed_steps >= MAX_FAILED_STEPS:
+                    raise
+                for job in self._active():
+                    self._fail(job, GenerationError(500, "internal error in the runtime"))
+            finally:
+                self._deliver()
+        for job in self._active():
+            self._retire(job, "cancelled")
+        self._deliver()
+        with self.cond:                 # nobody will run these: tell their waiters now
+            stranded, self.waiting = list(self.waiting), collections.deque()
+        for gen in stranded:
+            gen.events.put(Finished(error=GenerationError(503, "the server is shutting down",
+                                                          "server_shutting_down")))
+
+    def step(self) -> None:
+        self._admit()
+        for job in self._active():
+            if job.gen.cancelled:
+                self._cancel(job)
+        self._take_samples()
+        jobs = [job for job in self._active() if job.pending is None]
+        if not jobs:
+            if self._active():
+                self._idle_until_a_sample()
+            return
+        entries, rows, prefill_jobs = self._schedule(jobs)
+        abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None
+        try:
+            self.engine.decode(entries, abort_check)
+        except DecodeError as exc:
+            self._decode_failed(exc, jobs, prefill_jobs)
+            return
+        self.failed_steps = 0
+        sampled_at = time.monotonic()
+        for job, row, n_tokens in rows:
+            job.n_past += n_tokens
+            if row is None:
+                continue
+            if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
+                self._cancel(job)
+            else:
+                self._sample_alone(job, row)
+        # a grammar's token is usually ready in a moment: it need not sit out a whole step
+        self._collect_samples(SAMPLE_GRACE, started_since=sampled_at)
+
+    def _emit(self, job: Job, event: object) -> None:
+        self._outbox.append((job.gen, event))
+
+    def _deliver(self) -> None:
+        for gen, event in self._outbox:
+            gen.events.put(event)
+        self._outbox.clear()
+
+    def _admit(self) -> None:
+        if not self.waiting:        # the common step: nothing queued (a racy read, checked again below)
+            return
+        self._drop_cancelled_waiting()
+        while True:
+            with self.cond:
+                free = [s for s in self.slots if s.job is None]
+                if not free or not self.waiting:
+                    return
+                gen = self.waiting.popleft()
+            if gen.cancelled:
+                self._end_cancelled_waiting(gen)
+                continue
+            slot = self._choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
+            try:
+                self._start(gen, slot)
+            except Exception:       # this job alone fails; the others and the slot go on
+                log.exception("could not start job %s (%s)", gen.id, gen.request.label)
+                if slot.job is not None and slot.job.gen is gen:
+                    self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
+                else:
+                    self.engine.seq_remove(slot.seq_id)
+                    slot.tokens = []
+                    gen.events.put(Finished(error=GenerationError(500, "internal error while starting this request")))
+
+    def _drop_cancelled_waiting(self) -> None:
+        """Jobs whose clients left while queued give their places back now, not when a slot frees."""
+        with self.cond:
+            if not any(gen.cancelled for gen in self.waiting):
+                return
+            dropped = [gen for gen in self.waiting if gen.cancelled]
+            kept = [gen for gen in self.waiting if not gen.cancelled]
+            self.waiting.clear()
+            self.waiting.extend(kept)
+        for gen in dropped:
+            self._end_cancelled_waiting(gen)
+
+    def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
+        self.metrics.record_cancellation()
+        gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
+
+    def _choose_slot(self, free: list[Slot], prompt: list[int], key: str | None = None) -> Slot:
+        """The free slot this prompt continues; else an empty one; else the least recently used.
+
+        A slot counts as continued when the shared prefix covers most of what it holds:
+        reusing a slot for a few shared template tokens would throw away another
+        conversation's cache for nothing. A prompt_cache_key names the conversation outright:
+        the slot its last request used is taken whenever the prefix shares anything (an agent
+        that rewrote or compacted its history keeps what still matches).
+        """
+        shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
+        keyed = [s for s in free if key is not None and s.cache_key == key and shared[s.seq_id] > 0]
+        if keyed:
+            return max(keyed, key=lambda s: shared[s.seq_id])
+        continued = [s for s in free if s.tokens and shared[s.seq_id] >= SLOT_REUSE_FRACTION * len(s.tokens)]
+        if continued:
+            return max(continued, key=lambda s: shared[s.seq_id])
+        empty = [s for s in free if not s.tokens]
+        if empty:
+            return empty[0]
+        return min(free, key=lambda s: s.last_used)
+
+    def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
+        prompt = gen.request.prompt_tokens
+        shared = self._reuse_cache(slot, prompt)
+        keep = max(0, min(shared, len(prompt) - 1))     # the last prompt token is always decoded
+        if not self._truncate(slot, keep):
+            keep = 0
+        try:
+            sampler = self.engine.new_sampler(gen.request.sampling)
+        except GrammarError as exc:
+            gen.events.put(Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
+            return
+        job = Job(gen, slot, sampler, keep)
+        slot.job = job
+        slot.last_used = time.monotonic()
+        slot.cache_key = gen.request.cache_key
+        gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
+
+    def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:
+        """Save what the slot would lose, restore a better saved sequence; the shared prefix length."""
+        shared = common_prefix(slot.tokens, prompt)
+        lost = len(slot.tokens) - shared
+        if lost >= MIN_TOKENS_WORTH_SAVING and self.cache.worth_saving(slot.tokens):
+            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
+        key, cached = self.cache.best_match(prompt)
+        if key is None or cached <= shared:
+            return shared
+        entry = self.cache.take(key)
+        if not self.engine.restore_sequence(slot.seq_id, entry.state):
+            slot.tokens = []
+            return 0
+        slot.tokens = entry.tokens
+        return cached
+
+    def _truncate(self, slot: Slot, keep: int) -> bool:
+        """Drop the sequence's cache past `keep` tokens; False when the cache cannot be cut there."""
+        if keep <= 0:
+            self.engine.seq_remove(slot.seq_id)
+            slot.tokens = []
+            return True
+        ok = self.engine.can_extend(slot.seq_id, keep) and self.engine.seq_remove(slot.seq_id, keep, -1)
+        if not ok:
+            self.engine.seq_remove(slot.seq_id)
+            slot.tokens = []
+            return False
+        del slot.tokens[keep:]
+        return True
+
+    def _schedule(self, jobs: list[Job]):
+        """One batch: a token per decoding job, then prompt chunks within the batch budget."""
+        entries: list[tuple[int, int, int, bool]] = []
+        rows: list[tuple[Job, int | None, int]] = []
+        decoding = [j for j in jobs if not j.prefilling]
+        for job in decoding:
+            rows.append((job, len(entries), 1))
+            entries.append((job.next_token, job.n_past, job.slot.seq_id, True))
+        budget = self.engine.n_batch - len(entries)
+        chunk_limit = SHARED_PREFILL_CHUNK if decoding else budget
+        prefill_jobs = []
+        for job in jobs:
+            if not job.prefilling or budget <= 0:
+                continue
+            n = min(len(job.prompt) - job.n_past, budget, chunk_limit)
+            last = job.n_past + n == len(job.prompt)
+            for i in range(n):
+                pos = job.n_past + i
+                entries.append((job.prompt[pos], pos, job.slot.seq_id, last and i == n - 1))
+            rows.append((job, len(entries) - 1 if last else None, n))
+            budget -= n
+            prefill_jobs.append(job)
+        return entries, rows, prefill_jobs
+
+    def _decode_failed(self, exc: DecodeError, jobs: list[Job], prefill_jobs: list[Job]) -> None:
+        if exc.status == DECODE_ABORTED:
+            # A cancel interrupted a prompt chunk: drop what the batch may have left in
+            # the cache for the others; they are scheduled again next step.
+            for job in jobs:
+                if job.gen.cancelled:
+                    self._cancel(job)
+                else:
+                    self.engine.seq_remove(job.slot.seq_id, job.n_past, -1)
+            return
+        log.error("llama_decode failed with status %d", exc.status)
+        for job in jobs:
+            self._fail(job, GenerationError(500, f"the engine failed to decode (status {exc.status})"))
+        self.failed_steps += 1
+        if self.failed_steps >= MAX_FAILED_STEPS:
+            raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
+
+    # ---- per-token work ------------------------------------------------------------
+
+    def _sample_alone(self, job: Job, row: int) -> None:
+        """Sample one job's next token; whatever goes wrong ends this job alone.
+
+        A grammar job's token is chosen on a thread of its own (pending_sample.py): the job
+        sits out of the batch until it is ready, and the others keep their pace.
+        """
+        try:
+            logprob_entry = self._begin_sample(job, row)
+            if job.forced:
+                token = job.forced.popleft()
+                job.sampler.accept(token)
+            elif job.sampler.has_grammar:
+                job.sampler.load(row)
+                job.pending = PendingSample(job.sampler, self._sample_ready)
+                job.pending_logprobs = logprob_entry
+                return
+            else:
+                token = job.sampler.sample(row)
+            self._take_token(job, token, logprob_entry)
+        except Exception as exc:
+            self._sample_failed(job, exc)
+
+    def _sample_ready(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def _collect_samples(self, wait: float = 0.0, started_since: float | None = None) -> None:
+        """Take the tokens chosen off-thread and fail the jobs past the time limit; then wait up to
+        `wait` seconds for the samples started since `started_since` to be ready too."""
+        deadline = time.monotonic() + wait
+        while True:
+            self._take_samples()
+            awaited = [job.pending for job in self._active() if job.pending is not None
+                       and started_since is not None and job.pending.started >= started_since]
+            now = time.monotonic()
+            if not awaited or now >= deadline:
+                return
+            with self.cond:
+                if not any(sample.done for sample in awaited):
+                    self.cond.wait(deadline - now)
+
+    def _idle_until_a_sample(self) -> None:
+        """Only grammar samples are running: sleep until one is ready, a job arrives, or a limit is due."""
+        pending = [job.pending for job in self._active() if job.pending is not None]
+        due = min(sample.started for sample in pending) + self.sample_time_limit - time.monotonic()
+        with self.cond:
+            if not self.waiting and not self.stopping and not any(sample.done for sample in pending):
+                self.cond.wait(max(0.0, min(due, IDLE_SAMPLE_WAIT)))
+        self._take_samples()
+
+    def _take_samples(self) -> None:
+        now = time.monotonic()
+        for job in self._active():
+            sample = job.pending
+            if sample is None:
+                continue
+            if sample.seconds(now) > self.sample_time_limit:
+                self._too_slow(job, sample.seconds(now))
+            elif sample.done:
+                job.pending = None
+                self._finish_sample(job, sample)
+
+    def _finish_sample(self, job: Job, sample: PendingSample) -> None:
+        try:
+            if sample.error is not None:
+                raise sample.error
+            self._take_token(job, sample.token, job.pending_logprobs)
+        except Exception as exc:
+            self._sample_failed(job, exc)
+
+    def _too_slow(self, job: Job, seconds: float) -> None:
+        log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
+        self._fail(job, GenerationError(
+            400, f"choosing one token took over {self.sample_time_limit:g} s (--sample-time-limit): the grammar "
+                 f"or schema is too costly to follow; simplify it", "sampling_too_slow"))
+
+    def _sample_failed(self, job: Job, exc: Exception) -> None:
+        if isinstance(exc, NoLegalToken):
+            if exc.grammar_complete:    # only an end token could follow, and it is banned: the output is whole
+                self._retire(job, "stop")
+            else:
+                self._fail(job, GenerationError(400, "no token is allowed by both the grammar and logit_bias: "
+                                                     "the bias bans every token the grammar allows next",
+                                                "no_allowed_token"))
+            return
+        log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
+        self._fail(job, GenerationError(500, "internal error while sampling this request"))
+
+    def _begin_sample(self, job: Job, row: int) -> dict | None:
+        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
+        if job.next_token is not None:
+            job.slot.tokens.append(job.next_token)      # decoded in this step
+        else:
+            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
+        job.next_token = None
+        if job.logprobs is None:
+            return None
+        return self._logprobs(row, job.request.top_logprobs)
+
+    def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
+        now = time.monotonic()
+        if job.t_first_token is None:
+            job.t_first_token = now
+        if self.engine.is_eog(token):
+            self._retire(job, "stop")
+            return
+        job.generated.append(token)
+        if job.pipeline.in_reasoning:
+            job.reasoning_tokens += 1
+            self._enforce_reasoning_budget(job)
+        events = job.pipeline.feed(self.engine.piece(token))
+        if logprob_entry is not None:
+            logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
+            logprob_entry["logprob"] = logprob_entry.pop("_all")[token]
+            job.logprobs.append(logprob_entry)
+            events = self._attach_logprobs(events, logprob_entry)
+        for event in events:
+            self._emit(job, event)
+        if len(job.generated) == 1:
+            self._emit(job, Context(job.n_past + 1, self.engine.n_ctx_seq, None))
+        reason = self._finish_reason(job)
+        if reason:
+            self._retire(job, reason)
+        else:
+            job.next_token = token
+
+    def _enforce_reasoning_budget(self, job: Job) -> None:
+        """Past its thinking budget, a job is made to close its reasoning and answer."""
+        budget = job.request.reasoning_budget
+        if budget is None or job.budget_spent or job.reasoning_tokens < budget:
+            return
+        if job.request.sampling.grammar:
+            return      # a grammar decides every token; forcing one could violate it
+        job.budget_spent = True
+        close = job.request.reasoning.close
+        job.forced.extend(self.engine.tokenize(close, add_special=False, parse_special=True))
+
+    def _finish_reason(self, job: Job) -> str | None:
+        if job.pipeline.stop_sequence is not None or job.gen.stop_flag.is_set():
+            return "stop"
+        if job.pipeline.tools_done:
+            return "tool_calls"
+        limit = job.request.max_tokens
+        if limit is not None and len(job.generated) >= limit:
+            return "length"
+        if job.n_past + 1 >= self.engine.n_ctx_seq:
+            return "length"
+        return None
+
+    def _logprobs(self, row: int, top_n: int) -> dict:
+        import numpy as np
+        logits = self.engine.logits(row).astype(np.float64)
+        peak = logits.max()
+        log_z = peak + math.log(float(np.exp(logits - peak).sum()))
+        all_logprobs = logits - log_z
+        entry: dict = {"_all": all_logprobs}
+        if top_n:
+            best = np.argpartition(-all_logprobs, top_n)[:top_n]
+            best = best[np.argsort(-all_logprobs[best])]
+            entry["top_logprobs"] = [
+                {"token": self.engine.piece(int(t)).decode("utf-8", "replace"), "logprob": float(all_logprobs[t]),
+                 "bytes": list(self.engine.piece(int(t)))} for t in best]
+        else:
+            entry["top_logprobs"] = []
+        return entry
+
+    @staticmethod
+    def _attach_logprobs(events: list, entry: dict) -> list:
+        entry["logprob"] = float(entry["logprob"])
+        entry["bytes"] = list(entry["token"].encode("utf-8"))
+        for event in events:
+            if isinstance(event, Chunk):
+                event.logprobs = [entry]
+                break
+        return events
+
+    # ---- endings -------------------------------------------------------------------
+
+    def _retire(self, job: Job, reason: str) -> None:
+        events = job.pipeline.finish() if reason != "cancelled" else []
+        for event in events:
+            self._emit(job, event)
+        calls = job.pipeline.tool_calls
+        if calls and reason in ("stop", "tool_calls"):
+            reason = "tool_calls"
+        elif reason == "tool_calls":
+            reason = "stop"
+        now = time.monotonic()
+        first = job.t_first_token or now
+        output = GenerationOutput(
+            content="".join(job.pipeline.content),
+            reasoning="".join(job.pipeline.reasoning),
+            tool_calls=list(calls),
+            finish_reason=reason,
+            stop_sequence=job.pipeline.stop_sequence,
+            prompt_tokens=len(job.prompt),
+            cached_tokens=job.n_cached,
+            completion_tokens=len(job.generated),
+            reasoning_tokens=job.reasoning_tokens,
+            logprobs=job.logprobs,
+            timings=Timings(
+                queued_ms=(job.t_admitted - job.gen.created) * 1000,
+                prefill_ms=(first - job.t_admitted) * 1000,
+                decode_ms=(now - first) * 1000,
+            ),
+        )
+        self._release(job)
+        self.metrics.record_generation(output)
+        self._emit(job, Finished(output))
+
+    def _cancel(self, job: Job) -> None:
+        log.info("cancelled job %s (%s) after %d tokens: %s", job.gen.id, job.request.label,
+                 len(job.generated), job.gen.cancel_reason)
+        self.engine.seq_remove(job.slot.seq_id)
+        job.slot.tokens = []
+        self.metrics.record_cancellation(len(job.generated))
+        self._release(job)
+        self._emit(job, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
+                                                  completion_tokens=len(job.generated))))
+
+    def _fail(self, job: Job, error: GenerationError) -> None:
+        self.engine.seq_remove(job.slot.seq_id)
+        job.slot.tokens = []
+        self._release(job)
+        self._emit(job, Finished(error=error))
+
+    def _release(self, job: Job) -> None:
+        if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
+            job.pending.abandon()
+            job.pending = None
+        else:
+            job.sampler.free()
+        job.slot.job = None
+        job.slot.last_used = time.monotonic()
+        if job.next_token is not None:
+            job.next_token = None

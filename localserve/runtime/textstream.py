@@ -1,0 +1,132 @@
+"""From generated token bytes to events: whole characters, stops, reasoning, tool calls.
+
+Each stage is incremental and holds back only what it must: the UTF-8 decoder an
+incomplete character, the stop matcher a possible start of a stop string, the
+reasoning splitter a possible marker, the tool projector a possible call. The
+runtime feeds one token's bytes at a time; every stage is pure and testable alone.
+"""
+
+from __future__ import annotations
+
+import codecs
+
+from ..parsing.json_stream import partial_start
+from ..generation import Chunk, GenerationRequest, ToolCallDelta, ToolCallStart
+from ..parsing.reasoning import ReasoningSplitter
+from ..parsing.tools import CallArguments, CallStart, ContentDelta, ToolProjector
+
+
+class StopMatcher:
+    """Finds stop strings across token boundaries; text up to a stop is released, the stop never."""
+
+    def __init__(self, stops: list[str]):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+        self.matched: str | None = None
+
+    def feed(self, text: str) -> str:
+        if not self.stops:
+            return text
+        if self.matched is not None:
+            return ""
+        buffer = self.pending + text
+        first: tuple[int, str] | None = None
+        for stop in self.stops:
+            at = buffer.find(stop)
+            if at != -1 and (first is None or at < first[0]):
+                first = (at, stop)
+        if first is not None:
+            self.matched = first[1]
+            self.pending = ""
+            return buffer[:first[0]]
+        hold = self._held_suffix(buffer)
+        self.pending = buffer[len(buffer) - hold:] if hold else ""
+        return buffer[:len(buffer) - hold] if hold else buffer
+
+    def _held_suffix(self, buffer: str) -> int:
+        """Length of the longest tail of buffer that could begin a stop string."""
+        start = partial_start(buffer, self.stops)
+        return 0 if start is None else len(buffer) - start
+
+    def flush(self) -> str:
+        text, self.pending = self.pending, ""
+        return text
+
+
+class OutputPipeline:
+    """Per-job text stages; collects the final content, reasoning and calls as it goes."""
+
+    def __init__(self, request: GenerationRequest):
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stops = StopMatcher(request.stop)
+        self.splitter = ReasoningSplitter(request.reasoning, starts_inside=request.reasoning_starts_inside) \
+            if request.reasoning is not None else None
+        tools = request.tools
+        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel) if tools else None
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+
+    @property
+    def stop_sequence(self) -> str | None:
+        return self.stops.matched
+
+    @property
+    def in_reasoning(self) -> bool:
+        return bool(self.splitter and self.splitter.in_reasoning)
+
+    @property
+    def tools_done(self) -> bool:
+        return bool(self.projector and self.projector.done)
+
+    @property
+    def tool_calls(self) -> list:
+        return self.projector.calls if self.projector else []
+
+    def feed(self, data: bytes) -> list:
+        text = self.decoder.decode(data)
+        return self._after_decode(self.stops.feed(text)) if text else []
+
+    def finish(self) -> list:
+        text = self.decoder.decode(b"", final=True)
+        events = self._after_decode(self.stops.feed(text) if text else "")
+        events += self._after_decode(self.stops.flush(), final=True)
+        return events
+
+    def _after_decode(self, text: str, final: bool = False) -> list:
+        if self.splitter is None:
+            pieces = [(False, text)] if text else []
+        else:
+            pieces = self.splitter.feed(text) if text else []
+            if final:
+                pieces += self.splitter.finish()
+        events: list = []
+        for is_reasoning, piece in pieces:
+            if is_reasoning:
+                self.reasoning.append(piece)
+                events.append(Chunk(True, piece))
+            else:
+                events += self._project(piece)
+        if final and self.projector is not None:
+            events += self._projected(self.projector.finish())
+        return events
+
+    def _project(self, text: str) -> list:
+        if not text:
+            return []
+        if self.projector is None:
+            self.content.append(text)
+            return [Chunk(False, text)]
+        return self._projected(self.projector.feed(text))
+
+    def _projected(self, items: list) -> list:
+        events: list = []
+        for item in items:
+            if isinstance(item, ContentDelta):
+                if item.text:
+                    self.content.append(item.text)
+                    events.append(Chunk(False, item.text))
+            elif isinstance(item, CallStart):
+                events.append(ToolCallStart(item.index, item.id, item.name))
+            elif isinstance(item, CallArguments):
+                events.append(ToolCallDelta(item.index, item.fragment))
+        return events

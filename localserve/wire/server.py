@@ -1,0 +1,272 @@
+"""Listener, accept loop and one thread per connection; drain on shutdown.
+
+The connection thread reads requests with http.RequestReader, hands each to the
+router, and keeps the connection alive between requests. Two clocks guard it: a
+request head must arrive within header_timeout of its first byte (of the accept,
+for a connection's first request: a socket that sends nothing is closed then), and
+an idle keep-alive connection is closed after idle_timeout.
+
+Request bodies are held against one ByteBudget (--max-inflight-bytes) from when
+their framing announces them until the answer is written; past it a request gets
+a 503. An error answer to a client that may still be sending ends with a lingering
+close (linger.py), so the client reads the answer instead of a reset.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+import uuid
+from typing import Callable
+
+import orjson
+
+from ..ops import memory
+from .budget import ByteBudget, Held
+from .connection import ClientGone, ResponseWriter
+from ..errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
+from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
+from .linger import Lingerer, linger_close
+from ..ops.metrics import ServerMetrics
+from ..settings import INFLIGHT_BODIES, RETRY_AFTER_SECONDS, TRIM_AFTER_BYTES
+
+log = logging.getLogger("localserve.server")
+access_log = logging.getLogger("localserve.access")
+
+RECV_SIZE = 65536
+LISTEN_BACKLOG = 512
+
+
+class _Timeout(Exception):
+    pass
+
+
+class HTTPServer:
+    def __init__(self, dispatch: Callable[[Request, ResponseWriter, str], None], *, limits: Limits,
+                 header_timeout: float, idle_timeout: float, listener: socket.socket,
+                 max_connections: int = 1024, max_inflight_bytes: int | None = None):
+        self.dispatch = dispatch
+        self.max_connections = max_connections
+        self.inflight = ByteBudget(max_inflight_bytes or INFLIGHT_BODIES * limits.max_body_bytes)
+        self.lingerer = Lingerer()
+        self.limits = limits
+        self.header_timeout = header_timeout
+        self.idle_timeout = idle_timeout
+        self.metrics = ServerMetrics()     # the app's own replaces it: ServerMetrics.watch_server
+        self.listener = listener
+        self.draining = threading.Event()
+        self._lock = threading.Lock()
+        self._connections: dict[socket.socket, bool] = {}   # socket → busy with a request
+        self._accept_thread: threading.Thread | None = None
+
+    @staticmethod
+    def listen(host: str, port: int) -> socket.socket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+        return sock
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.listener.getsockname()[:2]
+
+    def start(self) -> None:
+        self._accept_thread = threading.Thread(target=self._accept_loop, name="accept", daemon=True)
+        self._accept_thread.start()
+
+    def _accept_loop(self) -> None:
+        while not self.draining.is_set():
+            try:
+                sock, peer = self.listener.accept()
+            except OSError:
+                if self.draining.is_set():
+                    return
+                time.sleep(0.05)   # EMFILE and friends: back off instead of spinning
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                full = len(self._connections) >= self.max_connections
+                if not full:
+                    self._connections[sock] = False
+            if full:
+                self._refuse(sock)
+                continue
+            threading.Thread(target=self._serve_connection, args=(sock, peer), daemon=True,
+                             name=f"conn-{peer[1] if len(peer) > 1 else ''}").start()
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """Over --max-connections: a 503 and close, without a thread of its own."""
+        sock.setblocking(False)      # a few hundred bytes into an empty send buffer: never waits
+        self._send_protocol_error(sock, ProtocolError(503, f"too many open connections (--max-connections "
+                                                            f"{self.max_connections}); retry shortly",
+                                                      headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]))
+        self.lingerer.add(sock)
+
+    def connection_count(self) -> int:
+        with self._lock:
+            return len(self._connections)
+
+    def busy_count(self) -> int:
+        with self._lock:
+            return sum(self._connections.values())
+
+    def _set_busy(self, sock: socket.socket, busy: bool) -> None:
+        with self._lock:
+            if sock in self._connections:
+                self._connections[sock] = busy
+
+    def _serve_connection(self, sock: socket.socket, peer: tuple) -> None:
+        reader = RequestReader(self.limits)
+        held = Held(self.inflight)
+        # the first head is due header_timeout after the accept: silence is not an idle keep-alive
+        first_head_deadline = time.monotonic() + self.header_timeout if self.header_timeout > 0 else None
+        linger = False
+        try:
+            while not self.draining.is_set():
+                try:
+                    request = self._read_request(sock, reader, held, first_head_deadline)
+                except _Timeout:
+                    return
+                except ProtocolError as exc:
+                    self._send_protocol_error(sock, exc)
+                    linger = True
+                    return
+                first_head_deadline = None
+                if request is None:
+                    return
+                self._set_busy(sock, True)
+                try:
+                    keep_alive = self._handle(sock, request)
+                finally:
+                    self._set_busy(sock, False)
+                    del request             # the body and all made of it can go before the trim
+                    if held.release() >= TRIM_AFTER_BYTES:
+                        memory.release_free_memory()
+                if not keep_alive:
+                    return
+        except OSError:
+            pass
+        finally:
+            held.release()
+            with self._lock:
+                self._connections.pop(sock, None)
+            if linger:
+                linger_close(sock)
+            else:
+                _close(sock)
+
+    def _read_request(self, sock: socket.socket, reader: RequestReader, held: Held,
+                      head_deadline: float | None = None) -> Request | None:
+        """The next request, None on a clean EOF between requests; raises _Timeout or ProtocolError."""
+        body_deadline: float | None = None
+        while True:
+            request = reader.next_request()
+            self._hold_body(held, reader, request)
+            if request is not None:
+                return request
+            if reader.wants_continue():
+                sock.sendall(CONTINUE_RESPONSE)
+                reader.mark_continue_sent()
+            if not reader.head_complete() and (reader.has_partial or head_deadline is not None) \
+                    and self.header_timeout > 0:        # 0: no header clock
+                head_deadline = head_deadline or time.monotonic() + self.header_timeout
+                timeout = head_deadline - time.monotonic()
+            elif reader.head_complete():
+                # the whole body within one idle timeout: a body dripped a byte at a time
+                # would otherwise hold the connection for ever
+                body_deadline = body_deadline or time.monotonic() + self.idle_timeout
+                timeout = body_deadline - time.monotonic()
+            else:
+                timeout = self.idle_timeout
+            if timeout <= 0:
+                raise _Timeout()
+            sock.settimeout(timeout)
+            try:
+                data = sock.recv(RECV_SIZE)
+            except socket.timeout:
+                raise _Timeout() from None
+            except OSError:
+                return None
+            if not data:
+                if reader.has_partial:
+                    log.debug("client closed mid-request")
+                return None
+            reader.feed(data)
+
+    def _hold_body(self, held: Held, reader: RequestReader, request: Request | None) -> None:
+        """Hold the body bytes announced so far against the in-flight budget, or a 503."""
+        needed = len(request.body) if request is not None else reader.body_committed
+        if held.grow_to(needed):
+            return
+        error = ProtocolError(503, f"the server is handling {self.inflight.used} bytes of request bodies and "
+                                   f"{needed} more would pass --max-inflight-bytes {self.inflight.limit}; "
+                                   f"retry shortly", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))])
+        request = request or reader.pending
+        error.path, error.method = request.path, request.method
+        raise error
+
+    def _handle(self, sock: socket.socket, request: Request) -> bool:
+        """Answer one request; True when the connection may serve another."""
+        started = time.monotonic()
+        request_id = "req_" + uuid.uuid4().hex[:24]
+        writer = ResponseWriter(sock, request, extra_headers=[("request-id", request_id), ("x-request-id", request_id)])
+        if self.draining.is_set():
+            writer.close_after = True
+        sock.settimeout(self.idle_timeout or None)
+        try:
+            self.dispatch(request, writer, request_id)
+        except ClientGone:
+            writer.close_after = True
+        finally:
+            elapsed = (time.monotonic() - started) * 1000
+            access_log.info("%s %s %s %d %.1fms", request.method, request.target, writer.status or "-",
+                            writer.bytes_sent, elapsed)
+            self.metrics.record_request(request.path, request.method, writer.status, elapsed / 1000)
+        return not writer.close_after and writer.finished and not self.draining.is_set()
+
+    def _send_protocol_error(self, sock: socket.socket, exc: ProtocolError) -> None:
+        error = ApiError(exc.status, exc.message)
+        if exc.path is not None and exc.path.startswith("/v1/messages"):   # Anthropic clients read their shape
+            status, body = anthropic_status(exc.status), orjson.dumps(anthropic_error_body(error))
+        else:
+            status, body = exc.status, orjson.dumps(openai_error_body(error))
+        request_id = "req_" + uuid.uuid4().hex[:24]
+        headers = [("Content-Type", "application/json"), ("Connection", "close"),
+                   ("request-id", request_id), ("x-request-id", request_id), *exc.headers]
+        try:
+            if sock.getblocking():
+                sock.settimeout(1.0)
+            sock.sendall(format_response(status, headers, body, head_only=exc.method == "HEAD"))
+        except OSError:
+            pass
+        access_log.info("- - %d %d (%s)", status, len(body), exc.message)
+        self.metrics.record_request(exc.path, "", status, None)
+
+    def shutdown(self, drain_timeout: float) -> None:
+        """Stop accepting, close idle connections, wait for busy ones up to drain_timeout."""
+        self.draining.set()
+        _close(self.listener)
+        deadline = time.monotonic() + drain_timeout
+        while True:
+            with self._lock:
+                idle = [s for s, busy in self._connections.items() if not busy]
+                busy = sum(self._connections.values())
+            for sock in idle:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            if busy == 0 or time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
+
+
+def _close(sock: socket.socket) -> None:
+    try:
+        sock.close()
+    except OSError:
+        pass
