@@ -230,7 +230,9 @@ class Client(threading.Thread):
         self.tally.count("request", resp.status)
         problem = shape_problem(method, path, resp.status, resp.headers, answer)
         if problem:
-            self.tally.violation("answer", method, path, data, f"{problem}; answer: {answer[:500]!r}")
+            # a 503/529 with Retry-After is the server saying it is busy: still a 5xx, named apart
+            kind = "overloaded" if resp.status in (503, 529) and resp.headers.get("retry-after") else "answer"
+            self.tally.violation(kind, method, path, data, f"{problem}; answer: {answer[:500]!r}")
         elif 200 <= resp.status < 300 and method == "POST":
             self.remember(path, answer)
 
