@@ -18,6 +18,7 @@ import pytest
 from conftest import ServerProcess
 from rawhttp import post_json, request
 from scripted_model import tool_call_token, write_scripted_gguf
+from tinymodel import token_ids
 
 from localserve.grammar.lark_regex import lark_to_regex
 
@@ -268,10 +269,13 @@ def test_codex_apply_patch_grammar_constrains_a_forced_call(server):
     tool = {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark",
                                                                 "definition": APPLY_PATCH_LARK}}
     response = sdk(server).responses.create(model="tiny", input="patch", tools=[tool], max_output_tokens=400,
-                                            tool_choice={"type": "custom", "name": "apply_patch"})
+                                            tool_choice={"type": "custom", "name": "apply_patch"},
+                                            extra_body={"seed": 5})
     assert response.status == "incomplete"
     text = response.output_text
-    start = text.index('"input": "') + len('"input": "')   # forced: what precedes is the call syntax
+    opening = re.search(r'"input":\s*"', text)       # forced: what precedes is the call syntax
+    assert opening, text
+    start = opening.end()
     written = json.loads('"' + text[start:].rstrip("\\") + '"') if not text.endswith("\\") else None
     assert written is None or re.match(r"\*\*\* Begin Patch\n\*\*\* (Add|Delete) File: ", written), text
     assert re.fullmatch(lark_to_regex(APPLY_PATCH_LARK), PATCH)
@@ -291,8 +295,12 @@ def test_a_grammar_that_cannot_be_enforced_is_a_400_only_when_the_call_is_forced
 
 
 def test_a_forced_local_shell_call(server):
+    # The random model writes strings of any length: a fixed seed, and '"' favoured so that each
+    # argument ends well inside the token budget (unseeded, one run in a few ran out mid-call).
+    quote = {str(token_ids()['"']): 4}
     response = sdk(server).responses.create(model="tiny", input="list", tools=[{"type": "local_shell"}],
-                                            tool_choice="required", parallel_tool_calls=False, max_output_tokens=300)
+                                            tool_choice="required", parallel_tool_calls=False, max_output_tokens=300,
+                                            extra_body={"seed": 11, "logit_bias": quote})
     [call] = [i for i in response.output if i.type == "local_shell_call"]
     assert call.action.type == "exec" and isinstance(call.action.command, list)
 
