@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from .. import settings as defaults
-from ..ops.fatal import exit_engine_failed
+from ..ops.fatal import exit_engine_failed, flush_logs
 
 log = logging.getLogger("localserve.rpc")
 
@@ -366,7 +366,7 @@ class _AbortWatch:
         message = (raw or b"").decode("utf-8", "replace").strip()
         reason = message.split(": ", 1)[-1] if ": " in message else message
         if self.adding is not None:
-            _flush_logs()
+            flush_logs()
             print(f"localserve: RPC worker {self.adding}: llama.cpp's RPC client failed on it ({reason}); is it "
                   f"a `localserve worker` from the same llama-cpp-python version?", file=sys.stderr, flush=True)
             os._exit(EXIT_USAGE)
@@ -381,7 +381,7 @@ class _AbortWatch:
         log.critical("%s: llama.cpp cannot go on (%s); exiting with status %d, clients' connections close; "
                      "a supervisor restarts the front, which waits for its workers (--rpc-wait)",
                      what, reason, EXIT_WORKER_LOST)
-        _flush_logs()
+        flush_logs()
         os._exit(EXIT_WORKER_LOST)
 
 
@@ -395,16 +395,6 @@ class _AbortWatch:
             if lost:
                 return lost
         return []
-
-
-def _flush_logs() -> None:
-    for handler in logging.getLogger().handlers:
-        try:
-            handler.flush()
-        except Exception:      # noqa: BLE001 - exiting anyway
-            pass
-    sys.stderr.flush()
-    sys.stdout.flush()
 
 
 _abort_watch = _AbortWatch()
