@@ -518,3 +518,16 @@ def test_a_negated_token_is_a_400(srv):
     resp = post(srv, "/v1/completions", {"prompt": "x", "max_tokens": 2, "grammar": 'root ::= "a" !<[5]>'})
     assert_400(resp, "grammar", "!<[5]>")
     alive(srv)
+
+
+def test_left_recursion_that_llama_cpp_misses_is_a_400_before_it_is_set_up(srv):
+    """llama.cpp counts a rule as matching nothing only by a literally empty alternative: through
+    ("{"* | "a") the recursion went unseen and set-up grew past 3 GB, then threw std::bad_alloc."""
+    for grammar in ['root ::= r2\nr2 ::= "gl" | (("{"* | "a") r2) r2',
+                    'root ::= "x" r1\nr1 ::= x? (r1 | "y") "z"\nx ::= "w"']:
+        resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 4, "grammar": grammar})
+        assert_400(resp, "grammar", "left-recursive")
+        alive(srv)
+    done = post(srv, "/v1/completions", {"prompt": "x", "max_tokens": 6, "temperature": 0,
+                                         "grammar": 'root ::= "a" root | "b" (x | "") "c"\nx ::= "d"'})
+    assert done.status == 200, done.body
