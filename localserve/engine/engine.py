@@ -457,22 +457,38 @@ class Engine:
         return Sampler(self, params)
 
     def check_grammar(self, grammar: str) -> None:
-        """Raise GrammarError unless llama.cpp parses the grammar and it is safe to run.
-
-        A grammar that names an end-of-generation token (``<|im_end|>``, ``<[2]>``)
-        makes llama.cpp abort the whole process once the token is chosen, so it
-        is refused here, before it reaches the runtime.
-        """
-        for ref in _token_refs(grammar):
-            token = int(ref[1:-1]) if ref[1:-1].isdigit() else self._single_token(ref)
-            if token is not None and 0 <= token < self.n_vocab and self.is_eog(token):
-                raise GrammarError(f"the grammar names the end-of-generation token <{ref}>; "
-                                   f"generation ends there by itself, leave it out")
+        """Raise GrammarError unless llama.cpp parses the grammar and it is safe to run."""
+        self.grammar_tokens(grammar)
         sampler = ll.llama_sampler_init_grammar(self.vocab, grammar.encode("utf-8"), b"root")
         if not sampler:
             raise GrammarError("the grammar could not be parsed by llama.cpp (check the GBNF syntax "
                                "and that a 'root' rule exists)")
         ll.llama_sampler_free(sampler)
+
+    def grammar_tokens(self, grammar: str) -> frozenset[int]:
+        """The tokens a GBNF names whole (``<think>``, ``<[7]>``); GrammarError for one it must not name.
+
+        An end-of-generation token makes llama.cpp abort the whole process once it is chosen.
+        A negated one (``!<think>``) lets llama.cpp's check pass a token whose text begins
+        inside the grammar's characters and ends on the negation, and its accept then throws
+        (and aborts): the sampler guards the named tokens (sampler.TokenRefGuard), but a
+        negation matches nearly every token.
+        """
+        tokens: set[int] = set()
+        if "<" not in grammar:          # the scan is Python, ~0.1 ms a KiB; most built grammars name none
+            return frozenset()
+        for ref, negated in _token_refs(grammar):
+            if negated:
+                raise GrammarError(f"the grammar negates a token (!<{ref}>): not supported, "
+                                   f"llama.cpp can abort on it; spell the text it may not be instead")
+            token = int(ref[1:-1]) if ref[1:-1].isdigit() else self._single_token(ref)
+            if token is None or not 0 <= token < self.n_vocab:
+                continue                # llama.cpp's parser names the error
+            if self.is_eog(token):
+                raise GrammarError(f"the grammar names the end-of-generation token <{ref}>; "
+                                   f"generation ends there by itself, leave it out")
+            tokens.add(token)
+        return frozenset(tokens)
 
     def _single_token(self, text: str) -> int | None:
         tokens = self.tokenize(f"<{text}>", add_special=False, parse_special=True)
@@ -488,9 +504,10 @@ class Engine:
             self.model = None
 
 
-def _token_refs(grammar: str) -> list[str]:
-    """Token references (``<name>``, ``<[id]>``, also after ``!``) outside strings and classes."""
-    refs, i, n = [], 0, len(grammar)
+def _token_refs(grammar: str) -> list[tuple[str, bool]]:
+    """Token references (``<name>``, ``<[id]>``) outside strings and classes, and whether each
+    is negated (``!<name>``: llama.cpp reads a ``!`` there as nothing else)."""
+    refs, i, n, negated = [], 0, len(grammar), False
     while i < n:
         c = grammar[i]
         if c == "#":
@@ -502,13 +519,18 @@ def _token_refs(grammar: str) -> list[str]:
             while i < n and grammar[i] != close:
                 i += 2 if grammar[i] == "\\" else 1
             i += 1
+        elif c == "!":
+            negated = True
+            i += 1
         elif c == "<":
             end = grammar.find(">", i)
             if end == -1:
                 break
-            refs.append(grammar[i + 1:end])
+            refs.append((grammar[i + 1:end], negated))
+            negated = False
             i = end + 1
         else:
+            negated = False
             i += 1
     return refs
 

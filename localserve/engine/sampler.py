@@ -27,6 +27,12 @@ class SamplingContext(Protocol):
 
     def logits(self, index: int) -> Any: ...
 
+    def piece(self, token: int) -> bytes: ...
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
+
+    def grammar_tokens(self, grammar: str) -> frozenset[int]: ...
+
 
 class GrammarError(ValueError):
     pass
@@ -59,6 +65,7 @@ class Sampler:
         self._argmax_bias = self._plain_greedy_bias(params)
         self._grammar = None            # the chain owns it; kept to ask whether the grammar may end
         self._candidates = None
+        self._guard = None
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
         self.chain = chain
         try:
@@ -67,7 +74,10 @@ class Sampler:
             ll.llama_sampler_free(chain)
             raise
         if self._grammar is not None:
-            self._candidates = CandidateBuffer(engine.n_vocab)
+            named = engine.grammar_tokens(params.grammar)
+            if named:
+                self._guard = TokenRefGuard(engine, self._grammar, named)
+            self._candidates = CandidateBuffer(engine.n_vocab, keep=self._guard is not None)
 
     def _add(self, sampler) -> None:
         if not sampler:
@@ -145,9 +155,13 @@ class Sampler:
     def choose(self) -> int:
         """Run the chain over the loaded candidates and accept the token; touches no llama context,
         so it may run on another thread while the runtime decodes."""
-        token, logit = self._candidates.choose(self.chain)
-        if logit == float("-inf"):      # the chain chose among nothing but forbidden tokens
-            raise NoLegalToken(self._grammar_may_end())
+        while True:
+            token, logit = self._candidates.choose(self.chain)
+            if logit == float("-inf"):      # the chain chose among nothing but forbidden tokens
+                raise NoLegalToken(self._grammar_may_end())
+            if self._guard is None or self._guard.safe(token):
+                break
+            self._candidates.reload_without(token)
         ll.llama_sampler_accept(self.chain, token)
         return token
 
@@ -195,12 +209,82 @@ class Sampler:
             self._grammar = None
 
 
+class TokenRefGuard:
+    """Keeps a token that llama.cpp's grammar check passes but its accept would throw on.
+
+    A grammar may name a token whole (``<think>``, ``<[7]>``). llama.cpp's check lets a
+    token's text begin on the grammar's characters and end on such a name, if the name is
+    that same token: with ``root ::= "<" <think>`` the token ``<think>`` passes ("<" by
+    character, the rest as the named token). Its accept walks the text by characters only,
+    finds no way on, and throws ("Unexpected empty grammar stack after accepting piece"),
+    which aborts the process. Only a named token of two or more characters can pass that
+    way, so only those are checked, when chosen: one is safe when the grammar cannot take its
+    first character as text (it passed as the whole token), or when it can take all of its
+    text character by character (tried on a clone, one single-character token at a time).
+    Otherwise it is refused and the chain chooses again. Conservative: a grammar that allows
+    both "<" followed by <think> and <think> alone at the same point loses the second.
+    """
+
+    def __init__(self, engine: SamplingContext, grammar, named: frozenset[int]):
+        self.engine = engine
+        self.grammar = grammar
+        self.named = named
+        self._spellings: dict[int, list[int] | None] = {}
+        self._probe = CandidateBuffer(1)
+
+    def safe(self, token: int) -> bool:
+        if token not in self.named:
+            return True
+        spelling = self._spelling(token)
+        if spelling is None:
+            return False
+        if len(spelling) < 2 or not self._legal(self.grammar, spelling[0]):
+            return True
+        clone = ll.llama_sampler_clone(self.grammar)
+        if not clone:
+            return False
+        try:
+            for i, single in enumerate(spelling):
+                if i and not self._legal(clone, single):
+                    return False
+                ll.llama_sampler_accept(clone, single)     # one character, legal: cannot throw
+            return True
+        finally:
+            ll.llama_sampler_free(clone)
+
+    def _legal(self, grammar, token: int) -> bool:
+        self._probe.fill_one(token)
+        ll.llama_sampler_apply(grammar, self._probe.ref)
+        return self._probe.logit(0) != float("-inf")
+
+    def _spelling(self, token: int) -> list[int] | None:
+        """The token's text as single-character tokens not named by the grammar; None if there is none."""
+        if token in self._spellings:
+            return self._spellings[token]
+        spelling: list[int] | None = []
+        try:
+            text = self.engine.piece(token).decode("utf-8")
+        except UnicodeDecodeError:
+            text, spelling = "", None
+        for char in text:
+            tokens = self.engine.tokenize(char, add_special=False, parse_special=False)
+            if (len(tokens) != 1 or tokens[0] in self.named
+                    or self.engine.piece(tokens[0]) != char.encode("utf-8")):
+                spelling = None
+                break
+            spelling.append(tokens[0])
+        self._spellings[token] = spelling
+        return spelling
+
+
 class CandidateBuffer:
     """A llama_token_data_array over a numpy array we own: filled from logits, then given to a chain."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, keep: bool = False):
         import numpy as np
         self.n = n
+        # keep: a copy of the loaded logits, to choose again without a token the chain chose
+        self.kept = np.empty(n, dtype=np.float32) if keep else None
         self.rows = np.zeros(n, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)]))
         self.ids = np.arange(n, dtype=np.int32)
         self.array = ll.llama_token_data_array()
@@ -219,11 +303,19 @@ class CandidateBuffer:
         self._reset()
 
     def load(self, logits) -> None:
+        if self.kept is not None:
+            self.kept[:] = logits
+            logits = self.kept
         rows = self.rows
         rows["id"] = self.ids
         rows["logit"] = logits
         rows["p"] = 0.0
         self._reset()
+
+    def reload_without(self, token: int) -> None:
+        """Load the kept logits again, with token forbidden (the chain sorted and changed the rows)."""
+        self.kept[token] = float("-inf")
+        self.load(self.kept)
 
     def choose(self, chain) -> tuple[int, float]:
         """Apply the chain to the loaded logits: the selected token and its logit after every sampler."""

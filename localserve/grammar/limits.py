@@ -6,13 +6,15 @@ checks every candidate token against every stack. Ambiguous repetitions multiply
 scanned (outside literals, classes and comments) for its size, its number of quantifiers,
 its repetition counts and how deep its groups nest (llama.cpp's parser recurses into each:
 30,000 nested parentheses overflowed the thread's stack); the runtime's per-token time limit
-catches what slips through.
+catches what slips through. Left recursion that llama.cpp's own check misses (recursion.py)
+is refused too: its set-up grew without bound.
 """
 
 from __future__ import annotations
 
 import re
 
+from .recursion import left_recursive_rule
 from ..settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_GRAMMAR_REPEAT
 
 _COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
@@ -53,6 +55,10 @@ def check_client_grammar(grammar: str) -> None:
                 if number and int(number) > MAX_GRAMMAR_REPEAT:
                     raise GrammarTooCostly(f"the grammar repeats something {number} times, over the limit of "
                                            f"{MAX_GRAMMAR_REPEAT} (MAX_GRAMMAR_REPEAT)")
+    rule = left_recursive_rule(grammar)     # after the nesting check: its reader recurses into groups
+    if rule is not None:
+        raise GrammarTooCostly(f"the grammar is left-recursive: rule '{rule}' can begin with itself "
+                               f"(through parts that may match nothing); llama.cpp would expand it without end")
 
 
 def _operators(grammar: str):
