@@ -118,6 +118,9 @@ def test_drop_during_long_prefill_stops_the_prefill(models_dir, stream):
         assert ended(after, "cancelled") - ended(before, "cancelled") == 1
         assert ended(after, "length") == ended(before, "length"), "the prefill ran to its end"
         assert after.value("localserve_generated_tokens_total") == 0
+        # The one decode call was cut short: none of the prompt counts as run through the model
+        # (a cancel seen only after the call would leave the whole prompt counted here).
+        assert after.value("localserve_prefilled_tokens_total") == before.value("localserve_prefilled_tokens_total")
     finally:
         srv.stop()
 

@@ -213,6 +213,9 @@ class ServerMetrics:
                                        "KV or RAM cache instead of being prefilled")
         self.generated_tokens = r.counter("localserve_generated_tokens_total", "Tokens generated, cancelled "
                                           "generations included")
+        self.prefilled_tokens = r.counter("localserve_prefilled_tokens_total", "Prompt tokens run through the "
+                                          "model, cancelled generations included (a prefill cut short counts "
+                                          "none of its interrupted batch)")
         self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason",
                                      ("finish_reason",))
         self.cancellations = r.counter("localserve_cancellations_total", "Generations cancelled (the client "
@@ -272,6 +275,10 @@ class ServerMetrics:
             self.ttft.observe((t.queued_ms + t.prefill_ms) / 1000)
         if output.completion_tokens >= 2 and t.decode_ms > 0:
             self.decode_rate.observe((output.completion_tokens - 1) / (t.decode_ms / 1000))
+
+    def record_prefill(self, tokens: int) -> None:
+        """Prompt tokens one decode step ran through the model."""
+        self.prefilled_tokens.inc(tokens)
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()

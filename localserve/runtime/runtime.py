@@ -190,6 +190,7 @@ class Runtime:
             self._decode_failed(exc, jobs, prefill_jobs)
             return
         self.failed_steps = 0
+        self.metrics.record_prefill(sum(n_tokens for job, _, n_tokens in rows if job in prefill_jobs))
         sampled_at = time.monotonic()
         for job, row, n_tokens in rows:
             job.n_past += n_tokens
