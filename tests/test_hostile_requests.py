@@ -17,6 +17,8 @@ from conftest import ServerProcess
 from rawhttp import post_json, request
 from tinymodel import CHATML_TEMPLATE, NO_EOG, tiny_vocab, token_ids, write_tiny_gguf
 
+from localserve.settings import MAX_GRAMMAR_OPTIONAL_RUN
+
 TINY_SPECIALS = ["<tool_call>", "</tool_call>", ("<think>", "user_defined"), ("</think>", "user_defined")]  # conftest
 
 USER = [{"role": "user", "content": "hi"}]
@@ -315,8 +317,9 @@ def test_repeat_last_n_of_the_whole_history_allocates_no_more_than_the_context(s
 
 # ---- item 3: a grammar that is slow anyway fails alone; cancel stops it between tokens ----------
 # Flat optional items are ambiguous: llama.cpp's stacks multiply with every character of a candidate
-# token. Forty of them cost about half a second per token on the tiny vocabulary (far more on a real one).
-SLOW_GRAMMAR = "root ::= " + " ".join(["o"] * 40) + "\no ::= [ -~] |\n"
+# token. MAX_GRAMMAR_OPTIONAL_RUN of them (the most a client may send) take a good part of a second per
+# token on the tiny vocabulary (far more on a real one): the time limit is what bounds that.
+SLOW_GRAMMAR = "root ::= " + " ".join(["o"] * MAX_GRAMMAR_OPTIONAL_RUN) + "\no ::= [ -~] |\n"
 
 
 @pytest.fixture(scope="module")
@@ -530,4 +533,18 @@ def test_left_recursion_that_llama_cpp_misses_is_a_400_before_it_is_set_up(srv):
         alive(srv)
     done = post(srv, "/v1/completions", {"prompt": "x", "max_tokens": 6, "temperature": 0,
                                          "grammar": 'root ::= "a" root | "b" (x | "") "c"\nx ::= "d"'})
+    assert done.status == 200, done.body
+
+
+def test_a_long_run_of_optional_items_is_a_400_naming_the_limit(srv):
+    """Each item that may match nothing is one more way to parse the text so far, and llama.cpp
+    checks every token against each: 400 of them took up to 19 s a token (past the time limit,
+    the abandoned samples then held grammar requests at 503). Counted through nullable rules too."""
+    for grammar in ["root ::= " + "[ -~]? " * (MAX_GRAMMAR_OPTIONAL_RUN + 1),
+                    'root ::= "a" ' + "opt " * (MAX_GRAMMAR_OPTIONAL_RUN // 4 + 1) + '\nopt ::= [x]? [y]? [z]? "w"?']:
+        resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 4, "grammar": grammar})
+        assert_400(resp, "grammar", "MAX_GRAMMAR_OPTIONAL_RUN")
+        alive(srv)
+    done = post(srv, "/v1/completions", {"prompt": "x", "max_tokens": 4, "temperature": 0,
+                                         "grammar": "root ::= " + "[a-c]? " * MAX_GRAMMAR_OPTIONAL_RUN + '"."'})
     assert done.status == 200, done.body

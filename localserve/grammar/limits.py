@@ -7,15 +7,17 @@ scanned (outside literals, classes and comments) for its size, its number of qua
 its repetition counts and how deep its groups nest (llama.cpp's parser recurses into each:
 30,000 nested parentheses overflowed the thread's stack); the runtime's per-token time limit
 catches what slips through. Left recursion that llama.cpp's own check misses (recursion.py)
-is refused too: its set-up grew without bound.
+is refused too: its set-up grew without bound; so is a long run of items that may each
+match nothing (recursion.py measures both).
 """
 
 from __future__ import annotations
 
 import re
 
-from .recursion import left_recursive_rule
-from ..settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_GRAMMAR_REPEAT
+from .recursion import left_recursive_rule, longest_optional_run
+from ..settings import (MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_OPTIONAL_RUN, MAX_GRAMMAR_QUANTIFIERS,
+                        MAX_GRAMMAR_REPEAT)
 
 _COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 
@@ -59,6 +61,11 @@ def check_client_grammar(grammar: str) -> None:
     if rule is not None:
         raise GrammarTooCostly(f"the grammar is left-recursive: rule '{rule}' can begin with itself "
                                f"(through parts that may match nothing); llama.cpp would expand it without end")
+    run = longest_optional_run(grammar)
+    if run > MAX_GRAMMAR_OPTIONAL_RUN:
+        raise GrammarTooCostly(f"the grammar has {run} items in a row that may each match nothing, over the limit "
+                               f"of {MAX_GRAMMAR_OPTIONAL_RUN} (MAX_GRAMMAR_OPTIONAL_RUN): each token's cost grows "
+                               f"with the run")
 
 
 def _operators(grammar: str):
