@@ -18,11 +18,10 @@ from typing import Iterator
 
 import orjson
 
-from ..wire.connection import ClientGone
-from ..errors import ApiError
+from ..errors import ApiError, ClientGone
 from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest,
                          ToolCallDelta, ToolCallStart)
-from ..wire.routes import Exchange
+from .exchange import Exchange
 from ..runtime.runtime import GrammarBacklog, QueueFull, RuntimeStopped
 from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
 

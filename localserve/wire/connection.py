@@ -15,11 +15,8 @@ import select
 import socket
 import time
 
+from ..errors import ClientGone
 from .http import LAST_CHUNK, Request, format_chunk, format_head, format_response
-
-
-class ClientGone(Exception):
-    """The peer closed the connection or a write failed."""
 
 
 class ResponseWriter:

@@ -29,13 +29,13 @@ from typing import Any
 
 import orjson
 
-from ...errors import anthropic_error_body
+from ...errors import ANTHROPIC_ERRORS, anthropic_error_body
 from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
 from ...prompt.build import build_chat_request, tokenize_prompt
 from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
                        flush_when_idle, sse, stream_events, submit, wait_for_output)
-from ...wire.routes import ANTHROPIC, Exchange, Router
+from ..exchange import Exchange, RouteTable
 from ..signing import sign
 from ...parsing.tools import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
@@ -47,9 +47,10 @@ log = logging.getLogger("localserve.anthropic")
 PING = sse({"type": "ping"}, "ping")
 
 
-def register(router: Router) -> None:
-    router.add("/v1/messages", "POST", handle_messages, ANTHROPIC)
-    router.add("/v1/messages/count_tokens", "POST", handle_count_tokens, ANTHROPIC)
+def register(router: RouteTable) -> None:
+    router.add("/v1/messages", "POST", handle_messages, ANTHROPIC_ERRORS)
+    router.add("/v1/messages/count_tokens", "POST", handle_count_tokens, ANTHROPIC_ERRORS)
+    router.add_family("/v1/messages", ANTHROPIC_ERRORS)   # Anthropic's clients read even a 404 there
 
 
 @dataclass

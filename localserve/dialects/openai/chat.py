@@ -10,7 +10,7 @@ from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, Tool
 from ...prompt.build import ChatInput, ToolChoice, build_chat_request, function_definitions
 from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
                        flush_when_idle, sse, stream_events, submit, wait_for_output)
-from ...wire.routes import Exchange
+from ..exchange import Exchange
 from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
 

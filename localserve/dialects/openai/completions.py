@@ -7,7 +7,7 @@ from typing import Any
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import check_fits, check_grammar, tokenize_to_fit
 from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse, stream_events
-from ...wire.routes import Exchange
+from ..exchange import Exchange
 from .chat import finish_reason, serve_openai, timings, usage
 from ..fields import invalid, read_bool, read_int, read_sampling, read_stop
 

@@ -12,11 +12,10 @@ import logging
 import time
 from typing import Any
 
-from ...wire.connection import ClientGone
-from ...errors import ApiError
+from ...errors import ApiError, ClientGone
 from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
 from .runs import ResponseRun
-from ...wire.routes import Exchange
+from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, invalid
 from .items import list_page, read_page_query
 from .request import ACTIVE, read_plan
