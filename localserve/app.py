@@ -241,7 +241,8 @@ def serve(settings: Settings) -> int:
         print(f"localserve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
     limits = Limits(max_body_bytes=settings.max_body_bytes)
-    server = HTTPServer(app.router.dispatch, errors_for=app.router.errors_for, limits=limits, header_timeout=settings.header_timeout,
+    server = HTTPServer(app.router.dispatch, errors_for=app.router.errors_for, limits=limits,
+                        header_timeout=settings.header_timeout,
                         max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
                         idle_timeout=settings.idle_timeout, listener=listener)
     app.metrics.watch_server(server)

@@ -21,7 +21,6 @@ import time
 import uuid
 from typing import Callable
 
-
 from ..ops import memory
 from .budget import ByteBudget, Held
 from .connection import ResponseWriter
