@@ -121,7 +121,8 @@ class App:
             return
         if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
-                           type="authentication_error" if exchange.dialect == "anthropic" else "invalid_request_error",
+                           # OpenAI's clients read this type for a bad key (Anthropic's shape names its own)
+                           type="invalid_request_error",
                            code="invalid_api_key", headers=[("WWW-Authenticate", "Bearer")])
 
     def preflight_headers(self, exchange, allow: str) -> list[tuple[str, str]]:
@@ -240,7 +241,8 @@ def serve(settings: Settings) -> int:
         print(f"localserve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
     limits = Limits(max_body_bytes=settings.max_body_bytes)
-    server = HTTPServer(app.router.dispatch, limits=limits, header_timeout=settings.header_timeout,
+    server = HTTPServer(app.router.dispatch, errors_for=app.router.errors_for, limits=limits,
+                        header_timeout=settings.header_timeout,
                         max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
                         idle_timeout=settings.idle_timeout, listener=listener)
     app.metrics.watch_server(server)

@@ -1,13 +1,14 @@
 """API errors and the two error shapes clients check: OpenAI's and Anthropic's.
 
-Handlers raise ApiError with an HTTP status and a message; the router picks the
-shape by the dialect of the path. The same error in a stream goes out in-band
-through the dialect's own error event (respond.py).
+Handlers raise ApiError with an HTTP status and a message; each route carries the
+ErrorShape of its dialect, and the router answers in it. The same error in a stream
+goes out in-band through the dialect's own error event (dialects/pump.py).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import orjson
 
@@ -37,6 +38,10 @@ ANTHROPIC_ERROR_TYPES = {
     503: "overloaded_error",
     529: "overloaded_error",
 }
+
+
+class ClientGone(Exception):
+    """The peer closed the connection or a write to it failed: whoever runs a job for it cancels it."""
 
 
 class ApiError(Exception):
@@ -90,6 +95,24 @@ def anthropic_error_body(error: ApiError) -> dict[str, Any]:
 def anthropic_status(status: int) -> int:
     """Anthropic reports a full queue as 529 overloaded, not 503."""
     return 529 if status == 503 else status
+
+
+def same_status(status: int) -> int:
+    return status
+
+
+@dataclass(frozen=True)
+class ErrorShape:
+    """How one dialect's clients read an error: the HTTP status they expect and the JSON body."""
+    body: Callable[[ApiError], dict[str, Any]]
+    status: Callable[[int], int] = same_status
+
+    def render(self, error: ApiError) -> tuple[int, bytes]:
+        return self.status(error.status), orjson.dumps(self.body(error))
+
+
+OPENAI_ERRORS = ErrorShape(openai_error_body)
+ANTHROPIC_ERRORS = ErrorShape(anthropic_error_body, anthropic_status)
 
 
 def dumps(value: Any) -> bytes:

@@ -26,7 +26,9 @@ from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, G
 from localserve.wire.http import Request
 from localserve.dialects.anthropic import messages as messages_api
 from localserve.dialects.anthropic.input import read_chat
-from localserve.wire.routes import Exchange, Router
+from localserve.dialects.exchange import Exchange
+from localserve.errors import ANTHROPIC_ERRORS
+from localserve.wire.routes import Router
 from localserve.dialects.signing import load_signing_key, sign
 
 USER = [{"role": "user", "content": "Say hello"}]
@@ -593,7 +595,7 @@ class _App:
 def _exchange() -> tuple[Exchange, socket.socket]:
     ours, theirs = socket.socketpair()
     req = Request("POST", "/v1/messages", "/v1/messages", {}, "HTTP/1.1", [("host", "x")], b"{}")
-    return Exchange(req, ResponseWriter(ours, req), {}, _App(), "anthropic", "req_test"), theirs
+    return Exchange(req, ResponseWriter(ours, req), {}, _App(), ANTHROPIC_ERRORS, "req_test"), theirs
 
 
 def _read_all(sock: socket.socket) -> bytes:

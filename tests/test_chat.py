@@ -239,3 +239,30 @@ def test_raw_stream_carries_role_first(server):
               if line.startswith("data: {")]
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     conn.close()
+
+
+# ---- an error after the stream started ----------------------------------------------
+
+UNSAMPLEABLE = {"grammar": f"root ::= <[{TOKEN_A}]>", "logit_bias": {str(TOKEN_A): -100}}   # fails at the first token
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_error_after_the_head_is_an_in_band_error_in_the_openai_shape(server, path):
+    """The head is out when sampling fails: the error goes in a data event shaped as a whole
+    error response (errors.openai_error_body, as before the stream), then [DONE]."""
+    body = {"messages": MESSAGES, "prompt": "Hi", "max_tokens": 5, "stream": True, **UNSAMPLEABLE}
+    body.pop("prompt" if path.endswith("chat/completions") else "messages")
+    resp = request(server.port, post_json(path, body))
+    assert resp.status == 200 and resp.body.endswith(b"data: [DONE]\n\n")
+    events = [json.loads(line[6:]) for line in resp.body.decode().split("\n") if line.startswith("data: {")]
+    assert events[-1] == {"error": {"message": "no token is allowed by both the grammar and logit_bias: the bias "
+                                               "bans every token the grammar allows next",
+                                    "type": "invalid_request_error", "param": None, "code": "no_allowed_token"}}
+
+
+def test_the_sdk_raises_the_in_band_error(openai_client):
+    stream = chat(openai_client, stream=True, max_tokens=5, logit_bias=UNSAMPLEABLE["logit_bias"],
+                  extra_body={"grammar": UNSAMPLEABLE["grammar"]})
+    with pytest.raises(openai.APIError) as caught:
+        list(stream)
+    assert caught.value.code == "no_allowed_token" and caught.value.type == "invalid_request_error"

@@ -41,19 +41,7 @@ FLOORS = {
 }
 
 # Arrows up that the next stage of the layout work removes (issue 16).
-KNOWN_UPWARD = [
-    # Handlers take the wire's Exchange and catch its ClientGone; the Anthropic module
-    # registers its own routes.
-    ("localserve.dialects.anthropic.messages", "localserve.wire.routes"),
-    ("localserve.dialects.endpoints", "localserve.wire.routes"),
-    ("localserve.dialects.openai.chat", "localserve.wire.routes"),
-    ("localserve.dialects.openai.completions", "localserve.wire.routes"),
-    ("localserve.dialects.respond", "localserve.wire.connection"),
-    ("localserve.dialects.respond", "localserve.wire.routes"),
-    ("localserve.dialects.responses.conversations", "localserve.wire.routes"),
-    ("localserve.dialects.responses.responses", "localserve.wire.connection"),
-    ("localserve.dialects.responses.responses", "localserve.wire.routes"),
-]
+KNOWN_UPWARD: list[tuple[str, str]] = []
 
 # Cycles that the next stage removes; both are imports for type checking only.
 KNOWN_CYCLES = [

@@ -9,7 +9,7 @@ from ..errors import ApiError
 from .fields import invalid, read_bool
 from ..prompt.build import ChatInput, function_definitions, render_chat, tokenize_capped
 from .openai.chat import read_messages
-from ..wire.routes import Exchange
+from .exchange import Exchange
 
 
 def health(exchange: Exchange) -> None:

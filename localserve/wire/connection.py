@@ -1,6 +1,6 @@
 """One client's socket as the handlers see it: write a whole response or a stream.
 
-The connection thread owns the socket; handlers and respond.py write through a
+The connection thread owns the socket; handlers and the stream pump write through a
 ResponseWriter so the server can log status and bytes and knows whether the
 connection may be reused. A failed write raises ClientGone: the caller cancels its job.
 
@@ -15,11 +15,8 @@ import select
 import socket
 import time
 
+from ..errors import ClientGone
 from .http import LAST_CHUNK, Request, format_chunk, format_head, format_response
-
-
-class ClientGone(Exception):
-    """The peer closed the connection or a write failed."""
 
 
 class ResponseWriter:

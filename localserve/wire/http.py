@@ -51,7 +51,7 @@ class ProtocolError(Exception):
         self.status = status
         self.message = message
         self.headers = headers or []  # extra response fields (Retry-After)
-        self.path: str | None = None  # the request's path, when its head was read (for the error's shape)
+        self.path: str | None = None  # the request's path, when its head was read (error shape, metrics)
         self.method: str | None = None  # and its method (an answer to HEAD has no body)
 
 

@@ -21,12 +21,10 @@ import time
 import uuid
 from typing import Callable
 
-import orjson
-
 from ..ops import memory
 from .budget import ByteBudget, Held
-from .connection import ClientGone, ResponseWriter
-from ..errors import ApiError, anthropic_error_body, anthropic_status, openai_error_body
+from .connection import ResponseWriter
+from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
 from .linger import Lingerer, linger_close
 from ..ops.metrics import ServerMetrics
@@ -46,8 +44,10 @@ class _Timeout(Exception):
 class HTTPServer:
     def __init__(self, dispatch: Callable[[Request, ResponseWriter, str], None], *, limits: Limits,
                  header_timeout: float, idle_timeout: float, listener: socket.socket,
-                 max_connections: int = 1024, max_inflight_bytes: int | None = None):
+                 max_connections: int = 1024, max_inflight_bytes: int | None = None,
+                 errors_for: Callable[[str | None], ErrorShape] = lambda path: OPENAI_ERRORS):
         self.dispatch = dispatch
+        self.errors_for = errors_for   # a path's error shape, for requests that never reach a route
         self.max_connections = max_connections
         self.inflight = ByteBudget(max_inflight_bytes or INFLIGHT_BODIES * limits.max_body_bytes)
         self.lingerer = Lingerer()
@@ -229,11 +229,7 @@ class HTTPServer:
         return not writer.close_after and writer.finished and not self.draining.is_set()
 
     def _send_protocol_error(self, sock: socket.socket, exc: ProtocolError) -> None:
-        error = ApiError(exc.status, exc.message)
-        if exc.path is not None and exc.path.startswith("/v1/messages"):   # Anthropic clients read their shape
-            status, body = anthropic_status(exc.status), orjson.dumps(anthropic_error_body(error))
-        else:
-            status, body = exc.status, orjson.dumps(openai_error_body(error))
+        status, body = self.errors_for(exc.path).render(ApiError(exc.status, exc.message))
         request_id = "req_" + uuid.uuid4().hex[:24]
         headers = [("Content-Type", "application/json"), ("Connection", "close"),
                    ("request-id", request_id), ("x-request-id", request_id), *exc.headers]

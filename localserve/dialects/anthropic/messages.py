@@ -29,13 +29,13 @@ from typing import Any
 
 import orjson
 
-from ...errors import anthropic_error_body
+from ...errors import ANTHROPIC_ERRORS, ApiError, anthropic_error_body
 from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
 from ...prompt.build import build_chat_request, tokenize_prompt
-from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
-                       flush_when_idle, sse, stream_events, submit, wait_for_output)
-from ...wire.routes import ANTHROPIC, Exchange, Router
+from ..pump import PREFILL_COMMENT, sse, stream_job
+from ..respond import cancel_on_error, submit, wait_for_output
+from ..exchange import Exchange, RouteTable
 from ..signing import sign
 from ...parsing.tools import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
@@ -47,9 +47,10 @@ log = logging.getLogger("localserve.anthropic")
 PING = sse({"type": "ping"}, "ping")
 
 
-def register(router: Router) -> None:
-    router.add("/v1/messages", "POST", handle_messages, ANTHROPIC)
-    router.add("/v1/messages/count_tokens", "POST", handle_count_tokens, ANTHROPIC)
+def register(router: RouteTable) -> None:
+    router.add("/v1/messages", "POST", handle_messages, ANTHROPIC_ERRORS)
+    router.add("/v1/messages/count_tokens", "POST", handle_count_tokens, ANTHROPIC_ERRORS)
+    router.add_family("/v1/messages", ANTHROPIC_ERRORS)   # Anthropic's clients read even a 404 there
 
 
 @dataclass
@@ -267,40 +268,52 @@ def message_end(output: GenerationOutput, meta: MessageMeta) -> list[bytes]:
     return [event("message_delta", **fields), event("message_stop")]
 
 
-def error_event(error: Any) -> bytes:
+def error_event(error: ApiError) -> bytes:
     return sse(anthropic_error_body(error), "error")
 
 
+class MessageStream:
+    """Runtime events → message_start, content blocks, message_delta, message_stop."""
+    done = False
+
+    def __init__(self, meta: MessageMeta, prompt_tokens: int):
+        self.meta = meta
+        self.prompt_tokens = prompt_tokens
+        self.blocks = BlockStream(meta.signing_key, meta.omit_thinking)
+        self.started = False
+
+    def feed(self, ev: object) -> list[bytes]:
+        if isinstance(ev, Context):
+            if self.started:
+                return []
+            self.started = True
+            return [message_start(self.meta, self.prompt_tokens, ev.used), PING]
+        out = []
+        if isinstance(ev, (Chunk, ToolCallStart, ToolCallDelta)):
+            if not self.started:      # never expected: the runtime sends Context first
+                out.append(message_start(self.meta, self.prompt_tokens, 0))
+                self.started = True
+            if isinstance(ev, Chunk):
+                out += self.blocks.chunk(ev.reasoning, ev.text)
+            elif isinstance(ev, ToolCallStart):
+                out += self.blocks.tool_start(ev)
+            else:
+                out += self.blocks.tool_delta(ev)
+        elif isinstance(ev, Finished):
+            if not self.started:
+                out.append(message_start(self.meta, ev.output.prompt_tokens, ev.output.cached_tokens))
+            out += self.blocks.close() + message_end(ev.output, self.meta)
+        return out
+
+    def fail(self, error: ApiError) -> list[bytes]:
+        return [error_event(error)]
+
+    def keepalive(self) -> list[bytes]:
+        return [PING if self.started else PREFILL_COMMENT]
+
+    def end(self) -> list[bytes]:
+        return []
+
+
 def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
-    writer = exchange.writer
-    prompt_tokens = len(gen.request.prompt_tokens)
-    blocks = BlockStream(meta.signing_key, meta.omit_thinking)
-    started = False
-    buffer: list[bytes] = []
-    writer.start_stream()
-    with cancel_on_disconnect(gen):
-        for ev in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
-            if ev is KEEPALIVE:
-                buffer.append(PING if started else PREFILL_COMMENT)
-            elif isinstance(ev, Context) and not started:
-                buffer += [message_start(meta, prompt_tokens, ev.used), PING]
-                started = True
-            elif isinstance(ev, (Chunk, ToolCallStart, ToolCallDelta)):
-                if not started:      # never expected: the runtime sends Context first
-                    buffer.append(message_start(meta, prompt_tokens, 0))
-                    started = True
-                if isinstance(ev, Chunk):
-                    buffer += blocks.chunk(ev.reasoning, ev.text)
-                elif isinstance(ev, ToolCallStart):
-                    buffer += blocks.tool_start(ev)
-                else:
-                    buffer += blocks.tool_delta(ev)
-            elif isinstance(ev, Finished):
-                if ev.error is not None:
-                    buffer.append(error_event(error_from(ev)))
-                else:
-                    if not started:
-                        buffer.append(message_start(meta, ev.output.prompt_tokens, ev.output.cached_tokens))
-                    buffer += blocks.close() + message_end(ev.output, meta)
-            flush_when_idle(exchange, gen, buffer, ev)
-        writer.end_stream()
+    stream_job(exchange, MessageStream(meta, len(gen.request.prompt_tokens)), gen)

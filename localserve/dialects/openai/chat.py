@@ -8,9 +8,10 @@ from typing import Any
 
 from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from ...prompt.build import ChatInput, ToolChoice, build_chat_request, function_definitions
-from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_on_error, error_from,
-                       flush_when_idle, sse, stream_events, submit, wait_for_output)
-from ...wire.routes import Exchange
+from ...errors import ApiError, openai_error_body
+from ..pump import DONE, PREFILL_COMMENT, sse, stream_job
+from ..respond import cancel_on_error, submit, wait_for_output
+from ..exchange import Exchange
 from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
 
@@ -187,45 +188,50 @@ def timings(output: GenerationOutput) -> dict:
     }
 
 
-def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
-    writer = exchange.writer
-    base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
+class ChatChunks:
+    """Runtime events → chat.completion.chunk frames (the pump writes them)."""
+    done = False
 
-    def chunk(delta: dict, finish: str | None = None, logprobs: Any = None) -> bytes:
+    def __init__(self, meta: dict, include_usage: bool):
+        self.base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
+        self.include_usage = include_usage
+        self.role_sent = False
+
+    def chunk(self, delta: dict, finish: str | None = None, logprobs: Any = None) -> bytes:
         choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
-        return sse({**base, "choices": [choice]})
+        return sse({**self.base, "choices": [choice]})
 
-    writer.start_stream()
-    role_sent = False
-    buffer: list[bytes] = []
-    with cancel_on_disconnect(gen):
-        for event in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
-            if event is KEEPALIVE:
-                writer.stream(PREFILL_COMMENT)
-                continue
-            if not role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
-                buffer.append(chunk({"role": "assistant", "content": ""}))
-                role_sent = True
-            if isinstance(event, Chunk):
-                key = "reasoning_content" if event.reasoning else "content"
-                logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
-                buffer.append(chunk({key: event.text}, logprobs=logprobs))
-            elif isinstance(event, ToolCallStart):
-                buffer.append(chunk({"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
-                                                     "function": {"name": event.name, "arguments": ""}}]}))
-            elif isinstance(event, ToolCallDelta):
-                buffer.append(chunk({"tool_calls": [{"index": event.index,
-                                                     "function": {"arguments": event.fragment}}]}))
-            elif isinstance(event, Finished):
-                if event.error is not None:
-                    err = error_from(event)
-                    buffer.append(sse({"error": {"message": err.message, "type": "server_error",
-                                                 "param": None, "code": err.code}}))
-                else:
-                    output = event.output
-                    buffer.append(chunk({}, finish_reason(output)))
-                    if include_usage:
-                        buffer.append(sse({**base, "choices": [], "usage": usage(output)}))
-                buffer.append(b"data: [DONE]\n\n")
-            flush_when_idle(exchange, gen, buffer, event)
-        writer.end_stream()
+    def feed(self, event: object) -> list[bytes]:
+        out = []
+        if not self.role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
+            out.append(self.chunk({"role": "assistant", "content": ""}))
+            self.role_sent = True
+        if isinstance(event, Chunk):
+            key = "reasoning_content" if event.reasoning else "content"
+            logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
+            out.append(self.chunk({key: event.text}, logprobs=logprobs))
+        elif isinstance(event, ToolCallStart):
+            out.append(self.chunk({"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
+                                                   "function": {"name": event.name, "arguments": ""}}]}))
+        elif isinstance(event, ToolCallDelta):
+            out.append(self.chunk({"tool_calls": [{"index": event.index,
+                                                   "function": {"arguments": event.fragment}}]}))
+        elif isinstance(event, Finished):
+            out.append(self.chunk({}, finish_reason(event.output)))
+            if self.include_usage:
+                out.append(sse({**self.base, "choices": [], "usage": usage(event.output)}))
+        return out
+
+    def fail(self, error: ApiError) -> list[bytes]:
+        # the SDKs raise on a data event that carries "error", in the shape of a whole error response
+        return [sse(openai_error_body(error))]
+
+    def keepalive(self) -> list[bytes]:
+        return [PREFILL_COMMENT]
+
+    def end(self) -> list[bytes]:
+        return [DONE]
+
+
+def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
+    stream_job(exchange, ChatChunks(meta, include_usage), gen)

@@ -6,9 +6,9 @@ from typing import Any
 
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import check_fits, check_grammar, tokenize_to_fit
-from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, error_from, flush_when_idle, sse, stream_events
-from ...wire.routes import Exchange
-from .chat import finish_reason, serve_openai, timings, usage
+from ..pump import sse, stream_job
+from ..exchange import Exchange
+from .chat import ChatChunks, finish_reason, serve_openai, timings, usage
 from ..fields import invalid, read_bool, read_int, read_sampling, read_stop
 
 
@@ -84,31 +84,27 @@ def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) ->
             "system_fingerprint": None, "timings": timings(output)}
 
 
+class CompletionChunks(ChatChunks):
+    """Runtime events → text_completion frames: text only, and the same error and end."""
+
+    def __init__(self, meta: dict, include_usage: bool):
+        super().__init__(meta, include_usage)
+        self.base = {**meta, "object": "text_completion", "system_fingerprint": None}
+
+    def text(self, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
+        return sse({**self.base, "choices": [{"text": text, "index": 0, "logprobs": logprobs,
+                                              "finish_reason": finish}]})
+
+    def feed(self, event: object) -> list[bytes]:
+        if isinstance(event, Chunk):
+            return [self.text(event.text, logprobs=legacy_logprobs(event.logprobs))]
+        if isinstance(event, Finished):
+            out = [self.text("", finish_reason(event.output))]
+            if self.include_usage:
+                out.append(sse({**self.base, "choices": [], "usage": usage(event.output)}))
+            return out
+        return []
+
+
 def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
-    writer = exchange.writer
-    base = {**meta, "object": "text_completion", "system_fingerprint": None}
-
-    def chunk(text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
-        return sse({**base, "choices": [{"text": text, "index": 0, "logprobs": logprobs, "finish_reason": finish}]})
-
-    writer.start_stream()
-    buffer: list[bytes] = []
-    with cancel_on_disconnect(gen):
-        for event in stream_events(exchange, gen, exchange.app.settings.prefill_keepalive):
-            if event is KEEPALIVE:
-                writer.stream(PREFILL_COMMENT)
-                continue
-            if isinstance(event, Chunk):
-                buffer.append(chunk(event.text, logprobs=legacy_logprobs(event.logprobs)))
-            elif isinstance(event, Finished):
-                if event.error is not None:
-                    err = error_from(event)
-                    buffer.append(sse({"error": {"message": err.message, "type": "server_error",
-                                                 "param": None, "code": err.code}}))
-                else:
-                    buffer.append(chunk("", finish_reason(event.output)))
-                    if include_usage:
-                        buffer.append(sse({**base, "choices": [], "usage": usage(event.output)}))
-                buffer.append(b"data: [DONE]\n\n")
-            flush_when_idle(exchange, gen, buffer, event)
-        writer.end_stream()
+    stream_job(exchange, CompletionChunks(meta, include_usage), gen)

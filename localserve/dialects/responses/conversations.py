@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...errors import ApiError
-from ...wire.routes import Exchange
+from ..exchange import Exchange
 from ..fields import invalid
 from .items import list_page, read_items, read_page_query
 from .request import read_metadata, storage_off

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Iterator
 
-from ...wire.connection import ClientGone
-from ...errors import ApiError
-from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
+from ...errors import ApiError, ClientGone
+from ...generation import Finished, GenerationError
+from ..pump import KEEPALIVE, PREFILL_COMMENT, job_events, pump, sse, stream_job
+from ..respond import cancel_on_error, error_from, submit
 from .runs import ResponseRun
-from ...wire.routes import Exchange
+from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, invalid
 from .items import list_page, read_page_query
 from .request import ACTIVE, read_plan
@@ -70,7 +71,7 @@ def create(exchange: Exchange) -> None:
 def answer(exchange: Exchange, run: ResponseRun) -> None:
     """Wait for the whole response; a client that leaves cancels it."""
     try:
-        for event in stream_events(exchange, run.gen, 0):
+        for event in job_events(exchange, run.gen, 0):
             run.feed(event)
             if run.done:
                 break
@@ -82,29 +83,60 @@ def answer(exchange: Exchange, run: ResponseRun) -> None:
     exchange.send_json(run.shaper.snapshot())
 
 
+class RunStream:
+    """A run's Responses events as frames: the run shapes and stores them (another thread may
+    add some: a cancel), this sends each once, in order."""
+
+    def __init__(self, run: ResponseRun):
+        self.run = run
+        self.sent = 0
+
+    @property
+    def done(self) -> bool:
+        return self.run.done
+
+    def pending(self) -> list[bytes]:
+        events = self.run.events[self.sent:]
+        self.sent += len(events)
+        return [encode(events)] if events else []
+
+    def feed(self, event: object) -> list[bytes]:
+        self.run.feed(event)
+        return self.pending()
+
+    def fail(self, error: ApiError) -> list[bytes]:
+        # response.failed, the Responses in-band error (stored with the response)
+        self.run.feed(Finished(error=GenerationError(error.status, error.message, error.code or "server_error",
+                                                     error.extra)))
+        return self.pending()
+
+    def keepalive(self) -> list[bytes]:
+        return self.pending() or [PREFILL_COMMENT]
+
+    def end(self) -> list[bytes]:
+        return self.pending()
+
+
+class Replay:
+    """Stored events, batch by batch, as they are read or followed."""
+    done = False
+
+    def feed(self, events: object) -> list[bytes]:
+        return [encode(events)]            # type: ignore[arg-type]
+
+    def fail(self, error: ApiError) -> list[bytes]:
+        raise AssertionError("a replay reads no job")   # its source yields no Finished
+
+    def keepalive(self) -> list[bytes]:
+        return [FOLLOW_KEEPALIVE]
+
+    def end(self) -> list[bytes]:
+        return []
+
+
 def stream_run(exchange: Exchange, run: ResponseRun) -> None:
-    """The run's events as SSE while it generates; a failed write cancels it."""
-    writer = exchange.writer
-    writer.start_stream()
-    sent = 0
-    try:
-        for event in stream_events(exchange, run.gen, exchange.app.settings.prefill_keepalive):
-            if event is KEEPALIVE and sent == len(run.events):
-                writer.stream(PREFILL_COMMENT)
-                continue
-            if event is not KEEPALIVE:
-                run.feed(event)
-            if run.done or run.gen.events.empty():
-                pending = run.events[sent:]
-                sent += len(pending)
-                writer.stream(encode(pending))
-            if run.done:
-                break
-        writer.stream(encode(run.events[sent:]))
-        writer.end_stream()
-    except ClientGone:
-        run.cancel("client went away during the stream")
-        raise
+    """The run's events as SSE while it generates; a client gone cancels it."""
+    stream_job(exchange, RunStream(run), run.gen, job=run)
 
 
 # ---- GET /v1/responses/{response_id} ----------------------------------------------------
@@ -130,31 +162,30 @@ def replay(exchange: Exchange, response_id: str, after: int) -> None:
     if run is None:
         if app.store.get_response(response_id) is None:
             raise not_found(response_id)
-        events = app.store.events(response_id, starting_after=after)
-        writer.start_stream()
-        writer.stream(encode(events))
-        writer.end_stream()
-        return
-    writer.start_stream()
-    if writer.head_only:          # the head is all a HEAD asks for: don't follow the run
-        writer.end_stream()
-        return
-    keepalive = app.settings.prefill_keepalive or 5.0
+        pump(exchange, Replay(), [app.store.events(response_id, starting_after=after)])
+    elif writer.head_only:        # the head is all a HEAD asks for: don't follow the run
+        pump(exchange, Replay(), [])
+    else:
+        pump(exchange, Replay(), follow(exchange, run, after, app.settings.prefill_keepalive or 5.0))
+
+
+def follow(exchange: Exchange, run: ResponseRun, after: int, keepalive: float) -> Iterator[object]:
+    """A running response's events after `after`, in batches, to its end; KEEPALIVE when the
+    run is quiet for `keepalive` seconds. A follower owns no job: leaving stops nothing."""
     last_write = time.monotonic()
     while True:
         events, done = run.follow(after, FOLLOW_WAIT_SECONDS)
         if events:
-            writer.stream(encode(events))
+            yield events
             after = events[-1]["sequence_number"]
             last_write = time.monotonic()
         elif done:
-            break
-        elif writer.peer_closed():
+            return
+        elif exchange.writer.peer_closed():
             raise ClientGone("peer closed while following a response")
         elif time.monotonic() - last_write >= keepalive:
-            writer.stream(FOLLOW_KEEPALIVE)
+            yield KEEPALIVE
             last_write = time.monotonic()
-    writer.end_stream()
 
 
 # ---- POST /v1/responses/{response_id}/cancel -----------------------------------------------

@@ -1,0 +1,122 @@
+"""The one stream loop every dialect shares: live streams and Responses replays alike.
+
+A dialect shapes its stream as a StreamShape: runtime events in, encoded SSE frames out,
+no I/O. pump() owns everything else, once: the head, the `: prefill` keepalive while
+nothing has been generated, the in-band error (the job failed after the head went out:
+the dialect frames it, the route's ErrorShape gives its body), batching frames into one
+write while more events wait, the end of the stream, and a client that went away: a
+failed write or a closed socket cancels the job the stream reads, here and nowhere else.
+
+Sources are iterators of runtime events (or whatever the shape takes) with KEEPALIVE
+whenever the keepalive interval passes with nothing to send. They raise ClientGone when
+the socket closes while they wait.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Callable, Iterable, Iterator, Protocol
+
+import orjson
+
+from ..errors import ApiError, ClientGone
+from ..generation import ActiveGeneration, Chunk, Finished, ToolCallDelta, ToolCallStart
+from ..settings import DISCONNECT_POLL_INTERVAL
+from .exchange import Exchange
+from .respond import error_from
+
+KEEPALIVE = object()   # yielded by a source: time for a keepalive comment
+PREFILL_COMMENT = b": prefill\n\n"
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(data: object, event: str | None = None) -> bytes:
+    payload = data if isinstance(data, bytes) else orjson.dumps(data)
+    if event:
+        return b"event: " + event.encode() + b"\ndata: " + payload + b"\n\n"
+    return b"data: " + payload + b"\n\n"
+
+
+class StreamShape(Protocol):
+    """A dialect's stream without I/O."""
+
+    def feed(self, event: object) -> list[bytes]:
+        """Frames for one event (a failed Finished goes to fail instead)."""
+
+    def fail(self, error: ApiError) -> list[bytes]:
+        """Frames for an error after the head went out, in the dialect's own error event."""
+
+    def keepalive(self) -> list[bytes]:
+        """Frames for a keepalive tick (a comment, or what is waiting to go out)."""
+
+    def end(self) -> list[bytes]:
+        """The frames that close the stream, after its last event."""
+
+    @property
+    def done(self) -> bool:
+        """The stream is over before its source ends (a Responses run that reached its end)."""
+
+
+class Job(Protocol):
+    def cancel(self, reason: str) -> object: ...
+
+
+def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, job: Job | None = None,
+         idle: Callable[[], bool] = lambda: True) -> None:
+    """Write `shape`'s frames for each event of `source` and end the stream. idle() says
+    whether nothing more waits in the source: frames are buffered until it does, so several
+    tokens go out in one write. A client gone cancels `job` (a follower has none)."""
+    writer = exchange.writer
+    buffer: list[bytes] = []
+    try:
+        writer.start_stream()
+        for event in source:
+            if event is KEEPALIVE:
+                buffer += shape.keepalive()
+            elif isinstance(event, Finished) and event.error is not None:
+                buffer += shape.fail(error_from(event))
+            else:
+                buffer += shape.feed(event)
+            last = isinstance(event, Finished) or shape.done
+            if last:
+                buffer += shape.end()
+            if buffer and (last or event is KEEPALIVE or idle()):
+                writer.stream(b"".join(buffer))
+                buffer.clear()
+            if last:
+                break
+        writer.end_stream()
+    except ClientGone:
+        if job is not None:
+            job.cancel("client went away during the stream")
+        raise
+
+
+def stream_job(exchange: Exchange, shape: StreamShape, gen: ActiveGeneration, job: Job | None = None) -> None:
+    """A live job's stream; `job` (the generation itself unless given) is what a client gone cancels."""
+    pump(exchange, shape, job_events(exchange, gen, exchange.app.settings.prefill_keepalive),
+         job=job or gen, idle=gen.events.empty)
+
+
+def job_events(exchange: Exchange, gen: ActiveGeneration, keepalive: float) -> Iterator[object]:
+    """The job's events; KEEPALIVE while nothing has been generated yet. Raises ClientGone when
+    the socket closes while the job is quiet."""
+    writer = exchange.writer
+    started = False
+    next_keepalive = time.monotonic() + keepalive if keepalive > 0 else None
+    while True:
+        try:
+            event = gen.events.get(timeout=DISCONNECT_POLL_INTERVAL)
+        except queue.Empty:
+            if writer.peer_closed():
+                raise ClientGone("peer closed")
+            if not started and next_keepalive is not None and time.monotonic() >= next_keepalive:
+                next_keepalive = time.monotonic() + keepalive
+                yield KEEPALIVE
+            continue
+        if isinstance(event, (Chunk, ToolCallStart, ToolCallDelta)):
+            started = True
+        yield event
+        if isinstance(event, Finished):
+            return
