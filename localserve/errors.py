@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -53,10 +51,6 @@ class ApiError(Exception):
         self.extra = extra or {}
 
 
-def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
-
-
 def context_exceeded(n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False) -> ApiError:
     """at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""
     return ApiError(
@@ -90,7 +84,3 @@ def anthropic_error_body(error: ApiError) -> dict[str, Any]:
 def anthropic_status(status: int) -> int:
     """Anthropic reports a full queue as 529 overloaded, not 503."""
     return 529 if status == 503 else status
-
-
-def dumps(value: Any) -> bytes:
-    return orjson.dumps(value)

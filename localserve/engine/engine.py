@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import llama_cpp
 from llama_cpp import llama_cpp as ll
 
 from . import cpu_weights
@@ -33,7 +32,6 @@ __all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalTo
 log = logging.getLogger("localserve.engine")
 
 DECODE_OK = 0
-DECODE_NO_SLOT = 1        # llama_decode: no KV cells for the batch
 DECODE_ABORTED = 2
 GGUF_MAGIC = b"GGUF"
 
@@ -181,7 +179,6 @@ class Engine:
         self.n_ctx_seq = n_ctx or min(n_ctx_train or max_default_ctx, max_default_ctx)
         self.n_seq = n_seq
         self.n_batch = n_batch
-        self.threads = threads
         cparams = ll.llama_context_default_params()
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
@@ -511,7 +508,3 @@ def _token_refs(grammar: str) -> list[str]:
         else:
             i += 1
     return refs
-
-
-def supports_rpc() -> bool:
-    return bool(getattr(llama_cpp, "llama_supports_rpc", lambda: False)())

@@ -20,13 +20,13 @@ from ..signing import seal, unseal
 from ...store.store import new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
     read_template_kwargs
+from .runs import ACTIVE
 from .items import drop_oldest, read_input, to_messages, unsupported
 from .tools import ToolKind, constrain, read_tool_choice, read_tools
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SUMMARIES = ("auto", "concise", "detailed")
 TRUNCATIONS = ("auto", "disabled")
-ACTIVE = ("queued", "in_progress")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 

@@ -15,11 +15,11 @@ from typing import Any
 from ...wire.connection import ClientGone
 from ...errors import ApiError
 from ..respond import KEEPALIVE, PREFILL_COMMENT, cancel_on_error, error_from, sse, stream_events, submit
-from .runs import ResponseRun
+from .runs import ACTIVE, ResponseRun
 from ...wire.routes import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, invalid
 from .items import list_page, read_page_query
-from .request import ACTIVE, read_plan
+from .request import read_plan
 
 log = logging.getLogger("localserve.responses")
 
