@@ -40,7 +40,7 @@ from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
 from .prompt.templates import TemplateError, choose_template
-from .parsing.tools import TOOL_SYNTAXES, detect_tool_syntax
+from .parsing.tool_families import TOOL_SYNTAXES, detect_tool_syntax
 
 log = logging.getLogger("localserve")
 

@@ -33,7 +33,7 @@ class SamplingParams:
 @dataclass
 class ToolSpec:
     """What the runtime needs to split tool calls out of generated text."""
-    syntax: Any                      # tools.ToolSyntax
+    syntax: Any                      # tool_families.ToolSyntax
     names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
 

@@ -55,11 +55,8 @@ KNOWN_UPWARD = [
     ("localserve.dialects.responses.responses", "localserve.wire.routes"),
 ]
 
-# Cycles that the next stage removes; both are imports for type checking only.
-KNOWN_CYCLES = [
-    ("localserve.grammar.regex", "localserve.grammar.schema"),
-    ("localserve.parsing.tool_parsers", "localserve.parsing.tools"),
-]
+# Cycles that the next stage removes.
+KNOWN_CYCLES: list[tuple[str, ...]] = []
 
 
 def module_name(path: Path) -> str:

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import family_templates      # tests/family_templates.py: always there, never skipped
+from localserve.parsing.tool_families import TOOL_SYNTAXES, detect_tool_syntax
 from localserve.parsing.tools import (
-    TOOL_SYNTAXES, CallArguments, CallStart, ContentDelta, ToolProjector,
-    detect_tool_syntax, parse_generated_tools,
+    CallArguments, CallStart, ContentDelta, ToolProjector, parse_generated_tools,
 )
 
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"

@@ -25,22 +25,11 @@ separates calls); content before a call keeps its own, the caller may strip it.
 from __future__ import annotations
 
 import re
-import secrets
-import string
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
 from .json_stream import Cursor, Malformed, partial_start
-from .tool_parsers import (
-    DS_CALL_BEGIN, DS_CALLS_BEGIN, DS_CALLS_END, parse_deepseek, parse_harmony, parse_hermes,
-    parse_json, parse_llama3, parse_mistral, parse_qwen3_coder,
-)
-
-_ALNUM = string.ascii_letters + string.digits
-
-
-def new_call_id(prefix: str = "call_", length: int = 24) -> str:
-    return prefix + "".join(secrets.choice(_ALNUM) for _ in range(length))
+from .tool_families import TOOL_SYNTAXES, ToolSyntax
 
 
 @dataclass
@@ -73,44 +62,6 @@ Event = ContentDelta | CallStart | CallArguments
 
 class _BlockDone(Exception):
     """A call or block ended and no further call can follow: generation may stop."""
-
-
-@dataclass(frozen=True)
-class ToolSyntax:
-    name: str
-    starts: tuple[str, ...]            # markers that open a call or a block of calls
-    end: str                           # closes a call/block; "" if the JSON itself ends it
-    template_markers: tuple[str, ...]  # all present in a chat template -> this family
-    parse: Callable[[Cursor, "ToolProjector", str], Iterator[None]]
-    bare_object: bool = False          # a `{` opening the message also starts a call
-    new_id: Callable[[], str] = new_call_id
-
-
-# In detection order: the more specific families first.
-TOOL_SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
-    ToolSyntax("harmony", ("<|start|>assistant", "<|channel|>", "to=functions."), "<|call|>",
-               ("<|channel|>", "<|message|>"), parse_harmony),
-    ToolSyntax("deepseek", (DS_CALLS_BEGIN, DS_CALL_BEGIN), DS_CALLS_END,
-               (DS_CALL_BEGIN,), parse_deepseek),
-    # Mistral templates insist on ids of exactly nine alphanumerics.
-    ToolSyntax("mistral", ("[TOOL_CALLS]",), "", ("[TOOL_CALLS]",), parse_mistral,
-               new_id=lambda: new_call_id("", 9)),
-    ToolSyntax("qwen3_coder", ("<tool_call>", "<function="), "</tool_call>",
-               ("<tool_call>", "<function="), parse_qwen3_coder),
-    ToolSyntax("hermes", ("<tool_call>",), "</tool_call>", ("<tool_call>",), parse_hermes),
-    ToolSyntax("llama3", ("<|python_tag|>",), "", ("<|start_header_id|>", '"parameters"'),
-               parse_llama3, bare_object=True),
-    ToolSyntax("json", (), "", (), parse_json, bare_object=True),
-)}
-
-
-def detect_tool_syntax(chat_template: str | None) -> str:
-    """The first family whose telltale markers all appear in the template; "json" if none."""
-    for syntax in TOOL_SYNTAXES.values():
-        if chat_template and syntax.template_markers and all(
-                marker in chat_template for marker in syntax.template_markers):
-            return syntax.name
-    return "json"
 
 
 ToolNames = Collection[str] | Mapping[str, dict | None] | None

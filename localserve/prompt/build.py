@@ -21,7 +21,7 @@ from ..parsing.reasoning import detect_reasoning, prompt_opens_reasoning
 from ..settings import MAX_TOKENIZE_BYTES
 from .templates import (TemplateError, fold_system_turns, has_later_system_turns, normalize_messages,
                         shows_every_system_turn)
-from ..parsing.tools import TOOL_SYNTAXES
+from ..parsing.tool_families import TOOL_SYNTAXES
 
 
 @dataclass

@@ -37,7 +37,7 @@ from ..respond import (KEEPALIVE, PREFILL_COMMENT, cancel_on_disconnect, cancel_
                        flush_when_idle, sse, stream_events, submit, wait_for_output)
 from ...wire.routes import ANTHROPIC, Exchange, Router
 from ..signing import sign
-from ...parsing.tools import new_call_id
+from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
 from ..fields import (IGNORED_TOOLS_HEADER, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
                      read_str)
