@@ -1,7 +1,7 @@
-"""Tool calls in generated text: the syntaxes model families use, a whole-text parser and a
-streaming projector. Protocol-neutral: text in, content and calls out.
+"""Tool calls in generated text: a whole-text parser and a streaming projector over the
+families' syntaxes (tool_families). Protocol-neutral: text in, content and calls out.
 
-Strategy: each syntax is one incremental parser (tool_parsers), a generator over a shared
+Strategy: each syntax is one incremental parser (tool_families), a generator over a shared
 cursor (json_stream) that pauses (yields) whenever it needs more text and never pauses at end
 of input. `ToolProjector` drives it as chunks arrive; `parse_generated_tools` is the same
 projector fed the whole text at once, so the streamed and whole-text results agree by
