@@ -127,6 +127,19 @@ class Finished:
 Event = Union[Queued, Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
 
 
+# Why the runtime refuses a job at submit(): raised on the connection thread, which answers 429/503.
+class QueueFull(Exception):
+    pass
+
+
+class RuntimeStopped(Exception):
+    pass
+
+
+class GrammarBacklog(Exception):
+    """Too many abandoned grammar samples are still running: no new grammar job for now."""
+
+
 class ActiveGeneration:
     """One job's handle, shared by the connection thread and the runtime thread."""
 

@@ -23,7 +23,7 @@ from ..errors import ApiError
 from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest,
                          ToolCallDelta, ToolCallStart)
 from ..wire.routes import Exchange
-from ..runtime.runtime import GrammarBacklog, QueueFull, RuntimeStopped
+from ..generation import GrammarBacklog, QueueFull, RuntimeStopped
 from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
 
 KEEPALIVE = object()   # sentinel yielded by stream_events: time for a ": prefill" comment

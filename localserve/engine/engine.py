@@ -1,6 +1,7 @@
 """llama.cpp through llama-cpp-python's low-level bindings.
 
-Only the runtime thread calls into an Engine after start-up. The engine knows
+Only the runtime thread calls into an Engine after start-up; connection threads
+reach it through facade.EngineFacade, whose calls are safe off that thread. The engine knows
 tokens, sequences and logits; it knows nothing about requests or protocols.
 Why not ``Llama.create_completion``: it costs Python work per token and
 re-detokenizes the whole output each step; here one token costs one piece lookup.
@@ -16,7 +17,6 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
@@ -24,8 +24,9 @@ from llama_cpp import llama_cpp as ll
 from . import cpu_weights
 from ..generation import SamplingParams
 from ..settings import TOKENIZE_ALONE_BYTES
+from .facade import GrammarError, ModelInfo, TooManyTokens
 from .rpc import device_report
-from .sampler import GrammarError, NoLegalToken, Sampler
+from .sampler import NoLegalToken, Sampler
 
 __all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler"]
 
@@ -40,32 +41,10 @@ class ModelLoadError(Exception):
     """The model file cannot be served; the message is one line for the user."""
 
 
-class TooManyTokens(Exception):
-    """A text makes more tokens than the caller's limit; at_least: how many it makes at least."""
-
-    def __init__(self, at_least: int):
-        super().__init__(f"at least {at_least} tokens")
-        self.at_least = at_least
-
-
 class DecodeError(Exception):
     def __init__(self, status: int):
         super().__init__(f"llama_decode failed with status {status}")
         self.status = status
-
-
-@dataclass
-class ModelInfo:
-    path: str
-    architecture: str
-    n_ctx_train: int
-    n_params: int
-    size: int
-    n_vocab: int
-    description: str
-    chat_template: str | None
-    bos_token: str
-    eos_token: str
 
 
 _log_callback = None

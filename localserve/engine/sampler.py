@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from llama_cpp import llama_cpp as ll
 
 from ..generation import SamplingParams
+from .facade import GrammarError
 
 class SamplingContext(Protocol):
     """What a sampler needs of the engine (engine.Engine is one), named here so that
@@ -26,10 +27,6 @@ class SamplingContext(Protocol):
     eog_tokens: Sequence[int]
 
     def logits(self, index: int) -> Any: ...
-
-
-class GrammarError(ValueError):
-    pass
 
 
 class NoLegalToken(Exception):

@@ -37,7 +37,8 @@ def encode(events: list[dict]) -> bytes:
 def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
-    plan = read_plan(app, exchange.json(), exchange.request_id)
+    plan = read_plan(exchange.json(), exchange.request_id, model=app.model, model_id=app.model_id,
+                     signing_key=app.signing_key, store=app.store)
     if plan.ignored_tools:
         ignored = ", ".join(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
