@@ -12,7 +12,7 @@ still be completing, a search window is fixed, and the end of input is explicit.
 A call that proves malformed (bad JSON, unknown name, missing markers) is rolled back: the
 marker that opened it becomes content and scanning resumes right after it, so the call's
 whole text ends up in the content, exactly as it was generated. Calls already completed in the
-same block stay. In a stream, a call may already have sent its CallStart and some argument
+same block stay. In a stream, a call may already have sent its ToolCallStart and some argument
 fragments when it proves malformed; it is abandoned (never in `calls`) and its text follows as
 content. The next call gets a fresh index.
 
@@ -28,6 +28,7 @@ import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
+from ..generation import Chunk, ToolCallDelta, ToolCallStart
 from .json_stream import Cursor, Malformed, partial_start
 from .tool_families import TOOL_SYNTAXES, ToolSyntax
 
@@ -39,25 +40,7 @@ class ToolCall:
     arguments: str  # a JSON object: the generated text less insignificant whitespace
 
 
-@dataclass
-class ContentDelta:
-    text: str
-
-
-@dataclass
-class CallStart:
-    index: int
-    id: str
-    name: str
-
-
-@dataclass
-class CallArguments:
-    index: int
-    fragment: str
-
-
-Event = ContentDelta | CallStart | CallArguments
+Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here
 
 
 class _BlockDone(Exception):
@@ -121,12 +104,12 @@ class ToolProjector:
             raise Malformed(f"unknown function {name!r}")
         index, self._next_index = self._next_index, self._next_index + 1
         self._current = (index, call_id or self.syntax.new_id(), name, [])
-        self._events.append(CallStart(index, self._current[1], name))
+        self._events.append(ToolCallStart(index, self._current[1], name))
 
     def add_arguments(self, fragment: str) -> None:
         if fragment and self._current:
             self._current[3].append(fragment)
-            self._events.append(CallArguments(self._current[0], fragment))
+            self._events.append(ToolCallDelta(self._current[0], fragment))
 
     def end_call(self) -> None:
         _, call_id, name, fragments = self._current
@@ -218,7 +201,7 @@ class ToolProjector:
 
     def _content(self, text: str) -> None:
         if text:
-            self._events.append(ContentDelta(text))
+            self._events.append(Chunk(False, text))
 
 
 def _merged(events: list[Event]) -> list[Event]:
@@ -226,11 +209,11 @@ def _merged(events: list[Event]) -> list[Event]:
     out: list[Event] = []
     for event in events:
         last = out[-1] if out else None
-        if isinstance(event, ContentDelta) and isinstance(last, ContentDelta):
-            out[-1] = ContentDelta(last.text + event.text)
-        elif (isinstance(event, CallArguments) and isinstance(last, CallArguments)
+        if isinstance(event, Chunk) and isinstance(last, Chunk):
+            out[-1] = Chunk(False, last.text + event.text)
+        elif (isinstance(event, ToolCallDelta) and isinstance(last, ToolCallDelta)
               and last.index == event.index):
-            out[-1] = CallArguments(last.index, last.fragment + event.fragment)
+            out[-1] = ToolCallDelta(last.index, last.fragment + event.fragment)
         else:
             out.append(event)
     return out
@@ -242,5 +225,5 @@ def parse_generated_tools(text: str, syntax: ToolSyntax | str, tool_names: ToolN
     model output. Malformed calls stay in the content as the text the model wrote."""
     projector = ToolProjector(syntax, tool_names, parallel=parallel)
     events = projector.feed(text) + projector.finish()
-    content = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    content = "".join(e.text for e in events if isinstance(e, Chunk))
     return content, projector.calls
