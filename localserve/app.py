@@ -22,6 +22,7 @@ from .engine import rpc
 from .ops.demo import DemoUnavailable, demo_model_path
 from .engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
 from .engine.engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
+from .engine.facade import EngineFacade
 from .errors import ApiError
 from .ops.fatal import at_engine_failure
 from .runtime.pending_sample import abandoned_running
@@ -39,8 +40,9 @@ from .wire.server import HTTPServer
 from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
+from .prompt.build import ChatModel
 from .prompt.templates import TemplateError, choose_template
-from .parsing.tools import TOOL_SYNTAXES, detect_tool_syntax
+from .parsing.tool_families import TOOL_SYNTAXES, detect_tool_syntax
 
 log = logging.getLogger("localserve")
 
@@ -65,10 +67,8 @@ class App:
         self.runtime: Runtime | None = None
         self.store: Store | None = None
         self.response_runs = ResponseRuns()
-        self.template = None
-        self.tool_syntax = "json"
+        self.model: ChatModel | None = None   # what connection threads see of the model, set in load()
         self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
-        self.default_reasoning = None     # <think> splitting for models whose vocabulary has it
         self.model_id = settings.model_id or ""
         self.created = int(time.time())
         self.metrics = metrics.ServerMetrics(self)
@@ -160,20 +160,19 @@ class App:
         info = self.engine.info
         self.model_id = s.model_id or Path(path).stem
         try:
-            self.template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
-                                            bos_token=info.bos_token, eos_token=info.eos_token,
-                                            override_path=s.chat_template_file)
+            template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
+                                       bos_token=info.bos_token, eos_token=info.eos_token,
+                                       override_path=s.chat_template_file)
         except TemplateError as exc:
             raise StartupError(f"chat template: {exc}", EXIT_USAGE) from None
-        if s.tool_syntax:
-            if s.tool_syntax not in TOOL_SYNTAXES:
-                raise StartupError(f"unknown --tool-syntax '{s.tool_syntax}'; choose from "
-                                   f"{', '.join(sorted(TOOL_SYNTAXES))}", EXIT_USAGE)
-            self.tool_syntax = s.tool_syntax
-        else:
-            self.tool_syntax = detect_tool_syntax(self.template.text)
-        if len(self.engine.tokenize("<think>", add_special=False)) == 1:
-            self.default_reasoning = REASONING_FORMATS["think"]
+        if s.tool_syntax and s.tool_syntax not in TOOL_SYNTAXES:
+            raise StartupError(f"unknown --tool-syntax '{s.tool_syntax}'; choose from "
+                               f"{', '.join(sorted(TOOL_SYNTAXES))}", EXIT_USAGE)
+        # <think> splitting for models whose vocabulary has it as one token
+        thinks = len(self.engine.tokenize("<think>", add_special=False)) == 1
+        self.model = ChatModel(EngineFacade(self.engine), template,
+                               tool_syntax=s.tool_syntax or detect_tool_syntax(template.text),
+                               default_reasoning=REASONING_FORMATS["think"] if thinks else None)
         self.store = open_store(s)
         at_engine_failure(self._close_stored_state)
         rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
@@ -262,7 +261,7 @@ def serve(settings: Settings) -> int:
     log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
              "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
              _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
-             settings.resolved_threads(), app.template.source, app.tool_syntax, offload_summary(engine),
+             settings.resolved_threads(), app.model.template.source, app.model.tool_syntax, offload_summary(engine),
              describe_buffers(engine.weight_buffers))
     systemd.notify(f"READY=1\nSTATUS=serving {app.model_id} on {host}:{port}")
     watchdog = systemd.watchdog_interval()
@@ -317,6 +316,6 @@ def check(settings: Settings) -> int:
         print(f"{name.replace('_', '-')} = {value!r}")
     info = app.engine.info
     print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {app.engine.n_ctx_seq}, "
-          f"chat template {app.template.source}, tool syntax {app.tool_syntax}")
+          f"chat template {app.model.template.source}, tool syntax {app.model.tool_syntax}")
     app.close()
     return 0

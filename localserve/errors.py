@@ -58,10 +58,6 @@ class ApiError(Exception):
         self.extra = extra or {}
 
 
-def bad_request(message: str, param: str | None = None, code: str | None = None) -> ApiError:
-    return ApiError(400, message, param=param, code=code)
-
-
 def context_exceeded(n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False) -> ApiError:
     """at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""
     return ApiError(
@@ -97,6 +93,7 @@ def anthropic_status(status: int) -> int:
     return 529 if status == 503 else status
 
 
+
 def same_status(status: int) -> int:
     return status
 
@@ -113,7 +110,3 @@ class ErrorShape:
 
 OPENAI_ERRORS = ErrorShape(openai_error_body)
 ANTHROPIC_ERRORS = ErrorShape(anthropic_error_body, anthropic_status)
-
-
-def dumps(value: Any) -> bytes:
-    return orjson.dumps(value)

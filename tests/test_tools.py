@@ -10,10 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import family_templates      # tests/family_templates.py: always there, never skipped
-from localserve.parsing.tools import (
-    TOOL_SYNTAXES, CallArguments, CallStart, ContentDelta, ToolProjector,
-    detect_tool_syntax, parse_generated_tools,
-)
+from localserve.parsing.tool_families import TOOL_SYNTAXES, detect_tool_syntax
+from localserve.generation import Chunk, ToolCallDelta, ToolCallStart
+from localserve.parsing.tools import ToolProjector, parse_generated_tools
 
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -26,14 +25,14 @@ def stream(text_chunks, syntax, names=None, parallel=True):
     for chunk in text_chunks:
         events += projector.feed(chunk)
     events += projector.finish()
-    content = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    content = "".join(e.text for e in events if isinstance(e, Chunk))
     started, fragments = {}, {}
     for event in events:
-        if isinstance(event, CallStart):
+        if isinstance(event, ToolCallStart):
             assert event.index not in started, "a call index is reused"
             started[event.index] = event
             fragments[event.index] = ""
-        elif isinstance(event, CallArguments):
+        elif isinstance(event, ToolCallDelta):
             assert event.index in started, "fragments before the call's start"
             fragments[event.index] += event.fragment
     streamed = {started[i].id: (started[i].name, fragments[i]) for i in started}
@@ -119,19 +118,19 @@ def test_three_way_splits(syntax, text, content, calls):
 
 def test_content_is_emitted_early_and_partial_markers_held():
     projector = ToolProjector("hermes", {"f"})
-    assert projector.feed("Hello <to") == [ContentDelta("Hello ")]
+    assert projector.feed("Hello <to") == [Chunk(False, "Hello ")]
     assert projector.feed("ol") == []
-    assert projector.feed("s are nice") == [ContentDelta("<tools are nice")]
+    assert projector.feed("s are nice") == [Chunk(False, "<tools are nice")]
     assert projector.finish() == []
 
 
 def test_call_starts_and_arguments_stream_before_the_call_ends():
     projector = ToolProjector("hermes", {"get_weather"})
     events = projector.feed('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa')
-    assert isinstance(events[0], CallStart) and events[0].name == "get_weather"
+    assert isinstance(events[0], ToolCallStart) and events[0].name == "get_weather"
     assert events[0].index == 0 and events[0].id.startswith("call_") and len(events[0].id) == 29
-    assert events[1:] == [CallArguments(0, '{"city":"Pa')]
-    assert projector.feed('ris"}}\n</tool_') == [CallArguments(0, 'ris"}')]
+    assert events[1:] == [ToolCallDelta(0, '{"city":"Pa')]
+    assert projector.feed('ris"}}\n</tool_') == [ToolCallDelta(0, 'ris"}')]
     assert projector.calls == []  # complete only once its end marker is in
     assert projector.feed("call>") == []
     assert projector.calls[0].arguments == '{"city":"Paris"}'
@@ -142,11 +141,11 @@ def test_call_starts_and_arguments_stream_before_the_call_ends():
 def test_qwen3_coder_string_values_stream_before_the_closing_tag():
     projector = ToolProjector("qwen3_coder", {"write": {"properties": {"n": {"type": "string"}}}})
     events = projector.feed("<tool_call>\n<function=write>\n<parameter=text>\nhello wor")
-    assert events[0] == CallStart(0, events[0].id, "write")
-    assert events[1:] == [CallArguments(0, '{"text":"hello wor')]
+    assert events[0] == ToolCallStart(0, events[0].id, "write")
+    assert events[1:] == [ToolCallDelta(0, '{"text":"hello wor')]
     # "42" of a string-typed parameter stays a string; its newline is held (maybe trailing)
     events = projector.feed('ld\n</parameter>\n<parameter=n>\n42\n')
-    assert events == [CallArguments(0, 'ld","n":"42')]
+    assert events == [ToolCallDelta(0, 'ld","n":"42')]
     projector.feed("</parameter>\n</function>\n</tool_call>")
     assert projector.calls[0].arguments == '{"text":"hello world","n":"42"}'
 
@@ -248,7 +247,7 @@ def test_started_call_that_turns_malformed_is_abandoned_in_a_stream():
     text = '<tool_call>{"name": "f", "arguments": {"a": 1]}</tool_call>'
     content, calls, projector, events = stream(list(text), "hermes")
     assert calls == [] and content == text
-    assert any(isinstance(e, CallStart) for e in events)  # it had started: documented
+    assert any(isinstance(e, ToolCallStart) for e in events)  # it had started: documented
 
 
 @pytest.mark.parametrize("syntax,text,content,calls", EXAMPLES)
@@ -307,7 +306,7 @@ def test_mistral_ids():
     assert [c.id for c in calls[:2]] == ["abc123XYZ", "q9w8e7r6t"]
     assert calls[2].id != "late12345" and len(calls[2].id) == 9 and calls[2].id.isalnum()  # 9, as templates demand
     _, _, projector, events = stream(list(text), "mistral")
-    starts = [e for e in events if isinstance(e, CallStart)]
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
     assert [s.id for s in starts] == [c.id for c in projector.calls]
     assert [s.id for s in starts[:2]] == ["abc123XYZ", "q9w8e7r6t"]
     _, calls = parse_generated_tools('[TOOL_CALLS]f[CALL_ID]q1w2e3r4t[ARGS]{"a": 1}', "mistral")
@@ -318,9 +317,9 @@ def test_mistral_call_starts_and_arguments_stream_before_the_call_ends():
     projector = ToolProjector("mistral", {"get_weather"})
     assert projector.feed('[TOOL_CALLS][{"name": "get_weather", ') == []  # an id may come first
     events = projector.feed('"arguments": {"city": "Pa')
-    assert isinstance(events[0], CallStart) and events[0].name == "get_weather"
-    assert events[1:] == [CallArguments(0, '{"city":"Pa')]
-    assert projector.feed('ris", "days": 3}') == [CallArguments(0, 'ris","days":3}')]
+    assert isinstance(events[0], ToolCallStart) and events[0].name == "get_weather"
+    assert events[1:] == [ToolCallDelta(0, '{"city":"Pa')]
+    assert projector.feed('ris", "days": 3}') == [ToolCallDelta(0, 'ris","days":3}')]
     assert projector.feed(', "id": "late12345"}') == []
     assert projector.calls[0].id == events[0].id and projector.calls[0].arguments == '{"city":"Paris","days":3}'
     assert projector.feed("]") == [] and projector.done
@@ -329,7 +328,7 @@ def test_mistral_call_starts_and_arguments_stream_before_the_call_ends():
 def test_ids_are_unique_and_streamed_ids_match():
     text = EXAMPLES[0][1]
     _, calls, projector, events = stream([text], "hermes")
-    starts = [e for e in events if isinstance(e, CallStart)]
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
     assert [s.id for s in starts] == [c.id for c in projector.calls]
     assert len({s.id for s in starts}) == 2
     assert all(s.id[5:].isalnum() for s in starts)
@@ -337,9 +336,9 @@ def test_ids_are_unique_and_streamed_ids_match():
 
 def test_json_content_streams_as_soon_as_it_cannot_be_a_call():
     projector = ToolProjector("json", {"f"})
-    assert projector.feed('{"answer": "the long ') == [ContentDelta('{"answer": "the long ')]
+    assert projector.feed('{"answer": "the long ') == [Chunk(False, '{"answer": "the long ')]
     projector = ToolProjector("llama3", {"f"})
-    assert projector.feed('{"name": "g", ') == [ContentDelta('{"name": "g", ')]
+    assert projector.feed('{"name": "g", ') == [Chunk(False, '{"name": "g", ')]
 
 
 def test_reasoning_free_text_never_mistaken_for_llama3_json():

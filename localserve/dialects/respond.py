@@ -16,7 +16,7 @@ import time
 from ..errors import ApiError, ClientGone
 from ..generation import ActiveGeneration, Finished, GenerationOutput, GenerationRequest
 from .exchange import Exchange
-from ..runtime.runtime import GrammarBacklog, QueueFull, RuntimeStopped
+from ..generation import GrammarBacklog, QueueFull, RuntimeStopped
 from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
 
 

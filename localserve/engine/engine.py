@@ -1,6 +1,7 @@
 """llama.cpp through llama-cpp-python's low-level bindings.
 
-Only the runtime thread calls into an Engine after start-up. The engine knows
+Only the runtime thread calls into an Engine after start-up; connection threads
+reach it through facade.EngineFacade, whose calls are safe off that thread. The engine knows
 tokens, sequences and logits; it knows nothing about requests or protocols.
 Why not ``Llama.create_completion``: it costs Python work per token and
 re-detokenizes the whole output each step; here one token costs one piece lookup.
@@ -16,24 +17,22 @@ import os
 import re
 import threading
 import time
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
-import llama_cpp
 from llama_cpp import llama_cpp as ll
 
 from . import cpu_weights
 from ..generation import SamplingParams
 from ..settings import TOKENIZE_ALONE_BYTES
+from .facade import GrammarError, ModelInfo, TooManyTokens
 from .rpc import device_report
-from .sampler import GrammarError, NoLegalToken, Sampler
+from .sampler import NoLegalToken, Sampler
 
 __all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler"]
 
 log = logging.getLogger("localserve.engine")
 
 DECODE_OK = 0
-DECODE_NO_SLOT = 1        # llama_decode: no KV cells for the batch
 DECODE_ABORTED = 2
 GGUF_MAGIC = b"GGUF"
 
@@ -42,32 +41,10 @@ class ModelLoadError(Exception):
     """The model file cannot be served; the message is one line for the user."""
 
 
-class TooManyTokens(Exception):
-    """A text makes more tokens than the caller's limit; at_least: how many it makes at least."""
-
-    def __init__(self, at_least: int):
-        super().__init__(f"at least {at_least} tokens")
-        self.at_least = at_least
-
-
 class DecodeError(Exception):
     def __init__(self, status: int):
         super().__init__(f"llama_decode failed with status {status}")
         self.status = status
-
-
-@dataclass
-class ModelInfo:
-    path: str
-    architecture: str
-    n_ctx_train: int
-    n_params: int
-    size: int
-    n_vocab: int
-    description: str
-    chat_template: str | None
-    bos_token: str
-    eos_token: str
 
 
 _log_callback = None
@@ -181,7 +158,6 @@ class Engine:
         self.n_ctx_seq = n_ctx or min(n_ctx_train or max_default_ctx, max_default_ctx)
         self.n_seq = n_seq
         self.n_batch = n_batch
-        self.threads = threads
         cparams = ll.llama_context_default_params()
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
@@ -533,7 +509,3 @@ def _token_refs(grammar: str) -> list[tuple[str, bool]]:
             negated = False
             i += 1
     return refs
-
-
-def supports_rpc() -> bool:
-    return bool(getattr(llama_cpp, "llama_supports_rpc", lambda: False)())

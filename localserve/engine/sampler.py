@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from llama_cpp import llama_cpp as ll
 
 from ..generation import SamplingParams
+from .facade import GrammarError
 
 class SamplingContext(Protocol):
     """What a sampler needs of the engine (engine.Engine is one), named here so that
@@ -32,10 +33,6 @@ class SamplingContext(Protocol):
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]: ...
 
     def grammar_tokens(self, grammar: str) -> frozenset[int]: ...
-
-
-class GrammarError(ValueError):
-    pass
 
 
 class NoLegalToken(Exception):

@@ -6,7 +6,7 @@ text without '<'. Anything outside the subset raises SchemaError.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .gbnf import RULE_NAME, SCALARS, SchemaError, char_class, repeat, subtract
 from ..parsing.json_stream import compact
@@ -14,11 +14,16 @@ from ..settings import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_
 
 UNBOUNDED_WEIGHT = 16   # what a '*' or '+' counts as in a product of nested repetition counts
 
-if TYPE_CHECKING:
-    from .schema import GrammarBuilder
+
+class Rules(Protocol):
+    """Where a translated pattern puts its helper rules (schema.GrammarBuilder is one)."""
+
+    def literal(self, text: str) -> str: ...
+
+    def add_rule(self, name: str, body: str) -> str: ...
 
 
-def translate_pattern(builder: GrammarBuilder, pattern: str, raw: bool, path: str) -> str:
+def translate_pattern(builder: Rules, pattern: str, raw: bool, path: str) -> str:
     """GBNF matching the strings that ``pattern`` matches in full (helper rules go to builder)."""
     return _Regex(builder, pattern, raw, path).translate()
 
@@ -32,7 +37,7 @@ class _Regex:
                       (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]}  # as ECMA-262
     _ESCAPES = {"n": 10, "t": 9, "r": 13, "f": 12, "v": 11, "0": 0}
 
-    def __init__(self, builder: GrammarBuilder, pattern: str, raw: bool, path: str) -> None:
+    def __init__(self, builder: Rules, pattern: str, raw: bool, path: str) -> None:
         self.b, self.p, self.raw, self.path, self.i, self.end = builder, pattern, raw, path, 0, False
         # Nested repetition costs llama.cpp's grammar the product of the counts at every
         # character ((a{0,2000}){0,2000}: seconds per token), and many in a row cost cubic time.

@@ -12,6 +12,8 @@ exactly the JSON valid for it, refusing with SchemaError what it cannot enforce.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import unquote
 
 import orjson
@@ -101,7 +103,7 @@ class GrammarBuilder:
 
     def add_schema(self, schema: dict, name_hint: str = "value") -> str:
         """Add rules for a JSON schema; returns a rule name matching JSON valid for it."""
-        return self._document(schema, name_hint, "schema")
+        return self.add_document(schema, name_hint, "schema")
 
     def build(self, root_body: str) -> str:
         """The full grammar text, ``root ::= root_body`` first, then every rule used."""
@@ -116,15 +118,34 @@ class GrammarBuilder:
 
     # -- schema walk --
 
-    def _document(self, schema, hint: str, path: str) -> str:
+    def add_document(self, schema, hint: str, path: str) -> str:
+        """A rule matching JSON valid for ``schema``, a whole document (its own $ref root)."""
         if not isinstance(schema, dict):
             raise SchemaError(f"{path}: a schema must be a JSON object, not {type(schema).__name__}")
+        with self.document(schema):
+            return self._visit(schema, path, hint)
+
+    @contextmanager
+    def document(self, schema) -> Iterator[None]:
+        """Within: ``$ref``s resolve against ``schema`` (for callers that walk it themselves)."""
         saved, self._root = self._root, schema
         self._documents.append(schema)
         try:
-            return self._visit(schema, path, hint)
+            yield
         finally:
             self._root = saved
+
+    def deref(self, s, path: str):
+        """``s``, or what its ``$ref`` points to in the current document."""
+        return self._resolve(s["$ref"], path) if isinstance(s, dict) and "$ref" in s else s
+
+    def add_value(self, s, path: str, hint: str) -> str:
+        """A rule for a schema inside the current document (see ``document``)."""
+        return self._visit(s, path, hint)
+
+    def raw_string(self, s: dict, path: str) -> str:
+        """A string schema as bare text: no quotes, no escapes, no '<'."""
+        return self._string(s, path, raw=True)
 
     def _visit(self, s, path: str, hint: str) -> str:
         """A rule name for schema ``s`` (shared between identical schemas)."""

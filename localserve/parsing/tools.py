@@ -1,7 +1,7 @@
-"""Tool calls in generated text: the syntaxes model families use, a whole-text parser and a
-streaming projector. Protocol-neutral: text in, content and calls out.
+"""Tool calls in generated text: a whole-text parser and a streaming projector over the
+families' syntaxes (tool_families). Protocol-neutral: text in, content and calls out.
 
-Strategy: each syntax is one incremental parser (tool_parsers), a generator over a shared
+Strategy: each syntax is one incremental parser (tool_families), a generator over a shared
 cursor (json_stream) that pauses (yields) whenever it needs more text and never pauses at end
 of input. `ToolProjector` drives it as chunks arrive; `parse_generated_tools` is the same
 projector fed the whole text at once, so the streamed and whole-text results agree by
@@ -12,7 +12,7 @@ still be completing, a search window is fixed, and the end of input is explicit.
 A call that proves malformed (bad JSON, unknown name, missing markers) is rolled back: the
 marker that opened it becomes content and scanning resumes right after it, so the call's
 whole text ends up in the content, exactly as it was generated. Calls already completed in the
-same block stay. In a stream, a call may already have sent its CallStart and some argument
+same block stay. In a stream, a call may already have sent its ToolCallStart and some argument
 fragments when it proves malformed; it is abandoned (never in `calls`) and its text follows as
 content. The next call gets a fresh index.
 
@@ -25,22 +25,12 @@ separates calls); content before a call keeps its own, the caller may strip it.
 from __future__ import annotations
 
 import re
-import secrets
-import string
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
+from ..generation import Chunk, ToolCallDelta, ToolCallStart
 from .json_stream import Cursor, Malformed, partial_start
-from .tool_parsers import (
-    DS_CALL_BEGIN, DS_CALLS_BEGIN, DS_CALLS_END, parse_deepseek, parse_harmony, parse_hermes,
-    parse_json, parse_llama3, parse_mistral, parse_qwen3_coder,
-)
-
-_ALNUM = string.ascii_letters + string.digits
-
-
-def new_call_id(prefix: str = "call_", length: int = 24) -> str:
-    return prefix + "".join(secrets.choice(_ALNUM) for _ in range(length))
+from .tool_families import TOOL_SYNTAXES, ToolSyntax
 
 
 @dataclass
@@ -50,67 +40,11 @@ class ToolCall:
     arguments: str  # a JSON object: the generated text less insignificant whitespace
 
 
-@dataclass
-class ContentDelta:
-    text: str
-
-
-@dataclass
-class CallStart:
-    index: int
-    id: str
-    name: str
-
-
-@dataclass
-class CallArguments:
-    index: int
-    fragment: str
-
-
-Event = ContentDelta | CallStart | CallArguments
+Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here
 
 
 class _BlockDone(Exception):
     """A call or block ended and no further call can follow: generation may stop."""
-
-
-@dataclass(frozen=True)
-class ToolSyntax:
-    name: str
-    starts: tuple[str, ...]            # markers that open a call or a block of calls
-    end: str                           # closes a call/block; "" if the JSON itself ends it
-    template_markers: tuple[str, ...]  # all present in a chat template -> this family
-    parse: Callable[[Cursor, "ToolProjector", str], Iterator[None]]
-    bare_object: bool = False          # a `{` opening the message also starts a call
-    new_id: Callable[[], str] = new_call_id
-
-
-# In detection order: the more specific families first.
-TOOL_SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
-    ToolSyntax("harmony", ("<|start|>assistant", "<|channel|>", "to=functions."), "<|call|>",
-               ("<|channel|>", "<|message|>"), parse_harmony),
-    ToolSyntax("deepseek", (DS_CALLS_BEGIN, DS_CALL_BEGIN), DS_CALLS_END,
-               (DS_CALL_BEGIN,), parse_deepseek),
-    # Mistral templates insist on ids of exactly nine alphanumerics.
-    ToolSyntax("mistral", ("[TOOL_CALLS]",), "", ("[TOOL_CALLS]",), parse_mistral,
-               new_id=lambda: new_call_id("", 9)),
-    ToolSyntax("qwen3_coder", ("<tool_call>", "<function="), "</tool_call>",
-               ("<tool_call>", "<function="), parse_qwen3_coder),
-    ToolSyntax("hermes", ("<tool_call>",), "</tool_call>", ("<tool_call>",), parse_hermes),
-    ToolSyntax("llama3", ("<|python_tag|>",), "", ("<|start_header_id|>", '"parameters"'),
-               parse_llama3, bare_object=True),
-    ToolSyntax("json", (), "", (), parse_json, bare_object=True),
-)}
-
-
-def detect_tool_syntax(chat_template: str | None) -> str:
-    """The first family whose telltale markers all appear in the template; "json" if none."""
-    for syntax in TOOL_SYNTAXES.values():
-        if chat_template and syntax.template_markers and all(
-                marker in chat_template for marker in syntax.template_markers):
-            return syntax.name
-    return "json"
 
 
 ToolNames = Collection[str] | Mapping[str, dict | None] | None
@@ -170,12 +104,12 @@ class ToolProjector:
             raise Malformed(f"unknown function {name!r}")
         index, self._next_index = self._next_index, self._next_index + 1
         self._current = (index, call_id or self.syntax.new_id(), name, [])
-        self._events.append(CallStart(index, self._current[1], name))
+        self._events.append(ToolCallStart(index, self._current[1], name))
 
     def add_arguments(self, fragment: str) -> None:
         if fragment and self._current:
             self._current[3].append(fragment)
-            self._events.append(CallArguments(self._current[0], fragment))
+            self._events.append(ToolCallDelta(self._current[0], fragment))
 
     def end_call(self) -> None:
         _, call_id, name, fragments = self._current
@@ -267,7 +201,7 @@ class ToolProjector:
 
     def _content(self, text: str) -> None:
         if text:
-            self._events.append(ContentDelta(text))
+            self._events.append(Chunk(False, text))
 
 
 def _merged(events: list[Event]) -> list[Event]:
@@ -275,11 +209,11 @@ def _merged(events: list[Event]) -> list[Event]:
     out: list[Event] = []
     for event in events:
         last = out[-1] if out else None
-        if isinstance(event, ContentDelta) and isinstance(last, ContentDelta):
-            out[-1] = ContentDelta(last.text + event.text)
-        elif (isinstance(event, CallArguments) and isinstance(last, CallArguments)
+        if isinstance(event, Chunk) and isinstance(last, Chunk):
+            out[-1] = Chunk(False, last.text + event.text)
+        elif (isinstance(event, ToolCallDelta) and isinstance(last, ToolCallDelta)
               and last.index == event.index):
-            out[-1] = CallArguments(last.index, last.fragment + event.fragment)
+            out[-1] = ToolCallDelta(last.index, last.fragment + event.fragment)
         else:
             out.append(event)
     return out
@@ -291,5 +225,5 @@ def parse_generated_tools(text: str, syntax: ToolSyntax | str, tool_names: ToolN
     model output. Malformed calls stay in the content as the text the model wrote."""
     projector = ToolProjector(syntax, tool_names, parallel=parallel)
     events = projector.feed(text) + projector.finish()
-    content = "".join(e.text for e in events if isinstance(e, ContentDelta))
+    content = "".join(e.text for e in events if isinstance(e, Chunk))
     return content, projector.calls

@@ -12,16 +12,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.engine import GrammarError, TooManyTokens
+from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
 from ..errors import ApiError, context_exceeded
 from ..generation import GenerationRequest, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
-from ..parsing.reasoning import detect_reasoning, prompt_opens_reasoning
+from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
+from ..parsing.tool_families import TOOL_SYNTAXES
 from ..settings import MAX_TOKENIZE_BYTES
-from .templates import (TemplateError, fold_system_turns, has_later_system_turns, normalize_messages,
-                        shows_every_system_turn)
-from ..parsing.tools import TOOL_SYNTAXES
+from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
+                        normalize_messages, shows_every_system_turn)
+
+
+@dataclass(frozen=True)
+class ChatModel:
+    """The loaded model as building a prompt sees it (fixed once loaded)."""
+    engine: EngineFacade
+    template: ChatTemplate
+    tool_syntax: str = "json"
+    default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
 
 
 @dataclass
@@ -42,7 +51,7 @@ class ChatInput:
     reasoning_budget: int | None = None
 
 
-def render_chat(app: Any, chat: ChatInput) -> str:
+def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
     """The prompt text. System turns after the first message are kept where the template
     shows them; a template that refuses them, or leaves one out, gets them merged into the
     user turns around them instead (so the prefix before them, and its cache, stays)."""
@@ -50,7 +59,7 @@ def render_chat(app: Any, chat: ChatInput) -> str:
     template_tools = [{"type": "function", "function": t} for t in tools] if tools else None
 
     def render(messages: list[dict]) -> str:
-        return app.template.render(normalize_messages(messages), tools=template_tools,
+        return template.render(normalize_messages(messages), tools=template_tools,
                                    add_generation_prompt=True, extra=chat.template_kwargs)
 
     try:
@@ -67,49 +76,49 @@ def render_chat(app: Any, chat: ChatInput) -> str:
         raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
 
-def tokenize_prompt(app: Any, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
+def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
     """The prompt's tokens (the template writes the BOS text when the model wants one; the engine
     adds it only once). fit: it must fit the context, and a text far too long for it is refused
     without being tokenized; otherwise (counting) the text has a size cap."""
     if fit:
-        return tokenize_to_fit(app, text, add_special=True, parse_special=True)
-    return tokenize_capped(app, text, param, add_special=True, parse_special=True)
+        return tokenize_to_fit(engine, text, add_special=True, parse_special=True)
+    return tokenize_capped(engine, text, param, add_special=True, parse_special=True)
 
 
-def tokenize_to_fit(app: Any, text: str, **options: bool) -> list[int]:
+def tokenize_to_fit(engine: EngineFacade, text: str, **options: bool) -> list[int]:
     """Tokens of a prompt that must fit the context: 400 context_length_exceeded otherwise."""
     try:
-        return app.engine.tokenize(text, limit=app.engine.n_ctx_seq, **options)
+        return engine.tokenize(text, limit=engine.n_ctx, **options)
     except TooManyTokens as exc:
-        raise context_exceeded(exc.at_least, app.engine.n_ctx_seq, at_least=True) from None
+        raise context_exceeded(exc.at_least, engine.n_ctx, at_least=True) from None
 
 
-def tokenize_capped(app: Any, text: str, param: str, **options: bool) -> list[int]:
+def tokenize_capped(engine: EngineFacade, text: str, param: str, **options: bool) -> list[int]:
     """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (400 beyond)."""
     size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode("utf-8"))
     if size > MAX_TOKENIZE_BYTES:
         raise ApiError(400, f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
                             f"once, this is {size}", param=param, code="text_too_long")
-    return app.engine.tokenize(text, **options)
+    return engine.tokenize(text, **options)
 
 
-def check_fits(app: Any, tokens: list[int]) -> None:
-    n_ctx = app.engine.n_ctx_seq
+def check_fits(engine: EngineFacade, tokens: list[int]) -> None:
+    n_ctx = engine.n_ctx
     if len(tokens) >= n_ctx:
         raise context_exceeded(len(tokens), n_ctx)
 
 
-def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
+def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
                        stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
                        label: str = "", text: str | None = None) -> GenerationRequest:
     """`text`: the chat already rendered by the caller (render_chat), to render it once."""
     if text is None:
-        text = render_chat(app, chat)
-    tokens = tokenize_prompt(app, text, fit=True)
-    check_fits(app, tokens)
+        text = render_chat(model.template, chat)
+    tokens = tokenize_prompt(model.engine, text, fit=True)
+    check_fits(model.engine, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
                                 logprobs=logprobs, top_logprobs=top_logprobs, label=label)
-    fmt = detect_reasoning(app.template.text, text) or app.default_reasoning
+    fmt = detect_reasoning(model.template.text, text) or model.default_reasoning
     # A grammar forced on a prompt that opened the reasoning block first closes it:
     # otherwise the whole constrained answer would land inside the reasoning.
     grammar_prefix = ""
@@ -121,7 +130,7 @@ def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, m
             grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
-        syntax = app.tool_syntax
+        syntax = model.tool_syntax
         # names with their parameter schemas: qwen3_coder's parser reads values by type
         request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"]: t["parameters"] for t in chat.tools},
                                  parallel=chat.parallel_tool_calls)
@@ -129,16 +138,16 @@ def build_chat_request(app: Any, chat: ChatInput, sampling: SamplingParams, *, m
             sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
     if not sampling.grammar:
         sampling.grammar = output_grammar(chat, grammar_prefix)
-    check_grammar(app, sampling)
+    check_grammar(model.engine, sampling)
     return request
 
 
-def check_grammar(app: Any, sampling: SamplingParams, param: str = "grammar") -> None:
+def check_grammar(engine: EngineFacade, sampling: SamplingParams, param: str = "grammar") -> None:
     """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
     if sampling.grammar:
         try:
             check_size(sampling.grammar)
-            app.engine.check_grammar(sampling.grammar)
+            engine.check_grammar(sampling.grammar)
         except GrammarTooCostly as exc:
             raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
         except GrammarError as exc:

@@ -20,7 +20,7 @@ from typing import Callable
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
-                         GenerationRequest, Queued, Timings)
+                         GenerationRequest, GrammarBacklog, Queued, QueueFull, RuntimeStopped, Timings)
 from .jobs import Job, Slot
 from ..ops.metrics import ServerMetrics
 from .pending_sample import PendingSample, abandoned_running
@@ -41,18 +41,6 @@ SAMPLE_GRACE = 0.05
 IDLE_SAMPLE_WAIT = 0.05
 # Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
 MAX_FAILED_STEPS = 3
-
-
-class QueueFull(Exception):
-    pass
-
-
-class RuntimeStopped(Exception):
-    pass
-
-
-class GrammarBacklog(Exception):
-    """Too many abandoned grammar samples are still running: no new grammar job for now."""
 
 
 class EngineFailure(Exception):

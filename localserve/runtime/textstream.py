@@ -11,9 +11,9 @@ from __future__ import annotations
 import codecs
 
 from ..parsing.json_stream import partial_start
-from ..generation import Chunk, GenerationRequest, ToolCallDelta, ToolCallStart
+from ..generation import Chunk, GenerationRequest
 from ..parsing.reasoning import ReasoningSplitter
-from ..parsing.tools import CallArguments, CallStart, ContentDelta, ToolProjector
+from ..parsing.tools import ToolProjector
 
 
 class StopMatcher:
@@ -118,15 +118,13 @@ class OutputPipeline:
             return [Chunk(False, text)]
         return self._projected(self.projector.feed(text))
 
-    def _projected(self, items: list) -> list:
-        events: list = []
-        for item in items:
-            if isinstance(item, ContentDelta):
-                if item.text:
-                    self.content.append(item.text)
-                    events.append(Chunk(False, item.text))
-            elif isinstance(item, CallStart):
-                events.append(ToolCallStart(item.index, item.id, item.name))
-            elif isinstance(item, CallArguments):
-                events.append(ToolCallDelta(item.index, item.fragment))
-        return events
+    def _projected(self, events: list) -> list:
+        """The projector speaks the runtime's events already; content is also collected."""
+        kept = []
+        for event in events:
+            if isinstance(event, Chunk):
+                if not event.text:
+                    continue
+                self.content.append(event.text)
+            kept.append(event)
+        return kept

@@ -110,10 +110,6 @@ class HTTPServer:
         with self._lock:
             return len(self._connections)
 
-    def busy_count(self) -> int:
-        with self._lock:
-            return sum(self._connections.values())
-
     def _set_busy(self, sock: socket.socket, busy: bool) -> None:
         with self._lock:
             if sock in self._connections:

@@ -32,12 +32,12 @@ import orjson
 from ...errors import ANTHROPIC_ERRORS, ApiError, anthropic_error_body
 from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
-from ...prompt.build import build_chat_request, tokenize_prompt
+from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
 from ..pump import PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange, RouteTable
 from ..signing import sign
-from ...parsing.tools import new_call_id
+from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
 from ..fields import (IGNORED_TOOLS_HEADER, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
                      read_str)
@@ -72,8 +72,8 @@ def handle_messages(exchange: Exchange) -> None:
     app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    model = read_model(body, app)
-    gen_request, prompt = read_request(app, body, exchange.request_id)
+    model = read_model(body, app.model_id)
+    gen_request, prompt = read_request(app.model, app.signing_key, body, exchange.request_id)
     if prompt.input.ignored_tools:
         ignored = ", ".join(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
@@ -95,9 +95,9 @@ def handle_count_tokens(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     body = exchange.json()
-    read_model(body, app)
-    prompt = read_prompt(app, body, breakpoints=False)
-    answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(app, prompt.text))}
+    read_model(body, app.model_id)
+    prompt = read_prompt(app.model, app.signing_key, body, breakpoints=False)
+    answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(app.model.engine, prompt.text))}
     if prompt.edits is not None:
         original = prompt.edits.original_tokens
         answer["context_management"] = {"original_input_tokens": answer["input_tokens"] if original is None
@@ -105,20 +105,20 @@ def handle_count_tokens(exchange: Exchange) -> None:
     exchange.send_json(answer)
 
 
-def read_model(body: dict, app: Any) -> str:
+def read_model(body: dict, model_id: str) -> str:
     """Whatever model is asked for, the loaded one answers; the reply echoes the name asked."""
-    return read_str(body, "model") or app.model_id
+    return read_str(body, "model") or model_id
 
 
-def read_request(app: Any, body: dict, request_id: str) -> tuple[GenerationRequest, MessagesPrompt]:
+def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str) -> tuple[GenerationRequest, MessagesPrompt]:
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
-    prompt = read_prompt(app, body)
-    sampling = read_sampling(body, app.engine.n_vocab, temperature_high=1.0)
+    prompt = read_prompt(model, signing_key, body)
+    sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
-    request = build_chat_request(app, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,
+    request = build_chat_request(model, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,
                                  label=f"messages {request_id}", text=prompt.text)
     return request, prompt
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
-from ...prompt.build import ChatInput, render_chat, tokenize_prompt
+from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
 from .edits import EditResult, apply_edits, read_edits
 from .input import MessagesInput, read_input
 
@@ -41,36 +40,36 @@ class MessagesPrompt:
         return None if self.edits is None else {"applied_edits": self.edits.applied}
 
 
-def read_prompt(app: Any, body: dict, *, breakpoints: bool = True) -> MessagesPrompt:
+def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints: bool = True) -> MessagesPrompt:
     """The request's prompt text; `breakpoints`: also find the cache breakpoint's token."""
-    messages_input = read_input(body, app.signing_key)
+    messages_input = read_input(body, signing_key)
     chat = messages_input.chat
     edit_list = read_edits(body)
     edits = None
     if edit_list is not None:
         def count(messages: list[dict]) -> int:
-            return len(tokenize_prompt(app, render_chat(app, dataclasses.replace(chat, messages=messages))))
+            return len(tokenize_prompt(model.engine, render_chat(model.template, dataclasses.replace(chat, messages=messages))))
         edits = apply_edits(edit_list, chat.messages, count)
         # the breakpoint keeps its index: edits change messages, never add or drop one
         chat.messages = edits.messages
-    text = render_chat(app, chat)
+    text = render_chat(model.template, chat)
     prompt = MessagesPrompt(messages_input, text, edits)
     if breakpoints and messages_input.cache_breakpoint is not None:
-        prompt.cache_breakpoint_tokens = _breakpoint_tokens(app, chat, messages_input.cache_breakpoint, text)
+        prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, text)
     return prompt
 
 
-def _breakpoint_tokens(app: Any, chat: ChatInput, index: int, text: str) -> int:
+def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str) -> int:
     """Prompt tokens up to the end of message `index`: render once more with a mark there;
     the text before the mark, when the real prompt starts with it, is tokenized."""
     message = chat.messages[index]
     marked = list(chat.messages)
     marked[index] = {**message, "content": (message.get("content") or "") + _MARK}
-    marked_text = render_chat(app, dataclasses.replace(chat, messages=marked))
+    marked_text = render_chat(model.template, dataclasses.replace(chat, messages=marked))
     cut = marked_text.find(_MARK)
     if cut < 0 or not text.startswith(marked_text[:cut]):
         return 0
-    return len(tokenize_prompt(app, marked_text[:cut]))
+    return len(tokenize_prompt(model.engine, marked_text[:cut]))
 
 
 def cache_usage(prompt_tokens: int, cached_tokens: int, breakpoint_tokens: int) -> dict:

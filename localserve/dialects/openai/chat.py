@@ -6,8 +6,8 @@ import time
 import uuid
 from typing import Any
 
-from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
-from ...prompt.build import ChatInput, ToolChoice, build_chat_request, function_definitions
+from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
+from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions
 from ...errors import ApiError, openai_error_body
 from ..pump import DONE, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
@@ -28,7 +28,7 @@ def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) ->
     app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    gen_request = read(app, body, exchange.request_id)
+    gen_request = read(app.model, body, exchange.request_id)
     include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
     gen = submit(exchange, gen_request)
     with cancel_on_error(gen):
@@ -40,7 +40,7 @@ def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) ->
             exchange.send_json(final(output, meta, gen_request.logprobs))
 
 
-def read_request(app: Any, body: dict, request_id: str):
+def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
     messages = read_messages(body)
     n = read_int(body, "n", low=1, default=1)
     if n != 1:
@@ -60,9 +60,9 @@ def read_request(app: Any, body: dict, request_id: str):
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
-    sampling = read_sampling(body, app.engine.n_vocab)
+    sampling = read_sampling(body, model.engine.n_vocab)
     cache_key = read_str(body, "prompt_cache_key")
-    request = build_chat_request(app, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
+    request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
                                  logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
     request.cache_key = cache_key     # a slot-affinity hint (runtime._choose_slot)
     return request

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
-from ...prompt.build import check_fits, check_grammar, tokenize_to_fit
+from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
 from ..pump import sse, stream_job
 from ..exchange import Exchange
 from .chat import ChatChunks, finish_reason, serve_openai, timings, usage
@@ -16,16 +17,16 @@ def handle(exchange: Exchange) -> None:
     serve_openai(exchange, read_request, "cmpl-", final_response, stream_response)
 
 
-def read_prompt_tokens(app: Any, prompt: Any) -> list[int]:
+def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]          # a batch of one
     if isinstance(prompt, str):
-        tokens = tokenize_to_fit(app, prompt, add_special=True, parse_special=True)
+        tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
         if not tokens:      # this model adds no BOS: there is nothing to continue from
             raise invalid("prompt", "is empty; give at least one character or token to continue from")
         return tokens
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        bad = [t for t in prompt if not app.engine.valid_token(t)]
+        bad = [t for t in prompt if not engine.valid_token(t)]
         if bad:
             raise invalid("prompt", f"token id {bad[0]} is outside the vocabulary")
         return list(prompt)
@@ -34,10 +35,10 @@ def read_prompt_tokens(app: Any, prompt: Any) -> list[int]:
     raise invalid("prompt", "expected a string or an array of token ids")
 
 
-def read_request(app: Any, body: dict, request_id: str) -> GenerationRequest:
+def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
     if "prompt" not in body:
         raise invalid("prompt", "is required")
-    tokens = read_prompt_tokens(app, body["prompt"])
+    tokens = read_prompt_tokens(model.engine, body["prompt"])
     if read_int(body, "n", low=1, default=1) != 1:
         raise invalid("n", "only n=1 is supported")
     if read_int(body, "best_of", low=1, default=1) != 1:
@@ -47,9 +48,9 @@ def read_request(app: Any, body: dict, request_id: str) -> GenerationRequest:
     if body.get("suffix"):
         raise invalid("suffix", "suffix (fill-in-the-middle) is not supported")
     logprobs = read_int(body, "logprobs", low=0, high=20)
-    check_fits(app, tokens)
-    sampling = read_sampling(body, app.engine.n_vocab)
-    check_grammar(app, sampling)
+    check_fits(model.engine, tokens)
+    sampling = read_sampling(body, model.engine.n_vocab)
+    check_grammar(model.engine, sampling)
     return GenerationRequest(
         prompt_tokens=tokens,
         sampling=sampling,

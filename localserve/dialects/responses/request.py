@@ -15,18 +15,18 @@ from typing import Any
 
 from ...errors import ApiError
 from ...generation import GenerationRequest, SamplingParams
-from ...prompt.build import ChatInput, build_chat_request
+from ...prompt.build import ChatInput, ChatModel, build_chat_request
 from ..signing import seal, unseal
-from ...store.store import new_id
+from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
     read_template_kwargs
+from .runs import ACTIVE
 from .items import drop_oldest, read_input, to_messages, unsupported
 from .tools import ToolKind, constrain, read_tool_choice, read_tools
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
 SUMMARIES = ("auto", "concise", "detailed")
 TRUNCATIONS = ("auto", "disabled")
-ACTIVE = ("queued", "in_progress")
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 
@@ -54,7 +54,8 @@ def storage_off(what: str) -> ApiError:
                     param=None, code="storage_disabled")
 
 
-def read_plan(app: Any, body: dict, request_id: str) -> Plan:
+def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, signing_key: bytes,
+              store: Store | None) -> Plan:
     stream = read_bool(body, "stream")
     background = read_bool(body, "background")
     if stream and background:
@@ -65,21 +66,21 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
     if previous_id and conversation_id:
         raise ApiError(400, "previous_response_id and conversation are mutually exclusive; give only one",
                        param="previous_response_id", code="mutually_exclusive_parameters")
-    store = read_bool(body, "store", default=True)
-    if app.store is None:
+    stored = read_bool(body, "store", default=True)
+    if store is None:
         for name, used in (("background", background), ("previous_response_id", previous_id),
                            ("conversation", conversation_id)):
             if used:
                 raise storage_off(name)
-        store = False
-    if background and not store:
+        stored = False
+    if background and not stored:
         raise invalid("background", "a background response must be stored; set store to true")
     if body.get("prompt") is not None:
         raise unsupported("prompt", "stored prompt templates are not supported; send input and instructions")
 
     instructions = read_str(body, "instructions")
     items = read_input(body.get("input", []))
-    context = context_items(app, previous_id, conversation_id)
+    context = context_items(store, previous_id, conversation_id)
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
 
@@ -96,14 +97,14 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
     top_logprobs = read_int(body, "top_logprobs", low=0, high=20, default=0)
     max_output = read_int(body, "max_output_tokens", low=1)
     truncation = read_str(body, "truncation", "disabled", choices=TRUNCATIONS)
-    sampling = read_sampling(body, app.engine.n_vocab)
+    sampling = read_sampling(body, model.engine.n_vocab)
     metadata = read_metadata(body)
     read_dict(body, "client_metadata")   # accepted (Codex sends it); it has no effect here
     cache_key = read_str(body, "prompt_cache_key")
 
-    rendered = open_reasoning(app.signing_key, context, "previous_response_id") + \
-        open_reasoning(app.signing_key, items, "input")
-    generation = build_prompt(app, rendered, instructions, chat, sampling, truncation=truncation,
+    rendered = open_reasoning(signing_key, context, "previous_response_id") + \
+        open_reasoning(signing_key, items, "input")
+    generation = build_prompt(model, rendered, instructions, chat, sampling, truncation=truncation,
                               max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
                               top_logprobs=top_logprobs, label=f"responses {request_id}")
     if generation.tools is not None:
@@ -116,9 +117,9 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
         "status": "queued" if background else "in_progress", "background": background,
         "completed_at": None, "conversation": {"id": conversation_id} if conversation_id else None,
         "error": None, "incomplete_details": None, "instructions": instructions,
-        "max_output_tokens": max_output, "max_tool_calls": None, "model": app.model_id, "output": [],
+        "max_output_tokens": max_output, "max_tool_calls": None, "model": model_id, "output": [],
         "parallel_tool_calls": parallel, "previous_response_id": previous_id, "prompt_cache_key": None,
-        "reasoning": reasoning, "safety_identifier": None, "service_tier": "default", "store": store,
+        "reasoning": reasoning, "safety_identifier": None, "service_tier": "default", "store": stored,
         "temperature": sampling.temperature, "text": text_echo, "tool_choice": choice_echo,
         "tools": tools.echo, "top_logprobs": top_logprobs, "top_p": sampling.top_p,
         "truncation": truncation, "usage": None, "user": None, "metadata": metadata,
@@ -127,10 +128,10 @@ def read_plan(app: Any, body: dict, request_id: str) -> Plan:
         response[name] = read_str(body, name)
     response["prompt_cache_key"] = cache_key     # a slot-affinity hint (runtime._choose_slot)
     return Plan(response=response, generation=generation, input_items=items, request=body, stream=stream,
-                background=background, store=store, conversation_id=conversation_id,
+                background=background, store=stored, conversation_id=conversation_id,
                 summary=reasoning["summary"] is not None, parallel_tool_calls=parallel, logprobs=logprobs,
                 tool_kinds=tools.kinds, ignored_tools=tools.ignored,
-                seal=_sealer(app.signing_key) if ENCRYPTED_REASONING_INCLUDE in include else None)
+                seal=_sealer(signing_key) if ENCRYPTED_REASONING_INCLUDE in include else None)
 
 
 def _sealer(key: bytes):
@@ -170,9 +171,9 @@ def read_conversation_id(body: dict) -> str | None:
     return value
 
 
-def context_items(app: Any, previous_id: str | None, conversation_id: str | None) -> list[dict]:
-    """What goes before the input: the previous response's chain, or the conversation."""
-    store = app.store
+def context_items(store: Store | None, previous_id: str | None, conversation_id: str | None) -> list[dict]:
+    """What goes before the input: the previous response's chain, or the conversation (both
+    need the store: read_plan refuses them without one)."""
     if previous_id:
         previous = store.get_response(previous_id)
         if previous is None:
@@ -195,13 +196,13 @@ def context_items(app: Any, previous_id: str | None, conversation_id: str | None
     return []
 
 
-def build_prompt(app: Any, items: list[dict], instructions: str | None, chat: ChatInput,
+def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
                  sampling: SamplingParams, *, truncation: str, **options: Any) -> GenerationRequest:
     """Render and tokenize; with truncation "auto", drop the oldest items until it fits."""
     while True:
         attempt = dataclasses.replace(chat, messages=to_messages(items, instructions))
         try:
-            return build_chat_request(app, attempt, dataclasses.replace(sampling), **options)
+            return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
         except ApiError as exc:
             if exc.code == "context_length_exceeded":
                 if truncation == "auto" and len(items) > 1:

@@ -16,11 +16,11 @@ from ...errors import ApiError, ClientGone
 from ...generation import Finished, GenerationError
 from ..pump import KEEPALIVE, PREFILL_COMMENT, job_events, pump, sse, stream_job
 from ..respond import cancel_on_error, error_from, submit
-from .runs import ResponseRun
+from .runs import ACTIVE, ResponseRun
 from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, invalid
 from .items import list_page, read_page_query
-from .request import ACTIVE, read_plan
+from .request import read_plan
 
 log = logging.getLogger("localserve.responses")
 
@@ -38,7 +38,8 @@ def encode(events: list[dict]) -> bytes:
 def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
-    plan = read_plan(app, exchange.json(), exchange.request_id)
+    plan = read_plan(exchange.json(), exchange.request_id, model=app.model, model_id=app.model_id,
+                     signing_key=app.signing_key, store=app.store)
     if plan.ignored_tools:
         ignored = ", ".join(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)

@@ -1,19 +1,69 @@
-"""Tool-call parsers, one per model family's syntax: each is a generator over (cursor,
-projector, the start marker found) that reads a call or a block of calls from the cursor and
-reports it to the projector (start_call, add_arguments, end_call, end_block) as it goes.
-Text that proves no well-formed call raises Malformed; the projector rolls it back.
+"""The tool-call families, each defined once: its markers, its parser and the shape of its
+forced-call grammar, together in one ToolSyntax.
+
+A parser is a generator over (cursor, sink, the start marker found) that reads a call or a
+block of calls from the cursor and reports it to the sink (tools.ToolProjector: start_call,
+add_arguments, end_call, end_block) as it goes. Text that proves no well-formed call raises
+Malformed; the projector rolls it back. grammar/tool_grammars builds GBNF from CallsGrammar.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
+import string
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import Protocol
 
 from .json_stream import Cursor, Malformed, compact, partial_start, strict_loads
 
-if TYPE_CHECKING:
-    from .tools import ToolProjector
+_ALNUM = string.ascii_letters + string.digits
+
+
+def new_call_id(prefix: str = "call_", length: int = 24) -> str:
+    return prefix + "".join(secrets.choice(_ALNUM) for _ in range(length))
+
+
+class CallSink(Protocol):
+    """What a parser reports calls to (tools.ToolProjector)."""
+
+    def start_call(self, name: str, call_id: str | None = None) -> None: ...
+
+    def add_arguments(self, fragment: str) -> None: ...
+
+    def end_call(self) -> None: ...
+
+    def end_block(self) -> None: ...
+
+    def parameter_type(self, function: str, parameter: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class CallsGrammar:
+    """How forced calls are written, for grammar/tool_grammars: the calls between `opening`
+    and `closing`, separated by `separator`; each call is `before` + its arguments + `after`
+    ({name} raw, {jname} as JSON). With `parameters`, the arguments are one
+    <parameter=KEY> block each (qwen3_coder) instead of a JSON object."""
+    opening: str
+    separator: str
+    closing: str
+    before: str
+    after: str
+    parameters: bool = False
+    one_call: bool = False             # even a parallel call is one call (harmony)
+
+
+@dataclass(frozen=True)
+class ToolSyntax:
+    name: str
+    starts: tuple[str, ...]            # markers that open a call or a block of calls
+    end: str                           # closes a call/block; "" if the JSON itself ends it
+    template_markers: tuple[str, ...]  # all present in a chat template -> this family
+    parse: Callable[[Cursor, CallSink, str], Iterator[None]]
+    grammar: CallsGrammar
+    bare_object: bool = False          # a `{` opening the message also starts a call
+    new_id: Callable[[], str] = new_call_id
 
 
 def _read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
@@ -35,7 +85,7 @@ def _read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
         raise Malformed("arguments")
 
 
-def _call_object(cur: Cursor, calls: ToolProjector, *, model_ids: bool = False,
+def _call_object(cur: Cursor, calls: CallSink, *, model_ids: bool = False,
                  first_key: str | None = None) -> Iterator[None]:
     """`{"name": ..., "arguments"|"parameters": {...}, "id": ...}`, keys in any order ("type"
     skipped). Any other key means this is no call, so JSON that merely answers the user flows
@@ -96,7 +146,7 @@ def _call_object(cur: Cursor, calls: ToolProjector, *, model_ids: bool = False,
         calls.add_arguments(held if held is not None else "{}")
 
 
-def _call_list(cur: Cursor, calls: ToolProjector, separator: str, *,
+def _call_list(cur: Cursor, calls: CallSink, separator: str, *,
                model_ids: bool = False) -> Iterator[None]:
     """Call objects separated by `separator`, each complete (and committed) on its own."""
     while True:
@@ -108,13 +158,18 @@ def _call_list(cur: Cursor, calls: ToolProjector, separator: str, *,
             return
 
 
-def parse_hermes(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+def parse_hermes(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     yield from cur.expect(marker)
     yield from cur.skip_ws()
     yield from _call_object(cur, calls)
     yield from cur.closing("</tool_call>")
     calls.end_call()
     yield from cur.skip_ws()
+
+
+HERMES = ToolSyntax(
+    "hermes", ("<tool_call>",), "</tool_call>", ("<tool_call>",), parse_hermes,
+    CallsGrammar("", "\n", "", '<tool_call>\n{{"name": {jname}, "arguments": ', "}\n</tool_call>"))
 
 
 _PARAM_END = "</parameter>"
@@ -154,7 +209,7 @@ def _take_value_text(cur: Cursor) -> tuple[str, bool]:
     return piece, end >= 0
 
 
-def _qwen_value(cur: Cursor, calls: ToolProjector, schema_type: str | None) -> Iterator[None]:
+def _qwen_value(cur: Cursor, calls: CallSink, schema_type: str | None) -> Iterator[None]:
     """A <parameter> value: raw text up to </parameter>, less one newline at each end.
 
     How it becomes JSON follows the parameter's schema, as llama.cpp does: type "string", the
@@ -184,7 +239,7 @@ def _qwen_value(cur: Cursor, calls: ToolProjector, schema_type: str | None) -> I
         yield
 
 
-def parse_qwen3_coder(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+def parse_qwen3_coder(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     wrapped = marker == "<tool_call>"
     if wrapped:
         yield from cur.expect(marker)
@@ -209,14 +264,26 @@ def parse_qwen3_coder(cur: Cursor, calls: ToolProjector, marker: str) -> Iterato
     yield from cur.skip_ws()
 
 
-def parse_llama3(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+QWEN3_CODER = ToolSyntax(
+    "qwen3_coder", ("<tool_call>", "<function="), "</tool_call>", ("<tool_call>", "<function="),
+    parse_qwen3_coder,
+    CallsGrammar("", "\n", "", "<tool_call>\n<function={name}>\n", "</function>\n</tool_call>",
+                 parameters=True))
+
+
+def parse_llama3(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     """A bare object opening the message, or <|python_tag|> and objects; `;` separates."""
     if marker == "<|python_tag|>":
         yield from cur.expect(marker)
     yield from _call_list(cur, calls, ";")
 
 
-def parse_mistral(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+LLAMA3 = ToolSyntax(
+    "llama3", ("<|python_tag|>",), "", ("<|start_header_id|>", '"parameters"'), parse_llama3,
+    CallsGrammar("", "; ", "", '{{"name": {jname}, "parameters": ', "}"), bare_object=True)
+
+
+def parse_mistral(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     """[TOOL_CALLS][{...}, ...] (each object may carry the model's id, see _call_object) or
     the newer [TOOL_CALLS]NAME[ARGS]{...}, optionally NAME[CALL_ID]id[ARGS]{...}."""
     yield from cur.expect(marker)
@@ -236,13 +303,20 @@ def parse_mistral(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[No
     yield from cur.skip_ws()
 
 
+# Mistral templates insist on ids of exactly nine alphanumerics.
+MISTRAL = ToolSyntax(
+    "mistral", ("[TOOL_CALLS]",), "", ("[TOOL_CALLS]",), parse_mistral,
+    CallsGrammar("[TOOL_CALLS][", ", ", "]", '{{"name": {jname}, "arguments": ', "}"),
+    new_id=lambda: new_call_id("", 9))
+
+
 DS_CALLS_BEGIN, DS_CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 DS_CALL_BEGIN, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
 # After the separator: R1/V3 put the name and a ```json fence; V3.1 puts the object at once.
 _DS_AFTER_SEP = re.compile(r"\s*([^\s`]*)\s*(```(?:json)?)?\s*")
 
 
-def parse_deepseek(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+def parse_deepseek(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     in_block = yield from cur.accept(DS_CALLS_BEGIN)
     while True:
         yield from cur.skip_ws()
@@ -270,6 +344,12 @@ def parse_deepseek(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[N
             calls.end_block()
 
 
+DEEPSEEK = ToolSyntax(
+    "deepseek", (DS_CALLS_BEGIN, DS_CALL_BEGIN), DS_CALLS_END, (DS_CALL_BEGIN,), parse_deepseek,
+    CallsGrammar(DS_CALLS_BEGIN, "\n", DS_CALLS_END,
+                 f"{DS_CALL_BEGIN}function{DS_SEP}{{name}}\n```json\n", f"\n```{DS_CALL_END}"))
+
+
 # The recipient is written in the role header or after the channel; the content type after.
 _HARMONY_HEAD = re.compile(
     r"(?:<\|start\|>assistant)?\s*(?:to=functions\.(?P<before>[^\s<]+)\s*)?"
@@ -277,7 +357,7 @@ _HARMONY_HEAD = re.compile(
     r"\s*(?:<\|constrain\|>)?\s*(?:json)?\s*")
 
 
-def parse_harmony(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+def parse_harmony(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     head = _HARMONY_HEAD.fullmatch((yield from cur.until("<|message|>", 256)))
     if not head or not (head["before"] or head["after"]) or (head["before"] and head["after"]):
         raise Malformed("harmony header")
@@ -288,7 +368,14 @@ def parse_harmony(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[No
     calls.end_block()  # <|call|> ends the assistant's turn
 
 
-def parse_json(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]:
+HARMONY = ToolSyntax(
+    "harmony", ("<|start|>assistant", "<|channel|>", "to=functions."), "<|call|>",
+    ("<|channel|>", "<|message|>"), parse_harmony,
+    CallsGrammar("", "", "", "<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+                 "<|call|>", one_call=True))
+
+
+def parse_json(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     """The whole output as {"tool_calls": [call, ...]} or as a single call object."""
     yield from cur.expect("{")
     key = yield from cur.json_key()
@@ -302,3 +389,22 @@ def parse_json(cur: Cursor, calls: ToolProjector, marker: str) -> Iterator[None]
     yield from cur.expect("]")
     yield from cur.closing("}")
     calls.end_block()
+
+
+JSON = ToolSyntax(
+    "json", (), "", (), parse_json,
+    CallsGrammar('{"tool_calls": [', ", ", "]}", '{{"name": {jname}, "arguments": ', "}"),
+    bare_object=True)
+
+# In detection order: the more specific families first.
+TOOL_SYNTAXES: dict[str, ToolSyntax] = {s.name: s for s in (
+    HARMONY, DEEPSEEK, MISTRAL, QWEN3_CODER, HERMES, LLAMA3, JSON)}
+
+
+def detect_tool_syntax(chat_template: str | None) -> str:
+    """The first family whose telltale markers all appear in the template; "json" if none."""
+    for syntax in TOOL_SYNTAXES.values():
+        if chat_template and syntax.template_markers and all(
+                marker in chat_template for marker in syntax.template_markers):
+            return syntax.name
+    return "json"

@@ -1,0 +1,107 @@
+"""The engine as connection threads see it: the vocabulary and the model's fixed facts.
+
+Only the runtime thread decodes. Connection threads still need the model to read a request
+(tokenize a prompt, check a grammar, show a token's bytes, report n_ctx), and they reach it
+only through an EngineFacade: every call here is safe off the runtime thread, because it
+reads the vocabulary (fixed once loaded) or builds and frees its own grammar sampler, never
+the llama context. This module imports no llama_cpp, so a dialect that types against it, or
+catches its errors, loads no native library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .cpu_weights import WeightPlan
+    from .rpc import Device
+
+
+class TooManyTokens(Exception):
+    """A text makes more tokens than the caller's limit; at_least: how many it makes at least."""
+
+    def __init__(self, at_least: int):
+        super().__init__(f"at least {at_least} tokens")
+        self.at_least = at_least
+
+
+class GrammarError(ValueError):
+    """llama.cpp cannot (or must not) run this grammar."""
+
+
+@dataclass
+class ModelInfo:
+    path: str
+    architecture: str
+    n_ctx_train: int
+    n_params: int
+    size: int
+    n_vocab: int
+    description: str
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+
+
+class _LoadedEngine(Protocol):
+    """What the facade reads of engine.Engine (named here: engine.py imports this module)."""
+    n_ctx_seq: int
+    n_vocab: int
+    eog_tokens: list[int]
+    info: ModelInfo
+    devices: list[Device]
+    n_layer: int
+    gpu_layers: int
+    weight_plan: WeightPlan
+    weight_buffers: dict[str, float]
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True,
+                 limit: int | None = None) -> list[int]: ...
+
+    def detokenize(self, tokens: Sequence[int]) -> str: ...
+
+    def piece(self, token: int) -> bytes: ...
+
+    def valid_token(self, token: int) -> bool: ...
+
+    def check_grammar(self, grammar: str) -> None: ...
+
+
+class EngineFacade:
+    """What a connection thread may ask of the loaded engine.
+
+    The facts (n_ctx, n_vocab, eog_tokens, info, devices, layers, weight buffers) are read
+    once at start-up: they do not change while the model is loaded."""
+
+    def __init__(self, engine: _LoadedEngine):
+        self._engine = engine
+        self.n_ctx: int = engine.n_ctx_seq          # each sequence's context
+        self.n_vocab: int = engine.n_vocab
+        self.eog_tokens: list[int] = list(engine.eog_tokens)
+        self.info: ModelInfo = engine.info
+        self.devices: list[Device] = list(engine.devices)
+        self.n_layer: int = engine.n_layer
+        self.gpu_layers: int = engine.gpu_layers
+        self.weight_plan: WeightPlan = engine.weight_plan
+        self.weight_buffers: dict[str, float] = dict(engine.weight_buffers)
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True,
+                 limit: int | None = None) -> list[int]:
+        """The tokens of text; with a limit, TooManyTokens when there would be more."""
+        return self._engine.tokenize(text, add_special=add_special, parse_special=parse_special, limit=limit)
+
+    def detokenize(self, tokens: Sequence[int]) -> str:
+        return self._engine.detokenize(tokens)
+
+    def piece(self, token: int) -> bytes:
+        """The bytes of one token, special tokens rendered as their text."""
+        return self._engine.piece(token)
+
+    def valid_token(self, token: int) -> bool:
+        return self._engine.valid_token(token)
+
+    def check_grammar(self, grammar: str) -> None:
+        """GrammarError unless llama.cpp parses the grammar and it is safe to run."""
+        self._engine.check_grammar(grammar)
