@@ -472,10 +472,13 @@ class Runtime:
         if job.pipeline.in_reasoning:
             job.reasoning_tokens += 1
             self._enforce_reasoning_budget(job)
-        events = job.pipeline.feed(self.engine.piece(token))
+        piece = self.engine.piece(token)
+        events = job.pipeline.feed(piece)
         if logprob_entry is not None:
-            logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
-            logprob_entry["logprob"] = logprob_entry.pop("_all")[token]
+            # the token's own bytes: half a UTF-8 character reports that half, not U+FFFD re-encoded
+            logprob_entry["token"] = piece.decode("utf-8", "replace")
+            logprob_entry["logprob"] = float(logprob_entry.pop("_all")[token])
+            logprob_entry["bytes"] = list(piece)
             job.logprobs.append(logprob_entry)
             events = self._attach_logprobs(events, logprob_entry)
         for event in events:
@@ -530,8 +533,6 @@ class Runtime:
 
     @staticmethod
     def _attach_logprobs(events: list, entry: dict) -> list:
-        entry["logprob"] = float(entry["logprob"])
-        entry["bytes"] = list(entry["token"].encode("utf-8"))
         for event in events:
             if isinstance(event, Chunk):
                 event.logprobs = [entry]
