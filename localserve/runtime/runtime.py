@@ -20,7 +20,7 @@ from typing import Callable
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
-                         GenerationRequest, Queued, Timings)
+                         GenerationRequest, Timings)
 from .jobs import Job, Slot
 from ..ops.metrics import ServerMetrics
 from .pending_sample import PendingSample, abandoned_running
@@ -105,9 +105,7 @@ class Runtime:
             if len(self.waiting) - free >= self.max_queue:
                 raise QueueFull()
             self.waiting.append(gen)
-            position = len(self.waiting)
             self.cond.notify()
-        gen.events.put(Queued(position))
         return gen
 
     @property
@@ -503,7 +501,7 @@ class Runtime:
         job.forced.extend(self.engine.tokenize(close, add_special=False, parse_special=True))
 
     def _finish_reason(self, job: Job) -> str | None:
-        if job.pipeline.stop_sequence is not None or job.gen.stop_flag.is_set():
+        if job.pipeline.stop_sequence is not None:
             return "stop"
         if job.pipeline.tools_done:
             return "tool_calls"
