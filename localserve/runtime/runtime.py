@@ -22,9 +22,11 @@ from ..generation import (ActiveGeneration, Chunk, Context, Finished, Generation
 from . import logprobs
 from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
+from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .pending_sample import PendingSample, abandoned_running
+from .pending_sample import abandoned_running
 from .promptcache import PromptCache
+from .sampling import SAMPLE_GRACE, SamplerDriver
 from .scheduler import BatchPlan, QueueFull, RuntimeStopped, Scheduler
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
 
@@ -32,10 +34,6 @@ __all__ = ["Runtime", "QueueFull", "RuntimeStopped", "GrammarBacklog", "EngineFa
 
 log = logging.getLogger("localserve.runtime")
 
-# After a step, how long the runtime waits for grammar tokens being chosen off-thread before
-# it goes on without them; with nothing else to run, how long it waits before looking again.
-SAMPLE_GRACE = 0.05
-IDLE_SAMPLE_WAIT = 0.05
 # Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
 MAX_FAILED_STEPS = 3
 
@@ -61,9 +59,9 @@ class Runtime:
         self.kv = SlotKeeper(engine, self.cache)
         self.scheduler = Scheduler(slots, max_queue)
         self.cond = self.scheduler.cond
-        # A step's events go out together after its sampling: waking a connection
-        # thread mid-step would let it take the GIL between our native calls.
-        self._outbox: list[tuple[ActiveGeneration, object]] = []
+        self.sampling = SamplerDriver(engine, self.scheduler, sample_time_limit, on_token=self._take_token,
+                                      on_error=self._sample_failed, on_too_slow=self._too_slow)
+        self.outbox = Outbox()          # a step's events go out together, after the step
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -147,10 +145,10 @@ class Runtime:
                 for job in self._active():
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
             finally:
-                self._deliver()
+                self.outbox.deliver()
         for job in self._active():
             self._retire(job, "cancelled")
-        self._deliver()
+        self.outbox.deliver()
         for gen in self.scheduler.take_all_waiting():   # nobody will run these: tell their waiters now
             gen.events.put(Finished(error=GenerationError(503, "the server is shutting down",
                                                           "server_shutting_down")))
@@ -172,11 +170,11 @@ class Runtime:
         self._admit()
         for job in self.scheduler.cancelled():
             self._cancel(job)
-        self._take_samples()
+        self.sampling.take_ready()
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
-                self._idle_until_a_sample()
+                self.sampling.idle_until_a_sample()
             return None
         return self.scheduler.plan(jobs, self.engine.n_batch)
 
@@ -190,21 +188,16 @@ class Runtime:
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
                 self._cancel(job)
             else:
-                self._sample_alone(job, row.logits_row)
+                self.sampling.sample(job, row.logits_row)
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
-        self._collect_samples(SAMPLE_GRACE, started_since=sampled_at)
+        self.sampling.collect(SAMPLE_GRACE, started_since=sampled_at)
 
     def _emit(self, job: Job, event: object) -> None:
-        self._outbox.append((job.gen, event))
+        self.outbox.put(job.gen, event)
 
     def _emit_to(self, gen: ActiveGeneration, event: object) -> None:
         """For a job that never got a slot: its events wait for the step's end like the others'."""
-        self._outbox.append((gen, event))
-
-    def _deliver(self) -> None:
-        for gen, event in self._outbox:
-            gen.events.put(event)
-        self._outbox.clear()
+        self.outbox.put(gen, event)
 
     def _admit(self) -> None:
         if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
@@ -261,77 +254,7 @@ class Runtime:
         if self.failed_steps >= MAX_FAILED_STEPS:
             raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
 
-    # ---- per-token work ------------------------------------------------------------
-
-    def _sample_alone(self, job: Job, row: int) -> None:
-        """Sample one job's next token; whatever goes wrong ends this job alone.
-
-        A grammar job's token is chosen on a thread of its own (pending_sample.py): the job
-        sits out of the batch until it is ready, and the others keep their pace.
-        """
-        try:
-            logprob_entry = self._begin_sample(job, row)
-            if job.forced:
-                token = job.forced.popleft()
-                job.sampler.accept(token)
-            elif job.sampler.has_grammar:
-                job.sampler.load(row)
-                job.pending = PendingSample(job.sampler, self._sample_ready)
-                job.pending_logprobs = logprob_entry
-                return
-            else:
-                token = job.sampler.sample(row)
-            self._take_token(job, token, logprob_entry)
-        except Exception as exc:
-            self._sample_failed(job, exc)
-
-    def _sample_ready(self) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-    def _collect_samples(self, wait: float = 0.0, started_since: float | None = None) -> None:
-        """Take the tokens chosen off-thread and fail the jobs past the time limit; then wait up to
-        `wait` seconds for the samples started since `started_since` to be ready too."""
-        deadline = time.monotonic() + wait
-        while True:
-            self._take_samples()
-            awaited = [job.pending for job in self._active() if job.pending is not None
-                       and started_since is not None and job.pending.started >= started_since]
-            now = time.monotonic()
-            if not awaited or now >= deadline:
-                return
-            with self.cond:
-                if not any(sample.done for sample in awaited):
-                    self.cond.wait(deadline - now)
-
-    def _idle_until_a_sample(self) -> None:
-        """Only grammar samples are running: sleep until one is ready, a job arrives, or a limit is due."""
-        pending = [job.pending for job in self._active() if job.pending is not None]
-        due = min(sample.started for sample in pending) + self.sample_time_limit - time.monotonic()
-        with self.cond:
-            if not self.scheduler.waiting and not self.stopping and not any(sample.done for sample in pending):
-                self.cond.wait(max(0.0, min(due, IDLE_SAMPLE_WAIT)))
-        self._take_samples()
-
-    def _take_samples(self) -> None:
-        now = time.monotonic()
-        for job in self._active():
-            sample = job.pending
-            if sample is None:
-                continue
-            if sample.seconds(now) > self.sample_time_limit:
-                self._too_slow(job, sample.seconds(now))
-            elif sample.done:
-                job.pending = None
-                self._finish_sample(job, sample)
-
-    def _finish_sample(self, job: Job, sample: PendingSample) -> None:
-        try:
-            if sample.error is not None:
-                raise sample.error
-            self._take_token(job, sample.token, job.pending_logprobs)
-        except Exception as exc:
-            self._sample_failed(job, exc)
+    # ---- per-token work (the sampler driver's callbacks) -----------------------------
 
     def _too_slow(self, job: Job, seconds: float) -> None:
         log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
@@ -350,18 +273,6 @@ class Runtime:
             return
         log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
         self._fail(job, GenerationError(500, "internal error while sampling this request"))
-
-    def _begin_sample(self, job: Job, row: int) -> dict | None:
-        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
-        if job.status is JobStatus.DECODING:
-            job.slot.tokens.append(job.next_token)      # decoded in this step
-        else:
-            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
-            job.status = JobStatus.DECODING
-        job.next_token = None
-        if job.logprobs is None:
-            return None
-        return logprobs.distribution(self.engine.logits(row), job.request.top_logprobs, self.engine.piece)
 
     def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
         now = time.monotonic()
