@@ -6,6 +6,7 @@ model (a few MB) and a prompt of a few thousand tokens.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -103,7 +104,8 @@ def test_stream_dropped_midway_cancels_its_job(slow_server):
 @pytest.mark.parametrize("stream", [False, True])
 def test_drop_during_long_prefill_stops_the_prefill(models_dir, stream):
     # --batch-size takes the whole prompt in one llama_decode call: only the abort callback can stop
-    # it midway. A job whose prefill is not cancelled samples its one token and ends as "length".
+    # it midway. A job whose prefill is not cancelled samples its one token and ends as "length";
+    # one cancelled only once its prefill is done says so in its "cancelled job" line.
     srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--slots", "1",
                         "--batch-size", "8192", "--no-store")
     try:
@@ -118,6 +120,9 @@ def test_drop_during_long_prefill_stops_the_prefill(models_dir, stream):
         assert ended(after, "cancelled") - ended(before, "cancelled") == 1
         assert ended(after, "length") == ended(before, "length"), "the prefill ran to its end"
         assert after.value("localserve_generated_tokens_total") == 0
+        line = next(line for line in srv.lines if "cancelled job" in line)
+        done, total = map(int, re.search(r"\((\d+) of (\d+) prompt tokens in the cache\)", line).groups())
+        assert done < total, f"the prefill ran to its end: {line}"
     finally:
         srv.stop()
 

@@ -361,8 +361,8 @@ class Runtime:
         self._emit(job, Finished(output))
 
     def _cancel(self, job: Job) -> None:
-        log.info("cancelled job %s (%s) after %d tokens: %s", job.gen.id, job.request.label,
-                 len(job.generated), job.gen.cancel_reason)
+        log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
+                 job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
         self.kv.clear(job.slot)
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
