@@ -42,13 +42,10 @@ class Row:
 @dataclass
 class BatchPlan:
     """One llama_decode: (token, position, seq_id, want_logits) entries and each job's row."""
+    jobs: list[Job]             # the step's runnable jobs: in the batch, or waiting for room in it
     entries: list[tuple[int, int, int, bool]] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     prefill_jobs: list[Job] = field(default_factory=list)
-
-    @property
-    def jobs(self) -> list[Job]:
-        return [row.job for row in self.rows]
 
     def abort_check(self) -> Callable[[], bool] | None:
         """A prompt chunk is the long part of a step: a cancel of its job stops the decode."""
@@ -147,7 +144,7 @@ def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> 
 
 def plan_batch(jobs: list[Job], n_batch: int) -> BatchPlan:
     """One batch: a token per decoding job, then prompt chunks within the batch budget."""
-    plan = BatchPlan()
+    plan = BatchPlan(list(jobs))
     decoding = [j for j in jobs if j.status is JobStatus.DECODING]
     for job in decoding:
         plan.rows.append(Row(job, len(plan.entries), 1))

@@ -163,6 +163,7 @@ def test_prompts_share_what_is_left_of_the_batch_and_one_that_does_not_fit_waits
     plan = plan_batch([first, second, third], n_batch=80)
     assert [(r.job, r.n_tokens, r.logits_row) for r in plan.rows] == [(first, 50, 49), (second, 30, None)]
     assert plan.prefill_jobs == [first, second] and len(plan.entries) == 80
+    assert plan.jobs == [first, second, third]      # the third is still the step's: a decode failure fails it too
 
 
 # ---- cancels --------------------------------------------------------------------------
