@@ -57,11 +57,6 @@ class GenerationRequest:
 # ---- events, one queue per job -------------------------------------------------
 
 @dataclass
-class Queued:
-    position: int
-
-
-@dataclass
 class Context:
     used: int
     n_ctx: int
@@ -124,7 +119,7 @@ class Finished:
     error: GenerationError | None = None
 
 
-Event = Union[Queued, Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
+Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
 
 
 # Why the runtime refuses a job at submit(): raised on the connection thread, which answers 429/503.
@@ -148,7 +143,6 @@ class ActiveGeneration:
         self.request = request
         self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
         self.cancel_flag = threading.Event()
-        self.stop_flag = threading.Event()      # finish normally as soon as possible
         self.created = time.monotonic()
         self.cancel_reason = ""
 

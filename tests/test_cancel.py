@@ -103,7 +103,8 @@ def test_stream_dropped_midway_cancels_its_job(slow_server):
 @pytest.mark.parametrize("stream", [False, True])
 def test_drop_during_long_prefill_stops_the_prefill(models_dir, stream):
     # --batch-size takes the whole prompt in one llama_decode call: only the abort callback can stop
-    # it midway. A job whose prefill is not cancelled samples its one token and ends as "length".
+    # it midway. A job whose prefill is not cancelled samples its one token and ends as "length";
+    # one cancelled only once its prefill is done says so in its "cancelled job" line.
     srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--slots", "1",
                         "--batch-size", "8192", "--no-store")
     try:

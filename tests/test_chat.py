@@ -131,6 +131,18 @@ def test_logprobs(openai_client):
     assert chat(openai_client, max_tokens=2).choices[0].logprobs is None
 
 
+def test_logprob_bytes_of_a_character_split_across_byte_tokens(openai_client):
+    # The tiny vocabulary has no piece for "é": the grammar forces it as the byte
+    # tokens <0xC3> <0xA9>, each half a UTF-8 character. Each entry's bytes are its
+    # token's own bytes (not U+FFFD re-encoded), as top_logprobs report them.
+    reply = chat(openai_client, extra_body={"grammar": 'root ::= "\u00e9!"'}, max_tokens=10,
+                 logprobs=True, top_logprobs=1)
+    assert reply.choices[0].message.content == "\u00e9!"
+    content = reply.choices[0].logprobs.content
+    assert [entry.bytes for entry in content] == [[0xC3], [0xA9], [ord("!")]]
+    assert b"".join(bytes(entry.bytes) for entry in content).decode() == "\u00e9!"
+
+
 @pytest.mark.parametrize("field,value", [
     ("temperature", "hot"), ("temperature", 5), ("top_p", 1.5), ("max_tokens", 0), ("max_tokens", "ten"),
     ("n", 2), ("logit_bias", {"abc": 1}), ("logit_bias", {"99999999": 1}), ("stop", 5), ("top_k", -1),

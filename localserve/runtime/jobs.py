@@ -4,13 +4,24 @@ what it holds) and a Job (one admitted request: its tokens, sampler, text pipeli
 from __future__ import annotations
 
 import collections
+import enum
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..generation import ActiveGeneration, GenerationRequest
-from .pending_sample import PendingSample
-from ..engine.sampler import Sampler
 from .textstream import OutputPipeline
+
+if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
+    from ..engine.sampler import Sampler
+    from .pending_sample import PendingSample
+
+
+class JobStatus(enum.Enum):
+    WAITING = "waiting"         # queued, no slot yet (an ActiveGeneration in the scheduler's queue)
+    PREFILLING = "prefilling"   # in a slot; prompt tokens still to decode
+    DECODING = "decoding"       # the prompt is in the cache; one token per step
+    FINISHED = "finished"       # retired, cancelled or failed; its slot is free again
 
 
 @dataclass
@@ -30,6 +41,7 @@ class Job:
         self.request: GenerationRequest = gen.request
         self.slot = slot
         self.sampler = sampler
+        self.status = JobStatus.PREFILLING
         self.prompt = gen.request.prompt_tokens
         self.n_cached = n_cached
         self.n_past = n_cached              # tokens of this sequence already in the KV cache
@@ -47,4 +59,8 @@ class Job:
 
     @property
     def prefilling(self) -> bool:
-        return self.n_past < len(self.prompt)
+        return self.status is JobStatus.PREFILLING
+
+    @property
+    def prompt_left(self) -> int:
+        return len(self.prompt) - self.n_past

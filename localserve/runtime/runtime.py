@@ -1,18 +1,16 @@
 """The runtime thread: one scheduler loop over every active sequence.
 
-Shape (as nano-vllm's engine): jobs wait in a deque; each step admits waiting
-jobs into free slots, builds one batch (one token for every decoding job, then
-prompt chunks for prefilling ones), runs one llama_decode, and postprocesses:
-sample, turn bytes into events, retire finished jobs, then hand the step's events
-to the connection threads together. A slot keeps its sequence after its job ends,
-so the next job with the same prefix skips that much prefill.
+Shape (as nano-vllm's engine), one step: schedule (scheduler.py: admit waiting jobs
+into free slots, end cancelled ones, plan one batch: a token for every decoding job,
+then prompt chunks for prefilling ones), run (one llama_decode), postprocess (sample,
+turn bytes into events, retire finished jobs); then the step's events go to the
+connection threads together. A slot keeps its sequence after its job ends, so the next
+job with the same prefix skips that much prefill (kvslots.py).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
-import math
 import threading
 import time
 from typing import Callable
@@ -20,25 +18,22 @@ from typing import Callable
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
-                         GenerationRequest, GrammarBacklog, Queued, QueueFull, RuntimeStopped, Timings)
-from .jobs import Job, Slot
+                         GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped, Timings)
+from . import logprobs
+from .jobs import Job, JobStatus, Slot
+from .kvslots import SlotKeeper
+from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .pending_sample import PendingSample, abandoned_running
-from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
+from .pending_sample import abandoned_running
+from .promptcache import PromptCache
+from .sampling import SAMPLE_GRACE, SamplerDriver
+from .scheduler import BatchPlan, Scheduler
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
+
+__all__ = ["Runtime", "QueueFull", "RuntimeStopped", "GrammarBacklog", "EngineFailure"]
 
 log = logging.getLogger("localserve.runtime")
 
-# While other jobs are decoding, a prompt is fed in chunks this large so their
-# streams keep moving; alone, a prompt is fed n_batch tokens at a time.
-SHARED_PREFILL_CHUNK = 128
-# A job reuses a slot's cached sequence when their shared prefix covers at least
-# this much of it (llama-server's --slot-prompt-similarity plays the same role).
-SLOT_REUSE_FRACTION = 0.5
-# After a step, how long the runtime waits for grammar tokens being chosen off-thread before
-# it goes on without them; with nothing else to run, how long it waits before looking again.
-SAMPLE_GRACE = 0.05
-IDLE_SAMPLE_WAIT = 0.05
 # Steps that fail one after another (an exception, a failed decode): the engine cannot go on.
 MAX_FAILED_STEPS = 3
 
@@ -57,14 +52,12 @@ class Runtime:
         self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
-        self.max_queue = max_queue
-        self.slots = [Slot(i) for i in range(slots)]
-        self.waiting: collections.deque[ActiveGeneration] = collections.deque()
-        self.cond = threading.Condition()
-        self.stopping = False
-        # A step's events go out together after its sampling: waking a connection
-        # thread mid-step would let it take the GIL between our native calls.
-        self._outbox: list[tuple[ActiveGeneration, object]] = []
+        self.kv = SlotKeeper(engine, self.cache)
+        self.scheduler = Scheduler(slots, max_queue)
+        self.cond = self.scheduler.cond
+        self.sampling = SamplerDriver(engine, self.scheduler, sample_time_limit, on_token=self._take_token,
+                                      on_error=self._sample_failed, on_too_slow=self._too_slow)
+        self.outbox = Outbox()          # a step's events go out together, after the step
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -72,9 +65,17 @@ class Runtime:
     def start(self) -> None:
         self.thread.start()
 
+    @property
+    def slots(self) -> list[Slot]:
+        return self.scheduler.slots
+
+    @property
+    def stopping(self) -> bool:
+        return self.scheduler.stopping
+
     def stop(self) -> None:
         with self.cond:
-            self.stopping = True
+            self.scheduler.stopping = True
             self.cond.notify_all()
         self.thread.join(timeout=5)
 
@@ -86,21 +87,12 @@ class Runtime:
             log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
             raise GrammarBacklog()
         gen = ActiveGeneration(request)
-        with self.cond:
-            if self.stopping:
-                raise RuntimeStopped()
-            free = sum(1 for s in self.slots if s.job is None)   # these take a waiting job at once
-            if len(self.waiting) - free >= self.max_queue:
-                raise QueueFull()
-            self.waiting.append(gen)
-            position = len(self.waiting)
-            self.cond.notify()
-        gen.events.put(Queued(position))
+        self.scheduler.enqueue(gen)
         return gen
 
     @property
     def queue_depth(self) -> int:
-        return len(self.waiting)
+        return len(self.scheduler.waiting)
 
     @property
     def abandoned_samples(self) -> int:
@@ -122,7 +114,7 @@ class Runtime:
     # ---- the loop ------------------------------------------------------------------
 
     def _active(self) -> list[Job]:
-        return [s.job for s in self.slots if s.job is not None]
+        return self.scheduler.active()
 
     def _loop(self) -> None:
         try:
@@ -133,7 +125,7 @@ class Runtime:
     def _serve(self) -> None:
         while True:
             with self.cond:
-                while not self.stopping and not self.waiting and not self._active():
+                while not self.stopping and not self.scheduler.waiting and not self._active():
                     self.cond.wait()
                 if self.stopping:
                     break
@@ -149,70 +141,71 @@ class Runtime:
                 for job in self._active():
                     self._fail(job, GenerationError(500, "internal error in the runtime"))
             finally:
-                self._deliver()
+                self.outbox.deliver()
         for job in self._active():
             self._retire(job, "cancelled")
-        self._deliver()
-        with self.cond:                 # nobody will run these: tell their waiters now
-            stranded, self.waiting = list(self.waiting), collections.deque()
-        for gen in stranded:
+        self.outbox.deliver()
+        for gen in self.scheduler.take_all_waiting():   # nobody will run these: tell their waiters now
             gen.events.put(Finished(error=GenerationError(503, "the server is shutting down",
                                                           "server_shutting_down")))
 
     def step(self) -> None:
-        self._admit()
-        for job in self._active():
-            if job.gen.cancelled:
-                self._cancel(job)
-        self._take_samples()
-        jobs = [job for job in self._active() if job.pending is None]
-        if not jobs:
-            if self._active():
-                self._idle_until_a_sample()
+        plan = self._schedule()
+        if plan is None:
             return
-        entries, rows, prefill_jobs = self._schedule(jobs)
-        abort_check = (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None
         try:
-            self.engine.decode(entries, abort_check)
+            self.engine.decode(plan.entries, plan.abort_check())
         except DecodeError as exc:
-            self._decode_failed(exc, jobs, prefill_jobs)
+            self._decode_failed(exc, plan)
             return
         self.failed_steps = 0
-        self.metrics.record_prefill(sum(n_tokens for job, _, n_tokens in rows if job in prefill_jobs))
+        self._postprocess(plan)
+
+    def _schedule(self) -> BatchPlan | None:
+        """Admit, end cancelled jobs, take finished grammar samples; the batch to run, if any."""
+        self._admit()
+        for job in self.scheduler.cancelled():
+            self._cancel(job)
+        self.sampling.take_ready()
+        jobs = self.scheduler.runnable()
+        if not jobs:
+            if self._active():
+                self.sampling.idle_until_a_sample()
+            return None
+        return self.scheduler.plan(jobs, self.engine.n_batch)
+
+    def _postprocess(self, plan: BatchPlan) -> None:
+        self.metrics.record_prefill(sum(row.n_tokens for row in plan.rows if row.job in plan.prefill_jobs))
         sampled_at = time.monotonic()
-        for job, row, n_tokens in rows:
-            job.n_past += n_tokens
-            if row is None:
+        for row in plan.rows:
+            job = row.job
+            job.n_past += row.n_tokens
+            if row.logits_row is None:
                 continue
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
                 self._cancel(job)
             else:
-                self._sample_alone(job, row)
+                self.sampling.sample(job, row.logits_row)
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
-        self._collect_samples(SAMPLE_GRACE, started_since=sampled_at)
+        self.sampling.collect(SAMPLE_GRACE, started_since=sampled_at)
 
     def _emit(self, job: Job, event: object) -> None:
-        self._outbox.append((job.gen, event))
+        self.outbox.put(job.gen, event)
 
-    def _deliver(self) -> None:
-        for gen, event in self._outbox:
-            gen.events.put(event)
-        self._outbox.clear()
+    def _emit_to(self, gen: ActiveGeneration, event: object) -> None:
+        """For a job that never got a slot: its events wait for the step's end like the others'."""
+        self.outbox.put(gen, event)
 
     def _admit(self) -> None:
-        if not self.waiting:        # the common step: nothing queued (a racy read, checked again below)
+        if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
             return
-        self._drop_cancelled_waiting()
-        while True:
-            with self.cond:
-                free = [s for s in self.slots if s.job is None]
-                if not free or not self.waiting:
-                    return
-                gen = self.waiting.popleft()
-            if gen.cancelled:
+        for gen in self.scheduler.drop_cancelled_waiting():
+            self._end_cancelled_waiting(gen)
+        while (admission := self.scheduler.next_admission()) is not None:
+            gen, slot = admission
+            if slot is None:
                 self._end_cancelled_waiting(gen)
                 continue
-            slot = self._choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
             try:
                 self._start(gen, slot)
             except Exception:       # this job alone fails; the others and the slot go on
@@ -220,119 +213,28 @@ class Runtime:
                 if slot.job is not None and slot.job.gen is gen:
                     self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
                 else:
-                    self.engine.seq_remove(slot.seq_id)
-                    slot.tokens = []
-                    gen.events.put(Finished(error=GenerationError(500, "internal error while starting this request")))
-
-    def _drop_cancelled_waiting(self) -> None:
-        """Jobs whose clients left while queued give their places back now, not when a slot frees."""
-        with self.cond:
-            if not any(gen.cancelled for gen in self.waiting):
-                return
-            dropped = [gen for gen in self.waiting if gen.cancelled]
-            kept = [gen for gen in self.waiting if not gen.cancelled]
-            self.waiting.clear()
-            self.waiting.extend(kept)
-        for gen in dropped:
-            self._end_cancelled_waiting(gen)
+                    self.kv.clear(slot)
+                    self._emit_to(gen, Finished(error=GenerationError(500, "internal error while starting this request")))
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
-        gen.events.put(Finished(GenerationOutput(finish_reason="cancelled")))
-
-    def _choose_slot(self, free: list[Slot], prompt: list[int], key: str | None = None) -> Slot:
-        """The free slot this prompt continues; else an empty one; else the least recently used.
-
-        A slot counts as continued when the shared prefix covers most of what it holds:
-        reusing a slot for a few shared template tokens would throw away another
-        conversation's cache for nothing. A prompt_cache_key names the conversation outright:
-        the slot its last request used is taken whenever the prefix shares anything (an agent
-        that rewrote or compacted its history keeps what still matches).
-        """
-        shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
-        keyed = [s for s in free if key is not None and s.cache_key == key and shared[s.seq_id] > 0]
-        if keyed:
-            return max(keyed, key=lambda s: shared[s.seq_id])
-        continued = [s for s in free if s.tokens and shared[s.seq_id] >= SLOT_REUSE_FRACTION * len(s.tokens)]
-        if continued:
-            return max(continued, key=lambda s: shared[s.seq_id])
-        empty = [s for s in free if not s.tokens]
-        if empty:
-            return empty[0]
-        return min(free, key=lambda s: s.last_used)
+        self._emit_to(gen, Finished(GenerationOutput(finish_reason="cancelled")))
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
-        prompt = gen.request.prompt_tokens
-        shared = self._reuse_cache(slot, prompt)
-        keep = max(0, min(shared, len(prompt) - 1))     # the last prompt token is always decoded
-        if not self._truncate(slot, keep):
-            keep = 0
+        keep = self.kv.prepare(slot, gen.request.prompt_tokens)
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
-            gen.events.put(Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
+            self._emit_to(gen, Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
             return
         job = Job(gen, slot, sampler, keep)
         slot.job = job
         slot.last_used = time.monotonic()
         slot.cache_key = gen.request.cache_key
-        gen.events.put(Context(keep, self.engine.n_ctx_seq, None))
+        self._emit(job, Context(keep, self.engine.n_ctx_seq, None))
 
-    def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:
-        """Save what the slot would lose, restore a better saved sequence; the shared prefix length."""
-        shared = common_prefix(slot.tokens, prompt)
-        lost = len(slot.tokens) - shared
-        if lost >= MIN_TOKENS_WORTH_SAVING and self.cache.worth_saving(slot.tokens):
-            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
-        key, cached = self.cache.best_match(prompt)
-        if key is None or cached <= shared:
-            return shared
-        entry = self.cache.take(key)
-        if not self.engine.restore_sequence(slot.seq_id, entry.state):
-            slot.tokens = []
-            return 0
-        slot.tokens = entry.tokens
-        return cached
-
-    def _truncate(self, slot: Slot, keep: int) -> bool:
-        """Drop the sequence's cache past `keep` tokens; False when the cache cannot be cut there."""
-        if keep <= 0:
-            self.engine.seq_remove(slot.seq_id)
-            slot.tokens = []
-            return True
-        ok = self.engine.can_extend(slot.seq_id, keep) and self.engine.seq_remove(slot.seq_id, keep, -1)
-        if not ok:
-            self.engine.seq_remove(slot.seq_id)
-            slot.tokens = []
-            return False
-        del slot.tokens[keep:]
-        return True
-
-    def _schedule(self, jobs: list[Job]):
-        """One batch: a token per decoding job, then prompt chunks within the batch budget."""
-        entries: list[tuple[int, int, int, bool]] = []
-        rows: list[tuple[Job, int | None, int]] = []
-        decoding = [j for j in jobs if not j.prefilling]
-        for job in decoding:
-            rows.append((job, len(entries), 1))
-            entries.append((job.next_token, job.n_past, job.slot.seq_id, True))
-        budget = self.engine.n_batch - len(entries)
-        chunk_limit = SHARED_PREFILL_CHUNK if decoding else budget
-        prefill_jobs = []
-        for job in jobs:
-            if not job.prefilling or budget <= 0:
-                continue
-            n = min(len(job.prompt) - job.n_past, budget, chunk_limit)
-            last = job.n_past + n == len(job.prompt)
-            for i in range(n):
-                pos = job.n_past + i
-                entries.append((job.prompt[pos], pos, job.slot.seq_id, last and i == n - 1))
-            rows.append((job, len(entries) - 1 if last else None, n))
-            budget -= n
-            prefill_jobs.append(job)
-        return entries, rows, prefill_jobs
-
-    def _decode_failed(self, exc: DecodeError, jobs: list[Job], prefill_jobs: list[Job]) -> None:
+    def _decode_failed(self, exc: DecodeError, plan: BatchPlan) -> None:
+        jobs = plan.jobs
         if exc.status == DECODE_ABORTED:
             # A cancel interrupted a prompt chunk: drop what the batch may have left in
             # the cache for the others; they are scheduled again next step.
@@ -349,77 +251,7 @@ class Runtime:
         if self.failed_steps >= MAX_FAILED_STEPS:
             raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
 
-    # ---- per-token work ------------------------------------------------------------
-
-    def _sample_alone(self, job: Job, row: int) -> None:
-        """Sample one job's next token; whatever goes wrong ends this job alone.
-
-        A grammar job's token is chosen on a thread of its own (pending_sample.py): the job
-        sits out of the batch until it is ready, and the others keep their pace.
-        """
-        try:
-            logprob_entry = self._begin_sample(job, row)
-            if job.forced:
-                token = job.forced.popleft()
-                job.sampler.accept(token)
-            elif job.sampler.has_grammar:
-                job.sampler.load(row)
-                job.pending = PendingSample(job.sampler, self._sample_ready)
-                job.pending_logprobs = logprob_entry
-                return
-            else:
-                token = job.sampler.sample(row)
-            self._take_token(job, token, logprob_entry)
-        except Exception as exc:
-            self._sample_failed(job, exc)
-
-    def _sample_ready(self) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-    def _collect_samples(self, wait: float = 0.0, started_since: float | None = None) -> None:
-        """Take the tokens chosen off-thread and fail the jobs past the time limit; then wait up to
-        `wait` seconds for the samples started since `started_since` to be ready too."""
-        deadline = time.monotonic() + wait
-        while True:
-            self._take_samples()
-            awaited = [job.pending for job in self._active() if job.pending is not None
-                       and started_since is not None and job.pending.started >= started_since]
-            now = time.monotonic()
-            if not awaited or now >= deadline:
-                return
-            with self.cond:
-                if not any(sample.done for sample in awaited):
-                    self.cond.wait(deadline - now)
-
-    def _idle_until_a_sample(self) -> None:
-        """Only grammar samples are running: sleep until one is ready, a job arrives, or a limit is due."""
-        pending = [job.pending for job in self._active() if job.pending is not None]
-        due = min(sample.started for sample in pending) + self.sample_time_limit - time.monotonic()
-        with self.cond:
-            if not self.waiting and not self.stopping and not any(sample.done for sample in pending):
-                self.cond.wait(max(0.0, min(due, IDLE_SAMPLE_WAIT)))
-        self._take_samples()
-
-    def _take_samples(self) -> None:
-        now = time.monotonic()
-        for job in self._active():
-            sample = job.pending
-            if sample is None:
-                continue
-            if sample.seconds(now) > self.sample_time_limit:
-                self._too_slow(job, sample.seconds(now))
-            elif sample.done:
-                job.pending = None
-                self._finish_sample(job, sample)
-
-    def _finish_sample(self, job: Job, sample: PendingSample) -> None:
-        try:
-            if sample.error is not None:
-                raise sample.error
-            self._take_token(job, sample.token, job.pending_logprobs)
-        except Exception as exc:
-            self._sample_failed(job, exc)
+    # ---- per-token work (the sampler driver's callbacks) -----------------------------
 
     def _too_slow(self, job: Job, seconds: float) -> None:
         log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
@@ -439,17 +271,6 @@ class Runtime:
         log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
         self._fail(job, GenerationError(500, "internal error while sampling this request"))
 
-    def _begin_sample(self, job: Job, row: int) -> dict | None:
-        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
-        if job.next_token is not None:
-            job.slot.tokens.append(job.next_token)      # decoded in this step
-        else:
-            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
-        job.next_token = None
-        if job.logprobs is None:
-            return None
-        return self._logprobs(row, job.request.top_logprobs)
-
     def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
         now = time.monotonic()
         if job.t_first_token is None:
@@ -461,12 +282,14 @@ class Runtime:
         if job.pipeline.in_reasoning:
             job.reasoning_tokens += 1
             self._enforce_reasoning_budget(job)
-        events = job.pipeline.feed(self.engine.piece(token))
+        piece = self.engine.piece(token)
+        events = job.pipeline.feed(piece)
         if logprob_entry is not None:
-            logprob_entry["token"] = self.engine.piece(token).decode("utf-8", "replace")
-            logprob_entry["logprob"] = logprob_entry.pop("_all")[token]
-            job.logprobs.append(logprob_entry)
-            events = self._attach_logprobs(events, logprob_entry)
+            job.logprobs.append(logprobs.choose(logprob_entry, token, piece))
+            for event in events:        # the token's entry rides on the first chunk it produced
+                if isinstance(event, Chunk):
+                    event.logprobs = [logprob_entry]
+                    break
         for event in events:
             self._emit(job, event)
         if len(job.generated) == 1:
@@ -489,7 +312,7 @@ class Runtime:
         job.forced.extend(self.engine.tokenize(close, add_special=False, parse_special=True))
 
     def _finish_reason(self, job: Job) -> str | None:
-        if job.pipeline.stop_sequence is not None or job.gen.stop_flag.is_set():
+        if job.pipeline.stop_sequence is not None:
             return "stop"
         if job.pipeline.tools_done:
             return "tool_calls"
@@ -499,33 +322,6 @@ class Runtime:
         if job.n_past + 1 >= self.engine.n_ctx_seq:
             return "length"
         return None
-
-    def _logprobs(self, row: int, top_n: int) -> dict:
-        import numpy as np
-        logits = self.engine.logits(row).astype(np.float64)
-        peak = logits.max()
-        log_z = peak + math.log(float(np.exp(logits - peak).sum()))
-        all_logprobs = logits - log_z
-        entry: dict = {"_all": all_logprobs}
-        if top_n:
-            best = np.argpartition(-all_logprobs, top_n)[:top_n]
-            best = best[np.argsort(-all_logprobs[best])]
-            entry["top_logprobs"] = [
-                {"token": self.engine.piece(int(t)).decode("utf-8", "replace"), "logprob": float(all_logprobs[t]),
-                 "bytes": list(self.engine.piece(int(t)))} for t in best]
-        else:
-            entry["top_logprobs"] = []
-        return entry
-
-    @staticmethod
-    def _attach_logprobs(events: list, entry: dict) -> list:
-        entry["logprob"] = float(entry["logprob"])
-        entry["bytes"] = list(entry["token"].encode("utf-8"))
-        for event in events:
-            if isinstance(event, Chunk):
-                event.logprobs = [entry]
-                break
-        return events
 
     # ---- endings -------------------------------------------------------------------
 
@@ -562,18 +358,16 @@ class Runtime:
         self._emit(job, Finished(output))
 
     def _cancel(self, job: Job) -> None:
-        log.info("cancelled job %s (%s) after %d tokens: %s", job.gen.id, job.request.label,
-                 len(job.generated), job.gen.cancel_reason)
-        self.engine.seq_remove(job.slot.seq_id)
-        job.slot.tokens = []
+        log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
+                 job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
+        self.kv.clear(job.slot)
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         self._emit(job, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
                                                   completion_tokens=len(job.generated))))
 
     def _fail(self, job: Job, error: GenerationError) -> None:
-        self.engine.seq_remove(job.slot.seq_id)
-        job.slot.tokens = []
+        self.kv.clear(job.slot)
         self._release(job)
         self._emit(job, Finished(error=error))
 
@@ -583,7 +377,7 @@ class Runtime:
             job.pending = None
         else:
             job.sampler.free()
+        job.status = JobStatus.FINISHED
         job.slot.job = None
         job.slot.last_used = time.monotonic()
-        if job.next_token is not None:
-            job.next_token = None
+        job.next_token = None

@@ -64,7 +64,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     cache_key = read_str(body, "prompt_cache_key")
     request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
                                  logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
-    request.cache_key = cache_key     # a slot-affinity hint (runtime._choose_slot)
+    request.cache_key = cache_key     # a slot-affinity hint (runtime/scheduler.choose_slot)
     return request
 
 

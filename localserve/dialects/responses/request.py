@@ -126,7 +126,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     }
     for name in ("user", "safety_identifier"):    # accepted and echoed, no effect
         response[name] = read_str(body, name)
-    response["prompt_cache_key"] = cache_key     # a slot-affinity hint (runtime._choose_slot)
+    response["prompt_cache_key"] = cache_key     # a slot-affinity hint (runtime/scheduler.choose_slot)
     return Plan(response=response, generation=generation, input_items=items, request=body, stream=stream,
                 background=background, store=stored, conversation_id=conversation_id,
                 summary=reasoning["summary"] is not None, parallel_tool_calls=parallel, logprobs=logprobs,

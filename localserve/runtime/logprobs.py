@@ -1,0 +1,35 @@
+"""Logprob arithmetic for one step's logits row: the log-softmax, the top alternatives, and the
+chosen token's entry. A token's text is its bytes decoded with "replace", but its `bytes` are
+always the token's own: a token that is half a UTF-8 character reports that half, not U+FFFD."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+
+def distribution(logits: np.ndarray, top_n: int, piece: Callable[[int], bytes]) -> dict:
+    """The log-probabilities of every token (kept under "_all" until a token is chosen) and the
+    top_n most likely, best first."""
+    logits = logits.astype(np.float64)
+    peak = logits.max()
+    log_z = peak + math.log(float(np.exp(logits - peak).sum()))
+    all_logprobs = logits - log_z
+    entry: dict = {"_all": all_logprobs, "top_logprobs": []}
+    if top_n:
+        best = np.argpartition(-all_logprobs, top_n)[:top_n]
+        best = best[np.argsort(-all_logprobs[best])]
+        entry["top_logprobs"] = [token_fields(piece(int(t)), float(all_logprobs[t])) for t in best]
+    return entry
+
+
+def choose(entry: dict, token: int, piece: bytes) -> dict:
+    """Complete the entry for the token that was chosen."""
+    entry.update(token_fields(piece, float(entry.pop("_all")[token])))
+    return entry
+
+
+def token_fields(piece: bytes, logprob: float) -> dict:
+    return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}

@@ -1,0 +1,118 @@
+"""The sampler driver: choosing each job's next token from a step's logits.
+
+A plain job's token is chosen at once; a job with forced tokens (a spent reasoning budget)
+takes the next one; a grammar job's token is chosen on a thread of its own
+(pending_sample.py): the job sits out of the batch until it is ready, the others keep their
+pace, and past --sample-time-limit the job fails. What a chosen token does to its job (text,
+events, the end) is the runtime's: it gets each token, each error and each overrun through
+the callbacks given here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from ..engine.engine import Engine
+from . import logprobs
+from .jobs import Job, JobStatus
+from .pending_sample import PendingSample
+from .scheduler import Scheduler
+
+# After a step, how long the runtime waits for grammar tokens being chosen off-thread before
+# it goes on without them; with nothing else to run, how long it waits before looking again.
+SAMPLE_GRACE = 0.05
+IDLE_SAMPLE_WAIT = 0.05
+
+
+class SamplerDriver:
+    def __init__(self, engine: Engine, scheduler: Scheduler, sample_time_limit: float, *,
+                 on_token: Callable[[Job, int, dict | None], None],
+                 on_error: Callable[[Job, Exception], None],
+                 on_too_slow: Callable[[Job, float], None]):
+        self.engine = engine
+        self.scheduler = scheduler
+        self.cond = scheduler.cond          # a finished sample wakes the runtime through it
+        self.sample_time_limit = sample_time_limit
+        self.on_token = on_token
+        self.on_error = on_error
+        self.on_too_slow = on_too_slow
+
+    def sample(self, job: Job, row: int) -> None:
+        """Choose one job's next token from logits row `row`; whatever goes wrong ends this job alone."""
+        try:
+            logprob_entry = self._begin(job, row)
+            if job.forced:
+                token = job.forced.popleft()
+                job.sampler.accept(token)
+            elif job.sampler.has_grammar:
+                job.sampler.load(row)
+                job.pending = PendingSample(job.sampler, self._sample_ready)
+                job.pending_logprobs = logprob_entry
+                return
+            else:
+                token = job.sampler.sample(row)
+            self.on_token(job, token, logprob_entry)
+        except Exception as exc:
+            self.on_error(job, exc)
+
+    def _begin(self, job: Job, row: int) -> dict | None:
+        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
+        if job.status is JobStatus.DECODING:
+            job.slot.tokens.append(job.next_token)      # decoded in this step
+        else:
+            job.slot.tokens = list(job.prompt)          # the prompt is now wholly in the cache
+            job.status = JobStatus.DECODING
+        job.next_token = None
+        if job.logprobs is None:
+            return None
+        return logprobs.distribution(self.engine.logits(row), job.request.top_logprobs, self.engine.piece)
+
+    def _sample_ready(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def collect(self, wait: float = 0.0, started_since: float | None = None) -> None:
+        """Take the tokens chosen off-thread and fail the jobs past the time limit; then wait up to
+        `wait` seconds for the samples started since `started_since` to be ready too."""
+        deadline = time.monotonic() + wait
+        while True:
+            self.take_ready()
+            awaited = [job.pending for job in self.scheduler.active() if job.pending is not None
+                       and started_since is not None and job.pending.started >= started_since]
+            now = time.monotonic()
+            if not awaited or now >= deadline:
+                return
+            with self.cond:
+                if not any(sample.done for sample in awaited):
+                    self.cond.wait(deadline - now)
+
+    def idle_until_a_sample(self) -> None:
+        """Only grammar samples are running: sleep until one is ready, a job arrives, or a limit is due."""
+        pending = [job.pending for job in self.scheduler.active() if job.pending is not None]
+        due = min(sample.started for sample in pending) + self.sample_time_limit - time.monotonic()
+        with self.cond:
+            if (not self.scheduler.waiting and not self.scheduler.stopping
+                    and not any(sample.done for sample in pending)):
+                self.cond.wait(max(0.0, min(due, IDLE_SAMPLE_WAIT)))
+        self.take_ready()
+
+    def take_ready(self) -> None:
+        now = time.monotonic()
+        for job in self.scheduler.active():
+            sample = job.pending
+            if sample is None:
+                continue
+            if sample.seconds(now) > self.sample_time_limit:
+                self.on_too_slow(job, sample.seconds(now))
+            elif sample.done:
+                job.pending = None
+                self._finish(job, sample)
+
+    def _finish(self, job: Job, sample: PendingSample) -> None:
+        try:
+            if sample.error is not None:
+                raise sample.error
+            self.on_token(job, sample.token, job.pending_logprobs)
+        except Exception as exc:
+            self.on_error(job, exc)

@@ -1,0 +1,146 @@
+"""One runtime step at a time, the runtime thread not started, over a scripted stand-in for the
+engine (each prompt token decodes to nothing, the sampler answers a scripted token list): a
+job's status through its life, and every event of a step, those of jobs that never got a slot
+included, going out together after the step. The real engine runs these paths end to end in
+test_batching, test_cancel and test_hostile_requests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from localserve.engine.engine import GrammarError
+from localserve.generation import Chunk, Context, GenerationRequest, SamplingParams
+from localserve.runtime.jobs import JobStatus
+from localserve.runtime.runtime import Runtime
+
+EOS = 2
+TEXT = {10: b"a", 11: b"b", 12: b"c"}
+
+
+class ScriptedSampler:
+    has_grammar = False
+
+    def __init__(self, tokens):
+        self.tokens = list(tokens)
+
+    def sample(self, row):
+        return self.tokens.pop(0)
+
+    def accept(self, token):
+        pass
+
+    def free(self):
+        pass
+
+
+class ScriptedEngine:
+    """What the runtime calls on the engine, answering from a script; it records each batch."""
+    n_batch = 64
+    n_ctx_seq = 256
+
+    def __init__(self, answer=(10, 11, 12)):
+        self.answer = answer
+        self.batches = []
+
+    def decode(self, entries, abort_check=None):
+        self.batches.append(list(entries))
+
+    def new_sampler(self, params: SamplingParams):
+        if params.grammar == "bad":
+            raise GrammarError("the grammar could not be parsed")
+        return ScriptedSampler(self.answer)
+
+    def logits(self, row):
+        return np.zeros(16, dtype=np.float32)
+
+    def piece(self, token):
+        return TEXT.get(token, b"")
+
+    def is_eog(self, token):
+        return token == EOS
+
+    def seq_remove(self, seq_id, start=0, end=-1):
+        return True
+
+    def can_extend(self, seq_id, keep):
+        return True
+
+    def save_sequence(self, seq_id):
+        return b""
+
+    def restore_sequence(self, seq_id, state):
+        return True
+
+
+def drained(gen) -> list:
+    events = []
+    while not gen.events.empty():
+        events.append(gen.events.get_nowait())
+    return events
+
+
+def request(prompt=(1, 5, 6, 7), **kw) -> GenerationRequest:
+    return GenerationRequest(prompt_tokens=list(prompt), **kw)
+
+
+def test_a_job_goes_prefilling_decoding_finished_and_its_events_leave_after_each_step():
+    engine = ScriptedEngine()
+    rt = Runtime(engine, slots=1, max_queue=4)
+    gen = rt.submit(request(max_tokens=2))
+    assert drained(gen) == []                               # nothing is said before a step
+    rt.step()
+    job = rt.slots[0].job
+    assert job.status is JobStatus.DECODING and job.next_token == 10
+    assert engine.batches[0] == [(1, 0, 0, False), (5, 1, 0, False), (6, 2, 0, False), (7, 3, 0, True)]
+    assert drained(gen) == [], "an event went out in the middle of the step"
+    rt.outbox.deliver()
+    first = drained(gen)
+    assert [type(e) for e in first] == [Context, Chunk, Context] and first[1].text == "a"
+    rt.step()                                               # the second token: max_tokens
+    assert engine.batches[1] == [(10, 4, 0, True)]
+    assert job.status is JobStatus.FINISHED and rt.slots[0].job is None
+    assert rt.slots[0].tokens == [1, 5, 6, 7, 10]           # the slot keeps what its cache holds
+    assert drained(gen) == []
+    rt.outbox.deliver()
+    *chunks, end = drained(gen)
+    assert [c.text for c in chunks] == ["b"] and end.output.finish_reason == "length"
+    assert end.output.content == "ab"
+
+
+def test_a_job_cancelled_while_queued_hears_so_after_the_step():
+    rt = Runtime(ScriptedEngine(), slots=1, max_queue=4)
+    running = rt.submit(request(max_tokens=50))
+    left = rt.submit(request(max_tokens=50))
+    left.cancel("client left")
+    rt.step()
+    assert drained(left) == [], "the cancelled job's end went out in the middle of the step"
+    rt.outbox.deliver()
+    [end] = drained(left)
+    assert end.output.finish_reason == "cancelled" and not rt.scheduler.waiting
+    assert rt.slots[0].job.gen is running
+
+
+def test_an_invalid_grammar_fails_its_job_alone_after_the_step():
+    rt = Runtime(ScriptedEngine(), slots=2, max_queue=4)
+    bad = rt.submit(request(sampling=SamplingParams(grammar="bad")))
+    good = rt.submit(request(max_tokens=50))
+    rt.step()
+    assert drained(bad) == [] and drained(good) == []
+    rt.outbox.deliver()
+    [end] = drained(bad)
+    assert end.error.status == 400 and end.error.code == "invalid_grammar"
+    assert [s.job.gen for s in rt.slots if s.job] == [good] and drained(good)
+
+
+def test_a_sequence_left_in_a_slot_skips_that_much_prefill_next_time():
+    engine = ScriptedEngine(answer=(10, EOS))
+    rt = Runtime(engine, slots=1, max_queue=4)
+    rt.submit(request(prompt=(1, 5, 6, 7), max_tokens=5))
+    rt.step()
+    rt.step()                                               # EOS: the job ends, the slot keeps 1 5 6 7 10
+    rt.outbox.deliver()
+    gen = rt.submit(request(prompt=(1, 5, 6, 7, 10, 8, 9), max_tokens=1))
+    rt.step()                                               # its one token: max_tokens
+    assert engine.batches[-1] == [(8, 5, 0, False), (9, 6, 0, True)]
+    rt.outbox.deliver()
+    assert drained(gen)[-1].output.cached_tokens == 5
