@@ -22,8 +22,8 @@ from . import cpu_weights, model_load
 from ..generation import SamplingParams
 from ..settings import TOKENIZE_ALONE_BYTES
 from .facade import GrammarError, ModelInfo, TooManyTokens
+from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
-from .rpc import device_report
 from .sampler import NoLegalToken, Sampler
 from .token_refs import token_refs
 
