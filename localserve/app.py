@@ -21,8 +21,9 @@ from .ops import metrics
 from .engine import rpc
 from .ops.demo import DemoUnavailable, demo_model_path
 from .engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
-from .engine.engine import Engine, ModelLoadError, check_model_file, quiet_llama_logs
+from .engine.engine import Engine
 from .engine.facade import EngineFacade
+from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .ops.fatal import at_engine_failure
 from .runtime.pending_sample import abandoned_running

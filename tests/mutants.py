@@ -114,7 +114,7 @@ MUTANTS = [
     Mutant("queue limit off", "localserve/runtime/scheduler.py",
            "if len(self.waiting) - free >= self.max_queue:", "if False:",
            ("tests/test_cancel.py::test_full_queue_is_503_with_retry_after",)),
-    Mutant("body limit off", "localserve/wire/http.py",
+    Mutant("body limit off", "localserve/wire/http_body.py",
            "if len(digits) > len(str(limits.max_body_bytes)) or int(digits) > limits.max_body_bytes:",
            "if False:",
            ("tests/test_http_server.py::test_body_too_large_is_413",)),

@@ -28,10 +28,10 @@ def test_an_abort_inside_llama_cpp_exits_with_status_3_after_the_clean_up():
         import ctypes, logging
         logging.basicConfig(level=logging.INFO)
         from localserve.ops import fatal
-        from localserve.engine import rpc
+        from localserve.engine import ggml_lib, rpc
         fatal.at_engine_failure(lambda: print("stored state closed", flush=True))
         rpc.watch_aborts()
-        base = rpc._open_loaded(rpc._GGML_BASE_NAMES)
+        base = ggml_lib._open_loaded(ggml_lib._GGML_BASE_NAMES)
         base.ggml_abort(b"llama-grammar.cpp", 1455, b"fatal error")
         print("still running", flush=True)
     """)

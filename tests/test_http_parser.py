@@ -12,10 +12,7 @@ from hypothesis import strategies as st
 from localserve.wire.http import (
     CONTINUE_RESPONSE,
     LAST_CHUNK,
-    MAX_CHUNK_SIZE_LINE,
-    MAX_LEADING_EMPTY_LINES,
     REASONS,
-    ChunkedReader,
     Limits,
     ProtocolError,
     Request,
@@ -24,6 +21,8 @@ from localserve.wire.http import (
     format_head,
     format_response,
 )
+from localserve.wire.http_body import MAX_CHUNK_SIZE_LINE, ChunkedReader
+from localserve.wire.http_head import MAX_LEADING_EMPTY_LINES
 
 DEFAULT = Limits()
 SMALL = Limits(max_request_line=64, max_header_bytes=256, max_header_count=4, max_body_bytes=16)

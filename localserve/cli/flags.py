@@ -17,7 +17,7 @@ from .. import __version__
 from ..settings import Settings
 from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
-from ..engine.rpc import rpc_workers, tensor_split
+from ..engine.rpc_config import rpc_workers, tensor_split
 
 EXIT_USAGE = 2
 

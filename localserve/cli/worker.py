@@ -22,7 +22,7 @@ import threading
 from .. import __version__
 from .. import settings as defaults
 from .flags import positive_int
-from ..engine.rpc import RpcError, is_private_address
+from ..engine.rpc_config import RpcError, is_private_address
 
 log = logging.getLogger("localserve.worker")
 

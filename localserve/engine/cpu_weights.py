@@ -193,7 +193,8 @@ class _Lib:
     """ctypes prototypes of the ggml entry points this module uses (public ggml API)."""
 
     def __init__(self):
-        from .rpc import RpcError, ggml
+        from .ggml_lib import ggml
+        from .rpc_config import RpcError
         try:
             registry = ggml()
         except (RpcError, OSError) as exc:
@@ -271,7 +272,8 @@ def _offloading(n_gpu_layers: int) -> int:
     """n_gpu_layers if there is a device to put layers on (a GPU, an RPC worker), else 0."""
     if n_gpu_layers == 0:
         return 0
-    from .rpc import RpcError, list_devices
+    from .ggml_lib import list_devices
+    from .rpc_config import RpcError
     try:
         return n_gpu_layers if any(d.kind in ("gpu", "igpu", "rpc") for d in list_devices()) else 0
     except (RpcError, OSError, AttributeError):

@@ -9,118 +9,37 @@ re-detokenizes the whole output each step; here one token costs one piece lookup
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import ctypes
 import logging
-import os
-import re
 import threading
 import time
 from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights
+from . import cpu_weights, model_load
 from ..generation import SamplingParams
 from ..settings import TOKENIZE_ALONE_BYTES
 from .facade import GrammarError, ModelInfo, TooManyTokens
-from .rpc import device_report
+from .ggml_lib import device_report
+from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
+from .token_refs import token_refs
 
-__all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler"]
+__all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler",
+           "check_model_file", "quiet_llama_logs"]
 
 log = logging.getLogger("localserve.engine")
 
 DECODE_OK = 0
 DECODE_ABORTED = 2
-GGUF_MAGIC = b"GGUF"
-
-
-class ModelLoadError(Exception):
-    """The model file cannot be served; the message is one line for the user."""
 
 
 class DecodeError(Exception):
     def __init__(self, status: int):
         super().__init__(f"llama_decode failed with status {status}")
         self.status = status
-
-
-_log_callback = None
-_recent_native_errors: collections.deque[str] = collections.deque(maxlen=16)
-_capture_only = threading.local()
-_load_messages: list[str] = []          # llama.cpp's log of the current model load
-_LAYER_DEVICE = re.compile(r"layer\s+(\d+) assigned to device ([^,\s]+)")
-
-
-def quiet_llama_logs(level: int = logging.WARNING) -> None:
-    """Route llama.cpp's own logging to Python's logger (it prints to stderr otherwise).
-
-    Warnings and errors are remembered so a failed load can name llama.cpp's reason
-    in one line instead of a screenful.
-    """
-    global _log_callback
-    native = logging.getLogger("localserve.llama")
-
-    @ll.llama_log_callback
-    def callback(lvl, text, _user_data):
-        # ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
-        message = text.decode("utf-8", "replace").rstrip()
-        if not message:
-            return
-        if getattr(_capture_only, "on", False):
-            _load_messages.append(message)
-        if lvl in (3, 4):
-            _recent_native_errors.append(message)
-            if level <= logging.WARNING and not getattr(_capture_only, "on", False):
-                native.warning(message)
-        elif level <= logging.DEBUG:
-            native.debug(message)
-
-    _log_callback = callback      # keep the ctypes thunk alive
-    ll.llama_log_set(callback, ctypes.c_void_p(0))
-
-
-def _layer_devices() -> dict[int, str]:
-    """Which device llama.cpp put each layer on, from its load log (its "offloaded N
-    layers to GPU" line counts layers it meant to offload even when no GPU exists)."""
-    devices = {}
-    for message in _load_messages:
-        found = _LAYER_DEVICE.search(message)
-        if found:
-            devices[int(found.group(1))] = found.group(2)
-    return devices
-
-
-def _tensor_split(proportions: Sequence[float] | None):
-    if not proportions:
-        return None
-    if len(proportions) > ll.LLAMA_MAX_DEVICES:
-        raise ModelLoadError(f"--tensor-split has {len(proportions)} values; this llama.cpp handles at most "
-                             f"{ll.LLAMA_MAX_DEVICES} devices")
-    return (ctypes.c_float * ll.LLAMA_MAX_DEVICES)(*proportions)
-
-
-def _native_reason() -> str:
-    for message in _recent_native_errors:
-        if "failed to load model" not in message and "error loading model" not in message:
-            return message.split(": ", 1)[-1]
-    return "unknown reason"
-
-
-def check_model_file(path: str) -> None:
-    if not os.path.exists(path):
-        raise ModelLoadError(f"model file not found: {path}")
-    if os.path.isdir(path):
-        raise ModelLoadError(f"model path is a directory, not a GGUF file: {path}")
-    try:
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot read model file {path}: {exc.strerror}") from None
-    if magic != GGUF_MAGIC:
-        raise ModelLoadError(f"not a GGUF model file: {path}")
 
 
 class Engine:
@@ -131,27 +50,27 @@ class Engine:
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
-        split = _tensor_split(tensor_split)     # referenced until the model is loaded
+        split = model_load.tensor_split(tensor_split)     # referenced until the model is loaded
         if split is not None:
             mparams.tensor_split = split
-        _recent_native_errors.clear()
-        _load_messages.clear()
-        _capture_only.on = True
+        model_load.recent_native_errors.clear()
+        model_load.load_messages.clear()
+        model_load.capture_only.on = True
         try:
             self.weight_plan = cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers)
             overrides = self.weight_plan.apply(mparams)     # referenced until the model is loaded
             self.model = ll.llama_model_load_from_file(path.encode(), mparams)
             del overrides
         finally:
-            _capture_only.on = False
+            model_load.capture_only.on = False
         if not self.model:
-            raise ModelLoadError(f"llama.cpp could not load {path}: {_native_reason()}")
-        self.weight_buffers = cpu_weights.buffer_sizes(_load_messages)     # {buffer type: MiB}
+            raise ModelLoadError(f"llama.cpp could not load {path}: {model_load.native_reason()}")
+        self.weight_buffers = cpu_weights.buffer_sizes(model_load.load_messages)     # {buffer type: MiB}
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_layer = ll.llama_model_n_layer(self.model)
         # llama.cpp offloads the output layer too: n_layer + 1 layers in all
         self.gpu_available = bool(ll.llama_supports_gpu_offload())
-        self.layer_devices = _layer_devices()
+        self.layer_devices = model_load.layer_devices()
         self.gpu_layers = sum(1 for d in self.layer_devices.values() if d != "CPU")
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         n_ctx_train = ll.llama_model_n_ctx_train(self.model)
@@ -174,12 +93,12 @@ class Engine:
         # otherwise reserve n_batch rows of n_vocab floats (512 MB for Gemma 3).
         cparams.n_outputs_max = n_seq
         cparams.no_perf = True
-        _recent_native_errors.clear()
+        model_load.recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
-                                 f"({_native_reason()}; try a smaller --ctx-size)")
+                                 f"({model_load.native_reason()}; try a smaller --ctx-size)")
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
@@ -222,7 +141,7 @@ class Engine:
             self.decode([(second, 2, 0, True)])
         except DecodeError as exc:
             self.close()
-            raise ModelLoadError(f"the warm-up decode failed: {exc} ({_native_reason()})") from None
+            raise ModelLoadError(f"the warm-up decode failed: {exc} ({model_load.native_reason()})") from None
         self.clear()
         return time.perf_counter() - started
 
@@ -453,7 +372,7 @@ class Engine:
         tokens: set[int] = set()
         if "<" not in grammar:          # the scan is Python, ~0.1 ms a KiB; most built grammars name none
             return frozenset()
-        for ref, negated in _token_refs(grammar):
+        for ref, negated in token_refs(grammar):
             if negated:
                 raise GrammarError(f"the grammar negates a token (!<{ref}>): not supported, "
                                    f"llama.cpp can abort on it; spell the text it may not be instead")
@@ -478,34 +397,3 @@ class Engine:
         if self.model:
             ll.llama_model_free(self.model)
             self.model = None
-
-
-def _token_refs(grammar: str) -> list[tuple[str, bool]]:
-    """Token references (``<name>``, ``<[id]>``) outside strings and classes, and whether each
-    is negated (``!<name>``: llama.cpp reads a ``!`` there as nothing else)."""
-    refs, i, n, negated = [], 0, len(grammar), False
-    while i < n:
-        c = grammar[i]
-        if c == "#":
-            end = grammar.find("\n", i)
-            i = n if end == -1 else end
-        elif c in "\"[":
-            close = '"' if c == '"' else "]"
-            i += 1
-            while i < n and grammar[i] != close:
-                i += 2 if grammar[i] == "\\" else 1
-            i += 1
-        elif c == "!":
-            negated = True
-            i += 1
-        elif c == "<":
-            end = grammar.find(">", i)
-            if end == -1:
-                break
-            refs.append((grammar[i + 1:end], negated))
-            negated = False
-            i = end + 1
-        else:
-            negated = False
-            i += 1
-    return refs

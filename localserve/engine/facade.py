@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .cpu_weights import WeightPlan
-    from .rpc import Device
+    from .ggml_lib import Device
 
 
 class TooManyTokens(Exception):

@@ -6,7 +6,8 @@ exactly the JSON valid for it, refusing with SchemaError what it cannot enforce.
   Declared keys come in schema order, required ones first; optional ones may be left out.
 - ``oneOf`` is taken as ``anyOf``: its branches should not overlap. ``format`` date, time,
   date-time and uuid write a safe subset (days 01-28, years 1000-9999); other formats are
-  plain strings. ``pattern`` goes to gbnf_regex, numeric bounds to gbnf_numbers.
+  plain strings. ``pattern`` goes to gbnf_regex, numeric bounds to gbnf_numbers, ``allOf`` to
+  all_of.py's merge.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import unquote
 
-import orjson
-
+from .all_of import ANNOTATIONS, canon, merge_all_of
 from .gbnf import KEY_CHARS, PRIMITIVES, RULE_NAME, SchemaError, char_class, json_text, repeat, subtract
 from .numbers import bounds, signed_range
 from .regex import translate_pattern
@@ -34,14 +34,10 @@ _INFER = (  # keywords that imply a type when "type" is absent
     ("array", ("items", "prefixItems", "minItems", "maxItems")),
     ("string", ("minLength", "maxLength", "pattern", "format")),
     ("number", ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")))
-_ANNOTATIONS = frozenset({
-    "title", "description", "default", "examples", "$schema", "$id", "$comment", "$anchor", "strict",
-    "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "contentEncoding", "contentMediaType"})
 _UNSUPPORTED = frozenset({
     "not", "if", "then", "else", "contains", "minContains", "maxContains", "dependentSchemas",
     "dependentRequired", "dependencies", "propertyNames", "unevaluatedItems",
     "unevaluatedProperties", "$dynamicRef", "$recursiveRef"})
-_OBJECT_KEYS = ("properties", "additionalProperties", "required")
 _LITERAL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _QUOTED_OR_CLASS = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]')
 _IS_TYPE = {
@@ -53,20 +49,11 @@ _IS_TYPE = {
     "null": lambda v: v is None}
 
 
-def _canon(value) -> str:
-    """A key that is equal for equal JSON values, whatever their key order."""
-    try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr).decode()
-    except TypeError:             # orjson.JSONEncodeError: e.g. an integer past 64 bits
-        return repr(value)
-
-
 def _count(s: dict, key: str, default, path: str):
     value = s.get(key, default)
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
         raise SchemaError(f"{path}.{key}: must be a non-negative integer")
     return value
-
 
 
 class GrammarBuilder:
@@ -152,7 +139,7 @@ class GrammarBuilder:
         s = {} if s is True else s
         if not isinstance(s, dict):
             raise SchemaError(f"{path}: a schema must be a JSON object or true, not {s!r}")
-        key = (id(self._root), _canon(s))
+        key = (id(self._root), canon(s))
         if key not in self._memo:
             body = self._nested_body(s, path, hint)
             self._memo[key] = body if RULE_NAME.fullmatch(body) else self.add_rule(hint, body)
@@ -204,12 +191,12 @@ class GrammarBuilder:
             return "value"
         if not isinstance(s, dict):
             raise SchemaError(f"{path}: a schema must be a JSON object, not {s!r}")
-        rest = {k: v for k, v in s.items() if k not in _ANNOTATIONS}
+        rest = {k: v for k, v in s.items() if k not in ANNOTATIONS}
         if "$ref" in rest:
             ref = rest.pop("$ref")
             if not rest:
                 return self._ref(ref, path)
-            return self._body(self._merge([{"$ref": ref}, rest], path), path, hint)
+            return self._body(merge_all_of([{"$ref": ref}, rest], path, self._resolve), path, hint)
         unsupported = sorted(_UNSUPPORTED & s.keys())
         if unsupported:
             raise SchemaError(f"{path}: keyword {unsupported[0]!r} is not supported")
@@ -217,7 +204,7 @@ class GrammarBuilder:
             subs = rest.pop("allOf")
             if not isinstance(subs, list) or not subs:
                 raise SchemaError(f"{path}.allOf: must be a non-empty list of schemas")
-            return self._body(self._merge([rest, *subs], f"{path}.allOf"), path, hint)
+            return self._body(merge_all_of([rest, *subs], f"{path}.allOf", self._resolve), path, hint)
         if "anyOf" in rest or "oneOf" in rest:
             return self._any_of(rest, path, hint)
         if "const" in rest or "enum" in rest:
@@ -262,7 +249,7 @@ class GrammarBuilder:
             raise SchemaError(f"{path}: anyOf together with oneOf is not supported")
         alts = []
         for i, branch in enumerate(branches):  # sibling keywords apply to every branch
-            sub = self._merge([s, branch], f"{path}.{key}[{i}]") if s else branch
+            sub = merge_all_of([s, branch], f"{path}.{key}[{i}]", self._resolve) if s else branch
             alts.append(self._visit(sub, f"{path}.{key}[{i}]", f"{hint}-{i}"))
         return " | ".join(dict.fromkeys(alts))
 
@@ -271,7 +258,7 @@ class GrammarBuilder:
         if not isinstance(values, list) or not values:
             raise SchemaError(f"{path}.enum: must be a non-empty list")
         if "const" in s:
-            values = [v for v in values if _canon(v) == _canon(s["const"])]
+            values = [v for v in values if canon(v) == canon(s["const"])]
         types = self._types({"type": s["type"]}, path) if "type" in s else None
         kept = [v for v in values if types is None or any(_IS_TYPE[t](v) for t in types)]
         if not kept:
@@ -413,58 +400,3 @@ class GrammarBuilder:
         for i in reversed(range(1, len(elems))):  # element i may be left out from minItems on
             seq = f'{elems[i - 1]} ( ws "," ws {seq} )' + ("" if i < lo else "?")
         return f'"[" ws {seq} ws "]"' if lo else f'"[" ws ( {seq} ws )? "]"'
-
-    def _merge(self, schemas: list, path: str, depth: int = 0) -> dict:
-        """One schema equivalent to allOf(schemas), for the simple cases; else SchemaError."""
-        if depth > 16:
-            raise SchemaError(f"{path}: allOf/$ref nesting too deep to merge")
-        schemas = [sub for sub in schemas if sub is not True and sub != {}]
-        if len(schemas) == 1 and isinstance(schemas[0], dict) and "allOf" not in schemas[0]:
-            return schemas[0]  # nothing to merge: a $ref in it stays a reference
-        flat = []
-        for sub in schemas:
-            if not isinstance(sub, dict):
-                raise SchemaError(f"{path}: a schema must be a JSON object, not {sub!r}")
-            sub = {k: v for k, v in sub.items() if k not in _ANNOTATIONS}
-            if "$ref" in sub:
-                sub = self._merge([self._resolve(sub.pop("$ref"), path), sub], path, depth + 1)
-            if "allOf" in sub:
-                sub = self._merge([*sub.pop("allOf"), sub], path, depth + 1)
-            flat.append(sub)
-        out: dict = {}
-        for k, v in ((k, v) for sub in flat for k, v in sub.items() if k not in _OBJECT_KEYS):
-            if k not in out or _canon(out[k]) == _canon(v):
-                out[k] = v
-            elif k == "type":
-                a, b = ({x} if isinstance(x, str) else set(x) for x in (out[k], v))
-                a, b = (x | {"integer"} if "number" in x else x for x in (a, b))
-                out[k] = sorted(a & b) or self._fail(f"{path}: allOf branches allow no common type")
-            elif k in ("minimum", "exclusiveMinimum", "minLength", "minItems"):
-                out[k] = max(out[k], v)
-            elif k in ("maximum", "exclusiveMaximum", "maxLength", "maxItems"):
-                out[k] = min(out[k], v)
-            else:
-                raise SchemaError(f"{path}: cannot merge differing {k!r} in allOf")
-        objects = [sub for sub in flat if any(k in sub for k in _OBJECT_KEYS)]
-        return out | (self._merge_objects(objects, path, depth) if objects else {})
-
-    def _merge_objects(self, subs: list[dict], path: str, depth: int) -> dict:
-        def allowed(sub, k):  # the schema sub gives key k: absent additionalProperties allow any
-            props = sub.get("properties", {})
-            return props[k] if k in props else sub.get("additionalProperties", True)
-
-        names = dict.fromkeys(k for sub in subs for k in sub.get("properties", {}))
-        parts = {k: [allowed(sub, k) for sub in subs] for k in names}
-        extras = [sub.get("additionalProperties", True) for sub in subs]
-        out = {"properties": {k: self._merge(p, f"{path}.properties.{k}", depth + 1)
-                              for k, p in parts.items() if False not in p},
-               "required": list(dict.fromkeys(r for sub in subs for r in sub.get("required", [])))}
-        if False in extras:
-            out["additionalProperties"] = False
-        elif any(isinstance(e, dict) for e in extras):
-            out["additionalProperties"] = self._merge(extras, f"{path}.additionalProperties", depth + 1)
-        return out
-
-    @staticmethod
-    def _fail(message: str):
-        raise SchemaError(message)

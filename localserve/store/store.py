@@ -28,6 +28,13 @@ from dataclasses import dataclass
 
 import orjson
 
+from .sql import (
+    DELETE_CONVERSATION, DELETE_ITEM, DELETE_RESPONSE, INSERT_CONVERSATION, INSERT_EVENT, INSERT_ITEM,
+    INSERT_RESPONSE, MAX_CHAIN_DEPTH, MIGRATIONS, SELECT_ALL_ITEMS, SELECT_CHAIN, SELECT_CONVERSATION,
+    SELECT_EVENTS, SELECT_INPUT_ITEMS, SELECT_INTERRUPTED, SELECT_ITEM, SELECT_ITEMS_ASC, SELECT_ITEMS_DESC,
+    SELECT_ITEM_POSITION, SELECT_LAST_SEQUENCE, SELECT_NEXT_POSITION, SELECT_RECORD, SELECT_RESPONSE,
+    SELECT_STATUS, UPDATE_CONVERSATION, UPDATE_RESPONSE)
+
 
 def _dumps(value) -> str:
     return orjson.dumps(value).decode()
@@ -35,88 +42,6 @@ def _dumps(value) -> str:
 
 _loads = orjson.loads
 
-
-# Each migration is a tuple of statements, applied in one transaction with user_version.
-SCHEMA_V1 = (
-    """CREATE TABLE responses (
-        id TEXT PRIMARY KEY,
-        created_at INTEGER NOT NULL,
-        status TEXT NOT NULL,
-        model TEXT,
-        previous_response_id TEXT,
-        conversation_id TEXT,
-        background INTEGER NOT NULL DEFAULT 0,
-        store INTEGER NOT NULL DEFAULT 1,
-        request TEXT NOT NULL,
-        input_items TEXT NOT NULL,
-        response TEXT NOT NULL)""",
-    "CREATE INDEX responses_by_status ON responses(status)",
-    """CREATE TABLE response_events (
-        response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
-        sequence_number INTEGER NOT NULL,
-        event TEXT NOT NULL,
-        PRIMARY KEY (response_id, sequence_number)) WITHOUT ROWID""",
-    """CREATE TABLE conversations (
-        id TEXT PRIMARY KEY,
-        created_at INTEGER NOT NULL,
-        metadata TEXT NOT NULL)""",
-    """CREATE TABLE conversation_items (
-        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        position INTEGER NOT NULL,
-        item_id TEXT NOT NULL,
-        item TEXT NOT NULL,
-        created_at INTEGER NOT NULL,
-        PRIMARY KEY (conversation_id, position)) WITHOUT ROWID""",
-    "CREATE INDEX conversation_items_by_id ON conversation_items(conversation_id, item_id)",
-)
-MIGRATIONS = [SCHEMA_V1]
-
-INSERT_RESPONSE = """INSERT INTO responses (id, created_at, status, model, previous_response_id,
-    conversation_id, background, store, request, input_items, response)
-    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-SELECT_RESPONSE = "SELECT response FROM responses WHERE id = ?"
-SELECT_RECORD = "SELECT response, input_items, request FROM responses WHERE id = ?"
-SELECT_STATUS = "SELECT status, response FROM responses WHERE id = ?"
-SELECT_INPUT_ITEMS = "SELECT input_items FROM responses WHERE id = ?"
-SELECT_INTERRUPTED = (
-    "SELECT id, response FROM responses WHERE status IN ('queued', 'in_progress')"
-)
-UPDATE_RESPONSE = "UPDATE responses SET status = ?, response = ? WHERE id = ?"
-DELETE_RESPONSE = "DELETE FROM responses WHERE id = ?"
-SELECT_CHAIN = """WITH RECURSIVE chain(id, previous_response_id, depth) AS (
-        SELECT id, previous_response_id, 0 FROM responses WHERE id = ?
-        UNION ALL
-        SELECT r.id, r.previous_response_id, c.depth + 1
-        FROM responses r JOIN chain c ON r.id = c.previous_response_id
-        WHERE c.depth < ?)
-    SELECT c.previous_response_id, r.input_items, r.response
-    FROM chain c JOIN responses r ON r.id = c.id ORDER BY c.depth DESC"""
-MAX_CHAIN_DEPTH = 10_000
-
-INSERT_EVENT = "INSERT INTO response_events (response_id, sequence_number, event) VALUES (?, ?, ?)"
-SELECT_EVENTS = """SELECT event FROM response_events
-    WHERE response_id = ? AND sequence_number > ? ORDER BY sequence_number"""
-SELECT_LAST_SEQUENCE = "SELECT max(sequence_number) FROM response_events WHERE response_id = ?"
-
-INSERT_CONVERSATION = "INSERT INTO conversations (id, created_at, metadata) VALUES (?, ?, ?)"
-SELECT_CONVERSATION = "SELECT id, created_at, metadata FROM conversations WHERE id = ?"
-UPDATE_CONVERSATION = "UPDATE conversations SET metadata = ? WHERE id = ?"
-DELETE_CONVERSATION = "DELETE FROM conversations WHERE id = ?"
-INSERT_ITEM = """INSERT INTO conversation_items
-    (conversation_id, position, item_id, item, created_at) VALUES (?, ?, ?, ?, ?)"""
-SELECT_NEXT_POSITION = (
-    "SELECT coalesce(max(position) + 1, 0) FROM conversation_items WHERE conversation_id = ?"
-)
-SELECT_ITEM_POSITION = """SELECT min(position) FROM conversation_items
-    WHERE conversation_id = ? AND item_id = ?"""
-SELECT_ITEM = """SELECT item FROM conversation_items
-    WHERE conversation_id = ? AND item_id = ? ORDER BY position DESC LIMIT 1"""
-SELECT_ITEMS_ASC = """SELECT item FROM conversation_items
-    WHERE conversation_id = ? AND position > ? ORDER BY position ASC LIMIT ?"""
-SELECT_ITEMS_DESC = """SELECT item FROM conversation_items
-    WHERE conversation_id = ? AND position < ? ORDER BY position DESC LIMIT ?"""
-SELECT_ALL_ITEMS = "SELECT item FROM conversation_items WHERE conversation_id = ? ORDER BY position"
-DELETE_ITEM = "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
 
 INTERRUPTED_ERROR = {
     "code": "server_error",
