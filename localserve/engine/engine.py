@@ -25,7 +25,7 @@ from .facade import GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
-from .token_refs import token_refs
+from ..grammar.scan import token_refs
 
 __all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler",
            "check_model_file", "quiet_llama_logs"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 
 from .recursion import left_recursive_rule, longest_optional_run
+from .scan import operators
 from ..settings import (MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_OPTIONAL_RUN, MAX_GRAMMAR_QUANTIFIERS,
                         MAX_GRAMMAR_REPEAT)
 
@@ -38,7 +39,7 @@ def check_client_grammar(grammar: str) -> None:
     check_size(grammar)
     quantifiers = 0
     depth = 0
-    for index, quantifier in _operators(grammar):
+    for index, quantifier in operators(grammar):
         if quantifier in "()":
             depth += 1 if quantifier == "(" else -1
             if depth > MAX_GRAMMAR_NESTING:
@@ -66,26 +67,3 @@ def check_client_grammar(grammar: str) -> None:
         raise GrammarTooCostly(f"the grammar has {run} items in a row that may each match nothing, over the limit "
                                f"of {MAX_GRAMMAR_OPTIONAL_RUN} (MAX_GRAMMAR_OPTIONAL_RUN): each token's cost grows "
                                f"with the run")
-
-
-def _operators(grammar: str):
-    """(index, character) of each ?, *, +, {, ( and ) outside literals, classes, token refs and comments."""
-    i, n = 0, len(grammar)
-    while i < n:
-        c = grammar[i]
-        if c == "#":
-            end = grammar.find("\n", i)
-            i = n if end == -1 else end
-        elif c in "\"[":
-            close = '"' if c == '"' else "]"
-            i += 1
-            while i < n and grammar[i] != close:
-                i += 2 if grammar[i] == "\\" else 1
-            i += 1
-        elif c == "<":
-            end = grammar.find(">", i)
-            i = n if end == -1 else end + 1
-        else:
-            if c in "?*+{()":
-                yield i, c
-            i += 1
