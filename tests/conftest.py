@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+# The helpers (tiny models, raw HTTP, SSE, SDK clients) live in tests/support/ and are imported by name.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "localserve"
+PACKAGE = Path(__file__).resolve().parents[2] / "localserve"
 
 # Each part's floor: a higher floor may import a lower one, not the other way round.
 FLOORS = {

@@ -13,7 +13,7 @@ import pytest
 
 from localserve.store.store import INTERRUPTED_ERROR, MIGRATIONS, ResponseRecord, Store, page
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """localserve.grammar.grammar through llama.cpp's own GBNF parser and grammar sampler.
 
-A tiny random-weight model (tests/tinymodel.py) samples under each grammar, greedily and with
+A tiny random-weight model (tests/support/tinymodel.py) samples under each grammar, greedily and with
 temperature over several seeds; whatever comes out must parse with a strict json.loads and
 validate against the schema (a small validator below: jsonschema is not a dependency), or
 parse as a tool call in the family's syntax. The sampling loop applies the grammar itself, so
@@ -38,10 +38,7 @@ from localserve.grammar.grammar import (
 )
 from localserve.parsing.tools import parse_generated_tools
 
-try:
-    from tests.tinymodel import BOS_ID, BYTE_TOKEN_OFFSET, EOS_ID, token_ids, write_tiny_gguf
-except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from tinymodel import BOS_ID, BYTE_TOKEN_OFFSET, EOS_ID, token_ids, write_tiny_gguf  # type: ignore
+from tinymodel import BOS_ID, BYTE_TOKEN_OFFSET, EOS_ID, token_ids, write_tiny_gguf  # tests/support/
 
 SPECIALS = (
     "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "<|python_tag|>",

@@ -2,7 +2,7 @@
 every tool type (function, namespace, custom with a grammar, local_shell, hosted tools left
 out), sealed reasoning (`encrypted_content`) with store off, and Codex's other fields.
 
-The agent loop runs on a scripted model (tests/scripted_model.py) whose turns are: think and
+The agent loop runs on a scripted model (tests/support/scripted_model.py) whose turns are: think and
 call a namespaced function; call the custom apply_patch tool; call local_shell; answer. Grammar
 constraints run on the tiny random model, where only the grammar decides what is written.
 """

@@ -14,7 +14,7 @@ import pytest
 
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_script(code: str, timeout: float = 60) -> subprocess.CompletedProcess:

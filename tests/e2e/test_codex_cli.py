@@ -1,7 +1,7 @@
 """End to end with the real Codex CLI (`codex exec`, pinned by `make agent-clis`) against the
 real server running a scripted model: whole tool loops, as a user runs them.
 
-Codex talks to the server through a wiretap (tests/wiretap.py) so each test can check what
+Codex talks to the server through a wiretap (tests/support/wiretap.py) so each test can check what
 Codex really sent: its second turn carries the reasoning item it got back, sealed in
 `encrypted_content` (store: false), and the server renders it back exactly (the prompt cache
 covers the whole first turn).

@@ -1,4 +1,4 @@
-"""The tiny GGUF models of tests/tinymodel.py run in the real llama.cpp engine.
+"""The tiny GGUF models of tests/support/tinymodel.py run in the real llama.cpp engine.
 
 Everything here goes through llama-cpp-python's low-level bindings, so it also
 records how llama.cpp (as vendored by llama-cpp-python 0.3.36) tokenizes,
@@ -17,32 +17,18 @@ from pathlib import Path
 import llama_cpp as L
 import pytest
 
-try:
-    from tests.tinymodel import (
-        BOS_ID,
-        BYTE_TOKEN_OFFSET,
-        CHAT_CONTROL_TOKENS,
-        CHATML_TEMPLATE,
-        EOS_ID,
-        UNK_ID,
-        byte_token_id,
-        tiny_vocab,
-        token_ids,
-        write_tiny_gguf,
-    )
-except ImportError:  # tests/ is not a package: pytest put tests/ itself on sys.path
-    from tinymodel import (  # type: ignore[no-redef]
-        BOS_ID,
-        BYTE_TOKEN_OFFSET,
-        CHAT_CONTROL_TOKENS,
-        CHATML_TEMPLATE,
-        EOS_ID,
-        UNK_ID,
-        byte_token_id,
-        tiny_vocab,
-        token_ids,
-        write_tiny_gguf,
-    )
+from tinymodel import (  # tests/support/
+    BOS_ID,
+    BYTE_TOKEN_OFFSET,
+    CHAT_CONTROL_TOKENS,
+    CHATML_TEMPLATE,
+    EOS_ID,
+    UNK_ID,
+    byte_token_id,
+    tiny_vocab,
+    token_ids,
+    write_tiny_gguf,
+)
 
 SPECIALS = (
     "<tool_call>",
@@ -352,7 +338,7 @@ def test_eog_token_in_grammar_kills_the_process(model_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import ctypes, sys
-        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        sys.path[:0] = [{str(Path(__file__).parent)!r}, {str(Path(__file__).resolve().parents[1] / 'support')!r}]
         import llama_cpp as L
         from test_tinymodel import Engine, _quiet_log
         L.llama_log_set(_quiet_log, ctypes.c_void_p(0))

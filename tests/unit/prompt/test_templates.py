@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
 from family_templates import (  # noqa: E402
     FAMILY_BOS_TOKEN,

@@ -1,10 +1,10 @@
-"""Claude Code (the real CLI, pinned in tests/agent_clis.py) runs a whole tool loop on localserve.
+"""Claude Code (the real CLI, pinned in tests/support/agent_clis.py) runs a whole tool loop on localserve.
 
 `claude -p` with ANTHROPIC_BASE_URL pointed here, a dummy ANTHROPIC_API_KEY, and the
 variables that keep it off the network (README.rst, "Coding agents"). The model is
-scripted (tests/scripted_model.py): on the first turn it thinks and calls Bash with
+scripted (tests/support/scripted_model.py): on the first turn it thinks and calls Bash with
 `touch made.txt`; Claude Code runs it, sends the result back, and the model thinks again
-and answers. Between Claude Code and the server a wiretap (tests/wiretap.py) keeps what Claude Code
+and answers. Between Claude Code and the server a wiretap (tests/support/wiretap.py) keeps what Claude Code
 really sends, so the test checks its wire as it is, not as documented: ?beta=true, the
 betas, thinking with display "omitted" (budget_tokens 31999 on Sonnet 4.5; adaptive
 thinking, output_config.effort and a role "system" message on newer models),

@@ -19,7 +19,7 @@ Token-id layout (stable: it does not depend on ``special_tokens``)::
 :func:`tiny_vocab` returns that list and :func:`token_ids` maps text to id.
 
 Forcing special tokens with a GBNF grammar (llama.cpp in llama-cpp-python 0.3.36,
-shown by tests/test_tinymodel.py): ``<tool_call>`` (bare, text must be ``<...>``)
+shown by tests/e2e/test_tinymodel.py): ``<tool_call>`` (bare, text must be ``<...>``)
 or ``<[id]>`` matches exactly that one token; the string literal
 ``"<tool_call>"`` matches the token *or* its characters; ``[TOOL_CALLS]`` bare is
 a character class, so use ``<[id]>``.  Never reference an EOG token in a grammar:

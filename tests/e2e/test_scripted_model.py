@@ -1,4 +1,4 @@
-"""The scripted test model (tests/scripted_model.py) behaves as scripted through the real engine:
+"""The scripted test model (tests/support/scripted_model.py) behaves as scripted through the real engine:
 it calls the tool on the first turn, answers after the tool result, and a replayed history
 hits the prompt cache."""
 
