@@ -1,5 +1,6 @@
 """Anthropic Messages (/v1/messages, /v1/messages/count_tokens) through the official SDK.
 
+The in-process tests (no server) are in tests/unit/dialects/test_anthropic_messages.py.
 Three tiny models: the ChatML one from conftest for plain text, a Hermes-template one
 for tool use, a Qwen3-template one (it opens <think> itself) for thinking blocks; and the
 slow model of test_cancel.py for keepalive pings, a full queue and disconnects. Exact
@@ -9,27 +10,17 @@ output is forced through the real sampler with a GBNF grammar or a logit bias.
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import anthropic
 import pytest
 
+from clients import anthropic_sdk
 from conftest import ServerProcess, slow_model
 from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
 from rawhttp import RawConnection, post_json, request, request_id_of
+from sse import parse_sse
 from tinymodel import NO_EOG, token_ids, write_tiny_gguf
-
-from localserve.wire.connection import ResponseWriter
-from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError,
-                                   GenerationRequest)
-from localserve.wire.http import Request
-from localserve.dialects.anthropic import messages as messages_api
-from localserve.dialects.anthropic.input import read_chat
-from localserve.dialects.exchange import Exchange
-from localserve.errors import ANTHROPIC_ERRORS
-from localserve.wire.routes import Router
-from localserve.dialects.signing import load_signing_key, sign
 
 USER = [{"role": "user", "content": "Say hello"}]
 HELLO = 'root ::= "Hello, world!"'
@@ -43,14 +34,9 @@ TIME_CALL = '<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"zon
 LONG_PROMPT = "hello world " * 1500          # seconds of prefill on the slow model
 
 
-def client_for(srv: ServerProcess) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=srv.base_url, api_key="x", max_retries=0,
-                               _strict_response_validation=True)
-
-
 @pytest.fixture
 def client(server):
-    return client_for(server)
+    return anthropic_sdk(server)
 
 
 @pytest.fixture(scope="module")
@@ -99,24 +85,6 @@ def prompt_tokens(message) -> int:
     return u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens
 
 
-def parse_sse(body: bytes) -> list[tuple[str | None, dict | None]]:
-    """(event name, data) per SSE event; comments come back as (":", None)."""
-    events = []
-    for block in body.decode().split("\n\n"):
-        if not block.strip():
-            continue
-        name, data = None, None
-        for line in block.split("\n"):
-            if line.startswith(":"):
-                name = name or ":"
-            elif line.startswith("event: "):
-                name = line[len("event: "):]
-            elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
-        events.append((name, data))
-    return events
-
-
 def check_wire(events: list[tuple[str | None, dict | None]]) -> list[dict]:
     """The DESIGN.md checklist on raw events; returns the content blocks as streamed."""
     events = [(n, d) for n, d in events if n != ":"]
@@ -154,7 +122,7 @@ def check_wire(events: list[tuple[str | None, dict | None]]) -> list[dict]:
 
 def raw_stream(port: int, body: dict) -> tuple[int, list]:
     resp = request(port, post_json("/v1/messages", {**body, "stream": True}), timeout=60)
-    return resp.status, parse_sse(resp.body)
+    return resp.status, parse_sse(resp.body, comments=True)
 
 
 # ---- plain text -----------------------------------------------------------------------
@@ -332,7 +300,7 @@ def test_full_queue_is_529_overloaded(slow_server):
         anthropic_error(resp, 529, "overloaded_error")
         assert resp.header("retry-after")
         with pytest.raises(anthropic.APIStatusError) as err:
-            client_for(slow_server).messages.create(model="m", max_tokens=5, messages=USER)
+            anthropic_sdk(slow_server).messages.create(model="m", max_tokens=5, messages=USER)
         assert err.value.status_code == 529
     finally:
         running.close()
@@ -384,7 +352,7 @@ def test_disconnect_while_waiting_cancels_the_job(slow_server):
 
 @pytest.mark.parametrize("choice", [{"type": "tool", "name": "get_weather"}, {"type": "any"}])
 def test_forced_tool_use_whole_and_streamed(hermes, choice):
-    client = client_for(hermes)
+    client = anthropic_sdk(hermes)
     kwargs = dict(model="m", max_tokens=200, messages=[{"role": "user", "content": "Weather in Paris?"}],
                   tools=TOOLS, tool_choice=choice, extra_body={"temperature": 0})
     message = client.messages.create(**kwargs)
@@ -411,7 +379,7 @@ def test_tool_use_stream_on_the_wire(hermes):
 
 
 def test_tool_use_tool_result_round_trip(hermes):
-    client = client_for(hermes)
+    client = anthropic_sdk(hermes)
     ask = [{"role": "user", "content": "What time is it in UTC?"}]
     message = client.messages.create(model="m", max_tokens=200, messages=ask, tools=TOOLS,
                                      tool_choice={"type": "tool", "name": "get_time"}, extra_body={"temperature": 0})
@@ -431,7 +399,7 @@ def test_tool_use_tool_result_round_trip(hermes):
 
 
 def test_disable_parallel_tool_use_keeps_one_call(hermes):
-    client = client_for(hermes)
+    client = anthropic_sdk(hermes)
     grammar = f'root ::= "{TIME_CALL}" "\\n" "{TIME_CALL}" " and a tail never generated"'
     kwargs = dict(model="m", max_tokens=200, messages=USER, tools=TOOLS, extra_body={"grammar": grammar})
     one = client.messages.create(tool_choice={"type": "auto", "disable_parallel_tool_use": True}, **kwargs)
@@ -441,7 +409,7 @@ def test_disable_parallel_tool_use_keeps_one_call(hermes):
 
 
 def test_tool_choice_none_neither_renders_nor_parses(hermes):
-    client = client_for(hermes)
+    client = anthropic_sdk(hermes)
     message = client.messages.create(model="m", max_tokens=200, messages=USER, tools=TOOLS,
                                      tool_choice={"type": "none"}, extra_body={"grammar": f'root ::= "{TIME_CALL}"'})
     assert [b.type for b in message.content] == ["text"] and "<tool_call>" in message.content[0].text
@@ -456,7 +424,7 @@ THINK_THEN_HELLO = 'root ::= "I should greet them." "</think>" "\\n\\n" "Hello t
 
 
 def test_thinking_block_whole_and_streamed(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     kwargs = dict(model="m", max_tokens=100, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024},
                   extra_body={"grammar": THINK_THEN_HELLO, "temperature": 0})
     message = client.messages.create(**kwargs)
@@ -474,7 +442,7 @@ def test_thinking_block_whole_and_streamed(qwen3):
 
 
 def test_thinking_budget_closes_the_block_and_the_answer_follows(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     a = token_ids(FAMILY_SPECIAL_TOKENS["qwen3"])["A"]
     kwargs = dict(model="m", max_tokens=30, messages=USER, thinking={"type": "enabled", "budget_tokens": 5},
                   extra_body={"logit_bias": {str(a): 100}, "temperature": 0})
@@ -488,7 +456,7 @@ def test_thinking_budget_closes_the_block_and_the_answer_follows(qwen3):
 
 
 def test_thinking_disabled_uses_the_template_switch(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     off = client.messages.count_tokens(model="m", messages=USER, thinking={"type": "disabled"})
     on = client.messages.count_tokens(model="m", messages=USER, thinking={"type": "enabled", "budget_tokens": 2000})
     assert off.input_tokens > on.input_tokens           # "<think>\n\n</think>\n\n" against "<think>\n"
@@ -498,7 +466,7 @@ def test_thinking_disabled_uses_the_template_switch(qwen3):
 
 
 def test_signed_thinking_comes_back_and_forged_is_400(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     grammar = f'root ::= "Check the clock." "</think>" "\\n\\n" "{TIME_CALL}"'
     message = client.messages.create(model="m", max_tokens=100, messages=USER, tools=[TIME],
                                      extra_body={"grammar": grammar})
@@ -525,124 +493,8 @@ def test_signed_thinking_comes_back_and_forged_is_400(qwen3):
                                      tools=[TIME])
 
 
-def test_signing_key_persists_in_the_data_dir(tmp_path):
-    key = load_signing_key(tmp_path)
-    assert len(key) == 32 and load_signing_key(tmp_path) == key
-    assert (tmp_path / "signing.key").stat().st_mode & 0o077 == 0
-    assert load_signing_key(None) != load_signing_key(None)
-    assert sign(key, "text") != sign(load_signing_key(None), "text")
-
-
-# ---- input conversion (no server) ------------------------------------------------------
-
-def test_input_becomes_openai_style_messages():
-    key = b"k" * 32
-    body = {
-        "system": [{"type": "text", "text": "Be kind."}, {"type": "text", "text": "Be brief."}],
-        "messages": [
-            {"role": "user", "content": "first"},
-            {"role": "user", "content": [{"type": "text", "text": "second", "cache_control": {"type": "ephemeral"}}]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "hmm", "signature": sign(key, "hmm")},
-                {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "toolu_1", "name": "get_time", "input": {"zone": "UTC"}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "12:00"},
-                {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": True,
-                 "content": [{"type": "text", "text": "no such zone"}]},
-                {"type": "text", "text": "and?"}]},
-        ],
-        "tools": [TIME], "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
-        "thinking": {"type": "enabled", "budget_tokens": 64},
-    }
-    chat = read_chat(body, key)
-    assert chat.messages == [
-        {"role": "system", "content": "Be kind.\nBe brief."},
-        {"role": "user", "content": "first\nsecond"},
-        {"role": "assistant", "content": "Checking.", "reasoning_content": "hmm", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "get_time", "arguments": '{"zone":"UTC"}'}}]},
-        {"role": "tool", "tool_call_id": "toolu_1", "content": "12:00"},
-        {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: no such zone"},
-        {"role": "user", "content": "and?"},
-    ]
-    assert chat.tools == [{"name": "get_time", "description": "The time in a zone",
-                           "parameters": TIME["input_schema"]}]
-    assert (chat.tool_choice.mode, chat.parallel_tool_calls) == ("required", False)
-    assert chat.reasoning_budget == 64 and chat.template_kwargs == {"enable_thinking": True}
-    named = read_chat({**body, "tool_choice": {"type": "tool", "name": "get_time"}}, key)
-    assert (named.tool_choice.mode, named.tool_choice.name) == ("named", "get_time")
-
-
-# ---- failures the tiny models cannot provoke, driven in process -------------------------
-
-class _Settings:
-    prefill_keepalive = 0.0
-
-
-class _App:
-    settings = _Settings()
-
-    def check_access(self, exchange) -> None:
-        pass
-
-    def preflight_headers(self, exchange, *args) -> list:
-        return []
-
-    def require_ready(self) -> None:
-        raise RuntimeError("boom")
-
-
-def _exchange() -> tuple[Exchange, socket.socket]:
-    ours, theirs = socket.socketpair()
-    req = Request("POST", "/v1/messages", "/v1/messages", {}, "HTTP/1.1", [("host", "x")], b"{}")
-    return Exchange(req, ResponseWriter(ours, req), {}, _App(), ANTHROPIC_ERRORS, "req_test"), theirs
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    sock.settimeout(2)
-    data = b""
-    while True:
-        try:
-            chunk = sock.recv(65536)
-        except socket.timeout:
-            return data
-        if not chunk:
-            return data
-        data += chunk
-
-
-def test_internal_failure_is_500_api_error():
-    exchange, theirs = _exchange()
-    router = Router(exchange.app)
-    messages_api.register(router)
-    router.dispatch(exchange.request, exchange.writer, "req_test")
-    exchange.writer.sock.close()
-    data = _read_all(theirs)
-    assert data.startswith(b"HTTP/1.1 500")
-    assert json.loads(data.split(b"\r\n\r\n", 1)[1]) == {
-        "type": "error", "error": {"type": "api_error", "message": "internal server error"}}
-
-
-def test_failure_mid_stream_is_an_error_event():
-    exchange, theirs = _exchange()
-    gen = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3]))
-    for ev in (Context(0, 64, None), Chunk(False, "Hi"),
-               Finished(error=GenerationError(500, "the engine failed to decode (status -1)"))):
-        gen.events.put(ev)
-    messages_api.stream_response(exchange, gen, messages_api.MessageMeta("msg_1", "m", b"k"))
-    exchange.writer.sock.close()
-    text = _read_all(theirs).decode()
-    assert "event: message_start" in text and "event: content_block_delta" in text
-    assert "event: message_stop" not in text
-    error = text.split("event: error\ndata: ", 1)[1].split("\n", 1)[0]
-    assert json.loads(error) == {
-        "type": "error", "error": {"type": "api_error", "message": "the engine failed to decode (status -1)"}}
-
-
 def test_models_api_in_anthropic_shape(server):
-    import anthropic
-    client = anthropic.Anthropic(base_url=server.base_url, api_key="x", max_retries=0,
-                                 _strict_response_validation=True)
+    client = anthropic_sdk(server)
     models = client.models.list()
     assert [m.id for m in models.data] == ["tiny"] and models.data[0].type == "model"
     assert client.models.retrieve("tiny").display_name == "tiny"

@@ -17,10 +17,12 @@ import uuid
 import anthropic
 import pytest
 
+from clients import anthropic_sdk
 from conftest import ServerProcess
 from family_templates import FAMILY_BOS_TOKEN, FAMILY_EOS_TOKEN, FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
 from rawhttp import post_json, request
-from test_anthropic import TIME, TIME_CALL, check_wire, parse_sse, prompt_tokens
+from sse import parse_sse
+from test_anthropic import TIME, TIME_CALL, check_wire, prompt_tokens
 from tinymodel import write_tiny_gguf
 
 from localserve.prompt.build import ChatInput, render_chat
@@ -33,11 +35,6 @@ CONTEXT = 16384
 HELLO = 'root ::= "Hello, world!"'
 THINK_THEN_HELLO = 'root ::= "I should greet them." "</think>" "\\n\\n" "Hello there!"'
 THINK_THEN_CALL = f'root ::= "Check the clock." "</think>" "\\n\\n" "{TIME_CALL}"'
-
-
-def client_for(srv: ServerProcess) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=srv.base_url, api_key="x", max_retries=0,
-                               _strict_response_validation=True)
 
 
 def unique(text: str) -> str:
@@ -121,7 +118,7 @@ def test_system_messages_are_accepted_and_rendered(qwen3, mistral, stream):
                                    {"role": "user", "content": "List files"},
                                    {"role": "system", "content": "The user is in /tmp."}]),
                           (mistral, None)):
-        client = client_for(srv)
+        client = anthropic_sdk(srv)
         counted = client.beta.messages.count_tokens(**body)
         message = create(client, stream, max_tokens=50, **body, extra_body={"grammar": HELLO})
         assert message.stop_reason == "end_turn" and prompt_tokens(message) == counted.input_tokens
@@ -139,7 +136,7 @@ def tokenize(srv: ServerProcess, text: str) -> list[int]:
 
 
 def test_system_message_clear_at_next_user_message(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     reminder = {"role": "system", "content": "One-off reminder.", "clear_at": "next_user_message"}
     first = [{"role": "user", "content": "one"}, reminder]
     later = first + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "two"}]
@@ -174,7 +171,7 @@ def test_adaptive_thinking_and_effort_set_the_budget():
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_adaptive_thinking_answers_with_a_thinking_block(qwen3, stream):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     user = [{"role": "user", "content": "Say hello"}]
     kwargs = dict(model="m", max_tokens=100, messages=user, thinking={"type": "adaptive"},
                   output_config={"effort": "medium"}, extra_body={"grammar": THINK_THEN_HELLO})
@@ -188,7 +185,7 @@ def test_adaptive_thinking_answers_with_a_thinking_block(qwen3, stream):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_display_omitted_leaves_the_text_out_and_the_signature_brings_it_back(qwen3, stream):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     user = [{"role": "user", "content": unique("What time is it?")}]
     kwargs = dict(model="m", max_tokens=100, messages=user, tools=[TIME], extra_body={"grammar": THINK_THEN_CALL})
     omitted_thinking = {"type": "enabled", "budget_tokens": 31999, "display": "omitted"}
@@ -225,7 +222,7 @@ def test_display_omitted_on_the_wire(qwen3):
     resp = request(qwen3.port, post_json("/v1/messages?beta=true", {
         "model": "m", "max_tokens": 100, "stream": True, "messages": [{"role": "user", "content": "Hi"}],
         "thinking": {"type": "adaptive", "display": "omitted"}, "grammar": THINK_THEN_HELLO}), timeout=60)
-    blocks = check_wire(parse_sse(resp.body))
+    blocks = check_wire(parse_sse(resp.body, comments=True))
     assert [b["type"] for b in blocks] == ["thinking", "text"]
     assert [d["type"] for d in blocks[0]["deltas"]] == ["signature_delta"]
     assert blocks[0]["thinking"] == "" and blocks[0]["deltas"][0]["signature"]
@@ -249,7 +246,7 @@ def tool_loop(srv) -> list[dict]:
 
 
 def test_clear_thinking_keep_all_changes_nothing(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     messages = tool_loop(qwen3)
     plain = client.beta.messages.count_tokens(model="m", messages=messages, tools=[TIME])
     edits = {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}
@@ -261,7 +258,7 @@ def test_clear_thinking_keep_all_changes_nothing(qwen3):
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_clear_thinking_keeps_the_last_turns(qwen3, stream):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     messages = tool_loop(qwen3)
     body = dict(model="m", messages=messages, tools=[TIME], thinking={"type": "enabled", "budget_tokens": 1024},
                 context_management={"edits": [{"type": "clear_thinking_20251015",
@@ -272,7 +269,7 @@ def test_clear_thinking_keeps_the_last_turns(qwen3, stream):
     if stream:
         resp = request(qwen3.port, post_json("/v1/messages?beta=true",
                                              {**body, "max_tokens": 5, "stream": True, "grammar": HELLO}), timeout=60)
-        events = parse_sse(resp.body)
+        events = parse_sse(resp.body, comments=True)
         check_wire(events)
         delta = [d for n, d in events if n == "message_delta"][0]
         applied = delta["context_management"]["applied_edits"]
@@ -288,7 +285,7 @@ def test_clear_thinking_keeps_the_last_turns(qwen3, stream):
 
 
 def test_clear_tool_uses(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     messages = tool_loop(qwen3)
     base = dict(model="m", messages=messages, tools=[TIME])
     unedited = client.beta.messages.count_tokens(**base).input_tokens
@@ -343,7 +340,7 @@ def cached_body(text: str) -> dict:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_cache_breakpoints_split_the_prompt_in_usage(server, stream):
-    client = client_for(server)
+    client = anthropic_sdk(server)
     body = cached_body(unique("Read the file and tell me what it does."))
 
     def send(**kwargs):
@@ -382,7 +379,7 @@ def test_cache_breakpoints_split_the_prompt_in_usage(server, stream):
 
 
 def test_claude_codes_billing_header_line_costs_no_cache(server):
-    client = client_for(server)
+    client = anthropic_sdk(server)
     system = [{"type": "text", "text": "You are Claude Code. " * 20, "cache_control": {"type": "ephemeral"}}]
     messages = [{"role": "user", "content": unique("hello")}]
 
@@ -404,7 +401,7 @@ def test_claude_codes_billing_header_line_costs_no_cache(server):
 
 
 def test_without_cache_control_nothing_is_created(server):
-    client = client_for(server)
+    client = anthropic_sdk(server)
     text = unique("No breakpoints here, just a question.")
     message = client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": text}],
                                      extra_body={"grammar": HELLO})
@@ -416,7 +413,7 @@ def test_without_cache_control_nothing_is_created(server):
 
 
 def test_automatic_cache_control_marks_the_last_message(server):
-    client = client_for(server)
+    client = anthropic_sdk(server)
     text = unique("Automatic caching for this one.")
     message = client.messages.create(model="m", max_tokens=5, messages=[{"role": "user", "content": text}],
                                      extra_body={"grammar": HELLO, "cache_control": {"type": "ephemeral"}})
@@ -431,7 +428,7 @@ def metric(srv: ServerProcess, name: str) -> float:
 
 
 def test_count_tokens_runs_no_job_and_touches_no_slot(server):
-    client = client_for(server)
+    client = anthropic_sdk(server)
     slots = request(server.port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
     generations = metric(server, "localserve_generations_total")
     prompt = metric(server, "localserve_prompt_tokens_total")
@@ -448,7 +445,7 @@ def test_count_tokens_runs_no_job_and_touches_no_slot(server):
 # ---- what agents send beyond the API they were written against -----------------------------
 
 def test_unknown_betas_fields_and_the_beta_query_are_accepted(server):
-    client = client_for(server)
+    client = anthropic_sdk(server)
     message = client.beta.messages.create(
         model="claude-opus-4-7", max_tokens=50, messages=[{"role": "user", "content": "hi"}],
         betas=["interleaved-thinking-2025-05-14", "context-management-2025-06-27", "something-new-2099-01-01"],
@@ -472,7 +469,7 @@ BASH_CALL = TIME_CALL.replace("get_time", "Bash").replace("zone", "command").rep
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_server_tools_are_left_out_and_named_in_a_header(qwen3, stream):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     server_tools = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 8},
                     {"type": "web_fetch_20250910", "name": "web_fetch"},
                     {"type": "code_execution_20250825", "name": "code_execution"}]
@@ -485,7 +482,7 @@ def test_server_tools_are_left_out_and_named_in_a_header(qwen3, stream):
     if stream:
         with client.beta.messages.with_streaming_response.create(stream=True, **kwargs) as raw:
             header = raw.headers.get("x-localserve-ignored-tools")
-            blocks = check_wire(parse_sse(raw.read()))
+            blocks = check_wire(parse_sse(raw.read(), comments=True))
         assert "".join(d["text"] for d in blocks[0]["deltas"]) == "Hello, world!"
     else:
         raw = client.beta.messages.with_raw_response.create(**kwargs)
@@ -496,7 +493,7 @@ def test_server_tools_are_left_out_and_named_in_a_header(qwen3, stream):
 
 
 def test_tool_search_results_come_back_as_text(qwen3):
-    client = client_for(qwen3)
+    client = anthropic_sdk(qwen3)
     messages = [{"role": "user", "content": "Find a tool"},
                 {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch",
                                                    "input": {"query": "select:get_time"}}]},
@@ -541,7 +538,7 @@ def test_a_request_shaped_like_claude_codes(qwen3, stream):
     resp = request(qwen3.port, post_json("/v1/messages?beta=true", body, headers=headers), timeout=60)
     assert resp.status == 200, resp.body
     if stream:
-        blocks = check_wire(parse_sse(resp.body))
+        blocks = check_wire(parse_sse(resp.body, comments=True))
         assert [b["type"] for b in blocks] == ["thinking", "tool_use"]
         assert blocks[0]["thinking"] == "" and [d["type"] for d in blocks[0]["deltas"]] == ["signature_delta"]
         assert json.loads("".join(d["partial_json"] for d in blocks[1]["deltas"])) == {"command": "ls"}

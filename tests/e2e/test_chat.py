@@ -6,12 +6,12 @@ GBNF grammar or a logit bias through the real sampler.
 
 from __future__ import annotations
 
-import json
-
 import openai
 import pytest
 
+from clients import openai_sdk
 from rawhttp import RawConnection, post_json, request
+from sse import sse_data
 from tinymodel import NO_EOG, token_ids
 
 MESSAGES = [{"role": "user", "content": "Say hello"}]
@@ -209,7 +209,7 @@ def test_completion_with_string_and_token_prompt(openai_client):
 def test_completion_stream_and_grammar(server):
     # Not strict: the SDK's Completion type forbids the null finish_reason that the
     # API itself (and every server) sends on all but the last streamed chunk.
-    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0)
+    client = openai_sdk(server, api_key="x", strict=False)
     stream = client.completions.create(model="x", prompt="Say:", stream=True, max_tokens=30,
                                               extra_body={"grammar": 'root ::= "fine, thanks"'})
     chunks = list(stream)
@@ -247,8 +247,7 @@ def test_raw_stream_carries_role_first(server):
     conn = RawConnection(server.port)
     conn.send(post_json("/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 2, "stream": True}))
     resp = conn.read_response()
-    events = [json.loads(line[6:]) for line in resp.body.decode().split("\n")
-              if line.startswith("data: {")]
+    events = sse_data(resp.body)
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     conn.close()
 
@@ -266,7 +265,7 @@ def test_error_after_the_head_is_an_in_band_error_in_the_openai_shape(server, pa
     body.pop("prompt" if path.endswith("chat/completions") else "messages")
     resp = request(server.port, post_json(path, body))
     assert resp.status == 200 and resp.body.endswith(b"data: [DONE]\n\n")
-    events = [json.loads(line[6:]) for line in resp.body.decode().split("\n") if line.startswith("data: {")]
+    events = sse_data(resp.body)
     assert events[-1] == {"error": {"message": "no token is allowed by both the grammar and logit_bias: the bias "
                                                "bans every token the grammar allows next",
                                     "type": "invalid_request_error", "param": None, "code": "no_allowed_token"}}

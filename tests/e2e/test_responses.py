@@ -14,7 +14,8 @@ import pytest
 
 from rawhttp import post_json, request
 from responses_support import (NO_EOG, WEATHER, call_text, check_event_stream, client, forced,
-                               get_json, hermes_model, parse_sse, qwen3_model, start)
+                               get_json, hermes_model, qwen3_model, start)
+from sse import parse_sse
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,9 @@ import openai
 import pytest
 
 from rawhttp import RawConnection, post_json, request, request_id_of
-from responses_support import (NO_EOG, check_event_stream, client, forced, get_json, hermes_model, parse_sse,
-                               slow_model, start, wait_status)
+from responses_support import (NO_EOG, check_event_stream, client, forced, get_json, hermes_model, slow_model,
+                               start, wait_status)
+from sse import parse_sse
 
 LONG = {"max_output_tokens": 4000, "extra_body": {"logit_bias": NO_EOG}}
 

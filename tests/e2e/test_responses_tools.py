@@ -15,6 +15,7 @@ import re
 import openai
 import pytest
 
+from clients import openai_sdk
 from conftest import ServerProcess
 from rawhttp import post_json, request
 from scripted_model import tool_call_token, write_scripted_gguf
@@ -52,11 +53,6 @@ TOOLS = [
     {"type": "image_generation"},
 ]
 SEALED = ["reasoning.encrypted_content"]
-
-
-def sdk(srv: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0,
-                         _strict_response_validation=True)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +97,7 @@ def replay(items) -> list[dict]:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_agent_loop_through_every_tool_kind(agent, stream):
-    client = sdk(agent)
+    client = openai_sdk(agent)
     history: list = [{"role": "developer", "content": "You are an agent."}, {"role": "user", "content": "go"}]
     options = dict(tools=TOOLS, store=False, include=SEALED, reasoning={"summary": "auto"},
                    parallel_tool_calls=True, tool_choice="auto")
@@ -152,7 +148,7 @@ def test_an_agent_loop_through_every_tool_kind(agent, stream):
 
 def test_a_stored_chain_through_every_tool_kind(agent):
     """previous_response_id: the stored custom and local shell calls come back as context."""
-    client = sdk(agent)
+    client = openai_sdk(agent)
     first = client.responses.create(model="agent", input="go", tools=TOOLS, include=SEALED)
     call = first.output[-1]
     second = client.responses.create(model="agent", tools=TOOLS, previous_response_id=first.id, input=[
@@ -173,13 +169,13 @@ def test_a_stored_chain_through_every_tool_kind(agent):
 
 
 def test_hosted_tools_are_left_out_and_reported(agent):
-    raw = sdk(agent).responses.with_raw_response.create(model="agent", input="hi", tools=TOOLS)
+    raw = openai_sdk(agent).responses.with_raw_response.create(model="agent", input="hi", tools=TOOLS)
     assert raw.headers["x-localserve-ignored-tools"] == "web_search, image_generation"
     response = raw.parse()
     assert [t.type for t in response.tools] == ["namespace", "custom", "local_shell", "web_search",
                                                 "image_generation"]
     assert agent.wait_log("hosted tools left out (they cannot run here): web_search, image_generation")
-    plain = sdk(agent).responses.with_raw_response.create(model="agent", input="hi", tools=TOOLS[:1])
+    plain = openai_sdk(agent).responses.with_raw_response.create(model="agent", input="hi", tools=TOOLS[:1])
     assert "x-localserve-ignored-tools" not in plain.headers
     streamed = request(agent.port, post_json("/v1/responses", {"input": "hi", "tools": TOOLS, "stream": True}))
     assert streamed.status == 200 and streamed.headers["x-localserve-ignored-tools"] == "web_search, image_generation"
@@ -192,7 +188,7 @@ def sealed_reasoning(client) -> list:
 
 
 def test_a_tampered_or_foreign_blob_is_a_400_and_the_server_keeps_serving(agent):
-    client = sdk(agent)
+    client = openai_sdk(agent)
     output = sealed_reasoning(client)
     items = replay(output) + [{"type": "function_call_output", "call_id": output[1].call_id, "output": "ok"}]
     blob = items[0]["encrypted_content"]
@@ -208,7 +204,7 @@ def test_a_tampered_or_foreign_blob_is_a_400_and_the_server_keeps_serving(agent)
 
 
 def test_sealed_reasoning_outlives_a_restart_and_works_with_no_store(agent, agent_model, agent_data):
-    blob_items = replay(sealed_reasoning(sdk(agent)))
+    blob_items = replay(sealed_reasoning(openai_sdk(agent)))
     call_id = blob_items[1]["call_id"]
     turn = [{"role": "user", "content": "go"}, *blob_items,
             {"type": "function_call_output", "call_id": call_id, "output": "ok"}]
@@ -217,13 +213,13 @@ def test_sealed_reasoning_outlives_a_restart_and_works_with_no_store(agent, agen
                              env={"XDG_DATA_HOME": str(agent_data)})
     try:
         # same data dir, same key: the blob opens after a restart
-        assert sdk(again).responses.create(model="agent", input=turn, tools=TOOLS).output[0].type == \
+        assert openai_sdk(again).responses.create(model="agent", input=turn, tools=TOOLS).output[0].type == \
             "custom_tool_call"
         # --no-store: a key of its own, for the life of the process; its own blobs round trip
         with pytest.raises(openai.BadRequestError):
-            sdk(no_store).responses.create(model="agent", input=turn, tools=TOOLS)
-        own = replay(sealed_reasoning(sdk(no_store)))
-        second = sdk(no_store).responses.create(model="agent", tools=TOOLS, input=[
+            openai_sdk(no_store).responses.create(model="agent", input=turn, tools=TOOLS)
+        own = replay(sealed_reasoning(openai_sdk(no_store)))
+        second = openai_sdk(no_store).responses.create(model="agent", tools=TOOLS, input=[
             {"role": "user", "content": "go"}, *own,
             {"type": "function_call_output", "call_id": own[1]["call_id"], "output": "ok"}])
         assert second.output[0].type == "custom_tool_call" and second.store is False
@@ -238,7 +234,7 @@ def test_function_call_items_with_a_namespace_are_accepted_as_input(agent):
                {"type": "function_call_output", "call_id": "c1", "output": "ok"},
                {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": PATCH},
                {"type": "custom_tool_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "ok"}]}]
-    response = sdk(agent).responses.create(model="agent", input=history, tools=TOOLS)
+    response = openai_sdk(agent).responses.create(model="agent", input=history, tools=TOOLS)
     assert response.output[0].type == "local_shell_call"    # two tool results: the script's third step
 
 
@@ -257,7 +253,7 @@ def test_a_forced_custom_call_follows_its_grammar(server, stream, syntax, defini
                                                          "definition": definition}}
     options = dict(model="tiny", input="compute", tools=[tool], tool_choice={"type": "custom", "name": "calc"},
                    max_output_tokens=400, temperature=1.0, extra_body={"seed": 7})
-    response, _ = create(sdk(server), stream, **options)
+    response, _ = create(openai_sdk(server), stream, **options)
     calls = [item for item in response.output if item.type == "custom_tool_call"]
     assert response.status == "completed" and len(calls) == 1, response.output
     assert calls[0].name == "calc" and re.fullmatch(language, calls[0].input), calls[0].input
@@ -268,7 +264,7 @@ def test_codex_apply_patch_grammar_constrains_a_forced_call(server):
     # what it wrote so far is held by the grammar.
     tool = {"type": "custom", "name": "apply_patch", "format": {"type": "grammar", "syntax": "lark",
                                                                 "definition": APPLY_PATCH_LARK}}
-    response = sdk(server).responses.create(model="tiny", input="patch", tools=[tool], max_output_tokens=400,
+    response = openai_sdk(server).responses.create(model="tiny", input="patch", tools=[tool], max_output_tokens=400,
                                             tool_choice={"type": "custom", "name": "apply_patch"},
                                             extra_body={"seed": 5})
     assert response.status == "incomplete"
@@ -298,7 +294,7 @@ def test_a_forced_local_shell_call(server):
     # The random model writes strings of any length: a fixed seed, and '"' favoured so that each
     # argument ends well inside the token budget (unseeded, one run in a few ran out mid-call).
     quote = {str(token_ids()['"']): 4}
-    response = sdk(server).responses.create(model="tiny", input="list", tools=[{"type": "local_shell"}],
+    response = openai_sdk(server).responses.create(model="tiny", input="list", tools=[{"type": "local_shell"}],
                                             tool_choice="required", parallel_tool_calls=False, max_output_tokens=300,
                                             extra_body={"seed": 11, "logit_bias": quote})
     [call] = [i for i in response.output if i.type == "local_shell_call"]
@@ -308,7 +304,7 @@ def test_a_forced_local_shell_call(server):
 def test_everything_codex_sends_is_accepted(server):
     schema = {"type": "object", "properties": {"done": {"type": "boolean"}}, "required": ["done"],
               "additionalProperties": False}
-    response = sdk(server).responses.create(
+    response = openai_sdk(server).responses.create(
         model="tiny", store=False, include=SEALED, reasoning={"summary": "auto"}, prompt_cache_key="session-1",
         parallel_tool_calls=True, tool_choice="auto", max_output_tokens=50,
         input=[{"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Be brief."}]},
@@ -333,7 +329,7 @@ def affinity_run(server, ask, tag: str, key_a: str | None, key_b: str | None) ->
 
 
 def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_responses(server):
-    client = sdk(server)
+    client = openai_sdk(server)
 
     def ask(text: str, key: str | None) -> int:
         options = {"prompt_cache_key": key} if key else {}
@@ -346,7 +342,7 @@ def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_responses(server):
 
 
 def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_chat(server):
-    client = sdk(server)
+    client = openai_sdk(server)
 
     def ask(text: str, key: str | None) -> int:
         options = {"prompt_cache_key": key} if key else {}
@@ -360,7 +356,7 @@ def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_chat(server):
 
 
 def test_a_namespace_without_a_description_echoes_as_the_sdk_expects(agent):
-    response = sdk(agent).responses.create(model="agent", input="hi", tools=[
+    response = openai_sdk(agent).responses.create(model="agent", input="hi", tools=[
         {"type": "namespace", "name": "ns", "tools": [{"type": "custom", "name": "c"}]}])
     assert response.tools[0].description == "" and response.tools[0].tools[0].name == "c"
     # the script calls tasks.add, which this request does not offer: it stays text

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
-import openai
 import pytest
 
+from clients import openai_sdk
 from conftest import ServerProcess
 from scripted_model import tool_call_piece, tool_loop_script, write_scripted_gguf
 
@@ -31,8 +31,7 @@ def server(models_dir, tmp_path_factory):
 
 @pytest.fixture
 def client(server):
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="x", max_retries=0,
-                         _strict_response_validation=True)
+    return openai_sdk(server, api_key="x")
 
 
 def first_turn(client, **options):

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-import anthropic
 import openai
 import pytest
 
+from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
 from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
 from rawhttp import post_json, request
@@ -64,8 +64,7 @@ class FamilyServers:
         return self.servers[family]
 
     def client(self, family: str) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.get(family).base_url + "/v1", api_key="x", max_retries=0,
-                             _strict_response_validation=True)
+        return openai_sdk(self.get(family), api_key="x")
 
     def stop(self):
         for srv in self.servers.values():
@@ -149,8 +148,7 @@ def test_mistral_arguments_stream_as_generated_in_every_dialect(families):
     assert len(fragments) >= 2 and "".join(fragments) == whole.function.arguments
     assert [d.id for d in deltas if d.id] == [deltas[0].id]  # one start, with the call's one id
 
-    claude = anthropic.Anthropic(base_url=families.get("mistral").base_url, api_key="x", max_retries=0,
-                                 _strict_response_validation=True)
+    claude = anthropic_sdk(families.get("mistral"))
     tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
     kwargs = dict(model="m", max_tokens=1000, messages=MESSAGES, tools=tools, extra_body={"temperature": 0},
                   tool_choice={"type": "tool", "name": "get_weather"})
@@ -263,8 +261,7 @@ def test_reasoning_when_the_template_opens_think(families, stream, models_dir):
         path = write_tiny_gguf(models_dir / "tiny-qwen3.gguf", chat_template=FAMILY_TEMPLATES["qwen3"],
                                special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
         srv = families.servers["qwen3"] = ServerProcess(path, "--no-store")
-    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0,
-                           _strict_response_validation=True)
+    client = openai_sdk(srv, api_key="x")
     grammar = 'root ::= "I should greet them." "</think>" "\\n\\n" "Hello there!"'
     reply = client.chat.completions.create(model="m", messages=MESSAGES, stream=stream,
                                            extra_body={"grammar": grammar})
@@ -289,8 +286,7 @@ def test_reasoning_in_a_tool_call_turn_is_kept_apart_from_the_call(families, str
         path = write_tiny_gguf(models_dir / "tiny-qwen3.gguf", chat_template=FAMILY_TEMPLATES["qwen3"],
                                special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
         srv = families.servers["qwen3"] = ServerProcess(path, "--no-store")
-    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="x", max_retries=0,
-                           _strict_response_validation=True)
+    client = openai_sdk(srv, api_key="x")
     call = '<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"zone\\": \\"UTC\\"}}\\n</tool_call>'
     grammar = f'root ::= "I need the time." "</think>" "\\n\\n" "{call}"'
     reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, stream=stream,

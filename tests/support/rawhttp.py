@@ -6,6 +6,8 @@ import json
 import socket
 from dataclasses import dataclass
 
+from sse import sse_data
+
 # How long a response without a body is watched for stray bytes after its head.
 NO_BODY_GRACE = 0.2
 
@@ -149,9 +151,7 @@ def chat_text(resp: RawResponse) -> str:
     if not (resp.header("content-type") or "").startswith("text/event-stream"):
         return resp.json()["choices"][0]["message"]["content"]
     text = ""
-    for line in resp.body.decode().split("\n"):
-        if line.startswith("data: {"):
-            choices = json.loads(line[6:])["choices"]
-            if choices:
-                text += choices[0]["delta"].get("content") or ""
+    for chunk in sse_data(resp.body):
+        if chunk["choices"]:
+            text += chunk["choices"][0]["delta"].get("content") or ""
     return text

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import openai
 
+from clients import openai_sdk
 from conftest import ServerProcess, slow_model  # noqa: F401 (slow_model: for the response tests)
 from family_templates import FAMILY_SPECIAL_TOKENS, HERMES, QWEN3
 from rawhttp import request
@@ -42,8 +43,7 @@ def start(model: Path, data_dir: Path | None, *args: str) -> ServerProcess:
 
 
 def client(server: ServerProcess) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0,
-                         _strict_response_validation=True)
+    return openai_sdk(server)
 
 
 def forced(text: str) -> dict:
@@ -54,21 +54,6 @@ def forced(text: str) -> dict:
 def call_text(name: str, arguments: dict) -> str:
     """One call in the Hermes syntax the tiny models' templates teach."""
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
-
-
-def parse_sse(body: bytes) -> list[tuple[str | None, dict]]:
-    """(event name, data) for every SSE event; comments skipped."""
-    events = []
-    for block in body.decode().split("\n\n"):
-        name, data = None, None
-        for line in block.split("\n"):
-            if line.startswith("event: "):
-                name = line[len("event: "):]
-            elif line.startswith("data: "):
-                data = json.loads(line[len("data: "):])
-        if data is not None:
-            events.append((name, data))
-    return events
 
 
 def check_event_stream(events: list[tuple[str | None, dict]], first: int = 0) -> None:
