@@ -17,10 +17,10 @@ import pytest
 
 from clients import anthropic_sdk
 from conftest import ServerProcess, slow_model
-from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
+from family_templates import FAMILY_SPECIAL_TOKENS, write_family_gguf
 from rawhttp import RawConnection, post_json, request, request_id_of
 from sse import parse_sse
-from tinymodel import NO_EOG, token_ids, write_tiny_gguf
+from tinymodel import NO_EOG, token_ids
 
 USER = [{"role": "user", "content": "Say hello"}]
 HELLO = 'root ::= "Hello, world!"'
@@ -41,8 +41,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def hermes(models_dir):
-    path = write_tiny_gguf(models_dir / "tiny-anthropic-hermes.gguf", chat_template=FAMILY_TEMPLATES["hermes"],
-                           special_tokens=FAMILY_SPECIAL_TOKENS["hermes"])
+    path = write_family_gguf(models_dir / "tiny-anthropic-hermes.gguf", "hermes")
     srv = ServerProcess(path, "--model-id", "hermes", "--no-store")
     yield srv
     srv.stop()
@@ -50,8 +49,7 @@ def hermes(models_dir):
 
 @pytest.fixture(scope="module")
 def qwen3(models_dir, tmp_path_factory):
-    path = write_tiny_gguf(models_dir / "tiny-anthropic-qwen3.gguf", chat_template=FAMILY_TEMPLATES["qwen3"],
-                           special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
+    path = write_family_gguf(models_dir / "tiny-anthropic-qwen3.gguf", "qwen3")
     srv = ServerProcess(path, "--model-id", "qwen3", "--data-dir", str(tmp_path_factory.mktemp("qwen3-data")))
     yield srv
     srv.stop()

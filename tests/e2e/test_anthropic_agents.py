@@ -19,11 +19,10 @@ import pytest
 
 from clients import anthropic_sdk
 from conftest import ServerProcess
-from family_templates import FAMILY_BOS_TOKEN, FAMILY_EOS_TOKEN, FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
+from family_templates import FAMILY_BOS_TOKEN, FAMILY_EOS_TOKEN, FAMILY_TEMPLATES, write_family_gguf
 from rawhttp import post_json, request
 from sse import parse_sse
 from test_anthropic import TIME, TIME_CALL, check_wire, prompt_tokens
-from tinymodel import write_tiny_gguf
 
 from localserve.prompt.build import ChatInput, render_chat
 from localserve.dialects.anthropic.input import read_input
@@ -44,8 +43,7 @@ def unique(text: str) -> str:
 
 def family_model(models_dir, name: str):
     # a long context: Claude Code's ~25 tools take thousands of tokens of this tiny vocabulary
-    return write_tiny_gguf(models_dir / f"tiny-agents-{name}.gguf", chat_template=FAMILY_TEMPLATES[name],
-                           special_tokens=FAMILY_SPECIAL_TOKENS[name], context_length=CONTEXT)
+    return write_family_gguf(models_dir / f"tiny-agents-{name}.gguf", name, context_length=CONTEXT)
 
 
 @pytest.fixture(scope="module")

@@ -14,9 +14,9 @@ import pytest
 
 from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
-from family_templates import FAMILY_SPECIAL_TOKENS, FAMILY_TEMPLATES
+from family_templates import write_family_gguf
 from rawhttp import post_json, request
-from tinymodel import token_ids, write_tiny_gguf
+from tinymodel import token_ids
 
 from localserve.grammar.grammar import tool_call_grammar
 
@@ -58,8 +58,7 @@ class FamilyServers:
 
     def get(self, family: str) -> ServerProcess:
         if family not in self.servers:
-            path = write_tiny_gguf(self.models_dir / f"tiny-{family}.gguf", chat_template=FAMILY_TEMPLATES[family],
-                                   special_tokens=FAMILY_SPECIAL_TOKENS[family])
+            path = write_family_gguf(self.models_dir / f"tiny-{family}.gguf", family)
             self.servers[family] = ServerProcess(path, "--model-id", family, "--no-store")
         return self.servers[family]
 
@@ -258,8 +257,7 @@ def test_tool_round_trip_through_the_template(families):
 def test_reasoning_when_the_template_opens_think(families, stream, models_dir):
     srv = families.servers.get("qwen3")
     if srv is None:
-        path = write_tiny_gguf(models_dir / "tiny-qwen3.gguf", chat_template=FAMILY_TEMPLATES["qwen3"],
-                               special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
+        path = write_family_gguf(models_dir / "tiny-qwen3.gguf", "qwen3")
         srv = families.servers["qwen3"] = ServerProcess(path, "--no-store")
     client = openai_sdk(srv, api_key="x")
     grammar = 'root ::= "I should greet them." "</think>" "\\n\\n" "Hello there!"'
@@ -283,8 +281,7 @@ def test_reasoning_when_the_template_opens_think(families, stream, models_dir):
 def test_reasoning_in_a_tool_call_turn_is_kept_apart_from_the_call(families, stream, models_dir):
     srv = families.servers.get("qwen3")
     if srv is None:
-        path = write_tiny_gguf(models_dir / "tiny-qwen3.gguf", chat_template=FAMILY_TEMPLATES["qwen3"],
-                               special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
+        path = write_family_gguf(models_dir / "tiny-qwen3.gguf", "qwen3")
         srv = families.servers["qwen3"] = ServerProcess(path, "--no-store")
     client = openai_sdk(srv, api_key="x")
     call = '<tool_call>\\n{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"zone\\": \\"UTC\\"}}\\n</tool_call>'

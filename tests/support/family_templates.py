@@ -8,7 +8,7 @@ exactly as a GGUF's ``tokenizer.chat_template`` would hold it (raw strings: a
 ``\\n`` inside a Jinja string literal is Jinja's escape, as in HF's JSON files).
 
 ``FAMILY_SPECIAL_TOKENS`` lists each family's special tokens in the form
-``tests/tinymodel.write_tiny_gguf(special_tokens=...)`` takes: a plain string
+``tinymodel.write_tiny_gguf(special_tokens=...)`` takes: a plain string
 is a CONTROL token, ``(text, "user_defined")`` a USER_DEFINED one, following the
 real vocabularies (Qwen's ``<tool_call>``/``<think>`` are user-defined added
 tokens; Llama's ``<|python_tag|>``, Mistral's ``[TOOL_CALLS]``, harmony's
@@ -18,6 +18,12 @@ BOS); the EOS is the token that ends an assistant turn.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tinymodel import write_tiny_gguf
 
 from localserve.prompt.templates import BUILTIN_TEMPLATES
 
@@ -539,3 +545,9 @@ FAMILY_EOS_TOKEN: dict[str, str] = {
     "deepseek_r1": "<｜end▁of▁sentence｜>", "gpt_oss": "<|return|>",
     "gemma": "<end_of_turn>", "chatml": "<|im_end|>",
 }
+
+
+def write_family_gguf(path: str | os.PathLike[str], family: str, **kwargs: Any) -> Path:
+    """A tiny model (tinymodel.write_tiny_gguf) with this family's chat template and special tokens."""
+    return write_tiny_gguf(path, chat_template=FAMILY_TEMPLATES[family], special_tokens=FAMILY_SPECIAL_TOKENS[family],
+                           **kwargs)

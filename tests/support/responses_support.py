@@ -11,9 +11,9 @@ import openai
 
 from clients import openai_sdk
 from conftest import ServerProcess, slow_model  # noqa: F401 (slow_model: for the response tests)
-from family_templates import FAMILY_SPECIAL_TOKENS, HERMES, QWEN3
+from family_templates import write_family_gguf
 from rawhttp import request
-from tinymodel import NO_EOG, write_tiny_gguf  # noqa: F401 (NO_EOG: for the response tests)
+from tinymodel import NO_EOG  # noqa: F401 (NO_EOG: for the response tests)
 
 TERMINAL = ("response.completed", "response.incomplete", "response.failed")
 WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in a city",
@@ -24,14 +24,14 @@ WEATHER = {"type": "function", "name": "get_weather", "description": "Weather in
 def hermes_model(models_dir: Path) -> Path:
     path = models_dir / "responses-hermes.gguf"
     if not path.exists():
-        write_tiny_gguf(path, chat_template=HERMES, special_tokens=FAMILY_SPECIAL_TOKENS["hermes"])
+        write_family_gguf(path, "hermes")
     return path
 
 
 def qwen3_model(models_dir: Path) -> Path:
     path = models_dir / "responses-qwen3.gguf"
     if not path.exists():
-        write_tiny_gguf(path, chat_template=QWEN3, special_tokens=FAMILY_SPECIAL_TOKENS["qwen3"])
+        write_family_gguf(path, "qwen3")
     return path
 
 
