@@ -19,16 +19,12 @@ import pytest
 
 from clients import anthropic_sdk
 from conftest import ServerProcess
-from family_templates import FAMILY_BOS_TOKEN, FAMILY_EOS_TOKEN, FAMILY_TEMPLATES, write_family_gguf
+from family_templates import write_family_gguf
 from rawhttp import post_json, request
 from sse import parse_sse
 from test_anthropic import TIME, TIME_CALL, check_wire, prompt_tokens
 
-from localserve.prompt.build import ChatInput, render_chat
-from localserve.dialects.anthropic.input import read_input
-from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
 from localserve.dialects.signing import load_signing_key, sign
-from localserve.prompt.templates import ChatTemplate
 
 CONTEXT = 16384
 HELLO = 'root ::= "Hello, world!"'
@@ -69,33 +65,7 @@ def apply_template(srv: ServerProcess, messages: list[dict]) -> str:
     return resp.json()["prompt"]
 
 
-# ---- role "system" inside messages ------------------------------------------------------
-
-def _template(family: str) -> ChatTemplate:
-    return ChatTemplate(family, FAMILY_TEMPLATES[family], FAMILY_BOS_TOKEN[family], FAMILY_EOS_TOKEN[family])
-
-
-MID_SYSTEM = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "Hi"},
-              {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "List files"},
-              {"role": "system", "content": "The user is in /tmp."}]
-
-
-@pytest.mark.parametrize("family", ["hermes", "qwen3", "llama3"])
-def test_a_template_with_system_turns_shows_them_in_place(family):
-    text = render_chat(_template(family), ChatInput(messages=MID_SYSTEM))
-    assert "The user is in /tmp." in text and "<system>" not in text
-    # the turns before it render as they would without it: the cached prefix stays
-    before = render_chat(_template(family), ChatInput(messages=MID_SYSTEM[:4]))
-    assert text.index("List files") == before.index("List files")
-
-
-@pytest.mark.parametrize("family", ["mistral", "deepseek_r1"])
-def test_a_template_without_them_gets_them_merged_into_the_user_turn(family):
-    # Mistral raises on a later system turn; DeepSeek R1 keeps only the last system text.
-    text = render_chat(_template(family), ChatInput(messages=MID_SYSTEM))
-    assert "Be terse." in text and "<system>\nThe user is in /tmp.\n</system>" in text
-    assert text.index("List files") < text.index("The user is in /tmp.")
-
+# ---- role "system" inside messages (rendering alone: tests/unit/prompt/test_system_turns.py) ----
 
 def create(client: anthropic.Anthropic, stream: bool, **kwargs):
     """The whole message, from a create call or from a stream."""
@@ -146,26 +116,6 @@ def test_system_message_clear_at_next_user_message(qwen3):
 
 
 # ---- adaptive thinking, effort, display omitted ------------------------------------------
-
-def test_adaptive_thinking_and_effort_set_the_budget():
-    def budget(**fields):
-        return read_input({"messages": [{"role": "user", "content": "x"}], **fields}, b"k" * 32).chat.reasoning_budget
-    assert budget(thinking={"type": "adaptive"}) == EFFORT_BUDGETS[DEFAULT_EFFORT]
-    for effort, tokens in EFFORT_BUDGETS.items():
-        assert budget(thinking={"type": "adaptive"}, output_config={"effort": effort}) == tokens
-    assert budget(thinking={"type": "enabled", "budget_tokens": 31999}, output_config={"effort": "low"}) == 31999
-    assert budget(output_config={"effort": "low"}) == EFFORT_BUDGETS["low"]
-    assert budget(thinking={"type": "adaptive"}, output_config={"effort": "someday-new"}) == \
-        EFFORT_BUDGETS[DEFAULT_EFFORT]
-    assert budget(thinking={"type": "disabled"}, output_config={"effort": "high"}) is None
-    system_effort = [{"role": "user", "content": "x"}, {"role": "system", "output_config": {"effort": "low"}}]
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
-    turn = read_input({"messages": system_effort, "thinking": {"type": "adaptive"},
-                       "output_config": {"effort": "max", "format": {"type": "json_schema", "schema": schema}}},
-                      b"k" * 32).chat
-    assert turn.reasoning_budget == EFFORT_BUDGETS["low"] and turn.template_kwargs["reasoning_effort"] == "low"
-    assert turn.response_schema == schema
-
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_adaptive_thinking_answers_with_a_thinking_block(qwen3, stream):

@@ -1,4 +1,4 @@
-"""Anthropic Messages in process, no server and no engine: the input conversion, the signing key,
+"""Anthropic Messages in process, no server and no engine: the input conversion, thinking budgets, the signing key,
 and the failures the tiny models cannot provoke (an exchange on a socket pair around a fake app)."""
 
 from __future__ import annotations
@@ -7,12 +7,13 @@ import json
 import socket
 
 from localserve.dialects.anthropic import messages as messages_api
-from localserve.dialects.anthropic.input import read_chat
+from localserve.dialects.anthropic.input import read_chat, read_input
 from localserve.dialects.exchange import Exchange
 from localserve.dialects.signing import load_signing_key, sign
 from localserve.errors import ANTHROPIC_ERRORS
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError,
                                    GenerationRequest)
+from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
 from localserve.wire.connection import ResponseWriter
 from localserve.wire.http import Request
 from localserve.wire.routes import Router
@@ -67,6 +68,26 @@ def test_input_becomes_openai_style_messages():
     assert chat.reasoning_budget == 64 and chat.template_kwargs == {"enable_thinking": True}
     named = read_chat({**body, "tool_choice": {"type": "tool", "name": "get_time"}}, key)
     assert (named.tool_choice.mode, named.tool_choice.name) == ("named", "get_time")
+
+
+def test_adaptive_thinking_and_effort_set_the_budget():
+    def budget(**fields):
+        return read_input({"messages": [{"role": "user", "content": "x"}], **fields}, b"k" * 32).chat.reasoning_budget
+    assert budget(thinking={"type": "adaptive"}) == EFFORT_BUDGETS[DEFAULT_EFFORT]
+    for effort, tokens in EFFORT_BUDGETS.items():
+        assert budget(thinking={"type": "adaptive"}, output_config={"effort": effort}) == tokens
+    assert budget(thinking={"type": "enabled", "budget_tokens": 31999}, output_config={"effort": "low"}) == 31999
+    assert budget(output_config={"effort": "low"}) == EFFORT_BUDGETS["low"]
+    assert budget(thinking={"type": "adaptive"}, output_config={"effort": "someday-new"}) == \
+        EFFORT_BUDGETS[DEFAULT_EFFORT]
+    assert budget(thinking={"type": "disabled"}, output_config={"effort": "high"}) is None
+    system_effort = [{"role": "user", "content": "x"}, {"role": "system", "output_config": {"effort": "low"}}]
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    turn = read_input({"messages": system_effort, "thinking": {"type": "adaptive"},
+                       "output_config": {"effort": "max", "format": {"type": "json_schema", "schema": schema}}},
+                      b"k" * 32).chat
+    assert turn.reasoning_budget == EFFORT_BUDGETS["low"] and turn.template_kwargs["reasoning_effort"] == "low"
+    assert turn.response_schema == schema
 
 
 # ---- failures the tiny models cannot provoke, driven in process -------------------------
