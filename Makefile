@@ -25,7 +25,7 @@ run: install
 test: install agent-clis
 	$(BIN)/python -m pytest
 
-# The coding-agent CLIs the end-to-end tests drive (tests/agent_clis.py finds them), pinned and
+# The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), pinned and
 # installed once from the npm registry into .cache/agent-clis; skipped where npm is absent.
 CODEX_VERSION ?= 0.171.0
 CLAUDE_CODE_VERSION ?= 2.1.332

@@ -2,7 +2,7 @@
 probes); prints the round trips in milliseconds as a JSON list. A probe unanswered within
 TIMEOUT seconds fails it. Run as its own process (`python -m bench.health_probe PORT TIMEOUT`),
 so the load generator's threads don't add their own waiting to what the server is asked.
-Used by `make bench` (bench/latency.py) and by tests/test_load.py.
+Used by `make bench` (bench/latency.py) and by tests/e2e/test_load.py.
 """
 
 import json

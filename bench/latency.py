@@ -1,6 +1,6 @@
 """How fast the server answers while it is loaded or abused: the figures tests never assert.
 
-tests/test_load.py checks that the server keeps answering under the same kinds of load; this
+tests/e2e/test_load.py checks that the server keeps answering under the same kinds of load; this
 module measures how fast. Two scenes, each on a server of its own:
 - /health under load: 200 open keep-alive connections asking /health and /v1/models now and
   then, and generations streaming on every slot with more queued, while a separate process

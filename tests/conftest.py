@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+# The helpers (tiny models, raw HTTP, SSE, SDK clients) live in tests/support/ and are imported by name.
+sys.path.insert(0, str(Path(__file__).parent / "support"))
 
+from clients import openai_sdk
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +140,4 @@ def server(tiny_model, tmp_path_factory):
 
 @pytest.fixture
 def openai_client(server):
-    import openai
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key="test", max_retries=0,
-                         _strict_response_validation=True)
+    return openai_sdk(server)

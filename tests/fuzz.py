@@ -11,7 +11,7 @@ status, the server's RSS and thread count, and the exit status of a SIGTERM; vio
 a JSON-lines file (one request each, replayable). Exit status 1 on any violation.
 
 It lives beside the tests because it builds its model and its server with theirs
-(tinymodel.py, conftest.ServerProcess); pytest does not collect it (no test_ prefix), and
+(support/tinymodel.py, conftest.ServerProcess); pytest does not collect it (no test_ prefix), and
 `make test` does not run it.
 
     python tests/fuzz.py --seconds 300 --requests 100000 --clients 6 --seed 1

