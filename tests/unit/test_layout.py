@@ -15,9 +15,6 @@ A request's path reads top to bottom, and so do the imports:
 A module may import from its own floor or any floor below, never above; parts on one floor
 may use each other, but no chain of imports may come back to where it started. Imports made
 only for type checking count too: they tie the modules together just the same.
-
-The arrows and cycles still to remove are listed below by name, each an xfail(strict=True):
-removing one makes its test pass, which fails the run until the list says so.
 """
 
 from __future__ import annotations
@@ -27,8 +24,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "localserve"
 
@@ -43,11 +38,6 @@ FLOORS = {
     "localserve": 1, "settings": 1, "errors": 1, "generation": 1,
 }
 
-# Arrows up that the next stage of the layout work removes (issue 16).
-KNOWN_UPWARD: list[tuple[str, str]] = []
-
-# Cycles that the next stage removes.
-KNOWN_CYCLES: list[tuple[str, ...]] = []
 
 
 def module_name(path: Path) -> str:
@@ -139,23 +129,11 @@ def test_package_inits_import_nothing():
 
 
 def test_no_import_runs_up_a_floor():
-    assert sorted(upward_arrows(import_graph()) - set(KNOWN_UPWARD)) == []
+    assert sorted(upward_arrows(import_graph())) == []
 
 
 def test_no_import_cycles():
-    assert sorted(cycles(import_graph()) - set(KNOWN_CYCLES)) == []
-
-
-@pytest.mark.xfail(strict=True, reason="stage 2 of issue 16 removes this arrow")
-@pytest.mark.parametrize("arrow", KNOWN_UPWARD, ids=" -> ".join)
-def test_known_upward_arrow_removed(arrow):
-    assert arrow not in upward_arrows(import_graph())
-
-
-@pytest.mark.xfail(strict=True, reason="stage 2 of issue 16 removes this cycle")
-@pytest.mark.parametrize("cycle", KNOWN_CYCLES, ids=" <-> ".join)
-def test_known_cycle_removed(cycle):
-    assert cycle not in cycles(import_graph())
+    assert sorted(cycles(import_graph())) == []
 
 
 def test_the_checks_see_a_cycle_and_an_arrow_up():
