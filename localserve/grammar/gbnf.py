@@ -42,6 +42,13 @@ PRIMITIVES = {
     "member": r'string ws ":" ws value',
     "array": r'"[" ws ( value ( ws "," ws value )* ws )? "]"',
 }
+# JSON Schema string formats the grammar can hold a string to (inside its quotes).
+_DATE = r'[1-9] [0-9]{3} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] )'
+_TIME = (r'( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? '
+         r'( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )')
+STRING_FORMATS = {"date": _DATE, "time": _TIME, "date-time": f'{_DATE} "T" {_TIME}',
+                  "uuid": '[0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}'}
+
 SCALARS = [(0x01, 0xD7FF), (0xE000, 0x10FFFF)]  # what a grammar may write: no NUL, no surrogates
 KEY_CHARS = [(0x20, 0x21), (0x23, 0x5B), (0x5D, 0xD7FF), (0xE000, 0x10FFFF)]  # keychar's ranges
 RULE_NAME = re.compile(r"[A-Za-z0-9-]+")

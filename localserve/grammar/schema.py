@@ -18,16 +18,12 @@ from contextlib import contextmanager
 from urllib.parse import unquote
 
 from .all_of import ANNOTATIONS, canon, merge_all_of
-from .gbnf import KEY_CHARS, PRIMITIVES, RULE_NAME, SchemaError, char_class, json_text, repeat, subtract
+from .gbnf import (KEY_CHARS, PRIMITIVES, RULE_NAME, STRING_FORMATS, SchemaError, char_class, json_text, repeat,
+                   subtract)
 from .numbers import bounds, signed_range
 from .regex import translate_pattern
 from ..settings import MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
 
-_DATE = r'[1-9] [0-9]{3} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( "0" [1-9] | "1" [0-9] | "2" [0-8] )'
-_TIME = (r'( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,6} )? '
-         r'( "Z" | [+-] ( [01] [0-9] | "2" [0-3] ) ":" [0-5] [0-9] )')
-_FORMATS = {"date": _DATE, "time": _TIME, "date-time": f'{_DATE} "T" {_TIME}',
-            "uuid": '[0-9a-f]{8} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{4} "-" [0-9a-f]{12}'}
 _TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 _INFER = (  # keywords that imply a type when "type" is absent
     ("object", ("properties", "additionalProperties", "required", "minProperties", "maxProperties")),
@@ -276,8 +272,8 @@ class GrammarBuilder:
             if lo or hi is not None:
                 raise SchemaError(f"{path}: pattern together with minLength/maxLength is not supported")
             inner = translate_pattern(self, s["pattern"], raw, f"{path}.pattern")
-        elif s.get("format") in _FORMATS and not lo and hi is None:
-            inner = _FORMATS[s["format"]]
+        elif s.get("format") in STRING_FORMATS and not lo and hi is None:
+            inner = STRING_FORMATS[s["format"]]
         else:
             inner = repeat("rawchar" if raw else "char", lo, hi, path) or '""'
         return inner if raw else f'"\\"" {inner} "\\""'
