@@ -7,6 +7,7 @@ logit_bias, chat_template_kwargs) that every dialect accepts.
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from ..errors import ApiError
@@ -20,6 +21,13 @@ _MISSING = object()
 
 # Names the tool types a request carried that cannot run here and were left out of the prompt.
 IGNORED_TOOLS_HEADER = "x-localserve-ignored-tools"
+_HEADER_SAFE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def ignored_tools_value(names: list[str]) -> str:
+    """The ignored-tools header's value. A tool type is the client's own text: one a header
+    cannot carry as it is (control characters, non-Latin-1) is written as "?"."""
+    return ", ".join(name if _HEADER_SAFE_NAME.fullmatch(name) else "?" for name in names)
 
 
 def invalid(param: str, message: str) -> ApiError:

@@ -376,7 +376,8 @@ class Engine:
             if negated:
                 raise GrammarError(f"the grammar negates a token (!<{ref}>): not supported, "
                                    f"llama.cpp can abort on it; spell the text it may not be instead")
-            token = int(ref[1:-1]) if ref[1:-1].isdigit() else self._single_token(ref)
+            by_id = ref.startswith("[") and ref.endswith("]") and ref[1:-1].isdigit()     # <[7]>
+            token = int(ref[1:-1]) if by_id else self._single_token(ref)
             if token is None or not 0 <= token < self.n_vocab:
                 continue                # llama.cpp's parser names the error
             if self.is_eog(token):

@@ -62,7 +62,10 @@ def check_client_grammar(grammar: str) -> None:
     if rule is not None:
         raise GrammarTooCostly(f"the grammar is left-recursive: rule '{rule}' can begin with itself "
                                f"(through parts that may match nothing); llama.cpp would expand it without end")
-    run = longest_optional_run(grammar)
+    try:
+        run = longest_optional_run(grammar)
+    except RecursionError:      # a chain of thousands of rules, each inside the last
+        raise GrammarTooCostly("the grammar chains rules that may match nothing too deeply") from None
     if run > MAX_GRAMMAR_OPTIONAL_RUN:
         raise GrammarTooCostly(f"the grammar has {run} items in a row that may each match nothing, over the limit "
                                f"of {MAX_GRAMMAR_OPTIONAL_RUN} (MAX_GRAMMAR_OPTIONAL_RUN): each token's cost grows "

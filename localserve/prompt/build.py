@@ -163,9 +163,18 @@ def forced_tool_grammar(syntax: str, chat: ChatInput, prefix: str = "") -> str:
         parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
         return tool_call_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name,
                                  prefix=prefix)
-    except SchemaError as exc:
-        raise ApiError(400, f"a tool's parameters schema is not usable: {exc}", param="tools",
+    except (SchemaError, *MALFORMED_SCHEMA) as exc:
+        raise ApiError(400, f"a tool's parameters schema is not usable: {schema_problem(exc)}", param="tools",
                        code="invalid_schema") from None
+
+
+# What a schema with a keyword of the wrong type (``"required": 5`` inside ``allOf``,
+# ``"enum": 5``) raises where the builder reads it without checking first.
+MALFORMED_SCHEMA = (TypeError, AttributeError)
+
+
+def schema_problem(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, SchemaError) else f"a keyword has a value of the wrong type ({exc})"
 
 
 def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
@@ -174,8 +183,8 @@ def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
     if chat.response_schema is not None:
         try:
             rule = builder.add_schema(chat.response_schema)
-        except SchemaError as exc:
-            raise ApiError(400, f"invalid JSON schema: {exc}", param="response_format",
+        except (SchemaError, *MALFORMED_SCHEMA) as exc:
+            raise ApiError(400, f"invalid JSON schema: {schema_problem(exc)}", param="response_format",
                            code="invalid_schema") from None
     elif chat.json_object:
         rule = "object"

@@ -545,3 +545,35 @@ def test_a_long_run_of_optional_items_is_a_400_naming_the_limit(srv):
     done = post(srv, "/v1/completions", {"prompt": "x", "max_tokens": 4, "temperature": 0,
                                          "grammar": "root ::= " + "[a-c]? " * MAX_GRAMMAR_OPTIONAL_RUN + '"."'})
     assert done.status == 200, done.body
+
+
+def test_a_thousands_deep_chain_of_nullable_rules_is_a_400_not_a_500(srv):
+    """Measuring runs of optional items walks the rules one inside the other: 3,000 of them
+    (73 KB, under every other limit) went past Python's recursion limit."""
+    rules = "\n".join(f'a{i} ::= "x" a{i + 1} | ""' for i in range(3000)) + '\na3000 ::= "y"'
+    resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "grammar": "root ::= a0\n" + rules})
+    assert_400(resp, "grammar", "too deeply")
+    alive(srv)
+
+
+@pytest.mark.parametrize("schema", [
+    {"allOf": [{"minimum": "a"}, {"minimum": 1}]},
+    {"allOf": [{"type": "object", "required": 5}, {"type": "object"}]},
+    {"allOf": [{"type": 5}, {"type": "string"}]},
+])
+def test_a_schema_keyword_of_the_wrong_type_inside_allof_is_a_400(srv, schema):
+    resp = post(srv, "/v1/chat/completions", {"messages": USER, "max_tokens": 2, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "schema": schema}}})
+    assert_400(resp, "response_format")
+    alive(srv)
+
+
+def test_a_hosted_tool_type_no_header_can_carry_still_gets_its_answer(srv):
+    """The ignored-tools header names the client's own tool types: one with a control character
+    or a non-Latin-1 letter left the client with no answer at all (the head could not be written)."""
+    for kind in ["web_search\x01x", "web_search_ü✓"]:
+        resp = post(srv, "/v1/responses", {"input": "hi", "max_output_tokens": 2, "tools": [{"type": kind}]})
+        assert resp.status in (200, 400), resp.body
+        if resp.status == 200:
+            assert resp.header("x-localserve-ignored-tools") == "?"
+        alive(srv)

@@ -39,7 +39,7 @@ from ..exchange import Exchange, RouteTable
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
-from ..fields import (IGNORED_TOOLS_HEADER, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
+from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
                      read_str)
 
 log = logging.getLogger("localserve.anthropic")
@@ -75,7 +75,7 @@ def handle_messages(exchange: Exchange) -> None:
     model = read_model(body, app.model_id)
     gen_request, prompt = read_request(app.model, app.signing_key, body, exchange.request_id)
     if prompt.input.ignored_tools:
-        ignored = ", ".join(prompt.input.ignored_tools)
+        ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     meta = MessageMeta(new_call_id("msg_"), model, app.signing_key, prompt.input.thinking.omitted,

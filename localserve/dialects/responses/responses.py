@@ -18,7 +18,7 @@ from ..pump import KEEPALIVE, PREFILL_COMMENT, job_events, pump, sse, stream_job
 from ..respond import cancel_on_error, error_from, submit
 from .runs import ACTIVE, ResponseRun
 from ..exchange import Exchange
-from ..fields import IGNORED_TOOLS_HEADER, invalid
+from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
 from .items import list_page, read_page_query
 from .request import read_plan
 
@@ -41,7 +41,7 @@ def create(exchange: Exchange) -> None:
     plan = read_plan(exchange.json(), exchange.request_id, model=app.model, model_id=app.model_id,
                      signing_key=app.signing_key, store=app.store)
     if plan.ignored_tools:
-        ignored = ", ".join(plan.ignored_tools)
+        ignored = ignored_tools_value(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     gen = submit(exchange, plan.generation)

@@ -328,7 +328,10 @@ def partial_input(arguments: str) -> str:
         elif body[i + 1:i + 2] == "u":
             if len(body) < i + 6:
                 break
-            high = 0xD800 <= int(body[i + 2:i + 6], 16) <= 0xDBFF
+            digits = body[i + 2:i + 6]
+            if not all(c in "0123456789abcdefABCDEF" for c in digits):
+                break           # not JSON: the text up to here is what can be shown
+            high = 0xD800 <= int(digits, 16) <= 0xDBFF
             if high and len(body) < i + 12:
                 break           # the low half of a surrogate pair has yet to come
             i += 12 if high else 6
