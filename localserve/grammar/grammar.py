@@ -7,9 +7,9 @@ surrounds the top-level value.
 
 This module is the public face; the work is done in:
 - gbnf: the primitive rules (ws, string, number, …) and how classes and repetitions are written;
-- gbnf_schema: GrammarBuilder, the walk from a JSON schema to rules;
-- gbnf_numbers: minimum/maximum as digit-string ranges;
-- gbnf_regex: ``pattern`` regexes;
+- schema: GrammarBuilder, the walk from a JSON schema to rules;
+- numbers: minimum/maximum as digit-string ranges;
+- regex: ``pattern`` regexes;
 - tool_grammars: forced tool calls in each model family's syntax.
 """
 

@@ -1,7 +1,7 @@
 """A Lark grammar (as OpenAI custom tools carry them) as one regular expression.
 
 Custom tools may constrain their text input with a grammar in Lark syntax. The grammar
-sampler here takes JSON-schema string patterns (gbnf_regex), so a Lark grammar whose
+sampler here takes JSON-schema string patterns (regex.py), so a Lark grammar whose
 rules do not recurse — Codex's apply_patch grammar is one — is flattened into a regex by
 inlining every rule into `start`. What cannot be flattened (a recursive rule, `%ignore`,
 regex flags, an unknown import) raises LarkError naming it; the caller turns that into a 400.

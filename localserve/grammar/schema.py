@@ -6,7 +6,7 @@ exactly the JSON valid for it, refusing with SchemaError what it cannot enforce.
   Declared keys come in schema order, required ones first; optional ones may be left out.
 - ``oneOf`` is taken as ``anyOf``: its branches should not overlap. ``format`` date, time,
   date-time and uuid write a safe subset (days 01-28, years 1000-9999); other formats are
-  plain strings. ``pattern`` goes to gbnf_regex, numeric bounds to gbnf_numbers, ``allOf`` to
+  plain strings. ``pattern`` goes to regex.py, numeric bounds to numbers.py, ``allOf`` to
   all_of.py's merge.
 """
 

@@ -3,7 +3,7 @@
 POST /v1/conversations (optional items and metadata), GET / POST (metadata) / DELETE
 /v1/conversations/{id}, POST and GET /v1/conversations/{id}/items, GET and DELETE
 /v1/conversations/{id}/items/{item_id}. Items are normalized as response input items are
-(protocols/responses_items.py), so a response created with `conversation` reads them back
+(items.py), so a response created with `conversation` reads them back
 as context. All of it lives in the store; with storage off these endpoints answer 400.
 """
 

@@ -1,8 +1,8 @@
 """OpenAI Responses: create (plain, streamed or in the background), retrieve (also as a
 replayed or followed stream), cancel, delete, and list a response's input items.
 
-Reading the request is protocols/responses_request.py; shaping events is
-protocols/responses_stream.py; a response being generated is a response_runs.ResponseRun,
+Reading the request is request.py; shaping events is
+stream.py; a response being generated is a runs.ResponseRun,
 which stores it as it goes when `store` is on.
 """
 
