@@ -17,10 +17,11 @@ import math
 import re
 
 from ..parsing.json_stream import compact
+from ..settings import MAX_GRAMMAR_REPEAT
 
 WS_MAX_INDENT = 20
 MAX_INT_DIGITS = 15
-MAX_REPEAT = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD: larger {m,n} counts are refused or dropped
+MAX_REPEAT = MAX_GRAMMAR_REPEAT  # llama.cpp's MAX_REPETITION_THRESHOLD: larger {m,n} counts are refused or dropped
 
 
 class SchemaError(ValueError):

@@ -43,7 +43,7 @@ _TOKEN = re.compile(r"""
   | (?P<name>[?!]?[A-Za-z_][A-Za-z_0-9]*)
 """, re.X)
 _IMPORT = re.compile(r"%import\s+common\s*(?:\.\s*(\w+)(?:\s*->\s*(\w+))?|\(([\w\s,]*)\))\s*$")
-MAX_REPEAT_COUNT = 1000
+MAX_REPEAT_COUNT = 1000   # a Lark '~' count: lower than llama.cpp's own threshold, as it may nest
 
 
 def lark_to_regex(text: str, where: str = "grammar") -> str:
