@@ -21,6 +21,7 @@ from .ops import metrics
 from .engine import rpc
 from .ops.demo import DemoUnavailable, demo_model_path
 from .engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
+from .engine.draft_model import DraftModel
 from .engine.engine import Engine
 from .engine.facade import EngineFacade
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
@@ -35,6 +36,7 @@ from .dialects.anthropic import messages as anthropic
 from .wire.routes import Router
 from .parsing.reasoning import REASONING_FORMATS
 from .runtime.runtime import Runtime
+from .runtime.speculative import Speculator
 from .wire.access import AccessPolicy, load_api_keys
 from .ops import systemd
 from .wire.server import HTTPServer
@@ -66,6 +68,8 @@ class App:
         self.ready = threading.Event()
         self.engine: Engine | None = None
         self.runtime: Runtime | None = None
+        self.draft_model: DraftModel | None = None
+        self.speculator: Speculator | None = None
         self.store: Store | None = None
         self.response_runs = ResponseRuns()
         self.model: ChatModel | None = None   # what connection threads see of the model, set in load()
@@ -154,9 +158,11 @@ class App:
                                  threads=s.resolved_threads(),
                                  n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc),
                                  tensor_split=rpc.split_proportions(s.tensor_split) if s.tensor_split else None,
-                                 max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=s.cpu_weights)
+                                 max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=s.cpu_weights,
+                                 draft_max=s.draft_max if s.speculative != "off" else 0)
         except ModelLoadError as exc:
             raise StartupError(str(exc)) from None
+        self.speculator = self._speculator(s)
         log_weights(self.engine)
         info = self.engine.info
         self.model_id = s.model_id or Path(path).stem
@@ -180,8 +186,18 @@ class App:
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
                                cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics,
-                               sample_time_limit=s.sample_time_limit)
+                               sample_time_limit=s.sample_time_limit, speculator=self.speculator)
         self.runtime.start()
+
+    def _speculator(self, s: Settings) -> Speculator:
+        """Speculative decoding as configured; a draft model that cannot serve stops the start (exit 2)."""
+        if s.speculative == "draft":
+            try:
+                self.draft_model = DraftModel(s.draft_model, self.engine, threads=s.resolved_threads(),
+                                              n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc))
+            except ModelLoadError as exc:
+                raise StartupError(str(exc), EXIT_USAGE) from None
+        return Speculator(s.speculative, s.draft_max, self.engine.is_eog, self.draft_model)
 
     def _close_stored_state(self) -> None:
         """The process is about to exit for good: runs still going are stored as failed, the store closed."""
@@ -201,6 +217,8 @@ class App:
                 log.info("leaving the model loaded at exit: %d grammar sample(s) still inside llama.cpp", still)
             else:
                 self.engine.close()
+                if self.draft_model is not None:
+                    self.draft_model.close()
 
 
 def open_store(settings: Settings) -> Store | None:

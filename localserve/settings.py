@@ -33,6 +33,14 @@ DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
+# Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
+DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
+SPECULATIVE_MODES = ("off", "ngram", "draft")
+DEFAULT_DRAFT_MAX = 12             # --draft-max: most tokens drafted per sequence per step (measured: README)
+NGRAM_SIZES = (8, 4, 3, 2)         # n-gram lengths the prompt lookup matches, the longest first
+NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
+MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
+MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
@@ -109,6 +117,9 @@ class Settings:
     rpc: list[str] = field(default_factory=list)   # RPC workers: HOST:PORT, or several joined by commas
     rpc_wait: float = DEFAULT_RPC_WAIT
     tensor_split: str | None = None                # "3,1": proportions per device, RPC workers first
+    speculative: str = DEFAULT_SPECULATIVE
+    draft_model: str | None = None
+    draft_max: int = DEFAULT_DRAFT_MAX
     extra: dict = field(default_factory=dict)
 
     def resolved_threads(self) -> int:

@@ -56,6 +56,20 @@ def _flag(value: str) -> bool:
     raise argparse.ArgumentTypeError("expected true or false")
 
 
+def _speculative(value: str) -> str:
+    value = value.strip().lower()
+    if value not in defaults.SPECULATIVE_MODES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(defaults.SPECULATIVE_MODES)}")
+    return value
+
+
+def _non_negative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return number
+
+
 def positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -108,6 +122,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-inflight-bytes", positive_int, None,
            f"request-body bytes read or handled at once, all connections together; beyond it a 503 "
            f"(default: {defaults.INFLIGHT_BODIES} x --max-body-bytes)", "BYTES"),
+    Option("speculative", _speculative, defaults.DEFAULT_SPECULATIVE,
+           "speculative decoding: off, ngram (drafts looked up in the prompt and output, and the request's "
+           "prediction) or draft (drafts from --draft-model)", "MODE"),
+    Option("draft-model", str, None, "small GGUF model with the same vocabulary that drafts tokens "
+           "(--speculative draft, the default once this is given)", "PATH"),
+    Option("draft-max", _non_negative_int, defaults.DEFAULT_DRAFT_MAX,
+           "most tokens drafted per sequence per step (0 = no speculative decoding)", "N"),
     Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
            "seconds one request may take to choose one token (a costly grammar); then it fails, "
            "the others go on", "SECONDS"),
@@ -169,6 +190,7 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
     config_path = getattr(args, "config", None) or environ.get("LOCALSERVE_CONFIG") or None
     from_file = read_config(config_path) if config_path else {}
     values: dict[str, Any] = {}
+    defaulted: set[str] = set()
     for option in OPTIONS:
         value = getattr(args, option.attr)
         if value is None and environ.get(option.env, "") != "":
@@ -177,7 +199,12 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
             value = from_file.get(option.attr)
         if value is None:
             value = list(option.default) if option.repeat else option.default
+            defaulted.add(option.attr)
         values[option.attr] = value
+    if values["draft_model"] and "speculative" in defaulted:
+        values["speculative"] = "draft"     # a draft model given is a draft model used
+    if values["speculative"] == "draft" and not values["draft_model"]:
+        raise UsageError("--speculative draft needs --draft-model PATH")
     if values["max_inflight_bytes"] is None:
         values["max_inflight_bytes"] = defaults.INFLIGHT_BODIES * values["max_body_bytes"]
     elif values["max_inflight_bytes"] < values["max_body_bytes"]:

@@ -226,6 +226,12 @@ class ServerMetrics:
                                       QUEUE_SECONDS_BUCKETS)
         self.decode_rate = r.histogram("localserve_decode_tokens_per_second", "Decode speed of each finished "
                                        "generation of two or more tokens", DECODE_RATE_BUCKETS)
+        self.draft_tokens = r.counter("localserve_draft_tokens_total", "Tokens drafted by speculative decoding "
+                                      "and verified in a decode step")
+        self.draft_accepted = r.counter("localserve_draft_accepted_tokens_total", "Drafted tokens the model's "
+                                        "own choice confirmed (kept without a step of their own)")
+        r.gauge("localserve_draft_acceptance_rate", "Accepted drafted tokens / drafted tokens, since start",
+                self._acceptance_rate)
         r.gauge("localserve_queue_depth", "Generations waiting for a slot", self._runtime(lambda rt: rt.queue_depth))
         r.gauge("localserve_slots_busy", "Slots running a generation", self._runtime(lambda rt: rt.busy_slots))
         r.gauge("localserve_abandoned_grammar_samples", "Grammar samples still running in llama.cpp for jobs "
@@ -275,6 +281,15 @@ class ServerMetrics:
             self.ttft.observe((t.queued_ms + t.prefill_ms) / 1000)
         if output.completion_tokens >= 2 and t.decode_ms > 0:
             self.decode_rate.observe((output.completion_tokens - 1) / (t.decode_ms / 1000))
+
+    def record_drafts(self, drafted: int, accepted: int) -> None:
+        """One draft verified (speculative decoding)."""
+        self.draft_tokens.inc(drafted)
+        self.draft_accepted.inc(accepted)
+
+    def _acceptance_rate(self) -> float | None:
+        drafted = self.draft_tokens.value()
+        return self.draft_accepted.value() / drafted if drafted else None
 
     def record_prefill(self, tokens: int) -> None:
         """Prompt tokens one decode step ran through the model."""

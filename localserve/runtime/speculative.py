@@ -1,0 +1,159 @@
+"""Speculative decoding: guess a sequence's next tokens, verify them all in one decode step.
+
+A decoding sequence normally adds one token per step. With a draft, the step decodes its next
+token and the drafted tokens after it, with logits at each position; the sampler driver
+(sampling.py) then chooses token by token with the job's own sampler chain and goes on while
+the chosen token equals the draft's: every accepted token is one the model would have chosen
+anyway, from the same logits, with the same sampler state. So the output is what plain
+decoding gives (for sampling, the same distribution: a draft never depends on the random draw
+that tests it). What was decoded past the first mismatch is cut from the KV cache after.
+
+Where drafts come from (--speculative): "ngram", the job's own prompt and output (ngram.py),
+after the OpenAI ``prediction`` text when the request gave one; "draft", a small model with
+the same vocabulary (engine/draft_model.py). Each job adapts its draft length: a draft wholly
+accepted doubles it (up to --draft-max), a partial one moves it toward what was accepted, a
+draft with nothing accepted halves it and pauses drafting for a while, longer each time, so
+text with nothing to copy decodes as fast as without speculation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from ..settings import MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW
+from .ngram import NgramIndex
+
+if TYPE_CHECKING:
+    from .jobs import Job
+
+
+class DraftSource(Protocol):
+    """A draft model (engine/draft_model.py): drafts for many sequences at once."""
+
+    def draft(self, wanted: list[tuple[int, list[int], int]]) -> dict[int, list[int]]: ...
+
+    def forget(self, seq_id: int) -> None: ...
+
+
+class JobDrafts:
+    """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
+
+    def __init__(self, prompt: list[int], prediction: list[int] | None, draft_max: int):
+        self.history = NgramIndex(prompt[-NGRAM_PROMPT_WINDOW:])
+        self.prediction = prediction or None
+        self.predicted = NgramIndex(prediction) if prediction else None
+        self.indexed = 0                # generated tokens already in self.history
+        self.draft_max = draft_max
+        self.length = draft_max         # what the next draft may be
+        self.misses = 0                 # drafts in a row with nothing accepted
+        self.pause = 0                  # steps to sit out before drafting again
+        self.drafted = 0
+        self.accepted = 0
+
+    def lookup(self, generated: list[int], limit: int) -> list[int]:
+        """Prompt lookup: the predicted output first, then the job's own prompt and output."""
+        for token in generated[self.indexed:]:
+            self.history.append(token)
+        self.indexed = len(generated)
+        if self.prediction is not None:
+            draft = self.predicted.follow(generated, limit) if generated else self.prediction[:limit]
+            if draft:
+                return draft
+        return self.history.follow(self.history.tokens, limit)
+
+    def wants(self, limit: int) -> int:
+        """How many tokens this job drafts this step, given room for `limit` (0: none)."""
+        if self.pause > 0:
+            self.pause -= 1
+            return 0
+        return min(limit, self.length)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        if not drafted:
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        if accepted == drafted:
+            self.misses = 0
+            self.length = min(self.draft_max, self.length * 2)
+        elif accepted == 0:
+            self.misses += 1
+            self.length = max(1, self.length // 2)
+            self.pause = min(MAX_DRAFT_PAUSE, 2 ** (self.misses - 1) - 1)
+        else:
+            self.misses = 0
+            self.length = max(1, (self.length + accepted + 1) // 2)
+
+
+class Speculator:
+    """The runtime's drafting: which jobs draft in a step, and how much."""
+
+    def __init__(self, mode: str, draft_max: int, is_eog: Callable[[int], bool],
+                 draft_model: DraftSource | None = None):
+        self.mode = mode if draft_max > 0 else "off"
+        self.draft_max = draft_max
+        self.is_eog = is_eog
+        self.draft_model = draft_model
+        self.drafted = 0                # every job's, since start (/metrics)
+        self.accepted = 0
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+    def start(self, prompt: list[int], prediction: list[int] | None) -> JobDrafts | None:
+        return JobDrafts(prompt, prediction, self.draft_max) if self.on else None
+
+    def propose(self, jobs: list[Job], budget: int, n_ctx_seq: int) -> dict[int, list[int]]:
+        """Drafts for the step's decoding jobs, by id(job), within `budget` batch entries in all."""
+        wanted: dict[int, tuple[Job, int]] = {}
+        for job in jobs:
+            if budget <= 0:
+                break
+            limit = self._room(job, min(budget, self.draft_max), n_ctx_seq)
+            limit = job.drafts.wants(limit) if limit > 0 else 0
+            if limit > 0:
+                wanted[id(job)] = (job, limit)
+                budget -= limit
+        drafts: dict[int, list[int]] = {}
+        from_model = self._from_model([(job, limit) for job, limit in wanted.values() if not job.forced])
+        for key, (job, limit) in wanted.items():
+            if job.forced:          # tokens the job must write next: the surest draft there is
+                draft = list(job.forced)[:limit]
+            elif self.mode == "draft" and self.draft_model is not None:
+                draft = from_model.get(key, [])
+            else:
+                draft = job.drafts.lookup(job.generated, limit)
+            draft = self._before_end(draft)
+            if draft:
+                drafts[key] = draft
+        return drafts
+
+    def _room(self, job: Job, limit: int, n_ctx_seq: int) -> int:
+        """A draft never runs past the context or max_tokens: those tokens could not be kept."""
+        if job.drafts is None or job.next_token is None:
+            return 0
+        limit = min(limit, n_ctx_seq - job.n_past - 2)
+        if job.request.max_tokens is not None:
+            limit = min(limit, job.request.max_tokens - len(job.generated) - 1)
+        return limit
+
+    def _from_model(self, wanted: list[tuple[Job, int]]) -> dict[int, list[int]]:
+        if self.mode != "draft" or self.draft_model is None or not wanted:
+            return {}
+        asked = [(job.slot.seq_id, job.slot.tokens + [job.next_token], limit) for job, limit in wanted]
+        by_seq = self.draft_model.draft(asked)
+        return {id(job): by_seq.get(job.slot.seq_id, []) for job, _ in wanted}
+
+    def _before_end(self, draft: list[int]) -> list[int]:
+        """An end-of-generation token ends the job when chosen: nothing after it is worth drafting."""
+        for i, token in enumerate(draft):
+            if self.is_eog(token):
+                return draft[:i]
+        return draft
+
+    def record(self, job: Job, drafted: int, accepted: int) -> None:
+        if job.drafts is not None:
+            job.drafts.record(drafted, accepted)
+        self.drafted += drafted
+        self.accepted += accepted
