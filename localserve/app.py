@@ -197,7 +197,7 @@ class App:
                                               n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc))
             except ModelLoadError as exc:
                 raise StartupError(str(exc), EXIT_USAGE) from None
-        return Speculator(s.speculative, s.draft_max, self.engine.is_eog, self.draft_model)
+        return Speculator(s.speculative, s.draft_max, self.engine, self.draft_model)
 
     def _close_stored_state(self) -> None:
         """The process is about to exit for good: runs still going are stored as failed, the store closed."""

@@ -52,7 +52,7 @@ class GenerationRequest:
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
-    prediction_tokens: list[int] | None = None   # OpenAI's prediction: the first source of drafts
+    prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
 
 
 # ---- events, one queue per job -------------------------------------------------

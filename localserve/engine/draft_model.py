@@ -66,16 +66,27 @@ class DraftModel:
                 return f"token {token} is {buf.raw[:max(n, 0)]!r} there, {target.piece(token)!r} here"
         return None
 
-    def draft(self, wanted: list[tuple[int, list[int], int]]) -> dict[int, list[int]]:
-        """For each (seq_id, tokens, limit): up to limit tokens greedily chosen after tokens."""
+    def draft(self, wanted: list[tuple[int, list[int], int, dict[int, float]]]) -> dict[int, list[int]]:
+        """For each (seq_id, tokens, limit, logit_bias): up to limit tokens greedily chosen after tokens,
+        the request's logit_bias applied (a token it bans would never be accepted)."""
         import numpy as np
         rows = self._catch_up(wanted)
-        drafts: dict[int, list[int]] = {seq: [] for seq, _, _ in wanted}
-        limits = {seq: limit for seq, _, limit in wanted}
+        drafts: dict[int, list[int]] = {seq: [] for seq, *_ in wanted}
+        limits = {seq: limit for seq, _, limit, _ in wanted}
+        biases = {seq: (np.fromiter(bias.keys(), dtype=np.int64, count=len(bias)),
+                        np.array([-np.inf if b <= -100 else b for b in bias.values()], dtype=np.float32))
+                  for seq, _, _, bias in wanted if bias}
+
+        def choose(seq: int, row: int) -> int:
+            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
+            if seq in biases:
+                ids, values = biases[seq]
+                logits = logits.copy()
+                logits[ids] += values
+            return int(logits.argmax())
+
         while rows:
-            chosen = {seq: int(np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row),
-                                                     shape=(self.n_vocab,)).argmax())
-                      for seq, row in rows.items()}
+            chosen = {seq: choose(seq, row) for seq, row in rows.items()}
             entries = []
             for seq, token in chosen.items():
                 drafts[seq].append(token)
@@ -90,14 +101,14 @@ class DraftModel:
                 rows[seq] = i
         return drafts
 
-    def _catch_up(self, wanted: list[tuple[int, list[int], int]]) -> dict[int, int]:
+    def _catch_up(self, wanted: list[tuple[int, list[int], int, dict[int, float]]]) -> dict[int, int]:
         """Bring each sequence to its tokens; the batch row of each one's last-token logits.
 
         What is new but the last token is decoded in n_batch chunks, without logits; then every
         sequence's last token in one batch, so all the rows drafting starts from are in one decode."""
         prefix: list[tuple[int, int, int, bool]] = []
         last: list[tuple[int, int, int, bool]] = []
-        for seq, tokens, _ in wanted:
+        for seq, tokens, *_ in wanted:
             held = self.held.setdefault(seq, [])
             shared = 0
             limit = min(len(held), len(tokens) - 1)     # the last token is decoded again: its logits are needed

@@ -56,7 +56,7 @@ class Runtime:
         self.kv = SlotKeeper(engine, self.cache)
         self.scheduler = Scheduler(slots, max_queue)
         self.cond = self.scheduler.cond
-        self.speculator = speculator or Speculator("off", 0, engine.is_eog)
+        self.speculator = speculator or Speculator("off", 0, engine)
         self.sampling = SamplerDriver(engine, self.scheduler, sample_time_limit, on_token=self._take_token,
                                       on_error=self._sample_failed, on_too_slow=self._too_slow,
                                       on_verified=self._verified)
@@ -236,7 +236,7 @@ class Runtime:
             self._emit_to(gen, Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
             return
         job = Job(gen, slot, sampler, keep)
-        job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction_tokens)
+        job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
         slot.job = job
         slot.last_used = time.monotonic()
         slot.cache_key = gen.request.cache_key

@@ -18,9 +18,9 @@ text with nothing to copy decodes as fast as without speculation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from ..settings import MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW
+from ..settings import DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
 from .ngram import NgramIndex
 
 if TYPE_CHECKING:
@@ -30,18 +30,27 @@ if TYPE_CHECKING:
 class DraftSource(Protocol):
     """A draft model (engine/draft_model.py): drafts for many sequences at once."""
 
-    def draft(self, wanted: list[tuple[int, list[int], int]]) -> dict[int, list[int]]: ...
+    def draft(self, wanted: list[tuple[int, list[int], int, dict[int, float]]]) -> dict[int, list[int]]: ...
 
-    def forget(self, seq_id: int) -> None: ...
+
+class TextCodec(Protocol):
+    """What drafting from text needs of the engine (engine.Engine is one)."""
+
+    def piece(self, token: int) -> bytes: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
 
 
 class JobDrafts:
     """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
 
-    def __init__(self, prompt: list[int], prediction: list[int] | None, draft_max: int):
+    def __init__(self, prompt: list[int], prediction: str | None, text: TextCodec, draft_max: int):
         self.history = NgramIndex(prompt[-NGRAM_PROMPT_WINDOW:])
-        self.prediction = prediction or None
-        self.predicted = NgramIndex(prediction) if prediction else None
+        self.text = text
+        self.prediction = prediction.encode("utf-8") if prediction else None
+        self.predicted = NgramIndex(text.tokenize(prediction)) if prediction else None
+        self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
+        self.matched = 0                # many tokens (-1: the output strayed from it)
         self.indexed = 0                # generated tokens already in self.history
         self.draft_max = draft_max
         self.length = draft_max         # what the next draft may be
@@ -56,10 +65,35 @@ class JobDrafts:
             self.history.append(token)
         self.indexed = len(generated)
         if self.prediction is not None:
-            draft = self.predicted.follow(generated, limit) if generated else self.prediction[:limit]
+            draft = self._predicted(generated, limit)
             if draft:
                 return draft
         return self.history.follow(self.history.tokens, limit)
+
+    def _predicted(self, generated: list[int], limit: int) -> list[int]:
+        """While the output's text is the prediction's beginning, the next of its text as tokens;
+        after the output strays (the edit the prediction could not know), what follows the
+        output's last tokens in the prediction's tokens.
+
+        Text, not tokens: the model may spell the same text with other tokens than the
+        tokenizer does, and a draft that differs only in spelling would be refused."""
+        while 0 <= self.aligned < len(generated):
+            piece = self.text.piece(generated[self.aligned])
+            if not self.prediction.startswith(piece, self.matched):
+                self.aligned = -1
+                break
+            self.matched += len(piece)
+            self.aligned += 1
+        if self.aligned < 0:
+            return self.predicted.follow(generated, limit)
+        window = self.prediction[self.matched:self.matched + limit * PREDICTION_BYTES_PER_TOKEN]
+        try:
+            draft = self.text.tokenize(window.decode("utf-8"))
+        except UnicodeDecodeError:      # the output ends inside a character, or the window does
+            return []
+        if self.matched + len(window) < len(self.prediction):
+            draft = draft[:-1]          # the window's last token may be cut short
+        return draft[:limit]
 
     def wants(self, limit: int) -> int:
         """How many tokens this job drafts this step, given room for `limit` (0: none)."""
@@ -88,11 +122,11 @@ class JobDrafts:
 class Speculator:
     """The runtime's drafting: which jobs draft in a step, and how much."""
 
-    def __init__(self, mode: str, draft_max: int, is_eog: Callable[[int], bool],
-                 draft_model: DraftSource | None = None):
+    def __init__(self, mode: str, draft_max: int, engine, draft_model: DraftSource | None = None):
         self.mode = mode if draft_max > 0 else "off"
         self.draft_max = draft_max
-        self.is_eog = is_eog
+        self.is_eog = engine.is_eog
+        self.text = _Text(engine)
         self.draft_model = draft_model
         self.drafted = 0                # every job's, since start (/metrics)
         self.accepted = 0
@@ -101,17 +135,20 @@ class Speculator:
     def on(self) -> bool:
         return self.mode != "off"
 
-    def start(self, prompt: list[int], prediction: list[int] | None) -> JobDrafts | None:
-        return JobDrafts(prompt, prediction, self.draft_max) if self.on else None
+    def start(self, prompt: list[int], prediction: str | None) -> JobDrafts | None:
+        return JobDrafts(prompt, prediction, self.text, self.draft_max) if self.on else None
 
     def propose(self, jobs: list[Job], budget: int, n_ctx_seq: int) -> dict[int, list[int]]:
         """Drafts for the step's decoding jobs, by id(job), within `budget` batch entries in all."""
+        # Verifying a drafted token costs a logits row (for a large vocabulary, most of a token's
+        # work): several sequences share a step's drafts, so more of them do not slow every stream.
+        asking = [(job, self._room(job, self.draft_max, n_ctx_seq)) for job in jobs]
+        asking = [(job, job.drafts.wants(room)) for job, room in asking if room > 0]
+        asking = [(job, want) for job, want in asking if want > 0]
+        budget = min(budget, self.draft_max * DRAFT_STEP_SHARE)
         wanted: dict[int, tuple[Job, int]] = {}
-        for job in jobs:
-            if budget <= 0:
-                break
-            limit = self._room(job, min(budget, self.draft_max), n_ctx_seq)
-            limit = job.drafts.wants(limit) if limit > 0 else 0
+        for n, (job, want) in enumerate(asking):
+            limit = min(want, budget // (len(asking) - n))
             if limit > 0:
                 wanted[id(job)] = (job, limit)
                 budget -= limit
@@ -141,7 +178,8 @@ class Speculator:
     def _from_model(self, wanted: list[tuple[Job, int]]) -> dict[int, list[int]]:
         if self.mode != "draft" or self.draft_model is None or not wanted:
             return {}
-        asked = [(job.slot.seq_id, job.slot.tokens + [job.next_token], limit) for job, limit in wanted]
+        asked = [(job.slot.seq_id, job.slot.tokens + [job.next_token], limit, job.request.sampling.logit_bias)
+                 for job, limit in wanted]
         by_seq = self.draft_model.draft(asked)
         return {id(job): by_seq.get(job.slot.seq_id, []) for job, _ in wanted}
 
@@ -157,3 +195,14 @@ class Speculator:
             job.drafts.record(drafted, accepted)
         self.drafted += drafted
         self.accepted += accepted
+
+
+class _Text:
+    """The engine's pieces and a plain tokenizer (no BOS, no special tokens parsed): the prediction is text."""
+
+    def __init__(self, engine):
+        self.piece = engine.piece
+        self._tokenize = getattr(engine, "tokenize", None)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenize(text, add_special=False, parse_special=False) if text else []

@@ -67,13 +67,13 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
                                  logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
     request.cache_key = cache_key     # a slot-affinity hint (runtime/scheduler.choose_slot)
-    request.prediction_tokens = read_prediction(model.engine, body)
+    request.prediction = read_prediction(model.engine, body)
     return request
 
 
-def read_prediction(engine, body: dict) -> list[int] | None:
+def read_prediction(engine, body: dict) -> str | None:
     """OpenAI's Predicted Outputs, {"type": "content", "content": text or text parts}: the text the
-    answer is expected to repeat, as tokens; the runtime drafts from it first (speculative.py)."""
+    answer is expected to repeat; the runtime drafts from it first (runtime/speculative.py)."""
     prediction = body.get("prediction")
     if prediction is None:
         return None
@@ -88,10 +88,10 @@ def read_prediction(engine, body: dict) -> list[int] | None:
     if not isinstance(content, str):
         raise invalid("prediction.content", "expected a string or an array of text parts")
     try:
-        tokens = engine.tokenize(content, add_special=False, parse_special=False, limit=MAX_PREDICTION_TOKENS)
+        engine.tokenize(content, add_special=False, parse_special=False, limit=MAX_PREDICTION_TOKENS)
     except TooManyTokens:
         raise invalid("prediction.content", f"is longer than {MAX_PREDICTION_TOKENS} tokens") from None
-    return tokens or None
+    return content or None
 
 
 def read_messages(body: dict) -> list[dict]:

@@ -59,7 +59,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
         logprobs=logprobs is not None,
         top_logprobs=logprobs or 0,
         label=f"completion {request_id}",
-        prediction_tokens=read_prediction(model.engine, body),     # an extension here, as in chat
+        prediction=read_prediction(model.engine, body),     # an extension here, as in chat
     )
 
 
