@@ -70,6 +70,15 @@ def assert_no_kv_leak(port: int) -> None:
         assert slot["kv_positions"] == slot["cached_tokens"], state
 
 
+def assert_cache_holds_what_was_emitted(port: int, answer: dict) -> None:
+    """The slot that served answer holds its prompt and every emitted token but the last (never
+    decoded): nothing of a draft past the end stays."""
+    usage = answer["usage"]
+    held = usage["prompt_tokens"] + usage["completion_tokens"] - 1
+    state = request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
+    assert held in [slot["cached_tokens"] for slot in state["slots"]], (held, state)
+
+
 def concurrently(fn, args_list):
     results = [None] * len(args_list)
 
@@ -139,6 +148,7 @@ def test_stop_string_inside_an_accepted_run(plain, spec):
     assert drafts(got)[0] > 0
     assert got["usage"]["completion_tokens"] == want["usage"]["completion_tokens"]
     assert_no_kv_leak(spec.port)
+    assert_cache_holds_what_was_emitted(spec.port, got)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 2, 5, 11])
@@ -150,10 +160,11 @@ def test_max_tokens_reached_inside_an_accepted_run(plain, spec, max_tokens):
     assert got["usage"]["completion_tokens"] == max_tokens
     assert got["choices"][0]["finish_reason"] == "length"
     assert_no_kv_leak(spec.port)
+    assert_cache_holds_what_was_emitted(spec.port, got)
 
 
 def test_grammar_output_is_the_same_with_drafts(plain, spec):
-    grammar = 'root ::= ("ab" | "ba" | "a" | "b" | " ")+'
+    grammar = 'root ::= ([ab] [ab] [ab] " ")+'       # where a space may go depends on every token before
     want = complete(plain.port, PROMPTS[0], grammar=grammar, max_tokens=40)
     assert text_of(want) and set(text_of(want)) <= set("ab ")
     got = complete(spec.port, PROMPTS[0], grammar=grammar, max_tokens=40,
@@ -161,7 +172,7 @@ def test_grammar_output_is_the_same_with_drafts(plain, spec):
     assert text_of(got) == text_of(want)
     assert drafts(got)[0] > 0
     wrong = complete(spec.port, PROMPTS[0], grammar=grammar, max_tokens=40,
-                     prediction={"type": "content", "content": "ba ab " * 10})
+                     prediction={"type": "content", "content": "ba ab " * 10})    # wrong: spaces misplaced
     assert text_of(wrong) == text_of(want)
     assert_no_kv_leak(spec.port)
 
