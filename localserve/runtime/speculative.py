@@ -147,6 +147,7 @@ class Speculator:
         asking = [(job, want) for job, want in asking if want > 0]
         budget = min(budget, self.draft_max * DRAFT_STEP_SHARE)
         wanted: dict[int, tuple[Job, int]] = {}
+        asking.sort(key=lambda pair: pair[1])      # the smallest wants first: what they leave goes to the rest
         for n, (job, want) in enumerate(asking):
             limit = min(want, budget // (len(asking) - n))
             if limit > 0:
