@@ -18,6 +18,7 @@ text with nothing to copy decodes as fast as without speculation.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Protocol
 
 from ..settings import DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
@@ -25,6 +26,8 @@ from .ngram import NgramIndex
 
 if TYPE_CHECKING:
     from .jobs import Job
+
+log = logging.getLogger("localserve.runtime")
 
 
 class DraftSource(Protocol):
@@ -181,7 +184,11 @@ class Speculator:
             return {}
         asked = [(job.slot.seq_id, job.slot.tokens + [job.next_token], limit, job.request.sampling.logit_bias)
                  for job, limit in wanted]
-        by_seq = self.draft_model.draft(asked)
+        try:
+            by_seq = self.draft_model.draft(asked)
+        except Exception:       # a draft is only a guess: without one, the step decodes as it would anyway
+            log.exception("the draft model failed; this step decodes without drafts")
+            return {}
         return {id(job): by_seq.get(job.slot.seq_id, []) for job, _ in wanted}
 
     def _before_end(self, draft: list[int]) -> list[int]:
