@@ -133,6 +133,12 @@ MUTANTS = [
            "                if i == len(draft) or token != draft[i]:\n"
            "                    break\n                accepted += 1\n        except Exception as exc:",
            ("tests/e2e/test_speculative.py::test_stop_string_inside_an_accepted_run",)),
+    Mutant("a grammar job's accepted run goes on past the end", "localserve/runtime/sampling.py",
+           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n            else:",
+           "                if i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n            else:",
+           ("tests/e2e/test_speculative.py::test_tool_call_end_marker_inside_an_accepted_run",)),
     Mutant("a grammar run accepts a mismatch", "localserve/engine/sampler.py",
            "            if i >= len(draft) or token != draft[i]:", "            if i >= len(draft):",
            ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),

@@ -34,14 +34,15 @@ TEXT_ONLY = {**NO_EOG, **{str(byte_token_id(b)): -100 for b in range(256)}}
 
 @pytest.fixture(scope="module")
 def plain(tiny_model):
-    srv = ServerProcess(tiny_model, "--speculative", "off", "--slots", "4", "--no-store")
+    srv = ServerProcess(tiny_model, "--speculative", "off", "--slots", "4", "--no-store", "--tool-syntax", "hermes")
     yield srv
     srv.stop()
 
 
 @pytest.fixture(scope="module")
 def spec(tiny_model):
-    srv = ServerProcess(tiny_model, "--speculative", "ngram", "--draft-max", "8", "--slots", "4", "--no-store")
+    srv = ServerProcess(tiny_model, "--speculative", "ngram", "--draft-max", "8", "--slots", "4", "--no-store",
+                        "--tool-syntax", "hermes")
     yield srv
     srv.stop()
 
@@ -175,6 +176,27 @@ def test_grammar_output_is_the_same_with_drafts(plain, spec):
                      prediction={"type": "content", "content": "ba ab " * 10})    # wrong: spaces misplaced
     assert text_of(wrong) == text_of(want)
     assert_no_kv_leak(spec.port)
+
+
+def test_tool_call_end_marker_inside_an_accepted_run(plain, spec):
+    call = '<tool_call>{\\"name\\": \\"get_time\\", \\"arguments\\": {\\"zone\\": \\"UTC\\"}}</tool_call>'
+    grammar = f'root ::= "{call}" " and then a long tail of text that is never generated"'
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string"}}}}}]
+    forced = call.replace("\\", "") + " and then a long tail of text that is never generated"
+    body = {"messages": [{"role": "user", "content": "time?"}], "tools": tools, "temperature": 0,
+            "max_tokens": 200, "grammar": grammar, "parallel_tool_calls": False}
+    want = request(plain.port, post_json("/v1/chat/completions", body), timeout=60).json()
+    got = request(spec.port, post_json("/v1/chat/completions", {
+        **body, "prediction": {"type": "content", "content": forced}}), timeout=60).json()
+    assert want["choices"][0]["finish_reason"] == got["choices"][0]["finish_reason"] == "tool_calls"
+    calls = [c["function"] for c in got["choices"][0]["message"]["tool_calls"]]
+    assert calls == [c["function"] for c in want["choices"][0]["message"]["tool_calls"]]
+    assert calls[0]["name"] == "get_time"
+    assert got["usage"]["completion_tokens"] == want["usage"]["completion_tokens"]
+    assert got["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 0
+    assert_no_kv_leak(spec.port)
+    assert_cache_holds_what_was_emitted(spec.port, got)
 
 
 def test_logprobs_match_token_by_token(plain, spec):
