@@ -26,7 +26,9 @@ class Bar:
 
 
 def write_svg(path: Path, title: str, bars: list[Bar]) -> Path:
-    top = max([b.ratio for b in bars] + [b.target or 0 for b in bars] + [b.llama_server or 0 for b in bars] + [1.0])
+    marks = [b.target or 0 for b in bars] + [b.llama_server or 0 for b in bars] + [1.0]
+    # the axis ends at twice the largest target or figure to compare with: a bar past it is cut (and says so)
+    top = min(max([b.ratio for b in bars] + marks), 2 * max(marks))
     scale = BAR_WIDTH / (top * 1.1)
     width = LABEL_WIDTH + BAR_WIDTH + RIGHT_MARGIN
     height = 60 + ROW_HEIGHT * len(bars) + 30
@@ -40,9 +42,10 @@ def write_svg(path: Path, title: str, bars: list[Bar]) -> Path:
         met = bar.target is None or bar.ratio >= bar.target
         colour = "#3a9a4a" if met else "#c8453a"
         out.append(f'<text x="10" y="{y + 17}">{escape(bar.label)}</text>')
-        out.append(f'<rect x="{x0}" y="{y + 4}" width="{max(1.0, bar.ratio * scale):.1f}" height="18" fill="{colour}"/>')
-        text = f"{bar.ratio:.2f}x" + (f"  {bar.note}" if bar.note else "")
-        out.append(f'<text x="{x0 + bar.ratio * scale + 6:.1f}" y="{y + 18}">{escape(text)}</text>')
+        shown = min(bar.ratio, top * 1.1)
+        out.append(f'<rect x="{x0}" y="{y + 4}" width="{max(1.0, shown * scale):.1f}" height="18" fill="{colour}"/>')
+        text = ("» " if shown < bar.ratio else "") + f"{bar.ratio:.2f}x" + (f"  {bar.note}" if bar.note else "")
+        out.append(f'<text x="{x0 + shown * scale + 6:.1f}" y="{y + 18}">{escape(text)}</text>')
         if bar.target is not None:
             tx = x0 + bar.target * scale
             out.append(f'<line x1="{tx:.1f}" y1="{y}" x2="{tx:.1f}" y2="{y + 26}" stroke="black" stroke-width="2"/>')

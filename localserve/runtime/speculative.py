@@ -74,12 +74,16 @@ class JobDrafts:
         return self.history.follow(self.history.tokens, limit)
 
     def _predicted(self, generated: list[int], limit: int) -> list[int]:
-        """While the output's text is the prediction's beginning, the next of its text as tokens;
-        after the output strays (the edit the prediction could not know), what follows the
-        output's last tokens in the prediction's tokens.
+        """From the prediction: first as the tokenizer spells it (its beginning while the output is
+        that, else what followed the output's last tokens there), which is how a model copying
+        text tends to spell it; else, while the output's text is the prediction's beginning, the
+        next of its text as tokens (the model may spell the same text with other tokens)."""
+        tokens = self.predicted.tokens
+        if len(generated) < len(tokens) and tokens[:len(generated)] == generated:
+            return tokens[len(generated):len(generated) + limit]
+        return self.predicted.follow(generated, limit) or self._by_text(generated, limit)
 
-        Text, not tokens: the model may spell the same text with other tokens than the
-        tokenizer does, and a draft that differs only in spelling would be refused."""
+    def _by_text(self, generated: list[int], limit: int) -> list[int]:
         while 0 <= self.aligned < len(generated):
             piece = self.text.piece(generated[self.aligned])
             if not self.prediction.startswith(piece, self.matched):
@@ -88,7 +92,7 @@ class JobDrafts:
             self.matched += len(piece)
             self.aligned += 1
         if self.aligned < 0:
-            return self.predicted.follow(generated, limit)
+            return []
         window = self.prediction[self.matched:self.matched + limit * PREDICTION_BYTES_PER_TOKEN]
         try:
             draft = self.text.tokenize(window.decode("utf-8"))
