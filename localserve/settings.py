@@ -36,7 +36,7 @@ DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one toke
 # Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
-DEFAULT_DRAFT_MAX = 12             # --draft-max: most tokens drafted per sequence per step (measured: README)
+DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
 NGRAM_SIZES = (8, 4, 3, 2)         # n-gram lengths the prompt lookup matches, the longest first
 NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
 DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
