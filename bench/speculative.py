@@ -1,6 +1,7 @@
 """Speculative decoding's figures for `make bench`: four ratios, each paired within a round.
 
-- edit: the prompt holds a ~600-token source file and asks for it back with one rename; greedy.
+- edit: the prompt holds a ~600-token source file (and one copy of it) and asks for it back with
+  one rename; greedy.
   localserve (speculation on, the default) against the bare engine's plain token loop on the
   same tokens; also how many leading tokens equal the non-speculative server's output;
 - free text: the single-stream workload, where little can be copied: no loss is the target;
@@ -24,9 +25,11 @@ from .client import StreamResult, stream_completion
 from .server import LlamaServer, RunningServer
 
 SOURCE = (Path(__file__).with_name("edit_sample.txt")).read_text()
-EDIT_PROMPT = ("Here is a Python file, inventory.py:\n\n```python\n" + SOURCE + "```\n\n"
-               "Here is the same file again, unchanged except that the method `low_stock` is renamed "
-               "`running_low`:\n\n```python\n")
+# The demo model is a 270M base model: asked for a file back, it writes a file of its own; shown one
+# faithful copy first, it copies (as an instruction-tuned model asked for its edit does).
+EDIT_PROMPT = ("inventory.py:\n\n```python\n" + SOURCE + "```\n\nThe same file, copied exactly:\n\n```python\n"
+               + SOURCE + "```\n\nThe same file again, with the method `low_stock` renamed `running_low`:"
+               "\n\n```python\n")
 TARGETS = {"edit": 2.7, "free": 0.97, "edit_4": 1.3, "prediction": 2.5}
 RESULTS = Path(__file__).with_name("results")
 

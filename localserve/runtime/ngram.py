@@ -37,12 +37,15 @@ class NgramIndex:
 
     def follow(self, tail: list[int], limit: int) -> list[int]:
         """Up to `limit` tokens that followed the longest n-gram ending `tail` (its latest occurrence)."""
-        if limit <= 0:
-            return []
+        at = self.find(tail) if limit > 0 else None
+        return self.tokens[at:at + limit] if at is not None else []
+
+    def find(self, tail: list[int]) -> int | None:
+        """Where what followed the longest n-gram ending `tail` begins (its latest occurrence)."""
         for n in self.sizes:
             if len(tail) < n:
                 continue
             at = self._after[n].get(tuple(tail[-n:]))
             if at is not None:
-                return self.tokens[at:at + limit]
-        return []
+                return at
+        return None

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from ..settings import DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
+from ..settings import COPY_CHECK_TOKENS, DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
 from .ngram import NgramIndex
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ class JobDrafts:
         self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
         self.matched = 0                # many tokens (-1: the output strayed from it)
         self.indexed = 0                # generated tokens already in self.history
+        self.source: int | None = None  # where in the history the last draft was copied from,
+        self.source_len = 0             # and how long the history was then
         self.draft_max = draft_max
         self.length = draft_max         # what the next draft may be
         self.misses = 0                 # drafts in a row with nothing accepted
@@ -71,7 +73,24 @@ class JobDrafts:
             draft = self._predicted(generated, limit)
             if draft:
                 return draft
-        return self.history.follow(self.history.tokens, limit)
+        return self._copied(limit)
+
+    def _copied(self, limit: int) -> list[int]:
+        """Where the last draft came from, if the output is still copying it; else the lookup.
+
+        Copied text repeats itself (a file's `with self.lock:` lines): the latest occurrence of
+        the output's last tokens may be a line written a moment ago, not the place being copied.
+        So a copy is followed on from where it was, as long as the tokens since match."""
+        tokens = self.history.tokens
+        if self.source is not None:
+            at = self.source + len(tokens) - self.source_len
+            check = min(COPY_CHECK_TOKENS, len(tokens) - self.source_len)
+            if at < self.source_len and tokens[at - check:at] == tokens[len(tokens) - check:]:
+                self.source, self.source_len = at, len(tokens)
+                return tokens[at:min(at + limit, self.source_len)]
+        at = self.history.find(tokens)
+        self.source, self.source_len = (at, len(tokens)) if at is not None else (None, 0)
+        return tokens[at:at + limit] if at is not None else []
 
     def _predicted(self, generated: list[int], limit: int) -> list[int]:
         """From the prediction: first as the tokenizer spells it (its beginning while the output is
