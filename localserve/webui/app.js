@@ -291,14 +291,20 @@ function renderConversations() {
 }
 
 // What the server is sent of a conversation: the system prompt, then each turn that has text.
+// A question whose answer failed is left out: one too long for the context would fail every
+// later turn too.
 function apiMessages(conversation) {
   const messages = [];
   const system = $("system-prompt").value;
   if (system.trim()) messages.push({ role: "system", content: system });
-  for (const message of conversation.messages) {
-    if (message.role === "user") messages.push({ role: "user", content: message.content });
-    else if (message.content) messages.push({ role: "assistant", content: message.content });
-  }
+  conversation.messages.forEach((message, i) => {
+    const answer = conversation.messages[i + 1];
+    if (message.role === "user" && !(answer && answer.error && !answer.content)) {
+      messages.push({ role: "user", content: message.content });
+    } else if (message.role === "assistant" && message.content) {
+      messages.push({ role: "assistant", content: message.content });
+    }
+  });
   return messages;
 }
 
