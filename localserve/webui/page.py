@@ -21,6 +21,11 @@ from ..dialects.exchange import Exchange, RouteTable
 FILES = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/webui/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/webui/dom.js": ("dom.js", "text/javascript; charset=utf-8"),
+    "/webui/api.js": ("api.js", "text/javascript; charset=utf-8"),
+    "/webui/messages.js": ("messages.js", "text/javascript; charset=utf-8"),
+    "/webui/chat.js": ("chat.js", "text/javascript; charset=utf-8"),
+    "/webui/status.js": ("status.js", "text/javascript; charset=utf-8"),
     "/webui/style.css": ("style.css", "text/css; charset=utf-8"),
     "/webui/favicon.svg": ("favicon.svg", "image/svg+xml"),
 }

@@ -76,7 +76,7 @@ def test_wheelhouse_holds_every_runtime_and_demo_wheel(dist):
         assert any("libggml-rpc" in n for n in wheel.namelist()), "llama-cpp-python built without RPC"
     (ours,) = WHEELHOUSE.glob("localserve-*.whl")
     with zipfile.ZipFile(ours) as wheel:      # the built-in page is package data
-        page = {f"localserve/webui/{n}" for n in ("index.html", "app.js", "style.css", "favicon.svg")}
+        page = {f"localserve/webui/{n}" for n in ("index.html", "app.js", "chat.js", "style.css", "favicon.svg")}
         assert page <= set(wheel.namelist())
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
@@ -109,7 +109,7 @@ def test_fresh_venv_installs_offline_and_serves(dist, tiny, tmp_path):
         assert reply["choices"][0]["message"]["role"] == "assistant"
         assert reply["usage"]["completion_tokens"] >= 1
         page = server.page("/")
-        assert '<script src="/webui/app.js"' in page and "localserve" in server.page("/webui/app.js")
+        assert '<script type="module" src="/webui/app.js"' in page and "import" in server.page("/webui/chat.js")
 
 
 def test_pyz_runs_on_the_system_python(dist, tiny, tmp_path):
@@ -125,7 +125,7 @@ def test_pyz_runs_on_the_system_python(dist, tiny, tmp_path):
         models = server.get("/v1/models")
         assert models["object"] == "list"
         assert models["data"][0]["id"] == "tiny"
-        assert '<script src="/webui/app.js"' in server.page("/")     # package data inside the zipapp
+        assert '<script type="module" src="/webui/app.js"' in server.page("/")     # package data inside the zipapp
     assert any((tmp_path / "shiv").iterdir()), "shiv did not extract into SHIV_ROOT"
 
 
