@@ -24,7 +24,6 @@ export async function errorOf(response) {
 export function describe(error) {
   if (error instanceof ServerError) {
     if (error.status === 401) return `${error.message}\nEnter the server's API key under Settings.`;
-    if (error.status === 503 || error.status === 429) return `${error.message}\nThe server is busy: try again shortly.`;
     return error.message;
   }
   if (error instanceof TypeError) return `Cannot reach the server: ${error.message}`;
@@ -53,26 +52,30 @@ export async function getText(path) {
 }
 
 // Calls onData with each `data:` payload of a text/event-stream body, parsed as JSON, until
-// [DONE] or the end of the body. Comments (": prefill" keepalives) are skipped.
+// [DONE] or the end of the body. Comments (": prefill" keepalives) are skipped. The body is
+// let go of however this ends (onData may throw: an error event in the stream).
 export async function readEvents(body, onData) {
   const reader = body.getReader();
   const decoder = new TextDecoder();
   let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
-    buffer = buffer.replace(/\r\n?/g, "\n");
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const block = buffer.slice(0, end);
-      buffer = buffer.slice(end + 2);
-      const data = block.split("\n").filter((l) => l.startsWith("data:"))
-        .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
-      if (!data) continue;
-      if (data === "[DONE]") return;
-      onData(JSON.parse(data));
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      buffer += decoder.decode(value || new Uint8Array(), { stream: !done });
+      buffer = buffer.replace(/\r\n|\r(?!$)/g, "\n");   // a \r last may be half of a \r\n
+      let end;
+      while ((end = buffer.indexOf("\n\n")) >= 0) {
+        const block = buffer.slice(0, end);
+        buffer = buffer.slice(end + 2);
+        const data = block.split("\n").filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).replace(/^ /, "")).join("\n");
+        if (!data) continue;
+        if (data === "[DONE]") return;
+        onData(JSON.parse(data));
+      }
+      if (done) return;
     }
-    if (done) return;
+  } finally {
+    reader.cancel().catch(() => {});
   }
 }
-

@@ -295,6 +295,7 @@ export async function send() {
     setBusy(false);
     saveConversations();
     if (conversation === current) redrawLast(true);
+    // answers ended so far, for whoever waits for one (the browser tests do)
     $("messages").dataset.finished = String(Number($("messages").dataset.finished || 0) + 1);
   }
 }

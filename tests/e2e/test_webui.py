@@ -18,7 +18,7 @@ from browser import Browser, find_browser
 from clients import openai_sdk
 from conftest import ROOT, ServerProcess
 from promtext import parse
-from rawhttp import request
+from rawhttp import RawConnection, post_json, request
 from tinymodel import CHATML_TEMPLATE, NO_EOG, write_tiny_gguf
 
 SHOTS = ROOT / "test-output" / "webui"
@@ -54,7 +54,8 @@ def webui_server(page_model):
 
 @pytest.fixture(scope="module")
 def key_server(page_model):
-    srv = ServerProcess(page_model, "--model-id", MODEL_ID, "--slots", "1", "--no-store", "--api-key", API_KEY)
+    srv = ServerProcess(page_model, "--model-id", MODEL_ID, "--slots", "1", "--max-queue", "1", "--no-store",
+                        "--api-key", API_KEY)
     yield srv
     srv.stop()
 
@@ -350,6 +351,35 @@ def test_the_key_field_works_with_api_key(browser, key_server, request):
         browser.wait(lambda: browser.text("#busy-slots") == "0 / 1", "the status view did not load with the key")
     finally:
         browser.screenshot(request.node.name)
+
+
+def test_a_full_queue_shows_as_a_readable_message(browser, key_server, request):
+    auth = f"Authorization: Bearer {API_KEY}\r\n"
+    long_stream = post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 8000, "stream": True, "logit_bias": NO_EOG},
+                            headers=auth)
+    browser.open(key_server.base_url + "/")
+    browser.js("localStorage.setItem('localserve.apiKey', JSON.stringify(arguments[0]))", API_KEY)
+    browser.reload()
+    wait_for_models(browser)
+    running, queued = RawConnection(key_server.port, timeout=60), RawConnection(key_server.port, timeout=60)
+    try:
+        running.send(long_stream)
+        running.sock.recv(4096)                        # streaming: the only slot is busy
+        queued.send(long_stream)                       # waits for it: the queue (size 1) is full
+        browser.wait(lambda: get(key_server.port, "/slots", auth).json()["queue_depth"] == 1, "never queued")
+        send_and_wait(browser, "is there room?")
+        error = browser.text("#messages .message.assistant:last-child .error")
+        assert error.startswith("503: ") and "busy" in error, error
+    finally:
+        browser.screenshot(request.node.name)
+        running.close()
+        queued.close()
+    browser.wait(lambda: slots_busy_with_key(key_server, auth) == 0, "the dropped streams kept the slot")
+
+
+def slots_busy_with_key(server, auth: str) -> int:
+    return sum(slot["busy"] for slot in get(server.port, "/slots", auth).json()["slots"])
 
 
 def test_status_view_shows_a_busy_slot_while_a_stream_runs(page, webui_server):
