@@ -89,6 +89,8 @@ def test_page_files_carry_type_etag_cache_and_a_strict_csp(webui_server, path):
     assert again.status == 304 and again.body == b"" and again.header("etag") == resp.header("etag")
     changed = get(webui_server.port, path, 'If-None-Match: "not-this-one"\r\n')
     assert changed.status == 200 and changed.body == resp.body
+    head = request(webui_server.port, f"HEAD {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    assert head.status == 200 and head.body == b"" and head.header("content-length") == str(len(resp.body))
 
 
 def test_the_page_loads_nothing_from_elsewhere(webui_server):
