@@ -32,6 +32,7 @@ from .dialects.openai import chat, completions
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
+from .webui import page as webui
 from .wire.routes import Router
 from .parsing.reasoning import REASONING_FORMATS
 from .runtime.runtime import Runtime
@@ -57,7 +58,7 @@ class StartupError(Exception):
         self.status = status
 
 
-PUBLIC_PATHS = ("/health", "/v1/health")     # answered without an API key (probes)
+PUBLIC_PATHS = ("/health", "/v1/health")     # answered without an API key (probes); the page adds its files
 
 
 class App:
@@ -78,6 +79,7 @@ class App:
         except OSError as exc:
             raise StartupError(f"cannot read --api-key-file {settings.api_key_file}: {exc.strerror}", EXIT_USAGE) from None
         self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin)
+        self.public_paths = PUBLIC_PATHS
         self.router = Router(self)
         self._add_routes()
 
@@ -108,6 +110,8 @@ class App:
         add("/v1/conversations/{conversation_id}/items/{item_id}", "GET", conversations.get_item)
         add("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", conversations.delete_item)
         anthropic.register(self.router)
+        if not self.settings.no_webui:
+            self.public_paths += webui.register(self.router)
 
     # ---- hooks the router calls ---------------------------------------------------
 
@@ -118,7 +122,7 @@ class App:
             raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
                                 f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
         exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
-        if request.method == "OPTIONS" or exchange.request.path in PUBLIC_PATHS or not self.access.requires_key:
+        if request.method == "OPTIONS" or exchange.request.path in self.public_paths or not self.access.requires_key:
             return
         if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",

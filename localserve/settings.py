@@ -101,6 +101,7 @@ class Settings:
     tool_syntax: str | None = None
     data_dir: str | None = None
     no_store: bool = False
+    no_webui: bool = False
     api_key: list[str] = field(default_factory=list)
     api_key_file: str | None = None
     allowed_host: list[str] = field(default_factory=list)

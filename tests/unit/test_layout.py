@@ -5,7 +5,7 @@ A request's path reads top to bottom, and so do the imports:
 
     cli, app            start-up: flags, config, wiring the parts together
     wire                socket, HTTP parser, response writer, routes, access checks
-    dialects            each API's JSON in and out, and the stream helpers they share
+    dialects, webui     each API's JSON in and out, and the stream helpers they share; the built-in page
     prompt, runtime     building a GenerationRequest; the runtime thread
     engine              llama.cpp, CPU weights, RPC
     parsing, grammar,   tool-call syntaxes, reasoning, incremental JSON; GBNF; SQLite;
@@ -31,7 +31,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "localserve"
 FLOORS = {
     "__main__": 7, "cli": 7, "app": 7,
     "wire": 6,
-    "dialects": 5,
+    "dialects": 5, "webui": 5,
     "prompt": 4, "runtime": 4,
     "engine": 3,
     "parsing": 2, "grammar": 2, "store": 2, "ops": 2,
