@@ -85,6 +85,7 @@ class Engine:
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
         cparams.kv_unified = False
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
@@ -303,6 +304,9 @@ class Engine:
                 output_rows[i] = len(output_rows)
         batch.n_tokens = len(entries)
         self._step_logits = None
+        if self.wanted_threads != self.threads:      # models busy at once share the cores (models/manager.py)
+            self.threads = self.wanted_threads
+            ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
         if abort_check is not None:
             self._abort_check = abort_check
             ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)
