@@ -19,6 +19,7 @@ from .model_load import GGUF_MAGIC, ModelLoadError
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
+_VOCAB = "tokenizer.ggml.tokens"
 _SPLIT = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 F16_BYTES = 2
 
@@ -56,7 +57,7 @@ def read_shape(path: str) -> ModelShape:
             handle.seek(0)
             keys = {f"{arch}.{k}": k for k in ("block_count", "embedding_length", "attention.head_count",
                                                   "attention.head_count_kv", "context_length", "vocab_size")}
-            meta = _read_meta(handle, wanted=(*keys, "tokenizer.ggml.tokens"))
+            meta = _read_meta(handle, wanted=(*keys, _VOCAB))
     except OSError as exc:
         raise ModelLoadError(f"cannot read {path}: {exc.strerror}") from None
     except (struct.error, UnicodeDecodeError, ValueError):
@@ -70,7 +71,7 @@ def read_shape(path: str) -> ModelShape:
         n_head=int(n_head),
         n_head_kv=int(_first(get["attention.head_count_kv"]) or n_head),
         n_ctx_train=int(get["context_length"] or 0),
-        n_vocab=int(get["vocab_size"] or meta.get("tokenizer.ggml.tokens") or 0),
+        n_vocab=int(get["vocab_size"] or meta.get(_VOCAB) or 0),
     )
 
 
@@ -117,6 +118,10 @@ def _read_meta(handle: BinaryIO, wanted: tuple[str, ...]) -> dict:
     for _ in range(n_kv):
         key = _string(handle)
         kind = struct.unpack("<I", handle.read(4))[0]
+        if kind == _ARRAY and key == _VOCAB:
+            # its length is all we want of it; the writers put it after every architecture key
+            found[key] = struct.unpack("<IQ", handle.read(12))[1]
+            break
         found_value = _value(handle, kind, keep=key in wanted)
         if key in wanted:
             found[key] = found_value
