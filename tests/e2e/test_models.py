@@ -311,7 +311,15 @@ def test_a_busy_model_is_never_unloaded_under_its_stream_and_waiters_share_one_l
             with response:
                 results.append((status, b"".join(chunks), time.monotonic()))
 
+        def ask_badly():     # a stream whose head goes out while alpha loads: its 400 comes in-band
+            body = {"model": "alpha", "messages": HI, "stream": True, "n": 2}
+            status, chunks, response = stream_chunks(server.base_url + "/v1/chat/completions", body)
+            with response:
+                bad.append((status, b"".join(chunks)))
+
+        bad: list[tuple[int, bytes]] = []
         waiters = [threading.Thread(target=ask_alpha, args=(i % 2 == 0,)) for i in range(4)]
+        waiters.append(threading.Thread(target=ask_badly))
         for waiter in waiters:
             waiter.start()
         wait_until(lambda: states(server)["alpha"] == "loading", what="alpha's load to start")
@@ -326,6 +334,10 @@ def test_a_busy_model_is_never_unloaded_under_its_stream_and_waiters_share_one_l
         assert len(streamed) == 2 and all(body.rstrip().endswith(b"data: [DONE]") for body in streamed)
         assert loads(server, "alpha") == 1
         assert states(server)["slow1"] == "unloaded"
+        (status, body), = bad
+        events = parse_sse(body, comments=True)
+        assert status == 200 and events[0] == (":", None)
+        assert events[-1][1]["error"]["param"] == "n" and events[-1][1]["error"]["type"] == "invalid_request_error"
     finally:
         server.stop()
 
