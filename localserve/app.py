@@ -37,7 +37,8 @@ from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
 from .models.catalogue import CatalogueError, read_catalogue
-from .models.loaded import LoadFailed
+from .engine.cpu_weights import describe as describe_buffers
+from .models.loaded import LoadFailed, human_count, offload_summary
 from .models.manager import ModelManager
 
 log = logging.getLogger("localserve")
@@ -246,9 +247,7 @@ def serve(settings: Settings) -> int:
         return exc.status
     app.ready.set()
     host, port = server.address
-    loaded = [m.name for m in app.models.loaded_models()]
-    log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
-             host, port, ", ".join(loaded) or "none", settings.resolved_threads(), models_summary(app))
+    log_serving(app, host, port)
     systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
     watchdog = systemd.watchdog_interval()
     while not stop.wait(watchdog or 1.0):
@@ -264,6 +263,21 @@ def serve(settings: Settings) -> int:
     app.close()
     log.info("stopped")
     return 0
+
+
+def log_serving(app: App, host: str, port: int) -> None:
+    settings, loaded = app.settings, app.models.loaded_models()
+    if app.models.catalogue.any_name and loaded:       # the one-model server: its line as it always was
+        model = loaded[0]
+        engine = model.engine
+        log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
+                 "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
+                 human_count(engine.info.n_params), model.model_id, host, port, engine.n_ctx_seq, settings.slots,
+                 settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
+                 offload_summary(engine), describe_buffers(engine.weight_buffers))
+        return
+    log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
+             host, port, ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
 
 
 def models_summary(app: App) -> str:

@@ -121,7 +121,7 @@ def _log_loaded(model: LoadedModel) -> None:
         plan.mode, plan.layout, plan.why, engine.warmup_seconds * 1000)
     log.info("loaded %s as '%s' in %.2fs (%s, %s params) — n_ctx %d per slot, %d slot(s), chat template %s, "
              "tool syntax %s, %s", engine.info.path, model.name, model.load_seconds, engine.info.architecture,
-             _human(engine.info.n_params), engine.n_ctx_seq, model.settings.slots, model.chat.template.source,
+             human_count(engine.info.n_params), engine.n_ctx_seq, model.settings.slots, model.chat.template.source,
              model.chat.tool_syntax, offload_summary(engine))
 
 
@@ -132,7 +132,7 @@ def offload_summary(engine: Engine) -> str:
     return "CPU only" if engine.gpu_available else "CPU only (this llama-cpp-python build has no GPU backend)"
 
 
-def _human(n: int) -> str:
+def human_count(n: int) -> str:
     for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if n >= size:
             return f"{n / size:.1f}{unit}"
