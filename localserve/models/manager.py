@@ -86,6 +86,9 @@ class ModelManager:
         self.settings = settings
         self.catalogue = catalogue
         self.metrics = metrics
+        # --model alone is today's server: loaded at start and kept, whatever a request's keep_alive
+        # says, unless --keep-alive asks otherwise
+        self.pinned = catalogue.any_name and settings.keep_alive is None
         default = KEEP_ALIVE_NEVER if catalogue.any_name else DEFAULT_KEEP_ALIVE
         server_keep = settings.keep_alive if settings.keep_alive is not None else default
         self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
@@ -118,6 +121,8 @@ class ModelManager:
         whose socket a waiting request watches, and which gets `.model`."""
         record = self.find(name)
         keep = _request_keep_alive(keep_alive)
+        if self.pinned:
+            keep = None
         with self.cond:
             record.users += 1
             self._share_threads()

@@ -438,3 +438,17 @@ def test_twenty_load_unload_cycles_leave_no_memory_threads_or_files_behind(catal
         assert threads1 == threads0 and fds1 == fds0
     finally:
         server.stop()
+
+
+def test_model_alone_stays_loaded_whatever_a_request_asks(catalogue, tmp_path_factory):
+    """--model alone is today's server: any name, loaded at start, kept (keep_alive 0 is only checked)."""
+    server = ServerProcess(catalogue / "alpha.gguf", "--no-store")
+    try:
+        assert states(server) == {"alpha": "loaded"}
+        assert chat(server, "gpt-4o", keep_alive=0).json()["model"] == "alpha"
+        assert chat(server, "claude", keep_alive="later").status_code == 400
+        time.sleep(1.0)     # four keep-alive sweeps (KEEP_ALIVE_SWEEP): what is due would be unloaded by now
+        assert states(server) == {"alpha": "loaded"}
+        assert metrics(server).total("localserve_model_unloads_total") == 0
+    finally:
+        server.stop()
