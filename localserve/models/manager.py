@@ -8,7 +8,7 @@ Each model in the catalogue is a Record: unloaded → loading → loaded → unl
   leaves the model unloaded: the next request tries again.
 - One load or unload runs at a time (load_lock): a load first makes room under --max-models
   and --max-memory by unloading the least recently used idle model, waits (at most
-  MODEL_EVICT_WAIT) while every loaded model is busy, and then answers 503 + Retry-After.
+  --evict-wait) while every loaded model is busy, and then answers 503 + Retry-After.
   Idle = no request inside use() and no job in its runtime (a background response counts).
 - Keep-alive: after its last request a model stays loaded for its keep-alive (--keep-alive,
   the model's own, or the request's `keep_alive` for that one request), then the sweeper
@@ -34,8 +34,7 @@ from ..ops import memory
 from ..ops.metrics import ServerMetrics
 from ..runtime.pending_sample import abandoned_running
 from ..settings import (COMPUTE_RESERVE_BYTES, DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE_NEVER,
-                        KEEP_ALIVE_SWEEP, LOADING_COMMENT_INTERVAL, MAX_DEFAULT_CTX, MODEL_EVICT_WAIT,
-                        MODEL_RETRY_AFTER_SECONDS, Settings)
+                        KEEP_ALIVE_SWEEP, LOADING_COMMENT_INTERVAL, MAX_DEFAULT_CTX, MODEL_RETRY_AFTER_SECONDS, Settings)
 from .catalogue import Catalogue, ModelEntry
 from .loaded import LoadedModel, LoadFailed, load
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
@@ -148,7 +147,7 @@ class ModelManager:
     def unload(self, name: Any) -> str:
         """POST /models/unload: unload once no request uses the model (waits, bounded; then 503)."""
         record = self.find(name)
-        deadline = time.monotonic() + MODEL_EVICT_WAIT
+        deadline = time.monotonic() + self.settings.evict_wait
         while True:
             with self.cond:
                 if record.state == UNLOADED:
@@ -312,13 +311,13 @@ class ModelManager:
         return estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
                         reserve=COMPUTE_RESERVE_BYTES).total
 
-    def _make_room(self, record: Record, need: int, wait: float = MODEL_EVICT_WAIT) -> None:
+    def _make_room(self, record: Record, need: int, wait: float | None = None) -> None:
         """Unload least recently used idle models until `need` more bytes and one more model fit."""
         limit, most = self.settings.max_memory, self.settings.max_models
         if limit is not None and need > limit:
             raise ApiError(503, f"model '{record.name}' ({record.entry.path}) needs about {need // MiB} MiB, "
                                 f"more than --max-memory ({limit // MiB} MiB)", code="model_too_large")
-        deadline = time.monotonic() + wait
+        deadline = time.monotonic() + (self.settings.evict_wait if wait is None else wait)
         while True:
             with self.cond:
                 others = [r for r in self.records.values() if r is not record and r.loaded is not None]

@@ -29,7 +29,7 @@ from promtext import parse
 from sse import parse_sse
 from tinymodel import CHATML_TEMPLATE, NO_EOG, write_tiny_gguf
 
-LONG_ANSWER = 1500          # tokens of a slow model's stream: seconds on one thread
+LONG_ANSWER = 2500          # tokens of a slow model's stream: seconds on one thread
 HI = [{"role": "user", "content": "hi"}]
 
 
@@ -338,6 +338,28 @@ def test_a_busy_model_is_never_unloaded_under_its_stream_and_waiters_share_one_l
         events = parse_sse(body, comments=True)
         assert status == 200 and events[0] == (":", None)
         assert events[-1][1]["error"]["param"] == "n" and events[-1][1]["error"]["type"] == "invalid_request_error"
+    finally:
+        server.stop()
+
+
+def test_a_load_that_finds_no_idle_model_in_time_is_503_retry_after(catalogue, tmp_path_factory):
+    server = start(catalogue, tmp_path_factory, "--max-models", "1", "--evict-wait", "0.5")
+    try:
+        long = LongStream(server, "slow1")
+        long.start()
+        assert long.started.wait(60)
+        request = urllib.request.Request(server.base_url + "/v1/chat/completions", method="POST",
+                                         data=json.dumps({"model": "alpha", "messages": HI}).encode())
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=60)
+        assert caught.value.code == 503 and caught.value.headers["Retry-After"]
+        error = json.loads(caught.value.read())["error"]
+        assert error["code"] == "model_busy" and "slow1" in error["message"] and "--max-models" in error["message"]
+        busy = http.post(server.base_url + "/models/unload", json={"model": "slow1"})
+        assert busy.status_code == 503 and states(server)["slow1"] == "loaded"
+        long.join(120)
+        assert long.chunks()[-1]["choices"][0]["finish_reason"] == "length"     # never cut
+        assert chat(server, "alpha").status_code == 200                          # room now: slow1 idle
     finally:
         server.stop()
 
