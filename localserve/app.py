@@ -21,6 +21,7 @@ from .ops import memory
 from .ops import metrics
 from .engine import rpc
 from .ops.demo import DemoUnavailable, demo_model_path
+from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .ops.fatal import at_engine_failure
@@ -303,11 +304,20 @@ def check(settings: Settings) -> int:
         if name in ("api_key",) and value:
             value = [f"<{len(value)} key(s)>"]
         print(f"{name.replace('_', '-')} = {value!r}")
-    for entry in app.models.catalogue:
-        print(f"# model {entry.name}: {entry.path} ({entry.source})")
+    bad = 0
+    for entry in app.models.catalogue:      # the files of models not loaded: checked, not loaded
+        try:
+            check_model_file(entry.path)
+            shape = read_shape(entry.path)
+        except ModelLoadError as exc:
+            print(f"localserve: model {entry.name}: {exc}", file=sys.stderr)
+            bad += 1
+            continue
+        print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
+              f"{shape.file_bytes // (1024 * 1024)} MiB")
     for model in app.models.loaded_models():
         info = model.engine.info
         print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "
               f"chat template {model.chat.template.source}, tool syntax {model.chat.tool_syntax}")
     app.close()
-    return 0
+    return EXIT_USAGE if bad else 0

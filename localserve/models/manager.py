@@ -360,7 +360,7 @@ class ModelManager:
             engine.close()
         memory.release_free_memory()
         self.metrics.model_unloads.inc(model=loaded.name, reason=reason)
-        log.info("unloaded model %s (%s)", loaded.name, reason)
+        (log.debug if reason == "shutdown" else log.info)("unloaded model %s (%s)", loaded.name, reason)
 
     def _sweep(self) -> None:
         """The keep-alive thread: unload models idle past their keep-alive; free buried engines."""
