@@ -21,8 +21,9 @@ from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RE
 
 
 def submit(exchange: Exchange, request: GenerationRequest) -> ActiveGeneration:
+    """To the runtime of the model the request holds (exchange.model, set by ModelManager.use)."""
     try:
-        return exchange.app.runtime.submit(request)
+        return exchange.model.runtime.submit(request)
     except QueueFull:
         raise ApiError(503, "the server is busy: too many requests are queued; retry shortly",
                        code="server_overloaded", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]) from None
