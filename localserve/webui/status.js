@@ -45,9 +45,8 @@ function fillTable(id, rows) {
 }
 
 function slotsOf(data) {
-  if (Array.isArray(data.slots)) return data.slots.map((slot) => Object.assign({ model: "" }, slot));
-  // several models: {"models": [{"id", "slots": [...]}, ...]}
-  return (data.models || []).flatMap((m) => (m.slots || []).map((slot) => Object.assign({ model: m.id }, slot)));
+  // every loaded model's slots, each carrying its "model" (the several-models /slots shape)
+  return (data.slots || []).map((slot) => Object.assign({ model: "" }, slot));
 }
 
 export async function refreshStatus() {

@@ -193,7 +193,9 @@ def wait_streaming(browser: Browser, chars: int = 20) -> None:
 
 
 def test_page_loads_with_no_console_errors_and_no_request_outside_the_origin(page, webui_server):
-    assert page.text("#model option") == MODEL_ID
+    # the picker lists /v1/models: the one model, named with its state
+    assert page.js("return [...document.querySelectorAll('#model option')].map(o => o.value)") == [MODEL_ID]
+    assert page.text("#model option") == f"{MODEL_ID} (loaded)"
     send_and_wait(page, "hello")
     page.el("#tab-status").click()
     page.wait(lambda: page.text("#busy-slots") != "–", "the status view never filled")
