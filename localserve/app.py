@@ -28,7 +28,9 @@ from .errors import ApiError
 from .ops.fatal import at_engine_failure
 from .runtime.pending_sample import abandoned_running
 from .wire.http import Limits
-from .dialects.openai import chat, completions
+from .dialects.openai import chat, completions, embeddings
+from .dialects import rerank
+from .engine.embed import Embedder, EmbeddingSpec, spec_for
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
@@ -71,6 +73,8 @@ class App:
         self.model: ChatModel | None = None   # what connection threads see of the model, set in load()
         self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
         self.model_id = settings.model_id or ""
+        self.embedding_spec: EmbeddingSpec | None = None    # set in load()
+        self.embeddings_only = settings.embeddings_only
         self.created = int(time.time())
         self.metrics = metrics.ServerMetrics(self)
         try:
@@ -89,6 +93,9 @@ class App:
         add("/v1/models/{model}", "GET", endpoints.get_model)
         add("/v1/chat/completions", "POST", chat.handle)
         add("/v1/completions", "POST", completions.handle)
+        add("/v1/embeddings", "POST", embeddings.handle)
+        add("/v1/rerank", "POST", rerank.handle)
+        add("/rerank", "POST", rerank.handle)
         add("/tokenize", "POST", endpoints.tokenize)
         add("/detokenize", "POST", endpoints.detokenize)
         add("/apply-template", "POST", endpoints.apply_template)
@@ -174,13 +181,17 @@ class App:
         self.model = ChatModel(EngineFacade(self.engine), template,
                                tool_syntax=s.tool_syntax or detect_tool_syntax(template.text),
                                default_reasoning=REASONING_FORMATS["think"] if thinks else None)
+        self.embedding_spec = spec_for(self.engine, s.pooling, s.batch_size)
+        # an encoder (no KV cache, attention both ways) or a reranker cannot chat
+        self.embeddings_only = s.embeddings_only or self.embedding_spec.encoder or self.embedding_spec.ranks
         self.store = open_store(s)
         at_engine_failure(self._close_stored_state)
         rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
                                cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics,
-                               sample_time_limit=s.sample_time_limit)
+                               sample_time_limit=s.sample_time_limit,
+                               make_embedder=lambda: Embedder(self.engine, self.embedding_spec))
         self.runtime.start()
 
     def _close_stored_state(self) -> None:
