@@ -30,7 +30,8 @@ from .runtime.pending_sample import abandoned_running
 from .wire.http import Limits
 from .dialects.openai import chat, completions, embeddings
 from .dialects import rerank
-from .engine.embed import Embedder, EmbeddingSpec, spec_for
+from .engine.embed import Embedder, spec_for
+from .engine.embedding_spec import EmbeddingSpec
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic

@@ -14,7 +14,7 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from ..engine.embed import EmbeddingSpec
+from ..engine.embedding_spec import EmbeddingSpec
 from ..engine.facade import EngineFacade
 from ..errors import ApiError, ClientGone
 from ..runtime.embedding_jobs import EmbeddingJob

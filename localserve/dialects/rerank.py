@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.embed import pair_tokens
+from ..engine.embedding_spec import pair_tokens
 from ..engine.facade import TooManyTokens
 from .embedding_runs import EmbeddingModel, context_exceeded, model_for, run
 from .exchange import Exchange

@@ -106,9 +106,10 @@ class EmbeddingQueue:
             if job in self.jobs:
                 self.jobs.remove(job)
 
-    def take_all(self) -> list[EmbeddingJob]:
+    def take_all(self, stop: bool = False) -> list[EmbeddingJob]:
+        """Every job still queued, taken out; with stop, no job is taken in afterwards."""
         with self.cond:
-            self.stopping = True
+            self.stopping = self.stopping or stop
             jobs, self.jobs = list(self.jobs), collections.deque()
         return jobs
 
@@ -142,7 +143,6 @@ class EmbeddingWork:
             log.error("embedding context: %s", exc)
             for job in self.queue.take_all():
                 job.fail(GenerationError(503, f"embeddings are unavailable: {exc}", "embeddings_unavailable"))
-            self.queue.stopping = False
             return
         spec = embedder.spec
         pieces = self.queue.next_batch(spec.batch_tokens, spec.max_seqs)
@@ -164,7 +164,7 @@ class EmbeddingWork:
                 job.done.set()
 
     def stop(self) -> None:
-        for job in self.queue.take_all():
+        for job in self.queue.take_all(stop=True):
             job.fail(GenerationError(503, "the server is shutting down", "server_shutting_down"))
         if self.embedder is not None:
             self.embedder.close()
