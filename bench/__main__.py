@@ -9,7 +9,9 @@ Measures, on the demo model unless --model is given:
   with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
   interleaved; peak RSS; /health latency under load and during slowloris (latency.py);
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
-  are installed, with the same workload.
+  are installed, with the same workload;
+- embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
+  call and in 8 concurrent calls, against the bare engine (embeddings.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import latency, weights
+from . import embeddings, latency, weights
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
@@ -234,6 +236,7 @@ def main() -> int:
     engine.close()
     print_report(bare, contenders, args)
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
+    embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
     return 0

@@ -2,9 +2,12 @@
 localserve. The tests compare the server's vectors and rerank scores with this; make bench
 divides the server's throughput by it.
 
-One context with embeddings on and the model's pooling (or the one given), every input a
+One context with embeddings on and the model's pooling (or the one given; the last token's when
+the GGUF declares none, as localserve's default), every input a
 sequence of its own, a batch in one llama_decode (llama_encode for a model without a KV cache:
 BERT-style encoders), the pooled vector of each sequence read with llama_get_embeddings_seq.
+`weights` (bench only): the server's CPU weight layout (cpu_weights.WeightPlan), as bare.py takes it,
+so both run the same kernels and neither the AMX ones that may crash.
 """
 
 from __future__ import annotations
@@ -20,10 +23,13 @@ _SILENT = ll.llama_log_callback(lambda *_: None)    # module-wide: llama.cpp kee
 
 class BareEmbedder:
     def __init__(self, path: str, *, n_batch: int = 512, n_seq: int = 128, threads: int = 1,
-                 pooling: str | None = None):
+                 pooling: str | None = None, weights=None):
         ll.llama_backend_init()
         ll.llama_log_set(_SILENT, ctypes.c_void_p(0))
-        self.model = ll.llama_model_load_from_file(path.encode(), ll.llama_model_default_params())
+        mparams = ll.llama_model_default_params()
+        keep = weights.apply(mparams) if weights is not None else None     # referenced until loaded
+        self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        del keep
         params = ll.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = n_batch
         n_seq = min(n_seq, n_batch)      # llama.cpp asserts room for a row per sequence within the batch
@@ -34,6 +40,11 @@ class BareEmbedder:
         if pooling is not None:
             params.pooling_type = POOLING[pooling]
         self.ctx = ll.llama_init_from_model(self.model, params)
+        if pooling is None and ll.llama_pooling_type(self.ctx) == 0:
+            # the GGUF declares no pooling: the last token's, as localserve defaults to
+            ll.llama_free(self.ctx)
+            params.pooling_type = POOLING["last"]
+            self.ctx = ll.llama_init_from_model(self.model, params)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.memory = ll.llama_get_memory(self.ctx)
         self.pooling = ll.llama_pooling_type(self.ctx)
