@@ -7,7 +7,7 @@ import pytest
 
 from bench.bare_embed import BareEmbedder
 from conftest import ServerProcess
-from embedmodels import CLS_ID, SEP_ID, write_tiny_bert
+from embedmodels import CLS_ID, RERANK_TEMPLATE, SEP_ID, write_tiny_bert, write_tiny_qwen3_reranker
 from rawhttp import post_json, request
 
 QUERY = "what is the capital of france?"
@@ -124,4 +124,26 @@ def test_a_model_without_a_ranking_head_says_so(models_dir):
         error = resp.json()["error"]
         assert error["param"] == "model" and "no ranking head" in error["message"]
     finally:
+        srv.stop()
+
+
+def test_a_decoder_reranker_fills_its_rerank_template(models_dir):
+    """Qwen3-Reranker style: the GGUF's rerank template with {query} and {document} filled in,
+    the last token pooled through a two-label head llama.cpp softmaxes; the score is label 0's."""
+    path = write_tiny_qwen3_reranker(models_dir / "qwen3-rerank.gguf", seed=5)
+    srv = ServerProcess(path, "--no-store")
+    engine = BareEmbedder(str(path))
+    try:
+        resp = post(srv, {"query": QUERY, "documents": DOCUMENTS})
+        assert resp.status == 200, resp.body
+        pairs = [engine.tokenize(RERANK_TEMPLATE.replace("{query}", QUERY).replace("{document}", d))
+                 for d in DOCUMENTS]
+        want = [float(v[0]) for v in engine.embed(pairs)]
+        results = resp.json()["results"]
+        assert [r["index"] for r in results] == sorted(range(len(DOCUMENTS)), key=lambda i: -want[i])
+        for r in results:
+            assert abs(r["relevance_score"] - want[r["index"]]) < 1e-5
+        assert resp.json()["usage"]["prompt_tokens"] == sum(len(p) for p in pairs)
+    finally:
+        engine.close()
         srv.stop()

@@ -133,3 +133,75 @@ def write_pooled_decoder(path: str | os.PathLike[str], *, pooling: str = "last",
     extra = {"llama.pooling_type": POOLING[pooling], "tokenizer.ggml.add_eos_token": True,
              **kwargs.pop("extra_metadata", {})}
     return write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, extra_metadata=extra, **kwargs)
+
+
+#: A Qwen3-Reranker-style pair template ({query}, {document}), as such GGUFs carry it.
+RERANK_TEMPLATE = ("<|im_start|>system\nJudge whether the document answers the query.<|im_end|>\n"
+                   "<|im_start|>user\n<Query>: {query}\n<Document>: {document}<|im_end|>\n"
+                   "<|im_start|>assistant\n")
+
+
+def write_tiny_qwen3_reranker(path: str | os.PathLike[str], *, n_embd: int = 64, n_layer: int = 2, n_head: int = 4,
+                              n_ff: int = 128, seed: int = 0) -> Path:
+    """A ``qwen3`` decoder with a ranking head as Qwen3-Reranker GGUFs have it: ``cls.output`` of two
+    labels (yes, no) that llama.cpp softmaxes, the last token pooled, and a ``rerank`` template."""
+    from tinymodel import BOS_ID, EOS_ID, UNK_ID, tiny_vocab
+    vocab = tiny_vocab()
+    n_vocab, head = len(vocab), n_embd // n_head
+    arch = "qwen3"
+    meta: dict[str, Any] = {
+        "general.name": "tiny-random-qwen3-reranker",
+        "general.file_type": 0,
+        f"{arch}.context_length": 2048,
+        f"{arch}.embedding_length": n_embd,
+        f"{arch}.block_count": n_layer,
+        f"{arch}.feed_forward_length": n_ff,
+        f"{arch}.attention.head_count": n_head,
+        f"{arch}.attention.head_count_kv": n_head,
+        f"{arch}.attention.key_length": head,
+        f"{arch}.attention.value_length": head,
+        f"{arch}.attention.layer_norm_rms_epsilon": 1e-6,
+        f"{arch}.rope.freq_base": 10000.0,
+        f"{arch}.pooling_type": POOLING["rank"],
+        f"{arch}.classifier.output_labels": ["yes", "no"],
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": [t for t, _, _ in vocab],
+        "tokenizer.ggml.scores": [float(s) for _, s, _ in vocab],
+        "tokenizer.ggml.token_type": [int(k) for _, _, k in vocab],
+        "tokenizer.ggml.bos_token_id": BOS_ID,
+        "tokenizer.ggml.eos_token_id": EOS_ID,
+        "tokenizer.ggml.unknown_token_id": UNK_ID,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": False,
+        "tokenizer.ggml.add_space_prefix": False,
+        "tokenizer.chat_template": CHATML_TEMPLATE,
+        "tokenizer.chat_template.rerank": RERANK_TEMPLATE,
+    }
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape: int, std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    proj = 1.0 / np.sqrt(n_embd)
+    tensors: list[tuple[str, np.ndarray]] = [
+        ("token_embd.weight", rand(n_vocab, n_embd, std=1.0)),
+        ("output_norm.weight", np.ones(n_embd, dtype=np.float32)),
+        ("output.weight", rand(n_vocab, n_embd, std=2.0 * proj)),
+        ("cls.output.weight", rand(2, n_embd, std=4.0 * proj)),
+    ]
+    for i in range(n_layer):
+        b = f"blk.{i}"
+        tensors += [
+            (f"{b}.attn_norm.weight", np.ones(n_embd, dtype=np.float32)),
+            (f"{b}.attn_q.weight", rand(n_embd, n_embd, std=proj)),
+            (f"{b}.attn_k.weight", rand(n_embd, n_embd, std=proj)),
+            (f"{b}.attn_v.weight", rand(n_embd, n_embd, std=proj)),
+            (f"{b}.attn_q_norm.weight", np.ones(head, dtype=np.float32)),
+            (f"{b}.attn_k_norm.weight", np.ones(head, dtype=np.float32)),
+            (f"{b}.attn_output.weight", rand(n_embd, n_embd, std=proj)),
+            (f"{b}.ffn_norm.weight", np.ones(n_embd, dtype=np.float32)),
+            (f"{b}.ffn_gate.weight", rand(n_ff, n_embd, std=proj)),
+            (f"{b}.ffn_up.weight", rand(n_ff, n_embd, std=proj)),
+            (f"{b}.ffn_down.weight", rand(n_embd, n_ff, std=1.0 / np.sqrt(n_ff))),
+        ]
+    return Path(write_gguf(path, arch, meta, tensors))
