@@ -185,6 +185,10 @@ class App:
         self.embedding_spec = spec_for(self.engine, s.pooling, s.batch_size)
         # an encoder (no KV cache, attention both ways) or a reranker cannot chat
         self.embeddings_only = s.embeddings_only or self.embedding_spec.encoder or self.embedding_spec.ranks
+        spec = self.embedding_spec
+        log.info("embeddings: pooling %s, %d %s per input, inputs up to %d tokens%s", spec.pooling, spec.n_out,
+                 "scores" if spec.ranks else "dimensions", spec.max_tokens,
+                 "; chat off (an encoder, a reranker or --embeddings-only)" if self.embeddings_only else "")
         self.store = open_store(s)
         at_engine_failure(self._close_stored_state)
         rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason

@@ -35,7 +35,8 @@ def handle(exchange: Exchange) -> None:
         top_n = read_int(body, "top_n", low=1, default=len(documents))
         return_documents = read_bool(body, "return_documents")
         truncate = read_bool(body, "truncate")
-        inputs = [pair(model, query, doc, i, truncate) for i, doc in enumerate(documents)]
+        query_tokens = tokenize_query(model, query)
+        inputs = [pair(model, query, query_tokens, doc, i, truncate) for i, doc in enumerate(documents)]
         scores = run(exchange, model, inputs)
     n_tokens = sum(len(tokens) for tokens in inputs)
     exchange.app.metrics.record_embedding("rerank", len(inputs), n_tokens)
@@ -69,18 +70,25 @@ def read_documents(body: dict, max_inputs: int) -> list[str]:
     return texts
 
 
-def pair(model: EmbeddingModel, query: str, document: str, index: int, truncate: bool) -> list[int]:
+def tokenize_query(model: EmbeddingModel, query: str) -> list[int]:
+    limit = model.spec.max_tokens
+    try:
+        return model.engine.tokenize(query, add_special=False, parse_special=False, limit=limit)
+    except TooManyTokens as exc:
+        raise invalid("query", f"has at least {exc.at_least} tokens; a pair may have at most {limit}") from None
+
+
+def pair(model: EmbeddingModel, query: str, query_tokens: list[int], document: str, index: int,
+         truncate: bool) -> list[int]:
     """The tokens of one (query, document) pair; with truncate, the document is cut to fit."""
     limit, engine = model.spec.max_tokens, model.engine
-    if len(query) > limit * engine.max_piece_bytes:
-        raise invalid("query", f"is longer than the {limit} tokens an input may have")
     if truncate:        # only as much of a huge text as can matter is tokenized
         document = document[:(limit + 1) * engine.max_piece_bytes]
     try:
         doc = engine.tokenize(document, add_special=False, parse_special=False, limit=None if truncate else limit)
     except TooManyTokens as exc:
         raise context_exceeded("documents", index, exc.at_least, limit) from None
-    tokens = build(model, query, doc)
+    tokens = build(model, query, query_tokens, doc)
     if len(tokens) <= limit:
         return tokens
     if not truncate:
@@ -89,13 +97,13 @@ def pair(model: EmbeddingModel, query: str, document: str, index: int, truncate:
     if room < 1:
         raise invalid("query", f"the query alone takes {len(tokens) - len(doc)} of the {limit} tokens an input "
                                f"may have; no document fits beside it")
-    return build(model, query, doc[:room])[:limit]
+    return build(model, query, query_tokens, doc[:room])[:limit]
 
 
-def build(model: EmbeddingModel, query: str, doc: list[int]) -> list[int]:
+def build(model: EmbeddingModel, query: str, query_tokens: list[int], doc: list[int]) -> list[int]:
     template = model.spec.rerank_template
     engine = model.engine
     if template is not None:
         text = template.replace("{query}", query).replace("{document}", engine.detokenize(doc))
         return engine.tokenize(text, add_special=True, parse_special=True)
-    return pair_tokens(model.spec, engine.tokenize(query, add_special=False, parse_special=False), doc)
+    return pair_tokens(model.spec, query_tokens, doc)

@@ -134,6 +134,8 @@ class EmbeddingWork:
 
     def step(self) -> None:
         for job in self.queue.drop_cancelled():
+            log.info("cancelled embedding job %s (%s) after %d of %d inputs", job.id, job.label,
+                     job.finished_inputs, len(job.inputs))
             job.fail(GenerationError(499, "cancelled", "cancelled"))
         if not self.queue.pending:
             return

@@ -14,7 +14,7 @@ from bench.bare_embed import BareEmbedder, normalised
 from clients import openai_sdk
 from conftest import ServerProcess, slow_model
 from embedmodels import write_pooled_decoder, write_tiny_bert
-from rawhttp import post_json, request
+from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG
 
 TEXTS = ["hello world", "the cat sat on the mat", "what is the capital of france?", "a dog and a cat",
@@ -294,3 +294,22 @@ def test_metrics_count_embedding_requests_and_tokens(bert_server):
     assert after["localserve_embedding_requests_total" + key] - before.get("localserve_embedding_requests_total" + key, 0) == 1
     assert after["localserve_embedding_inputs_total" + key] - before.get("localserve_embedding_inputs_total" + key, 0) == 2
     assert after["localserve_embedding_tokens_total" + key] - before.get("localserve_embedding_tokens_total" + key, 0) == tokens
+
+
+def test_a_client_that_leaves_cancels_the_rest_of_its_call(models_dir):
+    """The call's remaining batches are dropped (logged), and the server goes on serving."""
+    srv = ServerProcess(slow_model(models_dir), "--no-store", "--pooling", "mean", "--batch-size", "16",
+                        "--max-embedding-inputs", "4000")
+    try:
+        inputs = [[5 + (i + j) % 200 for j in range(16)] for i in range(4000)]
+        conn = RawConnection(srv.port, timeout=30)
+        conn.send(post_json("/v1/embeddings", {"input": inputs}))
+        threading.Event().wait(0.3)     # the call is running (or about to be): either way it is cut short
+        conn.close()
+        assert srv.wait_log("cancelled embedding job", timeout=30)
+        line = next(l for l in srv.lines if "cancelled embedding job" in l)
+        done = int(line.split(" after ")[1].split(" of ")[0])
+        assert done < 4000
+        assert raw_post(srv, "/v1/embeddings", {"input": "still serving"}).status == 200
+    finally:
+        srv.stop()

@@ -147,3 +147,8 @@ def test_a_decoder_reranker_fills_its_rerank_template(models_dir):
     finally:
         engine.close()
         srv.stop()
+
+
+def test_a_query_longer_than_the_context_is_a_400(rank_server):
+    resp = post(rank_server, {"query": "hello world " * 100, "documents": ["a"]})
+    assert resp.status == 400 and resp.json()["error"]["param"] == "query"
