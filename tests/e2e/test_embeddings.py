@@ -227,6 +227,8 @@ def error_of(resp) -> dict:
     ({"input": 5}, "input", "expected a string"),
     ({"input": [99999]}, "input", "outside the vocabulary"),
     ({"input": [[1, True]]}, "input", "token ids"),
+    ({"input": [1, 2.5]}, "input", "token ids (integers)"),
+    ({"input": [True]}, "input", "token ids (integers)"),
     ({"input": "ok", "encoding_format": "int8"}, "encoding_format", "float, base64"),
     ({"input": "ok", "dimensions": 0}, "dimensions", ""),
     ({"input": "ok", "dimensions": 65}, "dimensions", ""),

@@ -54,6 +54,8 @@ def read_inputs(model: EmbeddingModel, value: Any, truncate: bool) -> list[list[
     if len(items) > model.max_inputs:
         raise invalid("input", f"has {len(items)} inputs; at most {model.max_inputs} are taken in one call "
                                f"(--max-embedding-inputs)")
+    if not all(isinstance(item, (str, list)) for item in items):
+        raise invalid("input", "expected strings, token ids (integers) or token-id arrays")
     if not (all(isinstance(item, str) for item in items) or all(isinstance(item, list) for item in items)):
         raise invalid("input", "mixes strings and token arrays; send one kind")
     return [read_one(model, item, i, truncate) for i, item in enumerate(items)]
