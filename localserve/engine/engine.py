@@ -25,6 +25,7 @@ from .facade import GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
+from .vocab_facts import file_key, mark_warmed, vocab_facts, warmed
 from ..grammar.scan import token_refs
 
 __all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler",
@@ -86,6 +87,7 @@ class Engine:
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
         cparams.kv_unified = False
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
@@ -96,6 +98,12 @@ class Engine:
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if self.ctx and not ll.llama_get_memory(self.ctx):
+            # No KV cache: an encoder (BERT family), which outputs every token it runs (llama.cpp
+            # asserts room for them all): made again with room for a whole batch. It only embeds.
+            ll.llama_free(self.ctx)
+            cparams.n_outputs_max = n_batch
+            self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
@@ -108,11 +116,13 @@ class Engine:
         self._step_logits = None
         self._logits_views: dict[tuple[int, int], object] = {}
         self._pieces: list[bytes | None] = [None] * self.n_vocab
+        key = file_key(path)
+        facts = vocab_facts(key, self.vocab, self.n_vocab)
+        self.eog_tokens = list(facts.eog_tokens)
         self._eog = [False] * self.n_vocab
-        for token in range(self.n_vocab):
-            self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
-        self.eog_tokens = [t for t in range(self.n_vocab) if self._eog[t]]
-        self.max_piece_bytes = self._longest_piece()
+        for token in self.eog_tokens:
+            self._eog[token] = True
+        self.max_piece_bytes = facts.max_piece_bytes
         self._big_tokenize = threading.Lock()
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
@@ -122,7 +132,10 @@ class Engine:
         self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
         if any(d.kind != "cpu" for d in self.devices):
             log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
-        self.warmup_seconds = self._warm_up()
+        # the same file with the same weight layout ran it already in this process
+        warm_key = (key, self.weight_plan.mode, self.weight_plan.layout)
+        self.warmup_seconds = 0.0 if warmed(warm_key) else self._warm_up()
+        mark_warmed(warm_key)
 
     def _warm_up(self) -> float:
         """Decode two tokens, then one more, and forget them, as llama-server warms up at load.
@@ -202,14 +215,6 @@ class Engine:
                 buf = (ll.llama_token * capacity)()
                 n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
-
-    def _longest_piece(self) -> int:
-        buf = ctypes.create_string_buffer(256)
-        longest = 1
-        for token in range(self.n_vocab):
-            n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
-            longest = max(longest, n if n >= 0 else -n)
-        return longest
 
     def _without_added_specials(self, text: str) -> str:
         """The text less a leading BOS (a trailing EOS) that llama.cpp is about to add itself.
@@ -304,6 +309,9 @@ class Engine:
                 output_rows[i] = len(output_rows)
         batch.n_tokens = len(entries)
         self._step_logits = None
+        if self.wanted_threads != self.threads:      # models busy at once share the cores (models/manager.py)
+            self.threads = self.wanted_threads
+            ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
         if abort_check is not None:
             self._abort_check = abort_check
             ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)

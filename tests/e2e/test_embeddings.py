@@ -315,3 +315,36 @@ def test_a_client_that_leaves_cancels_the_rest_of_its_call(models_dir):
         assert raw_post(srv, "/v1/embeddings", {"input": "still serving"}).status == 200
     finally:
         srv.stop()
+
+
+def test_an_embedding_model_is_one_more_name_in_the_catalogue(models_dir, bert_path, decoder_path, tiny_model,
+                                                              tmp_path):
+    """[models.NAME] tables: an encoder, a chat model, and a generative model with its own pooling
+    and embeddings-only; `model` picks which embeds, and chat keeps to the models that chat."""
+    config = tmp_path / "config.toml"
+    config.write_text(f'[models.embed]\npath = "{bert_path}"\n\n'
+                      f'[models.chat]\npath = "{tiny_model}"\n\n'
+                      f'[models.pooled]\npath = "{decoder_path}"\npooling = "mean"\nembeddings-only = true\n'
+                      f'max-embedding-inputs = 2\n')
+    srv = ServerProcess(None, "--config", str(config), "--no-store", "--slots", "1")
+    bares = {"embed": BareEmbedder(str(bert_path)), "chat": BareEmbedder(str(tiny_model)),
+             "pooled": BareEmbedder(str(decoder_path), pooling="mean")}
+    try:
+        client = openai_sdk(srv)
+        for name, bare in bares.items():
+            response = client.embeddings.create(model=name, input=TEXTS[:2], encoding_format="float")
+            assert response.model == name
+            assert_same([d.embedding for d in response.data], expected(bare, [bare.tokenize(t) for t in TEXTS[:2]]))
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+        assert raw_post(srv, "/v1/chat/completions", {**chat, "model": "chat"}).status == 200
+        for name in ("embed", "pooled"):
+            resp = raw_post(srv, "/v1/chat/completions", {**chat, "model": name})
+            assert resp.status == 400 and error_of(resp)["code"] == "model_not_supported"
+        resp = raw_post(srv, "/v1/embeddings", {"model": "pooled", "input": ["a", "b", "c"]})
+        assert resp.status == 400 and "--max-embedding-inputs" in error_of(resp)["message"]
+        resp = raw_post(srv, "/v1/embeddings", {"model": "nope", "input": "a"})
+        assert resp.status == 404 and error_of(resp)["code"] == "model_not_found"
+    finally:
+        for bare in bares.values():
+            bare.close()
+        srv.stop()
