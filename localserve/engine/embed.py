@@ -76,10 +76,12 @@ class Embedder:
 
     def __init__(self, engine: Engine, spec: EmbeddingSpec):
         self.spec = spec
+        self.engine = engine
+        self.threads = engine.threads
         params = ll.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = spec.batch_tokens
         params.n_seq_max = spec.max_seqs
-        params.n_threads = params.n_threads_batch = engine.threads
+        params.n_threads = params.n_threads_batch = self.threads
         params.embeddings = True
         params.pooling_type = POOLING_TYPES[spec.pooling]
         params.kv_unified = True        # one pool of cells for the batch's sequences, cleared after it
@@ -103,6 +105,9 @@ class Embedder:
                 batch.logits[n] = True     # pooling reads every token's output
                 n += 1
         batch.n_tokens = n
+        if self.engine.wanted_threads != self.threads:     # the model's share of the cores (models/manager.py)
+            self.threads = self.engine.wanted_threads
+            ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
         status = ll.llama_decode(self.ctx, batch) if self.memory else ll.llama_encode(self.ctx, batch)
         try:
             if status != 0:

@@ -78,7 +78,6 @@ class Engine:
         self.n_ctx_seq = n_ctx or min(n_ctx_train or max_default_ctx, max_default_ctx)
         self.n_seq = n_seq
         self.n_batch = n_batch
-        self.threads = threads          # the embedding context (embed.py) runs on as many
         cparams = ll.llama_context_default_params()
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
