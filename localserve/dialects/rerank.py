@@ -39,7 +39,7 @@ def handle(exchange: Exchange) -> None:
         inputs = [pair(model, query, query_tokens, doc, i, truncate) for i, doc in enumerate(documents)]
         scores = run(exchange, model, inputs)
     n_tokens = sum(len(tokens) for tokens in inputs)
-    exchange.app.metrics.record_embedding("rerank", len(inputs), n_tokens)
+    exchange.app.metrics.record_embedding("rerank", len(inputs), n_tokens, model.model_id)
     order = sorted(range(len(documents)), key=lambda i: -float(scores[i][0]))[:top_n]
     results: list[dict[str, Any]] = []
     for i in order:

@@ -277,6 +277,9 @@ class ServerMetrics:
                                              "generations, by model", ("model",))
         self.model_generated_tokens = r.counter("localserve_model_generated_tokens_total", "Tokens generated, "
                                                 "by model", ("model",))
+        self.model_embedding_tokens = r.counter("localserve_model_embedding_tokens_total", "Tokens embedded "
+                                                "(rerank: of the pairs scored), by model and endpoint",
+                                                ("model", "endpoint"))
         self.model_loads = r.counter("localserve_model_loads_total", "Model loads, by model and outcome "
                                      "(loaded, failed)", ("model", "outcome"))
         self.model_unloads = r.counter("localserve_model_unloads_total", "Model unloads, by model and reason "
@@ -325,11 +328,12 @@ class ServerMetrics:
         """Prompt tokens one decode step ran through the model."""
         self.prefilled_tokens.inc(tokens)
 
-    def record_embedding(self, endpoint: str, inputs: int, tokens: int) -> None:
-        """One answered embeddings ("embeddings") or rerank ("rerank") call."""
+    def record_embedding(self, endpoint: str, inputs: int, tokens: int, model: str) -> None:
+        """One answered embeddings ("embeddings") or rerank ("rerank") call to `model`."""
         self.embedding_requests.inc(endpoint=endpoint)
         self.embedding_inputs.inc(inputs, endpoint=endpoint)
         self.embedding_tokens.inc(tokens, endpoint=endpoint)
+        self.model_embedding_tokens.inc(tokens, model=model, endpoint=endpoint)
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()

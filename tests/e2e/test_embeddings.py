@@ -286,7 +286,7 @@ def test_metrics_count_embedding_requests_and_tokens(bert_server):
     def counters() -> dict[str, float]:
         text = request(bert_server.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode()
         return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith("localserve_embedding_")}
+                if line.startswith(("localserve_embedding_", "localserve_model_embedding_"))}
 
     before = counters()
     resp = raw_post(bert_server, "/v1/embeddings", {"input": ["hello world", "the cat"]})
@@ -296,6 +296,8 @@ def test_metrics_count_embedding_requests_and_tokens(bert_server):
     assert after["localserve_embedding_requests_total" + key] - before.get("localserve_embedding_requests_total" + key, 0) == 1
     assert after["localserve_embedding_inputs_total" + key] - before.get("localserve_embedding_inputs_total" + key, 0) == 2
     assert after["localserve_embedding_tokens_total" + key] - before.get("localserve_embedding_tokens_total" + key, 0) == tokens
+    by_model = 'localserve_model_embedding_tokens_total{model="bert",endpoint="embeddings"}'
+    assert after[by_model] - before.get(by_model, 0) == tokens
 
 
 def test_a_client_that_leaves_cancels_the_rest_of_its_call(models_dir):

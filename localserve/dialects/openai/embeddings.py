@@ -31,7 +31,7 @@ def handle(exchange: Exchange) -> None:
         inputs = read_inputs(model, body.get("input"), read_bool(body, "truncate"))
         vectors = run(exchange, model, inputs)
     n_tokens = sum(len(tokens) for tokens in inputs)
-    exchange.app.metrics.record_embedding("embeddings", len(inputs), n_tokens)
+    exchange.app.metrics.record_embedding("embeddings", len(inputs), n_tokens, model.model_id)
     data = [{"object": "embedding", "index": i, "embedding": encode(normalised(v, dimensions), encoding)}
             for i, v in enumerate(vectors)]
     exchange.send_json({"object": "list", "data": data, "model": model.model_id,
