@@ -11,7 +11,9 @@ Measures, on the demo model unless --model is given:
 - several models (models.py): a cold load through the API against llama.cpp's bare load of
   the same file, and the time to switch between two models with --max-models 1;
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
-  are installed, with the same workload.
+  are installed, with the same workload;
+- embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
+  call and in 8 concurrent calls, against the bare engine (embeddings.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import latency, models, weights
+from . import embeddings, latency, models, weights
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
@@ -236,6 +238,7 @@ def main() -> int:
     engine.close()
     print_report(bare, contenders, args)
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
+    embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)

@@ -26,7 +26,8 @@ from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_log
 from .errors import ApiError
 from .ops.fatal import at_engine_failure
 from .wire.http import Limits
-from .dialects.openai import chat, completions
+from .dialects.openai import chat, completions, embeddings
+from .dialects import rerank
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
@@ -85,6 +86,9 @@ class App:
         add("/v1/models/{model}", "GET", model_endpoints.get_model)
         add("/v1/chat/completions", "POST", chat.handle)
         add("/v1/completions", "POST", completions.handle)
+        add("/v1/embeddings", "POST", embeddings.handle)
+        add("/v1/rerank", "POST", rerank.handle)
+        add("/rerank", "POST", rerank.handle)
         add("/tokenize", "POST", endpoints.tokenize)
         add("/detokenize", "POST", endpoints.detokenize)
         add("/apply-template", "POST", endpoints.apply_template)

@@ -30,6 +30,8 @@ MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over i
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
+DEFAULT_MAX_EMBEDDING_INPUTS = 2048    # inputs one /v1/embeddings call may carry
+EMBEDDING_MAX_SEQS = 128           # inputs packed into one embedding batch (each is a sequence of its own)
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
@@ -106,6 +108,9 @@ class Settings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_inflight_bytes: int = INFLIGHT_BODIES * DEFAULT_MAX_BODY_BYTES
     sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT
+    pooling: str | None = None                     # mean | last | cls; None: the GGUF's, else last
+    embeddings_only: bool = False                  # the model answers embeddings (rerank), never chat
+    max_embedding_inputs: int = DEFAULT_MAX_EMBEDDING_INPUTS
     chat_template_file: str | None = None
     tool_syntax: str | None = None
     data_dir: str | None = None

@@ -65,6 +65,12 @@ def positive_int(value: str) -> int:
     return number
 
 
+def pooling_mode(value: str) -> str:
+    if value not in ("mean", "last", "cls"):
+        raise argparse.ArgumentTypeError("must be one of mean, last, cls")
+    return value
+
+
 def _non_negative_float(value: str) -> float:
     number = float(value)
     if number < 0:
@@ -123,6 +129,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
            "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
     Option("batch-size", positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
+    Option("pooling", pooling_mode, None, "how an embedding sums up its tokens: mean, last or cls "
+           "(default: what the GGUF declares, else last)", "MODE"),
+    Option("embeddings-only", _flag, False, "serve /v1/embeddings (and /v1/rerank) only; chat requests get a "
+           "400 (encoders and rerankers are so without it)", "BOOL"),
+    Option("max-embedding-inputs", positive_int, defaults.DEFAULT_MAX_EMBEDDING_INPUTS,
+           "inputs one /v1/embeddings call (documents one /v1/rerank call) may carry", "N"),
     Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
            "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
     Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,

@@ -97,6 +97,12 @@ class Engine:
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if self.ctx and not ll.llama_get_memory(self.ctx):
+            # No KV cache: an encoder (BERT family), which outputs every token it runs (llama.cpp
+            # asserts room for them all): made again with room for a whole batch. It only embeds.
+            ll.llama_free(self.ctx)
+            cparams.n_outputs_max = n_batch
+            self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from ..engine import rpc
 from ..engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
+from ..engine.embed import Embedder, spec_for
+from ..engine.embedding_spec import EmbeddingSpec
 from ..engine.engine import Engine
 from ..engine.facade import EngineFacade
 from ..engine.model_load import ModelLoadError
@@ -43,6 +45,7 @@ class LoadedModel:
     engine: Engine
     chat: ChatModel
     runtime: Runtime
+    embedding_spec: EmbeddingSpec   # how it embeds (or ranks): engine/embed.py
     loaded_at: float = field(default_factory=time.time)
     load_seconds: float = 0.0
     estimated_bytes: int = 0
@@ -56,6 +59,12 @@ class LoadedModel:
     def model_id(self) -> str:
         """The name answers carry: the model's own, or (served alone) today's --model-id / stem."""
         return self.entry.name
+
+    @property
+    def embeddings_only(self) -> bool:
+        """An encoder (no KV cache, attention both ways) or a reranker cannot chat; any model
+        can be kept out of chat with embeddings-only."""
+        return self.settings.embeddings_only or self.embedding_spec.encoder or self.embedding_spec.ranks
 
     @property
     def memory_bytes(self) -> int:
@@ -87,15 +96,17 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
         raise LoadFailed(str(exc)) from None
     try:
         chat = _chat_model(engine, settings)
+        spec = spec_for(engine, settings.pooling, settings.batch_size)
         runtime = Runtime(engine, slots=settings.slots, max_queue=settings.max_queue,
                           cache_bytes=max(0, settings.cache_ram) * 1024 * 1024,
-                          metrics=ModelMetrics(metrics, entry.name), sample_time_limit=settings.sample_time_limit)
+                          metrics=ModelMetrics(metrics, entry.name), sample_time_limit=settings.sample_time_limit,
+                          make_embedder=lambda: Embedder(engine, spec))
     except BaseException:
         engine.close()
         raise
     runtime.thread.name = f"runtime {entry.name}"
     runtime.start()
-    loaded = LoadedModel(entry, settings, engine, chat, runtime, load_seconds=time.perf_counter() - started)
+    loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, load_seconds=time.perf_counter() - started)
     _log_loaded(loaded)
     return loaded
 
@@ -123,6 +134,10 @@ def _log_loaded(model: LoadedModel) -> None:
              "tool syntax %s, %s", engine.info.path, model.name, model.load_seconds, engine.info.architecture,
              human_count(engine.info.n_params), engine.n_ctx_seq, model.settings.slots, model.chat.template.source,
              model.chat.tool_syntax, offload_summary(engine))
+    spec = model.embedding_spec
+    log.info("'%s' embeds: pooling %s, %d %s per input, inputs up to %d tokens%s", model.name, spec.pooling,
+             spec.n_out, "scores" if spec.ranks else "dimensions", spec.max_tokens,
+             "; chat off (an encoder, a reranker or embeddings-only)" if model.embeddings_only else "")
 
 
 def offload_summary(engine: Engine) -> str:

@@ -243,6 +243,12 @@ class ServerMetrics:
                                       QUEUE_SECONDS_BUCKETS)
         self.decode_rate = r.histogram("localserve_decode_tokens_per_second", "Decode speed of each finished "
                                        "generation of two or more tokens", DECODE_RATE_BUCKETS)
+        self.embedding_requests = r.counter("localserve_embedding_requests_total", "Embedding and rerank calls "
+                                            "answered, by endpoint", ("endpoint",))
+        self.embedding_inputs = r.counter("localserve_embedding_inputs_total", "Inputs embedded (rerank: "
+                                          "query-document pairs scored), by endpoint", ("endpoint",))
+        self.embedding_tokens = r.counter("localserve_embedding_tokens_total", "Tokens run through the embedding "
+                                          "context, by endpoint", ("endpoint",))
         r.gauge("localserve_queue_depth", "Generations waiting for a slot", self._runtime(lambda rt: rt.queue_depth))
         r.gauge("localserve_slots_busy", "Slots running a generation", self._runtime(lambda rt: rt.busy_slots))
         r.gauge("localserve_abandoned_grammar_samples", "Grammar samples still running in llama.cpp for jobs "
@@ -271,6 +277,9 @@ class ServerMetrics:
                                              "generations, by model", ("model",))
         self.model_generated_tokens = r.counter("localserve_model_generated_tokens_total", "Tokens generated, "
                                                 "by model", ("model",))
+        self.model_embedding_tokens = r.counter("localserve_model_embedding_tokens_total", "Tokens embedded "
+                                                "(rerank: of the pairs scored), by model and endpoint",
+                                                ("model", "endpoint"))
         self.model_loads = r.counter("localserve_model_loads_total", "Model loads, by model and outcome "
                                      "(loaded, failed)", ("model", "outcome"))
         self.model_unloads = r.counter("localserve_model_unloads_total", "Model unloads, by model and reason "
@@ -318,6 +327,13 @@ class ServerMetrics:
     def record_prefill(self, tokens: int) -> None:
         """Prompt tokens one decode step ran through the model."""
         self.prefilled_tokens.inc(tokens)
+
+    def record_embedding(self, endpoint: str, inputs: int, tokens: int, model: str) -> None:
+        """One answered embeddings ("embeddings") or rerank ("rerank") call to `model`."""
+        self.embedding_requests.inc(endpoint=endpoint)
+        self.embedding_inputs.inc(inputs, endpoint=endpoint)
+        self.embedding_tokens.inc(tokens, endpoint=endpoint)
+        self.model_embedding_tokens.inc(tokens, model=model, endpoint=endpoint)
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()
