@@ -165,7 +165,8 @@ def test_the_catalogue_lists_every_model_unloaded_until_first_use(srv):
     assert set(by_id) == {"alpha", "beta", "gamma", "slow1", "slow2", "broken"}
     assert by_id["gamma"]["state"] == "unloaded" and "meta" not in by_id["gamma"]
     assert by_id["gamma"]["settings"]["slots"] == 1
-    answer = openai_sdk(srv).chat.completions.create(model="gamma", messages=HI, max_tokens=3)
+    answer = openai_sdk(srv).chat.completions.create(model="gamma", messages=HI, max_tokens=3,
+                                                       logit_bias=NO_EOG)
     assert answer.model == "gamma" and answer.choices[0].finish_reason == "length"
     gamma = http.get(srv.base_url + "/v1/models/gamma").json()
     assert gamma["state"] == "loaded" and gamma["meta"]["n_vocab"] > 0
@@ -179,7 +180,9 @@ def test_each_dialect_picks_the_model_by_name(srv):
     message = anthropic_sdk(srv).messages.create(model="alpha", max_tokens=2, messages=HI)
     assert message.model == "alpha"
     scrape = metrics(srv)
-    assert scrape.value("localserve_model_generations_total", model="beta", finish_reason="length") == 1
+    # a tiny model may end the answer early: count the generation however it finished
+    assert sum(scrape.value("localserve_model_generations_total", model="beta", finish_reason=reason)
+               for reason in ("length", "stop")) == 1
     assert scrape.value("localserve_model_loaded", model="alpha") == 1
 
 
