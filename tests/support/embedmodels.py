@@ -145,7 +145,7 @@ def write_tiny_qwen3_reranker(path: str | os.PathLike[str], *, n_embd: int = 64,
                               n_ff: int = 128, seed: int = 0) -> Path:
     """A ``qwen3`` decoder with a ranking head as Qwen3-Reranker GGUFs have it: ``cls.output`` of two
     labels (yes, no) that llama.cpp softmaxes, the last token pooled, and a ``rerank`` template."""
-    from tinymodel import BOS_ID, EOS_ID, UNK_ID, tiny_vocab
+    from tinymodel import tiny_vocab, tokenizer_metadata
     vocab = tiny_vocab()
     n_vocab, head = len(vocab), n_embd // n_head
     arch = "qwen3"
@@ -164,16 +164,7 @@ def write_tiny_qwen3_reranker(path: str | os.PathLike[str], *, n_embd: int = 64,
         f"{arch}.rope.freq_base": 10000.0,
         f"{arch}.pooling_type": POOLING["rank"],
         f"{arch}.classifier.output_labels": ["yes", "no"],
-        "tokenizer.ggml.model": "llama",
-        "tokenizer.ggml.tokens": [t for t, _, _ in vocab],
-        "tokenizer.ggml.scores": [float(s) for _, s, _ in vocab],
-        "tokenizer.ggml.token_type": [int(k) for _, _, k in vocab],
-        "tokenizer.ggml.bos_token_id": BOS_ID,
-        "tokenizer.ggml.eos_token_id": EOS_ID,
-        "tokenizer.ggml.unknown_token_id": UNK_ID,
-        "tokenizer.ggml.add_bos_token": True,
-        "tokenizer.ggml.add_eos_token": False,
-        "tokenizer.ggml.add_space_prefix": False,
+        **tokenizer_metadata(vocab),
         "tokenizer.chat_template": CHATML_TEMPLATE,
         "tokenizer.chat_template.rerank": RERANK_TEMPLATE,
     }
