@@ -1,8 +1,9 @@
 """Several models: what loading on demand costs, against llama.cpp loading the same file.
 
 - cold load: the time from a streamed request for an unloaded model to its first token,
-  through the API (the manager's estimate, the engine's load with its warm-up decode, the
-  chat template, the runtime thread, the prefill of a short prompt), against the bare
+  through the API (the manager's estimate, the engine's load, the chat template, the
+  runtime thread, the prefill of a short prompt; a load again, so with the weight plan
+  and warm-up its first load did: engine/file_facts.py), against the bare
   llama_model_load_from_file + llama_init_from_model of the same file with the same
   context and weight layout, in this process, the two alternating within each round;
   target <= 1.1x;

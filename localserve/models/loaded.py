@@ -18,6 +18,7 @@ from ..engine.embedding_spec import EmbeddingSpec
 from ..engine.engine import Engine
 from ..engine.facade import EngineFacade
 from ..engine.model_load import ModelLoadError
+from ..engine.stopwatch import Stopwatch
 from ..ops.metrics import ModelMetrics, ServerMetrics
 from ..parsing.reasoning import REASONING_FORMATS
 from ..parsing.tool_families import detect_tool_syntax
@@ -84,18 +85,22 @@ class LoadedModel:
         return self.engine
 
 
-def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads: int) -> LoadedModel:
-    """Load `entry` with `settings` (already the model's own) on `threads` cores."""
+def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads: int,
+         watch: Stopwatch | None = None) -> LoadedModel:
+    """Load `entry` with `settings` (already the model's own) on `threads` cores; `watch`
+    times each step (the manager's own steps before this one on it)."""
     started = time.perf_counter()
+    watch = watch or Stopwatch()
     try:
         engine = Engine(entry.path, n_ctx=settings.ctx_size, n_seq=settings.slots, n_batch=settings.batch_size,
                         threads=threads, n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc),
                         tensor_split=rpc.split_proportions(settings.tensor_split) if settings.tensor_split else None,
-                        max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights)
+                        max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights, stopwatch=watch)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc)) from None
     try:
         chat = _chat_model(engine, settings)
+        watch.lap("chat template")
         spec = spec_for(engine, settings.pooling, settings.batch_size)
         runtime = Runtime(engine, slots=settings.slots, max_queue=settings.max_queue,
                           cache_bytes=max(0, settings.cache_ram) * 1024 * 1024,
@@ -106,8 +111,10 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
         raise
     runtime.thread.name = f"runtime {entry.name}"
     runtime.start()
+    watch.lap("runtime start")
     loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, load_seconds=time.perf_counter() - started)
     _log_loaded(loaded)
+    log.debug("load steps of %s: %s", entry.name, watch)
     return loaded
 
 

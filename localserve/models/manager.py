@@ -29,6 +29,7 @@ from typing import Any, Iterator
 from ..engine.engine import Engine
 from ..engine.gguf_meta import estimate, read_shape
 from ..engine.model_load import ModelLoadError, check_model_file
+from ..engine.stopwatch import Stopwatch
 from ..errors import ApiError, ClientGone
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
@@ -281,10 +282,13 @@ class ModelManager:
     def _load_locked(self, record: Record) -> LoadedModel:
         entry = record.entry
         settings = entry.settings(self.settings)
+        watch = Stopwatch()
         need = self._estimate(entry.path, settings)
+        watch.lap("estimate")
         self._make_room(record, need)
+        watch.lap("making room")
         before = memory.rss_bytes() or 0
-        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record))
+        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record), watch=watch)
         loaded.estimated_bytes = need
         loaded.measured_bytes = max(0, (memory.rss_bytes() or 0) - before)
         limit = self.settings.max_memory
