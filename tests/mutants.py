@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("localserve", "tests", "setup.cfg", "setup.py")
+COPIED = ("localserve", "tests", "bench", "setup.cfg", "setup.py")     # bench: the bare engines tests compare with
 MUTANT_TIMEOUT = 600          # seconds for one mutant's tests; a hang counts as killed
 
 
@@ -142,6 +142,33 @@ MUTANTS = [
     Mutant("a grammar run accepts a mismatch", "localserve/engine/sampler.py",
            "            if i >= len(draft) or token != draft[i]:", "            if i >= len(draft):",
            ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),
+    Mutant("embedding call run whole before streams go on", "localserve/runtime/runtime.py",
+           "                self.embeddings.step()      # one embedding batch between two decode steps",
+           "                while self.embeddings.pending:\n                    self.embeddings.step()",
+           ("tests/e2e/test_embeddings.py::test_an_embedding_call_leaves_a_running_stream_unchanged",)),
+    Mutant("embeddings not normalised", "localserve/dialects/openai/embeddings.py",
+           "    return vector / norm if norm > 0 else vector", "    return vector",
+           ("tests/e2e/test_embeddings.py::test_vectors_equal_the_bare_engine_for_every_input_form",
+            "tests/e2e/test_embeddings.py::test_dimensions_keeps_the_first_n_and_normalises_again")),
+    Mutant("rerank pair without its end tokens", "localserve/engine/embedding_spec.py",
+           "+ query + tail + document + tail", "+ query + tail + document",
+           ("tests/e2e/test_rerank.py::test_scores_and_order_equal_the_bare_engine",)),
+    Mutant("embedding cancel off", "localserve/dialects/embedding_runs.py",
+           "            if exchange.writer.peer_closed():\n", "            if False:\n",
+           ("tests/e2e/test_embeddings.py::test_a_client_that_leaves_cancels_the_rest_of_its_call",)),
+    Mutant("page shows model text as HTML", "localserve/webui/dom.js",
+           '    node.append(typeof child === "string" ? document.createTextNode(child) : child);\n',
+           '    if (typeof child === "string") node.insertAdjacentHTML("beforeend", child); else node.append(child);\n',
+           ("tests/e2e/test_webui.py::test_model_html_is_shown_as_text_and_runs_nothing",)),
+    Mutant("page Stop does not abort", "localserve/webui/chat.js",
+           "  if (controller) controller.abort();\n", "",
+           ("tests/e2e/test_webui.py::test_stop_mid_stream_cancels_the_job",)),
+    Mutant("page sends no API key", "localserve/webui/api.js",
+           "  if (key) headers.Authorization = `Bearer ${key}`;\n", "",
+           ("tests/e2e/test_webui.py::test_the_key_field_works_with_api_key",)),
+    Mutant("page CSP off", "localserve/webui/page.py",
+           '                ("Content-Security-Policy", CONTENT_SECURITY_POLICY),\n', "",
+           ("tests/e2e/test_webui.py::test_page_loads_with_no_console_errors_and_no_request_outside_the_origin",)),
 ]
 
 

@@ -18,6 +18,8 @@ from ..settings import Settings
 from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
+from ..models.catalogue import PER_MODEL
+from ..models.units import parse_duration, parse_size
 
 EXIT_USAGE = 2
 
@@ -77,6 +79,12 @@ def positive_int(value: str) -> int:
     return number
 
 
+def pooling_mode(value: str) -> str:
+    if value not in ("mean", "last", "cls"):
+        raise argparse.ArgumentTypeError("must be one of mean, last, cls")
+    return value
+
+
 def _non_negative_float(value: str) -> float:
     number = float(value)
     if number < 0:
@@ -91,9 +99,37 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _duration(value: str) -> float:
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size(value: str) -> int:
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+LOOSE = (_duration, _size)     # a config file may give these as a number or a string ("5m", "8G")
+
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
+    Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
+           "first use", "DIR"),
+    Option("max-models", positive_int, None, "models loaded at once; the least recently used idle one is "
+           "unloaded to make room (default: no limit)", "N"),
+    Option("max-memory", _size, None, "memory for all loaded models (weights + KV + compute buffers), "
+           "e.g. 12G; idle models are unloaded to make room (default: no limit)", "SIZE"),
+    Option("keep-alive", _duration, None, f"how long an idle model stays loaded: 30s, 5m, 1h, 0 = unload after "
+           f"each request, -1 = never (default: {defaults.DEFAULT_KEEP_ALIVE:g}s; never for --model alone)",
+           "DURATION"),
+    Option("preload", str, [], "load this model at start (repeatable)", "NAME", repeat=True),
+    Option("evict-wait", _non_negative_float, defaults.MODEL_EVICT_WAIT, "seconds a load (or /models/unload) "
+           "waits for busy models to go idle; then 503 with Retry-After", "SECONDS"),
     Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
     Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
     Option("ctx-size", positive_int, None,
@@ -107,6 +143,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
            "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
     Option("batch-size", positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
+    Option("pooling", pooling_mode, None, "how an embedding sums up its tokens: mean, last or cls "
+           "(default: what the GGUF declares, else last)", "MODE"),
+    Option("embeddings-only", _flag, False, "serve /v1/embeddings (and /v1/rerank) only; chat requests get a "
+           "400 (encoders and rerankers are so without it)", "BOOL"),
+    Option("max-embedding-inputs", positive_int, defaults.DEFAULT_MAX_EMBEDDING_INPUTS,
+           "inputs one /v1/embeddings call (documents one /v1/rerank call) may carry", "N"),
     Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
            "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
     Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
@@ -139,6 +181,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("data-dir", str, None, "where stored responses and conversations live "
            "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
     Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
+    Option("no-webui", _flag, False, "serve no chat and status page at / (then / is a 404)", "BOOL"),
     Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
            "KEY", repeat=True),
     Option("api-key-file", str, None, "file with one API key per line", "PATH"),
@@ -201,16 +244,29 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
             value = list(option.default) if option.repeat else option.default
             defaulted.add(option.attr)
         values[option.attr] = value
-    if values["draft_model"] and "speculative" in defaulted:
-        values["speculative"] = "draft"     # a draft model given is a draft model used
-    if values["speculative"] == "draft" and not values["draft_model"]:
-        raise UsageError("--speculative draft needs --draft-model PATH")
+    values["models"] = from_file.get("models", {})
+    _resolve_speculative(values, defaulted, config_path)
     if values["max_inflight_bytes"] is None:
         values["max_inflight_bytes"] = defaults.INFLIGHT_BODIES * values["max_body_bytes"]
     elif values["max_inflight_bytes"] < values["max_body_bytes"]:
         raise UsageError(f"--max-inflight-bytes ({values['max_inflight_bytes']}) must be at least "
                          f"--max-body-bytes ({values['max_body_bytes']}): a largest request could never be served")
     return Settings(**values)
+
+
+def _resolve_speculative(values: dict[str, Any], defaulted: set[str], config_path: str | None) -> None:
+    """A draft model given is a draft model used, unless --speculative says otherwise; the
+    same within each [models.NAME] table, whose draft model may also come from the server's."""
+    if values["draft_model"] and "speculative" in defaulted:
+        values["speculative"] = "draft"
+    if values["speculative"] == "draft" and not values["draft_model"]:
+        raise UsageError("--speculative draft needs --draft-model PATH")
+    for name, table in values["models"].items():
+        if table.get("draft_model") and "speculative" not in table:
+            table["speculative"] = "draft"
+        if table.get("speculative") == "draft" and not table.get("draft_model", values["draft_model"]):
+            raise UsageError(f"config file {config_path}: [models.{name}] speculative = \"draft\" needs a "
+                             f"draft-model (in the table or --draft-model)")
 
 
 def _from_env(option: Option, raw: str) -> Any:
@@ -235,6 +291,9 @@ def read_config(path: str) -> dict[str, Any]:
     by_name = {o.name: o for o in OPTIONS}
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key == "models":
+            values["models"] = _model_tables(path, value, by_name)
+            continue
         option = by_name.get(key.replace("_", "-"))
         if option is None:
             raise UsageError(f"config file {path}: unknown key '{key}'")
@@ -245,7 +304,44 @@ def read_config(path: str) -> dict[str, Any]:
     return values
 
 
+def _model_tables(path: str, tables: Any, by_name: dict[str, Option]) -> dict[str, dict[str, Any]]:
+    """[models.NAME] tables: {NAME: {"path", "aliases", attribute: value}}, each value checked
+    as its flag's would be."""
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise UsageError(f"config file {path}: 'models' must hold [models.NAME] tables")
+    models: dict[str, dict[str, Any]] = {}
+    for name, table in tables.items():
+        entry: dict[str, Any] = {}
+        for key, value in table.items():
+            where = f"config file {path}: [models.{name}] key '{key}'"
+            attr = key.replace("-", "_")
+            if attr == "path":
+                if not isinstance(value, str) or not value:
+                    raise UsageError(f"{where}: expected a file path")
+                entry["path"] = value
+            elif attr == "aliases":
+                if not isinstance(value, list) or not all(isinstance(a, str) and a for a in value):
+                    raise UsageError(f"{where}: expected a list of names")
+                entry["aliases"] = value
+            elif attr in PER_MODEL:
+                try:
+                    entry[attr] = _config_value(by_name[attr.replace("_", "-")], value)
+                except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+                    raise UsageError(f"{where}: {exc}") from None
+            else:
+                raise UsageError(f"{where}: not a per-model setting; one of path, aliases, "
+                                 f"{', '.join(a.replace('_', '-') for a in PER_MODEL)}")
+        if "path" not in entry:
+            raise UsageError(f"config file {path}: [models.{name}] needs a path")
+        models[name] = entry
+    return models
+
+
 def _config_value(option: Option, value: Any) -> Any:
+    if option.type in LOOSE:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TypeError(f"expected a number or a string, got {type(value).__name__}")
+        return option.type(str(value))
     if option.repeat:
         items = value if isinstance(value, list) else [value]
         if not all(isinstance(v, str) for v in items):

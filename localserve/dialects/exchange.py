@@ -56,6 +56,8 @@ class Exchange:
     app: Any
     errors: ErrorShape = OPENAI_ERRORS     # the route's dialect: how its clients read an error
     request_id: str = ""
+    model: Any = None              # the LoadedModel the request holds (models/manager.py use())
+    stream_open: bool = False      # a stream's head went out before the handler knew its answer
     _json: dict | None = field(default=None, repr=False)
 
     def has_body(self) -> bool:

@@ -70,7 +70,8 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
     writer = exchange.writer
     buffer: list[bytes] = []
     try:
-        writer.start_stream()
+        if not writer.started:      # the head may be out already: ": loading" while the model loaded
+            writer.start_stream()
         for event in source:
             if event is KEEPALIVE:
                 buffer += shape.keepalive()

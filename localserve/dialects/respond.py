@@ -21,8 +21,21 @@ from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RE
 
 
 def submit(exchange: Exchange, request: GenerationRequest) -> ActiveGeneration:
+    """To the runtime of the model the request holds (exchange.model, set by ModelManager.use)."""
+    model = exchange.model
+    if model.embeddings_only:
+        raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
+                            f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
+                       code="model_not_supported")
+    with runtime_refusals():
+        return model.runtime.submit(request)
+
+
+@contextlib.contextmanager
+def runtime_refusals():
+    """The runtime's reasons to refuse a job, as the answers clients get (503 and when to retry)."""
     try:
-        return exchange.app.runtime.submit(request)
+        yield
     except QueueFull:
         raise ApiError(503, "the server is busy: too many requests are queued; retry shortly",
                        code="server_overloaded", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]) from None

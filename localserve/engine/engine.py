@@ -18,13 +18,14 @@ from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights, model_load
+from . import cpu_weights, file_facts, model_load
 from ..generation import SamplingParams
 from ..settings import TOKENIZE_ALONE_BYTES
 from .facade import GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
+from .stopwatch import Stopwatch
 from ..grammar.scan import token_refs
 
 __all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler",
@@ -46,8 +47,10 @@ class Engine:
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
-                 draft_max: int = 0):
+                 draft_max: int = 0, stopwatch: Stopwatch | None = None):
+        watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
+        self._file = key = file_facts.file_key(path)
         ll.llama_backend_init()
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
@@ -58,12 +61,16 @@ class Engine:
         model_load.load_messages.clear()
         model_load.capture_only.on = True
         try:
-            self.weight_plan = cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers)
+            self.weight_plan = file_facts.remembered(
+                ("weight plan", key, cpu_weights_mode, n_gpu_layers),
+                lambda: cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers))
+            watch.lap("weight plan")
             overrides = self.weight_plan.apply(mparams)     # referenced until the model is loaded
             self.model = ll.llama_model_load_from_file(path.encode(), mparams)
             del overrides
         finally:
             model_load.capture_only.on = False
+        watch.lap("llama.cpp load")
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load {path}: {model_load.native_reason()}")
         self.weight_buffers = cpu_weights.buffer_sizes(model_load.load_messages)     # {buffer type: MiB}
@@ -86,6 +93,7 @@ class Engine:
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
+        self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
         cparams.kv_unified = False
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
@@ -97,10 +105,17 @@ class Engine:
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
+        if self.ctx and not ll.llama_get_memory(self.ctx):
+            # No KV cache: an encoder (BERT family), which outputs every token it runs (llama.cpp
+            # asserts room for them all): made again with room for a whole batch. It only embeds.
+            ll.llama_free(self.ctx)
+            cparams.n_outputs_max = n_batch
+            self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
+        watch.lap("context")
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
@@ -109,11 +124,10 @@ class Engine:
         self._step_logits = None
         self._logits_views: dict[tuple[int, int], object] = {}
         self._pieces: list[bytes | None] = [None] * self.n_vocab
+        self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))
         self._eog = [False] * self.n_vocab
-        for token in range(self.n_vocab):
-            self._eog[token] = bool(ll.llama_vocab_is_eog(self.vocab, token))
-        self.eog_tokens = [t for t in range(self.n_vocab) if self._eog[t]]
-        self.max_piece_bytes = self._longest_piece()
+        for token in self.eog_tokens:
+            self._eog[token] = True
         self._big_tokenize = threading.Lock()
         self._abort_check: Callable[[], bool] | None = None
         self._abort_cb = ll.ggml_abort_callback(self._on_abort)
@@ -123,7 +137,12 @@ class Engine:
         self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
         if any(d.kind != "cpu" for d in self.devices):
             log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
-        self.warmup_seconds = self._warm_up()
+        watch.lap("end-of-generation tokens, model facts")
+        # the same file with the same weight layout ran it already in this process
+        warm_key = (key, self.weight_plan.mode, self.weight_plan.layout)
+        self.warmup_seconds = 0.0 if file_facts.warmed(warm_key) else self._warm_up()
+        file_facts.mark_warmed(warm_key)
+        watch.lap("warm-up decode")
 
     def _warm_up(self) -> float:
         """Decode two tokens, then one more, and forget them, as llama-server warms up at load.
@@ -131,11 +150,14 @@ class Engine:
         The first decodes are where a native problem with the weights shows (AMX's crash,
         cpu_weights.py): at start, before /health says ok, never at a user's first request.
         Both shapes run, because ggml multiplies a batch of one by other kernels than a
-        longer batch (AMX's crash is in the latter).
+        longer batch (AMX's crash is in the latter). The pair asks for no logits: the
+        output layer's product (a row for each token that wants logits, one here) then
+        runs in the last decode alone, at the shape every first token takes (asked of the
+        pair as well, it was two fifths of the warm-up for Gemma 3's 262k-token vocabulary).
         """
         bos, eos = ll.llama_vocab_bos(self.vocab), ll.llama_vocab_eos(self.vocab)
         first, second = max(bos, 0), max(eos, 0)
-        pair = [(first, 0, 0, False), (second, 1, 0, True)]
+        pair = [(first, 0, 0, False), (second, 1, 0, False)]
         started = time.perf_counter()
         try:
             for i in range(0, len(pair), self.n_batch):      # --batch-size 1 takes them one by one
@@ -187,11 +209,9 @@ class Engine:
         """
         if add_special and parse_special:
             text = self._without_added_specials(text)
-        if limit is not None and len(text) > limit * self.max_piece_bytes:   # characters ≤ bytes
-            raise TooManyTokens(-(-len(text) // self.max_piece_bytes))
+        self._check_length(len(text), limit)        # characters ≤ bytes: a cheap first look
         data = text.encode("utf-8")
-        if limit is not None and len(data) > limit * self.max_piece_bytes:
-            raise TooManyTokens(-(-len(data) // self.max_piece_bytes))
+        self._check_length(len(data), limit)
         capacity = len(data) + 8 if limit is None else min(len(data) + 8, limit + 1)
         buf = (ll.llama_token * capacity)()
         with self._big_tokenize if len(data) > TOKENIZE_ALONE_BYTES else contextlib.nullcontext():
@@ -204,13 +224,18 @@ class Engine:
                 n = ll.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         return list(buf[:n])
 
-    def _longest_piece(self) -> int:
-        buf = ctypes.create_string_buffer(256)
-        longest = 1
-        for token in range(self.n_vocab):
-            n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
-            longest = max(longest, n if n >= 0 else -n)
-        return longest
+    def _check_length(self, length: int, limit: int | None) -> None:
+        """TooManyTokens if `length` characters or bytes surely make more than `limit` tokens.
+
+        A text no longer than `limit` always could fit: only a longer one needs the longest
+        piece, scanned once per file when first needed (file_facts.py), not at load.
+        """
+        if limit is not None and length > limit and length > limit * self.max_piece_bytes:
+            raise TooManyTokens(-(-length // self.max_piece_bytes))
+
+    @property
+    def max_piece_bytes(self) -> int:
+        return file_facts.longest_piece(self._file, self.vocab, self.n_vocab)
 
     def _without_added_specials(self, text: str) -> str:
         """The text less a leading BOS (a trailing EOS) that llama.cpp is about to add itself.
@@ -309,6 +334,9 @@ class Engine:
                 output_rows[i] = len(output_rows)
         batch.n_tokens = len(entries)
         self._step_logits = None
+        if self.wanted_threads != self.threads:      # models busy at once share the cores (models/manager.py)
+            self.threads = self.wanted_threads
+            ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
         if abort_check is not None:
             self._abort_check = abort_check
             ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)

@@ -49,6 +49,7 @@ class _LoadedEngine(Protocol):
     """What the facade reads of engine.Engine (named here: engine.py imports this module)."""
     n_ctx_seq: int
     n_vocab: int
+    max_piece_bytes: int
     eog_tokens: list[int]
     info: ModelInfo
     devices: list[Device]
@@ -79,6 +80,7 @@ class EngineFacade:
         self._engine = engine
         self.n_ctx: int = engine.n_ctx_seq          # each sequence's context
         self.n_vocab: int = engine.n_vocab
+        self.max_piece_bytes: int = engine.max_piece_bytes
         self.eog_tokens: list[int] = list(engine.eog_tokens)
         self.info: ModelInfo = engine.info
         self.devices: list[Device] = list(engine.devices)

@@ -25,6 +25,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DECODE_RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 REQUEST_SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+LOAD_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 QUEUE_SECONDS_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
@@ -73,9 +74,12 @@ class Counter(_Metric):
         with self._lock:
             return self._values.get(self._key(labels), 0.0)
 
-    def samples(self):
+    def samples_by_key(self) -> list[tuple[LabelValues, float]]:
         with self._lock:
-            items = sorted(self._values.items())
+            return sorted(self._values.items())
+
+    def samples(self):
+        items = self.samples_by_key()
         return [("_total" if not self.name.endswith("_total") else "", key, (), value) for key, value in items]
 
 
@@ -90,6 +94,18 @@ class Gauge(_Metric):
     def samples(self):
         value = self.read()
         return [] if value is None else [("", (), (), float(value))]
+
+
+class LabeledGauge(_Metric):
+    """Values read at scrape time, one per combination of label values ({(value, ...): number})."""
+    kind = "gauge"
+
+    def __init__(self, name: str, help: str, labels: Iterable[str], read: Callable[[], dict[LabelValues, float]]):
+        super().__init__(name, help, labels)
+        self.read = read
+
+    def samples(self):
+        return [("", tuple(str(v) for v in key), (), float(value)) for key, value in sorted(self.read().items())]
 
 
 class ReadCounter(Gauge):
@@ -159,6 +175,10 @@ class Registry:
 
     def gauge(self, name: str, help: str, read: Callable[[], float | None]) -> Gauge:
         return self._register(Gauge(name, help, read))
+
+    def labeled_gauge(self, name: str, help: str, labels: Iterable[str],
+                      read: Callable[[], dict[LabelValues, float]]) -> LabeledGauge:
+        return self._register(LabeledGauge(name, help, labels, read))
 
     def read_counter(self, name: str, help: str, read: Callable[[], float | None]) -> ReadCounter:
         return self._register(ReadCounter(name, help, read))
@@ -232,6 +252,12 @@ class ServerMetrics:
                                         "own choice confirmed (kept without a step of their own)")
         r.gauge("localserve_draft_acceptance_rate", "Accepted drafted tokens / drafted tokens, since start",
                 self._acceptance_rate)
+        self.embedding_requests = r.counter("localserve_embedding_requests_total", "Embedding and rerank calls "
+                                            "answered, by endpoint", ("endpoint",))
+        self.embedding_inputs = r.counter("localserve_embedding_inputs_total", "Inputs embedded (rerank: "
+                                          "query-document pairs scored), by endpoint", ("endpoint",))
+        self.embedding_tokens = r.counter("localserve_embedding_tokens_total", "Tokens run through the embedding "
+                                          "context, by endpoint", ("endpoint",))
         r.gauge("localserve_queue_depth", "Generations waiting for a slot", self._runtime(lambda rt: rt.queue_depth))
         r.gauge("localserve_slots_busy", "Slots running a generation", self._runtime(lambda rt: rt.busy_slots))
         r.gauge("localserve_abandoned_grammar_samples", "Grammar samples still running in llama.cpp for jobs "
@@ -253,6 +279,37 @@ class ServerMetrics:
         r.read_counter("localserve_prompt_cache_hits_total", "Sequences restored from the RAM prompt cache",
                        self._runtime(lambda rt: rt.cache.hits))
         r.gauge("localserve_ready", "1 once the model is loaded and requests are served", self._ready)
+        # the same figures model by model (the unlabelled ones above are their sums)
+        self.model_generations = r.counter("localserve_model_generations_total", "Generations that ended, by "
+                                           "model and finish reason", ("model", "finish_reason"))
+        self.model_prompt_tokens = r.counter("localserve_model_prompt_tokens_total", "Prompt tokens of finished "
+                                             "generations, by model", ("model",))
+        self.model_generated_tokens = r.counter("localserve_model_generated_tokens_total", "Tokens generated, "
+                                                "by model", ("model",))
+        self.model_draft_tokens = r.counter("localserve_model_draft_tokens_total", "Tokens drafted by speculative "
+                                            "decoding and verified, by model", ("model",))
+        self.model_draft_accepted = r.counter("localserve_model_draft_accepted_tokens_total", "Drafted tokens the "
+                                              "model's own choice confirmed, by model", ("model",))
+        r.labeled_gauge("localserve_model_draft_acceptance_rate", "Accepted drafted tokens / drafted tokens, by "
+                        "model, since start", ("model",), self._model_acceptance_rates)
+        self.model_embedding_tokens = r.counter("localserve_model_embedding_tokens_total", "Tokens embedded "
+                                                "(rerank: of the pairs scored), by model and endpoint",
+                                                ("model", "endpoint"))
+        self.model_loads = r.counter("localserve_model_loads_total", "Model loads, by model and outcome "
+                                     "(loaded, failed)", ("model", "outcome"))
+        self.model_unloads = r.counter("localserve_model_unloads_total", "Model unloads, by model and reason "
+                                       "(idle, evicted, request, shutdown)", ("model", "reason"))
+        self.model_load_seconds = r.histogram("localserve_model_load_seconds", "Time to load a model",
+                                              LOAD_SECONDS_BUCKETS, ("model",))
+        r.labeled_gauge("localserve_model_loaded", "1 for a loaded model, 0 for one in the catalogue not loaded",
+                        ("model",), self._per_model(lambda m: 1.0 if m.runtime is not None else 0.0, all_models=True))
+        r.labeled_gauge("localserve_model_slots_busy", "Slots running a generation, by model", ("model",),
+                        self._per_model(lambda m: m.runtime.busy_slots))
+        r.labeled_gauge("localserve_model_queue_depth", "Generations waiting for a slot, by model", ("model",),
+                        self._per_model(lambda m: m.runtime.queue_depth))
+        r.labeled_gauge("localserve_model_memory_bytes", "Memory a loaded model holds (weights + KV + compute, "
+                        "the larger of the estimate and the measured growth of the process)", ("model",),
+                        self._per_model(lambda m: m.memory_bytes))
 
     # ---- recording (any thread) --------------------------------------------------
 
@@ -291,9 +348,21 @@ class ServerMetrics:
         drafted = self.draft_tokens.value()
         return self.draft_accepted.value() / drafted if drafted else None
 
+    def _model_acceptance_rates(self) -> dict[LabelValues, float]:
+        drafted = dict(self.model_draft_tokens.samples_by_key())
+        accepted = dict(self.model_draft_accepted.samples_by_key())
+        return {key: accepted.get(key, 0.0) / n for key, n in drafted.items() if n}
+
     def record_prefill(self, tokens: int) -> None:
         """Prompt tokens one decode step ran through the model."""
         self.prefilled_tokens.inc(tokens)
+
+    def record_embedding(self, endpoint: str, inputs: int, tokens: int, model: str) -> None:
+        """One answered embeddings ("embeddings") or rerank ("rerank") call to `model`."""
+        self.embedding_requests.inc(endpoint=endpoint)
+        self.embedding_inputs.inc(inputs, endpoint=endpoint)
+        self.embedding_tokens.inc(tokens, endpoint=endpoint)
+        self.model_embedding_tokens.inc(tokens, model=model, endpoint=endpoint)
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()
@@ -314,11 +383,26 @@ class ServerMetrics:
     def render(self) -> str:
         return self.registry.render()
 
+    def _runtimes(self) -> list[Any]:
+        models = getattr(self.app, "models", None)
+        return [] if models is None else [m.runtime for m in models.loaded_models()]
+
     def _runtime(self, read: Callable[[Any], float]) -> Callable[[], float | None]:
+        """The sum over every loaded model's runtime (None before any is loaded)."""
         def value() -> float | None:
-            runtime = getattr(self.app, "runtime", None)
-            return None if runtime is None else read(runtime)
+            runtimes = self._runtimes()
+            return sum(read(runtime) for runtime in runtimes) if runtimes else None
         return value
+
+    def _per_model(self, read: Callable[[Any], float], all_models: bool = False) -> Callable[[], dict]:
+        """{(model name,): value} for each loaded model (each in the catalogue with all_models)."""
+        def values() -> dict:
+            models = getattr(self.app, "models", None)
+            if models is None:
+                return {}
+            shown = models.all_models() if all_models else models.loaded_models()
+            return {(m.name,): read(m) for m in shown}
+        return values
 
     def _server(self, read: Callable[[Any], float]) -> Callable[[], float | None]:
         def value() -> float | None:
@@ -331,6 +415,33 @@ class ServerMetrics:
     def _ready(self) -> float | None:
         ready = getattr(self.app, "ready", None)
         return None if ready is None else float(ready.is_set())
+
+
+class ModelMetrics:
+    """What one model's runtime records: the server's figures, and the same under its `model` label."""
+
+    def __init__(self, server: ServerMetrics, model: str):
+        self.server = server
+        self.model = model
+
+    def record_generation(self, output: Any) -> None:
+        self.server.record_generation(output)
+        self.server.model_generations.inc(model=self.model, finish_reason=output.finish_reason)
+        self.server.model_prompt_tokens.inc(output.prompt_tokens, model=self.model)
+        self.server.model_generated_tokens.inc(output.completion_tokens, model=self.model)
+
+    def record_prefill(self, tokens: int) -> None:
+        self.server.record_prefill(tokens)
+
+    def record_drafts(self, drafted: int, accepted: int) -> None:
+        self.server.record_drafts(drafted, accepted)
+        self.server.model_draft_tokens.inc(drafted, model=self.model)
+        self.server.model_draft_accepted.inc(accepted, model=self.model)
+
+    def record_cancellation(self, generated_tokens: int = 0) -> None:
+        self.server.record_cancellation(generated_tokens)
+        self.server.model_generations.inc(model=self.model, finish_reason="cancelled")
+        self.server.model_generated_tokens.inc(generated_tokens, model=self.model)
 
 
 def handle(exchange: Any) -> None:

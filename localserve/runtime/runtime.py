@@ -20,6 +20,7 @@ from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped, Timings)
 from . import logprobs
+from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
@@ -46,7 +47,8 @@ class EngineFailure(Exception):
 class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
-                 on_fatal: Callable[[str], None] = exit_engine_failed, speculator: Speculator | None = None):
+                 on_fatal: Callable[[str], None] = exit_engine_failed,
+                 make_embedder: Callable[[], object] | None = None, speculator: Speculator | None = None):
         self.engine = engine
         self.on_fatal = on_fatal        # the runtime cannot go on: by default, exit status 3
         self.failed_steps = 0           # one after another; reset by a decode that succeeds
@@ -61,6 +63,8 @@ class Runtime:
                                       on_error=self._sample_failed, on_too_slow=self._too_slow,
                                       on_verified=self._verified)
         self.outbox = Outbox()          # a step's events go out together, after the step
+        # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
+        self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -92,6 +96,12 @@ class Runtime:
         gen = ActiveGeneration(request)
         self.scheduler.enqueue(gen)
         return gen
+
+    def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob:
+        """Queue an embedding or ranking job; QueueFull or RuntimeStopped as submit()."""
+        if self.stopping:
+            raise RuntimeStopped()
+        return self.embeddings.submit(job)
 
     @property
     def queue_depth(self) -> int:
@@ -128,12 +138,14 @@ class Runtime:
     def _serve(self) -> None:
         while True:
             with self.cond:
-                while not self.stopping and not self.scheduler.waiting and not self._active():
+                while (not self.stopping and not self.scheduler.waiting and not self._active()
+                       and not self.embeddings.pending):
                     self.cond.wait()
                 if self.stopping:
                     break
             try:
                 self.step()
+                self.embeddings.step()      # one embedding batch between two decode steps
             except EngineFailure:
                 raise
             except Exception:   # keep serving: fail what was running, not the process
@@ -148,6 +160,7 @@ class Runtime:
         for job in self._active():
             self._retire(job, "cancelled")
         self.outbox.deliver()
+        self.embeddings.stop()
         for gen in self.scheduler.take_all_waiting():   # nobody will run these: tell their waiters now
             gen.events.put(Finished(error=GenerationError(503, "the server is shutting down",
                                                           "server_shutting_down")))

@@ -111,14 +111,26 @@ class Router:
             raise
         except ApiError as error:
             if writer.started:
-                log.warning("error after the response started: %s", error.message)
-                writer.close_after = True
+                self._error_after_head(exchange, error)
                 return
             exchange.send_error(error)
         except Exception:
             log.exception("handler failed for %s %s", request.method, request.path)
+            error = ApiError(500, "internal server error", code="server_error")
             if writer.started:
-                writer.close_after = True
+                self._error_after_head(exchange, error)
                 return
-            exchange.send_error(ApiError(500, "internal server error", code="server_error"))
+            exchange.send_error(error)
+
+    @staticmethod
+    def _error_after_head(exchange: Exchange, error: ApiError) -> None:
+        """A stream whose head went out early (its model was loading) ends with the error in-band,
+        in the dialect's shape; any other started response can only be cut short."""
+        writer = exchange.writer
+        if exchange.stream_open and not writer.finished:
+            writer.stream(exchange.errors.stream_frame(error))
+            writer.end_stream()
+            return
+        log.warning("error after the response started: %s", error.message)
+        writer.close_after = True
 

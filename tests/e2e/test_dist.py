@@ -74,6 +74,10 @@ def test_wheelhouse_holds_every_runtime_and_demo_wheel(dist):
     (llama,) = WHEELHOUSE.glob("llama_cpp_python-*.whl")
     with zipfile.ZipFile(llama) as wheel:
         assert any("libggml-rpc" in n for n in wheel.namelist()), "llama-cpp-python built without RPC"
+    (ours,) = WHEELHOUSE.glob("localserve-*.whl")
+    with zipfile.ZipFile(ours) as wheel:      # the built-in page is package data
+        page = {f"localserve/webui/{n}" for n in ("index.html", "app.js", "chat.js", "style.css", "favicon.svg")}
+        assert page <= set(wheel.namelist())
     manifest = json.loads((dist / "manifest.json").read_text())
     assert manifest["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
 
@@ -104,6 +108,8 @@ def test_fresh_venv_installs_offline_and_serves(dist, tiny, tmp_path):
         assert reply["object"] == "chat.completion"
         assert reply["choices"][0]["message"]["role"] == "assistant"
         assert reply["usage"]["completion_tokens"] >= 1
+        page = server.page("/")
+        assert '<script type="module" src="/webui/app.js"' in page and "import" in server.page("/webui/chat.js")
 
 
 def test_pyz_runs_on_the_system_python(dist, tiny, tmp_path):
@@ -119,6 +125,7 @@ def test_pyz_runs_on_the_system_python(dist, tiny, tmp_path):
         models = server.get("/v1/models")
         assert models["object"] == "list"
         assert models["data"][0]["id"] == "tiny"
+        assert '<script type="module" src="/webui/app.js"' in server.page("/")     # package data inside the zipapp
     assert any((tmp_path / "shiv").iterdir()), "shiv did not extract into SHIV_ROOT"
 
 
@@ -180,6 +187,17 @@ class Served:
             conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
             response = conn.getresponse()
             return response.status, json.loads(response.read() or b"{}")
+        finally:
+            conn.close()
+
+    def page(self, path: str) -> str:
+        """A file of the built-in page, as text."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            conn.request("GET", path)
+            response = conn.getresponse()
+            assert response.status == 200, (path, response.status, self.output())
+            return response.read().decode()
         finally:
             conn.close()
 

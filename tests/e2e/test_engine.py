@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from llama_cpp import llama_cpp as ll
 
+from localserve.engine import file_facts
 from localserve.engine.engine import Engine
+from localserve.engine.facade import TooManyTokens
 from localserve.generation import SamplingParams
 from tinymodel import write_tiny_gguf
 
@@ -90,3 +94,50 @@ def test_a_written_bos_is_not_doubled(engine):
     assert engine.tokenize(bos + "Hello there") == engine.tokenize("Hello there")
     assert engine.tokenize(bos + "Hello there")[:2].count(BOS_ID) == 1
     assert engine.tokenize(bos + "Hi", add_special=False)[0] == BOS_ID
+
+
+# ---- what a load learns of its file, kept for the next load (engine/file_facts.py) -------------
+
+LONG_PIECE = "<|the longest piece in this vocabulary|>"
+
+
+def test_the_longest_piece_is_scanned_only_for_a_text_longer_than_its_limit(tmp_path):
+    """The scan costs one llama.cpp call per token: not at load, and not for a short text."""
+    path = write_tiny_gguf(tmp_path / "lazy.gguf", special_tokens=[(LONG_PIECE, "user_defined")])
+    engine = Engine(str(path), n_ctx=64, n_seq=1, n_batch=16, threads=1)
+    try:
+        scanned = ("longest piece", file_facts.file_key(str(path)))
+        assert file_facts.known(scanned) is None
+        limit = 8
+        engine.tokenize("a" * limit, add_special=False, limit=limit)
+        assert file_facts.known(scanned) is None
+        longest = max(len(engine.piece(t)) for t in range(engine.n_vocab))
+        assert longest == len(LONG_PIECE)
+        # limit × the longest piece: more bytes than the limit, and as many tokens as it allows
+        assert len(engine.tokenize(LONG_PIECE * limit, add_special=False, limit=limit)) == limit
+        assert file_facts.known(scanned) == longest
+        with pytest.raises(TooManyTokens) as refused:      # one byte more: refused before llama.cpp sees it
+            engine.tokenize("a" * (limit * longest + 1), add_special=False, limit=limit)
+        assert refused.value.at_least == limit + 1
+    finally:
+        engine.close()
+
+
+def test_a_second_load_of_the_same_file_reuses_what_the_first_learned(tmp_path):
+    path = write_tiny_gguf(tmp_path / "again.gguf")
+
+    def load() -> Engine:
+        return Engine(str(path), n_ctx=64, n_seq=1, n_batch=16, threads=1)
+
+    first = load()
+    first.close()
+    second = load()
+    second.close()
+    assert first.warmup_seconds > 0 and second.warmup_seconds == 0.0
+    assert second.weight_plan is first.weight_plan          # not asked of ggml again
+    assert second.eog_tokens == first.eog_tokens
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))   # a changed file is a new one
+    third = load()
+    third.close()
+    assert third.weight_plan is not first.weight_plan and third.warmup_seconds > 0

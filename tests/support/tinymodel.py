@@ -169,6 +169,24 @@ def tiny_vocab(special_tokens: Sequence[Any] = ()) -> list[tuple[str, float, int
     return vocab
 
 
+def tokenizer_metadata(vocab: Sequence[tuple[str, float, int]]) -> dict[str, Any]:
+    """The GGUF tokenizer keys of a model on tiny_vocab()."""
+    return {
+        "tokenizer.ggml.model": "llama",
+        "tokenizer.ggml.tokens": [t for t, _, _ in vocab],
+        "tokenizer.ggml.scores": [float(s) for _, s, _ in vocab],
+        "tokenizer.ggml.token_type": [int(k) for _, _, k in vocab],
+        "tokenizer.ggml.bos_token_id": BOS_ID,
+        "tokenizer.ggml.eos_token_id": EOS_ID,
+        "tokenizer.ggml.unknown_token_id": UNK_ID,
+        "tokenizer.ggml.add_bos_token": True,
+        "tokenizer.ggml.add_eos_token": False,
+        # Gemma-style: text is tokenized as given, with no "▁" put in front of it
+        # (nor after every special token, which is what SPM's default does).
+        "tokenizer.ggml.add_space_prefix": False,
+    }
+
+
 def token_ids(special_tokens: Sequence[Any] = ()) -> dict[str, int]:
     """Map from token text (as stored, spaces as "▁") to id."""
     return {text: i for i, (text, _, _) in enumerate(tiny_vocab(special_tokens))}
@@ -270,18 +288,7 @@ def write_tiny_gguf(
         f"{arch}.attention.layer_norm_rms_epsilon": 1e-5,
         f"{arch}.rope.dimension_count": head_dim,
         f"{arch}.rope.freq_base": 10000.0,
-        "tokenizer.ggml.model": "llama",
-        "tokenizer.ggml.tokens": [t for t, _, _ in vocab],
-        "tokenizer.ggml.scores": [float(s) for _, s, _ in vocab],
-        "tokenizer.ggml.token_type": [int(k) for _, _, k in vocab],
-        "tokenizer.ggml.bos_token_id": BOS_ID,
-        "tokenizer.ggml.eos_token_id": EOS_ID,
-        "tokenizer.ggml.unknown_token_id": UNK_ID,
-        "tokenizer.ggml.add_bos_token": True,
-        "tokenizer.ggml.add_eos_token": False,
-        # Gemma-style: text is tokenized as given, with no "▁" put in front of it
-        # (nor after every special token, which is what SPM's default does).
-        "tokenizer.ggml.add_space_prefix": False,
+        **tokenizer_metadata(vocab),
     }
     if chat_template is not None:
         meta["tokenizer.chat_template"] = chat_template

@@ -5,7 +5,8 @@ A request's path reads top to bottom, and so do the imports:
 
     cli, app            start-up: flags, config, wiring the parts together
     wire                socket, HTTP parser, response writer, routes, access checks
-    dialects            each API's JSON in and out, and the stream helpers they share
+    dialects, webui     each API's JSON in and out, and the stream helpers they share; the built-in page
+    models              the catalogue; loading, unloading, sharing out the models
     prompt, runtime     building a GenerationRequest; the runtime thread
     engine              llama.cpp, CPU weights, RPC
     parsing, grammar,   tool-call syntaxes, reasoning, incremental JSON; GBNF; SQLite;
@@ -29,9 +30,10 @@ PACKAGE = Path(__file__).resolve().parents[2] / "localserve"
 
 # Each part's floor: a higher floor may import a lower one, not the other way round.
 FLOORS = {
-    "__main__": 7, "cli": 7, "app": 7,
-    "wire": 6,
-    "dialects": 5,
+    "__main__": 8, "cli": 8, "app": 8,
+    "wire": 7,
+    "dialects": 6, "webui": 6,
+    "models": 5,
     "prompt": 4, "runtime": 4,
     "engine": 3,
     "parsing": 2, "grammar": 2, "store": 2, "ops": 2,

@@ -72,13 +72,19 @@ def handle_messages(exchange: Exchange) -> None:
     app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    model = read_model(body, app.model_id)
-    gen_request, prompt = read_request(app.model, app.signing_key, body, exchange.request_id)
+    with app.use_model(body, exchange, stream=stream) as model:
+        serve_messages(exchange, body, stream, model)
+
+
+def serve_messages(exchange: Exchange, body: dict, stream: bool, model) -> None:
+    app = exchange.app
+    name = read_model(body, model.model_id)
+    gen_request, prompt = read_request(model.chat, app.signing_key, body, exchange.request_id)
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
-    meta = MessageMeta(new_call_id("msg_"), model, app.signing_key, prompt.input.thinking.omitted,
+    meta = MessageMeta(new_call_id("msg_"), name, app.signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
     gen = submit(exchange, gen_request)
     with cancel_on_error(gen):
@@ -95,9 +101,9 @@ def handle_count_tokens(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     body = exchange.json()
-    read_model(body, app.model_id)
-    prompt = read_prompt(app.model, app.signing_key, body, breakpoints=False)
-    answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(app.model.engine, prompt.text))}
+    with app.use_model(body, exchange) as model:
+        prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False)
+        answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(model.chat.engine, prompt.text))}
     if prompt.edits is not None:
         original = prompt.edits.original_tokens
         answer["context_management"] = {"original_input_tokens": answer["input_tokens"] if original is None
@@ -106,7 +112,8 @@ def handle_count_tokens(exchange: Exchange) -> None:
 
 
 def read_model(body: dict, model_id: str) -> str:
-    """Whatever model is asked for, the loaded one answers; the reply echoes the name asked."""
+    """The name the reply echoes: the one asked (an alias stays an alias; with one model
+    served alone, whatever name was asked)."""
     return read_str(body, "model") or model_id
 
 

@@ -26,20 +26,20 @@ def handle(exchange: Exchange) -> None:
 
 def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) -> None:
     """The request/response cycle both OpenAI endpoints share: read, queue, answer whole or streamed."""
-    app = exchange.app
-    app.require_ready()
+    exchange.app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    gen_request = read(app.model, body, exchange.request_id)
-    include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
-    gen = submit(exchange, gen_request)
-    with cancel_on_error(gen):
-        meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": app.model_id}
-        if stream:
-            stream_out(exchange, gen, meta, include_usage)
-        else:
-            output = wait_for_output(exchange, gen)
-            exchange.send_json(final(output, meta, gen_request.logprobs))
+    with exchange.app.use_model(body, exchange, stream=stream) as model:
+        gen_request = read(model.chat, body, exchange.request_id)
+        include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
+        gen = submit(exchange, gen_request)
+        with cancel_on_error(gen):
+            meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
+            if stream:
+                stream_out(exchange, gen, meta, include_usage)
+            else:
+                output = wait_for_output(exchange, gen)
+                exchange.send_json(final(output, meta, gen_request.logprobs))
 
 
 def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:

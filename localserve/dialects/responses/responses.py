@@ -38,7 +38,14 @@ def encode(events: list[dict]) -> bytes:
 def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
-    plan = read_plan(exchange.json(), exchange.request_id, model=app.model, model_id=app.model_id,
+    body = exchange.json()
+    with app.use_model(body, exchange, stream=body.get("stream") is True) as model:
+        serve_response(exchange, body, model)
+
+
+def serve_response(exchange: Exchange, body: dict, model) -> None:
+    app = exchange.app
+    plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
                      signing_key=app.signing_key, store=app.store)
     if plan.ignored_tools:
         ignored = ignored_tools_value(plan.ignored_tools)

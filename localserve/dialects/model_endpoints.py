@@ -1,0 +1,180 @@
+"""Endpoints about the models: health, the model list, slots, and loading or unloading one.
+
+GET /v1/models lists the whole catalogue with each model's state (loaded, loading,
+unloaded), its settings and, once loaded, what the engine reports (`meta`). POST
+/models/load and /models/unload ({"model": NAME}) are for operators (under the API key).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ApiError
+from ..models.states import LOADED
+from ..models.units import describe_duration
+from .exchange import Exchange
+from .fields import invalid
+
+if TYPE_CHECKING:
+    from ..models.manager import Record
+
+SHOWN_SETTINGS = ("ctx_size", "slots", "n_gpu_layers", "threads", "batch_size", "cache_ram", "chat_template_file",
+                  "tool_syntax")
+
+
+def health(exchange: Exchange) -> None:
+    """{"status": "ok"} once the catalogue is read (as llama-server answers), plus the devices
+    when layers live elsewhere (RPC workers, GPUs). ?model=NAME: ok only once NAME is loaded."""
+    app = exchange.app
+    if not app.ready.is_set():
+        exchange.send_json({"status": "loading"}, status=503)
+        return
+    name = exchange.request.query.get("model")
+    if name is not None:
+        record = find_exact(app, name)
+        state = record.state
+        exchange.send_json({"status": "ok" if state == LOADED else state, "model": record.name, "state": state},
+                           status=200 if state == LOADED else 503)
+        return
+    body: dict[str, Any] = {"status": "ok"}
+    devices = [d for m in app.models.loaded_models() for d in m.chat.engine.devices]
+    if any(d.kind != "cpu" for d in devices):
+        body["devices"] = [device.as_json() for device in devices]   # as of each model's load
+    exchange.send_json(body)
+
+
+def find_exact(app: Any, name: str) -> Record:
+    entry = app.models.catalogue.exact(name)
+    if entry is None:
+        raise ApiError(404, f"model '{name}' does not exist; this server serves {app.models._names()}",
+                       param="model", code="model_not_found")
+    return app.models.records[entry.name]
+
+
+def model_object(record: Record, created: int, server_settings: Any) -> dict:
+    loaded = record.loaded
+    settings = loaded.settings if loaded is not None else record.entry.settings(server_settings)
+    obj: dict[str, Any] = {
+        "id": record.name,
+        "object": "model",
+        "created": int(loaded.loaded_at) if loaded is not None else created,
+        "owned_by": "localserve",
+        "state": record.state,
+        "aliases": list(record.entry.aliases),
+        "keep_alive": describe_duration(record.keep_alive),
+        "settings": {name: getattr(settings, name) for name in SHOWN_SETTINGS},
+    }
+    if loaded is not None:
+        obj["meta"] = meta(loaded)
+        obj["memory"] = {"estimated_bytes": loaded.estimated_bytes, "measured_bytes": loaded.measured_bytes}
+    if record.last_error and record.loaded is None:
+        obj["error"] = record.last_error
+    return obj
+
+
+def meta(model: Any) -> dict:
+    engine, settings = model.chat.engine, model.settings     # the facade: facts read once at load
+    info = engine.info
+    return {
+        "n_ctx": engine.n_ctx,
+        "n_ctx_train": info.n_ctx_train,
+        "n_params": info.n_params,
+        "n_vocab": info.n_vocab,
+        "eog_tokens": engine.eog_tokens,
+        "size": info.size,
+        "architecture": info.architecture,
+        "description": info.description,
+        "chat_template_source": model.chat.template.source,
+        "tool_syntax": model.chat.tool_syntax,
+        "n_gpu_layers": settings.n_gpu_layers,
+        "n_layer": engine.n_layer,
+        "gpu_layers_offloaded": engine.gpu_layers,
+        "slots": settings.slots,
+        "devices": [device.as_json() for device in engine.devices],
+        "cpu_weights": engine.weight_plan.mode,
+        "weight_buffers_mib": engine.weight_buffers,       # {"CPU_REPACK": 52.5, "CPU": 182.7}
+    }
+
+
+def anthropic_model_object(record: Record, created: int) -> dict:
+    """The same model as Anthropic's Models API describes one (clients send anthropic-version)."""
+    loaded = record.loaded
+    when = int(loaded.loaded_at) if loaded is not None else created
+    obj: dict[str, Any] = {"type": "model", "id": record.name, "display_name": record.name,
+                           "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
+                           "lifecycle": "active", "state": record.state}
+    if loaded is not None:
+        obj["max_input_tokens"] = loaded.chat.engine.n_ctx
+    return obj
+
+
+def wants_anthropic(exchange: Exchange) -> bool:
+    return exchange.request.header("anthropic-version") is not None
+
+
+def _describe(exchange: Exchange, record: Record) -> dict:
+    if wants_anthropic(exchange):
+        return anthropic_model_object(record, exchange.app.created)
+    return model_object(record, exchange.app.created, exchange.app.settings)
+
+
+def list_models(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    models = [_describe(exchange, record) for record in app.models.all_models()]
+    if wants_anthropic(exchange):
+        exchange.send_json({"data": models, "has_more": False, "first_id": models[0]["id"],
+                            "last_id": models[-1]["id"]})
+        return
+    exchange.send_json({"object": "list", "data": models})
+
+
+def get_model(exchange: Exchange) -> None:
+    app = exchange.app
+    app.require_ready()
+    exchange.send_json(_describe(exchange, find_exact(app, exchange.params["model"])))
+
+
+def slots(exchange: Exchange) -> None:
+    """Every loaded model's slots, each marked with its model; the queue and RAM cache summed,
+    and model by model under "models"."""
+    app = exchange.app
+    app.require_ready()
+    per_model = {m.name: m.runtime.slot_state() for m in app.models.loaded_models()}
+    caches = [state["ram_cache"] for state in per_model.values()]
+    exchange.send_json({
+        "slots": [{**slot, "model": name} for name, state in per_model.items() for slot in state["slots"]],
+        "queue_depth": sum(state["queue_depth"] for state in per_model.values()),
+        "ram_cache": {key: sum(cache[key] for cache in caches)
+                      for key in ("entries", "bytes", "limit_bytes", "hits")},
+        "models": per_model,
+    })
+
+
+def _model_name(exchange: Exchange) -> str:
+    body = exchange.json()
+    name = body.get("model")
+    if not isinstance(name, str) or not name:
+        raise invalid("model", "expected the name of a model in the catalogue")
+    return name
+
+
+def load(exchange: Exchange) -> None:
+    """POST /models/load {"model": NAME}: answers once the model is loaded (or its load failed)."""
+    app = exchange.app
+    app.require_ready()
+    name = _model_name(exchange)
+    find_exact(app, name)
+    model = app.models.load(name)
+    exchange.send_json({"model": model.name, "state": LOADED, "load_seconds": round(model.load_seconds, 3)})
+
+
+def unload(exchange: Exchange) -> None:
+    """POST /models/unload {"model": NAME}: answers once it is unloaded; a model in use is
+    unloaded when its requests end (a bounded wait, then 503)."""
+    app = exchange.app
+    app.require_ready()
+    name = _model_name(exchange)
+    record = find_exact(app, name)
+    exchange.send_json({"model": record.name, "state": app.models.unload(record.name)})

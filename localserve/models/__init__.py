@@ -1,0 +1,2 @@
+"""Several models: the catalogue (catalogue.py), one loaded model (loaded.py), and the manager
+that loads on demand, unloads when idle and keeps inside the limits (manager.py)."""

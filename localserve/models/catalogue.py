@@ -1,0 +1,134 @@
+"""The models this server can serve: their names, files and settings.
+
+Three sources, read once at start:
+- `--model PATH` (named by --model-id, else the file's stem);
+- `--models-dir DIR`: every *.gguf in it, named by its stem; a model split in parts
+  (NAME-00001-of-00003.gguf ...) is one model, NAME, loaded from its first part;
+- `[models.NAME]` tables in the config file: `path`, `aliases` and per-model settings
+  (cli/flags.py checks their types; here they become Settings overrides).
+`--model PATH` alone (or the demo model, with none of them) is today's server: one model,
+and whatever name a request gives is that model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from ..parsing.tool_families import TOOL_SYNTAXES
+from ..settings import Settings
+
+SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})$")
+
+# Settings a [models.NAME] table may set for its model alone (attribute names)
+PER_MODEL = ("ctx_size", "slots", "n_gpu_layers", "threads", "chat_template_file", "tool_syntax", "cache_ram",
+             "batch_size", "keep_alive", "pooling", "embeddings_only", "max_embedding_inputs",
+             "speculative", "draft_model", "draft_max")
+
+
+class CatalogueError(Exception):
+    """The catalogue cannot be read (a usage error: one line, exit status 2)."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    path: str
+    aliases: tuple[str, ...] = ()
+    overrides: tuple[tuple[str, object], ...] = ()   # (Settings attribute, value) this model sets itself
+    source: str = "model"                            # "model", "models-dir", "config" or "demo"
+
+    def settings(self, base: Settings) -> Settings:
+        """The server's settings with this model's own on top."""
+        return dataclasses.replace(base, **dict(self.overrides))
+
+    def own(self, name: str) -> bool:
+        return any(key == name for key, _ in self.overrides)
+
+
+class Catalogue:
+    def __init__(self, entries: list[ModelEntry], any_name: bool = False):
+        self.entries = {entry.name: entry for entry in entries}
+        self.any_name = any_name and len(entries) == 1     # today's one-model server
+        self._names: dict[str, ModelEntry] = {}
+        for entry in entries:
+            for name in (entry.name, *entry.aliases):
+                other = self._names.get(name)
+                if other is not None and other is not entry:
+                    raise CatalogueError(f"model name '{name}' is used by both {other.path} and {entry.path}")
+                self._names[name] = entry
+
+    def __iter__(self) -> Iterator[ModelEntry]:
+        return iter(self.entries.values())
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def names(self) -> list[str]:
+        return list(self.entries)
+
+    def exact(self, name: str) -> ModelEntry | None:
+        """The entry this name or alias is, whatever any_name says (GET /v1/models/{model})."""
+        return self._names.get(name)
+
+    def find(self, name: str | None) -> ModelEntry | None:
+        """The entry a request's `model` names; None for a name there is not. With one model
+        and no name, that model; with one model served as today's server, any name."""
+        if self.any_name or (not name and len(self.entries) == 1):
+            return next(iter(self.entries.values()))
+        return self._names.get(name) if name else None
+
+
+def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogue:
+    entries: list[ModelEntry] = []
+    if settings.model:
+        entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model))
+    for name, table in settings.models.items():
+        entries.append(config_entry(name, table))
+    if settings.models_dir:
+        taken = {e.name for e in entries} | {a for e in entries for a in e.aliases}
+        known = {os.path.realpath(e.path) for e in entries}
+        entries += [e for e in scan_dir(settings.models_dir)
+                    if e.name not in taken and os.path.realpath(e.path) not in known]
+        if not entries:
+            raise CatalogueError(f"--models-dir {settings.models_dir} holds no *.gguf files")
+    if not entries:
+        path = demo_path()
+        return Catalogue([ModelEntry(settings.model_id or Path(path).stem, path, source="demo")], any_name=True)
+    for entry in entries:
+        syntax = dict(entry.overrides).get("tool_syntax", settings.tool_syntax)
+        if syntax and syntax not in TOOL_SYNTAXES:
+            raise CatalogueError(f"model '{entry.name}': unknown tool-syntax '{syntax}'; choose from "
+                                 f"{', '.join(sorted(TOOL_SYNTAXES))}")
+    alone = bool(settings.model) and not settings.models and not settings.models_dir
+    return Catalogue(entries, any_name=alone)
+
+
+def config_entry(name: str, table: dict) -> ModelEntry:
+    path = table.get("path")
+    if not isinstance(path, str) or not path:
+        raise CatalogueError(f"[models.{name}] needs a path")
+    overrides = tuple((key, table[key]) for key in PER_MODEL if key in table)
+    return ModelEntry(name, os.path.expanduser(path), tuple(table.get("aliases") or ()), overrides, "config")
+
+
+def scan_dir(directory: str) -> list[ModelEntry]:
+    """Every model in a directory, by name; a split model once, from its first part."""
+    try:
+        files = sorted(f for f in os.listdir(directory) if f.endswith(".gguf"))
+    except OSError as exc:
+        raise CatalogueError(f"cannot read --models-dir {directory}: {exc.strerror}") from None
+    entries = []
+    for filename in files:
+        stem = filename[:-len(".gguf")]
+        split = SPLIT_PART.match(stem)
+        if split is not None:
+            if int(split["part"]) != 1:
+                continue        # llama.cpp finds the other parts from the first
+            stem = split["name"]
+        entries.append(ModelEntry(stem, os.path.join(directory, filename), source="models-dir"))
+    return entries

@@ -1,0 +1,186 @@
+"""One loaded model: its engine, what connection threads see of it, its runtime thread.
+
+load() does what the one-model server did at start (engine, chat template, tool syntax,
+speculative decoding and its draft model, runtime); close() undoes all of it: the runtime
+thread joined, the draft model, the llama.cpp context and model freed. Handlers reach a LoadedModel through ModelManager.use() (manager.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+from ..engine import rpc
+from ..engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
+from ..engine.draft_model import DraftModel
+from ..engine.embed import Embedder, spec_for
+from ..engine.embedding_spec import EmbeddingSpec
+from ..engine.engine import Engine
+from ..engine.facade import EngineFacade
+from ..engine.model_load import ModelLoadError
+from ..engine.stopwatch import Stopwatch
+from ..ops.metrics import ModelMetrics, ServerMetrics
+from ..parsing.reasoning import REASONING_FORMATS
+from ..parsing.tool_families import detect_tool_syntax
+from ..prompt.build import ChatModel
+from ..prompt.templates import TemplateError, choose_template
+from ..runtime.runtime import Runtime
+from ..runtime.speculative import Speculator
+from ..settings import MAX_DEFAULT_CTX, Settings
+from .catalogue import ModelEntry
+
+log = logging.getLogger("localserve.models")
+
+
+class LoadFailed(Exception):
+    """The model cannot be loaded; `usage` when its configuration is wrong (a template, a flag)."""
+
+    def __init__(self, message: str, usage: bool = False):
+        super().__init__(message)
+        self.usage = usage
+
+
+@dataclass
+class LoadedModel:
+    entry: ModelEntry
+    settings: Settings          # the server's, with this model's own on top
+    engine: Engine
+    chat: ChatModel
+    runtime: Runtime
+    embedding_spec: EmbeddingSpec   # how it embeds (or ranks): engine/embed.py
+    draft_model: DraftModel | None = None   # --draft-model's context, used by the runtime thread alone
+    loaded_at: float = field(default_factory=time.time)
+    load_seconds: float = 0.0
+    estimated_bytes: int = 0
+    measured_bytes: int = 0     # how much the process grew while it loaded
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def model_id(self) -> str:
+        """The name answers carry: the model's own, or (served alone) today's --model-id / stem."""
+        return self.entry.name
+
+    @property
+    def embeddings_only(self) -> bool:
+        """An encoder (no KV cache, attention both ways) or a reranker cannot chat; any model
+        can be kept out of chat with embeddings-only."""
+        return self.settings.embeddings_only or self.embedding_spec.encoder or self.embedding_spec.ranks
+
+    @property
+    def memory_bytes(self) -> int:
+        return max(self.estimated_bytes, self.measured_bytes)
+
+    @property
+    def idle(self) -> bool:
+        """No job running or waiting (a background response's included)."""
+        return self.runtime.busy_slots == 0 and self.runtime.queue_depth == 0
+
+    def close(self) -> Engine:
+        """Stop and join the runtime thread; the engine is the caller's to free (manager.py:
+        not while a grammar sample abandoned by the runtime may still be inside it)."""
+        self.runtime.stop()
+        if self.runtime.thread.is_alive():
+            log.warning("model %s: the runtime thread did not stop within its timeout", self.name)
+        elif self.draft_model is not None:      # only the runtime thread drafts: free once it is gone
+            self.draft_model.close()
+        return self.engine
+
+
+def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads: int,
+         watch: Stopwatch | None = None) -> LoadedModel:
+    """Load `entry` with `settings` (already the model's own) on `threads` cores; `watch`
+    times each step (the manager's own steps before this one on it)."""
+    started = time.perf_counter()
+    watch = watch or Stopwatch()
+    drafting = settings.speculative != "off"
+    try:
+        engine = Engine(entry.path, n_ctx=settings.ctx_size, n_seq=settings.slots, n_batch=settings.batch_size,
+                        threads=threads, n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc),
+                        tensor_split=rpc.split_proportions(settings.tensor_split) if settings.tensor_split else None,
+                        max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights,
+                        draft_max=settings.draft_max if drafting else 0, stopwatch=watch)
+    except ModelLoadError as exc:
+        raise LoadFailed(str(exc)) from None
+    draft_model = None
+    try:
+        chat = _chat_model(engine, settings)
+        watch.lap("chat template")
+        spec = spec_for(engine, settings.pooling, settings.batch_size)
+        draft_model = _draft_model(engine, settings, threads)
+        watch.lap("draft model")
+        runtime = Runtime(engine, slots=settings.slots, max_queue=settings.max_queue,
+                          cache_bytes=max(0, settings.cache_ram) * 1024 * 1024,
+                          metrics=ModelMetrics(metrics, entry.name), sample_time_limit=settings.sample_time_limit,
+                          make_embedder=lambda: Embedder(engine, spec),
+                          speculator=Speculator(settings.speculative, settings.draft_max, engine, draft_model))
+    except BaseException:
+        if draft_model is not None:
+            draft_model.close()
+        engine.close()
+        raise
+    runtime.thread.name = f"runtime {entry.name}"
+    runtime.start()
+    watch.lap("runtime start")
+    loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, draft_model,
+                         load_seconds=time.perf_counter() - started)
+    _log_loaded(loaded)
+    log.debug("load steps of %s: %s", entry.name, watch)
+    return loaded
+
+
+def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel | None:
+    """--speculative draft's model; one whose vocabulary differs is a configuration error (usage)."""
+    if settings.speculative != "draft":
+        return None
+    try:
+        return DraftModel(settings.draft_model, engine, threads=threads,
+                          n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc))
+    except ModelLoadError as exc:
+        raise LoadFailed(str(exc), usage=True) from None
+
+
+def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
+    info = engine.info
+    try:
+        template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
+                                   bos_token=info.bos_token, eos_token=info.eos_token,
+                                   override_path=settings.chat_template_file)
+    except TemplateError as exc:
+        raise LoadFailed(f"chat template: {exc}", usage=True) from None
+    # <think> splitting for models whose vocabulary has it as one token
+    thinks = len(engine.tokenize("<think>", add_special=False)) == 1
+    return ChatModel(EngineFacade(engine), template, tool_syntax=settings.tool_syntax or detect_tool_syntax(template.text),
+                     default_reasoning=REASONING_FORMATS["think"] if thinks else None)
+
+
+def _log_loaded(model: LoadedModel) -> None:
+    engine, plan = model.engine, model.engine.weight_plan
+    say = log.warning if plan.why == USERS_CHOICE else log.info
+    say("weights: %s — --cpu-weights %s: %s (%s); warm-up decode %.0f ms", describe_buffers(engine.weight_buffers),
+        plan.mode, plan.layout, plan.why, engine.warmup_seconds * 1000)
+    log.info("loaded %s as '%s' in %.2fs (%s, %s params) — n_ctx %d per slot, %d slot(s), chat template %s, "
+             "tool syntax %s, %s", engine.info.path, model.name, model.load_seconds, engine.info.architecture,
+             human_count(engine.info.n_params), engine.n_ctx_seq, model.settings.slots, model.chat.template.source,
+             model.chat.tool_syntax, offload_summary(engine))
+    spec = model.embedding_spec
+    log.info("'%s' embeds: pooling %s, %d %s per input, inputs up to %d tokens%s", model.name, spec.pooling,
+             spec.n_out, "scores" if spec.ranks else "dimensions", spec.max_tokens,
+             "; chat off (an encoder, a reranker or embeddings-only)" if model.embeddings_only else "")
+
+
+def offload_summary(engine: Engine) -> str:
+    if engine.gpu_layers:
+        devices = sorted({d for d in engine.layer_devices.values() if d != "CPU"})
+        return f"{engine.gpu_layers}/{len(engine.layer_devices)} layers offloaded to {', '.join(devices)}"
+    return "CPU only" if engine.gpu_available else "CPU only (this llama-cpp-python build has no GPU backend)"
+
+
+def human_count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)

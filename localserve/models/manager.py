@@ -1,0 +1,430 @@
+"""Which models are loaded: load on first use, unload when idle, stay inside the limits.
+
+Each model in the catalogue is a Record: unloaded → loading → loaded → unloading → unloaded.
+- A request holds its model with use(): while it is inside, the model is never unloaded.
+  The first request for an unloaded model starts its load on a loader thread; whoever asks
+  while it runs waits for the same load (a stream with its head out and ": loading"
+  comments, a whole answer with the socket watched). A load that fails fails them all and
+  leaves the model unloaded: the next request tries again.
+- One load or unload runs at a time (load_lock): a load first makes room under --max-models
+  and --max-memory by unloading the least recently used idle model, waits (at most
+  --evict-wait) while every loaded model is busy, and then answers 503 + Retry-After.
+  Idle = no request inside use() and no job in its runtime (a background response counts).
+- Keep-alive: after its last request a model stays loaded for its keep-alive (--keep-alive,
+  the model's own, or the request's `keep_alive` for that one request), then the sweeper
+  thread unloads it; -1 never.
+- Threads: --threads is shared among the models busy at once (with a request inside use()):
+  each gets threads // busy (at least 1), unless its [models.NAME] table sets its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import Any, Iterator
+
+from ..engine.engine import Engine
+from ..engine.gguf_meta import estimate, read_shape
+from ..engine.model_load import ModelLoadError, check_model_file
+from ..engine.stopwatch import Stopwatch
+from ..errors import ApiError, ClientGone
+from ..ops import memory
+from ..ops.metrics import ServerMetrics
+from ..runtime.pending_sample import abandoned_running
+from ..settings import (COMPUTE_RESERVE_BYTES, DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE_NEVER,
+                        KEEP_ALIVE_SWEEP, LOADING_COMMENT_INTERVAL, MAX_DEFAULT_CTX, MODEL_RETRY_AFTER_SECONDS, Settings)
+from .catalogue import Catalogue, ModelEntry
+from .loaded import LoadedModel, LoadFailed, load
+from .states import LOADED, LOADING, UNLOADED, UNLOADING
+from .units import parse_duration
+
+log = logging.getLogger("localserve.models")
+
+LOADING_COMMENT = b": loading\n\n"
+MiB = 1024 * 1024
+
+
+class Attempt:
+    """One load, shared by every request that asks while it runs."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.error: ApiError | None = None          # what the requests waiting for it answer
+        self.failure: LoadFailed | None = None      # why llama.cpp or the configuration refused it
+        self.at_start = False
+
+
+class Record:
+    def __init__(self, entry: ModelEntry, keep_alive: float):
+        self.entry = entry
+        self.keep_alive = keep_alive      # seconds; KEEP_ALIVE_NEVER: stay
+        self.state = UNLOADED
+        self.loaded: LoadedModel | None = None
+        self.attempt: Attempt | None = None
+        self.users = 0                    # requests inside use() (or waiting for the load)
+        self.last_used = 0.0
+        self.expires: float | None = None    # monotonic time the keep-alive runs out; None: never
+        self.last_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def runtime(self):
+        return None if self.loaded is None else self.loaded.runtime
+
+    def unloadable(self) -> bool:
+        return self.state == LOADED and self.users == 0 and self.loaded.idle
+
+
+class ModelManager:
+    def __init__(self, settings: Settings, catalogue: Catalogue, metrics: ServerMetrics):
+        self.settings = settings
+        self.catalogue = catalogue
+        self.metrics = metrics
+        # --model alone is today's server: loaded at start and kept, whatever a request's keep_alive
+        # says, unless --keep-alive asks otherwise
+        self.pinned = catalogue.any_name and settings.keep_alive is None
+        default = KEEP_ALIVE_NEVER if catalogue.any_name else DEFAULT_KEEP_ALIVE
+        server_keep = settings.keep_alive if settings.keep_alive is not None else default
+        self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
+        self.cond = threading.Condition()
+        self.load_lock = threading.Lock()
+        self.graveyard: list[Engine] = []    # unloaded engines an abandoned grammar sample may still be inside
+        self.stopping = False
+        self.sweeper = threading.Thread(target=self._sweep, name="models keep-alive", daemon=True)
+
+    # ---- what handlers call -------------------------------------------------------
+
+    def find(self, name: Any) -> Record:
+        """The record a request's `model` names; 404 model_not_found naming the models there are."""
+        if name is not None and not isinstance(name, str):
+            raise ApiError(400, "model: expected a string naming one of the models", param="model")
+        entry = self.catalogue.find(name)
+        if entry is None:
+            if not name:
+                raise ApiError(400, f"model is required: this server serves {self._names()}", param="model",
+                               code="missing_model")
+            raise ApiError(404, f"model '{name}' does not exist; this server serves {self._names()}",
+                           param="model", code="model_not_found")
+        return self.records[entry.name]
+
+    @contextlib.contextmanager
+    def use(self, name: Any, exchange: Any = None, *, stream: bool = False,
+            keep_alive: Any = None) -> Iterator[LoadedModel]:
+        """The model a request names, loaded, held for the request's whole life. `exchange`
+        (optional): where a stream's head and ': loading' comments go while the model loads,
+        whose socket a waiting request watches, and which gets `.model`."""
+        record = self.find(name)
+        keep = _request_keep_alive(keep_alive)
+        if self.pinned:
+            keep = None
+        with self.cond:
+            record.users += 1
+            self._share_threads()
+        try:
+            model = self._ready(record, exchange, stream)
+            if exchange is not None:
+                exchange.model = model
+            yield model
+        finally:
+            with self.cond:
+                record.users -= 1
+                record.last_used = time.monotonic()
+                if record.state == LOADED:
+                    self._start_keep_alive(record, record.keep_alive if keep is None else keep)
+                self._share_threads()
+                self.cond.notify_all()
+
+    def load(self, name: Any) -> LoadedModel:
+        """POST /models/load: load (or find loaded) and return the model."""
+        with self.use(name) as model:
+            return model
+
+    def unload(self, name: Any) -> str:
+        """POST /models/unload: unload once no request uses the model (waits, bounded; then 503)."""
+        record = self.find(name)
+        deadline = time.monotonic() + self.settings.evict_wait
+        while True:
+            with self.cond:
+                if record.state == UNLOADED:
+                    return UNLOADED
+                if not record.unloadable():
+                    if time.monotonic() >= deadline:
+                        raise busy_error(f"model '{record.name}' is still busy; it was not unloaded")
+                    self.cond.wait(KEEP_ALIVE_SWEEP)
+                    continue
+            with self.load_lock:
+                if self._unload(record, "request"):
+                    return UNLOADED
+
+    def loaded_models(self) -> list[LoadedModel]:
+        with self.cond:
+            return [r.loaded for r in self.records.values() if r.loaded is not None]
+
+    def all_models(self) -> list[Record]:
+        return list(self.records.values())
+
+    # ---- start and end ----------------------------------------------------------
+
+    def start(self) -> None:
+        self.sweeper.start()
+
+    def load_at_start(self, name: str) -> LoadedModel:
+        """--preload and the one --model: load now; LoadFailed as it came."""
+        record = self.find(name)
+        with self.cond:
+            record.state = LOADING
+            attempt = record.attempt = Attempt()
+            attempt.at_start = True
+        self._load(record, attempt)
+        if attempt.failure is not None:
+            raise attempt.failure
+        if attempt.error is not None:
+            raise LoadFailed(attempt.error.message)
+        return record.loaded
+
+    def close(self) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        if self.sweeper.is_alive():
+            self.sweeper.join(timeout=5)
+        for record in self.records.values():
+            if record.loaded is not None:
+                loaded, record.loaded, record.state = record.loaded, None, UNLOADED
+                self._free(loaded, "shutdown")
+
+    # ---- loading ----------------------------------------------------------------
+
+    def _ready(self, record: Record, exchange: Any, stream: bool) -> LoadedModel:
+        head_out = False
+        while True:
+            with self.cond:
+                if record.state == LOADED:
+                    record.last_used = time.monotonic()
+                    return record.loaded
+                if record.state == UNLOADING:      # being unloaded: wait, then load it again
+                    self.cond.wait(KEEP_ALIVE_SWEEP)
+                    continue
+                if record.state == UNLOADED:
+                    record.state = LOADING
+                    record.attempt = Attempt()
+                    threading.Thread(target=self._load, args=(record, record.attempt), daemon=True,
+                                     name=f"load {record.name}").start()
+                attempt = record.attempt
+            head_out = self._wait(attempt, exchange, stream, head_out)
+            if attempt.error is not None:
+                error = attempt.error      # a fresh copy: each waiter raises its own
+                raise ApiError(error.status, error.message, code=error.code, param=error.param,
+                               headers=error.headers)
+
+    def _wait(self, attempt: Attempt, exchange: Any, stream: bool, head_out: bool) -> bool:
+        """Until the load ends: a stream's head and ': loading' comments; a client gone raises ClientGone."""
+        writer = exchange.writer if exchange is not None else None
+        if writer is not None and stream and not head_out and not attempt.done.is_set():
+            writer.start_stream()
+            exchange.stream_open = True
+            writer.stream(LOADING_COMMENT)
+            head_out = True
+        interval = LOADING_COMMENT_INTERVAL if head_out else DISCONNECT_POLL_INTERVAL
+        while not attempt.done.wait(interval):
+            if writer is None:
+                continue
+            if writer.peer_closed():
+                raise ClientGone("peer closed while the model loaded")
+            if head_out:
+                writer.stream(LOADING_COMMENT)
+        return head_out
+
+    def _load(self, record: Record, attempt: Attempt) -> None:
+        """The loader: make room, load, count the memory. Ends the attempt either way."""
+        entry = record.entry
+        loaded = None
+        try:
+            with self.load_lock:
+                loaded = self._load_locked(record)
+            self.metrics.model_loads.inc(model=entry.name, outcome="loaded")
+            self.metrics.model_load_seconds.observe(loaded.load_seconds, model=entry.name)
+        except LoadFailed as exc:
+            attempt.failure = exc
+            attempt.error = ApiError(500, f"cannot load model '{entry.name}' from {entry.path}: {exc}",
+                                     code="model_load_failed")
+        except ApiError as exc:
+            attempt.error = exc
+        except Exception as exc:
+            log.exception("loading model %s failed", entry.name)
+            attempt.error = ApiError(500, f"cannot load model '{entry.name}' from {entry.path}: "
+                                          f"{type(exc).__name__}: {exc}", code="model_load_failed")
+        finally:
+            self._end_attempt(record, attempt, loaded)
+
+    def _end_attempt(self, record: Record, attempt: Attempt, loaded: LoadedModel | None) -> None:
+        with self.cond:
+            if loaded is not None:
+                record.loaded, record.state, record.last_error = loaded, LOADED, None
+                record.last_used = time.monotonic()
+                self._start_keep_alive(record, record.keep_alive)
+                self._share_threads()
+            else:
+                record.state = UNLOADED
+                record.last_error = attempt.error.message if attempt.error else "the load failed"
+                self.metrics.model_loads.inc(model=record.name, outcome="failed")
+                if not attempt.at_start:      # at start the error is the one line the server exits with
+                    log.error("%s", record.last_error)
+            attempt.done.set()
+            self.cond.notify_all()
+
+    def _load_locked(self, record: Record) -> LoadedModel:
+        entry = record.entry
+        settings = entry.settings(self.settings)
+        watch = Stopwatch()
+        need = self._estimate(entry.path, settings)
+        watch.lap("estimate")
+        self._make_room(record, need)
+        watch.lap("making room")
+        before = memory.rss_bytes() or 0
+        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record), watch=watch)
+        loaded.estimated_bytes = need
+        loaded.measured_bytes = max(0, (memory.rss_bytes() or 0) - before)
+        limit = self.settings.max_memory
+        if limit is not None and loaded.measured_bytes > need:     # checked after: the estimate was low
+            try:
+                self._make_room(record, loaded.memory_bytes, wait=0.0)
+            except ApiError:
+                self._free(loaded, "over --max-memory")
+                raise
+        return loaded
+
+    @staticmethod
+    def _estimate(path: str, settings: Settings) -> int:
+        """Bytes the model will take; a file whose header cannot be read is llama.cpp's to refuse."""
+        try:
+            check_model_file(path)
+        except ModelLoadError as exc:
+            raise LoadFailed(str(exc)) from None
+        try:
+            shape = read_shape(path)
+        except ModelLoadError:
+            return os.path.getsize(path) + COMPUTE_RESERVE_BYTES     # llama.cpp will say what is wrong
+        n_ctx_seq = settings.ctx_size or min(shape.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
+        drafting = settings.speculative != "off"
+        need = estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
+                        reserve=COMPUTE_RESERVE_BYTES,
+                        outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
+        if settings.speculative == "draft":     # the draft model's weights, KV and compute
+            try:
+                need += estimate(read_shape(settings.draft_model), n_ctx_seq=n_ctx_seq, n_seq=settings.slots,
+                                 n_batch=settings.batch_size, reserve=0).total
+            except ModelLoadError:
+                pass        # the load will say what is wrong with it
+        return need
+
+    def _make_room(self, record: Record, need: int, wait: float | None = None) -> None:
+        """Unload least recently used idle models until `need` more bytes and one more model fit."""
+        limit, most = self.settings.max_memory, self.settings.max_models
+        if limit is not None and need > limit:
+            raise ApiError(503, f"model '{record.name}' ({record.entry.path}) needs about {need // MiB} MiB, "
+                                f"more than --max-memory ({limit // MiB} MiB)", code="model_too_large")
+        deadline = time.monotonic() + (self.settings.evict_wait if wait is None else wait)
+        while True:
+            with self.cond:
+                others = [r for r in self.records.values() if r is not record and r.loaded is not None]
+                used = sum(r.loaded.memory_bytes for r in others)
+                if (most is None or len(others) < most) and (limit is None or used + need <= limit):
+                    return
+                idle = sorted((r for r in others if r.unloadable()), key=lambda r: r.last_used)
+                if not idle:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise busy_error(f"cannot load model '{record.name}': the loaded models "
+                                         f"({', '.join(r.name for r in others)}) are all busy and "
+                                         f"{'--max-memory' if most is None or len(others) < most else '--max-models'}"
+                                         f" leaves no room")
+                    self.cond.wait(min(left, KEEP_ALIVE_SWEEP))
+                    continue
+            self._unload(idle[0], "evicted")
+
+    # ---- unloading --------------------------------------------------------------
+
+    def _unload(self, record: Record, reason: str) -> bool:
+        """Unload `record` if it is still idle (the caller holds load_lock)."""
+        with self.cond:
+            if not record.unloadable():
+                return False
+            record.state, loaded, record.loaded = UNLOADING, record.loaded, None
+        try:
+            self._free(loaded, reason)
+        finally:
+            with self.cond:
+                record.state, record.expires = UNLOADED, None
+                self.cond.notify_all()
+        return True
+
+    def _free(self, loaded: LoadedModel, reason: str) -> None:
+        engine = loaded.close()
+        if abandoned_running():     # a grammar sample past its time limit may still read this model
+            self.graveyard.append(engine)
+        else:
+            engine.close()
+        memory.release_free_memory()
+        self.metrics.model_unloads.inc(model=loaded.name, reason=reason)
+        (log.debug if reason == "shutdown" else log.info)("unloaded model %s (%s)", loaded.name, reason)
+
+    def _sweep(self) -> None:
+        """The keep-alive thread: unload models idle past their keep-alive; free buried engines."""
+        while True:
+            with self.cond:
+                self.cond.wait(KEEP_ALIVE_SWEEP)
+                if self.stopping:
+                    return
+                now = time.monotonic()
+                due = [r for r in self.records.values()
+                       if r.expires is not None and now >= r.expires and r.unloadable()]
+            if self.graveyard and not abandoned_running():
+                while self.graveyard:
+                    self.graveyard.pop().close()
+            for record in due:
+                if self.load_lock.acquire(blocking=False):     # a load in progress: next round
+                    try:
+                        self._unload(record, "idle")
+                    finally:
+                        self.load_lock.release()
+
+    def _start_keep_alive(self, record: Record, seconds: float) -> None:
+        record.expires = None if seconds < 0 else time.monotonic() + seconds
+
+    # ---- threads ----------------------------------------------------------------
+
+    def _threads_for(self, record: Record) -> int:
+        if record.entry.own("threads"):
+            return record.entry.settings(self.settings).resolved_threads()
+        busy = sum(1 for r in self.records.values() if r.users > 0) or 1
+        return max(1, self.settings.resolved_threads() // busy)
+
+    def _share_threads(self) -> None:
+        """Under cond, whenever a model's requests start or end: each busy model's share."""
+        for record in self.records.values():
+            if record.loaded is not None and record.users > 0:
+                record.loaded.engine.wanted_threads = self._threads_for(record)
+
+    def _names(self) -> str:
+        return ", ".join(f"'{name}'" for name in self.catalogue.names())
+
+
+def busy_error(message: str) -> ApiError:
+    return ApiError(503, f"{message}; retry shortly", code="model_busy",
+                    headers=[("Retry-After", str(MODEL_RETRY_AFTER_SECONDS))])
+
+
+def _request_keep_alive(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise ApiError(400, f"keep_alive: {exc}", param="keep_alive") from None

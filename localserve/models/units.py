@@ -1,0 +1,62 @@
+"""Durations and sizes as people write them: "5m", "1h30m", "-1", "8G", "512MiB".
+
+Durations follow Ollama's keep_alive: a number is seconds, a string is Go-style
+(number + unit, several in a row), a negative value means forever (KEEP_ALIVE_NEVER).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ..settings import KEEP_ALIVE_NEVER
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
+_SIZE_FACTOR = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
+
+
+def parse_duration(value: object) -> float:
+    """Seconds; KEEP_ALIVE_NEVER for any negative value. ValueError names what is wrong."""
+    if isinstance(value, bool):
+        raise ValueError("expected a duration such as 30s, 5m, 1h, 0 or -1")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    elif isinstance(value, str):
+        seconds = _duration_text(value.strip())
+    else:
+        raise ValueError("expected a duration such as 30s, 5m, 1h, 0 or -1")
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError("expected a finite duration")
+    return KEEP_ALIVE_NEVER if seconds < 0 else seconds
+
+
+def _duration_text(text: str) -> float:
+    sign = -1.0 if text.startswith("-") else 1.0
+    body = text.lstrip("+-")
+    try:
+        return sign * float(body)            # a bare number: seconds
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(body)
+    if not body or "".join(n + u for n, u in parts) != body:
+        raise ValueError(f"'{text}' is not a duration such as 30s, 5m, 1h30m, 0 or -1")
+    return sign * sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "8G", "512M", "1.5GiB", "1048576" (powers of 1024)."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match or (match.group(3) and not match.group(2) and match.group(3).lower() != "b"):
+        raise ValueError(f"'{text}' is not a size such as 8G, 512M or 1073741824")
+    size = int(float(match.group(1)) * _SIZE_FACTOR[match.group(2).lower()])
+    if size < 1:
+        raise ValueError("must be at least one byte")
+    return size
+
+
+def describe_duration(seconds: float) -> str:
+    if seconds < 0:
+        return "never"
+    return f"{seconds:g}s"
