@@ -20,6 +20,7 @@ import pytest
 from clients import openai_sdk
 from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request, request_id_of
+from promtext import parse
 from tinymodel import CHATML_TEMPLATE, NO_EOG, byte_token_id, write_tiny_gguf
 
 PROMPTS = ["alpha beta gamma alpha beta gamma alpha beta gamma alpha beta",
@@ -334,3 +335,48 @@ def test_draft_model_with_another_vocabulary_stops_the_start(tiny_model, models_
     srv.stop()
     lines = [line for line in srv.lines if line.strip() and " INFO " not in line]
     assert len(lines) == 1 and "vocabulary" in lines[0], srv.log
+
+
+# ---- several models: speculation is each model's own setting --------------------------------
+
+def mapped(pid: int, path) -> bool:
+    """Whether the process still maps the file (llama.cpp mmaps a model's weights until it frees it)."""
+    return str(path) in open(f"/proc/{pid}/maps").read()
+
+
+def test_each_model_drafts_as_its_table_says_and_frees_its_draft_model_with_it(tiny_model, models_dir, tmp_path):
+    drafter = tmp_path / "drafter.gguf"
+    drafter.write_bytes(tiny_model.read_bytes())
+    other = write_tiny_gguf(tmp_path / "other-vocab.gguf", chat_template=CHATML_TEMPLATE,
+                            special_tokens=["<extra_a>", "<extra_b>"])
+    config = tmp_path / "config.toml"
+    config.write_text(f'[models.drafted]\npath = "{tiny_model}"\ndraft-model = "{drafter}"\n\n'
+                      f'[models.plain]\npath = "{tiny_model}"\nspeculative = "off"\n\n'
+                      f'[models.mismatched]\npath = "{tiny_model}"\ndraft-model = "{other}"\n')
+    srv = ServerProcess(None, "--config", str(config), "--slots", "2", "--no-store")
+    try:
+        want = complete(srv.port, PROMPTS[1], model="plain")
+        assert drafts(want) == (0, 0)
+        got = complete(srv.port, PROMPTS[1], model="drafted")
+        assert text_of(got) == text_of(want)
+        assert drafts(got)[0] > 30          # the same weights draft: nearly every draft is right
+        assert mapped(srv.proc.pid, drafter)
+        metrics = parse(request(srv.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode())
+        # (at least: a run cut short by max_tokens is counted here once verified, after usage was written)
+        assert metrics.value("localserve_model_draft_accepted_tokens_total", model="drafted") >= drafts(got)[0]
+        assert metrics.value("localserve_model_draft_tokens_total", model="drafted") >= sum(drafts(got))
+        assert metrics.value("localserve_model_draft_tokens_total", model="plain") == 0
+        assert 0 < metrics.value("localserve_model_draft_acceptance_rate", model="drafted") <= 1
+        # a draft model with another vocabulary fails its model's load, naming both files; the rest serve on
+        for _ in range(2):
+            resp = request(srv.port, post_json("/v1/completions", {"model": "mismatched", "prompt": "hi"}))
+            error = resp.json()["error"]
+            assert resp.status == 500 and error["code"] == "model_load_failed"
+            assert str(other) in error["message"] and str(tiny_model) in error["message"]
+            assert "vocabulary" in error["message"]
+        assert text_of(complete(srv.port, PROMPTS[1], model="drafted")) == text_of(want)
+        unload = request(srv.port, post_json("/models/unload", {"model": "drafted"}))
+        assert unload.status == 200 and unload.json()["state"] == "unloaded"
+        assert not mapped(srv.proc.pid, drafter)        # the draft model went with its model
+    finally:
+        srv.stop()

@@ -140,3 +140,30 @@ def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
     config.write_text('speculative = "eagle"\n')
     with pytest.raises(UsageError, match="speculative"):
         resolve_settings(parser.parse_args(["--config", str(config)]), {})
+
+
+def test_speculation_is_a_per_model_setting_in_models_tables(tmp_path):
+    import pytest
+
+    from localserve.cli.flags import UsageError, build_parser, resolve_settings
+    from localserve.models.catalogue import config_entry
+    parser = build_parser()
+    config = tmp_path / "localserve.toml"
+    config.write_text('[models.a]\npath = "a.gguf"\ndraft-model = "d.gguf"\ndraft-max = 4\n\n'
+                      '[models.b]\npath = "b.gguf"\nspeculative = "off"\n\n'
+                      '[models.c]\npath = "c.gguf"\n')
+    base = resolve_settings(parser.parse_args(["--config", str(config)]), {})
+    own = {name: config_entry(name, table).settings(base) for name, table in base.models.items()}
+    assert (own["a"].speculative, own["a"].draft_model, own["a"].draft_max) == ("draft", "d.gguf", 4)
+    assert own["b"].speculative == "off"
+    assert (own["c"].speculative, own["c"].draft_max) == ("ngram", base.draft_max)
+    # the server's --draft-model serves every model that does not say otherwise
+    server_wide = resolve_settings(parser.parse_args(["--config", str(config), "--draft-model", "s.gguf"]), {})
+    c = config_entry("c", server_wide.models["c"]).settings(server_wide)
+    assert (c.speculative, c.draft_model) == ("draft", "s.gguf")
+    config.write_text('[models.a]\npath = "a.gguf"\nspeculative = "draft"\n')
+    with pytest.raises(UsageError, match=r"\[models.a\].*draft-model"):
+        resolve_settings(parser.parse_args(["--config", str(config)]), {})
+    config.write_text('[models.a]\npath = "a.gguf"\nspeculative = "eagle"\n')
+    with pytest.raises(UsageError, match=r"\[models.a\] key 'speculative'"):
+        resolve_settings(parser.parse_args(["--config", str(config)]), {})
