@@ -44,6 +44,31 @@ class TextCodec(Protocol):
     def tokenize(self, text: str) -> list[int]: ...
 
 
+class CopyCursor:
+    """Follows a copy on from where the last draft came from, while the output still copies it.
+
+    Copied text repeats itself (a file's `with self.lock:` lines): the latest occurrence of the
+    output's last tokens may be a line written a moment ago, not the place being copied. So the
+    place a draft came from is kept, moved on by what was written since, and used again as long
+    as the last tokens written match the tokens before it there; else the lookup finds a new one."""
+
+    def __init__(self):
+        self.source: int | None = None      # the source position the next token was expected at
+        self.mark = 0                       # the output's length then
+
+    def draft(self, index: NgramIndex, tail: list[int], limit: int) -> list[int]:
+        tokens = index.tokens
+        if self.source is not None:
+            at = self.source + len(tail) - self.mark
+            check = min(COPY_CHECK_TOKENS, len(tail) - self.mark)
+            if check > 0 and at < len(tokens) and tokens[at - check:at] == tail[len(tail) - check:]:
+                self.source, self.mark = at, len(tail)
+                return tokens[at:at + limit]
+        at = index.find(tail)
+        self.source, self.mark = at, len(tail)
+        return tokens[at:at + limit] if at is not None else []
+
+
 class JobDrafts:
     """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
 
@@ -55,8 +80,8 @@ class JobDrafts:
         self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
         self.matched = 0                # many tokens (-1: the output strayed from it)
         self.indexed = 0                # generated tokens already in self.history
-        self.source: int | None = None  # where in the history the last draft was copied from,
-        self.source_len = 0             # and how long the history was then
+        self.copying = CopyCursor()     # where the last draft from the history came from
+        self.copying_prediction = CopyCursor()
         self.draft_max = draft_max
         self.length = draft_max         # what the next draft may be
         self.misses = 0                 # drafts in a row with nothing accepted
@@ -73,24 +98,7 @@ class JobDrafts:
             draft = self._predicted(generated, limit)
             if draft:
                 return draft
-        return self._copied(limit)
-
-    def _copied(self, limit: int) -> list[int]:
-        """Where the last draft came from, if the output is still copying it; else the lookup.
-
-        Copied text repeats itself (a file's `with self.lock:` lines): the latest occurrence of
-        the output's last tokens may be a line written a moment ago, not the place being copied.
-        So a copy is followed on from where it was, as long as the tokens since match."""
-        tokens = self.history.tokens
-        if self.source is not None:
-            at = self.source + len(tokens) - self.source_len
-            check = min(COPY_CHECK_TOKENS, len(tokens) - self.source_len)
-            if at < self.source_len and tokens[at - check:at] == tokens[len(tokens) - check:]:
-                self.source, self.source_len = at, len(tokens)
-                return tokens[at:min(at + limit, self.source_len)]
-        at = self.history.find(tokens)
-        self.source, self.source_len = (at, len(tokens)) if at is not None else (None, 0)
-        return tokens[at:at + limit] if at is not None else []
+        return self.copying.draft(self.history, self.history.tokens, limit)
 
     def _predicted(self, generated: list[int], limit: int) -> list[int]:
         """From the prediction: first as the tokenizer spells it (its beginning while the output is
@@ -100,7 +108,7 @@ class JobDrafts:
         tokens = self.predicted.tokens
         if len(generated) < len(tokens) and tokens[:len(generated)] == generated:
             return tokens[len(generated):len(generated) + limit]
-        return self.predicted.follow(generated, limit) or self._by_text(generated, limit)
+        return self.copying_prediction.draft(self.predicted, generated, limit) or self._by_text(generated, limit)
 
     def _by_text(self, generated: list[int], limit: int) -> list[int]:
         while 0 <= self.aligned < len(generated):

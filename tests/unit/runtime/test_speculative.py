@@ -167,3 +167,16 @@ def test_speculation_is_a_per_model_setting_in_models_tables(tmp_path):
     config.write_text('[models.a]\npath = "a.gguf"\nspeculative = "eagle"\n')
     with pytest.raises(UsageError, match=r"\[models.a\] key 'speculative'"):
         resolve_settings(parser.parse_args(["--config", str(config)]), {})
+
+
+def test_a_copy_is_followed_on_where_a_repeated_line_would_mislead_the_latest_match():
+    from localserve.runtime.speculative import CopyCursor
+    source = [1, 2, 3, 9, 1, 2, 4, 8]            # (1, 2) twice, followed by 3 then by 4
+    index = NgramIndex(source + [5, 1, 2, 3], sizes=(2,))
+    cursor = CopyCursor()
+    assert cursor.draft(index, index.tokens, 3) == [9, 1, 2]     # found at source[3]
+    index.extend([9, 1, 2])                     # 9 and 1 accepted, 2 chosen next
+    assert index.follow(index.tokens, 3) == [3, 9, 1]            # the latest (1, 2): the copy's own start
+    assert cursor.draft(index, index.tokens, 3) == [4, 8, 5]     # the place being copied
+    index.extend([7, 7])                        # the output strays: the lookup takes over
+    assert cursor.draft(index, index.tokens, 3) == []
