@@ -32,7 +32,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import embeddings, latency, models, weights
+from . import embeddings, latency, models, speculative, weights
 from .bare import BareEngine
 from .client import stream_completion
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
@@ -53,6 +53,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement (medians reported)")
     parser.add_argument("--ctx-size", type=int, default=4096)
     parser.add_argument("--quick", action="store_true", help="single-stream figures only")
+    parser.add_argument("--speculative-only", action="store_true",
+                        help="only speculative decoding's figures (bench/speculative.py)")
     return parser.parse_args()
 
 
@@ -223,6 +225,10 @@ def main() -> int:
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
     bare_runs = BareRuns(engine, work, args)
+    if args.speculative_only:
+        speculative.run(model, engine, work, args)
+        engine.close()
+        return 0
     contenders = {}
     with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
                        "--slots", "4") as server:
@@ -235,8 +241,9 @@ def main() -> int:
     if LlamaCppPythonServer.available() and not args.quick:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
-    engine.close()
     print_report(bare, contenders, args)
+    speculative.run(model, engine, work, args)     # the four ratios and their chart
+    engine.close()
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
     embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     if not args.quick:

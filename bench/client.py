@@ -19,6 +19,9 @@ class StreamResult:
     total: float              # seconds from sending the request to the end of the stream
     completion_tokens: int
     cached_tokens: int
+    accepted: int = 0         # drafted tokens accepted / rejected (speculative decoding), from usage
+    rejected: int = 0
+    text: str = ""            # the generated text (collect_text=True)
 
     @property
     def decode_rate(self) -> float:
@@ -26,7 +29,7 @@ class StreamResult:
         return (self.completion_tokens - 1) / decode_time if decode_time > 0 else 0.0
 
 
-def stream_completion(port: int, body: dict, path: str = "/v1/completions") -> StreamResult:
+def stream_completion(port: int, body: dict, path: str = "/v1/completions", collect_text: bool = False) -> StreamResult:
     texts = body.pop("text_prompts", None)
     if texts is not None:         # a server that takes only text: send the prompt's text
         body = {**body, "prompt": texts.get(tuple(body["prompt"])) or _text_of(body["prompt"], texts)}
@@ -57,8 +60,12 @@ def stream_completion(port: int, body: dict, path: str = "/v1/completions") -> S
                      if line.startswith(b"data: {") and any(c.get("text") for c in json.loads(line[6:])["choices"]))
         usage = {"completion_tokens": chunks, "prompt_tokens_details": {"cached_tokens": 0}}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    details = usage.get("completion_tokens_details") or {}
+    text = "".join(c.get("text") or "" for line in buffer.split(b"\n") if line.startswith(b"data: {")
+                   for c in json.loads(line[6:])["choices"]) if collect_text else ""
     return StreamResult(first - started if first else end - started, end - started, usage["completion_tokens"],
-                        cached)
+                        cached, details.get("accepted_prediction_tokens") or 0,
+                        details.get("rejected_prediction_tokens") or 0, text)
 
 
 def _text_of(tokens: list[int], texts: dict) -> str:

@@ -54,10 +54,10 @@ class RunningServer(_Subprocess):
 class LlamaServer(_Subprocess):
     """llama.cpp's own server, when installed, for a side-by-side figure."""
 
-    def __init__(self, model: str, threads: int, ctx_size: int, slots: int):
+    def __init__(self, model: str, threads: int, ctx_size: int, slots: int, extra: tuple[str, ...] = ()):
         self.port = free_port()
         self.cmd = ["llama-server", "-m", model, "--port", str(self.port), "-t", str(threads),
-                    "-c", str(ctx_size * slots), "-np", str(slots)]
+                    "-c", str(ctx_size * slots), "-np", str(slots), *extra]
 
 
 class LlamaCppPythonServer(_Subprocess):

@@ -52,6 +52,7 @@ class GenerationRequest:
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
+    prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -88,6 +89,8 @@ class Timings:
     queued_ms: float = 0.0
     prefill_ms: float = 0.0
     decode_ms: float = 0.0
+    draft_n: int = 0                # tokens drafted (speculative decoding), and how many were accepted
+    draft_n_accepted: int = 0
 
 
 @dataclass
@@ -101,6 +104,8 @@ class GenerationOutput:
     cached_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
+    accepted_prediction_tokens: int = 0     # drafted tokens the model's own choice confirmed
+    rejected_prediction_tokens: int = 0     # drafted tokens it did not: decoded, then dropped
     logprobs: list[dict] | None = None
     timings: Timings = field(default_factory=Timings)
 

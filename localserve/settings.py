@@ -35,6 +35,17 @@ EMBEDDING_MAX_SEQS = 128           # inputs packed into one embedding batch (eac
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
+# Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
+DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
+SPECULATIVE_MODES = ("off", "ngram", "draft")
+DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
+NGRAM_SIZES = (8, 4, 3, 2)         # n-gram lengths the prompt lookup matches, the longest first
+COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
+NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
+DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
+PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
+MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
+MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
@@ -124,6 +135,9 @@ class Settings:
     rpc: list[str] = field(default_factory=list)   # RPC workers: HOST:PORT, or several joined by commas
     rpc_wait: float = DEFAULT_RPC_WAIT
     tensor_split: str | None = None                # "3,1": proportions per device, RPC workers first
+    speculative: str = DEFAULT_SPECULATIVE
+    draft_model: str | None = None
+    draft_max: int = DEFAULT_DRAFT_MAX
     models_dir: str | None = None                  # every *.gguf in it is a model, named by its stem
     models: dict = field(default_factory=dict)     # [models.NAME] tables: {NAME: {"path", "aliases", attr: value}}
     max_models: int | None = None                  # models loaded at once (None: no limit)

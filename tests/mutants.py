@@ -118,6 +118,33 @@ MUTANTS = [
            "if len(digits) > len(str(limits.max_body_bytes)) or int(digits) > limits.max_body_bytes:",
            "if False:",
            ("tests/e2e/test_http_server.py::test_body_too_large_is_413",)),
+    Mutant("rejected drafts kept in the cache", "localserve/runtime/runtime.py",
+           "        self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)\n", "        pass\n",
+           ("tests/e2e/test_speculative.py::test_greedy_output_is_the_same_with_drafts_one_stream",)),
+    Mutant("a draft accepted on a mismatch", "localserve/runtime/sampling.py",
+           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n        except Exception as exc:",
+           "                if job.status is JobStatus.FINISHED or i == len(draft):\n"
+           "                    break\n                accepted += 1\n        except Exception as exc:",
+           ("tests/e2e/test_speculative.py::test_greedy_output_is_the_same_with_drafts_one_stream",)),
+    Mutant("an accepted run goes on past the end", "localserve/runtime/sampling.py",
+           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n        except Exception as exc:",
+           "                if i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n        except Exception as exc:",
+           ("tests/e2e/test_speculative.py::test_stop_string_inside_an_accepted_run",)),
+    Mutant("a grammar job's accepted run goes on past the end", "localserve/runtime/sampling.py",
+           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n            else:",
+           "                if i == len(draft) or token != draft[i]:\n"
+           "                    break\n                accepted += 1\n            else:",
+           ("tests/e2e/test_speculative.py::test_tool_call_end_marker_inside_an_accepted_run",)),
+    Mutant("a grammar run accepts a mismatch", "localserve/engine/sampler.py",
+           "            if i >= len(draft) or token != draft[i]:", "            if i >= len(draft):",
+           ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),
+    Mutant("draft model kept after its model's unload", "localserve/models/loaded.py",
+           "            self.draft_model.close()\n", "            pass\n",
+           ("tests/e2e/test_speculative.py::test_each_model_drafts_as_its_table_says_and_frees_its_draft_model_with_it",)),
     Mutant("embedding call run whole before streams go on", "localserve/runtime/runtime.py",
            "                self.embeddings.step()      # one embedding batch between two decode steps",
            "                while self.embeddings.pending:\n                    self.embeddings.step()",

@@ -58,6 +58,20 @@ def _flag(value: str) -> bool:
     raise argparse.ArgumentTypeError("expected true or false")
 
 
+def _speculative(value: str) -> str:
+    value = value.strip().lower()
+    if value not in defaults.SPECULATIVE_MODES:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(defaults.SPECULATIVE_MODES)}")
+    return value
+
+
+def _non_negative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError("must not be negative")
+    return number
+
+
 def positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -150,6 +164,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("max-inflight-bytes", positive_int, None,
            f"request-body bytes read or handled at once, all connections together; beyond it a 503 "
            f"(default: {defaults.INFLIGHT_BODIES} x --max-body-bytes)", "BYTES"),
+    Option("speculative", _speculative, defaults.DEFAULT_SPECULATIVE,
+           "speculative decoding: off, ngram (drafts looked up in the prompt and output, and the request's "
+           "prediction) or draft (drafts from --draft-model)", "MODE"),
+    Option("draft-model", str, None, "small GGUF model with the same vocabulary that drafts tokens "
+           "(--speculative draft, the default once this is given)", "PATH"),
+    Option("draft-max", _non_negative_int, defaults.DEFAULT_DRAFT_MAX,
+           "most tokens drafted per sequence per step (0 = no speculative decoding)", "N"),
     Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
            "seconds one request may take to choose one token (a costly grammar); then it fails, "
            "the others go on", "SECONDS"),
@@ -212,6 +233,7 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
     config_path = getattr(args, "config", None) or environ.get("LOCALSERVE_CONFIG") or None
     from_file = read_config(config_path) if config_path else {}
     values: dict[str, Any] = {}
+    defaulted: set[str] = set()
     for option in OPTIONS:
         value = getattr(args, option.attr)
         if value is None and environ.get(option.env, "") != "":
@@ -220,14 +242,31 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
             value = from_file.get(option.attr)
         if value is None:
             value = list(option.default) if option.repeat else option.default
+            defaulted.add(option.attr)
         values[option.attr] = value
     values["models"] = from_file.get("models", {})
+    _resolve_speculative(values, defaulted, config_path)
     if values["max_inflight_bytes"] is None:
         values["max_inflight_bytes"] = defaults.INFLIGHT_BODIES * values["max_body_bytes"]
     elif values["max_inflight_bytes"] < values["max_body_bytes"]:
         raise UsageError(f"--max-inflight-bytes ({values['max_inflight_bytes']}) must be at least "
                          f"--max-body-bytes ({values['max_body_bytes']}): a largest request could never be served")
     return Settings(**values)
+
+
+def _resolve_speculative(values: dict[str, Any], defaulted: set[str], config_path: str | None) -> None:
+    """A draft model given is a draft model used, unless --speculative says otherwise; the
+    same within each [models.NAME] table, whose draft model may also come from the server's."""
+    if values["draft_model"] and "speculative" in defaulted:
+        values["speculative"] = "draft"
+    if values["speculative"] == "draft" and not values["draft_model"]:
+        raise UsageError("--speculative draft needs --draft-model PATH")
+    for name, table in values["models"].items():
+        if table.get("draft_model") and "speculative" not in table:
+            table["speculative"] = "draft"
+        if table.get("speculative") == "draft" and not table.get("draft_model", values["draft_model"]):
+            raise UsageError(f"config file {config_path}: [models.{name}] speculative = \"draft\" needs a "
+                             f"draft-model (in the table or --draft-model)")
 
 
 def _from_env(option: Option, raw: str) -> Any:

@@ -47,7 +47,7 @@ class Engine:
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
-                 stopwatch: Stopwatch | None = None):
+                 draft_max: int = 0, stopwatch: Stopwatch | None = None):
         watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
         self._file = key = file_facts.file_key(path)
@@ -98,9 +98,10 @@ class Engine:
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
         cparams.swa_full = False
-        # One logits row per sequence per step is all we read; llama.cpp would
-        # otherwise reserve n_batch rows of n_vocab floats (512 MB for Gemma 3).
-        cparams.n_outputs_max = n_seq
+        # One logits row per sequence per step, and one per drafted token (speculative decoding),
+        # is all we read; llama.cpp would otherwise reserve n_batch rows of n_vocab floats (512 MB
+        # for Gemma 3).
+        cparams.n_outputs_max = n_seq * (1 + max(0, draft_max))
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
         self.ctx = ll.llama_init_from_model(self.model, cparams)
@@ -280,6 +281,10 @@ class Engine:
     def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
         """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
         return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def seq_length(self, seq_id: int) -> int:
+        """Positions the sequence holds in the KV cache (its highest position + 1; 0 when empty)."""
+        return ll.llama_memory_seq_pos_max(self.memory, seq_id) + 1
 
     def can_extend(self, seq_id: int, keep: int) -> bool:
         """Whether a sequence cut at `keep` still holds what new tokens must attend to.

@@ -162,6 +162,17 @@ class Sampler:
         ll.llama_sampler_accept(self.chain, token)
         return token
 
+    def choose_run(self, rows, draft: list[int], out: list[int]) -> None:
+        """Choose from each loaded logits row in turn while the token chosen equals the draft's
+        (the draft token decoded after it gave the next row); each token is appended to `out`.
+        Touches no llama context, as choose()."""
+        for i, logits in enumerate(rows):
+            self._candidates.load(logits)
+            token = self.choose()
+            out.append(token)
+            if i >= len(draft) or token != draft[i]:
+                return
+
     def _greedy_with_bias(self, index: int) -> int:
         # A bias and greedy keep no state, so the chain need not hear of the token.
         ids, values, biased_ids = self._argmax_bias

@@ -1,8 +1,8 @@
 """One loaded model: its engine, what connection threads see of it, its runtime thread.
 
 load() does what the one-model server did at start (engine, chat template, tool syntax,
-runtime); close() undoes all of it: the runtime thread joined, the llama.cpp context and
-model freed. Handlers reach a LoadedModel through ModelManager.use() (manager.py).
+speculative decoding and its draft model, runtime); close() undoes all of it: the runtime
+thread joined, the draft model, the llama.cpp context and model freed. Handlers reach a LoadedModel through ModelManager.use() (manager.py).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..engine import rpc
 from ..engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
+from ..engine.draft_model import DraftModel
 from ..engine.embed import Embedder, spec_for
 from ..engine.embedding_spec import EmbeddingSpec
 from ..engine.engine import Engine
@@ -25,6 +26,7 @@ from ..parsing.tool_families import detect_tool_syntax
 from ..prompt.build import ChatModel
 from ..prompt.templates import TemplateError, choose_template
 from ..runtime.runtime import Runtime
+from ..runtime.speculative import Speculator
 from ..settings import MAX_DEFAULT_CTX, Settings
 from .catalogue import ModelEntry
 
@@ -47,6 +49,7 @@ class LoadedModel:
     chat: ChatModel
     runtime: Runtime
     embedding_spec: EmbeddingSpec   # how it embeds (or ranks): engine/embed.py
+    draft_model: DraftModel | None = None   # --draft-model's context, used by the runtime thread alone
     loaded_at: float = field(default_factory=time.time)
     load_seconds: float = 0.0
     estimated_bytes: int = 0
@@ -82,6 +85,8 @@ class LoadedModel:
         self.runtime.stop()
         if self.runtime.thread.is_alive():
             log.warning("model %s: the runtime thread did not stop within its timeout", self.name)
+        elif self.draft_model is not None:      # only the runtime thread drafts: free once it is gone
+            self.draft_model.close()
         return self.engine
 
 
@@ -91,31 +96,51 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
     times each step (the manager's own steps before this one on it)."""
     started = time.perf_counter()
     watch = watch or Stopwatch()
+    drafting = settings.speculative != "off"
     try:
         engine = Engine(entry.path, n_ctx=settings.ctx_size, n_seq=settings.slots, n_batch=settings.batch_size,
                         threads=threads, n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc),
                         tensor_split=rpc.split_proportions(settings.tensor_split) if settings.tensor_split else None,
-                        max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights, stopwatch=watch)
+                        max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights,
+                        draft_max=settings.draft_max if drafting else 0, stopwatch=watch)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc)) from None
+    draft_model = None
     try:
         chat = _chat_model(engine, settings)
         watch.lap("chat template")
         spec = spec_for(engine, settings.pooling, settings.batch_size)
+        draft_model = _draft_model(engine, settings, threads)
+        watch.lap("draft model")
         runtime = Runtime(engine, slots=settings.slots, max_queue=settings.max_queue,
                           cache_bytes=max(0, settings.cache_ram) * 1024 * 1024,
                           metrics=ModelMetrics(metrics, entry.name), sample_time_limit=settings.sample_time_limit,
-                          make_embedder=lambda: Embedder(engine, spec))
+                          make_embedder=lambda: Embedder(engine, spec),
+                          speculator=Speculator(settings.speculative, settings.draft_max, engine, draft_model))
     except BaseException:
+        if draft_model is not None:
+            draft_model.close()
         engine.close()
         raise
     runtime.thread.name = f"runtime {entry.name}"
     runtime.start()
     watch.lap("runtime start")
-    loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, load_seconds=time.perf_counter() - started)
+    loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, draft_model,
+                         load_seconds=time.perf_counter() - started)
     _log_loaded(loaded)
     log.debug("load steps of %s: %s", entry.name, watch)
     return loaded
+
+
+def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel | None:
+    """--speculative draft's model; one whose vocabulary differs is a configuration error (usage)."""
+    if settings.speculative != "draft":
+        return None
+    try:
+        return DraftModel(settings.draft_model, engine, threads=threads,
+                          n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc))
+    except ModelLoadError as exc:
+        raise LoadFailed(str(exc), usage=True) from None
 
 
 def _chat_model(engine: Engine, settings: Settings) -> ChatModel:

@@ -312,8 +312,17 @@ class ModelManager:
         except ModelLoadError:
             return os.path.getsize(path) + COMPUTE_RESERVE_BYTES     # llama.cpp will say what is wrong
         n_ctx_seq = settings.ctx_size or min(shape.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
-        return estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
-                        reserve=COMPUTE_RESERVE_BYTES).total
+        drafting = settings.speculative != "off"
+        need = estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
+                        reserve=COMPUTE_RESERVE_BYTES,
+                        outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
+        if settings.speculative == "draft":     # the draft model's weights, KV and compute
+            try:
+                need += estimate(read_shape(settings.draft_model), n_ctx_seq=n_ctx_seq, n_seq=settings.slots,
+                                 n_batch=settings.batch_size, reserve=0).total
+            except ModelLoadError:
+                pass        # the load will say what is wrong with it
+        return need
 
     def _make_room(self, record: Record, need: int, wait: float | None = None) -> None:
         """Unload least recently used idle models until `need` more bytes and one more model fit."""

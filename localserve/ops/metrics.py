@@ -74,9 +74,12 @@ class Counter(_Metric):
         with self._lock:
             return self._values.get(self._key(labels), 0.0)
 
-    def samples(self):
+    def samples_by_key(self) -> list[tuple[LabelValues, float]]:
         with self._lock:
-            items = sorted(self._values.items())
+            return sorted(self._values.items())
+
+    def samples(self):
+        items = self.samples_by_key()
         return [("_total" if not self.name.endswith("_total") else "", key, (), value) for key, value in items]
 
 
@@ -243,6 +246,12 @@ class ServerMetrics:
                                       QUEUE_SECONDS_BUCKETS)
         self.decode_rate = r.histogram("localserve_decode_tokens_per_second", "Decode speed of each finished "
                                        "generation of two or more tokens", DECODE_RATE_BUCKETS)
+        self.draft_tokens = r.counter("localserve_draft_tokens_total", "Tokens drafted by speculative decoding "
+                                      "and verified in a decode step")
+        self.draft_accepted = r.counter("localserve_draft_accepted_tokens_total", "Drafted tokens the model's "
+                                        "own choice confirmed (kept without a step of their own)")
+        r.gauge("localserve_draft_acceptance_rate", "Accepted drafted tokens / drafted tokens, since start",
+                self._acceptance_rate)
         self.embedding_requests = r.counter("localserve_embedding_requests_total", "Embedding and rerank calls "
                                             "answered, by endpoint", ("endpoint",))
         self.embedding_inputs = r.counter("localserve_embedding_inputs_total", "Inputs embedded (rerank: "
@@ -277,6 +286,12 @@ class ServerMetrics:
                                              "generations, by model", ("model",))
         self.model_generated_tokens = r.counter("localserve_model_generated_tokens_total", "Tokens generated, "
                                                 "by model", ("model",))
+        self.model_draft_tokens = r.counter("localserve_model_draft_tokens_total", "Tokens drafted by speculative "
+                                            "decoding and verified, by model", ("model",))
+        self.model_draft_accepted = r.counter("localserve_model_draft_accepted_tokens_total", "Drafted tokens the "
+                                              "model's own choice confirmed, by model", ("model",))
+        r.labeled_gauge("localserve_model_draft_acceptance_rate", "Accepted drafted tokens / drafted tokens, by "
+                        "model, since start", ("model",), self._model_acceptance_rates)
         self.model_embedding_tokens = r.counter("localserve_model_embedding_tokens_total", "Tokens embedded "
                                                 "(rerank: of the pairs scored), by model and endpoint",
                                                 ("model", "endpoint"))
@@ -323,6 +338,20 @@ class ServerMetrics:
             self.ttft.observe((t.queued_ms + t.prefill_ms) / 1000)
         if output.completion_tokens >= 2 and t.decode_ms > 0:
             self.decode_rate.observe((output.completion_tokens - 1) / (t.decode_ms / 1000))
+
+    def record_drafts(self, drafted: int, accepted: int) -> None:
+        """One draft verified (speculative decoding)."""
+        self.draft_tokens.inc(drafted)
+        self.draft_accepted.inc(accepted)
+
+    def _acceptance_rate(self) -> float | None:
+        drafted = self.draft_tokens.value()
+        return self.draft_accepted.value() / drafted if drafted else None
+
+    def _model_acceptance_rates(self) -> dict[LabelValues, float]:
+        drafted = dict(self.model_draft_tokens.samples_by_key())
+        accepted = dict(self.model_draft_accepted.samples_by_key())
+        return {key: accepted.get(key, 0.0) / n for key, n in drafted.items() if n}
 
     def record_prefill(self, tokens: int) -> None:
         """Prompt tokens one decode step ran through the model."""
@@ -403,6 +432,11 @@ class ModelMetrics:
 
     def record_prefill(self, tokens: int) -> None:
         self.server.record_prefill(tokens)
+
+    def record_drafts(self, drafted: int, accepted: int) -> None:
+        self.server.record_drafts(drafted, accepted)
+        self.server.model_draft_tokens.inc(drafted, model=self.model)
+        self.server.model_draft_accepted.inc(accepted, model=self.model)
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.server.record_cancellation(generated_tokens)

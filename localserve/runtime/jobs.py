@@ -31,6 +31,7 @@ class Slot:
     job: "Job | None" = None
     last_used: float = 0.0
     cache_key: str | None = None                      # the prompt_cache_key of its last job
+    kv_length: int = 0          # positions its KV sequence held after the last step that ran it (/slots)
 
 
 class Job:
@@ -56,6 +57,9 @@ class Job:
         self.t_first_token: float | None = None
         self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
         self.pending_logprobs: dict | None = None
+        self.pending_draft: list[int] = []            # the draft that pending sample verifies
+        self.pending_rows = None                      # its logits rows after the first, copied (logprobs)
+        self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
 
     @property
     def prefilling(self) -> bool:

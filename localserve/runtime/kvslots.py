@@ -23,6 +23,7 @@ class SlotKeeper:
     def clear(self, slot: Slot) -> None:
         self.engine.seq_remove(slot.seq_id)
         slot.tokens = []
+        slot.kv_length = 0
 
     def _reuse_cache(self, slot: Slot, prompt: list[int]) -> int:
         """Save what the slot would lose, restore a better saved sequence; the shared prefix length."""

@@ -28,12 +28,18 @@ def abandoned_running() -> int:
 
 
 class PendingSample:
-    def __init__(self, sampler: Sampler, on_done: Callable[[], None]):
+    """The job's next token, or with a draft (speculative.py) the run of tokens that verifies it:
+    `choose` appends each token chosen to the list it is given, so an error midway keeps the ones before."""
+
+    def __init__(self, sampler: Sampler, on_done: Callable[[], None],
+                 choose: Callable[[list[int]], None] | None = None, rows: int = 1):
         self.sampler = sampler
+        self.rows = rows                # logits rows to sample: the time limit is per token
         self.started = time.monotonic()
         self.finished: float | None = None
-        self.token: int | None = None
+        self.tokens: list[int] = []
         self.error: BaseException | None = None
+        self._choose = choose or (lambda out: out.append(sampler.choose()))
         self._on_done = on_done
         self._lock = threading.Lock()
         self._abandoned = False
@@ -49,7 +55,7 @@ class PendingSample:
 
     def _run(self) -> None:
         try:
-            self.token = self.sampler.choose()
+            self._choose(self.tokens)
         except BaseException as exc:     # handed to the runtime, which fails this job alone
             self.error = exc
         with self._lock:

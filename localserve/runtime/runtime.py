@@ -28,7 +28,8 @@ from ..ops.metrics import ServerMetrics
 from .pending_sample import abandoned_running
 from .promptcache import PromptCache
 from .sampling import SAMPLE_GRACE, SamplerDriver
-from .scheduler import BatchPlan, Scheduler
+from .scheduler import BatchPlan, Scheduler, draft_room
+from .speculative import Speculator
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
 
 __all__ = ["Runtime", "QueueFull", "RuntimeStopped", "GrammarBacklog", "EngineFailure"]
@@ -47,7 +48,7 @@ class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
                  on_fatal: Callable[[str], None] = exit_engine_failed,
-                 make_embedder: Callable[[], object] | None = None):
+                 make_embedder: Callable[[], object] | None = None, speculator: Speculator | None = None):
         self.engine = engine
         self.on_fatal = on_fatal        # the runtime cannot go on: by default, exit status 3
         self.failed_steps = 0           # one after another; reset by a decode that succeeds
@@ -57,8 +58,10 @@ class Runtime:
         self.kv = SlotKeeper(engine, self.cache)
         self.scheduler = Scheduler(slots, max_queue)
         self.cond = self.scheduler.cond
+        self.speculator = speculator or Speculator("off", 0, engine)
         self.sampling = SamplerDriver(engine, self.scheduler, sample_time_limit, on_token=self._take_token,
-                                      on_error=self._sample_failed, on_too_slow=self._too_slow)
+                                      on_error=self._sample_failed, on_too_slow=self._too_slow,
+                                      on_verified=self._verified)
         self.outbox = Outbox()          # a step's events go out together, after the step
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
@@ -114,8 +117,8 @@ class Runtime:
 
     def slot_state(self) -> dict:
         return {
-            "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens)}
-                      for s in self.slots],
+            "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens),
+                       "kv_positions": s.kv_length} for s in self.slots],
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
@@ -185,7 +188,10 @@ class Runtime:
             if self._active():
                 self.sampling.idle_until_a_sample()
             return None
-        return self.scheduler.plan(jobs, self.engine.n_batch)
+        drafts = None
+        if self.speculator.on:
+            drafts = self.speculator.propose(jobs, draft_room(jobs, self.engine.n_batch), self.engine.n_ctx_seq)
+        return self.scheduler.plan(jobs, self.engine.n_batch, drafts)
 
     def _postprocess(self, plan: BatchPlan) -> None:
         self.metrics.record_prefill(sum(row.n_tokens for row in plan.rows if row.job in plan.prefill_jobs))
@@ -198,9 +204,11 @@ class Runtime:
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
                 self._cancel(job)
             else:
-                self.sampling.sample(job, row.logits_row)
+                self.sampling.sample(job, row.logits_row, row.draft)
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
         self.sampling.collect(SAMPLE_GRACE, started_since=sampled_at)
+        for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
+            row.job.slot.kv_length = self.engine.seq_length(row.job.slot.seq_id)
 
     def _emit(self, job: Job, event: object) -> None:
         self.outbox.put(job.gen, event)
@@ -241,6 +249,7 @@ class Runtime:
             self._emit_to(gen, Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
             return
         job = Job(gen, slot, sampler, keep)
+        job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
         slot.job = job
         slot.last_used = time.monotonic()
         slot.cache_key = gen.request.cache_key
@@ -283,6 +292,14 @@ class Runtime:
             return
         log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
         self._fail(job, GenerationError(500, "internal error while sampling this request"))
+
+    def _verified(self, job: Job, drafted: int, accepted: int) -> None:
+        """A draft was verified: what was decoded past the tokens the sequence kept leaves the cache."""
+        if not drafted:
+            return
+        self.speculator.record(job, drafted, accepted)
+        self.metrics.record_drafts(drafted, accepted)
+        self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)
 
     def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
         now = time.monotonic()
@@ -349,6 +366,7 @@ class Runtime:
             reason = "stop"
         now = time.monotonic()
         first = job.t_first_token or now
+        drafted, accepted = (job.drafts.drafted, job.drafts.accepted) if job.drafts is not None else (0, 0)
         output = GenerationOutput(
             content="".join(job.pipeline.content),
             reasoning="".join(job.pipeline.reasoning),
@@ -359,11 +377,15 @@ class Runtime:
             cached_tokens=job.n_cached,
             completion_tokens=len(job.generated),
             reasoning_tokens=job.reasoning_tokens,
+            accepted_prediction_tokens=accepted,
+            rejected_prediction_tokens=drafted - accepted,
             logprobs=job.logprobs,
             timings=Timings(
                 queued_ms=(job.t_admitted - job.gen.created) * 1000,
                 prefill_ms=(first - job.t_admitted) * 1000,
                 decode_ms=(now - first) * 1000,
+                draft_n=drafted,
+                draft_n_accepted=accepted,
             ),
         )
         self._release(job)

@@ -29,7 +29,8 @@ class SamplerDriver:
     def __init__(self, engine: Engine, scheduler: Scheduler, sample_time_limit: float, *,
                  on_token: Callable[[Job, int, dict | None], None],
                  on_error: Callable[[Job, Exception], None],
-                 on_too_slow: Callable[[Job, float], None]):
+                 on_too_slow: Callable[[Job, float], None],
+                 on_verified: Callable[[Job, int, int], None] = lambda job, drafted, accepted: None):
         self.engine = engine
         self.scheduler = scheduler
         self.cond = scheduler.cond          # a finished sample wakes the runtime through it
@@ -37,27 +38,53 @@ class SamplerDriver:
         self.on_token = on_token
         self.on_error = on_error
         self.on_too_slow = on_too_slow
+        self.on_verified = on_verified      # (job, drafted, accepted) after each sampled row or run
 
-    def sample(self, job: Job, row: int) -> None:
-        """Choose one job's next token from logits row `row`; whatever goes wrong ends this job alone."""
+    def sample(self, job: Job, row: int, draft: list[int] = ()) -> None:
+        """Choose one job's next token from logits row `row`; whatever goes wrong ends this job alone.
+
+        With a draft (its tokens decoded after this one, their logits in the rows that follow),
+        go on choosing while each token chosen equals the draft's: each such token is already in
+        the KV cache, and the next row holds what follows it (speculative.py)."""
+        accepted = 0
         try:
-            logprob_entry = self._begin(job, row)
-            if job.forced:
-                token = job.forced.popleft()
-                job.sampler.accept(token)
-            elif job.sampler.has_grammar:
-                job.sampler.load(row)
-                job.pending = PendingSample(job.sampler, self._sample_ready)
-                job.pending_logprobs = logprob_entry
+            if job.sampler.has_grammar and not job.forced:
+                self._sample_off_thread(job, row, draft)
                 return
-            else:
-                token = job.sampler.sample(row)
-            self.on_token(job, token, logprob_entry)
+            for i in range(len(draft) + 1):
+                if i:
+                    job.n_past += 1         # draft[i - 1], decoded in this step, is now the sequence's
+                logprob_entry = self._begin(job, self.engine.logits(row + i) if job.logprobs is not None else None)
+                if job.forced:
+                    token = job.forced.popleft()
+                    job.sampler.accept(token)
+                else:
+                    token = job.sampler.sample(row + i)
+                self.on_token(job, token, logprob_entry)
+                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:
+                    break
+                accepted += 1
         except Exception as exc:
             self.on_error(job, exc)
+        self.on_verified(job, len(draft), accepted)
 
-    def _begin(self, job: Job, row: int) -> dict | None:
-        """Bookkeeping for the token just decoded, and what must be read from this step's logits."""
+    def _sample_off_thread(self, job: Job, row: int, draft: list[int]) -> None:
+        """A grammar job's token (or draft run) is chosen on a thread of its own (pending_sample.py)."""
+        job.pending_logprobs = self._begin(job, self.engine.logits(row) if job.logprobs is not None else None)
+        job.pending_draft = list(draft)
+        if not draft:
+            job.sampler.load(row)
+            job.pending = PendingSample(job.sampler, self._sample_ready)
+            return
+        import numpy as np      # the step's logits are overwritten by the next decode: the run gets a copy
+        rows = np.array([self.engine.logits(row + i) for i in range(len(draft) + 1)])
+        job.pending_rows = rows
+        sampler = job.sampler
+        job.pending = PendingSample(sampler, self._sample_ready, rows=len(rows),
+                                    choose=lambda out: sampler.choose_run(rows, draft, out))
+
+    def _begin(self, job: Job, logits) -> dict | None:
+        """Bookkeeping for the token just decoded, and what must be read from its logits row."""
         if job.status is JobStatus.DECODING:
             job.slot.tokens.append(job.next_token)      # decoded in this step
         else:
@@ -66,7 +93,7 @@ class SamplerDriver:
         job.next_token = None
         if job.logprobs is None:
             return None
-        return logprobs.distribution(self.engine.logits(row), job.request.top_logprobs, self.engine.piece)
+        return logprobs.distribution(logits, job.request.top_logprobs, self.engine.piece)
 
     def _sample_ready(self) -> None:
         with self.cond:
@@ -103,16 +130,31 @@ class SamplerDriver:
             sample = job.pending
             if sample is None:
                 continue
-            if sample.seconds(now) > self.sample_time_limit:
+            if sample.seconds(now) > self.sample_time_limit * sample.rows:
                 self.on_too_slow(job, sample.seconds(now))
             elif sample.done:
                 job.pending = None
                 self._finish(job, sample)
 
     def _finish(self, job: Job, sample: PendingSample) -> None:
+        """The tokens a grammar job's thread chose: taken in order, as sample() takes a run."""
+        draft, rows = job.pending_draft, job.pending_rows
+        job.pending_draft, job.pending_rows = [], None
+        accepted = 0
         try:
-            if sample.error is not None:
-                raise sample.error
-            self.on_token(job, sample.token, job.pending_logprobs)
+            for i, token in enumerate(sample.tokens):
+                if i:
+                    job.n_past += 1
+                    entry = self._begin(job, rows[i] if job.logprobs is not None else None)
+                else:
+                    entry = job.pending_logprobs
+                self.on_token(job, token, entry)
+                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:
+                    break
+                accepted += 1
+            else:
+                if sample.error is not None:
+                    raise sample.error
         except Exception as exc:
             self.on_error(job, exc)
+        self.on_verified(job, len(draft), accepted)

@@ -27,10 +27,15 @@ SLOT_REUSE_FRACTION = 0.5
 
 @dataclass
 class Row:
-    """One job's share of a batch: how many of its tokens, and the logits row to sample (or None)."""
+    """One job's share of a batch: how many of its tokens, and the logits row to sample (or None).
+
+    A decoding job's row may carry a draft: the tokens decoded after its next token, each with
+    logits (rows logits_row + 1 ...), verified when sampled (speculative.py). n_tokens counts
+    only the next token: the draft's tokens join the sequence as they are accepted."""
     job: Job
     logits_row: int | None
     n_tokens: int
+    draft: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -110,8 +115,17 @@ class Scheduler:
         """Jobs that take part in the next batch: all but those waiting on a grammar sample."""
         return [job for job in self.active() if job.pending is None]
 
-    def plan(self, jobs: list[Job], n_batch: int) -> BatchPlan:
-        return plan_batch(jobs, n_batch)
+    def plan(self, jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None) -> BatchPlan:
+        return plan_batch(jobs, n_batch, drafts)
+
+
+def draft_room(jobs: list[Job], n_batch: int) -> int:
+    """Batch entries left for drafts once every decoding job's token and this step's prompt chunks
+    have theirs: a step full of prefill has none (a draft there would only slow the prompts)."""
+    decoding = sum(1 for j in jobs if j.status is JobStatus.DECODING)
+    chunk_limit = SHARED_PREFILL_CHUNK if decoding else n_batch
+    prefill = sum(min(j.prompt_left, chunk_limit) for j in jobs if j.prefilling)
+    return n_batch - decoding - prefill
 
 
 def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> Slot:
@@ -136,13 +150,16 @@ def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> 
     return min(free, key=lambda s: s.last_used)
 
 
-def plan_batch(jobs: list[Job], n_batch: int) -> BatchPlan:
-    """One batch: a token per decoding job, then prompt chunks within the batch budget."""
+def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None) -> BatchPlan:
+    """One batch: a token (and its draft) per decoding job, then prompt chunks within the batch budget."""
     plan = BatchPlan(list(jobs))
     decoding = [j for j in jobs if j.status is JobStatus.DECODING]
     for job in decoding:
-        plan.rows.append(Row(job, len(plan.entries), 1))
+        draft = drafts.get(id(job), []) if drafts else []
+        plan.rows.append(Row(job, len(plan.entries), 1, draft))
         plan.entries.append((job.next_token, job.n_past, job.slot.seq_id, True))
+        for i, token in enumerate(draft, start=1):
+            plan.entries.append((token, job.n_past + i, job.slot.seq_id, True))
     budget = n_batch - len(plan.entries)
     chunk_limit = SHARED_PREFILL_CHUNK if decoding else budget
     for job in jobs:

@@ -8,7 +8,9 @@ from typing import Any
 
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
 from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions
+from ...engine.facade import TooManyTokens
 from ...errors import ApiError, openai_error_body
+from ...settings import MAX_PREDICTION_TOKENS
 from ..pump import DONE, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange
@@ -65,7 +67,31 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
                                  logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
     request.cache_key = cache_key     # a slot-affinity hint (runtime/scheduler.choose_slot)
+    request.prediction = read_prediction(model.engine, body)
     return request
+
+
+def read_prediction(engine, body: dict) -> str | None:
+    """OpenAI's Predicted Outputs, {"type": "content", "content": text or text parts}: the text the
+    answer is expected to repeat; the runtime drafts from it first (runtime/speculative.py)."""
+    prediction = body.get("prediction")
+    if prediction is None:
+        return None
+    if not isinstance(prediction, dict) or prediction.get("type") != "content":
+        raise invalid("prediction", 'expected {"type": "content", "content": ...}')
+    content = prediction.get("content")
+    if isinstance(content, list):
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                   for p in content):
+            raise invalid("prediction.content", "expected a string or an array of text parts")
+        content = "".join(p["text"] for p in content)
+    if not isinstance(content, str):
+        raise invalid("prediction.content", "expected a string or an array of text parts")
+    try:
+        engine.tokenize(content, add_special=False, parse_special=False, limit=MAX_PREDICTION_TOKENS)
+    except TooManyTokens:
+        raise invalid("prediction.content", f"is longer than {MAX_PREDICTION_TOKENS} tokens") from None
+    return content or None
 
 
 def read_messages(body: dict) -> list[dict]:
@@ -152,7 +178,9 @@ def usage(output: GenerationOutput) -> dict:
         "completion_tokens": output.completion_tokens,
         "total_tokens": output.prompt_tokens + output.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": output.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": output.reasoning_tokens},
+        "completion_tokens_details": {"reasoning_tokens": output.reasoning_tokens,
+                                      "accepted_prediction_tokens": output.accepted_prediction_tokens,
+                                      "rejected_prediction_tokens": output.rejected_prediction_tokens},
     }
 
 
@@ -185,6 +213,8 @@ def timings(output: GenerationOutput) -> dict:
         "predicted_n": output.completion_tokens,
         "predicted_ms": round(t.decode_ms, 3),
         "predicted_per_second": round(decoded / (t.decode_ms / 1000), 3) if t.decode_ms > 0 else None,
+        "draft_n": t.draft_n,                   # speculative decoding, named as llama-server names them
+        "draft_n_accepted": t.draft_n_accepted,
     }
 
 

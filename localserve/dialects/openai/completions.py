@@ -9,7 +9,7 @@ from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
 from ..pump import sse, stream_job
 from ..exchange import Exchange
-from .chat import ChatChunks, finish_reason, serve_openai, timings, usage
+from .chat import ChatChunks, finish_reason, read_prediction, serve_openai, timings, usage
 from ..fields import invalid, read_bool, read_int, read_sampling, read_stop
 
 
@@ -59,6 +59,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
         logprobs=logprobs is not None,
         top_logprobs=logprobs or 0,
         label=f"completion {request_id}",
+        prediction=read_prediction(model.engine, body),     # an extension here, as in chat
     )
 
 

@@ -62,6 +62,9 @@ class ScriptedEngine:
     def seq_remove(self, seq_id, start=0, end=-1):
         return True
 
+    def seq_length(self, seq_id):
+        return 0
+
     def can_extend(self, seq_id, keep):
         return True
 

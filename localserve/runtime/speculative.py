@@ -1,0 +1,247 @@
+"""Speculative decoding: guess a sequence's next tokens, verify them all in one decode step.
+
+A decoding sequence normally adds one token per step. With a draft, the step decodes its next
+token and the drafted tokens after it, with logits at each position; the sampler driver
+(sampling.py) then chooses token by token with the job's own sampler chain and goes on while
+the chosen token equals the draft's: every accepted token is one the model would have chosen
+anyway, from the same logits, with the same sampler state. So the output is what plain
+decoding gives (for sampling, the same distribution: a draft never depends on the random draw
+that tests it). What was decoded past the first mismatch is cut from the KV cache after.
+
+Where drafts come from (--speculative): "ngram", the job's own prompt and output (ngram.py),
+after the OpenAI ``prediction`` text when the request gave one; "draft", a small model with
+the same vocabulary (engine/draft_model.py). Each job adapts its draft length: a draft wholly
+accepted doubles it (up to --draft-max), a partial one moves it toward what was accepted, a
+draft with nothing accepted halves it and pauses drafting for a while, longer each time, so
+text with nothing to copy decodes as fast as without speculation.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+from ..settings import COPY_CHECK_TOKENS, DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
+from .ngram import NgramIndex
+
+if TYPE_CHECKING:
+    from .jobs import Job
+
+log = logging.getLogger("localserve.runtime")
+
+
+class DraftSource(Protocol):
+    """A draft model (engine/draft_model.py): drafts for many sequences at once."""
+
+    def draft(self, wanted: list[tuple[int, list[int], int, dict[int, float]]]) -> dict[int, list[int]]: ...
+
+
+class TextCodec(Protocol):
+    """What drafting from text needs of the engine (engine.Engine is one)."""
+
+    def piece(self, token: int) -> bytes: ...
+
+    def tokenize(self, text: str) -> list[int]: ...
+
+
+class CopyCursor:
+    """Follows a copy on from where the last draft came from, while the output still copies it.
+
+    Copied text repeats itself (a file's `with self.lock:` lines): the latest occurrence of the
+    output's last tokens may be a line written a moment ago, not the place being copied. So the
+    place a draft came from is kept, moved on by what was written since, and used again as long
+    as the last tokens written match the tokens before it there; else the lookup finds a new one."""
+
+    def __init__(self):
+        self.source: int | None = None      # the source position the next token was expected at
+        self.mark = 0                       # the output's length then
+
+    def draft(self, index: NgramIndex, tail: list[int], limit: int) -> list[int]:
+        tokens = index.tokens
+        if self.source is not None:
+            at = self.source + len(tail) - self.mark
+            check = min(COPY_CHECK_TOKENS, len(tail) - self.mark)
+            if check > 0 and at < len(tokens) and tokens[at - check:at] == tail[len(tail) - check:]:
+                self.source, self.mark = at, len(tail)
+                return tokens[at:at + limit]
+        at = index.find(tail)
+        self.source, self.mark = at, len(tail)
+        return tokens[at:at + limit] if at is not None else []
+
+
+class JobDrafts:
+    """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
+
+    def __init__(self, prompt: list[int], prediction: str | None, text: TextCodec, draft_max: int):
+        self.history = NgramIndex(prompt[-NGRAM_PROMPT_WINDOW:])
+        self.text = text
+        self.prediction = prediction.encode("utf-8") if prediction else None
+        self.predicted = NgramIndex(text.tokenize(prediction)) if prediction else None
+        self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
+        self.matched = 0                # many tokens (-1: the output strayed from it)
+        self.indexed = 0                # generated tokens already in self.history
+        self.copying = CopyCursor()     # where the last draft from the history came from
+        self.copying_prediction = CopyCursor()
+        self.draft_max = draft_max
+        self.length = draft_max         # what the next draft may be
+        self.misses = 0                 # drafts in a row with nothing accepted
+        self.pause = 0                  # steps to sit out before drafting again
+        self.drafted = 0
+        self.accepted = 0
+
+    def lookup(self, generated: list[int], limit: int) -> list[int]:
+        """Prompt lookup: the predicted output first, then the job's own prompt and output."""
+        for token in generated[self.indexed:]:
+            self.history.append(token)
+        self.indexed = len(generated)
+        if self.prediction is not None:
+            draft = self._predicted(generated, limit)
+            if draft:
+                return draft
+        return self.copying.draft(self.history, self.history.tokens, limit)
+
+    def _predicted(self, generated: list[int], limit: int) -> list[int]:
+        """From the prediction: first as the tokenizer spells it (its beginning while the output is
+        that, else what followed the output's last tokens there), which is how a model copying
+        text tends to spell it; else, while the output's text is the prediction's beginning, the
+        next of its text as tokens (the model may spell the same text with other tokens)."""
+        tokens = self.predicted.tokens
+        if len(generated) < len(tokens) and tokens[:len(generated)] == generated:
+            return tokens[len(generated):len(generated) + limit]
+        return self.copying_prediction.draft(self.predicted, generated, limit) or self._by_text(generated, limit)
+
+    def _by_text(self, generated: list[int], limit: int) -> list[int]:
+        while 0 <= self.aligned < len(generated):
+            piece = self.text.piece(generated[self.aligned])
+            if not self.prediction.startswith(piece, self.matched):
+                self.aligned = -1
+                break
+            self.matched += len(piece)
+            self.aligned += 1
+        if self.aligned < 0:
+            return []
+        window = self.prediction[self.matched:self.matched + limit * PREDICTION_BYTES_PER_TOKEN]
+        try:
+            draft = self.text.tokenize(window.decode("utf-8"))
+        except UnicodeDecodeError:      # the output ends inside a character, or the window does
+            return []
+        if self.matched + len(window) < len(self.prediction):
+            draft = draft[:-1]          # the window's last token may be cut short
+        return draft[:limit]
+
+    def wants(self, limit: int) -> int:
+        """How many tokens this job drafts this step, given room for `limit` (0: none)."""
+        if self.pause > 0:
+            self.pause -= 1
+            return 0
+        return min(limit, self.length)
+
+    def record(self, drafted: int, accepted: int) -> None:
+        if not drafted:
+            return
+        self.drafted += drafted
+        self.accepted += accepted
+        if accepted == drafted:
+            self.misses = 0
+            self.length = min(self.draft_max, self.length * 2)
+        elif accepted == 0:
+            self.misses += 1
+            self.length = max(1, self.length // 2)
+            self.pause = min(MAX_DRAFT_PAUSE, 2 ** (self.misses - 1) - 1)
+        else:
+            self.misses = 0
+            self.length = max(1, (self.length + accepted + 1) // 2)
+
+
+class Speculator:
+    """The runtime's drafting: which jobs draft in a step, and how much."""
+
+    def __init__(self, mode: str, draft_max: int, engine, draft_model: DraftSource | None = None):
+        self.mode = mode if draft_max > 0 else "off"
+        self.draft_max = draft_max
+        self.is_eog = engine.is_eog
+        self.text = _Text(engine)
+        self.draft_model = draft_model
+        self.drafted = 0                # every job's, since start (/metrics)
+        self.accepted = 0
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+    def start(self, prompt: list[int], prediction: str | None) -> JobDrafts | None:
+        return JobDrafts(prompt, prediction, self.text, self.draft_max) if self.on else None
+
+    def propose(self, jobs: list[Job], budget: int, n_ctx_seq: int) -> dict[int, list[int]]:
+        """Drafts for the step's decoding jobs, by id(job), within `budget` batch entries in all."""
+        # Verifying a drafted token costs a logits row (for a large vocabulary, most of a token's
+        # work): several sequences share a step's drafts, so more of them do not slow every stream.
+        asking = [(job, self._room(job, self.draft_max, n_ctx_seq)) for job in jobs]
+        asking = [(job, job.drafts.wants(room)) for job, room in asking if room > 0]
+        asking = [(job, want) for job, want in asking if want > 0]
+        budget = min(budget, self.draft_max * DRAFT_STEP_SHARE)
+        wanted: dict[int, tuple[Job, int]] = {}
+        asking.sort(key=lambda pair: pair[1])      # the smallest wants first: what they leave goes to the rest
+        for n, (job, want) in enumerate(asking):
+            limit = min(want, budget // (len(asking) - n))
+            if limit > 0:
+                wanted[id(job)] = (job, limit)
+                budget -= limit
+        drafts: dict[int, list[int]] = {}
+        from_model = self._from_model([(job, limit) for job, limit in wanted.values() if not job.forced])
+        for key, (job, limit) in wanted.items():
+            if job.forced:          # tokens the job must write next: the surest draft there is
+                draft = list(job.forced)[:limit]
+            elif self.mode == "draft" and self.draft_model is not None:
+                draft = from_model.get(key, [])
+            else:
+                draft = job.drafts.lookup(job.generated, limit)
+            draft = self._before_end(draft)
+            if draft:
+                drafts[key] = draft
+        return drafts
+
+    def _room(self, job: Job, limit: int, n_ctx_seq: int) -> int:
+        """A draft never runs past the context or max_tokens: those tokens could not be kept."""
+        if job.drafts is None or job.next_token is None:
+            return 0
+        limit = min(limit, n_ctx_seq - job.n_past - 2)
+        if job.request.max_tokens is not None:
+            limit = min(limit, job.request.max_tokens - len(job.generated) - 1)
+        return limit
+
+    def _from_model(self, wanted: list[tuple[Job, int]]) -> dict[int, list[int]]:
+        if self.mode != "draft" or self.draft_model is None or not wanted:
+            return {}
+        asked = [(job.slot.seq_id, job.slot.tokens + [job.next_token], limit, job.request.sampling.logit_bias)
+                 for job, limit in wanted]
+        try:
+            by_seq = self.draft_model.draft(asked)
+        except Exception:       # a draft is only a guess: without one, the step decodes as it would anyway
+            log.exception("the draft model failed; this step decodes without drafts")
+            return {}
+        return {id(job): by_seq.get(job.slot.seq_id, []) for job, _ in wanted}
+
+    def _before_end(self, draft: list[int]) -> list[int]:
+        """An end-of-generation token ends the job when chosen: nothing after it is worth drafting."""
+        for i, token in enumerate(draft):
+            if self.is_eog(token):
+                return draft[:i]
+        return draft
+
+    def record(self, job: Job, drafted: int, accepted: int) -> None:
+        if job.drafts is not None:
+            job.drafts.record(drafted, accepted)
+        self.drafted += drafted
+        self.accepted += accepted
+
+
+class _Text:
+    """The engine's pieces and a plain tokenizer (no BOS, no special tokens parsed): the prediction is text."""
+
+    def __init__(self, engine):
+        self.piece = engine.piece
+        self._tokenize = getattr(engine, "tokenize", None)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self._tokenize(text, add_special=False, parse_special=False) if text else []

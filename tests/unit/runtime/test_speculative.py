@@ -1,0 +1,182 @@
+"""Drafting alone, without llama.cpp: the prompt lookup, the adaptive draft length, how a step's
+drafts are shared and bounded, and the batch a draft makes. Verification on the real engine is
+tested end to end (tests/e2e/test_speculative.py)."""
+
+from __future__ import annotations
+
+from localserve.generation import ActiveGeneration, GenerationRequest
+from localserve.runtime.jobs import Job, JobStatus, Slot
+from localserve.runtime.ngram import NgramIndex
+from localserve.runtime.scheduler import SHARED_PREFILL_CHUNK, draft_room, plan_batch
+from localserve.runtime.speculative import JobDrafts, Speculator
+from localserve.settings import MAX_DRAFT_PAUSE
+
+EOS = 2
+
+
+class Text:
+    """Single-byte pieces: token t is chr(t)."""
+    def piece(self, token):
+        return bytes([token])
+
+    def tokenize(self, text, add_special=False, parse_special=False):
+        return list(text.encode())
+
+    def is_eog(self, token):
+        return token == EOS
+
+
+def test_lookup_follows_the_longest_latest_match():
+    index = NgramIndex([5, 6, 7, 8, 9, 5, 6, 1, 2, 7, 8, 3, 4], sizes=(3, 2))
+    assert index.follow([6, 7, 8], 2) == [9, 5]           # the 3-gram (6, 7, 8) beats the later 2-gram (7, 8)
+    assert index.follow([0, 7, 8], 5) == [3, 4]           # only the 2-gram: its latest occurrence, cut at the end
+    assert index.follow([0, 0, 1], 4) == []               # nothing to copy
+    assert index.follow([6, 7, 8], 0) == []
+
+
+def test_the_sequences_own_end_is_not_a_match_until_something_follows_it():
+    index = NgramIndex([1, 2, 3], sizes=(2,))
+    assert index.follow(index.tokens, 4) == []
+    index.extend([9, 1, 2])
+    assert index.follow(index.tokens, 4) == [3, 9, 1, 2]
+
+
+def test_a_draft_wholly_accepted_grows_a_refused_one_shrinks_and_pauses_longer_each_time():
+    drafts = JobDrafts([1, 2, 3], None, Text(), draft_max=8)
+    drafts.length = 2
+    drafts.record(2, 2)
+    assert drafts.length == 4
+    drafts.record(4, 4)
+    drafts.record(8, 8)
+    assert drafts.length == 8                               # never past --draft-max
+    drafts.record(8, 3)
+    assert drafts.length == 6 and drafts.pause == 0         # halfway toward what was accepted
+    pauses = []
+    for _ in range(8):
+        drafts.record(drafts.length, 0)
+        pauses.append(drafts.pause)
+    assert drafts.length == 1
+    assert pauses == sorted(pauses) and pauses[0] == 0 and pauses[-1] == MAX_DRAFT_PAUSE
+    assert [drafts.wants(8) for _ in range(MAX_DRAFT_PAUSE)] == [0] * MAX_DRAFT_PAUSE
+    assert drafts.wants(8) == 1
+    assert (drafts.drafted, drafts.accepted) == (2 + 4 + 8 + 8 + 6 + 3 + 1 * 6, 2 + 4 + 8 + 3)
+
+
+def test_a_prediction_is_followed_by_its_text_then_by_lookup_once_the_output_strays():
+    prediction = "abcdefgh"
+    drafts = JobDrafts([1], prediction, Text(), draft_max=4)
+    assert drafts.lookup([], 4) == list(b"abcd")
+    assert drafts.lookup(list(b"ab"), 4) == list(b"cdef")
+    assert drafts.lookup(list(b"abcdefg"), 4) == list(b"h")
+    strays = JobDrafts([1], prediction, Text(), draft_max=4)
+    assert strays.lookup(list(b"abXcd"), 4) == list(b"efgh")     # strayed at X; (c, d) found in the prediction
+
+
+def job_in(slot: Slot, prompt, status=JobStatus.DECODING, **request) -> Job:
+    job = Job(ActiveGeneration(GenerationRequest(prompt_tokens=list(prompt), **request)), slot, None, 0)
+    job.status = status
+    if status is JobStatus.DECODING:
+        job.n_past = len(prompt)
+        job.next_token = 50
+        job.generated = [50]
+    slot.job = job
+    return job
+
+
+def test_a_draft_rides_after_its_jobs_next_token_with_logits_at_every_position():
+    slots = [Slot(0), Slot(1)]
+    a = job_in(slots[0], [1, 2, 3])
+    b = job_in(slots[1], [1, 2, 3, 4])
+    plan = plan_batch([a, b], 64, {id(a): [60, 61]})
+    assert plan.entries == [(50, 3, 0, True), (60, 4, 0, True), (61, 5, 0, True), (50, 4, 1, True)]
+    assert [(r.logits_row, r.n_tokens, r.draft) for r in plan.rows] == [(0, 1, [60, 61]), (3, 1, [])]
+
+
+def test_drafts_get_no_room_a_step_full_of_prefill_needs():
+    slots = [Slot(0), Slot(1)]
+    decoding = job_in(slots[0], [1, 2, 3])
+    prefilling = job_in(slots[1], list(range(1000)), status=JobStatus.PREFILLING)
+    assert draft_room([decoding, prefilling], 512) == 512 - 1 - SHARED_PREFILL_CHUNK
+    assert draft_room([decoding, prefilling], 1 + SHARED_PREFILL_CHUNK) == 0
+
+
+def test_the_step_shares_its_drafts_and_stops_them_at_the_end_of_generation_and_max_tokens():
+    speculator = Speculator("ngram", 4, Text())
+    slots = [Slot(i) for i in range(3)]
+    echo = [10, 11, 50, 12, 13, 14, 15, 16, 11]        # each job then wrote 50: after (11, 50) came 12..16
+    jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
+    for job in jobs:
+        job.drafts = speculator.start(job.prompt, None)
+    drafts = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
+    assert drafts[id(jobs[2])] == [12]                 # max_tokens 3: one token written, one more to choose
+    # the step's share (2 x --draft-max) goes where it is wanted: 1, then 3 and 4 of the 4 each asks
+    assert sorted([drafts[id(jobs[0])], drafts[id(jobs[1])]]) == [[12, 13, 14], [12, 13, 14, 15]]
+    ended = job_in(Slot(3), [11, 50, 12, EOS, 13, 11])
+    ended.drafts = speculator.start(ended.prompt, None)
+    assert speculator.propose([ended], budget=100, n_ctx_seq=4096)[id(ended)] == [12]
+    assert speculator.propose(jobs, budget=0, n_ctx_seq=4096) == {}
+    off = Speculator("off", 4, Text())
+    assert off.start([1, 2], None) is None
+
+
+def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
+    import pytest
+
+    from localserve.cli.flags import UsageError, build_parser, resolve_settings
+    parser = build_parser()
+    assert resolve_settings(parser.parse_args([]), {}).speculative == "ngram"
+    assert resolve_settings(parser.parse_args([]), {"LOCALSERVE_SPECULATIVE": "off"}).speculative == "off"
+    config = tmp_path / "localserve.toml"
+    config.write_text('speculative = "off"\ndraft-max = 16\n')
+    from_file = resolve_settings(parser.parse_args(["--config", str(config)]), {})
+    assert (from_file.speculative, from_file.draft_max) == ("off", 16)
+    flag = resolve_settings(parser.parse_args(["--config", str(config), "--speculative", "ngram"]), {})
+    assert flag.speculative == "ngram"
+    assert resolve_settings(parser.parse_args(["--draft-model", "d.gguf"]), {}).speculative == "draft"
+    with pytest.raises(UsageError, match="--draft-model"):
+        resolve_settings(parser.parse_args(["--speculative", "draft"]), {})
+    with pytest.raises(UsageError, match="LOCALSERVE_SPECULATIVE"):
+        resolve_settings(parser.parse_args([]), {"LOCALSERVE_SPECULATIVE": "eagle"})
+    config.write_text('speculative = "eagle"\n')
+    with pytest.raises(UsageError, match="speculative"):
+        resolve_settings(parser.parse_args(["--config", str(config)]), {})
+
+
+def test_speculation_is_a_per_model_setting_in_models_tables(tmp_path):
+    import pytest
+
+    from localserve.cli.flags import UsageError, build_parser, resolve_settings
+    from localserve.models.catalogue import config_entry
+    parser = build_parser()
+    config = tmp_path / "localserve.toml"
+    config.write_text('[models.a]\npath = "a.gguf"\ndraft-model = "d.gguf"\ndraft-max = 4\n\n'
+                      '[models.b]\npath = "b.gguf"\nspeculative = "off"\n\n'
+                      '[models.c]\npath = "c.gguf"\n')
+    base = resolve_settings(parser.parse_args(["--config", str(config)]), {})
+    own = {name: config_entry(name, table).settings(base) for name, table in base.models.items()}
+    assert (own["a"].speculative, own["a"].draft_model, own["a"].draft_max) == ("draft", "d.gguf", 4)
+    assert own["b"].speculative == "off"
+    assert (own["c"].speculative, own["c"].draft_max) == ("ngram", base.draft_max)
+    # the server's --draft-model serves every model that does not say otherwise
+    server_wide = resolve_settings(parser.parse_args(["--config", str(config), "--draft-model", "s.gguf"]), {})
+    c = config_entry("c", server_wide.models["c"]).settings(server_wide)
+    assert (c.speculative, c.draft_model) == ("draft", "s.gguf")
+    config.write_text('[models.a]\npath = "a.gguf"\nspeculative = "draft"\n')
+    with pytest.raises(UsageError, match=r"\[models.a\].*draft-model"):
+        resolve_settings(parser.parse_args(["--config", str(config)]), {})
+    config.write_text('[models.a]\npath = "a.gguf"\nspeculative = "eagle"\n')
+    with pytest.raises(UsageError, match=r"\[models.a\] key 'speculative'"):
+        resolve_settings(parser.parse_args(["--config", str(config)]), {})
+
+
+def test_a_copy_is_followed_on_where_a_repeated_line_would_mislead_the_latest_match():
+    from localserve.runtime.speculative import CopyCursor
+    source = [1, 2, 3, 9, 1, 2, 4, 8]            # (1, 2) twice, followed by 3 then by 4
+    index = NgramIndex(source + [5, 1, 2, 3], sizes=(2,))
+    cursor = CopyCursor()
+    assert cursor.draft(index, index.tokens, 3) == [9, 1, 2]     # found at source[3]
+    index.extend([9, 1, 2])                     # 9 and 1 accepted, 2 chosen next
+    assert index.follow(index.tokens, 3) == [3, 9, 1]            # the latest (1, 2): the copy's own start
+    assert cursor.draft(index, index.tokens, 3) == [4, 8, 5]     # the place being copied
+    index.extend([7, 7])                        # the output strays: the lookup takes over
+    assert cursor.draft(index, index.tokens, 3) == []
