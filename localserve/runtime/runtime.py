@@ -366,7 +366,7 @@ class Runtime:
             reason = "stop"
         now = time.monotonic()
         first = job.t_first_token or now
-        drafted, accepted = (job.drafts.drafted, job.drafts.accepted) if job.drafts is not None else (0, 0)
+        drafted, accepted = job.drafts.counts() if job.drafts is not None else (0, 0)
         output = GenerationOutput(
             content="".join(job.pipeline.content),
             reasoning="".join(job.pipeline.reasoning),

@@ -60,10 +60,12 @@ class SamplerDriver:
                     job.sampler.accept(token)
                 else:
                     token = job.sampler.sample(row + i)
+                matched = i < len(draft) and token == draft[i]
+                accepted += matched
+                _note_run(job, len(draft), accepted)
                 self.on_token(job, token, logprob_entry)
-                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:
+                if job.status is JobStatus.FINISHED or not matched:
                     break
-                accepted += 1
         except Exception as exc:
             self.on_error(job, exc)
         self.on_verified(job, len(draft), accepted)
@@ -148,13 +150,21 @@ class SamplerDriver:
                     entry = self._begin(job, rows[i] if job.logprobs is not None else None)
                 else:
                     entry = job.pending_logprobs
+                matched = i < len(draft) and token == draft[i]
+                accepted += matched
+                _note_run(job, len(draft), accepted)
                 self.on_token(job, token, entry)
-                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:
+                if job.status is JobStatus.FINISHED or not matched:
                     break
-                accepted += 1
             else:
                 if sample.error is not None:
                     raise sample.error
         except Exception as exc:
             self.on_error(job, exc)
         self.on_verified(job, len(draft), accepted)
+
+
+def _note_run(job: Job, drafted: int, accepted: int) -> None:
+    """Before a token goes out: a job that finishes on it reports this draft in its usage."""
+    if drafted and job.drafts is not None:
+        job.drafts.verifying(drafted, accepted)

@@ -88,6 +88,15 @@ class JobDrafts:
         self.pause = 0                  # steps to sit out before drafting again
         self.drafted = 0
         self.accepted = 0
+        self.run = (0, 0)               # the draft being verified now: (drafted, accepted so far)
+
+    def verifying(self, drafted: int, accepted: int) -> None:
+        """A job can finish inside a draft it is verifying: its usage counts that draft too."""
+        self.run = (drafted, accepted)
+
+    def counts(self) -> tuple[int, int]:
+        """(drafted, accepted) so far, the draft being verified included."""
+        return self.drafted + self.run[0], self.accepted + self.run[1]
 
     def lookup(self, generated: list[int], limit: int) -> list[int]:
         """Prompt lookup: the predicted output first, then the job's own prompt and output."""
@@ -137,6 +146,7 @@ class JobDrafts:
         return min(limit, self.length)
 
     def record(self, drafted: int, accepted: int) -> None:
+        self.run = (0, 0)
         if not drafted:
             return
         self.drafted += drafted
