@@ -112,12 +112,14 @@ def models_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")
 
 
+TINY_MODEL_SPECIAL_TOKENS = ["<tool_call>", "</tool_call>", ("<think>", "user_defined"), ("</think>", "user_defined")]
+
+
 @pytest.fixture(scope="session")
 def tiny_model(models_dir) -> Path:
     """A ChatML tiny model with the tool and reasoning markers as special tokens."""
     return write_tiny_gguf(models_dir / "tiny-chatml.gguf", chat_template=CHATML_TEMPLATE,
-                           special_tokens=["<tool_call>", "</tool_call>",
-                                           ("<think>", "user_defined"), ("</think>", "user_defined")])
+                           special_tokens=TINY_MODEL_SPECIAL_TOKENS)
 
 
 def slow_model(models_dir: Path) -> Path:

@@ -4,7 +4,10 @@ It runs on the runtime thread in a llama context of its own, with a sequence for
 the served model. Before drafting for a sequence it catches up with what that sequence now
 holds (the common prefix stays in its KV cache, the rest is cut, the new tokens decoded), then
 chooses greedily, one decode per drafted token for all sequences together. The two models
-must share a vocabulary, token for token: that is checked at load.
+must share a vocabulary, token for token: that is checked at load. One may have a few more
+tokens at the end than the other (GGUFs of one family pad the vocabulary to a multiple of
+something, differently by size: Qwen2.5 0.5B has 151936 tokens, 14B 152064); the draft then
+only ever proposes the tokens both have.
 """
 
 from __future__ import annotations
@@ -18,6 +21,9 @@ from .model_load import ModelLoadError, check_model_file, native_reason
 
 log = logging.getLogger("localserve.engine")
 
+# How many tokens more one vocabulary may have than the other (padding), as llama.cpp allows.
+MAX_VOCAB_PADDING = 128
+
 
 class DraftModel:
     def __init__(self, path: str, target, *, threads: int, n_gpu_layers: int = 0):
@@ -29,6 +35,7 @@ class DraftModel:
             raise ModelLoadError(f"llama.cpp could not load the draft model {path}: {native_reason()}")
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        self.n_shared = min(self.n_vocab, target.n_vocab)     # the tokens a draft may use
         mismatch = self._vocab_mismatch(target)
         if mismatch:
             ll.llama_model_free(self.model)
@@ -52,15 +59,16 @@ class DraftModel:
         self.held: dict[int, list[int]] = {}        # what each sequence's KV cache holds
 
     def _vocab_mismatch(self, target) -> str | None:
-        """Why the vocabularies differ (None when they are the same, token for token)."""
-        if self.n_vocab != target.n_vocab:
+        """Why the vocabularies differ (None when the tokens both have are the same, token for token,
+        and neither has more than MAX_VOCAB_PADDING tokens past the other's)."""
+        if abs(self.n_vocab - target.n_vocab) > MAX_VOCAB_PADDING:
             return f"{self.n_vocab} tokens, the served model has {target.n_vocab}"
         for name, own, theirs in (("BOS", ll.llama_vocab_bos(self.vocab), ll.llama_vocab_bos(target.vocab)),
                                   ("EOS", ll.llama_vocab_eos(self.vocab), ll.llama_vocab_eos(target.vocab))):
             if own != theirs:
                 return f"its {name} token is {own}, the served model's is {theirs}"
         buf = ctypes.create_string_buffer(256)
-        for token in range(self.n_vocab):
+        for token in range(self.n_shared):
             n = ll.llama_token_to_piece(self.vocab, token, buf, 256, 0, True)
             if buf.raw[:max(n, 0)] != target.piece(token):
                 return f"token {token} is {buf.raw[:max(n, 0)]!r} there, {target.piece(token)!r} here"
@@ -73,12 +81,14 @@ class DraftModel:
         rows = self._catch_up(wanted)
         drafts: dict[int, list[int]] = {seq: [] for seq, *_ in wanted}
         limits = {seq: limit for seq, _, limit, _ in wanted}
-        biases = {seq: (np.fromiter(bias.keys(), dtype=np.int64, count=len(bias)),
-                        np.array([-np.inf if b <= -100 else b for b in bias.values()], dtype=np.float32))
-                  for seq, _, _, bias in wanted if bias}
+        shared = self.n_shared
+        biases = {seq: (np.fromiter(ids, dtype=np.int64, count=len(ids)),
+                        np.array([-np.inf if bias[t] <= -100 else bias[t] for t in ids], dtype=np.float32))
+                  for seq, _, _, bias in wanted if bias for ids in [[t for t in bias if t < shared]]}
 
         def choose(seq: int, row: int) -> int:
-            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))
+            # only the tokens both models have: a padding token of the draft's is no token of the served one
+            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, row), shape=(self.n_vocab,))[:shared]
             if seq in biases:
                 ids, values = biases[seq]
                 logits = logits.copy()

@@ -18,10 +18,10 @@ import time
 import pytest
 
 from clients import openai_sdk
-from conftest import ServerProcess
+from conftest import TINY_MODEL_SPECIAL_TOKENS, ServerProcess
 from rawhttp import RawConnection, post_json, request, request_id_of
 from promtext import parse
-from tinymodel import CHATML_TEMPLATE, NO_EOG, byte_token_id, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, NO_EOG, byte_token_id, tiny_vocab, write_tiny_gguf
 
 PROMPTS = ["alpha beta gamma alpha beta gamma alpha beta gamma alpha beta",
            "def f(x): return x + 1\ndef g(y): return y + 2\n" * 3 + "def h(z):",
@@ -327,14 +327,36 @@ def test_draft_model_gives_the_same_output(tiny_model, plain):
         srv.stop()
 
 
+def write_other_vocab(path):
+    """The tiny model's vocabulary with one token's text changed: the same size, another vocabulary."""
+    tokens = [text for text, _, _ in tiny_vocab(TINY_MODEL_SPECIAL_TOKENS)]
+    tokens[300] += "\u00e9"
+    return write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, special_tokens=TINY_MODEL_SPECIAL_TOKENS,
+                           extra_metadata={"tokenizer.ggml.tokens": tokens})
+
+
 def test_draft_model_with_another_vocabulary_stops_the_start(tiny_model, models_dir):
-    other = write_tiny_gguf(models_dir / "other-vocab.gguf", chat_template=CHATML_TEMPLATE,
-                            special_tokens=["<extra_a>", "<extra_b>"])
+    other = write_other_vocab(models_dir / "other-vocab.gguf")
     srv = ServerProcess(tiny_model, "--draft-model", str(other), wait=False)
     assert srv.proc.wait(60) == 2
     srv.stop()
     lines = [line for line in srv.lines if line.strip() and " INFO " not in line]
     assert len(lines) == 1 and "vocabulary" in lines[0], srv.log
+
+
+def test_a_draft_model_with_a_padded_vocabulary_drafts_only_shared_tokens(tiny_model, models_dir, plain):
+    """Model families pad the vocabulary by size (Qwen2.5 0.5B: 151936 tokens, 14B: 152064): such a pair
+    drafts, and what comes out is what the model alone writes."""
+    padded = write_tiny_gguf(models_dir / "padded-vocab.gguf", chat_template=CHATML_TEMPLATE,
+                             special_tokens=TINY_MODEL_SPECIAL_TOKENS + [f"<pad_{i}>" for i in range(5)])
+    srv = ServerProcess(tiny_model, "--speculative", "draft", "--draft-model", str(padded))
+    try:
+        want = complete(plain.port, PROMPTS[1])
+        got = complete(srv.port, PROMPTS[1])
+        assert text_of(got) == text_of(want)
+        assert sum(drafts(got)) > 0
+    finally:
+        srv.stop()
 
 
 # ---- several models: speculation is each model's own setting --------------------------------
@@ -347,8 +369,7 @@ def mapped(pid: int, path) -> bool:
 def test_each_model_drafts_as_its_table_says_and_frees_its_draft_model_with_it(tiny_model, models_dir, tmp_path):
     drafter = tmp_path / "drafter.gguf"
     drafter.write_bytes(tiny_model.read_bytes())
-    other = write_tiny_gguf(tmp_path / "other-vocab.gguf", chat_template=CHATML_TEMPLATE,
-                            special_tokens=["<extra_a>", "<extra_b>"])
+    other = write_other_vocab(tmp_path / "other-vocab.gguf")
     config = tmp_path / "config.toml"
     config.write_text(f'[models.drafted]\npath = "{tiny_model}"\ndraft-model = "{drafter}"\n\n'
                       f'[models.plain]\npath = "{tiny_model}"\nspeculative = "off"\n\n'
