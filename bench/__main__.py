@@ -35,6 +35,7 @@ from localserve.engine import cpu_weights
 from . import embeddings, latency, models, speculative, weights
 from .bare import BareEngine
 from .client import stream_completion
+from .demo import model_or_demo
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
 
 PROMPT = ("The history of computing is a story of people building tools to think with. "
@@ -216,7 +217,7 @@ def second_turn(port: int, base: dict, work: Workload, rounds: int, bare: BareRu
 
 def main() -> int:
     args = parse_args()
-    model = args.model or demo_model()
+    model = model_or_demo(args.model)
     if model is None:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
@@ -250,15 +251,6 @@ def main() -> int:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
     return 0
-
-
-def demo_model() -> str | None:
-    from localserve.ops.demo import DemoUnavailable, demo_model_path
-    try:
-        return demo_model_path()
-    except DemoUnavailable as exc:
-        print(f"bench: {exc}", file=sys.stderr)
-        return None
 
 
 def print_report(bare: dict, contenders: dict, args) -> None:

@@ -28,6 +28,7 @@ import time
 from localserve.engine import cpu_weights
 
 from .bare_embed import BareEmbedder
+from .demo import model_or_demo
 from .server import RunningServer
 
 N_INPUTS = 256
@@ -142,14 +143,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    model = args.model
+    model = model_or_demo(args.model)
     if model is None:
-        from localserve.ops.demo import DemoUnavailable, demo_model_path
-        try:
-            model = demo_model_path()
-        except DemoUnavailable as exc:
-            print(f"bench: {exc}", file=sys.stderr)
-            return 2
+        return 2
     print(f"model {os.path.basename(model)}, {args.threads} threads, median of {args.repeat}", flush=True)
     print_table(measure(model, args.threads, args.repeat))
     return 0

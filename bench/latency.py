@@ -30,6 +30,7 @@ import time
 
 from pathlib import Path
 
+from .demo import model_or_demo
 from .server import RunningServer
 
 HEALTH_TARGET_MS = 50.0
@@ -185,14 +186,9 @@ def run(model: str, args) -> None:
 
 def main() -> int:
     args = parse_args()
-    model = args.model
+    model = model_or_demo(args.model)
     if model is None:
-        from localserve.ops.demo import DemoUnavailable, demo_model_path
-        try:
-            model = demo_model_path()
-        except DemoUnavailable as exc:
-            print(f"bench: {exc}", file=sys.stderr)
-            return 2
+        return 2
     run(model, args)
     return 0
 

@@ -33,6 +33,7 @@ from llama_cpp import llama_cpp as ll
 from localserve.engine import cpu_weights
 
 from .client import stream_completion
+from .demo import model_or_demo
 from .server import _Subprocess, free_port
 
 LOAD_TARGET = 1.1
@@ -129,14 +130,9 @@ def run(model: str, args) -> dict:
 
 def main() -> int:
     args = parse_args()
-    model = args.model
+    model = model_or_demo(args.model)
     if model is None:
-        from localserve.ops.demo import DemoUnavailable, demo_model_path
-        try:
-            model = demo_model_path()
-        except DemoUnavailable as exc:
-            print(f"bench: {exc}", file=sys.stderr)
-            return 2
+        return 2
     run(str(Path(model)), args)
     return 0
 
