@@ -26,15 +26,13 @@ import os
 import shutil
 import statistics
 import sys
-import threading
-import time
 from pathlib import Path
 
 from localserve.engine import cpu_weights
 
 from . import embeddings, latency, models, speculative, weights
 from .bare import BareEngine
-from .client import stream_completion
+from .client import concurrent_streams, stream_completion
 from .demo import model_or_demo
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
 
@@ -172,18 +170,7 @@ def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -
 
 def aggregate_rate(port: int, base: dict, prompts: list[list[int]]) -> float:
     """Total generated tokens per second with a stream per prompt, all at once (prefill included)."""
-    results = [None] * len(prompts)
-
-    def one(i: int) -> None:
-        results[i] = stream_completion(port, {**base, "prompt": prompts[i]})
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    results, elapsed = concurrent_streams(port, base, prompts)
     return sum(r.completion_tokens for r in results) / elapsed
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 import time
 from dataclasses import dataclass
 
@@ -74,3 +75,19 @@ def _text_of(tokens: list[int], texts: dict) -> str:
         if len(known) > 2 and tuple(tokens[-(len(known) - 1):]) == known[1:]:
             return f"[{tokens[1]}] " + text
     raise KeyError("no text for this prompt")
+
+
+def concurrent_streams(port: int, base: dict, prompts: list[list[int]]) -> tuple[list[StreamResult], float]:
+    """A stream per prompt, all at once: their results, and the seconds until the last one ended."""
+    results: list[StreamResult | None] = [None] * len(prompts)
+
+    def one(i: int) -> None:
+        results[i] = stream_completion(port, {**base, "prompt": prompts[i]})
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, time.perf_counter() - started

@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import threading
 from pathlib import Path
 
 from .chart import Bar, write_svg
-from .client import StreamResult, stream_completion
+from .client import StreamResult, concurrent_streams, stream_completion
 from .server import LlamaServer, RunningServer
 
 SOURCE = (Path(__file__).with_name("edit_sample.txt")).read_text()
@@ -110,19 +109,7 @@ def edit_vs_bare(server, engine, work, edit: list[int], n_edit: int, args) -> tu
 
 
 def aggregate(port: int, base: dict, prompts: list[list[int]], sink: list[StreamResult]) -> float:
-    results: list[StreamResult | None] = [None] * len(prompts)
-
-    def one(i: int) -> None:
-        results[i] = stream_completion(port, {**base, "prompt": prompts[i]})
-
-    import time
-    started = time.perf_counter()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(prompts))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - started
+    results, elapsed = concurrent_streams(port, base, prompts)
     sink.extend(results)
     return sum(r.completion_tokens for r in results) / elapsed
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from conftest import ServerProcess
-from rawhttp import RawConnection, chat_text, post_json, request, request_id_of
+from rawhttp import RawConnection, run_concurrently, chat_text, post_json, request, request_id_of
 from tinymodel import NO_EOG
 
 PROMPTS = ["alpha beta gamma", "the quick brown fox", "one two three four", "hello there world"]
@@ -31,20 +31,6 @@ def greedy(port: int, prompt: str, max_tokens: int = 40, stream: bool = False) -
 
 def slots(port: int) -> dict:
     return request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
-
-
-def run_concurrently(fn, args_list):
-    results = [None] * len(args_list)
-
-    def run(i, args):
-        results[i] = fn(*args)
-
-    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(args_list)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
 
 
 def test_four_concurrent_greedy_requests_match_their_solo_runs(batch_server):

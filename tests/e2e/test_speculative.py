@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import collections
 import math
-import threading
 import time
 
 import pytest
 
 from clients import openai_sdk
 from conftest import TINY_MODEL_SPECIAL_TOKENS, ServerProcess
-from rawhttp import RawConnection, post_json, request, request_id_of
+from rawhttp import RawConnection, run_concurrently, post_json, request, request_id_of
 from promtext import parse
 from tinymodel import CHATML_TEMPLATE, NO_EOG, byte_token_id, tiny_vocab, write_tiny_gguf
 
@@ -81,20 +80,6 @@ def assert_cache_holds_what_was_emitted(port: int, answer: dict) -> None:
     assert held in [slot["cached_tokens"] for slot in state["slots"]], (held, state)
 
 
-def concurrently(fn, args_list):
-    results = [None] * len(args_list)
-
-    def run(i, args):
-        results[i] = fn(*args)
-
-    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(args_list)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return results
-
-
 def test_greedy_output_is_the_same_with_drafts_one_stream(plain, spec):
     accepted = rejected = 0
     for prompt in PROMPTS:
@@ -111,7 +96,7 @@ def test_greedy_output_is_the_same_with_drafts_one_stream(plain, spec):
 
 def test_greedy_output_is_the_same_with_drafts_four_streams(plain, spec):
     want = [text_of(complete(plain.port, p, max_tokens=80)) for p in PROMPTS]
-    got = concurrently(lambda p: complete(spec.port, p, max_tokens=80), [(p,) for p in PROMPTS])
+    got = run_concurrently(lambda p: complete(spec.port, p, max_tokens=80), [(p,) for p in PROMPTS])
     assert [text_of(g) for g in got] == want
     assert sum(drafts(g)[0] for g in got) > 0
     assert_no_kv_leak(spec.port)
@@ -321,7 +306,7 @@ def test_draft_model_gives_the_same_output(tiny_model, plain):
             assert text_of(got) == text_of(want)
             assert drafts(got)[0] > 30          # the same weights draft: nearly every draft is right
             assert_no_kv_leak(srv.port)
-        together = concurrently(lambda p: complete(srv.port, p), [(p,) for p in PROMPTS[:2]])
+        together = run_concurrently(lambda p: complete(srv.port, p), [(p,) for p in PROMPTS[:2]])
         assert [text_of(t) for t in together] == [text_of(complete(plain.port, p)) for p in PROMPTS[:2]]
     finally:
         srv.stop()

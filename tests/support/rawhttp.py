@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from dataclasses import dataclass
 
 from sse import sse_data
@@ -155,3 +156,18 @@ def chat_text(resp: RawResponse) -> str:
         if chunk["choices"]:
             text += chunk["choices"][0]["delta"].get("content") or ""
     return text
+
+
+def run_concurrently(fn, args_list: list[tuple], timeout: float = 120.0) -> list:
+    """fn(*args) for each args, each on a thread of its own, all at once; the results in order."""
+    results = [None] * len(args_list)
+
+    def run(i, args):
+        results[i] = fn(*args)
+
+    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(args_list)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return results
