@@ -21,6 +21,7 @@ from llama_cpp import llama_cpp as ll
 from . import cpu_weights, file_facts, model_load
 from ..generation import SamplingParams
 from ..settings import TOKENIZE_ALONE_BYTES
+from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
@@ -28,19 +29,10 @@ from .sampler import NoLegalToken, Sampler
 from .stopwatch import Stopwatch
 from ..grammar.scan import token_refs
 
-__all__ = ["DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken", "Sampler",
-           "check_model_file", "quiet_llama_logs"]
+__all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
+           "Sampler", "check_model_file", "quiet_llama_logs"]
 
 log = logging.getLogger("localserve.engine")
-
-DECODE_OK = 0
-DECODE_ABORTED = 2
-
-
-class DecodeError(Exception):
-    def __init__(self, status: int):
-        super().__init__(f"llama_decode failed with status {status}")
-        self.status = status
 
 
 class Engine:
@@ -119,18 +111,13 @@ class Engine:
         self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
-        self._batch = ll.llama_batch_init(n_batch, 0, 1)
-        self._output_rows: dict[int, int] = {}     # batch index -> row of the logits matrix
-        self._step_logits = None
-        self._logits_views: dict[tuple[int, int], object] = {}
+        self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))
         self._eog = [False] * self.n_vocab
         for token in self.eog_tokens:
             self._eog[token] = True
         self._big_tokenize = threading.Lock()
-        self._abort_check: Callable[[], bool] | None = None
-        self._abort_cb = ll.ggml_abort_callback(self._on_abort)
         self.info = self._read_info(path, n_ctx_train)
         self._adds_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         self._adds_eos = bool(ll.llama_vocab_get_add_eos(self.vocab))
@@ -321,64 +308,14 @@ class Engine:
         abort_check is polled by llama.cpp between graph nodes; used only for prompt
         chunks, where one call can take long enough for a cancel to matter.
         """
-        batch = self._batch
-        output_rows = self._output_rows
-        output_rows.clear()
-        for i, (token, pos, seq_id, logits) in enumerate(entries):
-            batch.token[i] = token
-            batch.pos[i] = pos
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq_id
-            batch.logits[i] = logits
-            if logits:
-                output_rows[i] = len(output_rows)
-        batch.n_tokens = len(entries)
-        self._step_logits = None
         if self.wanted_threads != self.threads:      # models busy at once share the cores (models/manager.py)
             self.threads = self.wanted_threads
             ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
-        if abort_check is not None:
-            self._abort_check = abort_check
-            ll.llama_set_abort_callback(self.ctx, self._abort_cb, None)
-        try:
-            status = ll.llama_decode(self.ctx, batch)
-        finally:
-            if abort_check is not None:
-                ll.llama_set_abort_callback(self.ctx, ll.ggml_abort_callback(0), None)
-                self._abort_check = None
-        if status != DECODE_OK:
-            raise DecodeError(status)
-
-    def _on_abort(self, _data) -> bool:
-        check = self._abort_check
-        return bool(check and check())
+        self._batch.decode(entries, abort_check)
 
     def logits(self, index: int):
-        """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats).
-
-        The step's whole logits matrix is fetched once: every native call lets the
-        connection threads take the GIL, and the runtime thread then waits for it back.
-        """
-        if self._step_logits is None:
-            ptr = ll.llama_get_logits(self.ctx)      # rows in batch order, one per entry wanting logits
-            self._step_logits = self._logits_view(ctypes.addressof(ptr.contents), len(self._output_rows))
-        return self._step_logits[self._output_rows[index]]
-
-    def _logits_view(self, address: int, rows: int):
-        """A numpy view of `rows` logits rows at `address`, made once per (address, rows).
-
-        llama.cpp keeps its logits buffer between decodes, so the views are reused:
-        making one costs ~50 us on a cache-cold runtime thread, on every token.
-        """
-        key = (address, rows)
-        view = self._logits_views.get(key)
-        if view is None:
-            import numpy as np
-            if len(self._logits_views) > 4 * self.n_seq:      # the buffer moved: forget old addresses
-                self._logits_views.clear()
-            floats = (ctypes.c_float * (rows * self.n_vocab)).from_address(address)
-            view = self._logits_views[key] = np.frombuffer(floats, dtype=np.float32).reshape(rows, self.n_vocab)
-        return view
+        """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats)."""
+        return self._batch.logits(index)
 
     # ---- sampling ------------------------------------------------------------------
 
@@ -426,7 +363,7 @@ class Engine:
 
     def close(self) -> None:
         if self.ctx:
-            ll.llama_batch_free(self._batch)
+            self._batch.free()
             ll.llama_free(self.ctx)
             self.ctx = None
         if self.model:

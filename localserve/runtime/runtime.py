@@ -18,13 +18,14 @@ from typing import Callable
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
-                         GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped, Timings)
+                         GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped)
 from . import logprobs
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
+from .outcome import finish_reason, finished_output
 from .pending_sample import abandoned_running
 from .promptcache import PromptCache
 from .sampling import SAMPLE_GRACE, SamplerDriver
@@ -324,7 +325,7 @@ class Runtime:
             self._emit(job, event)
         if len(job.generated) == 1:
             self._emit(job, Context(job.n_past + 1, self.engine.n_ctx_seq, None))
-        reason = self._finish_reason(job)
+        reason = finish_reason(job, self.engine.n_ctx_seq)
         if reason:
             self._retire(job, reason)
         else:
@@ -341,53 +342,13 @@ class Runtime:
         close = job.request.reasoning.close
         job.forced.extend(self.engine.tokenize(close, add_special=False, parse_special=True))
 
-    def _finish_reason(self, job: Job) -> str | None:
-        if job.pipeline.stop_sequence is not None:
-            return "stop"
-        if job.pipeline.tools_done:
-            return "tool_calls"
-        limit = job.request.max_tokens
-        if limit is not None and len(job.generated) >= limit:
-            return "length"
-        if job.n_past + 1 >= self.engine.n_ctx_seq:
-            return "length"
-        return None
-
     # ---- endings -------------------------------------------------------------------
 
     def _retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []
         for event in events:
             self._emit(job, event)
-        calls = job.pipeline.tool_calls
-        if calls and reason in ("stop", "tool_calls"):
-            reason = "tool_calls"
-        elif reason == "tool_calls":
-            reason = "stop"
-        now = time.monotonic()
-        first = job.t_first_token or now
-        drafted, accepted = job.drafts.counts() if job.drafts is not None else (0, 0)
-        output = GenerationOutput(
-            content="".join(job.pipeline.content),
-            reasoning="".join(job.pipeline.reasoning),
-            tool_calls=list(calls),
-            finish_reason=reason,
-            stop_sequence=job.pipeline.stop_sequence,
-            prompt_tokens=len(job.prompt),
-            cached_tokens=job.n_cached,
-            completion_tokens=len(job.generated),
-            reasoning_tokens=job.reasoning_tokens,
-            accepted_prediction_tokens=accepted,
-            rejected_prediction_tokens=drafted - accepted,
-            logprobs=job.logprobs,
-            timings=Timings(
-                queued_ms=(job.t_admitted - job.gen.created) * 1000,
-                prefill_ms=(first - job.t_admitted) * 1000,
-                decode_ms=(now - first) * 1000,
-                draft_n=drafted,
-                draft_n_accepted=accepted,
-            ),
-        )
+        output = finished_output(job, reason, time.monotonic())
         self._release(job)
         self.metrics.record_generation(output)
         self._emit(job, Finished(output))

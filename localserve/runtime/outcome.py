@@ -1,0 +1,58 @@
+"""What a job reports as it ends: why it stops, and its GenerationOutput.
+
+Both are read from the Job alone (its tokens, text pipeline, drafts and clock): the runtime
+decides when a job ends and what happens to its slot; this says what the answer holds.
+"""
+
+from __future__ import annotations
+
+from ..generation import GenerationOutput, Timings
+from .jobs import Job
+
+__all__ = ["finish_reason", "finished_output"]
+
+
+def finish_reason(job: Job, n_ctx_seq: int) -> str | None:
+    """Why the job stops after the token it just took; None while it goes on."""
+    if job.pipeline.stop_sequence is not None:
+        return "stop"
+    if job.pipeline.tools_done:
+        return "tool_calls"
+    limit = job.request.max_tokens
+    if limit is not None and len(job.generated) >= limit:
+        return "length"
+    if job.n_past + 1 >= n_ctx_seq:
+        return "length"
+    return None
+
+
+def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
+    """The whole answer of a job ending for `reason` at `now` (its text pipeline already finished)."""
+    calls = job.pipeline.tool_calls
+    if calls and reason in ("stop", "tool_calls"):
+        reason = "tool_calls"
+    elif reason == "tool_calls":
+        reason = "stop"
+    first = job.t_first_token or now
+    drafted, accepted = job.drafts.counts() if job.drafts is not None else (0, 0)
+    return GenerationOutput(
+        content="".join(job.pipeline.content),
+        reasoning="".join(job.pipeline.reasoning),
+        tool_calls=list(calls),
+        finish_reason=reason,
+        stop_sequence=job.pipeline.stop_sequence,
+        prompt_tokens=len(job.prompt),
+        cached_tokens=job.n_cached,
+        completion_tokens=len(job.generated),
+        reasoning_tokens=job.reasoning_tokens,
+        accepted_prediction_tokens=accepted,
+        rejected_prediction_tokens=drafted - accepted,
+        logprobs=job.logprobs,
+        timings=Timings(
+            queued_ms=(job.t_admitted - job.gen.created) * 1000,
+            prefill_ms=(first - job.t_admitted) * 1000,
+            decode_ms=(now - first) * 1000,
+            draft_n=drafted,
+            draft_n_accepted=accepted,
+        ),
+    )
