@@ -17,7 +17,7 @@ from .exchange import Exchange
 from .fields import invalid
 
 if TYPE_CHECKING:
-    from ..models.manager import Record
+    from ..models.record import Record
 
 SHOWN_SETTINGS = ("ctx_size", "slots", "n_gpu_layers", "threads", "batch_size", "cache_ram", "chat_template_file",
                   "tool_syntax")

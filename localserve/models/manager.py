@@ -1,14 +1,16 @@
 """Which models are loaded: load on first use, unload when idle, stay inside the limits.
 
-Each model in the catalogue is a Record: unloaded → loading → loaded → unloading → unloaded.
+Each model in the catalogue is a Record (record.py):
+unloaded → loading → loaded → unloading → unloaded.
 - A request holds its model with use(): while it is inside, the model is never unloaded.
   The first request for an unloaded model starts its load on a loader thread; whoever asks
   while it runs waits for the same load (a stream with its head out and ": loading"
   comments, a whole answer with the socket watched). A load that fails fails them all and
   leaves the model unloaded: the next request tries again.
 - One load or unload runs at a time (load_lock): a load first makes room under --max-models
-  and --max-memory by unloading the least recently used idle model, waits (at most
-  --evict-wait) while every loaded model is busy, and then answers 503 + Retry-After.
+  and --max-memory (for the estimate footprint.py makes) by unloading the least recently
+  used idle model, waits (at most --evict-wait) while every loaded model is busy, and then
+  answers 503 + Retry-After.
   Idle = no request inside use() and no job in its runtime (a background response counts).
 - Keep-alive: after its last request a model stays loaded for its keep-alive (--keep-alive,
   the model's own, or the request's `keep_alive` for that one request), then the sweeper
@@ -21,23 +23,22 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 from typing import Any, Iterator
 
 from ..engine.engine import Engine
-from ..engine.gguf_meta import estimate, read_shape
-from ..engine.model_load import ModelLoadError, check_model_file
 from ..engine.stopwatch import Stopwatch
 from ..errors import ApiError, ClientGone
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
 from ..runtime.pending_sample import abandoned_running
-from ..settings import (COMPUTE_RESERVE_BYTES, DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE_NEVER,
-                        KEEP_ALIVE_SWEEP, LOADING_COMMENT_INTERVAL, MAX_DEFAULT_CTX, MODEL_RETRY_AFTER_SECONDS, Settings)
-from .catalogue import Catalogue, ModelEntry
+from ..settings import (DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE_NEVER, KEEP_ALIVE_SWEEP,
+                        LOADING_COMMENT_INTERVAL, MODEL_RETRY_AFTER_SECONDS, Settings)
+from .catalogue import Catalogue
+from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
+from .record import Attempt, Record
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import parse_duration
 
@@ -45,40 +46,6 @@ log = logging.getLogger("localserve.models")
 
 LOADING_COMMENT = b": loading\n\n"
 MiB = 1024 * 1024
-
-
-class Attempt:
-    """One load, shared by every request that asks while it runs."""
-
-    def __init__(self):
-        self.done = threading.Event()
-        self.error: ApiError | None = None          # what the requests waiting for it answer
-        self.failure: LoadFailed | None = None      # why llama.cpp or the configuration refused it
-        self.at_start = False
-
-
-class Record:
-    def __init__(self, entry: ModelEntry, keep_alive: float):
-        self.entry = entry
-        self.keep_alive = keep_alive      # seconds; KEEP_ALIVE_NEVER: stay
-        self.state = UNLOADED
-        self.loaded: LoadedModel | None = None
-        self.attempt: Attempt | None = None
-        self.users = 0                    # requests inside use() (or waiting for the load)
-        self.last_used = 0.0
-        self.expires: float | None = None    # monotonic time the keep-alive runs out; None: never
-        self.last_error: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.entry.name
-
-    @property
-    def runtime(self):
-        return None if self.loaded is None else self.loaded.runtime
-
-    def unloadable(self) -> bool:
-        return self.state == LOADED and self.users == 0 and self.loaded.idle
 
 
 class ModelManager:
@@ -283,7 +250,7 @@ class ModelManager:
         entry = record.entry
         settings = entry.settings(self.settings)
         watch = Stopwatch()
-        need = self._estimate(entry.path, settings)
+        need = estimate_bytes(entry.path, settings)
         watch.lap("estimate")
         self._make_room(record, need)
         watch.lap("making room")
@@ -299,30 +266,6 @@ class ModelManager:
                 self._free(loaded, "over --max-memory")
                 raise
         return loaded
-
-    @staticmethod
-    def _estimate(path: str, settings: Settings) -> int:
-        """Bytes the model will take; a file whose header cannot be read is llama.cpp's to refuse."""
-        try:
-            check_model_file(path)
-        except ModelLoadError as exc:
-            raise LoadFailed(str(exc)) from None
-        try:
-            shape = read_shape(path)
-        except ModelLoadError:
-            return os.path.getsize(path) + COMPUTE_RESERVE_BYTES     # llama.cpp will say what is wrong
-        n_ctx_seq = settings.ctx_size or min(shape.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
-        drafting = settings.speculative != "off"
-        need = estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
-                        reserve=COMPUTE_RESERVE_BYTES,
-                        outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
-        if settings.speculative == "draft":     # the draft model's weights, KV and compute
-            try:
-                need += estimate(read_shape(settings.draft_model), n_ctx_seq=n_ctx_seq, n_seq=settings.slots,
-                                 n_batch=settings.batch_size, reserve=0).total
-            except ModelLoadError:
-                pass        # the load will say what is wrong with it
-        return need
 
     def _make_room(self, record: Record, need: int, wait: float | None = None) -> None:
         """Unload least recently used idle models until `need` more bytes and one more model fit."""

@@ -8,7 +8,8 @@ import time
 import pytest
 
 from conftest import ServerProcess
-from localserve.ops.metrics import Counter, Histogram, Registry, ServerMetrics
+from localserve.ops.metrics import ServerMetrics
+from localserve.ops.prometheus import Counter, Histogram, Registry
 from localserve.generation import GenerationOutput, Timings
 from promtext import parse
 from rawhttp import RawConnection, post_json, request

@@ -1,0 +1,40 @@
+"""How much memory a model will take, worked out from its file before it loads.
+
+The manager makes room under --max-memory with this figure before the load starts (and checks
+the process's real growth after it).
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..engine.gguf_meta import estimate, read_shape
+from ..engine.model_load import ModelLoadError, check_model_file
+from ..settings import COMPUTE_RESERVE_BYTES, MAX_DEFAULT_CTX, Settings
+from .loaded import LoadFailed
+
+
+def estimate_bytes(path: str, settings: Settings) -> int:
+    """Bytes the model at `path` will take loaded with `settings`: weights, KV cache, compute and,
+    for speculative decoding, the draft outputs and draft model. LoadFailed for a file that is
+    no model; a file whose header cannot be read is llama.cpp's to refuse."""
+    try:
+        check_model_file(path)
+    except ModelLoadError as exc:
+        raise LoadFailed(str(exc)) from None
+    try:
+        shape = read_shape(path)
+    except ModelLoadError:
+        return os.path.getsize(path) + COMPUTE_RESERVE_BYTES     # llama.cpp will say what is wrong
+    n_ctx_seq = settings.ctx_size or min(shape.n_ctx_train or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
+    drafting = settings.speculative != "off"
+    need = estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
+                    reserve=COMPUTE_RESERVE_BYTES,
+                    outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
+    if settings.speculative == "draft":     # the draft model's weights, KV and compute
+        try:
+            need += estimate(read_shape(settings.draft_model), n_ctx_seq=n_ctx_seq, n_seq=settings.slots,
+                             n_batch=settings.batch_size, reserve=0).total
+        except ModelLoadError:
+            pass        # the load will say what is wrong with it
+    return need

@@ -1,0 +1,51 @@
+"""One model's place in the manager: its state, the load under way, the requests holding it.
+
+Each model in the catalogue has a Record: unloaded → loading → loaded → unloading → unloaded
+(states.py). manager.py moves it between the states under its condition variable; this module
+only holds what it moves.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ..errors import ApiError
+from .catalogue import ModelEntry
+from .loaded import LoadedModel, LoadFailed
+from .states import LOADED, UNLOADED
+
+
+class Attempt:
+    """One load, shared by every request that asks while it runs."""
+
+    def __init__(self):
+        self.done = threading.Event()
+        self.error: ApiError | None = None          # what the requests waiting for it answer
+        self.failure: LoadFailed | None = None      # why llama.cpp or the configuration refused it
+        self.at_start = False
+
+
+class Record:
+    """One catalogue model as the manager tracks it (read by /v1/models, /health and /metrics)."""
+
+    def __init__(self, entry: ModelEntry, keep_alive: float):
+        self.entry = entry
+        self.keep_alive = keep_alive      # seconds; KEEP_ALIVE_NEVER: stay
+        self.state = UNLOADED
+        self.loaded: LoadedModel | None = None
+        self.attempt: Attempt | None = None
+        self.users = 0                    # requests inside use() (or waiting for the load)
+        self.last_used = 0.0
+        self.expires: float | None = None    # monotonic time the keep-alive runs out; None: never
+        self.last_error: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.entry.name
+
+    @property
+    def runtime(self):
+        return None if self.loaded is None else self.loaded.runtime
+
+    def unloadable(self) -> bool:
+        return self.state == LOADED and self.users == 0 and self.loaded.idle
