@@ -75,12 +75,12 @@ MUTANTS = [
            "if not started and next_keepalive is not None and time.monotonic() >= next_keepalive:",
            "if False:",
            ("tests/e2e/test_cancel.py::test_prefill_keepalive_comments_come_before_the_first_chunk",)),
-    Mutant("cached_tokens always 0", "localserve/runtime/runtime.py",
+    Mutant("cached_tokens always 0", "localserve/runtime/outcome.py",
            "cached_tokens=job.n_cached,", "cached_tokens=0,",
            ("tests/e2e/test_chat.py::test_prompt_cache_reports_cached_tokens",
             "tests/e2e/test_batching.py::test_ram_cache_restores_a_returning_conversation")),
-    Mutant("tool-call end-marker cancel off", "localserve/runtime/runtime.py",
-           "        if job.pipeline.tools_done:\n", "        if False:\n",
+    Mutant("tool-call end-marker cancel off", "localserve/runtime/outcome.py",
+           "    if job.pipeline.tools_done:\n", "    if False:\n",
            ("tests/e2e/test_tool_calls.py::test_parallel_false_stops_after_the_first_call",)),
     Mutant("Host check off", "localserve/app.py",
            'if not self.access.host_ok(request.host):', "if False:",
@@ -122,23 +122,26 @@ MUTANTS = [
            "        self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)\n", "        pass\n",
            ("tests/e2e/test_speculative.py::test_greedy_output_is_the_same_with_drafts_one_stream",)),
     Mutant("a draft accepted on a mismatch", "localserve/runtime/sampling.py",
-           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
-           "                    break\n                accepted += 1\n        except Exception as exc:",
-           "                if job.status is JobStatus.FINISHED or i == len(draft):\n"
-           "                    break\n                accepted += 1\n        except Exception as exc:",
+           "                matched = i < len(draft) and token == draft[i]\n                accepted += matched\n"
+           "                _note_run(job, len(draft), accepted)\n                self.on_token(job, token, logprob_entry)",
+           "                matched = i < len(draft)\n                accepted += matched\n"
+           "                _note_run(job, len(draft), accepted)\n                self.on_token(job, token, logprob_entry)",
            ("tests/e2e/test_speculative.py::test_greedy_output_is_the_same_with_drafts_one_stream",)),
     Mutant("an accepted run goes on past the end", "localserve/runtime/sampling.py",
-           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
-           "                    break\n                accepted += 1\n        except Exception as exc:",
-           "                if i == len(draft) or token != draft[i]:\n"
-           "                    break\n                accepted += 1\n        except Exception as exc:",
+           "                if job.status is JobStatus.FINISHED or not matched:\n"
+           "                    break\n        except Exception as exc:",
+           "                if not matched:\n"
+           "                    break\n        except Exception as exc:",
            ("tests/e2e/test_speculative.py::test_stop_string_inside_an_accepted_run",)),
     Mutant("a grammar job's accepted run goes on past the end", "localserve/runtime/sampling.py",
-           "                if job.status is JobStatus.FINISHED or i == len(draft) or token != draft[i]:\n"
-           "                    break\n                accepted += 1\n            else:",
-           "                if i == len(draft) or token != draft[i]:\n"
-           "                    break\n                accepted += 1\n            else:",
+           "                if job.status is JobStatus.FINISHED or not matched:\n"
+           "                    break\n            else:",
+           "                if not matched:\n"
+           "                    break\n            else:",
            ("tests/e2e/test_speculative.py::test_tool_call_end_marker_inside_an_accepted_run",)),
+    Mutant("usage leaves out the draft a job finished inside", "localserve/runtime/outcome.py",
+           "job.drafts.counts()", "(job.drafts.drafted, job.drafts.accepted)",
+           ("tests/e2e/test_speculative.py::test_each_model_drafts_as_its_table_says_and_frees_its_draft_model_with_it",)),
     Mutant("a grammar run accepts a mismatch", "localserve/engine/sampler.py",
            "            if i >= len(draft) or token != draft[i]:", "            if i >= len(draft):",
            ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),
