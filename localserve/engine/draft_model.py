@@ -17,6 +17,7 @@ import logging
 
 from llama_cpp import llama_cpp as ll
 
+from . import cpu_weights
 from .model_load import ModelLoadError, check_model_file, native_reason
 
 log = logging.getLogger("localserve.engine")
@@ -26,11 +27,15 @@ MAX_VOCAB_PADDING = 128
 
 
 class DraftModel:
-    def __init__(self, path: str, target, *, threads: int, n_gpu_layers: int = 0):
+    def __init__(self, path: str, target, *, threads: int, n_gpu_layers: int = 0, cpu_weights_mode: str = "auto"):
         check_model_file(path)
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        # the served model's weight layout rule: on an AMX Xeon, llama.cpp's own choice crashes
+        # in multi-token decodes (cpu_weights.py), and catching up a draft is one
+        overrides = cpu_weights.plan(path, cpu_weights_mode, n_gpu_layers=n_gpu_layers).apply(mparams)
         self.model = ll.llama_model_load_from_file(path.encode(), mparams)
+        del overrides
         if not self.model:
             raise ModelLoadError(f"llama.cpp could not load the draft model {path}: {native_reason()}")
         self.vocab = ll.llama_model_get_vocab(self.model)

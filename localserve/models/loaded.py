@@ -138,7 +138,8 @@ def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel
         return None
     try:
         return DraftModel(settings.draft_model, engine, threads=threads,
-                          n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc))
+                          n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc),
+                          cpu_weights_mode=settings.cpu_weights)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc), usage=True) from None
 

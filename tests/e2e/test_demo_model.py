@@ -66,3 +66,21 @@ def test_no_bos_warning_per_request(demo_server, client):
                                    messages=[{"role": "user", "content": "Hi"}])
     assert demo_server.wait_log("POST /v1/chat/completions 200")
     assert "BOS" not in demo_server.log
+
+
+def test_the_demo_model_drafts_for_itself():
+    """A draft model's weights follow --cpu-weights too: on an AMX Xeon, llama.cpp's own layout for
+    Gemma's Q4_K weights crashes in the multi-token decodes a draft catches up with."""
+    from localserve.ops.demo import demo_model_path
+    demo = demo_model_path()
+    srv = ServerProcess(demo, "--ctx-size", "1024", "--slots", "1", "--no-store", "--speculative", "draft",
+                        "--draft-model", demo)
+    try:
+        prompt = "def add(a, b):\n    return a + b\n\ndef add(a, b):\n"
+        answer = openai_sdk(srv, api_key="x").completions.create(model="x", prompt=prompt, max_tokens=24,
+                                                                 temperature=0)
+        assert answer.choices[0].text.startswith("    return a + b")
+        assert answer.usage.completion_tokens_details.accepted_prediction_tokens > 0
+        assert srv.proc.poll() is None
+    finally:
+        srv.stop()
