@@ -60,15 +60,23 @@ class SamplerDriver:
                     job.sampler.accept(token)
                 else:
                     token = job.sampler.sample(row + i)
-                matched = i < len(draft) and token == draft[i]
-                accepted += matched
-                _note_run(job, len(draft), accepted)
-                self.on_token(job, token, logprob_entry)
-                if job.status is JobStatus.FINISHED or not matched:
+                accepted, goes_on = self._take_verified(job, draft, i, token, logprob_entry, accepted)
+                if not goes_on:
                     break
         except Exception as exc:
             self.on_error(job, exc)
         self.on_verified(job, len(draft), accepted)
+
+    def _take_verified(self, job: Job, draft: list[int], i: int, token: int, entry: dict | None,
+                       accepted: int) -> tuple[int, bool]:
+        """The token chosen at position i of a run out; (drafted tokens accepted so far, whether the
+        run goes on: the token was the draft's and the job is not finished)."""
+        matched = i < len(draft) and token == draft[i]
+        accepted += matched
+        if draft and job.drafts is not None:      # a job that finishes on this token reports this draft
+            job.drafts.verifying(len(draft), accepted)
+        self.on_token(job, token, entry)
+        return accepted, matched and job.status is not JobStatus.FINISHED
 
     def _sample_off_thread(self, job: Job, row: int, draft: list[int]) -> None:
         """A grammar job's token (or draft run) is chosen on a thread of its own (pending_sample.py)."""
@@ -150,11 +158,8 @@ class SamplerDriver:
                     entry = self._begin(job, rows[i] if job.logprobs is not None else None)
                 else:
                     entry = job.pending_logprobs
-                matched = i < len(draft) and token == draft[i]
-                accepted += matched
-                _note_run(job, len(draft), accepted)
-                self.on_token(job, token, entry)
-                if job.status is JobStatus.FINISHED or not matched:
+                accepted, goes_on = self._take_verified(job, draft, i, token, entry, accepted)
+                if not goes_on:
                     break
             else:
                 if sample.error is not None:
@@ -162,9 +167,3 @@ class SamplerDriver:
         except Exception as exc:
             self.on_error(job, exc)
         self.on_verified(job, len(draft), accepted)
-
-
-def _note_run(job: Job, drafted: int, accepted: int) -> None:
-    """Before a token goes out: a job that finishes on it reports this draft in its usage."""
-    if drafted and job.drafts is not None:
-        job.drafts.verifying(drafted, accepted)
