@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON
 export CMAKE_ARGS
 
-.PHONY: install run test bench dist clean mutants agent-clis browser fuzz
+.PHONY: install run test bench dist clean mutants agent-clis browser fuzz template-corpus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,24 @@ install: $(VENV)/.installed
 run: install
 	$(BIN)/localserve
 
-test: install agent-clis browser
+test: install agent-clis browser template-corpus
 	$(BIN)/python -m pytest
+
+# The real chat templates the conformance tests render (tests/support/template_corpus.py finds them):
+# llama.cpp's models/templates/, taken from the pinned llama-cpp-python sdist; never committed.
+LLAMA_CPP_PYTHON_VERSION ?= 0.3.36
+TEMPLATE_CORPUS := .cache/chat-templates
+TEMPLATE_CORPUS_STAMP := $(TEMPLATE_CORPUS)/.from-llama-cpp-python-$(LLAMA_CPP_PYTHON_VERSION)
+
+template-corpus: $(TEMPLATE_CORPUS_STAMP)
+
+$(TEMPLATE_CORPUS_STAMP):
+	rm -rf $(TEMPLATE_CORPUS) .cache/sdist && mkdir -p .cache/sdist $(TEMPLATE_CORPUS)
+	$(PYTHON) -m pip download --no-binary :all: --no-deps -d .cache/sdist llama-cpp-python==$(LLAMA_CPP_PYTHON_VERSION)
+	tar -xzf .cache/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION).tar.gz -C $(TEMPLATE_CORPUS) \
+		--strip-components=5 llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION)/vendor/llama.cpp/models/templates
+	rm -rf .cache/sdist
+	touch $@
 
 # The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), pinned and
 # installed once from the npm registry into .cache/agent-clis; skipped where npm is absent.
