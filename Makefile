@@ -2,22 +2,28 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# llama-cpp-python is built from source; RPC is needed for `localserve worker` and --rpc.
-# pip's wheel cache does not notice CMake options: after changing them, add --no-cache-dir.
-CMAKE_ARGS ?= -DGGML_RPC=ON
+# llama-cpp-python is built from source; RPC is needed for `localserve worker` and --rpc, and
+# ggml's own threadpool (OpenMP off) because an OpenMP build decodes off the main thread at about
+# the one-thread speed (README: The llama.cpp build). pip's wheel cache does not notice CMake
+# options, so contrib/llama_wheel.py keeps one wheel per set of options and reinstalls the venv's
+# llama-cpp-python whenever CMAKE_ARGS change.
+CMAKE_ARGS ?= -DGGML_RPC=ON -DGGML_OPENMP=OFF
 export CMAKE_ARGS
 
-.PHONY: install run test bench dist clean mutants agent-clis browser fuzz template-corpus
+.PHONY: install llama-cpp run test bench bench-builds dist clean mutants agent-clis browser fuzz template-corpus
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
 
-$(VENV)/.installed: $(BIN)/python setup.cfg setup.py
+llama-cpp: $(BIN)/python
+	@$(BIN)/python contrib/llama_wheel.py --venv $(VENV)
+
+$(VENV)/.installed: setup.cfg setup.py | llama-cpp
 	$(BIN)/pip install -e '.[test,demo]'
 	touch $@
 
-install: $(VENV)/.installed
+install: llama-cpp $(VENV)/.installed
 
 run: install
 	$(BIN)/localserve
@@ -27,7 +33,7 @@ test: install agent-clis browser template-corpus
 
 # The real chat templates the conformance tests render (tests/support/template_corpus.py finds them):
 # llama.cpp's models/templates/, taken from the pinned llama-cpp-python sdist; never committed.
-LLAMA_CPP_PYTHON_VERSION ?= 0.3.36
+LLAMA_CPP_PYTHON_VERSION := $(shell sed -n 's/.*llama-cpp-python==\([0-9.]*\).*/\1/p' setup.cfg)
 TEMPLATE_CORPUS := .cache/chat-templates
 TEMPLATE_CORPUS_STAMP := $(TEMPLATE_CORPUS)/.from-llama-cpp-python-$(LLAMA_CPP_PYTHON_VERSION)
 
@@ -75,6 +81,11 @@ browser:
 
 bench: install
 	$(BIN)/python -m bench
+
+# llama.cpp built with OpenMP against ggml's own threads, 1/2/all cores (bench/builds.py); the
+# OpenMP build (and with BUILDS_FLAGS=--avx2 two AVX2-only ones) compiles once into .cache/.
+bench-builds: install
+	$(BIN)/python -m bench.builds $(BUILDS_FLAGS)
 
 # Break one behaviour at a time in a copy of the code; its tests must fail (tests/mutants.py).
 mutants: install

@@ -3,7 +3,8 @@
     python contrib/build_dist.py [--out dist] [--no-pyz] [--pyz-demo] [--force] [--no-cache-dir]
 
 dist/wheelhouse/   localserve's wheel, llama-cpp-python built here (CMAKE_ARGS, default
-                   -DGGML_RPC=ON), every runtime dependency, and the demo model's wheels:
+                   -DGGML_RPC=ON -DGGML_OPENMP=OFF; the wheel contrib/llama_wheel.py keeps for
+                   those options), every runtime dependency, and the demo model's wheels:
                    `pip install --no-index --find-links dist/wheelhouse 'localserve[demo]'`
 dist/localserve.pyz  a shiv zipapp of localserve and its dependencies, native libraries
                    inside; runs as `python3.X dist/localserve.pyz --model M.gguf`. The demo
@@ -29,11 +30,11 @@ import sys
 import sysconfig
 import tempfile
 import time
-import zipfile
 from pathlib import Path
 
+import llama_wheel
+
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CMAKE_ARGS = "-DGGML_RPC=ON"
 # What setuptools reads to build localserve's wheel; nothing else from the tree goes in.
 SOURCE_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.rst", "LICENSE")
 SOURCE_PACKAGE = "localserve"
@@ -113,11 +114,19 @@ def _has_build_backend() -> bool:
 
 
 def fetch_dependency_wheels(own_wheel: Path, dest: Path, cmake_args: str, no_cache: bool) -> list[str]:
-    """Every wheel localserve[demo] needs, llama-cpp-python built here (or taken from pip's cache)."""
-    cmd = [sys.executable, "-m", "pip", "wheel", "--wheel-dir", str(dest), f"{own_wheel}[demo]"]
+    """Every wheel localserve[demo] needs; llama-cpp-python is the one built for cmake_args
+    (contrib/llama_wheel.py: kept per set of options, rebuilt with --no-cache-dir)."""
+    version = llama_wheel.pinned_version()
     if no_cache:
-        cmd.insert(4, "--no-cache-dir")
-    run(cmd, env={**os.environ, "CMAKE_ARGS": cmake_args})
+        folder = llama_wheel.cache_root() / llama_wheel.build_key(version, cmake_args)
+        llama = llama_wheel.build_wheel(version, cmake_args, folder)
+    else:
+        llama = llama_wheel.ensure_wheel(version, cmake_args)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(llama, dest / llama.name)
+    # pip prefers the built wheel found beside it to compiling the sdist again
+    run([sys.executable, "-m", "pip", "wheel", "--wheel-dir", str(dest), "--find-links", str(dest),
+         f"{own_wheel}[demo]"])
     names = sorted(p.name for p in dest.glob("*.whl") if not p.name.startswith("localserve-"))
     check_llama_wheel(dest, cmake_args)
     return names
@@ -125,14 +134,11 @@ def fetch_dependency_wheels(own_wheel: Path, dest: Path, cmake_args: str, no_cac
 
 def check_llama_wheel(wheelhouse: Path, cmake_args: str) -> None:
     wheels = sorted(wheelhouse.glob("llama_cpp_python-*.whl"))
-    if not wheels:
-        raise SystemExit("build_dist: no llama_cpp_python wheel in the wheelhouse")
-    if "GGML_RPC=ON" in cmake_args:
-        with zipfile.ZipFile(wheels[0]) as wheel:
-            if not any("libggml-rpc" in name for name in wheel.namelist()):
-                raise SystemExit(
-                    f"build_dist: {wheels[0].name} has no RPC backend although CMAKE_ARGS asks for it; "
-                    "pip's cache holds a build with other CMake options: rerun with --no-cache-dir")
+    if len(wheels) != 1:
+        raise SystemExit(f"build_dist: expected one llama_cpp_python wheel in the wheelhouse, found {wheels}")
+    problem = llama_wheel.wheel_problem(wheels[0], cmake_args)
+    if problem:
+        raise SystemExit(f"build_dist: {wheels[0].name} does not match CMAKE_ARGS: {problem}")
 
 
 def offline_pip_env() -> dict[str, str]:
@@ -180,7 +186,7 @@ def build(out: Path, *, pyz: bool, pyz_demo: bool, force: bool, no_cache: bool) 
     out.mkdir(parents=True, exist_ok=True)
     wheelhouse = out / "wheelhouse"
     manifest_path = out / "manifest.json"
-    cmake_args = os.environ.get("CMAKE_ARGS") or DEFAULT_CMAKE_ARGS
+    cmake_args = llama_wheel.cmake_args()
     keys = {"source": source_key(), "deps": deps_key(cmake_args)}
     old = {} if force else read_manifest(manifest_path)
     manifest = {**old, "python": PY_VERSION, "platform": sysconfig.get_platform(),
@@ -240,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pyz-demo", action="store_true", help="put the demo model (~250 MB) in the pyz")
     parser.add_argument("--force", action="store_true", help="rebuild even if nothing changed")
     parser.add_argument("--no-cache-dir", action="store_true",
-                        help="don't take llama-cpp-python from pip's cache (after changing CMAKE_ARGS)")
+                        help="compile llama-cpp-python again even if a wheel for these CMAKE_ARGS is kept")
     args = parser.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ from .. import settings as defaults
 EXIT_USAGE = 2
 EXIT_WORKER_LOST = 3           # an RPC worker went away while the front was serving
 REBUILD_HINT = ("this llama-cpp-python was built without RPC support (ggml-rpc); rebuild it: "
-                'CMAKE_ARGS="-DGGML_RPC=ON" pip install --no-cache-dir --force-reinstall '
+                'CMAKE_ARGS="-DGGML_RPC=ON -DGGML_OPENMP=OFF" pip install --no-cache-dir --force-reinstall '
                 "llama-cpp-python==0.3.36")
 
 
