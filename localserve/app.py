@@ -21,6 +21,7 @@ from .ops import memory
 from .ops import metrics
 from .engine import rpc
 from .ops.demo import DemoUnavailable, demo_model_path
+from .engine.build_info import read_build_info
 from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
@@ -275,6 +276,10 @@ def serve(settings: Settings) -> int:
 
 
 def log_serving(app: App, host: str, port: int) -> None:
+    build = read_build_info()
+    log.info("llama.cpp: %s", build.describe())
+    if build.warning():
+        log.warning("%s", build.warning())
     settings, loaded = app.settings, app.models.loaded_models()
     if app.models.catalogue.any_name and loaded:       # the one-model server: its line as it always was
         model = loaded[0]
@@ -327,5 +332,9 @@ def check(settings: Settings) -> int:
         info = model.engine.info
         print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "
               f"chat template {model.chat.template.source}, tool syntax {model.chat.tool_syntax}")
+    build = read_build_info()
+    print(f"# llama.cpp: {build.describe()}")
+    if build.warning():
+        print(f"localserve: warning: {build.warning()}", file=sys.stderr)
     app.close()
     return EXIT_USAGE if bad else 0

@@ -97,5 +97,13 @@ def test_startup_and_access_log_lines(tiny_model):
         assert srv.wait_log("GET /health 200")
         assert "n_ctx" in srv.log and "chat template gguf:tokenizer.chat_template" in srv.log
         assert "threads" in srv.log and f"127.0.0.1:{srv.port}" in srv.log
+        assert "llama.cpp: CPU threads: ggml threadpool" in srv.log      # the build, said at start-up
     finally:
         srv.stop()
+
+
+def test_check_says_how_llama_cpp_was_built(tiny_model):
+    result = run_cli("--model", str(tiny_model), "--check")
+    assert result.returncode == 0, result.stderr
+    assert "# llama.cpp: CPU threads: ggml threadpool; backends: CPU" in result.stdout
+    assert "OpenMP" not in result.stderr
