@@ -10,7 +10,8 @@ BIN := $(VENV)/bin
 CMAKE_ARGS ?= -DGGML_RPC=ON -DGGML_OPENMP=OFF
 export CMAKE_ARGS
 
-.PHONY: install llama-cpp run test bench bench-builds dist clean mutants agent-clis browser fuzz template-corpus
+.PHONY: install llama-cpp run test bench bench-builds dist clean mutants agent-clis browser fuzz template-corpus \
+	llama-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,21 +32,41 @@ run: install
 test: install agent-clis browser template-corpus
 	$(BIN)/python -m pytest
 
-# The real chat templates the conformance tests render (tests/support/template_corpus.py finds them):
-# llama.cpp's models/templates/, taken from the pinned llama-cpp-python sdist; never committed.
+# The pinned llama-cpp-python sdist (llama.cpp's sources inside), kept in .cache for what follows.
 LLAMA_CPP_PYTHON_VERSION := $(shell sed -n 's/.*llama-cpp-python==\([0-9.]*\).*/\1/p' setup.cfg)
+SDIST := .cache/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION).tar.gz
+LLAMA_CPP_SRC := llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION)/vendor/llama.cpp
+
+$(SDIST):
+	mkdir -p .cache/sdist
+	$(PYTHON) -m pip download --no-binary :all: --no-deps -d .cache/sdist llama-cpp-python==$(LLAMA_CPP_PYTHON_VERSION)
+
+# The real chat templates the conformance tests render (tests/support/template_corpus.py finds them):
+# llama.cpp's models/templates/ from the sdist; never committed.
 TEMPLATE_CORPUS := .cache/chat-templates
 TEMPLATE_CORPUS_STAMP := $(TEMPLATE_CORPUS)/.from-llama-cpp-python-$(LLAMA_CPP_PYTHON_VERSION)
 
 template-corpus: $(TEMPLATE_CORPUS_STAMP)
 
-$(TEMPLATE_CORPUS_STAMP):
-	rm -rf $(TEMPLATE_CORPUS) .cache/sdist && mkdir -p .cache/sdist $(TEMPLATE_CORPUS)
-	$(PYTHON) -m pip download --no-binary :all: --no-deps -d .cache/sdist llama-cpp-python==$(LLAMA_CPP_PYTHON_VERSION)
-	tar -xzf .cache/sdist/llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION).tar.gz -C $(TEMPLATE_CORPUS) \
-		--strip-components=5 llama_cpp_python-$(LLAMA_CPP_PYTHON_VERSION)/vendor/llama.cpp/models/templates
-	rm -rf .cache/sdist
+$(TEMPLATE_CORPUS_STAMP): $(SDIST)
+	rm -rf $(TEMPLATE_CORPUS) && mkdir -p $(TEMPLATE_CORPUS)
+	tar -xzf $(SDIST) -C $(TEMPLATE_CORPUS) --strip-components=5 $(LLAMA_CPP_SRC)/models/templates
 	touch $@
+
+# llama.cpp's own server from the same sources, for the bench's side-by-side figures (bench/server.py
+# finds it in .cache/llama-server/bin); built as upstream ships it. Not needed by `make test`.
+LLAMA_SERVER := .cache/llama-server/bin/llama-server
+
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): $(SDIST)
+	rm -rf .cache/llama-server && mkdir -p .cache/llama-server
+	tar -xzf $(SDIST) -C .cache/llama-server --strip-components=3 $(LLAMA_CPP_SRC)
+	cmake -S .cache/llama-server -B .cache/llama-server/build -DCMAKE_BUILD_TYPE=Release \
+		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
+		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
+	cmake --build .cache/llama-server/build --target llama-server -j $$(nproc)
+	mkdir -p $(dir $(LLAMA_SERVER)) && cp .cache/llama-server/build/bin/llama-server $(LLAMA_SERVER)
 
 # The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), pinned and
 # installed once from the npm registry into .cache/agent-clis; skipped where npm is absent.

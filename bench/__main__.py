@@ -5,6 +5,9 @@ Measures, on the demo model unless --model is given:
   floor (prefilling only the new tokens on top of a resident prefix), and the same
   aggregate workload as the server (up to 4 sequences per batch, as its 4 slots):
   what batching in llama.cpp itself gives on this machine;
+- plain decoding (decode.py): greedy with speculation off, sampled, and the default
+  configuration, each against the bare engine doing the same; the bench exits non-zero
+  when one falls under 0.95 x bare;
 - localserve: single-stream tokens/s and time to first token; aggregate tokens/s
   with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
   interleaved; peak RSS; /health latency under load and during slowloris (latency.py);
@@ -21,27 +24,17 @@ ratio is the median of ratios paired within a round (see measure_server).
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
-import shutil
-import statistics
 import sys
 from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import embeddings, latency, models, speculative, weights
+from . import decode, embeddings, latency, models, speculative, weights
 from .bare import BareEngine
-from .client import concurrent_streams, stream_completion
 from .demo import model_or_demo
+from .measure import CONCURRENCY, BareRuns, Workload, measure_server
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
-
-PROMPT = ("The history of computing is a story of people building tools to think with. "
-          "From the abacus to the mechanical calculators of the seventeenth century, ") * 3
-CONVERSATION = "Conversation {i}: tell me about the rivers, mountains and cities of region {i}. " * 12
-FOLLOW_UP = " And now, briefly, what about the weather there in spring and in autumn? " * 2
-CONCURRENCY = (1, 2, 4, 8)
-SINGLE_PAIRS_PER_ROUND = 3
 
 
 def parse_args() -> argparse.Namespace:
@@ -54,152 +47,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="single-stream figures only")
     parser.add_argument("--speculative-only", action="store_true",
                         help="only speculative decoding's figures (bench/speculative.py)")
+    parser.add_argument("--decode-only", action="store_true",
+                        help="only plain decoding's figures and their guard (bench/decode.py)")
     return parser.parse_args()
-
-
-class Workload:
-    """The token sequences every contender gets, tokenized once by the bare engine."""
-
-    def __init__(self, engine: BareEngine, n_conversations: int = 4):
-        self.prompt = engine.tokenize(PROMPT)
-        self.conversations = [engine.tokenize(CONVERSATION.format(i=i)) for i in range(n_conversations)]
-        self.follow_up = engine.tokenize(FOLLOW_UP)[1:]        # no BOS in the middle
-        self.ban = engine.eog_tokens()
-        self.texts: dict[tuple, str] = {}          # token prompts as text, for servers that take only text
-        self._detokenize = engine.detokenize
-        self._markers = itertools.count(100)
-
-    def fresh(self, tokens: list[int]) -> list[int]:
-        """tokens with a marker never used before spliced in after BOS: no cache can know it."""
-        return [tokens[0], next(self._markers)] + tokens[1:]
-
-    def as_text(self, *token_lists: list[int]) -> None:
-        for tokens in token_lists:
-            self.texts[tuple(tokens)] = self._detokenize(tokens)
-
-
-class BareRuns:
-    """The floor's measurements, taken between the server's so both see the same machine."""
-
-    def __init__(self, engine: BareEngine, work: Workload, args):
-        self.engine, self.work, self.args = engine, work, args
-        self.runs: list[tuple[float, float]] = []
-        engine.run(work.prompt, 8)                                  # warm-up
-        self.floors: list[float] = []
-        self.rounds: list[dict[int, float]] = []                   # aggregate tokens/s by stream count
-
-    def once(self, prompt: list[int]) -> None:
-        self.runs.append(self.engine.run(prompt, self.args.tokens))
-
-    def first_turns(self, conversations: list[list[int]]) -> None:
-        for seq, conv in enumerate(conversations):
-            self.engine.resident(seq, conv)
-
-    def floor(self, seq: int, conversation: list[int]) -> float:
-        """Seconds to prefill the follow-up on top of the resident conversation in sequence seq."""
-        self.floors.append(self.engine.extend(seq, len(conversation), self.work.follow_up))
-        return self.floors[-1]
-
-    def aggregate(self, prompts: list[list[int]]) -> float:
-        rate = self.engine.aggregate(prompts, self.args.tokens)
-        if not self.rounds or len(prompts) in self.rounds[-1]:
-            self.rounds.append({})
-        self.rounds[-1][len(prompts)] = rate
-        return rate
-
-    def result(self) -> dict:
-        result = {"prefill": statistics.median(r[0] for r in self.runs),
-                  "decode": statistics.median(r[1] for r in self.runs),
-                  "second_turn_floor": statistics.median(self.floors) if self.floors else float("nan")}
-        for n in CONCURRENCY:
-            if self.rounds:
-                result[f"aggregate_{n}"] = statistics.median(r[n] for r in self.rounds)
-                result[f"scaling_{n}"] = statistics.median(r[n] / r[1] for r in self.rounds)
-        return result
-
-
-def measure_server(server, work: Workload, args, bare: BareRuns | None = None) -> dict:
-    """The server's figures; each ratio is the median of ratios within one round.
-
-    A shared machine drifts by more than the differences measured here, so each
-    figure is paired with a reference taken right before or after it (the bare
-    engine's run, or the same round's single stream) and the pairs' ratios count.
-    """
-    port = server.port
-    ban = {str(t): -100 for t in work.ban}
-    base = {"max_tokens": args.tokens, "temperature": 0, "logit_bias": ban}
-    if getattr(server, "text_prompts", False):
-        base["text_prompts"] = work.texts
-    stream_completion(port, {**base, "prompt": work.prompt, "max_tokens": 8})          # warm-up
-    singles = []
-    # Single streams are short, so they get three times the pairs, and the pairs alternate
-    # which side runs first: a machine speeding up or slowing down favours neither.
-    for i in range(SINGLE_PAIRS_PER_ROUND * args.repeat):
-        prompt = work.fresh(work.prompt)            # the bare run prefills the same tokens
-        if bare is not None and i % 2 == 0:
-            bare.once(prompt)
-        singles.append(stream_completion(port, {**base, "prompt": prompt}))
-        if bare is not None and i % 2 == 1:
-            bare.once(prompt)
-    result = {"ttft": statistics.median(r.ttft for r in singles),
-              "decode": statistics.median(r.decode_rate for r in singles)}
-    if bare is not None:
-        result["decode_vs_bare"] = statistics.median(r.decode_rate / b[1] for r, b in zip(singles, bare.runs))
-        result["ttft_vs_bare"] = statistics.median(r.ttft - b[0] for r, b in zip(singles, bare.runs))
-    if args.quick:
-        return result
-    rounds, vs_bare = [], []
-    for _ in range(args.repeat):
-        rates = {}
-        for n in CONCURRENCY:
-            prompts = [work.fresh(work.prompt) for _ in range(n)]
-            bare_rate = bare.aggregate(prompts) if bare is not None else None
-            rates[n] = aggregate_rate(port, base, prompts)
-            if bare_rate and n == 4:
-                vs_bare.append(rates[n] / bare_rate)
-        rounds.append(rates)
-    for n in CONCURRENCY:
-        result[f"aggregate_{n}"] = statistics.median(r[n] for r in rounds)
-        result[f"scaling_{n}"] = statistics.median(r[n] / r[1] for r in rounds)
-    if vs_bare:
-        result["aggregate_4_vs_bare"] = statistics.median(vs_bare)
-    result.update(second_turn(port, base, work, args.repeat, bare))
-    result["peak_rss_mb"] = server.peak_rss_mb()
-    return result
-
-
-def aggregate_rate(port: int, base: dict, prompts: list[list[int]]) -> float:
-    """Total generated tokens per second with a stream per prompt, all at once (prefill included)."""
-    results, elapsed = concurrent_streams(port, base, prompts)
-    return sum(r.completion_tokens for r in results) / elapsed
-
-
-def second_turn(port: int, base: dict, work: Workload, rounds: int, bare: BareRuns | None) -> dict:
-    """TTFT of each conversation's second turn, four conversations interleaved.
-
-    Each round uses new conversations (a marker token spliced in), so nothing is
-    left over from the last. With `bare`, the engine holds the same four
-    conversations and each second turn is paired with the floor for the same
-    tokens, the two taken back to back, in alternating order.
-    """
-    ttfts, ratios = [], []
-    for _ in range(rounds):
-        conversations = [work.fresh(c) for c in work.conversations]
-        for conv in conversations:
-            stream_completion(port, {**base, "prompt": conv, "max_tokens": 8})
-        if bare is not None:
-            bare.first_turns(conversations)
-        for seq, conv in enumerate(conversations):
-            floor = bare.floor(seq, conv) if bare is not None and seq % 2 == 0 else None
-            ttfts.append(stream_completion(port, {**base, "prompt": conv + work.follow_up, "max_tokens": 1}).ttft)
-            if bare is not None and floor is None:
-                floor = bare.floor(seq, conv)
-            if floor is not None:
-                ratios.append(ttfts[-1] / floor)
-    result = {"second_turn": statistics.median(ttfts)}
-    if ratios:
-        result["second_turn_vs_floor"] = statistics.median(ratios)
-    return result
 
 
 def main() -> int:
@@ -217,13 +67,17 @@ def main() -> int:
         speculative.run(model, engine, work, args)
         engine.close()
         return 0
+    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
+    if args.decode_only:
+        engine.close()
+        return 0 if decode_ok else 1
     contenders = {}
     with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
                        "--slots", "4") as server:
         # bare and server runs alternate: a shared machine's drift hits both alike
         contenders["localserve"] = measure_server(server, work, args, bare=bare_runs)
     bare = bare_runs.result()
-    if shutil.which("llama-server") and not args.quick:
+    if LlamaServer.available() and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
             contenders["llama-server"] = measure_server(server, work, args)
     if LlamaCppPythonServer.available() and not args.quick:
@@ -237,7 +91,7 @@ def main() -> int:
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
-    return 0
+    return 0 if decode_ok else 1
 
 
 def print_report(bare: dict, contenders: dict, args) -> None:

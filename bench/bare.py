@@ -73,18 +73,38 @@ class BareEngine:
         if ll.llama_decode(self.ctx, batch) != 0:
             raise RuntimeError("llama_decode failed")
 
-    def run(self, prompt: list[int], n_new: int, *, keep: int = 0) -> tuple[float, float]:
-        """(seconds to prefill prompt[keep:] and sample the first token, decode tokens/s)."""
+    def sampler_chain(self, sampling: dict, seed: int = 1234):
+        """llama.cpp's own sampler chain for these settings (temperature, top_k, top_p, min_p),
+        end-of-generation banned as the workload bans it; free it with llama_sampler_free."""
+        chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
+        ban = (ll.llama_logit_bias * len(self.ban))()
+        for i, token in enumerate(self.ban):
+            ban[i].token, ban[i].bias = int(token), float("-inf")
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_logit_bias(self.n_vocab, len(self.ban), ban))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_k(sampling["top_k"]))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_top_p(sampling["top_p"], 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_min_p(sampling["min_p"], 1))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_temp(sampling["temperature"]))
+        ll.llama_sampler_chain_add(chain, ll.llama_sampler_init_dist(seed))
+        return chain
+
+    def run(self, prompt: list[int], n_new: int, *, keep: int = 0, sampling: dict | None = None) -> tuple[float, float]:
+        """(seconds to prefill prompt[keep:] and sample the first token, decode tokens/s);
+        greedy, or llama.cpp's sampler chain for `sampling` (sampler_chain)."""
+        chain = self.sampler_chain(sampling) if sampling else None
+        pick = (lambda: ll.llama_sampler_sample(chain, self.ctx, -1)) if chain else (lambda: self.greedy(-1))
         ll.llama_memory_seq_rm(self.memory, 0, keep, -1)
         started = time.perf_counter()
         for i in range(keep, len(prompt), self.n_batch):
             self._decode(prompt[i:i + self.n_batch], i)
-        token = self.greedy(-1)
+        token = pick()
         first = time.perf_counter()
         for _ in range(n_new - 1):
             self._decode([token], 0)
-            token = self.greedy(-1)
+            token = pick()
         done = time.perf_counter()
+        if chain:
+            ll.llama_sampler_free(chain)
         return first - started, (n_new - 1) / (done - first)
 
     def resident(self, seq: int, tokens: list[int]) -> None:
@@ -104,14 +124,20 @@ class BareEngine:
         self.greedy(-1)
         return time.perf_counter() - started
 
-    def aggregate(self, prompts: list[list[int]], n_new: int) -> float:
-        """Tokens/s for all prompts, n_seq at a time: each wave prefilled together, then decoded in lockstep."""
+    def aggregate(self, prompts: list[list[int]], n_new: int, sampling: dict | None = None) -> float:
+        """Tokens/s for all prompts, n_seq at a time: each wave prefilled together, then decoded in lockstep;
+        greedy, or a sampler chain per sequence for `sampling`."""
         started = time.perf_counter()
         for w in range(0, len(prompts), self.n_seq):
-            self._wave(prompts[w:w + self.n_seq], n_new)
+            self._wave(prompts[w:w + self.n_seq], n_new, sampling)
         return len(prompts) * n_new / (time.perf_counter() - started)
 
-    def _wave(self, prompts: list[list[int]], n_new: int) -> None:
+    def _wave(self, prompts: list[list[int]], n_new: int, sampling: dict | None = None) -> None:
+        chains = [self.sampler_chain(sampling, seed=1234 + seq) for seq in range(len(prompts))] if sampling else []
+
+        def pick(seq: int, row: int) -> int:
+            return ll.llama_sampler_sample(chains[seq], self.ctx, row) if chains else self.greedy(row)
+
         ll.llama_memory_clear(self.memory, True)
         entries = [(token, pos, seq, pos == len(p) - 1) for seq, p in enumerate(prompts) for pos, token in enumerate(p)]
         tokens = [0] * len(prompts)
@@ -120,12 +146,14 @@ class BareEngine:
             self._decode_entries(chunk)
             for row, (_, _, seq, wants_logits) in enumerate(chunk):
                 if wants_logits:
-                    tokens[seq] = self.greedy(row)
+                    tokens[seq] = pick(seq, row)
         positions = [len(p) for p in prompts]
         for _ in range(n_new - 1):
             self._decode_entries([(t, pos, seq, True) for seq, (t, pos) in enumerate(zip(tokens, positions))])
-            tokens = [self.greedy(seq) for seq in range(len(prompts))]
+            tokens = [pick(seq, seq) for seq in range(len(prompts))]
             positions = [pos + 1 for pos in positions]
+        for chain in chains:
+            ll.llama_sampler_free(chain)
 
     def _decode_entries(self, entries: list[tuple[int, int, int, bool]]) -> None:
         batch = self._batch

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+from pathlib import Path
 
 
 def free_port() -> int:
@@ -17,10 +19,11 @@ def free_port() -> int:
 
 class _Subprocess:
     cmd: list[str]
+    env: dict[str, str] | None = None
     ready_path = "/health"
 
     def __enter__(self):
-        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=self.env)
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             try:
@@ -45,18 +48,32 @@ class _Subprocess:
 
 
 class RunningServer(_Subprocess):
-    def __init__(self, model: str, *args: str):
+    """localserve, by default under this interpreter; `python` and `env` run it under another
+    venv's (bench/builds.py: another llama.cpp build, this checkout's code on PYTHONPATH)."""
+
+    def __init__(self, model: str, *args: str, python: str = sys.executable, env: dict[str, str] | None = None):
         self.port = free_port()
-        self.cmd = [sys.executable, "-m", "localserve", "--model", model, "--port", str(self.port),
+        self.env = env
+        self.cmd = [python, "-m", "localserve", "--model", model, "--port", str(self.port),
                     "--log-level", "warning", *args]
 
 
 class LlamaServer(_Subprocess):
-    """llama.cpp's own server, when installed, for a side-by-side figure."""
+    """llama.cpp's own server, when on PATH or built by `make llama-server`, for a side-by-side figure."""
+
+    BUILT = Path(__file__).resolve().parent.parent / ".cache" / "llama-server" / "bin" / "llama-server"
+
+    @classmethod
+    def path(cls) -> str | None:
+        return shutil.which("llama-server") or (str(cls.BUILT) if cls.BUILT.is_file() else None)
+
+    @classmethod
+    def available(cls) -> bool:
+        return cls.path() is not None
 
     def __init__(self, model: str, threads: int, ctx_size: int, slots: int, extra: tuple[str, ...] = ()):
         self.port = free_port()
-        self.cmd = ["llama-server", "-m", model, "--port", str(self.port), "-t", str(threads),
+        self.cmd = [self.path() or "llama-server", "-m", model, "--port", str(self.port), "-t", str(threads),
                     "-c", str(ctx_size * slots), "-np", str(slots), *extra]
 
 

@@ -15,7 +15,6 @@ Each row shows the acceptance rate of its drafts. The ratios are also drawn as a
 from __future__ import annotations
 
 import os
-import shutil
 import statistics
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def run(model: str, engine, work, args) -> dict:
     common = ("--threads", str(args.threads), "--ctx-size", str(args.ctx_size), "--slots", "4", "--no-store")
     with RunningServer(model, *common) as spec, RunningServer(model, *common, "--speculative", "off") as plain:
         figures = measure(spec.port, plain.port, engine, work, edit, n_edit, args)
-    if shutil.which("llama-server") and not args.quick:
+    if LlamaServer.available() and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4, extra=("--spec-type", "ngram-mod")) as server:
             figures["llama_server_edit"] = edit_vs_bare(server, engine, work, edit, n_edit, args)
     print_table(figures)
