@@ -75,6 +75,7 @@ class ToolProjector:
         self._calls: list[ToolCall] = []
         self._current: tuple[int, str, str, list[str]] | None = None
         self._next_index = 0
+        self._blocks_opened = 0
         self._done = False
 
     @property
@@ -84,6 +85,14 @@ class ToolProjector:
     @property
     def calls(self) -> list[ToolCall]:
         return list(self._calls)
+
+    @property
+    def open_call(self) -> tuple[int, str] | None:
+        """The block of calls open now, if any: (how many blocks opened so far, its text so far
+        from its start marker on). Where a call opens, a strict call's grammar wakes."""
+        if self._block is None or self._done:
+            return None
+        return self._blocks_opened, self._cur.text[self._block_start:]
 
     def feed(self, text: str) -> list[Event]:
         if self._done or self._cur.eof or not text:
@@ -176,6 +185,7 @@ class ToolProjector:
     def _open_block(self, marker: str) -> bool:
         self._block_start = self._commit = self._cur.pos
         self._marker = marker
+        self._blocks_opened += 1
         self._block = self.syntax.parse(self._cur, self, marker)
         return True
 

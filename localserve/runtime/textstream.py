@@ -82,6 +82,16 @@ class OutputPipeline:
     def tool_calls(self) -> list:
         return self.projector.calls if self.projector else []
 
+    def open_call(self) -> tuple[int, str] | None:
+        """The block of tool calls the model has opened, as (its number, its text so far), the
+        text the stages before the projector still hold included; None while no call is open, or
+        while the output ends inside a character."""
+        opened = self.projector.open_call if self.projector else None
+        if opened is None or self.decoder.getstate()[0]:
+            return None
+        number, text = opened
+        return number, text + (self.splitter.held if self.splitter else "") + self.stops.pending
+
     def feed(self, data: bytes) -> list:
         text = self.decoder.decode(data)
         return self._after_decode(self.stops.feed(text)) if text else []
