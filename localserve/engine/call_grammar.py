@@ -12,24 +12,29 @@ each token checked before it is accepted, and becomes the job's grammar from the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from llama_cpp import llama_cpp as ll
 
 from .candidates import CandidateBuffer
 from .facade import GrammarError
 
 
-def grammar_after(engine, grammar: str, text: str):
-    """A grammar sampler for `grammar` that has taken `text`, or None when `text` already strays
-    from the grammar (the token that completed the marker went on past what it allows).
+def grammar_after(engine, grammar: str, lead: bytes, tokens: Sequence[int]):
+    """A grammar sampler for `grammar` that has taken the call's text so far, or None when that
+    text strays from the grammar (the token that completed the marker ran on past what it allows).
 
-    `engine`: tokenize, vocab, eog_tokens (a sampler.SamplingContext). The text is taken as
-    tokens, special ones included: the grammar reads a token by its text, so any spelling of
-    the same text leaves it in the same state."""
+    The text is `lead`, the tail of a token the call began inside (spelled here with tokens of
+    its own), then the model's own `tokens`. `engine`: tokenize, piece, vocab, eog_tokens (a
+    sampler.SamplingContext)."""
+    spelled = _spelling(engine, lead)
+    if spelled is None:
+        return None
     sampler = ll.llama_sampler_init_grammar(engine.vocab, grammar.encode("utf-8"), b"root")
     if not sampler:
         raise GrammarError("the tool-call grammar could not be parsed by llama.cpp")
     probe = CandidateBuffer(1)
-    for token in engine.tokenize(text, add_special=False, parse_special=True):
+    for token in [*spelled, *tokens]:
         probe.fill_one(token)
         ll.llama_sampler_apply(sampler, probe.ref)
         if token in engine.eog_tokens or probe.logit(0) == float("-inf"):
@@ -37,3 +42,14 @@ def grammar_after(engine, grammar: str, text: str):
             return None
         ll.llama_sampler_accept(sampler, token)     # legal, and a call grammar names no token: cannot throw
     return sampler
+
+
+def _spelling(engine, text: bytes) -> list[int] | None:
+    """Tokens whose pieces are exactly `text`, or None (a tokenizer may add or fold a space)."""
+    if not text:
+        return []
+    try:
+        tokens = engine.tokenize(text.decode("utf-8"), add_special=False, parse_special=True)
+    except UnicodeDecodeError:
+        return None
+    return tokens if b"".join(engine.piece(t) for t in tokens) == text else None

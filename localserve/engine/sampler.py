@@ -145,11 +145,12 @@ class Sampler:
         """A call grammar waits for the model to open a tool call (wake)."""
         return self._asleep is not None
 
-    def wake(self, call_text: str) -> bool:
-        """The model has opened a tool call, `call_text` so far (its marker first): from now on the
-        call grammar holds every token, from the state after that text. False, and the grammar
-        sleeps on, when the text already strays from it (call_grammar.py)."""
-        grammar = grammar_after(self.engine, self._asleep, call_text)
+    def wake(self, lead: bytes, tokens: list[int]) -> bool:
+        """The model has opened a tool call, its text so far `lead` (the tail of the token it began
+        inside) then `tokens`: from now on the call grammar holds every token, from the state
+        after that text. False, and the grammar sleeps on, when the text already strays from it
+        (call_grammar.py)."""
+        grammar = grammar_after(self.engine, self._asleep, lead, tokens)
         if grammar is None:
             return False
         # Outside the chain, applied before it: masking commutes with the bias and penalties

@@ -331,7 +331,7 @@ class Runtime:
             self._retire(job, reason)
         else:
             job.next_token = token
-            wake_at_open_call(job)
+            wake_at_open_call(job, self.engine.piece)
 
     def _enforce_reasoning_budget(self, job: Job) -> None:
         """Past its thinking budget, a job is made to close its reasoning and answer."""

@@ -110,9 +110,9 @@ def test_a_call_grammar_sleeps_until_woken_then_holds_every_token(engine):
     try:
         assert sampler.grammar_asleep and not sampler.has_grammar
         assert sampler.sample(row) == int(engine.logits(row).argmax())     # asleep: the plain choice
-        assert not sampler.wake("[[x")              # the text strays from the grammar already
+        assert not sampler.wake(b"", engine.tokenize("[[x", add_special=False))   # it strays already
         assert sampler.grammar_asleep and not sampler.has_grammar
-        assert sampler.wake("[[a")                  # from the state after the call's text so far
+        assert sampler.wake(b"[", engine.tokenize("[a", add_special=False))      # the state after "[[a"
         assert sampler.has_grammar and not sampler.grammar_asleep
         text = "[[a"
         for _ in range(8):
@@ -128,10 +128,12 @@ def test_a_call_grammar_sleeps_until_woken_then_holds_every_token(engine):
 
 def test_a_call_grammar_refuses_a_call_text_that_strays_from_it(engine):
     grammar = 'root ::= "{\\"name\\": " [a-z]+ "}"'
-    taken = grammar_after(engine, grammar, '{"name": ab')
+    taken = grammar_after(engine, grammar, b'{"na', engine.tokenize('me": ab', add_special=False))
     assert taken is not None
     ll.llama_sampler_free(taken)
-    assert grammar_after(engine, grammar, '{"name":ab') is None
+    assert grammar_after(engine, grammar, b"", engine.tokenize('{"name":ab', add_special=False)) is None
+    assert grammar_after(engine, grammar, b'{"name', engine.tokenize('": ab', add_special=False)
+                         + [engine.eog_tokens[0]]) is None
 
 # ---- what a load learns of its file, kept for the next load (engine/file_facts.py) -------------
 

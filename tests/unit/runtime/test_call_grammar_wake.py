@@ -7,6 +7,7 @@ from localserve.generation import GenerationRequest, ToolSpec
 from localserve.parsing.reasoning import REASONING_FORMATS
 from localserve.parsing.tool_families import TOOL_SYNTAXES
 from localserve.prompt.build import ChatInput, strict_call_grammar, strict_tool_names
+from localserve.runtime.call_grammar import split_call
 from localserve.runtime.textstream import OutputPipeline
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -94,3 +95,21 @@ def test_only_strict_tools_keep_their_schema_in_the_call_grammar():
     assert "city" in grammar and "zone" not in grammar      # get_time's arguments: any object
     # one <parameter=KEY> block per argument cannot say "any object": every tool keeps its own
     assert "zone" in strict_call_grammar("qwen3_coder", chat)
+
+
+PIECES = {1: b"Sure. ", 2: b"<tool_call>", 3: b"\n{", 4: b'"na', 5: b"ok{", 6: b"\xc3"}
+
+
+def test_a_call_is_read_back_as_the_model_s_own_tokens():
+    assert split_call(b'<tool_call>\n{"na', [1, 2, 3, 4], PIECES.get) == (b"", [2, 3, 4])
+    assert split_call(b"<tool_call>", [1, 2], PIECES.get) == (b"", [2])
+
+
+def test_a_call_that_begins_inside_a_token_leads_with_that_token_s_tail():
+    assert split_call(b'{"na', [1, 5, 4], PIECES.get) == (b"{", [4])
+    assert split_call(b"{", [5], PIECES.get) == (b"{", [])
+
+
+def test_a_call_the_output_does_not_end_with_is_refused():
+    assert split_call("<tool_call>\ufffd".encode(), [2, 6], PIECES.get) is None     # a replaced byte
+    assert split_call(b"<tool_call>", [1], PIECES.get) is None
