@@ -24,6 +24,7 @@ WRONG_NAME = ["<tool_call>", "\n", '{"name": "get_weather", "arguments": ', '{"c
               "</tool_call>"]
 UNCLOSED = ["<tool_call>", '{"name":"get_weather","arguments":{"city":"Paris"}', "</tool_call>"]
 ANSWER = "It is sunny in Paris."
+THOUGHT = "A <tool_call> is not needed now."     # a marker inside reasoning opens no call
 MESSAGES = [{"role": "user", "content": "Weather in Paris?"}]
 AFTER_RESULT = MESSAGES + [
     {"role": "assistant", "content": None, "tool_calls": [
@@ -45,9 +46,11 @@ def check_arguments(arguments: str) -> None:
 
 @pytest.fixture(scope="module")
 def wrong_name(models_dir, tmp_path_factory):
-    """Step 0: a call with a wrong argument name; after a tool result: a plain answer. Drafts on,
+    """Step 0: a call with a wrong argument name; after a tool result: reasoning that names the
+    call marker, then a plain answer. Drafts on,
     so a prediction of the model's own bad call crosses the point where the grammar wakes."""
-    path = write_scripted_gguf(models_dir / "strict-wrong-name.gguf", [WRONG_NAME, [ANSWER]])
+    path = write_scripted_gguf(models_dir / "strict-wrong-name.gguf",
+                               [WRONG_NAME, ["<think>", THOUGHT, "</think>", ANSWER]])
     srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1", "--speculative", "ngram",
                         "--draft-max", "8", env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
     yield srv
@@ -117,6 +120,7 @@ def test_strict_text_without_a_call_is_untouched(wrong_name):
     reply = openai_sdk(wrong_name).chat.completions.create(
         model="scripted", messages=AFTER_RESULT, tools=chat_tools(True), max_tokens=200)
     assert reply.choices[0].message.content == ANSWER
+    assert reply.choices[0].message.model_extra.get("reasoning_content") == THOUGHT
     assert reply.choices[0].finish_reason == "stop" and not reply.choices[0].message.tool_calls
 
 
