@@ -36,7 +36,8 @@ def wake_at_open_call(job: Job, piece: Callable[[int], bytes]) -> None:
                  "the call is left as written", job.gen.id, job.request.label, text[:80])
 
 
-def split_call(call: bytes, generated: Sequence[int], piece: Callable[[int], bytes]) -> tuple[bytes, list[int]] | None:
+def split_call(call: bytes, generated: Sequence[int],
+               piece: Callable[[int], bytes]) -> tuple[bytes, list[int]] | None:
     """The call's text so far as (the tail of the token it began inside, the whole tokens after
     it), read back from the end of the output; None if the output does not end with that text
     (a byte the decoder replaced)."""

@@ -91,7 +91,8 @@ class Runtime:
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
         if not request.prompt_tokens:
             raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
-        if (request.sampling.grammar or request.sampling.call_grammar) and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+        grammar = request.sampling.grammar or request.sampling.call_grammar
+        if grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
             # each is a core busy inside llama.cpp until it returns; more would starve every job
             log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
             raise GrammarBacklog()
