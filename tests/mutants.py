@@ -133,7 +133,7 @@ MUTANTS = [
            "job.drafts.counts()", "(job.drafts.drafted, job.drafts.accepted)",
            ("tests/e2e/test_speculative.py::test_each_model_drafts_as_its_table_says_and_frees_its_draft_model_with_it",)),
     Mutant("a strict call's grammar never wakes", "localserve/runtime/call_grammar.py",
-           "    if split is None or not job.sampler.wake(*split):", "    if True:",
+           "    if split is not None and job.sampler.wake(*split):", "    if False:",
            ("tests/e2e/test_strict_tool_calls.py::test_strict_chat_call_matches_the_schema",)),
     Mutant("a woken call grammar left out of the choice", "localserve/engine/sampler.py",
            "        first = self._grammar if self._grammar_apart else None", "        first = None",

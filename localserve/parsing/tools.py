@@ -43,6 +43,14 @@ class ToolCall:
 Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here
 
 
+@dataclass(frozen=True)
+class OpenCall:
+    """A block of calls the projector has opened and not yet closed."""
+    number: int     # blocks opened so far, this one included
+    text: str       # its text so far, from its start marker on
+    marker: str     # the marker that opened it ("{" for a bare object opening the message)
+
+
 class _BlockDone(Exception):
     """A call or block ended and no further call can follow: generation may stop."""
 
@@ -87,12 +95,11 @@ class ToolProjector:
         return list(self._calls)
 
     @property
-    def open_call(self) -> tuple[int, str] | None:
-        """The block of calls open now, if any: (how many blocks opened so far, its text so far
-        from its start marker on). Where a call opens, a strict call's grammar wakes."""
+    def open_call(self) -> OpenCall | None:
+        """The block of calls open now, if any. Where a call opens, a strict call's grammar wakes."""
         if self._block is None or self._done:
             return None
-        return self._blocks_opened, self._cur.text[self._block_start:]
+        return OpenCall(self._blocks_opened, self._cur.text[self._block_start:], self._marker)
 
     def feed(self, text: str) -> list[Event]:
         if self._done or self._cur.eof or not text:

@@ -13,9 +13,13 @@ allows) is left as the model writes it; the grammar sleeps on for a later block.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 
+from ..generation import Chunk
+from ..parsing.tool_families import ToolSyntax
+from ..parsing.tools import ToolProjector
 from .jobs import Job
 
 log = logging.getLogger("localserve.runtime")
@@ -26,14 +30,31 @@ def wake_at_open_call(job: Job, piece: Callable[[int], bytes]) -> None:
     if not job.sampler.grammar_asleep:
         return
     opened = job.pipeline.open_call()
-    if opened is None or opened[0] == job.call_refused:
+    if opened is None or opened.number == job.call_refused:
         return
-    number, text = opened
-    split = split_call(text.encode("utf-8"), job.generated, piece)
-    if split is None or not job.sampler.wake(*split):
-        job.call_refused = number
-        log.info("job %s (%s): a tool call opened as %r, which its grammar does not allow; "
-                 "the call is left as written", job.gen.id, job.request.label, text[:80])
+    texts = [opened.text]
+    if grammar_follows(job.request.tools.syntax, opened.marker):
+        texts.append(opened.text[len(opened.marker):])
+    for text in texts:
+        split = split_call(text.encode("utf-8"), job.generated, piece)
+        if split is not None and job.sampler.wake(*split):
+            return
+    job.call_refused = opened.number
+    log.info("job %s (%s): a tool call opened as %r, which its grammar does not allow; "
+             "the call is left as written", job.gen.id, job.request.label, opened.text[:80])
+
+
+@functools.lru_cache(maxsize=64)
+def grammar_follows(syntax: ToolSyntax, marker: str) -> bool:
+    """Whether calls as the family's grammar writes them may follow `marker` even where the
+    grammar itself does not write it (Llama 3's <|python_tag|>, GPT-OSS's <|start|>assistant):
+    then a block that marker opened is taken from the grammar's start, after the marker.
+    Not so for every marker (Qwen3-Coder's bare <function= cannot be followed by <tool_call>)."""
+    shape = syntax.grammar
+    call = shape.before.format(name="f", jname='"f"') + ("" if shape.parameters else "{}") + shape.after
+    projector = ToolProjector(syntax, {"f": None})
+    events = projector.feed(marker + shape.opening + call + shape.closing) + projector.finish()
+    return len(projector.calls) == 1 and not any(isinstance(event, Chunk) for event in events)
 
 
 def split_call(call: bytes, generated: Sequence[int],

@@ -15,6 +15,7 @@ from localserve.engine.engine import Engine
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.parsing.tool_families import TOOL_SYNTAXES
 from localserve.parsing.tools import ToolProjector
+from localserve.runtime.call_grammar import grammar_follows
 from tinymodel import BYTE_TOKEN_OFFSET, write_tiny_gguf
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -43,7 +44,7 @@ def opened_text(syntax: str, text: str) -> str:
     for char in text:
         projector.feed(char)
         if projector.open_call is not None:
-            return projector.open_call[1]
+            return projector.open_call.text
     raise AssertionError(f"{syntax}: no call opened in {text!r}")
 
 
@@ -66,3 +67,17 @@ def test_a_call_wakes_its_grammar_where_it_opens(engine, syntax):
     assert takes(engine, grammar, opened), opened
     assert takes(engine, grammar, call), call
     assert not takes(engine, grammar, opened + "\x01")      # the check can refuse
+
+
+FOLLOWED = [(name, marker) for name, syntax in sorted(TOOL_SYNTAXES.items()) for marker in syntax.starts
+            if grammar_follows(syntax, marker)]
+
+
+@pytest.mark.parametrize(("syntax", "marker"), FOLLOWED)
+def test_a_call_after_a_marker_its_grammar_does_not_write_wakes_after_it(engine, syntax, marker):
+    grammar = tool_call_grammar(syntax, TOOLS, parallel=True)
+    call = written_call(syntax)
+    opened = opened_text(syntax, marker + call)
+    assert opened.startswith(marker)
+    assert not takes(engine, grammar, opened)
+    assert takes(engine, grammar, opened[len(marker):])

@@ -7,7 +7,7 @@ from localserve.generation import GenerationRequest, ToolSpec
 from localserve.parsing.reasoning import REASONING_FORMATS
 from localserve.parsing.tool_families import TOOL_SYNTAXES
 from localserve.prompt.build import ChatInput, strict_call_grammar, strict_tool_names
-from localserve.runtime.call_grammar import split_call
+from localserve.runtime.call_grammar import grammar_follows, split_call
 from localserve.runtime.textstream import OutputPipeline
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -20,9 +20,11 @@ def pipeline(syntax="hermes", *, stop=(), reasoning=None, parallel=True) -> Outp
 
 
 def fed(pipe: OutputPipeline, *pieces: str):
+    """(number, text) of the open call after feeding the pieces, or None."""
     for piece in pieces:
         pipe.feed(piece.encode())
-    return pipe.open_call()
+    opened = pipe.open_call()
+    return None if opened is None else (opened.number, opened.text)
 
 
 def test_no_call_is_open_in_plain_text_or_a_half_marker():
@@ -73,7 +75,7 @@ def test_nothing_wakes_while_a_character_is_cut_in_two():
     pipe.feed(b'<tool_call>{"name": "\xc3')
     assert pipe.open_call() is None
     pipe.feed(b"\xa9")
-    assert pipe.open_call() == (1, '<tool_call>{"name": "\u00e9')
+    assert pipe.open_call().text == '<tool_call>{"name": "\u00e9'
 
 
 def test_strict_tools_are_named_in_every_dialect_shape():
@@ -113,3 +115,15 @@ def test_a_call_that_begins_inside_a_token_leads_with_that_token_s_tail():
 def test_a_call_the_output_does_not_end_with_is_refused():
     assert split_call("<tool_call>\ufffd".encode(), [2, 6], PIECES.get) is None     # a replaced byte
     assert split_call(b"<tool_call>", [1], PIECES.get) is None
+
+
+def test_the_marker_that_opened_the_block_is_known():
+    pipe = pipeline("llama3")
+    pipe.feed("<|python_tag|>".encode())
+    assert pipe.open_call().marker == "<|python_tag|>"
+
+
+def test_a_grammar_may_follow_a_marker_it_does_not_write_only_where_the_parser_agrees():
+    assert grammar_follows(TOOL_SYNTAXES["llama3"], "<|python_tag|>")
+    assert not grammar_follows(TOOL_SYNTAXES["qwen3_coder"], "<function=")
+    assert not grammar_follows(TOOL_SYNTAXES["hermes"], "<tool_call>")     # it writes that one itself
