@@ -28,6 +28,9 @@ class SamplingParams:
     repeat_last_n: int = 64
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None
+    # A grammar that sleeps until the model opens a tool call on its own, then holds the call to
+    # it from its first marker on (strict tools under tool_choice auto: runtime/call_grammar.py).
+    call_grammar: str | None = None
 
 
 @dataclass

@@ -7,7 +7,6 @@ may run it on another thread (pending_sample.py).
 
 from __future__ import annotations
 
-import ctypes
 import os
 from collections.abc import Sequence
 from typing import Any, Protocol
@@ -15,6 +14,8 @@ from typing import Any, Protocol
 from llama_cpp import llama_cpp as ll
 
 from ..generation import SamplingParams
+from .call_grammar import grammar_after
+from .candidates import CandidateBuffer
 from .facade import GrammarError
 
 class SamplingContext(Protocol):
@@ -61,6 +62,8 @@ class Sampler:
         self.engine = engine
         self._argmax_bias = self._plain_greedy_bias(params)
         self._grammar = None            # the chain owns it; kept to ask whether the grammar may end
+        self._grammar_apart = False     # a woken call grammar: applied before the chain, owned here
+        self._asleep = params.call_grammar if not params.grammar else None
         self._candidates = None
         self._guard = None
         chain = ll.llama_sampler_chain_init(ll.llama_sampler_chain_default_params())
@@ -71,10 +74,14 @@ class Sampler:
             ll.llama_sampler_free(chain)
             raise
         if self._grammar is not None:
-            named = engine.grammar_tokens(params.grammar)
-            if named:
-                self._guard = TokenRefGuard(engine, self._grammar, named)
-            self._candidates = CandidateBuffer(engine.n_vocab, keep=self._guard is not None)
+            self._watch(params.grammar)
+
+    def _watch(self, grammar: str) -> None:
+        """Ready to choose under the grammar: our own candidates, and the guard it may need."""
+        named = self.engine.grammar_tokens(grammar)
+        if named:
+            self._guard = TokenRefGuard(self.engine, self._grammar, named)
+        self._candidates = CandidateBuffer(self.engine.n_vocab, keep=self._guard is not None)
 
     def _add(self, sampler) -> None:
         if not sampler:
@@ -133,6 +140,28 @@ class Sampler:
         """A grammar's cost per token has no useful bound: the runtime samples such a job off its thread."""
         return self._grammar is not None
 
+    @property
+    def grammar_asleep(self) -> bool:
+        """A call grammar waits for the model to open a tool call (wake)."""
+        return self._asleep is not None
+
+    def wake(self, lead: bytes, tokens: list[int]) -> bool:
+        """The model has opened a tool call, its text so far `lead` (the tail of the token it began
+        inside) then `tokens`: from now on the call grammar holds every token, from the state
+        after that text. False, and the grammar sleeps on, when the text already strays from it
+        (call_grammar.py)."""
+        grammar = grammar_after(self.engine, self._asleep, lead, tokens)
+        if grammar is None:
+            return False
+        # Outside the chain, applied before it: masking commutes with the bias and penalties
+        # that come before a grammar in a chain, and the chain's state (penalties, the seeded
+        # draw) goes on as it was.
+        self._grammar, self._grammar_apart = grammar, True
+        self._watch(self._asleep)
+        self._asleep = None
+        self._argmax_bias = None        # the chain now chooses over our candidates
+        return True
+
     def sample(self, index: int) -> int:
         """Sample from batch entry `index` of the last decode and accept the token.
 
@@ -152,14 +181,17 @@ class Sampler:
     def choose(self) -> int:
         """Run the chain over the loaded candidates and accept the token; touches no llama context,
         so it may run on another thread while the runtime decodes."""
+        first = self._grammar if self._grammar_apart else None
         while True:
-            token, logit = self._candidates.choose(self.chain)
+            token, logit = self._candidates.choose(self.chain, first)
             if logit == float("-inf"):      # the chain chose among nothing but forbidden tokens
                 raise NoLegalToken(self._grammar_may_end())
             if self._guard is None or self._guard.safe(token):
                 break
             self._candidates.reload_without(token)
         ll.llama_sampler_accept(self.chain, token)
+        if first is not None:
+            ll.llama_sampler_accept(first, token)
         return token
 
     def choose_run(self, rows, draft: list[int], out: list[int]) -> None:
@@ -214,6 +246,8 @@ class Sampler:
         if self.chain:
             ll.llama_sampler_free(self.chain)
             self.chain = None
+            if self._grammar_apart:
+                ll.llama_sampler_free(self._grammar)
             self._grammar = None
 
 
@@ -283,63 +317,3 @@ class TokenRefGuard:
             spelling.append(tokens[0])
         self._spellings[token] = spelling
         return spelling
-
-
-class CandidateBuffer:
-    """A llama_token_data_array over a numpy array we own: filled from logits, then given to a chain."""
-
-    def __init__(self, n: int, keep: bool = False):
-        import numpy as np
-        self.n = n
-        # keep: a copy of the loaded logits, to choose again without a token the chain chose
-        self.kept = np.empty(n, dtype=np.float32) if keep else None
-        self.rows = np.zeros(n, dtype=np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)]))
-        self.ids = np.arange(n, dtype=np.int32)
-        self.array = ll.llama_token_data_array()
-        self.ref = ctypes.byref(self.array)
-        self._data = ctypes.cast(self.rows.ctypes.data, ll.llama_token_data_p)
-
-    def _reset(self) -> None:
-        # samplers sort and shrink the array in place: every use starts from a fresh one
-        self.array.data = self._data
-        self.array.size = self.n
-        self.array.selected = -1
-        self.array.sorted = False
-
-    def fill_one(self, token: int) -> None:
-        self.rows[0] = (token, 0.0, 0.0)
-        self._reset()
-
-    def load(self, logits) -> None:
-        if self.kept is not None:
-            self.kept[:] = logits
-            logits = self.kept
-        rows = self.rows
-        rows["id"] = self.ids
-        rows["logit"] = logits
-        rows["p"] = 0.0
-        self._reset()
-
-    def reload_without(self, token: int) -> None:
-        """Load the kept logits again, with token forbidden (the chain sorted and changed the rows)."""
-        self.kept[token] = float("-inf")
-        self.load(self.kept)
-
-    def choose(self, chain) -> tuple[int, float]:
-        """Apply the chain to the loaded logits: the selected token and its logit after every sampler."""
-        rows = self.rows
-        ll.llama_sampler_apply(chain, self.ref)
-        selected, size = self.array.selected, self.array.size
-        if 0 <= selected < size and self.array.data[selected].logit != float("-inf"):
-            chosen = self.array.data[selected]
-            return int(chosen.id), float(chosen.logit)
-        # Nothing legal was chosen (a distribution over all -inf is NaN): the best legal
-        # candidate left, if any. Samplers only sort and shrink the array, in place.
-        if size <= 0 or ctypes.addressof(self.array.data.contents) != self.rows.ctypes.data:
-            return 0, float("-inf")
-        left = rows["logit"][:size]
-        best = int(left.argmax())
-        return int(rows["id"][best]), float(left[best])
-
-    def logit(self, i: int) -> float:
-        return float(self.array.data[i].logit)

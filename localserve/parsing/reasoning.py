@@ -108,6 +108,11 @@ class ReasoningSplitter:
     def in_reasoning(self) -> bool:
         return self._state in ("opening", "thinking", "analysis")
 
+    @property
+    def held(self) -> str:
+        """Text fed but not passed on yet: a possible marker waiting for the next chunk."""
+        return self._buf
+
     def feed(self, text: str) -> list[tuple[bool, str]]:
         if self._eof:
             return []

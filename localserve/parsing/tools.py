@@ -43,6 +43,14 @@ class ToolCall:
 Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here
 
 
+@dataclass(frozen=True)
+class OpenCall:
+    """A block of calls the projector has opened and not yet closed."""
+    number: int     # blocks opened so far, this one included
+    text: str       # its text so far, from its start marker on
+    marker: str     # the marker that opened it ("{" for a bare object opening the message)
+
+
 class _BlockDone(Exception):
     """A call or block ended and no further call can follow: generation may stop."""
 
@@ -75,6 +83,7 @@ class ToolProjector:
         self._calls: list[ToolCall] = []
         self._current: tuple[int, str, str, list[str]] | None = None
         self._next_index = 0
+        self._blocks_opened = 0
         self._done = False
 
     @property
@@ -84,6 +93,13 @@ class ToolProjector:
     @property
     def calls(self) -> list[ToolCall]:
         return list(self._calls)
+
+    @property
+    def open_call(self) -> OpenCall | None:
+        """The block of calls open now, if any. Where a call opens, a strict call's grammar wakes."""
+        if self._block is None or self._done:
+            return None
+        return OpenCall(self._blocks_opened, self._cur.text[self._block_start:], self._marker)
 
     def feed(self, text: str) -> list[Event]:
         if self._done or self._cur.eof or not text:
@@ -176,6 +192,7 @@ class ToolProjector:
     def _open_block(self, marker: str) -> bool:
         self._block_start = self._commit = self._cur.pos
         self._marker = marker
+        self._blocks_opened += 1
         self._block = self.syntax.parse(self._cur, self, marker)
         return True
 

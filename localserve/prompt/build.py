@@ -49,6 +49,7 @@ class ChatInput:
     json_object: bool = False
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
+    strict_tools: frozenset[str] = frozenset()           # names of the tools marked strict: true
 
 
 def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
@@ -139,30 +140,50 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     if not sampling.grammar:
         sampling.grammar = output_grammar(chat, grammar_prefix)
     check_grammar(model.engine, sampling)
+    if use_tools and chat.tool_choice.mode == "auto" and chat.strict_tools and not sampling.grammar:
+        sampling.call_grammar = strict_call_grammar(model.tool_syntax, chat)
+        check_grammar_text(model.engine, sampling.call_grammar, "tools")
     return request
 
 
 def check_grammar(engine: EngineFacade, sampling: SamplingParams, param: str = "grammar") -> None:
     """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
     if sampling.grammar:
-        try:
-            check_size(sampling.grammar)
-            engine.check_grammar(sampling.grammar)
-        except GrammarTooCostly as exc:
-            raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
-        except GrammarError as exc:
-            raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
+        check_grammar_text(engine, sampling.grammar, param)
+
+
+def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> None:
+    try:
+        check_size(grammar)
+        engine.check_grammar(grammar)
+    except GrammarTooCostly as exc:
+        raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
+    except GrammarError as exc:
+        raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 
 
 def forced_tool_grammar(syntax: str, chat: ChatInput, prefix: str = "") -> str:
     tools = chat.tools
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]
+    # A named tool_choice means exactly one call of that function.
+    parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
+    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix)
+
+
+def strict_call_grammar(syntax: str, chat: ChatInput) -> str:
+    """What a call the model opens on its own is held to (runtime/call_grammar.py): a strict tool's
+    arguments match its schema, another tool's are any JSON object. A family that writes one
+    block per parameter (qwen3_coder) cannot write "any object": there every tool keeps its schema."""
+    loose = not TOOL_SYNTAXES[syntax].grammar.parameters
+    tools = [{**t, "parameters": {"type": "object"}} if loose and t["name"] not in chat.strict_tools else t
+             for t in chat.tools]
+    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls)
+
+
+def _calls_grammar(syntax: str, tools: list[dict], **options) -> str:
     try:
-        # A named tool_choice means exactly one call of that function.
-        parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
-        return tool_call_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name,
-                                 prefix=prefix)
+        return tool_call_grammar(syntax, tools, **options)
     except (SchemaError, *MALFORMED_SCHEMA) as exc:
         raise ApiError(400, f"a tool's parameters schema is not usable: {schema_problem(exc)}", param="tools",
                        code="invalid_schema") from None
@@ -191,6 +212,17 @@ def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
     else:
         return None
     return builder.build(f"{builder.literal(prefix)} {rule}" if prefix else rule)
+
+
+def strict_tool_names(tools: Any) -> frozenset[str]:
+    """The tools marked ``strict: true`` (Chat Completions' ``function.strict``, Anthropic's
+    ``strict``), in a list function_definitions has read."""
+    names = set()
+    for tool in tools if isinstance(tools, list) else []:
+        fn = tool.get("function") if "function" in tool else tool
+        if isinstance(fn, dict) and fn.get("strict") is True:
+            names.add(fn["name"])
+    return frozenset(names)
 
 
 def function_definitions(tools: Any, param: str = "tools") -> list[dict]:

@@ -59,6 +59,7 @@ class Job:
         self.pending_logprobs: dict | None = None
         self.pending_draft: list[int] = []            # the draft that pending sample verifies
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)
+        self.call_refused: int | None = None     # the block of calls whose text its grammar refused
         self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
 
     @property

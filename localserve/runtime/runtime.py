@@ -20,6 +20,7 @@ from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped)
 from . import logprobs
+from .call_grammar import wake_at_open_call
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
@@ -90,7 +91,8 @@ class Runtime:
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
         if not request.prompt_tokens:
             raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
-        if request.sampling.grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+        grammar = request.sampling.grammar or request.sampling.call_grammar
+        if grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
             # each is a core busy inside llama.cpp until it returns; more would starve every job
             log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
             raise GrammarBacklog()
@@ -330,6 +332,7 @@ class Runtime:
             self._retire(job, reason)
         else:
             job.next_token = token
+            wake_at_open_call(job, self.engine.piece)
 
     def _enforce_reasoning_budget(self, job: Job) -> None:
         """Past its thinking budget, a job is made to close its reasoning and answer."""

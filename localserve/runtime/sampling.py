@@ -75,8 +75,12 @@ class SamplerDriver:
         accepted += matched
         if draft and job.drafts is not None:      # a job that finishes on this token reports this draft
             job.drafts.verifying(len(draft), accepted)
+        had_grammar = job.sampler.has_grammar
         self.on_token(job, token, entry)
-        return accepted, matched and job.status is not JobStatus.FINISHED
+        # A grammar woken by this token (call_grammar.py): the rest of the run is chosen off this
+        # thread, as every grammar job's tokens are (a grammar's cost per token has no bound).
+        woke = not had_grammar and job.sampler.has_grammar
+        return accepted, matched and not woke and job.status is not JobStatus.FINISHED
 
     def _sample_off_thread(self, job: Job, row: int, draft: list[int]) -> None:
         """A grammar job's token (or draft run) is chosen on a thread of its own (pending_sample.py)."""

@@ -9,11 +9,12 @@ runtime feeds one token's bytes at a time; every stage is pure and testable alon
 from __future__ import annotations
 
 import codecs
+import dataclasses
 
 from ..parsing.json_stream import partial_start
 from ..generation import Chunk, GenerationRequest
 from ..parsing.reasoning import ReasoningSplitter
-from ..parsing.tools import ToolProjector
+from ..parsing.tools import OpenCall, ToolProjector
 
 
 class StopMatcher:
@@ -81,6 +82,16 @@ class OutputPipeline:
     @property
     def tool_calls(self) -> list:
         return self.projector.calls if self.projector else []
+
+    def open_call(self) -> OpenCall | None:
+        """The block of tool calls the model has opened, its text so far including what the
+        stages before the projector still hold; None while no call is open, or while the output
+        ends inside a character."""
+        opened = self.projector.open_call if self.projector else None
+        if opened is None or self.decoder.getstate()[0]:
+            return None
+        held = (self.splitter.held if self.splitter else "") + self.stops.pending
+        return dataclasses.replace(opened, text=opened.text + held)
 
     def feed(self, data: bytes) -> list:
         text = self.decoder.decode(data)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 
 import numpy as np
 import pytest
 from llama_cpp import llama_cpp as ll
 
 from localserve.engine import file_facts
+from localserve.engine.call_grammar import grammar_after
 from localserve.engine.engine import Engine
 from localserve.engine.facade import TooManyTokens
 from localserve.generation import SamplingParams
@@ -95,6 +97,43 @@ def test_a_written_bos_is_not_doubled(engine):
     assert engine.tokenize(bos + "Hello there")[:2].count(BOS_ID) == 1
     assert engine.tokenize(bos + "Hi", add_special=False)[0] == BOS_ID
 
+
+
+# ---- a call grammar woken part-way (engine/call_grammar.py) -------------------------------------
+
+CALL_GRAMMAR = 'root ::= "[[" [a-c] [a-c] [a-c] "]]"'
+
+
+def test_a_call_grammar_sleeps_until_woken_then_holds_every_token(engine):
+    row = prefill(engine, TEXTS)[0]
+    sampler = engine.new_sampler(SamplingParams(temperature=0, call_grammar=CALL_GRAMMAR))
+    try:
+        assert sampler.grammar_asleep and not sampler.has_grammar
+        assert sampler.sample(row) == int(engine.logits(row).argmax())     # asleep: the plain choice
+        assert not sampler.wake(b"", engine.tokenize("[[x", add_special=False))   # it strays already
+        assert sampler.grammar_asleep and not sampler.has_grammar
+        assert sampler.wake(b"[", engine.tokenize("[a", add_special=False))      # the state after "[[a"
+        assert sampler.has_grammar and not sampler.grammar_asleep
+        text = "[[a"
+        for _ in range(8):
+            token = sampler.sample(row)             # the same logits each time: only the grammar moves on
+            if token in engine.eog_tokens:
+                break
+            text += engine.piece(token).decode()
+        assert re.fullmatch(r"\[\[a[a-c]{2}\]\]", text), text
+        assert token in engine.eog_tokens           # whole: only the end could follow
+    finally:
+        sampler.free()
+
+
+def test_a_call_grammar_refuses_a_call_text_that_strays_from_it(engine):
+    grammar = 'root ::= "{\\"name\\": " [a-z]+ "}"'
+    taken = grammar_after(engine, grammar, b'{"na', engine.tokenize('me": ab', add_special=False))
+    assert taken is not None
+    ll.llama_sampler_free(taken)
+    assert grammar_after(engine, grammar, b"", engine.tokenize('{"name":ab', add_special=False)) is None
+    assert grammar_after(engine, grammar, b'{"name', engine.tokenize('": ab', add_special=False)
+                         + [engine.eog_tokens[0]]) is None
 
 # ---- what a load learns of its file, kept for the next load (engine/file_facts.py) -------------
 

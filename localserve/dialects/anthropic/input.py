@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from ...prompt.build import ChatInput
+from ...prompt.build import ChatInput, strict_tool_names
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
@@ -61,7 +61,7 @@ def read_input(body: dict, signing_key: bytes) -> MessagesInput:
     marked = [i for i, m in enumerate(messages) if m.pop(_BREAKPOINT, False)]
     choice, parallel = read_tool_choice(body.get("tool_choice"), tools)
     chat = ChatInput(messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
-                     template_kwargs=read_template_kwargs(body))
+                     template_kwargs=read_template_kwargs(body), strict_tools=strict_tool_names(body.get("tools")))
     request_effort = read_output_config(body, chat)
     effort = _turn_effort(body["messages"]) or request_effort
     if effort:

@@ -7,7 +7,8 @@ import uuid
 from typing import Any
 
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
-from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions
+from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions,
+                            strict_tool_names)
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError, openai_error_body
 from ...settings import MAX_PREDICTION_TOKENS
@@ -59,6 +60,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     if effort is not None:
         chat.template_kwargs.setdefault("reasoning_effort", effort)
     chat.tools = function_definitions(body.get("tools"))
+    chat.strict_tools = strict_tool_names(body.get("tools"))
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)

@@ -59,6 +59,7 @@ class ResponseTools:
     echo: list[dict] = field(default_factory=list)          # as the Response object lists them
     kinds: dict[str, ToolKind] = field(default_factory=dict)  # qualified name -> kind
     ignored: list[str] = field(default_factory=list)        # hosted tool types left out
+    strict: set[str] = field(default_factory=set)           # qualified names of function tools with strict: true
 
 
 def qualified(name: str, namespace: str | None) -> str:
@@ -118,6 +119,8 @@ def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) ->
             raise invalid(f"{where}.name", "a function name cannot contain '.'")
         definition["name"] = qualified(definition["name"], namespace)
         found.kinds[definition["name"]] = ToolKind("function", tool["name"], namespace)
+        if tool.get("strict") is True:
+            found.strict.add(definition["name"])
     elif kind == "custom":
         definition = _custom(tool, where, namespace)
         found.kinds[definition["name"]] = ToolKind("custom", tool["name"], namespace, tool.get("format"))

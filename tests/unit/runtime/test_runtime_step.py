@@ -19,6 +19,7 @@ TEXT = {10: b"a", 11: b"b", 12: b"c"}
 
 class ScriptedSampler:
     has_grammar = False
+    grammar_asleep = False
 
     def __init__(self, tokens):
         self.tokens = list(tokens)
