@@ -14,7 +14,7 @@ from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
     from ..engine.sampler import Sampler
-    from .pending_sample import PendingSample
+    from .pending_sample import PendingSample, SampleWorker
 
 
 class JobStatus(enum.Enum):
@@ -56,6 +56,7 @@ class Job:
         self.t_admitted = time.monotonic()
         self.t_first_token: float | None = None
         self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
+        self.sample_worker: SampleWorker | None = None  # the thread that chooses it, for the job's life
         self.pending_logprobs: dict | None = None
         self.pending_draft: list[int] = []            # the draft that pending sample verifies
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)

@@ -373,6 +373,9 @@ class Runtime:
             job.pending = None
         else:
             job.sampler.free()
+        if job.sample_worker is not None:
+            job.sample_worker.close()
+            job.sample_worker = None
         job.status = JobStatus.FINISHED
         job.slot.job = None
         job.slot.last_used = time.monotonic()
