@@ -28,6 +28,7 @@ class SamplingParams:
     repeat_last_n: int = 64
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None
+    grammar_tokens: frozenset[int] | None = None    # the tokens `grammar` names whole, found when it was checked
 
 
 @dataclass

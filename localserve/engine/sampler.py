@@ -67,14 +67,16 @@ class Sampler:
         self.chain = chain
         try:
             self._build(params)
-        except Exception:
-            ll.llama_sampler_free(chain)
+            if self._grammar is not None:
+                named = params.grammar_tokens       # found when the request's grammar was checked
+                if named is None:
+                    named = engine.grammar_tokens(params.grammar)
+                if named:
+                    self._guard = TokenRefGuard(engine, self._grammar, named)
+                self._candidates = CandidateBuffer(engine.n_vocab, keep=self._guard is not None)
+        except BaseException:       # the chain (and the grammar in it) is ours alone until we return
+            self.free()
             raise
-        if self._grammar is not None:
-            named = engine.grammar_tokens(params.grammar)
-            if named:
-                self._guard = TokenRefGuard(engine, self._grammar, named)
-            self._candidates = CandidateBuffer(engine.n_vocab, keep=self._guard is not None)
 
     def _add(self, sampler) -> None:
         if not sampler:

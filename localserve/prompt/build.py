@@ -147,7 +147,7 @@ def check_grammar(engine: EngineFacade, sampling: SamplingParams, param: str = "
     if sampling.grammar:
         try:
             check_size(sampling.grammar)
-            engine.check_grammar(sampling.grammar)
+            sampling.grammar_tokens = engine.check_grammar(sampling.grammar)
         except GrammarTooCostly as exc:
             raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
         except GrammarError as exc:
