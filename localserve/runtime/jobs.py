@@ -49,7 +49,8 @@ class Job:
         self.generated: list[int] = []
         self.next_token: int | None = None  # sampled, not yet decoded
         self.pipeline = OutputPipeline(gen.request)
-        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
+        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None   # those sent, in order
+        self.unsent_logprobs: list[dict] = []         # tokens whose text is still held back
         self.reasoning_tokens = 0
         self.forced: collections.deque[int] = collections.deque()   # tokens to emit instead of sampling
         self.budget_spent = False

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
+from ..generation import (ActiveGeneration, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped)
 from . import logprobs
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
@@ -25,7 +25,7 @@ from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .outcome import finish_reason, finished_output
+from .outcome import attach_logprobs, finish_reason, finished_output
 from .pending_sample import abandoned_running
 from .promptcache import PromptCache
 from .sampling import SAMPLE_GRACE, SamplerDriver
@@ -314,13 +314,10 @@ class Runtime:
             job.reasoning_tokens += 1
             self._enforce_reasoning_budget(job)
         piece = self.engine.piece(token)
-        events = job.pipeline.feed(piece)
         if logprob_entry is not None:
-            job.logprobs.append(logprobs.choose(logprob_entry, token, piece))
-            for event in events:        # the token's entry rides on the first chunk it produced
-                if isinstance(event, Chunk):
-                    event.logprobs = [logprob_entry]
-                    break
+            job.unsent_logprobs.append(logprobs.choose(logprob_entry, token, piece))
+        events = job.pipeline.feed(piece)
+        attach_logprobs(job, events)
         for event in events:
             self._emit(job, event)
         if len(job.generated) == 1:
@@ -346,6 +343,7 @@ class Runtime:
 
     def _retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []
+        attach_logprobs(job, events)
         for event in events:
             self._emit(job, event)
         output = finished_output(job, reason, time.monotonic())

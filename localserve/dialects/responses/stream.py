@@ -112,9 +112,6 @@ class ResponseEvents:
         events = self.started()
         if not self.items:          # nothing generated: still answer with an (empty) message
             events += self._text("", None)
-        if self.with_logprobs and output.logprobs and [i["type"] for i in self.items] == ["message"]:
-            # the whole list: a token whose text was held back streamed no logprob of its own
-            self.logprobs = self._logprob_entries(output.logprobs)
         if self.current is not None and self.current["type"] in CALL_ITEMS:
             call_id = self.current["call_id"]
             if call_id in final_arguments:
