@@ -236,7 +236,7 @@ class Runtime:
                     self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
                 else:
                     self.kv.clear(slot)
-                    self._emit_to(gen, Finished(error=GenerationError(500, "internal error while starting this request")))
+                    self._fail_unstarted(gen, GenerationError(500, "internal error while starting this request"))
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
@@ -247,7 +247,7 @@ class Runtime:
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
-            self._emit_to(gen, Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
+            self._fail_unstarted(gen, GenerationError(400, str(exc), "invalid_grammar"))
             return
         job = Job(gen, slot, sampler, keep)
         job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
@@ -363,7 +363,13 @@ class Runtime:
     def _fail(self, job: Job, error: GenerationError) -> None:
         self.kv.clear(job.slot)
         self._release(job)
+        self.metrics.record_failure(len(job.generated))
         self._emit(job, Finished(error=error))
+
+    def _fail_unstarted(self, gen: ActiveGeneration, error: GenerationError) -> None:
+        """A job that failed before it had a slot of its own."""
+        self.metrics.record_failure()
+        self._emit_to(gen, Finished(error=error))
 
     def _release(self, job: Job) -> None:
         if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
