@@ -69,7 +69,7 @@ def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
             if not has_later_system_turns(chat.messages):
                 raise
         else:
-            if not has_later_system_turns(chat.messages) or shows_every_system_turn(text, chat.messages):
+            if not has_later_system_turns(chat.messages) or shows_every_system_turn(chat.messages, render):
                 return text
         return render(fold_system_turns(chat.messages))
     except TemplateError as exc:
