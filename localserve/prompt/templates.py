@@ -157,20 +157,14 @@ def has_later_system_turns(messages: list[dict]) -> bool:
 
 
 def shows_every_system_turn(messages: list[dict], render: Callable[[list[dict]], str]) -> bool:
-    """Whether `render` shows every system message: rendered with a mark of its own in place of
-    each one's text, the prompt holds every mark (the text itself could appear elsewhere in the
-    conversation; a mark of private-use characters cannot, nor does a template test for one)."""
-    marked, marks = [], []
-    for i, message in enumerate(messages):
-        if message.get("role") in ("system", "developer"):
-            marks.append(f"\ue001{i}\ue001")
-            message = {**message, "content": marks[-1]}
-        marked.append(message)
+    """Whether `render` shows every system message: with a private-use mark in place of each one's
+    text (which could appear elsewhere in the conversation), the prompt holds every mark."""
+    marks = {i: f"\ue001{i}\ue001" for i, m in enumerate(messages) if m.get("role") in ("system", "developer")}
     try:
-        text = render(marked)
+        text = render([{**m, "content": marks[i]} if i in marks else m for i, m in enumerate(messages)])
     except TemplateError:
         return False
-    return all(mark in text for mark in marks)
+    return all(mark in text for mark in marks.values())
 
 
 def fold_system_turns(messages: list[dict]) -> list[dict]:
