@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from .dialects import endpoints, model_endpoints
 from .ops import memory
@@ -68,6 +69,7 @@ class App:
         self.store: Store | None = None
         self.response_runs = ResponseRuns()
         self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
+        self._forget_cleanup: Callable[[], None] = lambda: None    # takes load()'s exit clean-up off again
         self.created = int(time.time())
         self.metrics = metrics.ServerMetrics(self)
         try:
@@ -181,7 +183,7 @@ class App:
                 self.models.close()
                 raise StartupError(str(exc), EXIT_USAGE if exc.usage else EXIT_LOAD_FAILED) from None
         self.store = open_store(s)
-        at_engine_failure(self._close_stored_state)
+        self._forget_cleanup = at_engine_failure(self._close_stored_state)
         rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
         self.models.start()
@@ -200,6 +202,7 @@ class App:
         self.response_runs.close()      # runs still going fail, and are stored so, before the store closes
         if self.store is not None:
             self.store.close()
+        self._forget_cleanup()          # closed: an exit has nothing of this app's left to clean up
 
 
 def open_store(settings: Settings) -> Store | None:

@@ -31,6 +31,7 @@ class SamplingParams:
     # A grammar that sleeps until the model opens a tool call on its own, then holds the call to
     # it from its first marker on (strict tools under tool_choice auto: runtime/call_grammar.py).
     call_grammar: str | None = None
+    grammar_tokens: frozenset[int] | None = None    # the tokens `grammar` names whole, found when it was checked
 
 
 @dataclass

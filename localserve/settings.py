@@ -97,6 +97,11 @@ def user_data_dir() -> Path:
     return Path(base) / "localserve"
 
 
+def default_inflight_bytes(max_body_bytes: int) -> int:
+    """--max-inflight-bytes when not given: room for INFLIGHT_BODIES bodies of the largest size."""
+    return INFLIGHT_BODIES * max_body_bytes
+
+
 @dataclass
 class Settings:
     model: str | None = None
@@ -117,7 +122,7 @@ class Settings:
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
     drain_timeout: float = DEFAULT_DRAIN_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
-    max_inflight_bytes: int = INFLIGHT_BODIES * DEFAULT_MAX_BODY_BYTES
+    max_inflight_bytes: int | None = None          # None: the default for max_body_bytes, set at once
     sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT
     pooling: str | None = None                     # mean | last | cls; None: the GGUF's, else last
     embeddings_only: bool = False                  # the model answers embeddings (rerank), never chat
@@ -146,6 +151,10 @@ class Settings:
     preload: list[str] = field(default_factory=list)
     evict_wait: float = MODEL_EVICT_WAIT           # seconds a load waits for a busy model to go idle
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.max_inflight_bytes is None:
+            self.max_inflight_bytes = default_inflight_bytes(self.max_body_bytes)
 
     def resolved_threads(self) -> int:
         return self.threads or max(1, os.cpu_count() or 1)

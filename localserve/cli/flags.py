@@ -246,12 +246,11 @@ def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = 
         values[option.attr] = value
     values["models"] = from_file.get("models", {})
     _resolve_speculative(values, defaulted, config_path)
-    if values["max_inflight_bytes"] is None:
-        values["max_inflight_bytes"] = defaults.INFLIGHT_BODIES * values["max_body_bytes"]
-    elif values["max_inflight_bytes"] < values["max_body_bytes"]:
-        raise UsageError(f"--max-inflight-bytes ({values['max_inflight_bytes']}) must be at least "
-                         f"--max-body-bytes ({values['max_body_bytes']}): a largest request could never be served")
-    return Settings(**values)
+    settings = Settings(**values)      # an absent --max-inflight-bytes takes its default here
+    if settings.max_inflight_bytes < settings.max_body_bytes:
+        raise UsageError(f"--max-inflight-bytes ({settings.max_inflight_bytes}) must be at least "
+                         f"--max-body-bytes ({settings.max_body_bytes}): a largest request could never be served")
+    return settings
 
 
 def _resolve_speculative(values: dict[str, Any], defaulted: set[str], config_path: str | None) -> None:

@@ -322,14 +322,16 @@ class Engine:
     def new_sampler(self, params: SamplingParams) -> "Sampler":
         return Sampler(self, params)
 
-    def check_grammar(self, grammar: str) -> None:
-        """Raise GrammarError unless llama.cpp parses the grammar and it is safe to run."""
-        self.grammar_tokens(grammar)
+    def check_grammar(self, grammar: str) -> frozenset[int]:
+        """Raise GrammarError unless llama.cpp parses the grammar and it is safe to run; the tokens
+        it names whole (grammar_tokens), for the sampler, so the runtime thread need not scan it again."""
+        named = self.grammar_tokens(grammar)
         sampler = ll.llama_sampler_init_grammar(self.vocab, grammar.encode("utf-8"), b"root")
         if not sampler:
             raise GrammarError("the grammar could not be parsed by llama.cpp (check the GBNF syntax "
                                "and that a 'root' rule exists)")
         ll.llama_sampler_free(sampler)
+        return named
 
     def grammar_tokens(self, grammar: str) -> frozenset[int]:
         """The tokens a GBNF names whole (``<think>``, ``<[7]>``); GrammarError for one it must not name.

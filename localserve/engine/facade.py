@@ -67,7 +67,7 @@ class _LoadedEngine(Protocol):
 
     def valid_token(self, token: int) -> bool: ...
 
-    def check_grammar(self, grammar: str) -> None: ...
+    def check_grammar(self, grammar: str) -> frozenset[int]: ...
 
 
 class EngineFacade:
@@ -104,6 +104,6 @@ class EngineFacade:
     def valid_token(self, token: int) -> bool:
         return self._engine.valid_token(token)
 
-    def check_grammar(self, grammar: str) -> None:
-        """GrammarError unless llama.cpp parses the grammar and it is safe to run."""
-        self._engine.check_grammar(grammar)
+    def check_grammar(self, grammar: str) -> frozenset[int]:
+        """GrammarError unless llama.cpp parses the grammar and it is safe to run; the tokens it names whole."""
+        return self._engine.check_grammar(grammar)

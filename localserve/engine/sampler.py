@@ -70,15 +70,16 @@ class Sampler:
         self.chain = chain
         try:
             self._build(params)
-        except Exception:
-            ll.llama_sampler_free(chain)
+            if self._grammar is not None:
+                self._watch(params.grammar, params.grammar_tokens)
+        except BaseException:       # the chain (and the grammar in it) is ours alone until we return
+            self.free()
             raise
-        if self._grammar is not None:
-            self._watch(params.grammar)
 
-    def _watch(self, grammar: str) -> None:
+    def _watch(self, grammar: str, named: frozenset[int] | None = None) -> None:
         """Ready to choose under the grammar: our own candidates, and the guard it may need."""
-        named = self.engine.grammar_tokens(grammar)
+        if named is None:           # not found when the grammar was checked
+            named = self.engine.grammar_tokens(grammar)
         if named:
             self._guard = TokenRefGuard(self.engine, self._grammar, named)
         self._candidates = CandidateBuffer(self.engine.n_vocab, keep=self._guard is not None)

@@ -17,16 +17,30 @@ from typing import Callable, NoReturn
 
 log = logging.getLogger("localserve")
 
-EXIT_ENGINE_FAILED = 3
+EXIT_ENGINE_FAILED = 3     # README's "Exit status" lists every status the process ends with
 CLEANUP_SECONDS = 2.0      # the most the clean-up may take: the exit must not hang on a stuck lock
 
 _cleanups: list[Callable[[], None]] = []
 _exiting = threading.Lock()
 
 
-def at_engine_failure(cleanup: Callable[[], None]) -> None:
-    """Run `cleanup` (best effort, bounded in time) before the process exits for good."""
+def at_engine_failure(cleanup: Callable[[], None]) -> Callable[[], None]:
+    """Run `cleanup` (best effort, bounded in time) before the process exits for good; returns
+    what takes it off the list again, for its owner to call when it closes."""
     _cleanups.append(cleanup)
+    return lambda: _forget(cleanup)
+
+
+def _forget(cleanup: Callable[[], None]) -> None:
+    try:
+        _cleanups.remove(cleanup)
+    except ValueError:      # taken off already
+        pass
+
+
+def pending_cleanups() -> int:
+    """How many clean-ups an exit would run now."""
+    return len(_cleanups)
 
 
 def exit_engine_failed(reason: str) -> NoReturn:
@@ -42,7 +56,7 @@ def exit_engine_failed(reason: str) -> NoReturn:
 
 
 def _clean_up() -> None:
-    for cleanup in _cleanups:
+    for cleanup in list(_cleanups):     # an owner closing on another thread may take itself off
         try:
             cleanup()
         except Exception:      # noqa: BLE001 - exiting anyway

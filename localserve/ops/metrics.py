@@ -24,6 +24,7 @@ QUEUE_SECONDS_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 UNMATCHED = "other"          # endpoint label for paths no route serves (404s, garbage)
+FAILED = "error"             # finish_reason label of a generation that ended in an error
 
 
 # ---- what localserve measures ----------------------------------------------------
@@ -49,8 +50,8 @@ class ServerMetrics:
         self.prefilled_tokens = r.counter("localserve_prefilled_tokens_total", "Prompt tokens run through the "
                                           "model, cancelled generations included (a prefill cut short counts "
                                           "none of its interrupted batch)")
-        self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason",
-                                     ("finish_reason",))
+        self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason "
+                                     "(error: the generation failed)", ("finish_reason",))
         self.cancellations = r.counter("localserve_cancellations_total", "Generations cancelled (the client "
                                        "went away or asked), running or still queued")
         self.ttft = r.histogram("localserve_time_to_first_token_seconds", "Time from submission (queue wait "
@@ -182,6 +183,11 @@ class ServerMetrics:
         self.generations.inc(finish_reason="cancelled")
         self.generated_tokens.inc(generated_tokens)
 
+    def record_failure(self, generated_tokens: int = 0) -> None:
+        """A generation that ended in an error (its client got the error, not an answer)."""
+        self.generations.inc(finish_reason=FAILED)
+        self.generated_tokens.inc(generated_tokens)
+
     # ---- reading -----------------------------------------------------------------
 
     def endpoint_of(self, path: str | None, method: str = "GET") -> str:
@@ -254,6 +260,11 @@ class ModelMetrics:
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.server.record_cancellation(generated_tokens)
         self.server.model_generations.inc(model=self.model, finish_reason="cancelled")
+        self.server.model_generated_tokens.inc(generated_tokens, model=self.model)
+
+    def record_failure(self, generated_tokens: int = 0) -> None:
+        self.server.record_failure(generated_tokens)
+        self.server.model_generations.inc(model=self.model, finish_reason=FAILED)
         self.server.model_generated_tokens.inc(generated_tokens, model=self.model)
 
 

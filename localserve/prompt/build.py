@@ -70,7 +70,7 @@ def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
             if not has_later_system_turns(chat.messages):
                 raise
         else:
-            if not has_later_system_turns(chat.messages) or shows_every_system_turn(text, chat.messages):
+            if not has_later_system_turns(chat.messages) or shows_every_system_turn(chat.messages, render):
                 return text
         return render(fold_system_turns(chat.messages))
     except TemplateError as exc:
@@ -149,13 +149,14 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
 def check_grammar(engine: EngineFacade, sampling: SamplingParams, param: str = "grammar") -> None:
     """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
     if sampling.grammar:
-        check_grammar_text(engine, sampling.grammar, param)
+        sampling.grammar_tokens = check_grammar_text(engine, sampling.grammar, param)
 
 
-def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> None:
+def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozenset[int]:
+    """The tokens the grammar names whole; 400 when llama.cpp cannot (or must not) run it."""
     try:
         check_size(grammar)
-        engine.check_grammar(grammar)
+        return engine.check_grammar(grammar)
     except GrammarTooCostly as exc:
         raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
     except GrammarError as exc:

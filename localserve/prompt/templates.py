@@ -18,7 +18,7 @@ import functools
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jinja2
 import jinja2.ext
@@ -156,9 +156,15 @@ def has_later_system_turns(messages: list[dict]) -> bool:
     return any(m.get("role") in ("system", "developer") for m in messages[1:])
 
 
-def shows_every_system_turn(text: str, messages: list[dict]) -> bool:
-    """Whether the rendered prompt carries the text of every system message."""
-    return all(_system_text(m) in text for m in messages if m.get("role") in ("system", "developer"))
+def shows_every_system_turn(messages: list[dict], render: Callable[[list[dict]], str]) -> bool:
+    """Whether `render` shows every system message: with a private-use mark in place of each one's
+    text (which could appear elsewhere in the conversation), the prompt holds every mark."""
+    marks = {i: f"\ue001{i}\ue001" for i, m in enumerate(messages) if m.get("role") in ("system", "developer")}
+    try:
+        text = render([{**m, "content": marks[i]} if i in marks else m for i, m in enumerate(messages)])
+    except TemplateError:
+        return False
+    return all(mark in text for mark in marks.values())
 
 
 def fold_system_turns(messages: list[dict]) -> list[dict]:

@@ -14,7 +14,7 @@ from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
     from ..engine.sampler import Sampler
-    from .pending_sample import PendingSample
+    from .pending_sample import PendingSample, SampleWorker
 
 
 class JobStatus(enum.Enum):
@@ -49,13 +49,15 @@ class Job:
         self.generated: list[int] = []
         self.next_token: int | None = None  # sampled, not yet decoded
         self.pipeline = OutputPipeline(gen.request)
-        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None
+        self.logprobs: list[dict] | None = [] if gen.request.logprobs else None   # those sent, in order
+        self.unsent_logprobs: list[dict] = []         # tokens whose text is still held back
         self.reasoning_tokens = 0
         self.forced: collections.deque[int] = collections.deque()   # tokens to emit instead of sampling
         self.budget_spent = False
         self.t_admitted = time.monotonic()
         self.t_first_token: float | None = None
         self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
+        self.sample_worker: SampleWorker | None = None  # the thread that chooses it, for the job's life
         self.pending_logprobs: dict | None = None
         self.pending_draft: list[int] = []            # the draft that pending sample verifies
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)

@@ -13,10 +13,9 @@ import numpy as np
 def distribution(logits: np.ndarray, top_n: int, piece: Callable[[int], bytes]) -> dict:
     """The log-probabilities of every token (kept under "_all" until a token is chosen) and the
     top_n most likely, best first."""
-    logits = logits.astype(np.float64)
-    peak = logits.max()
-    log_z = peak + math.log(float(np.exp(logits - peak).sum()))
-    all_logprobs = logits - log_z
+    # float32 as the logits are, one copy of the row: a vocabulary can be 262k tokens, every token
+    all_logprobs = logits - logits.max()
+    all_logprobs -= np.float32(math.log(float(np.exp(all_logprobs).sum(dtype=np.float64))))
     entry: dict = {"_all": all_logprobs, "top_logprobs": []}
     if top_n:
         best = np.argpartition(-all_logprobs, top_n)[:top_n]

@@ -6,10 +6,32 @@ decides when a job ends and what happens to its slot; this says what the answer 
 
 from __future__ import annotations
 
-from ..generation import GenerationOutput, Timings
+from ..generation import Chunk, GenerationOutput, Timings, ToolCallDelta, ToolCallStart
 from .jobs import Job
 
-__all__ = ["finish_reason", "finished_output"]
+__all__ = ["attach_logprobs", "finish_reason", "finished_output"]
+
+
+def attach_logprobs(job: Job, events: list) -> None:
+    """Give the tokens whose text these events release their logprob entries.
+
+    A token whose text is held back (half a character, a possible stop string or tool call)
+    waits in job.unsent_logprobs; the first chunk that releases text carries every entry
+    waiting, so a stream's entries, joined, are the whole answer's (job.logprobs). Tokens a
+    tool call took, or a stop string swallowed, released no text: their entries are dropped.
+    """
+    if not job.unsent_logprobs:
+        return
+    for event in events:
+        if isinstance(event, Chunk) and event.text:
+            event.logprobs = job.unsent_logprobs
+            job.logprobs.extend(job.unsent_logprobs)
+            break
+        if isinstance(event, (ToolCallStart, ToolCallDelta)):
+            break
+    else:
+        return
+    job.unsent_logprobs = []
 
 
 def finish_reason(job: Job, n_ctx_seq: int) -> str | None:

@@ -1,16 +1,19 @@
-"""A grammar job's next token, chosen on a thread of its own while the runtime goes on.
+"""A grammar job's next token, chosen on a thread of the job's own while the runtime goes on.
 
 llama.cpp's grammar sampler keeps a stack per way the text so far can be parsed; an
 ambiguous grammar multiplies them, and one token can take seconds or minutes (the limits
 checked before a job runs catch the plain cases, not every one). A native call cannot be
 interrupted, so the runtime does not make it: it copies the job's logits into the job's
-sampler, starts this thread, and keeps decoding the other jobs; the job sits out of the
-batch until its token is ready. Past the time limit the job fails at once and the thread
-is abandoned: it finishes inside llama.cpp and frees the sampler then.
+sampler, hands the sample to the job's SampleWorker, and keeps decoding the other jobs; the
+job sits out of the batch until its token is ready. The worker is one thread for the job's
+whole life (a thread per token would be thousands a minute). Past the time limit the job fails
+at once and the sample is abandoned: it finishes inside llama.cpp and frees the sampler then,
+and the worker ends after it.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from typing import Callable
@@ -31,7 +34,7 @@ class PendingSample:
     """The job's next token, or with a draft (speculative.py) the run of tokens that verifies it:
     `choose` appends each token chosen to the list it is given, so an error midway keeps the ones before."""
 
-    def __init__(self, sampler: Sampler, on_done: Callable[[], None],
+    def __init__(self, sampler: Sampler, on_done: Callable[[], None], worker: SampleWorker,
                  choose: Callable[[list[int]], None] | None = None, rows: int = 1):
         self.sampler = sampler
         self.rows = rows                # logits rows to sample: the time limit is per token
@@ -44,7 +47,7 @@ class PendingSample:
         self._lock = threading.Lock()
         self._abandoned = False
         self._done = False
-        threading.Thread(target=self._run, name="grammar-sample", daemon=True).start()
+        worker.submit(self)
 
     @property
     def done(self) -> bool:
@@ -53,7 +56,8 @@ class PendingSample:
     def seconds(self, now: float) -> float:
         return (self.finished or now) - self.started
 
-    def _run(self) -> None:
+    def run(self) -> None:
+        """Choose the token(s), on the job's worker thread."""
         try:
             self._choose(self.tokens)
         except BaseException as exc:     # handed to the runtime, which fails this job alone
@@ -75,6 +79,26 @@ class PendingSample:
                 _count_abandoned(+1)
                 return
         self.sampler.free()
+
+
+class SampleWorker:
+    """The one thread that runs a grammar job's samples, one at a time, until the job ends."""
+
+    def __init__(self):
+        self._samples: queue.SimpleQueue[PendingSample | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name="grammar-sample", daemon=True)
+        self.thread.start()
+
+    def submit(self, sample: PendingSample) -> None:
+        self._samples.put(sample)
+
+    def close(self) -> None:
+        """The job has ended: the thread ends after the sample it runs (an abandoned one), if any."""
+        self._samples.put(None)
+
+    def _serve(self) -> None:
+        while (sample := self._samples.get()) is not None:
+            sample.run()
 
 
 def _count_abandoned(change: int) -> None:

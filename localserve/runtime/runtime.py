@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
+from ..generation import (ActiveGeneration, Context, Finished, GenerationError, GenerationOutput,
                          GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped)
 from . import logprobs
 from .call_grammar import wake_at_open_call
@@ -26,7 +26,7 @@ from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .outcome import finish_reason, finished_output
+from .outcome import attach_logprobs, finish_reason, finished_output
 from .pending_sample import abandoned_running
 from .promptcache import PromptCache
 from .sampling import SAMPLE_GRACE, SamplerDriver
@@ -238,7 +238,7 @@ class Runtime:
                     self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
                 else:
                     self.kv.clear(slot)
-                    self._emit_to(gen, Finished(error=GenerationError(500, "internal error while starting this request")))
+                    self._fail_unstarted(gen, GenerationError(500, "internal error while starting this request"))
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
@@ -249,7 +249,7 @@ class Runtime:
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
-            self._emit_to(gen, Finished(error=GenerationError(400, str(exc), "invalid_grammar")))
+            self._fail_unstarted(gen, GenerationError(400, str(exc), "invalid_grammar"))
             return
         job = Job(gen, slot, sampler, keep)
         job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
@@ -316,13 +316,10 @@ class Runtime:
             job.reasoning_tokens += 1
             self._enforce_reasoning_budget(job)
         piece = self.engine.piece(token)
-        events = job.pipeline.feed(piece)
         if logprob_entry is not None:
-            job.logprobs.append(logprobs.choose(logprob_entry, token, piece))
-            for event in events:        # the token's entry rides on the first chunk it produced
-                if isinstance(event, Chunk):
-                    event.logprobs = [logprob_entry]
-                    break
+            job.unsent_logprobs.append(logprobs.choose(logprob_entry, token, piece))
+        events = job.pipeline.feed(piece)
+        attach_logprobs(job, events)
         for event in events:
             self._emit(job, event)
         if len(job.generated) == 1:
@@ -349,6 +346,7 @@ class Runtime:
 
     def _retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []
+        attach_logprobs(job, events)
         for event in events:
             self._emit(job, event)
         output = finished_output(job, reason, time.monotonic())
@@ -368,7 +366,13 @@ class Runtime:
     def _fail(self, job: Job, error: GenerationError) -> None:
         self.kv.clear(job.slot)
         self._release(job)
+        self.metrics.record_failure(len(job.generated))
         self._emit(job, Finished(error=error))
+
+    def _fail_unstarted(self, gen: ActiveGeneration, error: GenerationError) -> None:
+        """A job that failed before it had a slot of its own."""
+        self.metrics.record_failure()
+        self._emit_to(gen, Finished(error=error))
 
     def _release(self, job: Job) -> None:
         if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
@@ -376,6 +380,9 @@ class Runtime:
             job.pending = None
         else:
             job.sampler.free()
+        if job.sample_worker is not None:
+            job.sample_worker.close()
+            job.sample_worker = None
         job.status = JobStatus.FINISHED
         job.slot.job = None
         job.slot.last_used = time.monotonic()

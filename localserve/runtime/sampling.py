@@ -1,7 +1,7 @@
 """The sampler driver: choosing each job's next token from a step's logits.
 
 A plain job's token is chosen at once; a job with forced tokens (a spent reasoning budget)
-takes the next one; a grammar job's token is chosen on a thread of its own
+takes the next one; a grammar job's token is chosen on the job's own worker thread
 (pending_sample.py): the job sits out of the batch until it is ready, the others keep their
 pace, and past --sample-time-limit the job fails. What a chosen token does to its job (text,
 events, the end) is the runtime's: it gets each token, each error and each overrun through
@@ -16,7 +16,7 @@ from typing import Callable
 from ..engine.engine import Engine
 from . import logprobs
 from .jobs import Job, JobStatus
-from .pending_sample import PendingSample
+from .pending_sample import PendingSample, SampleWorker
 from .scheduler import Scheduler
 
 # After a step, how long the runtime waits for grammar tokens being chosen off-thread before
@@ -83,18 +83,20 @@ class SamplerDriver:
         return accepted, matched and not woke and job.status is not JobStatus.FINISHED
 
     def _sample_off_thread(self, job: Job, row: int, draft: list[int]) -> None:
-        """A grammar job's token (or draft run) is chosen on a thread of its own (pending_sample.py)."""
+        """A grammar job's token (or draft run) is chosen on its worker thread (pending_sample.py)."""
         job.pending_logprobs = self._begin(job, self.engine.logits(row) if job.logprobs is not None else None)
         job.pending_draft = list(draft)
+        if job.sample_worker is None:
+            job.sample_worker = SampleWorker()
         if not draft:
             job.sampler.load(row)
-            job.pending = PendingSample(job.sampler, self._sample_ready)
+            job.pending = PendingSample(job.sampler, self._sample_ready, job.sample_worker)
             return
         import numpy as np      # the step's logits are overwritten by the next decode: the run gets a copy
         rows = np.array([self.engine.logits(row + i) for i in range(len(draft) + 1)])
         job.pending_rows = rows
         sampler = job.sampler
-        job.pending = PendingSample(sampler, self._sample_ready, rows=len(rows),
+        job.pending = PendingSample(sampler, self._sample_ready, job.sample_worker, rows=len(rows),
                                     choose=lambda out: sampler.choose_run(rows, draft, out))
 
     def _begin(self, job: Job, logits) -> dict | None:

@@ -28,7 +28,7 @@ from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
 from .linger import Lingerer, linger_close
 from ..ops.metrics import ServerMetrics
-from ..settings import INFLIGHT_BODIES, RETRY_AFTER_SECONDS, TRIM_AFTER_BYTES
+from ..settings import RETRY_AFTER_SECONDS, TRIM_AFTER_BYTES, default_inflight_bytes
 
 log = logging.getLogger("localserve.server")
 access_log = logging.getLogger("localserve.access")
@@ -49,7 +49,7 @@ class HTTPServer:
         self.dispatch = dispatch
         self.errors_for = errors_for   # a path's error shape, for requests that never reach a route
         self.max_connections = max_connections
-        self.inflight = ByteBudget(max_inflight_bytes or INFLIGHT_BODIES * limits.max_body_bytes)
+        self.inflight = ByteBudget(max_inflight_bytes or default_inflight_bytes(limits.max_body_bytes))
         self.lingerer = Lingerer()
         self.limits = limits
         self.header_timeout = header_timeout

@@ -245,6 +245,16 @@ def test_unsupported_blocks_say_so(server):
     assert "not supported" in message and "text only" in message
 
 
+def test_a_prompt_of_megabytes_with_a_cache_breakpoint_is_too_long_for_the_context(server):
+    # past the 4 MiB a count may tokenize: still the context's error, with its numbers, not text_too_long
+    text = [{"type": "text", "text": "hello " * 900_000, "cache_control": {"type": "ephemeral"}}]
+    body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": text}]}
+    resp = request(server.port, post_json("/v1/messages", body))
+    anthropic_error(resp, 400, "invalid_request_error")
+    error = resp.json()["error"]
+    assert error["n_prompt_tokens"] > error["n_ctx"] > 0, error
+
+
 def test_bad_json_and_the_sdk_error_class(server, client):
     resp = request(server.port, post_json("/v1/messages", b"{not json"))
     anthropic_error(resp, 400, "invalid_request_error")

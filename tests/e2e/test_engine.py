@@ -12,7 +12,7 @@ from llama_cpp import llama_cpp as ll
 from localserve.engine import file_facts
 from localserve.engine.call_grammar import grammar_after
 from localserve.engine.engine import Engine
-from localserve.engine.facade import TooManyTokens
+from localserve.engine.facade import GrammarError, TooManyTokens
 from localserve.generation import SamplingParams
 from tinymodel import write_tiny_gguf
 
@@ -180,3 +180,27 @@ def test_a_second_load_of_the_same_file_reuses_what_the_first_learned(tmp_path):
     third = load()
     third.close()
     assert third.weight_plan is not first.weight_plan and third.warmup_seconds > 0
+
+
+def test_a_sampler_takes_the_named_tokens_its_grammar_was_checked_for(engine, monkeypatch):
+    grammar = 'root ::= "a" <|im_start|> "b"'
+    named = engine.check_grammar(grammar)       # on the connection thread, as the request is read
+    assert named == {engine.tokenize("<|im_start|>", add_special=False)[0]}
+    scans = []
+    monkeypatch.setattr(engine, "grammar_tokens", lambda text: scans.append(text) or frozenset())
+    sampler = engine.new_sampler(SamplingParams(temperature=0, grammar=grammar, grammar_tokens=named))
+    try:
+        assert scans == [], "the runtime thread scanned the grammar again"
+        assert sampler._guard is not None and sampler._guard.named == named
+    finally:
+        sampler.free()
+
+
+def test_a_sampler_that_fails_to_build_frees_its_chain(engine, monkeypatch):
+    freed = []
+    real_free = ll.llama_sampler_free
+    monkeypatch.setattr(ll, "llama_sampler_free", lambda chain: freed.append(chain) or real_free(chain))
+    # llama.cpp parses it; naming an end-of-generation token is refused after the chain is built
+    with pytest.raises(GrammarError):
+        engine.new_sampler(SamplingParams(temperature=0.5, top_k=5, seed=1, grammar='root ::= "hi" <|im_end|>'))
+    assert len(freed) == 1

@@ -78,3 +78,36 @@ def test_a_runtime_that_keeps_failing_exits_with_status_3(tmp_path, fault, reaso
     assert done.returncode == 3, (done.returncode, done.stdout, done.stderr[-2000:])
     assert "clean-up ran" in done.stdout and "still running" not in done.stdout
     assert reason in done.stderr
+
+
+def test_an_app_takes_its_exit_clean_up_off_when_it_closes(tmp_path):
+    """In-process: each App.load() registers a clean-up for an engine failure; its close() takes it off."""
+    from localserve.app import App
+    from localserve.cli.flags import build_parser, resolve_settings
+    from localserve.ops import fatal
+
+    model = write_tiny_gguf(tmp_path / "m.gguf", chat_template=CHATML_TEMPLATE)
+    settings = resolve_settings(build_parser().parse_args(["--model", str(model), "--no-store", "--threads", "1"]),
+                                environ={})
+    before = fatal.pending_cleanups()
+    for _ in range(3):
+        app = App(settings)
+        app.load()
+        assert fatal.pending_cleanups() == before + 1
+        app.close()
+        assert fatal.pending_cleanups() == before
+
+
+def test_every_exit_status_is_distinct_and_in_the_readme():
+    from localserve.app import EXIT_LOAD_FAILED
+    from localserve.cli.flags import EXIT_USAGE
+    from localserve.engine.rpc_config import EXIT_WORKER_LOST
+    from localserve.ops.fatal import EXIT_ENGINE_FAILED
+
+    statuses = {"EXIT_LOAD_FAILED": EXIT_LOAD_FAILED, "EXIT_USAGE": EXIT_USAGE,
+                "EXIT_ENGINE_FAILED": EXIT_ENGINE_FAILED, "EXIT_WORKER_LOST": EXIT_WORKER_LOST}
+    assert len(set(statuses.values())) == len(statuses), statuses
+    readme = (ROOT / "README.rst").read_text()
+    section = readme.split("Exit status\n-----------\n", 1)[1].split("\n-----", 1)[0]
+    rows = {line.split()[0]: line for line in section.splitlines() if line[:1].isdigit()}
+    assert set(rows) == {str(status) for status in statuses.values()} | {"0"}, rows

@@ -379,7 +379,7 @@ def test_an_abandoned_grammar_sample_frees_its_sampler_when_llama_cpp_returns(no
     finish; the sampler is freed then (not under it), and the thread is counted until it has."""
     from localserve.engine.engine import Engine
     from localserve.generation import SamplingParams
-    from localserve.runtime.pending_sample import PendingSample, abandoned_running
+    from localserve.runtime.pending_sample import PendingSample, SampleWorker, abandoned_running
 
     engine = Engine(str(no_bos_model), n_ctx=256, n_seq=1, n_batch=64, threads=1)
     try:
@@ -389,8 +389,10 @@ def test_an_abandoned_grammar_sample_frees_its_sampler_when_llama_cpp_returns(no
                                                     logit_bias={int(k): v for k, v in NO_EOG.items()}))
         sampler.load(len(prompt) - 1)
         ready = threading.Event()
-        sample = PendingSample(sampler, ready.set)
+        worker = SampleWorker()
+        sample = PendingSample(sampler, ready.set, worker)
         sample.abandon()
+        worker.close()                          # the job ended: the worker ends after this sample
         assert abandoned_running() == 1 or sample.done     # done is set before the count drops
         assert ready.wait(60)
         deadline = time.monotonic() + 5
@@ -398,6 +400,8 @@ def test_an_abandoned_grammar_sample_frees_its_sampler_when_llama_cpp_returns(no
             time.sleep(0.01)
         assert abandoned_running() == 0
         assert sampler.chain is None            # freed by the thread once it was done with it
+        worker.thread.join(5)
+        assert not worker.thread.is_alive()
     finally:
         engine.close()
 

@@ -13,7 +13,7 @@ from localserve.ops.prometheus import Counter, Histogram, Registry
 from localserve.generation import GenerationOutput, Timings
 from promtext import parse
 from rawhttp import RawConnection, post_json, request
-from tinymodel import NO_EOG
+from tinymodel import NO_EOG, token_ids
 
 # One llama.cpp thread: the tiny model needs no more, and on a busy 2-core box two threads that
 # spin-wait on each other make a decode step up to 200x slower (seen: 300 tokens in 70 s, not 0.1 s).
@@ -196,6 +196,21 @@ def test_counters_move_after_requests(metrics_server):
     assert moved("localserve_generations_total", finish_reason="length") == 1
     assert moved("localserve_time_to_first_token_seconds_count") == 1
     assert moved("localserve_decode_tokens_per_second_count") == 1
+
+
+def test_a_failed_generation_is_counted_with_finish_reason_error(metrics_server):
+    port = metrics_server.port
+    before = scrape(port)
+    token_a = token_ids()["A"]      # the grammar allows this token alone, and the bias bans it
+    body = {"messages": [{"role": "user", "content": "fail"}], "max_tokens": 4,
+            "grammar": f"root ::= <[{token_a}]>", "logit_bias": {str(token_a): -100}}
+    resp = request(port, post_json("/v1/chat/completions", body))
+    assert resp.status == 400 and resp.json()["error"]["code"] == "no_allowed_token"
+    after = scrape(port)
+    assert after.value("localserve_generations_total", finish_reason="error") == \
+        before.value("localserve_generations_total", finish_reason="error") + 1
+    assert after.value("localserve_model_generations_total", model="tiny", finish_reason="error") == \
+        before.value("localserve_model_generations_total", model="tiny", finish_reason="error") + 1
 
 
 def test_a_disconnect_mid_stream_counts_a_cancellation(metrics_server):

@@ -103,7 +103,8 @@ def handle_count_tokens(exchange: Exchange) -> None:
     body = exchange.json()
     with app.use_model(body, exchange) as model:
         prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False)
-        answer: dict[str, Any] = {"input_tokens": len(tokenize_prompt(model.chat.engine, prompt.text))}
+        tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
+        answer: dict[str, Any] = {"input_tokens": len(tokens)}
     if prompt.edits is not None:
         original = prompt.edits.original_tokens
         answer["context_management"] = {"original_input_tokens": answer["input_tokens"] if original is None

@@ -31,6 +31,7 @@ class MessagesPrompt:
     text: str
     edits: EditResult | None          # None: the request has no context_management
     cache_breakpoint_tokens: int = 0  # prompt tokens up to the last breakpoint (0: none)
+    tokens: list[int] | None = None   # the prompt's tokens, when the edits counted them already
 
     @property
     def chat(self) -> ChatInput:
@@ -46,16 +47,22 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     chat = messages_input.chat
     edit_list = read_edits(body)
     edits = None
+    counted: list[tuple[list[dict], str, list[int]]] = []     # each message list counted: its text, tokens
     if edit_list is not None:
         def count(messages: list[dict]) -> int:
-            return len(tokenize_prompt(model.engine, render_chat(model.template, dataclasses.replace(chat, messages=messages))))
+            text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
+            counted.append((messages, text, tokenize_prompt(model.engine, text)))
+            return len(counted[-1][2])
         edits = apply_edits(edit_list, chat.messages, count)
         # the breakpoint keeps its index: edits change messages, never add or drop one
         chat.messages = edits.messages
-    text = render_chat(model.template, chat)
-    prompt = MessagesPrompt(messages_input, text, edits)
+    # the edits' last count may have been of the messages they left: rendered and tokenized once
+    text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
+                        (None, None))
+    prompt = MessagesPrompt(messages_input, render_chat(model.template, chat) if text is None else text, edits,
+                            tokens=tokens)
     if breakpoints and messages_input.cache_breakpoint is not None:
-        prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, text)
+        prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, prompt.text)
     return prompt
 
 
@@ -69,7 +76,9 @@ def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str)
     cut = marked_text.find(_MARK)
     if cut < 0 or not text.startswith(marked_text[:cut]):
         return 0
-    return len(tokenize_prompt(model.engine, marked_text[:cut]))
+    # a part of the prompt, which must fit the context as the whole must (a prompt too long for
+    # it is context_length_exceeded, whatever its size, not a text too long to count)
+    return len(tokenize_prompt(model.engine, marked_text[:cut], fit=True))
 
 
 def cache_usage(prompt_tokens: int, cached_tokens: int, breakpoint_tokens: int) -> dict:

@@ -63,10 +63,11 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     )
 
 
-def legacy_logprobs(entries: list[dict] | None) -> dict | None:
+def legacy_logprobs(entries: list[dict] | None, offset: int = 0) -> dict | None:
+    """The legacy shape of entries whose text begins `offset` characters into the answer."""
     if entries is None:
         return None
-    offset, offsets = 0, []
+    offsets = []
     for entry in entries:
         offsets.append(offset)
         offset += len(entry["token"])
@@ -92,6 +93,7 @@ class CompletionChunks(ChatChunks):
     def __init__(self, meta: dict, include_usage: bool):
         super().__init__(meta, include_usage)
         self.base = {**meta, "object": "text_completion", "system_fingerprint": None}
+        self.text_offset = 0        # where the next entries' text begins, as the whole answer counts it
 
     def text(self, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
         return sse({**self.base, "choices": [{"text": text, "index": 0, "logprobs": logprobs,
@@ -99,7 +101,9 @@ class CompletionChunks(ChatChunks):
 
     def feed(self, event: object) -> list[bytes]:
         if isinstance(event, Chunk):
-            return [self.text(event.text, logprobs=legacy_logprobs(event.logprobs))]
+            logprobs = legacy_logprobs(event.logprobs, self.text_offset)
+            self.text_offset += sum(len(e["token"]) for e in event.logprobs or [])
+            return [self.text(event.text, logprobs=logprobs)]
         if isinstance(event, Finished):
             out = [self.text("", finish_reason(event.output))]
             if self.include_usage:

@@ -16,12 +16,11 @@ from collections.abc import Callable
 
 from ...generation import Chunk, Context, GenerationOutput, ToolCallDelta, ToolCallStart
 from ...store.store import new_id
-from ...parsing.json_stream import strict_loads
-from .tools import CUSTOM_INPUT, LOCAL_SHELL, ToolKind, custom_input, shell_action
+from .custom_input import InputDecoder, custom_input
+from .tools import LOCAL_SHELL, ToolKind, shell_action
 
 PARALLEL_VIOLATION = "the model made more than one function call while parallel_tool_calls is false"
 CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
-_INPUT_OPENING = '{"' + CUSTOM_INPUT + '":"'
 
 
 def usage(output: GenerationOutput) -> dict:
@@ -51,7 +50,8 @@ class ResponseEvents:
         self.pieces: list[str] = []          # the open item's text (or arguments) so far
         self.logprobs: list[dict] = []       # the open message's logprobs so far
         self.calls = 0                       # function calls started
-        self.streamed_input = ""             # the open custom call's input sent so far
+        self.input = InputDecoder()          # the open custom call's input, decoded as it streams
+        self.streamed_input = 0              # characters of it sent so far
         self.dropped: set[str] = set()       # ids of calls the model abandoned
         self.terminal = False
 
@@ -112,9 +112,6 @@ class ResponseEvents:
         events = self.started()
         if not self.items:          # nothing generated: still answer with an (empty) message
             events += self._text("", None)
-        if self.with_logprobs and output.logprobs and [i["type"] for i in self.items] == ["message"]:
-            # the whole list: a token whose text was held back streamed no logprob of its own
-            self.logprobs = self._logprob_entries(output.logprobs)
         if self.current is not None and self.current["type"] in CALL_ITEMS:
             call_id = self.current["call_id"]
             if call_id in final_arguments:
@@ -271,7 +268,7 @@ class ResponseEvents:
                     "call_id": start.id, "name": kind.name, "arguments": ""}
         if kind.namespace:
             item["namespace"] = kind.namespace
-        self.streamed_input = ""
+        self.input, self.streamed_input = InputDecoder(), 0
         return self._open(item)
 
     def _call_delta(self, delta: ToolCallDelta) -> list[dict]:
@@ -282,13 +279,13 @@ class ResponseEvents:
         if item["type"] == "function_call":
             return [self.event("response.function_call_arguments.delta", **self._where(), delta=delta.fragment)]
         if item["type"] == "custom_tool_call":
-            return self._input_delta(partial_input("".join(self.pieces)))
+            return self._input_delta(self.input.feed(delta.fragment))
         return []
 
-    def _input_delta(self, text: str) -> list[dict]:
-        if not text.startswith(self.streamed_input) or len(text) == len(self.streamed_input):
+    def _input_delta(self, delta: str) -> list[dict]:
+        if not delta:
             return []
-        delta, self.streamed_input = text[len(self.streamed_input):], text
+        self.streamed_input += len(delta)
         return [self.event("response.custom_tool_call_input.delta", **self._where(), delta=delta)]
 
     def _close_call(self, arguments: str) -> list[dict]:
@@ -298,7 +295,7 @@ class ResponseEvents:
             return [self.event("response.function_call_arguments.done", **self._where(),
                                name=item["name"], arguments=arguments)]
         if item["type"] == "custom_tool_call":
-            events = self._input_delta(item["input"])
+            events = self._input_delta(item["input"][self.streamed_input:])     # what streamed begins it
             return events + [self.event("response.custom_tool_call_input.done", **self._where(),
                                         input=item["input"])]
         return []
@@ -311,36 +308,3 @@ def _set_arguments(item: dict, arguments: str) -> None:
         item["action"] = shell_action(arguments)
     else:
         item["arguments"] = arguments
-
-
-def partial_input(arguments: str) -> str:
-    """As much of a custom call's `input` string as the arguments so far decode to for sure."""
-    if not arguments.startswith(_INPUT_OPENING):
-        return ""
-    body = arguments[len(_INPUT_OPENING):]
-    end, i = 0, 0
-    while i < len(body):
-        c = body[i]
-        if c == '"':
-            break
-        if c != "\\":
-            i += 1
-        elif body[i + 1:i + 2] == "u":
-            if len(body) < i + 6:
-                break
-            digits = body[i + 2:i + 6]
-            if not all(c in "0123456789abcdefABCDEF" for c in digits):
-                break           # not JSON: the text up to here is what can be shown
-            high = 0xD800 <= int(digits, 16) <= 0xDBFF
-            if high and len(body) < i + 12:
-                break           # the low half of a surrogate pair has yet to come
-            i += 12 if high else 6
-        elif i + 1 < len(body):
-            i += 2
-        else:
-            break
-        end = i
-    try:
-        return strict_loads('"' + body[:end] + '"')
-    except ValueError:
-        return ""

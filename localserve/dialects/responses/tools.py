@@ -223,18 +223,6 @@ def constrain(tools: ResponseTools, choice: ToolChoice) -> None:
 
 # ---- calls back into output items -----------------------------------------------------
 
-def custom_input(arguments: str) -> str:
-    """A custom call's text from the arguments the model wrote: the `input` string (the raw
-    arguments when the model wrote something else)."""
-    try:
-        value = strict_loads(arguments)
-    except ValueError:
-        return arguments
-    if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str):
-        return value[CUSTOM_INPUT]
-    return arguments
-
-
 def shell_action(arguments: str) -> dict:
     """A local_shell call's `exec` action from the arguments the model wrote."""
     try:

@@ -154,3 +154,45 @@ def test_failure_mid_stream_is_an_error_event():
     error = text.split("event: error\ndata: ", 1)[1].split("\n", 1)[0]
     assert json.loads(error) == {
         "type": "error", "error": {"type": "api_error", "message": "the engine failed to decode (status -1)"}}
+
+
+# ---- the prompt: context edits counted once -------------------------------------------
+
+class _CountingEngine:
+    """Tokens as the text's characters; it notes each text it tokenizes."""
+    n_ctx = 1 << 20
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def tokenize(self, text, *, add_special=True, parse_special=True, limit=None):
+        self.texts.append(text)
+        return list(range(len(text)))
+
+
+def test_count_tokens_with_edits_renders_and_tokenizes_each_message_list_once():
+    from localserve.dialects.anthropic.prompt import read_prompt
+    from localserve.prompt.build import ChatModel
+    from localserve.prompt.templates import ChatTemplate
+
+    template = ChatTemplate("plain", "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+                                     "<|assistant|>", "", "")
+    engine = _CountingEngine()
+    calls = []
+    for i in range(4):
+        calls += [{"role": "assistant", "content": [{"type": "tool_use", "id": f"toolu_{i}", "name": "get_time",
+                                                     "input": {"zone": "UTC"}}]},
+                  {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}",
+                                                "content": "a long result " * 20}]}]
+    body = {"messages": [{"role": "user", "content": "time?"}, *calls], "tools": [TIME],
+            "context_management": {"edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 1},
+                                              "trigger": {"type": "input_tokens", "value": 10}}]}}
+    renders = []
+    render = template.render
+    template.render = lambda *args, **kwargs: renders.append(render(*args, **kwargs)) or renders[-1]
+    prompt = read_prompt(ChatModel(engine, template), b"k" * 32, body, breakpoints=False)
+    assert prompt.edits.applied and prompt.text == renders[-1]
+    # the prompt before the edits and after: each rendered and tokenized once, the count's tokens kept
+    assert len(renders) == len(set(renders)) == 2, "a prompt was rendered twice"
+    assert engine.texts == renders
+    assert prompt.tokens is not None and len(prompt.tokens) == len(prompt.text) < prompt.edits.original_tokens

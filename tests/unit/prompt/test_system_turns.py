@@ -34,3 +34,19 @@ def test_a_template_without_them_gets_them_merged_into_the_user_turn(family):
     text = render_chat(_template(family), ChatInput(messages=MID_SYSTEM))
     assert "Be terse." in text and "<system>\nThe user is in /tmp.\n</system>" in text
     assert text.index("List files") < text.index("The user is in /tmp.")
+
+
+# Keeps the first system message only: a later one is dropped without a word.
+FIRST_SYSTEM_ONLY = ("{% for m in messages %}{% if m.role != 'system' or loop.first %}"
+                     "<|{{ m.role }}|>{{ m.content }}\n{% endif %}{% endfor %}<|assistant|>")
+
+
+def test_a_dropped_system_turn_whose_text_appears_elsewhere_is_still_merged():
+    # "OK" is in the conversation already: the text alone cannot tell whether the template showed the turn
+    messages = [{"role": "user", "content": "Answer OK"}, {"role": "assistant", "content": "OK"},
+                {"role": "system", "content": "OK"}]
+    text = render_chat(ChatTemplate("first-system", FIRST_SYSTEM_ONLY, "", ""), ChatInput(messages=messages))
+    assert "<system>\nOK\n</system>" in text
+    every_turn = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
+    shown = render_chat(ChatTemplate("every-turn", every_turn, "", ""), ChatInput(messages=messages))
+    assert "<|system|>OK\n" in shown and "<system>" not in shown

@@ -6,6 +6,8 @@ test_batching, test_cancel and test_hostile_requests."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from localserve.engine.engine import GrammarError
@@ -148,3 +150,41 @@ def test_a_sequence_left_in_a_slot_skips_that_much_prefill_next_time():
     assert engine.batches[-1] == [(8, 5, 0, False), (9, 6, 0, True)]
     rt.outbox.deliver()
     assert drained(gen)[-1].output.cached_tokens == 5
+
+
+class ScriptedGrammarSampler(ScriptedSampler):
+    """As a grammar job's sampler: its tokens are chosen off the runtime thread; it notes on which."""
+    has_grammar = True
+
+    def __init__(self, tokens):
+        super().__init__(tokens)
+        self.threads = set()        # the Thread objects themselves: an ident can be reused by a new thread
+
+    def load(self, row):
+        pass
+
+    def choose(self):
+        self.threads.add(threading.current_thread())
+        return self.tokens.pop(0)
+
+
+def test_a_grammar_job_s_tokens_are_chosen_on_one_thread_for_its_whole_life():
+    engine = ScriptedEngine()
+    sampler = ScriptedGrammarSampler([10, 11, 12] * 700)
+    engine.new_sampler = lambda params: sampler
+    engine.n_ctx_seq = 4096
+    rt = Runtime(engine, slots=1, max_queue=4)
+    threads_before = threading.active_count()
+    gen = rt.submit(request(max_tokens=2000, sampling=SamplingParams(grammar='root ::= "abc"+')))
+    for _ in range(20000):
+        rt.step()
+        rt.outbox.deliver()
+        if rt.slots[0].job is None:
+            break
+        assert threading.active_count() <= threads_before + 1
+    end = drained(gen)[-1]
+    assert end.output.completion_tokens == 2000
+    assert len(sampler.threads) == 1 and threading.main_thread() not in sampler.threads
+    [worker] = sampler.threads
+    worker.join(5)
+    assert not worker.is_alive(), "the job's sample thread outlived the job"
