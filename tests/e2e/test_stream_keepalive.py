@@ -9,6 +9,7 @@ is the `: prefill` comment, or Anthropic's `ping` event (its keepalive once mess
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -27,9 +28,9 @@ QUEUED_WAIT = 10.0                           # seconds a queued stream may wait 
 
 @dataclass(frozen=True)
 class Dialect:
-    body: callable          # (prompt, max_tokens) → the streaming request body
-    generating: str | None  # the event name that shows generation has begun (None: a bare data line)
-    end: bytes              # what the stream's last event holds
+    body: Callable[[str, int], dict]    # (prompt, max_tokens) → the streaming request body
+    generating: str | None              # the event name that shows generation has begun (None: a bare data line)
+    end: bytes                          # what the stream's last event holds
 
 
 STREAMING = {
