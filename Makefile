@@ -68,16 +68,24 @@ $(LLAMA_SERVER): $(SDIST)
 	cmake --build .cache/llama-server/build --target llama-server -j $$(nproc)
 	mkdir -p $(dir $(LLAMA_SERVER)) && cp .cache/llama-server/build/bin/llama-server $(LLAMA_SERVER)
 
+# LOCALSERVE_TEST_SKIP (comma-separated: browser, agent-clis, demo-model, rpc) names the tools a developer
+# means to go without: their install steps and tests are skipped, saying so (tests/support/needs.py).
+# Without it, a tool that cannot be installed stops `make test` here, and its tests fail with the reason.
+skipping = case ",$$(echo "$$LOCALSERVE_TEST_SKIP" | tr -d ' ')," in *,$(1),*) true;; *) false;; esac
+
 # The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), pinned and
-# installed once from the npm registry into .cache/agent-clis; skipped where npm is absent.
+# installed once from the npm registry into .cache/agent-clis.
 CODEX_VERSION ?= 0.171.0
 CLAUDE_CODE_VERSION ?= 2.1.332
 AGENT_CLIS := .cache/agent-clis
 AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
 
 agent-clis:
-	@if ! command -v npm >/dev/null 2>&1; then \
-		echo "agent-clis: npm not found; the Codex CLI and Claude Code end-to-end tests will be skipped"; \
+	@if $(call skipping,agent-clis); then \
+		echo "agent-clis: skipped (LOCALSERVE_TEST_SKIP names agent-clis): their end-to-end tests will be skipped"; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+		echo "agent-clis: npm not found: install node and npm, or set LOCALSERVE_TEST_SKIP=agent-clis" >&2; \
+		exit 1; \
 	elif [ ! -f $(AGENT_CLIS_STAMP) ]; then \
 		mkdir -p $(AGENT_CLIS) && \
 		npm install --prefix $(AGENT_CLIS) --no-audit --no-fund --save-exact \
@@ -86,18 +94,21 @@ agent-clis:
 	fi
 
 # Headless Chromium and its driver for the built-in page's browser tests (tests/e2e/test_webui.py), from
-# Debian's packages, installed where they are missing and apt-get can (as root); else those tests are skipped.
+# Debian's packages, installed where they are missing and apt-get can (as root).
 BROWSER_PACKAGES := chromium chromium-driver
 
 browser:
-	@if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
+	@if $(call skipping,browser); then \
+		echo "browser: skipped (LOCALSERVE_TEST_SKIP names browser): the built-in page's browser tests will be skipped"; \
+	elif command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then \
 		:; \
 	elif command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGES) || \
 		{ apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(BROWSER_PACKAGES); }; \
 	else \
-		echo "browser: chromium or chromedriver is missing and apt-get cannot install them here (needs root);" \
-			"the browser tests of the built-in page will be skipped"; \
+		echo "browser: chromium or chromedriver is missing and apt-get cannot install them here (needs root):" \
+			"install them, or set LOCALSERVE_TEST_SKIP=browser" >&2; \
+		exit 1; \
 	fi
 
 bench: install

@@ -125,7 +125,7 @@ class App:
             raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
                                 f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
         exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
-        if request.method == "OPTIONS" or exchange.request.path in self.public_paths or not self.access.requires_key:
+        if is_preflight(request) or request.path in self.public_paths or not self.access.requires_key:
             return
         if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
@@ -203,6 +203,13 @@ class App:
         if self.store is not None:
             self.store.close()
         self._forget_cleanup()          # closed: an exit has nothing of this app's left to clean up
+
+
+def is_preflight(request) -> bool:
+    """A browser's CORS preflight: it never carries credentials, so it cannot carry the key.
+    A plain OPTIONS (no Origin, no Access-Control-Request-Method) is a request like any other."""
+    return request.method == "OPTIONS" and bool(request.header("origin")) \
+        and bool(request.header("access-control-request-method"))
 
 
 def open_store(settings: Settings) -> Store | None:

@@ -6,9 +6,11 @@ temporary directory, applies the break there, and runs only the tests that claim
 from the copy: with PYTHONPATH at the copy and the copy as the working directory, so both the
 test process and the server subprocesses the tests start (`python -m localserve`, run from the
 repository root the copied conftest.py sees) load the broken code. A mutant is killed when its
-tests fail; one whose tests pass has survived, and the script exits 1. A source string that is
-not found exactly once is an error, never a survivor (the code moved: update the mutant), and
-the script exits 2; so does a baseline run, on an unbroken copy, whose tests do not pass.
+tests fail; one whose tests pass has survived, and the script exits 1. One whose tests were
+skipped (LOCALSERVE_TEST_SKIP named their tool) is "not run": neither killed nor survived, and
+the script exits 1 too. A source string that is not found exactly once is an error, never a
+survivor (the code moved: update the mutant), and the script exits 2; so does a baseline run,
+on an unbroken copy, whose tests do not pass.
 
     python tests/mutants.py                 # all of them (make mutants)
     python tests/mutants.py --list
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,7 +77,8 @@ MUTANTS = [
     Mutant("prefill keepalive off", "localserve/dialects/pump.py",
            "if not started and next_keepalive is not None and time.monotonic() >= next_keepalive:",
            "if False:",
-           ("tests/e2e/test_cancel.py::test_prefill_keepalive_comments_come_before_the_first_chunk",)),
+           ("tests/e2e/test_stream_keepalive.py::test_keepalives_while_the_prompt_is_prefilled",
+            "tests/e2e/test_stream_keepalive.py::test_keepalives_while_queued_then_the_freed_slot")),
     Mutant("cached_tokens always 0", "localserve/runtime/outcome.py",
            "cached_tokens=job.n_cached,", "cached_tokens=0,",
            ("tests/e2e/test_chat.py::test_prompt_cache_reports_cached_tokens",
@@ -177,6 +181,42 @@ MUTANTS = [
     Mutant("page CSP off", "localserve/webui/page.py",
            '                ("Content-Security-Policy", CONTENT_SECURITY_POLICY),\n', "",
            ("tests/e2e/test_webui.py::test_page_loads_with_no_console_errors_and_no_request_outside_the_origin",)),
+    # issue 29: plausible bugs that once passed the suite
+    Mutant("Host check by substring", "localserve/wire/access.py",
+           "if _is_ip(host) or host in LOOPBACK_NAMES or host.endswith(\".localhost\")",
+           "if _is_ip(host) or any(name in host for name in LOOPBACK_NAMES) or host.endswith(\".localhost\")",
+           ("tests/unit/wire/test_access.py::test_other_names_are_refused",
+            "tests/e2e/test_ops.py::test_host_check_defends_against_dns_rebinding")),
+    Mutant("API key skipped for HEAD", "localserve/app.py",
+           "if is_preflight(request) or request.path in self.public_paths",
+           "if is_preflight(request) or request.method == \"HEAD\" or request.path in self.public_paths",
+           ("tests/e2e/test_route_access.py::test_every_protected_route_needs_the_key_for_every_method",)),
+    Mutant("API key skipped for any OPTIONS", "localserve/app.py",
+           "    return request.method == \"OPTIONS\" and bool(request.header(\"origin\")) \\\n"
+           "        and bool(request.header(\"access-control-request-method\"))\n",
+           "    return request.method == \"OPTIONS\"\n",
+           ("tests/e2e/test_route_access.py::test_a_preflight_needs_no_key_and_a_plain_options_does",)),
+    Mutant("keep_alive 0 falls back to the default", "localserve/models/manager.py",
+           "self._start_keep_alive(record, record.keep_alive if keep is None else keep)",
+           "self._start_keep_alive(record, keep or record.keep_alive)",
+           ("tests/e2e/test_models.py::test_a_requests_keep_alive_beats_a_long_default",)),
+    Mutant("harmony arguments held to the call's end", "localserve/parsing/tool_families.py",
+           "    yield from _read_arguments(cur, calls.add_arguments)\n    yield from cur.closing(\"<|call|>\")\n",
+           "    held: list[str] = []\n    yield from _read_arguments(cur, held.append)\n"
+           "    yield from cur.closing(\"<|call|>\")\n    calls.add_arguments(\"\".join(held))\n",
+           ("tests/e2e/test_tool_streaming.py::test_arguments_stream_as_generated_for_every_family_in_every_dialect",)),
+    Mutant("Anthropic stream silent while queued", "localserve/dialects/anthropic/messages.py",
+           "return [PING if self.started else PREFILL_COMMENT]", "return [PING] if self.started else []",
+           ("tests/e2e/test_stream_keepalive.py::test_keepalives_while_queued_then_the_freed_slot",)),
+    Mutant("a chain gives each response's output before its input", "localserve/store/store.py",
+           "            items += _loads(input_items)\n            items += _loads(response).get(\"output\") or []\n",
+           "            items += _loads(response).get(\"output\") or []\n            items += _loads(input_items)\n",
+           ("tests/e2e/test_responses_state.py::test_a_previous_response_chain_gives_the_model_its_history_in_order",)),
+    Mutant("sealed blobs open without their tag checked", "localserve/dialects/signing.py",
+           "    if not hmac.compare_digest(hmac.new(_subkey(key, b\"seal mac v1\", purpose), body, hashlib.sha256).digest(), tag):",
+           "    if False:",
+           ("tests/unit/dialects/test_signing.py",
+            "tests/e2e/test_responses_tools.py::test_a_tampered_or_foreign_blob_is_a_400_and_the_server_keeps_serving")),
 ]
 
 
@@ -217,6 +257,22 @@ def check_patterns(mutant: Mutant) -> str | None:
         except PatternNotFound as exc:
             return str(exc)
     return None
+
+
+def skipped_count(tail: str) -> int:
+    """How many tests pytest's summary line says were skipped."""
+    found = re.search(r"(\d+) skipped", tail.splitlines()[-1] if tail else "")
+    return int(found[1]) if found else 0
+
+
+def verdict_of(status: int, tail: str) -> str:
+    """killed (a test failed, or hung), survived (all ran and passed), not run (none failed, but
+    some were skipped: what they claim was not checked), error (pytest could not run them)."""
+    if status in (1, 124):
+        return "killed"
+    if status == 0:
+        return "not run" if skipped_count(tail) else "survived"
+    return "error"          # 2-5: interrupted, internal or usage error, no tests collected
 
 
 def run_tests(root: Path, tests: list[str]) -> tuple[int, float, str]:
@@ -272,8 +328,10 @@ def main() -> int:
             return 2
         if not args.no_baseline and all_tests:
             status, seconds, tail = run_tests(base, all_tests)
+            skipped = skipped_count(tail) if status == 0 else 0
             print(f"baseline ({len(all_tests)} tests, unbroken code): {'pass' if status == 0 else 'FAIL'} "
-                  f"in {seconds:.0f}s", flush=True)
+                  f"in {seconds:.0f}s" + (f"; {skipped} skipped: their mutants will be 'not run'" if skipped else ""),
+                  flush=True)
             if status != 0:
                 print(tail)
                 return 2
@@ -285,27 +343,26 @@ def main() -> int:
             verdicts = []
             for tests in ([[t] for t in mutant.tests] if args.each else [list(mutant.tests)]):
                 status, seconds, tail = run_tests(root, tests)
-                if status in (0, 1, 124):
-                    verdict = "survived" if status == 0 else "killed"
-                else:       # 2-5: interrupted, internal or usage error, no tests collected
-                    verdict = "error"
+                verdict = verdict_of(status, tail)
+                if verdict == "error":
                     errors[mutant.name] = f"pytest exited {status}:\n{tail}"
                 verdicts.append(verdict)
                 label = f"{mutant.name} :: {tests[0]}" if args.each else mutant.name
                 print(f"{verdict:8} {label} ({seconds:.0f}s)", flush=True)
-                if verdict == "error" or args.verbose:
+                if verdict in ("error", "not run") or args.verbose:
                     print("    " + tail.replace("\n", "\n    "), flush=True)
-            results[mutant.name] = ("error" if "error" in verdicts else
-                                    "survived" if "survived" in verdicts else "killed")
+            results[mutant.name] = next(v for v in ("error", "survived", "not run", "killed") if v in verdicts)
             shutil.rmtree(root, ignore_errors=True)
 
     survived = [name for name, verdict in results.items() if verdict == "survived"]
+    not_run = [name for name, verdict in results.items() if verdict == "not run"]
     killed = sum(verdict == "killed" for verdict in results.values())
-    print(f"\n{killed} killed, {len(survived)} survived, {len(errors)} error(s)"
-          + (f"; survived: {', '.join(survived)}" if survived else ""))
+    print(f"\n{killed} killed, {len(survived)} survived, {len(not_run)} not run, {len(errors)} error(s)"
+          + (f"; survived: {', '.join(survived)}" if survived else "")
+          + (f"; not run (their tests were skipped): {', '.join(not_run)}" if not_run else ""))
     if errors:
         return 2
-    return 1 if survived else 0
+    return 1 if survived or not_run else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ from typing import Any
 from .fields import invalid, read_bool
 from ..prompt.build import ChatInput, ChatModel, function_definitions, render_chat, tokenize_capped
 from .openai.chat import read_messages
+from .responses.request import read_plan
 from .exchange import Exchange
 
 
@@ -51,8 +52,23 @@ def detokenize(exchange: Exchange) -> None:
 
 
 def apply_template(exchange: Exchange) -> None:
+    """Chat messages rendered by the template; or, for a Responses body (`input`), the prompt
+    POST /v1/responses would give the model, its stored chain or conversation included."""
     body = exchange.json()
+    if "input" in body and "messages" not in body:
+        _apply_responses_template(exchange, body)
+        return
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}))
     with exchange.app.use_model(body, exchange) as model:
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
+
+
+def _apply_responses_template(exchange: Exchange, body: dict) -> None:
+    app = exchange.app
+    body = {**body, "stream": False, "background": False, "store": False}    # read, never run nor stored
+    with app.use_model(body, exchange) as model:
+        plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
+                         signing_key=app.signing_key, store=app.store)
+        tokens = plan.generation.prompt_tokens
+        exchange.send_json({"prompt": model.chat.engine.detokenize(tokens), "prompt_tokens": len(tokens)})

@@ -1,4 +1,4 @@
-"""Keepalives, cancellation when the client goes away, and a full queue.
+"""Cancellation when the client goes away, and a full queue (keepalives: test_stream_keepalive.py).
 
 These need a prompt that takes seconds to prefill, so they use a larger random
 model (a few MB) and a prompt of a few thousand tokens.
@@ -66,17 +66,6 @@ def long_generation(stream: bool, prompt: str = "hi", max_tokens: int = 4000) ->
                                               "max_tokens": max_tokens, "stream": stream, "logit_bias": NO_EOG})
 
 
-def test_prefill_keepalive_comments_come_before_the_first_chunk(slow_server):
-    conn = RawConnection(slow_server.port, timeout=60)
-    conn.send(long_generation(True, LONG_PROMPT, max_tokens=2))
-    resp = conn.read_response()
-    text = resp.body.decode()
-    first_data = text.index("data: {")
-    assert text[:first_data].count(": prefill\n\n") >= 2
-    assert text.endswith("data: [DONE]\n\n")
-    conn.close()
-
-
 def test_non_streaming_client_that_leaves_cancels_its_job(slow_server):
     before = scrape(slow_server.port)
     conn = RawConnection(slow_server.port)
@@ -140,23 +129,6 @@ def test_full_queue_is_503_with_retry_after(slow_server):
     running.close()
     queued.close()
     assert_cancelled_and_free(slow_server.port, before, n=2)
-
-
-def test_a_queued_stream_gets_keepalives_then_the_freed_slot(slow_server):
-    running = RawConnection(slow_server.port)
-    running.send(long_generation(True))
-    running.sock.recv(4096)                       # decoding: the only slot is busy
-    queued = RawConnection(slow_server.port, timeout=30)
-    queued.send(long_generation(True, max_tokens=3))
-    waited = b""
-    while waited.count(b": prefill\n\n") < 2:     # 0.2 s apart while it waits for the slot
-        waited += queued.sock.recv(4096)
-    assert b"data: {" not in waited
-    running.close()
-    while b"data: [DONE]" not in waited:          # the freed slot takes it (30 s socket timeout)
-        waited += queued.sock.recv(4096)
-    assert waited.count(b'"content":') >= 1
-    queued.close()
 
 
 def test_a_grammar_that_never_ends_stops_at_max_tokens(slow_server):

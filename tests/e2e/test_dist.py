@@ -135,7 +135,8 @@ def base_python() -> str:
     for candidate in (Path(sys.base_prefix) / "bin" / name, Path(getattr(sys, "_base_executable", ""))):
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
-    pytest.skip(f"no base interpreter {name} under {sys.base_prefix}")
+    pytest.fail(f"no base interpreter {name} under {sys.base_prefix}: the offline install needs the plain Python "
+                "this venv was made from", pytrace=False)
 
 
 class Served:

@@ -219,16 +219,18 @@ def test_slowloris_connections_are_cut_off_while_others_are_served(tiny_model):
         head = b"GET /health HTTP/1.1\r\nHost: localhost\r\nUser-Agent: slow\r\n\r\n"   # ~5 s at 10 bytes/s
         slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(60)]
         sent = {s: 0 for s in slow}
-        cut_after: dict[socket.socket, float] = {}
-        started = time.monotonic()
+        whole_heads = 0            # slow connections that got their whole head out: never cut off
         normal = RawConnection(port, timeout=5)     # served while the slow ones are held: each answer within 5 s
-        while sent and time.monotonic() - started < 4:
+        while sent:                # one byte per connection a round: a whole head takes ~6 s, the clock 1 s
             for s in list(sent):
+                if sent[s] == len(head):
+                    whole_heads += 1
+                    del sent[s]
+                    continue
                 try:
                     s.send(head[sent[s]:sent[s] + 1])
                     sent[s] += 1
                 except OSError:            # reset by the server: cut off
-                    cut_after[s] = time.monotonic() - started
                     del sent[s]
             readable, _, _ = select.select(list(sent), [], [], 0)
             for s in readable:
@@ -236,15 +238,13 @@ def test_slowloris_connections_are_cut_off_while_others_are_served(tiny_model):
                     assert s.recv(1) == b"", "a slowloris connection got a response"
                 except ConnectionResetError:
                     pass
-                cut_after[s] = time.monotonic() - started
                 del sent[s]
             normal.send(GET_HEALTH)
             assert normal.read_response().status == 200
             time.sleep(0.1)
         for s in slow:
             s.close()
-        assert not sent, f"{len(sent)} slow connections were still open after 4 s"
-        assert max(cut_after.values()) < 3.5
+        assert whole_heads == 0, f"{whole_heads} slow connections sent their whole head without being cut off"
         normal.close()
         assert request(port, chat("after the storm", 4)).status == 200
         assert wait_until_idle(srv, threads, sockets)[:2] == (threads, sockets)

@@ -291,7 +291,23 @@ def test_keep_alive_unloads_idle_models(catalogue, tmp_path_factory):
         wait_until(lambda: states(server)["alpha"] == "unloaded", what="alpha's keep-alive to run out")
         assert metrics(server).value("localserve_model_unloads_total", model="alpha", reason="idle") == 1
         assert states(server)["beta"] == "loaded"
+    finally:
+        server.stop()
+
+
+def test_a_requests_keep_alive_beats_a_long_default(catalogue, tmp_path_factory):
+    """The server keeps idle models an hour: only the request's own keep_alive can unload them
+    within the test, so a 0 or a "1s" that fell back to the default would never show here."""
+    server = start(catalogue, tmp_path_factory, "--keep-alive", "1h")
+    try:
+        assert chat(server, "beta").status_code == 200                     # the default: an hour
         assert chat(server, "gamma", keep_alive=0).status_code == 200       # unloaded after its request
+        wait_until(lambda: states(server)["gamma"] == "unloaded", what="gamma to unload after its request")
+        assert metrics(server).value("localserve_model_unloads_total", model="gamma", reason="idle") == 1
+        assert chat(server, "alpha", keep_alive="1s").status_code == 200
+        wait_until(lambda: states(server)["alpha"] == "unloaded", what="alpha's own keep-alive to run out")
+        assert states(server)["beta"] == "loaded"
+        assert chat(server, "gamma", keep_alive="0s").status_code == 200    # a duration string of zero too
         wait_until(lambda: states(server)["gamma"] == "unloaded", what="gamma to unload after its request")
         assert states(server)["beta"] == "loaded"
     finally:

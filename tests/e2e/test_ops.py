@@ -165,12 +165,22 @@ def test_401_in_each_dialect(guarded):
     ("localhost", 200), ("127.0.0.1:8080", 200), ("[::1]:8080", 200), ("app.localhost", 200),
     ("192.168.1.20", 200), ("llm.internal", 200), ("box.lan.example:8080", 200),
     ("evil.example.com", 403), ("attacker.test:8080", 403), ("lan.example.org", 403),
+    # a loopback name or address inside the attacker's own name (DNS rebinding)
+    ("localhost.evil.com", 403), ("evil-localhost.com", 403), ("localhost.evil.com:8080", 403),
+    ("app.localhost.evil.com", 403), ("127.0.0.1.nip.io", 403), ("llm.internal.evil.com", 403),
+    ("xn--lcalhost-nbh", 403), ("localhost.", 200), ("evil.com.", 403),
 ])
 def test_host_check_defends_against_dns_rebinding(guarded, host, status):
     resp = request(guarded.port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\nx-api-key: k1\r\n\r\n".encode())
     assert resp.status == status
     if status == 403:
         assert resp.json()["error"]["code"] == "host_not_allowed"
+
+
+@pytest.mark.parametrize("host", ["localhost:80@evil.com", "user@localhost", "localhost:abc", "[::1]evil.com"])
+def test_a_host_with_userinfo_or_junk_is_400(guarded, host):
+    resp = request(guarded.port, f"GET /v1/models HTTP/1.1\r\nHost: {host}\r\nx-api-key: k1\r\n\r\n".encode())
+    assert resp.status == 400
 
 
 def test_cors_off_by_default_and_allowlisted(guarded, server):

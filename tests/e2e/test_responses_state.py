@@ -151,6 +151,46 @@ def test_stream_client_that_leaves_cancels_and_the_response_is_stored_cancelled(
     assert_slot_free_and_serving(slow.port)
 
 
+# ---- what a chain gives the model ---------------------------------------------------------------
+
+def rendered(port: int, body: dict) -> dict:
+    resp = request(port, post_json("/apply-template", body))
+    assert resp.status == 200, resp.body
+    return resp.json()
+
+
+def as_the_model_gets_it(port: int, messages: list[dict]) -> str:
+    """Chat messages rendered, tokenized as a prompt is (BOS and all), and read back."""
+    text = rendered(port, {"messages": messages})["prompt"]
+    tokens = request(port, post_json("/tokenize", {"content": text, "add_special": True})).json()["tokens"]
+    return request(port, post_json("/detokenize", {"tokens": tokens})).json()["content"]
+
+
+def test_a_previous_response_chain_gives_the_model_its_history_in_order(hermes):
+    """/apply-template with a Responses body renders what /v1/responses would give the model: the
+    chain's turns, each once, oldest first, as the chat template renders the same conversation."""
+    c = client(hermes)
+    first = c.responses.create(model="x", instructions="Be brief.", input="Remember the number seven.",
+                               extra_body=forced("Noted."))
+    second = c.responses.create(model="x", input="Which number?", previous_response_id=first.id,
+                                extra_body=forced("Seven."))
+    third = {"model": "x", "input": "Sure?", "previous_response_id": second.id}
+    given = rendered(hermes.port, third)
+    turns = [("user", "Remember the number seven."), ("assistant", "Noted."), ("user", "Which number?"),
+             ("assistant", "Seven."), ("user", "Sure?")]
+    messages = [{"role": role, "content": text} for role, text in turns]
+    # instructions are not carried over a chain (the API's rule): only this request's own count
+    assert given["prompt"] == as_the_model_gets_it(hermes.port, messages)
+    assert given["prompt"] != as_the_model_gets_it(hermes.port, [{"role": "system", "content": "Be brief."}, *messages])
+    positions = [given["prompt"].index(text) for _, text in turns]
+    assert positions == sorted(positions) and all(given["prompt"].count(t) == 1 for _, t in turns)
+    answered = c.responses.create(model="x", **{k: v for k, v in third.items() if k != "model"},
+                                  extra_body=forced("Yes."))
+    assert answered.usage.input_tokens == given["prompt_tokens"]      # what was rendered is what ran
+    with_own = rendered(hermes.port, {**third, "instructions": "Answer in French."})["prompt"]
+    assert with_own == as_the_model_gets_it(hermes.port, [{"role": "system", "content": "Answer in French."}, *messages])
+
+
 # ---- conversations ------------------------------------------------------------------------------
 
 def test_conversations_end_to_end(hermes):

@@ -9,6 +9,7 @@ constraints run on the tiny random model, where only the grammar decides what is
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 
@@ -21,6 +22,7 @@ from rawhttp import post_json, request
 from scripted_model import tool_call_token, write_scripted_gguf
 from tinymodel import token_ids
 
+from localserve.dialects.signing import NONCE_BYTES
 from localserve.grammar.lark_regex import lark_to_regex
 
 REASONING = "Add the task first."
@@ -192,7 +194,11 @@ def test_a_tampered_or_foreign_blob_is_a_400_and_the_server_keeps_serving(agent)
     output = sealed_reasoning(client)
     items = replay(output) + [{"type": "function_call_output", "call_id": output[1].call_id, "output": "ok"}]
     blob = items[0]["encrypted_content"]
-    for bad in (blob[:20] + ("A" if blob[20] != "A" else "B") + blob[21:], "not a blob", blob[:-8]):
+    data = base64.urlsafe_b64decode(blob)
+    # one bit of the nonce, of the ciphertext and of the tag, each blob still well-formed
+    flips = [base64.urlsafe_b64encode(data[:i] + bytes([data[i] ^ 1]) + data[i + 1:]).decode()
+             for i in (1, 1 + NONCE_BYTES, len(data) - 1)]
+    for bad in (*flips, "not a blob", blob[:-8]):
         items[0]["encrypted_content"] = bad
         with pytest.raises(openai.BadRequestError) as caught:
             client.responses.create(model="agent", input=[{"role": "user", "content": "go"}, *items], tools=TOOLS)

@@ -12,79 +12,20 @@ import json
 import openai
 import pytest
 
-from clients import anthropic_sdk, openai_sdk
+from clients import openai_sdk
 from conftest import ServerProcess
+from family_servers import MESSAGES, TOOL_FAMILIES, TOOLS, FamilyServers, check_weather_arguments, template_for
 from family_templates import write_family_gguf
 from rawhttp import post_json, request
 from tinymodel import token_ids
 
 from localserve.grammar.grammar import tool_call_grammar
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "maxLength": 10},
-                "days": {"type": "integer", "minimum": 1, "maximum": 7},
-                "unit": {"type": "string", "enum": ["C", "F"]},
-            },
-            "required": ["city", "days", "unit"],
-        },
-    },
-}
-TIME = {"type": "function", "function": {"name": "get_time", "parameters": {
-    "type": "object", "properties": {"zone": {"type": "string", "maxLength": 8}}, "required": ["zone"]}}}
-TOOLS = [WEATHER, TIME]
-MESSAGES = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-FAMILIES = {                      # family template → the syntax the server must recognise
-    "hermes": "hermes",
-    "qwen3_coder": "qwen3_coder",
-    "llama3": "llama3",
-    "mistral": "mistral",
-    "deepseek_r1": "deepseek",
-    "gpt_oss": "harmony",
-}
-
-
-class FamilyServers:
-    def __init__(self, models_dir):
-        self.models_dir = models_dir
-        self.servers: dict[str, ServerProcess] = {}
-
-    def get(self, family: str) -> ServerProcess:
-        if family not in self.servers:
-            path = write_family_gguf(self.models_dir / f"tiny-{family}.gguf", family)
-            self.servers[family] = ServerProcess(path, "--model-id", family, "--no-store")
-        return self.servers[family]
-
-    def client(self, family: str) -> openai.OpenAI:
-        return openai_sdk(self.get(family), api_key="x")
-
-    def stop(self):
-        for srv in self.servers.values():
-            srv.stop()
-
-
 @pytest.fixture(scope="module")
 def families(models_dir):
     servers = FamilyServers(models_dir)
     yield servers
     servers.stop()
-
-
-def check_weather_arguments(arguments: str) -> None:
-    args = json.loads(arguments)
-    assert set(args) == {"city", "days", "unit"}
-    # (maxLength is not checked: random weights can emit invalid UTF-8 bytes, which a
-    # client sees as one U+FFFD each, so the character count can grow)
-    assert isinstance(args["city"], str)
-    assert isinstance(args["days"], int) and 1 <= args["days"] <= 7
-    assert args["unit"] in ("C", "F")
 
 
 def collect_stream(stream):
@@ -105,15 +46,15 @@ def collect_stream(stream):
     return content, [calls[i] for i in sorted(calls)], finish
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_syntax_is_recognised_from_the_template(families, family):
-    srv = families.get(family)
-    assert srv.wait_log(f"tool syntax {FAMILIES[family]}")
+@pytest.mark.parametrize("syntax", [s for s in TOOL_FAMILIES if template_for(s)])
+def test_syntax_is_recognised_from_the_template(families, syntax):
+    srv = families.get(template_for(syntax))
+    assert srv.wait_log(f"tool syntax {syntax}")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_forced_call_parses_whole_and_streamed(families, family):
-    client = families.client(family)
+@pytest.mark.parametrize("syntax", TOOL_FAMILIES)
+def test_forced_call_parses_whole_and_streamed(families, syntax):
+    client = openai_sdk(families.for_syntax(syntax), api_key="x")
     choice = {"type": "function", "function": {"name": "get_weather"}}
     reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, tool_choice=choice,
                                            temperature=0, max_tokens=1000)
@@ -133,54 +74,10 @@ def test_forced_call_parses_whole_and_streamed(families, family):
     check_weather_arguments(calls[0]["arguments"])
 
 
-def test_mistral_arguments_stream_as_generated_in_every_dialect(families):
-    # The forced call is [TOOL_CALLS][{"name": "get_weather", "arguments": {...}}]: its
-    # arguments must go out fragment by fragment, not whole once the call object closes.
-    chat = families.client("mistral")
-    choice = {"type": "function", "function": {"name": "get_weather"}}
-    kwargs = dict(model="m", messages=MESSAGES, tools=TOOLS, tool_choice=choice, temperature=0, max_tokens=1000)
-    whole = chat.chat.completions.create(**kwargs).choices[0].message.tool_calls[0]
-    check_weather_arguments(whole.function.arguments)
-    deltas = [delta for chunk in chat.chat.completions.create(**kwargs, stream=True) if chunk.choices
-              for delta in chunk.choices[0].delta.tool_calls or []]
-    fragments = [d.function.arguments for d in deltas if d.function.arguments]
-    assert len(fragments) >= 2 and "".join(fragments) == whole.function.arguments
-    assert [d.id for d in deltas if d.id] == [deltas[0].id]  # one start, with the call's one id
-
-    claude = anthropic_sdk(families.get("mistral"))
-    tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
-    kwargs = dict(model="m", max_tokens=1000, messages=MESSAGES, tools=tools, extra_body={"temperature": 0},
-                  tool_choice={"type": "tool", "name": "get_weather"})
-    use = next(b for b in claude.messages.create(**kwargs).content if b.type == "tool_use")
-    fragments, starts = [], []
-    for event in claude.messages.create(**kwargs, stream=True):
-        if event.type == "content_block_start" and event.content_block.type == "tool_use":
-            starts.append(event.content_block)
-        elif event.type == "content_block_delta" and event.delta.type == "input_json_delta":
-            fragments.append(event.delta.partial_json)
-    assert [b.name for b in starts] == ["get_weather"] and starts[0].input == {}
-    fragments = [f for f in fragments if f]
-    assert len(fragments) >= 2 and json.loads("".join(fragments)) == use.input
-
-    kwargs = dict(model="m", input="What is the weather in Paris?", store=False, temperature=0,
-                  tools=[{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"],
-                          "strict": False} for t in TOOLS],
-                  tool_choice={"type": "function", "name": "get_weather"})
-    item = next(o for o in chat.responses.create(**kwargs).output if o.type == "function_call")
-    fragments, done = [], None
-    for event in chat.responses.create(**kwargs, stream=True):
-        if event.type == "response.function_call_arguments.delta":
-            fragments.append(event.delta)
-        elif event.type == "response.output_item.done" and event.item.type == "function_call":
-            done = event.item
-    assert len(fragments) >= 2 and "".join(fragments) == item.arguments == done.arguments
-    check_weather_arguments(item.arguments)
-
-
 @pytest.mark.parametrize("family", ["hermes", "mistral", "qwen3_coder"])
 def test_required_can_make_parallel_calls_and_text_before_a_call_is_content(families, family):
     client = families.client(family)
-    grammar = tool_call_grammar(FAMILIES[family], [t["function"] for t in TOOLS], parallel=False,
+    grammar = tool_call_grammar(family, [t["function"] for t in TOOLS], parallel=False,
                                 forced_name="get_time", prefix="Let me look. ")
     for stream in (False, True):
         reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, temperature=0,

@@ -9,6 +9,7 @@ Each browser test leaves a screenshot in test-output/webui/ for a person to look
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 
@@ -17,6 +18,7 @@ import pytest
 from browser import Browser, find_browser
 from clients import openai_sdk
 from conftest import ROOT, ServerProcess
+from needs import check_skip, missing
 from promtext import parse
 from rawhttp import RawConnection, post_json, request
 from tinymodel import CHATML_TEMPLATE, NO_EOG, write_tiny_gguf
@@ -137,10 +139,12 @@ def test_no_webui_turns_the_page_off(page_model, how, tmp_path):
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    check_skip("browser")
     found = find_browser()
     if found is None:
-        pytest.skip("chromium and chromedriver are not installed (`make test` installs them with apt-get)")
-    pytest.importorskip("selenium")
+        missing("browser", "chromium or chromedriver is not installed")
+    if importlib.util.find_spec("selenium") is None:
+        missing("browser", "selenium is not installed")
     b = Browser(*found, tmp_path_factory.mktemp("chromium-profile"), SHOTS)
     yield b
     b.quit()

@@ -2,8 +2,8 @@
 
 `make agent-clis` (a prerequisite of `make test`) installs the pinned versions from the npm
 registry into .cache/agent-clis. A test asks for a binary with :func:`codex_binary` or
-:func:`claude_binary`: it is skipped, with the reason printed, only when node is absent; with
-node present a missing install is an error that says which command installs it.
+:func:`claude_binary`: without node, or without the install, it fails saying which command
+installs it; LOCALSERVE_TEST_SKIP=agent-clis skips these tests (needs.py).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from needs import check_skip, missing
+
 ROOT = Path(__file__).resolve().parents[2]
 AGENT_CLIS = ROOT / ".cache" / "agent-clis"
 CODEX_VERSION = "0.171.0"
@@ -24,10 +26,9 @@ __all__ = ["AGENT_CLIS", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "claude_binary"
 
 
 def _binary(name: str, package: str, version: str) -> Path:
+    check_skip("agent-clis")
     if shutil.which("node") is None:
-        reason = f"node is not installed: the {package} end-to-end test needs it"
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
+        missing("agent-clis", f"node is not installed: the {package} end-to-end test needs it")
     path = AGENT_CLIS / "node_modules" / ".bin" / name
     if not path.exists():
         pytest.fail(f"{package}@{version} is not installed in {AGENT_CLIS}: run `make agent-clis`")
