@@ -1,6 +1,6 @@
 """`make bench-builds`: llama.cpp built with OpenMP against ggml's own threadpool, in one run.
 
-    python -m bench.builds [--model M.gguf] [--tokens 128] [--repeat 3] [--avx2]
+    python -m bench.builds [--model M.gguf] [--tokens 128] [--repeat 2] [--rounds 3] [--avx2]
 
 Why it exists: an OpenMP (libgomp) build of llama.cpp decodes at about its one-thread speed
 when llama_decode is called from a thread other than the process's main one, and localserve
@@ -78,8 +78,10 @@ def probe(model: str, threads: int, tokens: int, repeat: int) -> dict:
     engine = BareEngine(model, n_ctx=2048, threads=threads, weights=cpu_weights.plan(model, "auto"))
     prompt = engine.tokenize(PROMPT)
     engine.run(prompt, 8)                                                  # warm-up
-    main = [engine.run(prompt, tokens)[1] for _ in range(repeat)]
-    worker = [on_worker_thread(engine.run, prompt, tokens) for _ in range(repeat)]
+    main, worker = [], []
+    for _ in range(repeat):                 # alternating, so a machine's drift hits both alike
+        main.append(engine.run(prompt, tokens)[1])
+        worker.append(on_worker_thread(engine.run, prompt, tokens))
     prompts = [[prompt[0], 100 + i] + prompt[1:] for i in range(4)]
     streams = [on_worker_thread(engine.aggregate, prompts, tokens) for _ in range(repeat)]
     ban = [int(t) for t in engine.ban]
@@ -124,7 +126,7 @@ MEASURES = (("decode_main", "bare decode, main thread, tok/s"), ("decode_worker"
 
 
 def print_table(figures: dict[tuple[str, int], dict], labels: list[str], thread_counts: list[int]) -> None:
-    header = ["measure", "threads", *labels]
+    header = ["measure", "threads", *labels, f"{labels[0]} / {labels[1]}"]
     rows = []
     for key, text in MEASURES:
         for n in thread_counts:
@@ -132,6 +134,8 @@ def print_table(figures: dict[tuple[str, int], dict], labels: list[str], thread_
             for label in labels:
                 value = figures[(label, n)][key]
                 cells.append(f"{value * 1000:.1f}" if key.startswith("prefill") else f"{value:.1f}")
+            ratio = figures[(labels[0], n)][key] / figures[(labels[1], n)][key]
+            cells.append(f"{1 / ratio if key.startswith('prefill') else ratio:.2f} x")    # > 1: the first is faster
             rows.append([text, str(n), *cells])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     rule = "  ".join("-" * w for w in widths)
@@ -147,7 +151,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="bench.builds")
     parser.add_argument("--model")
     parser.add_argument("--tokens", type=int, default=128)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each measure in one round")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over every build and thread count")
     parser.add_argument("--threads", type=int, default=0, help="(--probe) threads")
     parser.add_argument("--avx2", action="store_true", help="also compare builds for AVX2 only")
     parser.add_argument("--probe", action="store_true", help=argparse.SUPPRESS)
@@ -160,13 +165,20 @@ def main() -> int:
         return 0
     builds = {label: venv_for(cmake) for label, cmake in variants(args.avx2).items()}
     thread_counts = sorted({1, 2, os.cpu_count() or 2})
-    figures = {}
-    # Builds alternate within each thread count: a machine's drift hits them alike.
-    for n in thread_counts:
-        for label, python in builds.items():
-            bare = run_probe(python, model, n, args)
-            figures[(label, n)] = {**bare, **measure_server(python, model, n, args.tokens, args.repeat, bare["ban"])}
-            print(f"{label}, {n} thread(s): {figures[(label, n)]}", flush=True)
+    rounds: dict[tuple[str, int], list[dict]] = {}
+    # Each round measures every build at every thread count, the builds' order turning from round to
+    # round: a machine's drift hits them alike. Figures are medians over rounds.
+    for r in range(args.rounds):
+        order = list(builds.items())[r % len(builds):] + list(builds.items())[:r % len(builds)]
+        for n in thread_counts:
+            for label, python in order:
+                bare = run_probe(python, model, n, args)
+                found = {**bare, **measure_server(python, model, n, args.tokens, args.repeat, bare["ban"])}
+                rounds.setdefault((label, n), []).append(found)
+                print(f"round {r + 1}: {label}, {n} thread(s): "
+                      + ", ".join(f"{k} {v:.3f}" for k, v in found.items() if isinstance(v, float)), flush=True)
+    figures = {key: {name: statistics.median(f[name] for f in found) for name, _ in MEASURES}
+               for key, found in rounds.items()}
     print_table(figures, list(builds), thread_counts)
     return 0
 
