@@ -1,0 +1,149 @@
+"""What a chat template can show, learned by rendering small fixed conversations through it.
+
+Real templates differ in what they accept: some fail on a null ``content`` or print ``None``,
+some refuse a system role, some never show ``tools``, tool calls or tool results, some refuse
+two calls in one turn, some insist on a call-id shape (Mistral's nine alphanumerics). Reading
+the template's source for this is guesswork; rendering it is not. Each probe renders one short
+conversation whose every piece is a marker no template writes on its own, and looks for the
+markers in the output (an error counts as "not shown"). :mod:`.polyfill` makes up for what is
+missing. The strategy is llama.cpp's (common/jinja/caps.cpp), which watches which values a
+template reads; watching the output is enough here and needs no instrumented interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+from .jinja_env import TemplateError
+from .messages import ToolArguments
+
+__all__ = ["ALNUM9_PROBE_ID", "Render", "TemplateCaps", "probe"]
+
+# (messages, tools, add_generation_prompt) → prompt text; raises TemplateError
+Render = Callable[[list[dict], "list[dict] | None", bool], str]
+
+SYSTEM, USER, ANSWER, RESULT, REASONING = ("SYSMARKq1", "USERMARKq2", "ANSWERMARKq3", "RESULTMARKq4",
+                                           "REASONMARKq5")
+TOOL_NAME, TOOL_DESCRIPTION = "probe_tool_zq", "TOOLDESCMARKq6"
+ARG_VALUES = ("ARGVALUEq7", "ARGVALUEq8")
+ARGS_TEXT = "ARGSTEXTq10"
+OPENAI_PROBE_ID = "call_probe0001"
+ALNUM9_PROBE_ID = "aB3dE5gH7"
+
+_TOOLS = [{"type": "function", "function": {
+    "name": TOOL_NAME, "description": TOOL_DESCRIPTION,
+    "parameters": {"type": "object", "properties": {"arg": {"type": "string", "description": "ARGDESCq11"}}, "required": ["arg"]}}}]
+
+
+@dataclass(frozen=True)
+class TemplateCaps:
+    renders: bool = True              # a plain user turn renders at all
+    needs_tools_list: bool = False    # ... only with ``tools`` a list (a tool-use-only template)
+    system_role: bool = True          # a system turn renders and its text is shown
+    system_after_calls: bool = True   # ... also when the conversation ends in a tool result (not
+                                      # Mistral's: it shows the system text in the last user turn)
+    tools: bool = True                # tool definitions are shown
+    tool_calls: bool = True           # an assistant turn's calls (name and arguments) are shown
+    tool_results: bool = True         # a tool turn's result is shown
+    parallel_tool_calls: bool = True  # two calls in one turn are both shown
+    null_content: bool = True         # a tool-call turn with content null renders, without "None"
+    empty_content: bool = True        # ... with content "" renders and still shows its calls
+    arguments: str = "object"         # "object" or "string": the form of arguments it shows
+    call_ids: str = "any"             # "any" or "alnum9" (exactly nine letters and digits)
+    reasoning: bool = False           # reasoning_content in history is shown
+    end_of_turn: str = ""             # the text that closes an assistant turn
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
+
+def probe(render: Render) -> TemplateCaps:
+    found: dict = {}
+    plain = _try(render, [_user()], None)
+    if plain is None:
+        if _try(render, [_user()], []) is None:
+            return TemplateCaps(renders=False)
+        found["needs_tools_list"] = True
+        inner = render
+        render = lambda messages, tools, gen: inner(messages, [] if tools is None else tools, gen)  # noqa: E731
+    with_system = _try(render, [{"role": "system", "content": SYSTEM}, _user()], None)
+    found["system_role"] = bool(with_system) and SYSTEM in with_system
+    with_tools = _try(render, [_user()], _TOOLS)
+    found["tools"] = bool(with_tools) and TOOL_NAME in with_tools and TOOL_DESCRIPTION in with_tools
+    found["call_ids"] = "any"
+    loop = _try(render, _tool_loop("", [_call(0, OPENAI_PROBE_ID)]), _TOOLS)
+    if loop is None and _try(render, _tool_loop("", [_call(0, ALNUM9_PROBE_ID)]), _TOOLS) is not None:
+        found["call_ids"] = "alnum9"
+    first_id, second_id = _ids(found["call_ids"])
+    loop = _try(render, _tool_loop("", [_call(0, first_id)]), _TOOLS)
+    null_loop = _try(render, _tool_loop(None, [_call(0, first_id)]), _TOOLS)
+    found["empty_content"] = _shows_call(loop, 0)
+    found["null_content"] = _shows_call(null_loop, 0) and "None" not in null_loop
+    content = "" if found["empty_content"] or not found["null_content"] else None
+    open_loop = [{"role": "system", "content": SYSTEM}, *_tool_loop(content, [_call(0, first_id)])[:3]]
+    open_text = _try(render, open_loop, _TOOLS)
+    found["system_after_calls"] = open_text is None or SYSTEM in open_text or not found["system_role"]
+    found["tool_calls"] = found["empty_content"] or found["null_content"]
+    shown = loop if content == "" else null_loop
+    found["tool_results"] = bool(shown) and RESULT in shown
+    found["arguments"] = _arguments_form(render, content, first_id)
+    two = _try(render, _tool_loop(content, [_call(0, first_id), _call(1, second_id)]), _TOOLS)
+    found["parallel_tool_calls"] = _shows_call(two, 0) and _shows_call(two, 1)
+    found["reasoning"] = _shows_reasoning(render)
+    found["end_of_turn"] = _end_of_turn(render)
+    return TemplateCaps(**found)
+
+
+def _try(render: Render, messages: list[dict], tools: list[dict] | None, gen: bool = True) -> str | None:
+    try:
+        return render(messages, tools, gen)
+    except TemplateError:
+        return None
+
+
+def _user(text: str = USER) -> dict:
+    return {"role": "user", "content": text}
+
+
+def _call(n: int, call_id: str, arguments: object = None) -> dict:
+    args = {"arg": ARG_VALUES[n]} if arguments is None else arguments
+    return {"id": call_id, "type": "function", "function": {"name": TOOL_NAME, "arguments": args}}
+
+
+def _ids(form: str) -> tuple[str, str]:
+    return ("aB3dE5gH7", "kL9mN1pQ2") if form == "alnum9" else ("call_probe0001", "call_probe0002")
+
+
+def _tool_loop(content: str | None, calls: list[dict]) -> list[dict]:
+    results = [{"role": "tool", "tool_call_id": c["id"], "name": TOOL_NAME, "content": RESULT} for c in calls]
+    return [_user(), {"role": "assistant", "content": content, "tool_calls": calls}, *results,
+            {"role": "assistant", "content": ANSWER}, _user("USERMARKq9")]
+
+
+def _shows_call(text: str | None, n: int) -> bool:
+    return bool(text) and ARG_VALUES[n] in text and TOOL_NAME in text.replace(TOOL_DESCRIPTION, "")
+
+
+def _arguments_form(render: Render, content: str | None, call_id: str) -> str:
+    """"string" when the template writes the arguments' JSON text (``'```json' + arguments``),
+    "object" when it reads them as a mapping (``arguments | tojson``, ``arguments.items()``).
+    Arguments reach every template as both (ToolArguments); here the two disagree, to tell."""
+    arguments = ToolArguments({"arg": ARG_VALUES[0]}, ARGS_TEXT)
+    text = _try(render, _tool_loop(content, [_call(0, call_id, arguments)]), _TOOLS)
+    return "string" if text and ARGS_TEXT in text and ARG_VALUES[0] not in text else "object"
+
+
+def _shows_reasoning(render: Render) -> bool:
+    messages = [_user(), {"role": "assistant", "content": ANSWER, "reasoning_content": REASONING},
+                _user("USERMARKq9")]
+    text = _try(render, messages, None)
+    return bool(text) and REASONING in text
+
+
+def _end_of_turn(render: Render) -> str:
+    """What the template writes after the text of a conversation's last answer (trimmed)."""
+    text = _try(render, [_user(), {"role": "assistant", "content": ANSWER}], None, False)
+    if not text or ANSWER not in text:
+        return ""
+    return text[text.rindex(ANSWER) + len(ANSWER):].strip()
