@@ -13,6 +13,7 @@ own ids, its own turns. Each step applies only where the probe found the templat
   as a ``<tool_response>`` in a user turn;
 - content: null or "" on a tool-call turn, whichever the template takes (DeepSeek's test
   ``content is none``; Qwen3's and gpt-oss' do string operations on it);
+- reasoning under the field name the template reads (gpt-oss' ``thinking``);
 - a system turn, where the system role is refused (or, as Mistral's, shown only in a last user
   turn the conversation does not end with), opens the first user turn.
 """
@@ -49,6 +50,8 @@ def fit_to_template(messages: list[dict], tools: list[dict] | None,
     if not caps.tool_results:
         messages = _results_as_user_turns(messages)
     messages = [_content_it_takes(m, caps) for m in messages]
+    if caps.reasoning_field != "reasoning_content":
+        messages = [_reasoning_as(caps.reasoning_field, m) for m in messages]
     if not caps.system_role or (not caps.system_after_calls and messages and messages[-1].get("role") != "user"):
         messages = _system_into_first_user_turn(fold_system_turns(messages))
     return messages, tools
@@ -185,6 +188,16 @@ def _content_it_takes(message: dict, caps: TemplateCaps) -> dict:
         wanted = None if caps.null_content and not caps.empty_content else ""
         return message if content is wanted else {**message, "content": wanted}
     return {**message, "content": ""} if content is None else message
+
+
+def _reasoning_as(field: str, message: dict) -> dict:
+    """reasoning_content under the name the template reads (gpt-oss: ``thinking``), where it may
+    stand: gpt-oss refuses both text and thinking on a tool-call turn."""
+    if "reasoning_content" not in message or field in message:
+        return message
+    if message.get("tool_calls") and message.get("content"):
+        return message
+    return {**message, field: message["reasoning_content"]}
 
 
 def _system_into_first_user_turn(messages: list[dict]) -> list[dict]:

@@ -28,6 +28,7 @@ from agent_clis import claude_binary
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
 from sse import parse_sse
+from template_corpus import corpus_templates
 from wiretap import Wiretap
 
 COMMAND = "touch made.txt"
@@ -64,6 +65,18 @@ def server(models_dir, tmp_path_factory):
         reasoning=REASONING, final_reasoning="It ran."))
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "2",
                         "--data-dir", str(tmp_path_factory.mktemp("claude-code-data")))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def qwen3_server(models_dir, tmp_path_factory):
+    """The same script, served with Qwen3's own template (the step token after its generation prompt)."""
+    path = write_scripted_gguf(models_dir / "scripted-claude-code-qwen3.gguf", tool_loop_script(
+        "Bash", {"command": COMMAND, "description": "Create made.txt"}, FINAL,
+        reasoning=REASONING, final_reasoning="It ran."), real_template=corpus_templates()["Qwen-Qwen3-0.6B"])
+    srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(2 * CONTEXT), "--slots", "1",
+                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-qwen3-data")))
     yield srv
     srv.stop()
 
@@ -149,3 +162,13 @@ def test_a_new_session_reads_the_system_prompt_and_tools_from_the_cache(claude, 
     _, a_prompt = usage_of(a)
     usage, _ = usage_of(b)
     assert usage["cache_read_input_tokens"] > a_prompt // 2
+
+
+def test_claude_code_finishes_a_tool_loop_on_the_real_qwen3_template(claude, qwen3_server, tmp_path):
+    """Every turn Claude Code sends (its system prompt, tools, the tool_use and its tool_result,
+    thinking) is rendered by Qwen3's own template."""
+    tap, _ = run_claude(claude, qwen3_server, tmp_path, "Create the file made.txt", "claude-sonnet-4-5")
+    turns = message_posts(tap)
+    assert len(turns) >= 2 and all(t.status == 200 for t in turns), [(t.status, t.response[:300]) for t in turns]
+    assert any(b["type"] == "tool_result" for m in turns[-1].json()["messages"] if isinstance(m["content"], list)
+               for b in m["content"])

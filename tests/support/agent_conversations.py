@@ -83,3 +83,53 @@ def problems(prompt: str, messages: list[dict]) -> list[str]:
     if "None" in prompt.replace("= None", ""):    # a default in a Python signature is the template's own
         found.append("a literal None")
     return found
+
+
+# --- the same conversations as the other dialects send them ---------------------------------
+
+def as_anthropic(messages: list[dict]) -> dict:
+    """A /v1/messages body (tools, system, messages) for an OpenAI-shaped conversation."""
+    import json
+    body: dict = {"model": "m", "max_tokens": 8, "messages": [],
+                  "tools": [{"name": t["function"]["name"], "description": t["function"]["description"],
+                             "input_schema": t["function"]["parameters"]} for t in TOOLS]}
+    rest = messages
+    if messages and messages[0]["role"] == "system":
+        body["system"], rest = messages[0]["content"], messages[1:]
+    out = body["messages"]
+    for message in rest:
+        if message["role"] == "tool":
+            block = {"type": "tool_result", "tool_use_id": message["tool_call_id"], "content": message["content"]}
+            if out and out[-1]["role"] == "user" and isinstance(out[-1]["content"], list):
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif message.get("tool_calls"):
+            blocks = [{"type": "text", "text": message["content"]}] if message.get("content") else []
+            blocks += [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+                        "input": json.loads(c["function"]["arguments"])} for c in message["tool_calls"]]
+            out.append({"role": "assistant", "content": blocks})
+        else:
+            out.append({"role": message["role"], "content": message["content"]})
+    return body
+
+
+def as_responses(messages: list[dict]) -> tuple[list[dict], str | None]:
+    """Responses input items and instructions for an OpenAI-shaped conversation."""
+    instructions = None
+    rest = messages
+    if messages and messages[0]["role"] == "system":
+        instructions, rest = messages[0]["content"], messages[1:]
+    items: list[dict] = []
+    for message in rest:
+        if message["role"] == "tool":
+            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
+                          "output": message["content"]})
+        elif message.get("tool_calls"):
+            if message.get("content"):
+                items.append({"role": "assistant", "content": message["content"]})
+            items += [{"type": "function_call", "call_id": c["id"], "name": c["function"]["name"],
+                       "arguments": c["function"]["arguments"]} for c in message["tool_calls"]]
+        else:
+            items.append({"role": message["role"], "content": message["content"]})
+    return items, instructions

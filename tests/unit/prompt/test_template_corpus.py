@@ -1,5 +1,6 @@
 """Every real chat template (llama.cpp's corpus) renders every agent conversation, through the code
-the server renders with (render_chat), showing the tools, every call and result, and no None."""
+the server renders with (render_chat), showing the tools, every call and result, and no None; the
+same conversations also as Anthropic Messages and Responses input, read by those dialects' readers."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
-from agent_conversations import CHECKS, CONVERSATIONS, TOOLS, problems  # noqa: E402
+from agent_conversations import CHECKS, CONVERSATIONS, TOOLS, as_anthropic, as_responses, problems  # noqa: E402
 from template_corpus import corpus_names, corpus_templates  # noqa: E402
 
+from localserve.dialects.anthropic.input import read_input as read_anthropic_input  # noqa: E402
+from localserve.dialects.responses.items import read_input as read_responses_input  # noqa: E402
+from localserve.dialects.responses.items import to_messages  # noqa: E402
 from localserve.prompt.build import ChatInput, function_definitions, render_chat  # noqa: E402
 from localserve.prompt.templates import ChatTemplate  # noqa: E402
 
@@ -36,6 +40,18 @@ def test_the_corpus_is_there():
 def test_template_renders_the_agent_conversation(name, check):
     messages = CONVERSATIONS[check]
     assert problems(rendered(name, messages), messages) == []
+
+
+@pytest.mark.parametrize("name", corpus_names())
+def test_reasoning_of_the_tool_loop_under_way_is_shown_where_the_template_shows_any(name):
+    messages = CONVERSATIONS["reasoning_in_history"]
+    if corpus_template(name).caps.reasoning_in_tool_loop:
+        assert "need the weather" in rendered(name, messages)
+
+
+def test_gpt_oss_reads_reasoning_as_thinking():
+    prompt = rendered("openai-gpt-oss-120b", CONVERSATIONS["reasoning_in_history"])
+    assert "<|channel|>analysis<|message|>need the weather<|end|>" in prompt
 
 
 def test_probe_findings_on_known_templates():
@@ -73,3 +89,21 @@ def test_anthropic_ids_of_the_models_own_calls_map_back_to_them():
                 {"role": "tool", "tool_call_id": "toolu_aB3dE5gH7", "content": "sunny"}]
     prompt = rendered("Mistral-Small-3.2-24B-Instruct-2506", messages)
     assert "aB3dE5gH7" in prompt and "toolu_" not in prompt
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("name", corpus_names())
+def test_template_renders_the_conversation_sent_as_anthropic_messages(name, check):
+    messages = CONVERSATIONS[check]
+    chat = read_anthropic_input(as_anthropic(messages), b"k" * 32).chat
+    assert problems(render_chat(corpus_template(name), chat), messages) == []
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("name", corpus_names())
+def test_template_renders_the_conversation_sent_as_responses_items(name, check):
+    messages = CONVERSATIONS[check]
+    items, instructions = as_responses(messages)
+    chat = ChatInput(messages=to_messages(read_responses_input(items), instructions),
+                     tools=function_definitions(TOOLS))
+    assert problems(render_chat(corpus_template(name), chat), messages) == []
