@@ -12,6 +12,7 @@ template reads; watching the output is enough here and needs no instrumented int
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -169,8 +170,16 @@ def _arguments_form(render: Render, content: str | None, call_id: str) -> str:
 
 
 def _end_of_turn(render: Render) -> str:
-    """What the template writes after the text of a conversation's last answer (trimmed)."""
-    text = _try(render, [_user(), {"role": "assistant", "content": ANSWER}], None, False)
-    if not text or ANSWER not in text:
+    """The text that closes an answer: what follows it both when it ends the conversation and when
+    a user turn comes next (so neither a closing instruction nor the next turn's opening counts),
+    cut after the last whole special token; else what follows it at the end (trimmed)."""
+    answer = {"role": "assistant", "content": ANSWER}
+    last = _try(render, [_user(), answer], None, False)
+    if not last or ANSWER not in last:
         return ""
-    return text[text.rindex(ANSWER) + len(ANSWER):].strip()
+    at_end = last[last.rindex(ANSWER) + len(ANSWER):]
+    between = _try(render, [_user(), answer, _user("USERMARKq9")], None, False) or ""
+    between = between[between.find(ANSWER) + len(ANSWER):] if ANSWER in between else ""
+    common = os.path.commonprefix([at_end, between])
+    closed = common[:common.rfind(">") + 1]
+    return (closed if closed.strip() else at_end).strip()

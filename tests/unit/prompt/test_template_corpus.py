@@ -58,7 +58,8 @@ def test_probe_findings_on_known_templates():
     caps = {name: corpus_template(name).caps for name in (
         "mistralai-Mistral-Nemo-Instruct-2407", "meta-llama-Llama-3.1-8B-Instruct", "google-gemma-2-2b-it",
         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct",
-        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B")}
+        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "openai-gpt-oss-120b",
+        "CohereForAI-c4ai-command-r-plus-tool_use")}
     assert caps["mistralai-Mistral-Nemo-Instruct-2407"].call_ids == "alnum9"
     assert not caps["mistralai-Mistral-Nemo-Instruct-2407"].system_after_calls
     assert not caps["meta-llama-Llama-3.1-8B-Instruct"].parallel_tool_calls
@@ -66,6 +67,10 @@ def test_probe_findings_on_known_templates():
     assert not caps["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"].tools
     assert not caps["Qwen-Qwen3-0.6B"].null_content and caps["Qwen-Qwen3-0.6B"].empty_content
     assert caps["deepseek-ai-DeepSeek-R1-Distill-Llama-8B"].arguments == "string"
+    assert caps["meta-llama-Llama-3.1-8B-Instruct"].end_of_turn == "<|eot_id|>"
+    gpt_oss = caps["openai-gpt-oss-120b"]
+    assert (gpt_oss.end_of_turn, gpt_oss.reasoning_field, gpt_oss.null_content) == ("<|return|>", "thinking", False)
+    assert caps["CohereForAI-c4ai-command-r-plus-tool_use"].needs_tools_list
     qwen = caps["Qwen-Qwen2.5-7B-Instruct"]
     assert (qwen.system_role, qwen.tools, qwen.tool_calls, qwen.parallel_tool_calls, qwen.call_ids,
             qwen.end_of_turn) == (True, True, True, True, "any", "<|im_end|>")
