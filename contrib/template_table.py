@@ -52,6 +52,8 @@ def polyfills(caps: TemplateCaps) -> str:
         found.append('"" → null')
     if caps.call_ids != "any":
         found.append(f"ids: {caps.call_ids}")
+    if caps.reasoning_field != "reasoning_content":
+        found.append(f"reasoning as {caps.reasoning_field}")
     return ", ".join(found) or "—"
 
 
