@@ -138,15 +138,33 @@ def test_codex_applies_a_patch_through_its_custom_tool(serve, tmp_path):
     assert [i["call_id"] for i in history if i.get("type") == "custom_tool_call_output"] == [call[0]["call_id"]]
 
 
-def test_codex_finishes_a_tool_loop_on_the_real_qwen3_template(serve, tmp_path):
-    """Every turn Codex sends is rendered by Qwen3's own template (the script's step token follows
-    its generation prompt): the call's turn, its output and the reasoning item come back through it."""
+def harmony_tool_loop(name: str, arguments: dict, final: str, reasoning: str) -> list[list[str]]:
+    """gpt-oss' own output for the script: an analysis message, the call on the commentary channel,
+    then the final message (each whole message one piece: a bigram's pieces are all distinct)."""
+    return [[f"<|channel|>analysis<|message|>{reasoning}<|end|>",
+             f"<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+             json.dumps(arguments, separators=(",", ":")), "<|call|>"],
+            [f"<|channel|>final<|message|>{final}<|return|>"]]
+
+
+REAL_TEMPLATE_SCRIPTS = {
+    "Qwen-Qwen3-0.6B": lambda cmd, final: tool_loop_script("exec_command", {"cmd": cmd}, final,
+                                                           reasoning="Echo into the file."),
+    "openai-gpt-oss-120b": lambda cmd, final: harmony_tool_loop("exec_command", {"cmd": cmd}, final,
+                                                                "Echo into the file."),
+}
+
+
+@pytest.mark.parametrize("template", sorted(REAL_TEMPLATE_SCRIPTS))
+def test_codex_finishes_a_tool_loop_on_a_real_template(serve, tmp_path, template):
+    """Every turn Codex sends is rendered by the model's own template (the script's step token
+    follows its generation prompt): the call's turn, its output and the reasoning item come back
+    through it."""
     final = "Made it with echo."
-    tap = serve("codex-qwen3", tool_loop_script("exec_command", {"cmd": "echo qwen3 > made.txt"}, final,
-                                                reasoning="Echo into the file."),
-                real_template=corpus_templates()["Qwen-Qwen3-0.6B"])
+    script = REAL_TEMPLATE_SCRIPTS[template]("echo real > made.txt", final)
+    tap = serve(f"codex-{template}", script, real_template=corpus_templates()[template])
     work, output = run_codex(tmp_path, tap.base_url, "Create the file made.txt.")
-    assert (work / "made.txt").read_text() == "qwen3\n"
+    assert (work / "made.txt").read_text() == "real\n"
     assert final in output
     first, second = tap.posts("/v1/responses")
     assert [i["type"] for i in second.json()["input"] if i.get("type") == "function_call_output"]
