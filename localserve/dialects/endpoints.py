@@ -59,7 +59,8 @@ def apply_template(exchange: Exchange) -> None:
         _apply_responses_template(exchange, body)
         return
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
-                     template_kwargs=dict(body.get("chat_template_kwargs") or {}))
+                     template_kwargs=dict(body.get("chat_template_kwargs") or {}),
+                     add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with exchange.app.use_model(body, exchange) as model:
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 

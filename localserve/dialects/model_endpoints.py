@@ -87,6 +87,7 @@ def meta(model: Any) -> dict:
         "description": info.description,
         "chat_template_source": model.chat.template.source,
         "tool_syntax": model.chat.tool_syntax,
+        "chat_template_caps": model.chat.template.caps.as_json(),   # what the template shows, probed at load
         "n_gpu_layers": settings.n_gpu_layers,
         "n_layer": engine.n_layer,
         "gpu_layers_offloaded": engine.gpu_layers,

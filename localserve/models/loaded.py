@@ -152,6 +152,7 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
                                    override_path=settings.chat_template_file)
     except TemplateError as exc:
         raise LoadFailed(f"chat template: {exc}", usage=True) from None
+    template.caps  # noqa: B018  (probed now, at load, not on the first request)
     # <think> splitting for models whose vocabulary has it as one token
     thinks = len(engine.tokenize("<think>", add_special=False)) == 1
     return ChatModel(EngineFacade(engine), template, tool_syntax=settings.tool_syntax or detect_tool_syntax(template.text),

@@ -50,6 +50,7 @@ class ChatInput:
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
     strict_tools: frozenset[str] = frozenset()           # names of the tools marked strict: true
+    add_generation_prompt: bool = True                   # False: a history only (/apply-template)
 
 
 def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
@@ -61,7 +62,7 @@ def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
 
     def render(messages: list[dict]) -> str:
         return template.render(normalize_messages(messages), tools=template_tools,
-                                   add_generation_prompt=True, extra=chat.template_kwargs)
+                                   add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs)
 
     try:
         try:

@@ -183,14 +183,16 @@ def test_context_overflow_is_400_with_counts(server):
 def test_template_error_is_400(tiny_model, tmp_path):
     from conftest import ServerProcess
     template = tmp_path / "strict.jinja"
-    template.write_text("{% for m in messages %}{% if m.role == 'system' %}"
-                        "{{ raise_exception('system messages are not allowed') }}{% endif %}"
+    # (a system role refused is made up for, merged into the first user turn: a template error
+    # that no polyfill mends is one about the content itself)
+    template.write_text("{% for m in messages %}{% if m.content == 'forbidden' %}"
+                        "{{ raise_exception('this word is not allowed') }}{% endif %}"
                         "{{ m.content }}{% endfor %}")
     srv = ServerProcess(tiny_model, "--chat-template-file", str(template))
     try:
-        body = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "y"}]}
+        body = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "forbidden"}]}
         resp = request(srv.port, post_json("/v1/chat/completions", body))
-        assert resp.status == 400 and "system messages are not allowed" in resp.json()["error"]["message"]
+        assert resp.status == 400 and "this word is not allowed" in resp.json()["error"]["message"]
         assert f"file:{template}" in srv.log
     finally:
         srv.stop()
@@ -240,6 +242,11 @@ def test_tokenize_detokenize_and_apply_template(server):
     assert "".join(p["piece"] for p in pieces) == "Hi"
     prompt = request(server.port, post_json("/apply-template", {"messages": MESSAGES})).json()["prompt"]
     assert "<|im_start|>user\nSay hello<|im_end|>" in prompt and prompt.endswith("<|im_start|>assistant\n")
+    history = request(server.port, post_json("/apply-template", {"messages": MESSAGES,
+                                                                "add_generation_prompt": False})).json()["prompt"]
+    assert history.endswith("Say hello<|im_end|>\n") and prompt.startswith(history)
+    bad = request(server.port, post_json("/apply-template", {"messages": MESSAGES, "add_generation_prompt": "no"}))
+    assert bad.status == 400 and bad.json()["error"]["param"] == "add_generation_prompt"
     assert request(server.port, post_json("/detokenize", {"tokens": [10 ** 9]})).status == 400
 
 

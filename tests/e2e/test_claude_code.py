@@ -28,6 +28,7 @@ from agent_clis import claude_binary
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
 from sse import parse_sse
+from template_corpus import corpus_templates
 from wiretap import Wiretap
 
 COMMAND = "touch made.txt"
@@ -64,6 +65,36 @@ def server(models_dir, tmp_path_factory):
         reasoning=REASONING, final_reasoning="It ran."))
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "2",
                         "--data-dir", str(tmp_path_factory.mktemp("claude-code-data")))
+    yield srv
+    srv.stop()
+
+
+def harmony_tool_loop() -> list[list[str]]:
+    """The same script in gpt-oss' own words (each whole message one piece: a bigram's pieces
+    are all distinct)."""
+    arguments = json.dumps({"command": COMMAND, "description": "Create made.txt"}, separators=(",", ":"))
+    return [[f"<|channel|>analysis<|message|>{REASONING}<|end|>",
+             "<|start|>assistant<|channel|>commentary to=functions.Bash <|constrain|>json<|message|>",
+             arguments, "<|call|>"],
+            ["<|channel|>analysis<|message|>It ran.<|end|>",
+             f"<|start|>assistant<|channel|>final<|message|>{FINAL}<|return|>"]]
+
+
+REAL_TEMPLATE_SCRIPTS = {
+    "Qwen-Qwen3-0.6B": lambda: tool_loop_script("Bash", {"command": COMMAND, "description": "Create made.txt"},
+                                                FINAL, reasoning=REASONING, final_reasoning="It ran."),
+    "openai-gpt-oss-120b": harmony_tool_loop,
+}
+
+
+@pytest.fixture(scope="module", params=sorted(REAL_TEMPLATE_SCRIPTS))
+def real_template_server(request, models_dir, tmp_path_factory):
+    """The script served with a real model's template (the step token after its generation prompt)."""
+    name = request.param
+    path = write_scripted_gguf(models_dir / f"scripted-claude-code-{name}.gguf", REAL_TEMPLATE_SCRIPTS[name](),
+                               real_template=corpus_templates()[name])
+    srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(2 * CONTEXT), "--slots", "1",
+                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-real-template-data")))
     yield srv
     srv.stop()
 
@@ -149,3 +180,13 @@ def test_a_new_session_reads_the_system_prompt_and_tools_from_the_cache(claude, 
     _, a_prompt = usage_of(a)
     usage, _ = usage_of(b)
     assert usage["cache_read_input_tokens"] > a_prompt // 2
+
+
+def test_claude_code_finishes_a_tool_loop_on_a_real_template(claude, real_template_server, tmp_path):
+    """Every turn Claude Code sends (its system prompt, tools, the tool_use and its tool_result,
+    thinking) is rendered by the model's own template."""
+    tap, _ = run_claude(claude, real_template_server, tmp_path, "Create the file made.txt", "claude-sonnet-4-5")
+    turns = message_posts(tap)
+    assert len(turns) >= 2 and all(t.status == 200 for t in turns), [(t.status, t.response[:300]) for t in turns]
+    assert any(b["type"] == "tool_result" for m in turns[-1].json()["messages"] if isinstance(m["content"], list)
+               for b in m["content"])

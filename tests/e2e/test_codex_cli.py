@@ -20,6 +20,7 @@ import pytest
 from agent_clis import codex_binary
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
+from template_corpus import corpus_templates
 from wiretap import Wiretap
 
 CODEX_TIMEOUT = 180
@@ -78,9 +79,12 @@ def completed_response(answer: bytes) -> dict:
 def serve(models_dir, tmp_path_factory):
     started: list = []
 
-    def start(name: str, script) -> Wiretap:
-        path = write_scripted_gguf(models_dir / f"{name}.gguf", script, render_system=False)
-        srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1",
+    def start(name: str, script, real_template: str | None = None) -> Wiretap:
+        path = write_scripted_gguf(models_dir / f"{name}.gguf", script, render_system=False,
+                                   real_template=real_template)
+        # a real template writes Codex's instructions and tools into the prompt: room for them
+        room = ["--ctx-size", "65536"] if real_template is not None else []
+        srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1", *room,
                             env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
         tap = Wiretap(srv.port)
         started.append((srv, tap))
@@ -132,3 +136,36 @@ def test_codex_applies_a_patch_through_its_custom_tool(serve, tmp_path):
     history = second.json()["input"]
     assert [i["input"] for i in history if i.get("type") == "custom_tool_call"] == [PATCH]
     assert [i["call_id"] for i in history if i.get("type") == "custom_tool_call_output"] == [call[0]["call_id"]]
+
+
+def harmony_tool_loop(name: str, arguments: dict, final: str, reasoning: str) -> list[list[str]]:
+    """gpt-oss' own output for the script: an analysis message, the call on the commentary channel,
+    then the final message (each whole message one piece: a bigram's pieces are all distinct)."""
+    return [[f"<|channel|>analysis<|message|>{reasoning}<|end|>",
+             f"<|start|>assistant<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>",
+             json.dumps(arguments, separators=(",", ":")), "<|call|>"],
+            [f"<|channel|>final<|message|>{final}<|return|>"]]
+
+
+REAL_TEMPLATE_SCRIPTS = {
+    "Qwen-Qwen3-0.6B": lambda cmd, final: tool_loop_script("exec_command", {"cmd": cmd}, final,
+                                                           reasoning="Echo into the file."),
+    "openai-gpt-oss-120b": lambda cmd, final: harmony_tool_loop("exec_command", {"cmd": cmd}, final,
+                                                                "Echo into the file."),
+}
+
+
+@pytest.mark.parametrize("template", sorted(REAL_TEMPLATE_SCRIPTS))
+def test_codex_finishes_a_tool_loop_on_a_real_template(serve, tmp_path, template):
+    """Every turn Codex sends is rendered by the model's own template (the script's step token
+    follows its generation prompt): the call's turn, its output and the reasoning item come back
+    through it."""
+    final = "Made it with echo."
+    script = REAL_TEMPLATE_SCRIPTS[template]("echo real > made.txt", final)
+    tap = serve(f"codex-{template}", script, real_template=corpus_templates()[template])
+    work, output = run_codex(tmp_path, tap.base_url, "Create the file made.txt.")
+    assert (work / "made.txt").read_text() == "real\n"
+    assert final in output
+    first, second = tap.posts("/v1/responses")
+    assert [i["type"] for i in second.json()["input"] if i.get("type") == "function_call_output"]
+    assert completed_response(second.response)["output"][-1]["content"][0]["text"] == final

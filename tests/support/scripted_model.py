@@ -17,8 +17,9 @@ call or a whole answer is one piece. The template renders an assistant turn back
 was generated (``<|step_K|>``, ``<think>`` block, content, tool calls), so a client replaying the
 history hits the prompt cache.
 
-Tools are not rendered into the prompt (the script does not need them, and agent clients send
-long tool lists); system messages are rendered unless ``render_system=False``.
+Of the tools only their names are rendered (the script does not need them, and agent clients send
+long tool lists; a template that showed none would get them written into its system turn by the
+server's polyfill); system messages are rendered unless ``render_system=False``.
 
     path = write_scripted_gguf(dir / "agent.gguf", tool_loop_script(
         "exec_command", {"cmd": "touch made.txt"}, "The file is made."))
@@ -37,7 +38,7 @@ import numpy as np
 from tinymodel import tiny_vocab, write_gguf
 
 __all__ = ["MAX_STEPS", "SCRIPTED_TEMPLATE", "Script", "step_token", "tool_call_piece",
-           "tool_call_pieces", "tool_call_token", "tool_loop_script", "write_scripted_gguf"]
+           "tool_call_pieces", "tool_call_token", "tool_loop_script", "with_step_token", "write_scripted_gguf"]
 
 MAX_STEPS = 8
 END_OF_TURN = "<|im_end|>"
@@ -55,6 +56,11 @@ def _template(render_system: bool) -> str:
               if render_system else "")
     return """\
 {%- set ns = namespace(step=0) %}
+{%- if tools %}
+    {{- "<|im_start|>system\\nTools:" }}
+    {%- for tool in tools %}{{ " " + tool.function.name }}{% endfor %}
+    {{- "<|im_end|>\\n" }}
+{%- endif %}
 {%- for message in messages %}
     {%- if message.role == "tool" %}
         {%- if loop.first or loop.previtem.role != "tool" %}{% set ns.step = ns.step + 1 %}{% endif %}
@@ -85,6 +91,28 @@ def _template(render_system: bool) -> str:
 
 #: The scripted models' chat template (system messages rendered).
 SCRIPTED_TEMPLATE = _template(True)
+
+# Appended to a real model's template: after its generation prompt, the step token (the number of
+# tool-result turns since the last user turn), so every turn a client sends is rendered by the
+# real template and the script still knows where it is.
+_STEP_AFTER_GENERATION_PROMPT = """
+{%- if add_generation_prompt %}
+    {%- set scripted = namespace(step=0) %}
+    {%- for message in messages %}
+        {%- if message.role == "user" %}
+            {%- set scripted.step = 0 %}
+        {%- elif message.role == "tool" and (loop.first or loop.previtem.role != "tool") %}
+            {%- set scripted.step = scripted.step + 1 %}
+        {%- endif %}
+    {%- endfor %}
+    {{- "<|step_" ~ scripted.step ~ "|>" }}
+{%- endif %}
+"""
+
+
+def with_step_token(real_template: str) -> str:
+    """A real chat template with the script's step token after its generation prompt."""
+    return real_template + _STEP_AFTER_GENERATION_PROMPT
 
 
 def _compact(value: Any) -> str:
@@ -137,9 +165,10 @@ def _chains(script: Script) -> list[list[str]]:
 
 
 def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_system: bool = True,
-                        context_length: int = 65536) -> Path:
+                        context_length: int = 65536, real_template: str | None = None) -> Path:
     """Write a model that, with the generation prompt at step K, writes ``script[K]`` then ends
-    its turn. Returns the path."""
+    its turn. Returns the path. ``real_template``: a real model's chat template to serve with
+    instead of the scripted one (the step token appended after its generation prompt)."""
     chains = _chains(script)
     base = {text for text, _, _ in tiny_vocab()}
     special: list[Any] = [(step_token(k), "control") for k in range(MAX_STEPS)]
@@ -165,7 +194,8 @@ def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_
         embd[token] = 0.0
         embd[token, dim] = 1.0
         out[following, dim] = _MARGIN
-    return _write(Path(path), vocab, embd, out, _template(render_system), context_length)
+    template = with_step_token(real_template) if real_template is not None else _template(render_system)
+    return _write(Path(path), vocab, embd, out, template, context_length)
 
 
 def _spm(piece: str) -> str:

@@ -18,7 +18,7 @@ from family_templates import (  # noqa: E402
     FAMILY_TEMPLATES,
 )
 
-from localserve.prompt import templates  # noqa: E402
+from localserve.prompt import jinja_env  # noqa: E402
 from localserve.prompt.templates import (  # noqa: E402
     BUILTIN_TEMPLATES,
     ChatTemplate,
@@ -248,8 +248,17 @@ def test_llama3_builtin_tools_use_python_tag():
 def test_llama3_raise_exception_reaches_caller():
     messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [CALL, {**CALL, "id": "call_2"}]}]
     with pytest.raises(TemplateError) as err:
-        family("llama3").render(messages)
-    assert str(err.value) == "This model only supports single tool-calls at once!"
+        family("llama3").render_as_is(messages)
+    assert str(err.value).startswith("This model only supports single tool-calls at once! (template line ")
+
+
+def test_llama3_parallel_calls_become_one_turn_per_call():
+    second = {**CALL, "id": "call_2", "function": {"name": "get_weather", "arguments": '{"city": "Lyon"}'}}
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [CALL, second]},
+                {"role": "tool", "tool_call_id": "call_2", "content": "rainy"},
+                {"role": "tool", "tool_call_id": CALL["id"], "content": "sunny"}]
+    prompt = family("llama3").render(messages)
+    assert_in_order(prompt, '"Paris"', "sunny", '"Lyon"', "rainy")
 
 
 def test_mistral_rejects_unknown_role():
@@ -378,7 +387,7 @@ def test_normalize_content_and_none_fields():
     ])
     assert out[0] == {"role": "system", "content": "rules"}
     assert out[1] == {"role": "user", "content": ""}
-    assert out[2]["content"] is None and len(out[2]["tool_calls"]) == 1
+    assert out[2]["content"] == "" and len(out[2]["tool_calls"]) == 1   # the polyfill picks "" or None
     assert out[3] == {"role": "assistant", "content": "hi"}
     assert out[4] == {"role": "assistant", "content": ""}
     assert out[5] == {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "sunny"}
@@ -423,14 +432,36 @@ def test_normalize_rejects_bad_shapes():
 # --- the environment ----------------------------------------------------------
 
 
-def render(text: str, messages=PLAIN, **kwargs) -> str:
-    return ChatTemplate("test", text, "<s>", "</s>").render(messages, **kwargs)
+def render(text: str, messages=PLAIN, tools=None, **kwargs) -> str:
+    """The environment as it is, without the polyfill (these templates show nothing of tools)."""
+    return ChatTemplate("test", text, "<s>", "</s>").render_as_is(messages, tools=tools or None, **kwargs)
 
 
 def test_raise_exception_becomes_template_error_with_its_message():
     with pytest.raises(TemplateError) as err:
         render("{{ raise_exception('Conversation roles must alternate user/assistant') }}")
-    assert str(err.value) == "Conversation roles must alternate user/assistant"
+    assert str(err.value) == "Conversation roles must alternate user/assistant (template line 1)"
+
+
+def test_template_errors_name_the_template_line():
+    with pytest.raises(TemplateError, match=r"\(template line 3\).*ZeroDivisionError"):
+        render("a\nb\n{{ 1 // 0 }}")
+    with pytest.raises(TemplateError, match=r"\(template line 2\): 'dict object' has no attribute 'x'"):
+        render("{% for m in messages %}\n{{ m.x.y }}{% endfor %}")
+
+
+def test_a_template_may_change_its_own_lists_and_dicts():
+    # as Kimi K2's template keeps a queue of call ids
+    text = ("{% set ns = namespace(ids=[]) %}{% set d = {} %}{% for m in messages %}"
+            "{% set _ = ns.ids.append(m.role) %}{% endfor %}{% set _ = d.update({'n': ns.ids | length}) %}"
+            "{{ ns.ids.pop(0) }}|{{ ns.ids | join(',') }}|{{ d.n }}")
+    assert render(text) == "user|assistant,user|3"
+
+
+def test_tojson_takes_generators():
+    # DeepSeek R1's template: tools | map(attribute='function') | tojson
+    text = "{{ tools | map(attribute='function') | map(attribute='name') | tojson }}"
+    assert render(text, tools=[WEATHER_TOOL]) == '["get_weather"]'
 
 
 def test_syntax_error_is_template_error():
@@ -509,7 +540,7 @@ def test_trim_and_lstrip_blocks():
 def test_compiled_template_is_cached():
     text = "{{ messages | length }} cached"
     render(text)
-    assert templates._compile(text) is templates._compile(text)
+    assert jinja_env.compile_template(text) is jinja_env.compile_template(text)
 
 
 # --- choose_template ------------------------------------------------------------
@@ -607,4 +638,4 @@ def test_builtin_gemma_matches_gemma3_published_template(messages, add_generatio
     assert builtin("gemma").render(messages, add_generation_prompt=add_generation_prompt) == published.render(
         messages, add_generation_prompt=add_generation_prompt)
     with pytest.raises(TemplateError, match="Conversation roles must alternate"):
-        published.render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+        published.render_as_is([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])

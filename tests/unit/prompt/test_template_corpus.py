@@ -1,0 +1,114 @@
+"""Every real chat template (llama.cpp's corpus) renders every agent conversation, through the code
+the server renders with (render_chat), showing the tools, every call and result, and no None; the
+same conversations also as Anthropic Messages and Responses input, read by those dialects' readers."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+from agent_conversations import CHECKS, CONVERSATIONS, TOOLS, as_anthropic, as_responses, problems  # noqa: E402
+from template_corpus import corpus_names, corpus_templates  # noqa: E402
+
+from localserve.dialects.anthropic.input import read_input as read_anthropic_input  # noqa: E402
+from localserve.dialects.responses.items import read_input as read_responses_input  # noqa: E402
+from localserve.dialects.responses.items import to_messages  # noqa: E402
+from localserve.prompt.build import ChatInput, function_definitions, render_chat  # noqa: E402
+from localserve.prompt.templates import ChatTemplate  # noqa: E402
+
+
+def corpus_template(name: str) -> ChatTemplate:
+    return ChatTemplate(f"corpus:{name}", corpus_templates()[name], "<s>", "</s>")
+
+
+def rendered(name: str, messages: list[dict]) -> str:
+    return render_chat(corpus_template(name), ChatInput(messages=messages, tools=function_definitions(TOOLS)))
+
+
+def test_the_corpus_is_there():
+    # the parametrised tests below would pass by running nothing without it
+    assert len(corpus_templates()) >= 60
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("name", corpus_names())
+def test_template_renders_the_agent_conversation(name, check):
+    messages = CONVERSATIONS[check]
+    assert problems(rendered(name, messages), messages) == []
+
+
+@pytest.mark.parametrize("name", corpus_names())
+def test_reasoning_of_the_tool_loop_under_way_is_shown_where_the_template_shows_any(name):
+    messages = CONVERSATIONS["reasoning_in_history"]
+    if corpus_template(name).caps.reasoning_in_tool_loop:
+        assert "need the weather" in rendered(name, messages)
+
+
+def test_gpt_oss_reads_reasoning_as_thinking():
+    prompt = rendered("openai-gpt-oss-120b", CONVERSATIONS["reasoning_in_history"])
+    assert "<|channel|>analysis<|message|>need the weather<|end|>" in prompt
+
+
+def test_probe_findings_on_known_templates():
+    caps = {name: corpus_template(name).caps for name in (
+        "mistralai-Mistral-Nemo-Instruct-2407", "meta-llama-Llama-3.1-8B-Instruct", "google-gemma-2-2b-it",
+        "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", "Qwen-Qwen3-0.6B", "Qwen-Qwen2.5-7B-Instruct",
+        "deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "openai-gpt-oss-120b",
+        "CohereForAI-c4ai-command-r-plus-tool_use")}
+    assert caps["mistralai-Mistral-Nemo-Instruct-2407"].call_ids == "alnum9"
+    assert not caps["mistralai-Mistral-Nemo-Instruct-2407"].system_after_calls
+    assert not caps["meta-llama-Llama-3.1-8B-Instruct"].parallel_tool_calls
+    assert not caps["google-gemma-2-2b-it"].system_role
+    assert not caps["deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"].tools
+    assert not caps["Qwen-Qwen3-0.6B"].null_content and caps["Qwen-Qwen3-0.6B"].empty_content
+    assert caps["deepseek-ai-DeepSeek-R1-Distill-Llama-8B"].arguments == "string"
+    assert caps["meta-llama-Llama-3.1-8B-Instruct"].end_of_turn == "<|eot_id|>"
+    gpt_oss = caps["openai-gpt-oss-120b"]
+    assert (gpt_oss.end_of_turn, gpt_oss.reasoning_field, gpt_oss.null_content) == ("<|return|>", "thinking", False)
+    assert caps["CohereForAI-c4ai-command-r-plus-tool_use"].needs_tools_list
+    qwen = caps["Qwen-Qwen2.5-7B-Instruct"]
+    assert (qwen.system_role, qwen.tools, qwen.tool_calls, qwen.parallel_tool_calls, qwen.call_ids,
+            qwen.end_of_turn) == (True, True, True, True, "any", "<|im_end|>")
+
+
+def test_mistral_sees_nine_character_ids_the_same_every_turn():
+    messages = CONVERSATIONS["parallel_calls"]
+    prompt = rendered("mistralai-Mistral-Nemo-Instruct-2407", messages)
+    ids = re.findall(r'"id": "([^"]*)"', prompt) + re.findall(r'"call_id": "([^"]*)"', prompt)
+    assert ids and all(re.fullmatch(r"[A-Za-z0-9]{9}", i) for i in ids)
+    # call_W1x2y3z4a and toolu_… keep their random part when it is nine characters
+    assert "W1x2y3z4a" in prompt
+    assert prompt == rendered("mistralai-Mistral-Nemo-Instruct-2407", messages)
+
+
+def test_anthropic_ids_of_the_models_own_calls_map_back_to_them():
+    # the model wrote aB3dE5gH7; Anthropic clients saw toolu_aB3dE5gH7 and send that back
+    call = {"id": "toolu_aB3dE5gH7", "type": "function", "function": {"name": "get_weather",
+                                                                      "arguments": '{"city": "Paris-v1"}'}}
+    messages = [{"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "toolu_aB3dE5gH7", "content": "sunny"}]
+    prompt = rendered("Mistral-Small-3.2-24B-Instruct-2506", messages)
+    assert "aB3dE5gH7" in prompt and "toolu_" not in prompt
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("name", corpus_names())
+def test_template_renders_the_conversation_sent_as_anthropic_messages(name, check):
+    messages = CONVERSATIONS[check]
+    chat = read_anthropic_input(as_anthropic(messages), b"k" * 32).chat
+    assert problems(render_chat(corpus_template(name), chat), messages) == []
+
+
+@pytest.mark.parametrize("check", CHECKS)
+@pytest.mark.parametrize("name", corpus_names())
+def test_template_renders_the_conversation_sent_as_responses_items(name, check):
+    messages = CONVERSATIONS[check]
+    items, instructions = as_responses(messages)
+    chat = ChatInput(messages=to_messages(read_responses_input(items), instructions),
+                     tools=function_definitions(TOOLS))
+    assert problems(render_chat(corpus_template(name), chat), messages) == []
