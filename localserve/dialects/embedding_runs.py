@@ -21,7 +21,7 @@ from ..runtime.embedding_jobs import EmbeddingJob
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Exchange
 from .fields import invalid
-from .respond import runtime_refusals
+from .failures import api_error, runtime_refusals
 
 
 @dataclass
@@ -87,5 +87,5 @@ def run(exchange: Exchange, model: EmbeddingModel, inputs: list[list[int]]) -> l
         job.cancel()
         raise
     if job.error is not None:
-        raise ApiError(job.error.status, job.error.message, code=job.error.code)
+        raise api_error(job.error)
     return job.vectors

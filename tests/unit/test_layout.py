@@ -10,8 +10,9 @@ A request's path reads top to bottom, and so do the imports:
     prompt, runtime     building a GenerationRequest; the runtime thread
     engine              llama.cpp, CPU weights, RPC
     parsing, grammar,   tool-call syntaxes, reasoning, incremental JSON; GBNF; SQLite;
-    store, ops          metrics, systemd, the demo model
-    (the bottom)        settings, errors, generation: shared by everyone
+    store, ops,         metrics, systemd, the demo model; the contract between dialects
+    generation          and runtime (it names parsing's tool syntax and reasoning format)
+    (the bottom)        settings, errors: shared by everyone
 
 A module may import from its own floor or any floor below, never above; parts on one floor
 may use each other, but no chain of imports may come back to where it started. Imports made
@@ -37,7 +38,8 @@ FLOORS = {
     "prompt": 4, "runtime": 4,
     "engine": 3,
     "parsing": 2, "grammar": 2, "store": 2, "ops": 2,
-    "localserve": 1, "settings": 1, "errors": 1, "generation": 1,
+    "localserve": 1, "settings": 1, "errors": 1,
+    "generation": 2,      # it names the tool families' and reasoning's types (parsing/)
 }
 
 
@@ -161,3 +163,17 @@ def test_importing_the_dialects_and_prompt_loads_no_llama_cpp():
                           env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert done.returncode == 0, done.stderr
     assert "localserve.dialects.openai.chat" in done.stdout     # the walk did import the dialects
+
+
+def test_generation_names_the_types_of_its_fields():
+    """The contract between dialects and runtime says what each field holds: no `Any`, no bare
+    `list` or `dict` standing in for a type that lives elsewhere."""
+    tree = ast.parse((PACKAGE / "generation.py").read_text())
+    vague = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for field in (n for n in cls.body if isinstance(n, ast.AnnAssign)):
+            names = {n.id for n in ast.walk(field.annotation) if isinstance(n, ast.Name)}
+            bare = isinstance(field.annotation, ast.Name) and field.annotation.id in ("list", "dict", "object")
+            if "Any" in names or bare:
+                vague.append(f"{cls.name}.{ast.unparse(field.target)}: {ast.unparse(field.annotation)}")
+    assert vague == []

@@ -13,7 +13,7 @@ import time
 from typing import Any, Iterator
 
 from ...errors import ApiError, ClientGone
-from ...generation import Finished, GenerationError
+from ...generation import Finished, GenerationFailure
 from ..pump import KEEPALIVE, PREFILL_COMMENT, job_events, pump, sse, stream_job
 from ..respond import cancel_on_error, error_from, submit
 from .runs import ACTIVE, ResponseRun
@@ -114,8 +114,7 @@ class RunStream:
 
     def fail(self, error: ApiError) -> list[bytes]:
         # response.failed, the Responses in-band error (stored with the response)
-        self.run.feed(Finished(error=GenerationError(error.status, error.message, error.code or "server_error",
-                                                     error.extra)))
+        self.run.feed(Finished(error=GenerationFailure(error.message)))     # the run keeps its message
         return self.pending()
 
     def keepalive(self) -> list[bytes]:
