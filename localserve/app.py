@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from .dialects import endpoints, model_endpoints
 from .ops import memory
@@ -25,6 +26,7 @@ from .engine.build_info import read_build_info
 from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
+from .generation import Loading
 from .ops.fatal import at_engine_failure
 from .wire.http import Limits
 from .dialects.openai import chat, completions, embeddings
@@ -141,12 +143,13 @@ class App:
             raise ApiError(503, "the model is still loading", code="model_loading",
                            headers=[("Retry-After", "1")])
 
-    def use_model(self, body: dict, exchange, *, stream: bool = False):
-        """`with app.use_model(body, exchange, stream=...) as model:` the model the body's `model`
-        names (404 model_not_found otherwise), loaded, held while the request runs; the body's
-        `keep_alive` (Ollama's) is how long it stays loaded after this request."""
+    def use_model(self, body: dict, on_loading: Callable[[Loading], None] | None = None):
+        """`with app.use_model(body, on_loading) as model:` the model the body's `model` names
+        (404 model_not_found otherwise), loaded, held while the request runs; on_loading hears
+        the load (dialects/loading.py); the body's `keep_alive` (Ollama's) is how long it stays
+        loaded after this request."""
         self.require_ready()
-        return self.models.use(body.get("model"), exchange, stream=stream, keep_alive=body.get("keep_alive"))
+        return self.models.use(body.get("model"), keep_alive=body.get("keep_alive"), on_loading=on_loading)
 
     # ---- start-up -----------------------------------------------------------------
 

@@ -8,12 +8,13 @@ from .fields import invalid, read_bool
 from ..prompt.build import ChatInput, ChatModel, function_definitions, render_chat, tokenize_capped
 from .openai.chat import read_messages
 from .exchange import Exchange
+from .loading import LoadWait
 
 
 def tokenize(exchange: Exchange) -> None:
     """llama.cpp's shape: {"content", "add_special", "with_pieces"} → {"tokens": [...]}."""
     body = exchange.json()
-    with exchange.app.use_model(body, exchange) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model:
         _tokenize(exchange, model.chat, body)
 
 
@@ -42,7 +43,7 @@ def detokenize(exchange: Exchange) -> None:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise invalid("tokens", "expected an array of token ids")
-    with exchange.app.use_model(body, exchange) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model:
         engine = model.chat.engine
         bad = [t for t in tokens if not engine.valid_token(t)]
         if bad:
@@ -54,5 +55,5 @@ def apply_template(exchange: Exchange) -> None:
     body = exchange.json()
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}))
-    with exchange.app.use_model(body, exchange) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model:
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})

@@ -124,13 +124,7 @@ class Router:
 
     @staticmethod
     def _error_after_head(exchange: Exchange, error: ApiError) -> None:
-        """A stream whose head went out early (its model was loading) ends with the error in-band,
-        in the dialect's shape; any other started response can only be cut short."""
-        writer = exchange.writer
-        if exchange.stream_open and not writer.finished:
-            writer.stream(exchange.errors.stream_frame(error))
-            writer.end_stream()
-            return
+        """A started response can only be cut short (a stream's errors go in-band from its dialect)."""
         log.warning("error after the response started: %s", error.message)
-        writer.close_after = True
+        exchange.writer.close_after = True
 

@@ -14,7 +14,8 @@ from typing import Any, Iterator
 
 from ...errors import ApiError, ClientGone
 from ...generation import Finished, GenerationFailure
-from ..pump import KEEPALIVE, PREFILL_COMMENT, job_events, pump, sse, stream_job
+from ..loading import serve_with_model
+from ..pump import KEEPALIVE, LOADING_COMMENT, PREFILL_COMMENT, job_events, pump, sse, stream_job
 from ..respond import cancel_on_error, error_from, submit
 from .runs import ACTIVE, ResponseRun
 from ..exchange import Exchange
@@ -39,8 +40,8 @@ def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     body = exchange.json()
-    with app.use_model(body, exchange, stream=body.get("stream") is True) as model:
-        serve_response(exchange, body, model)
+    serve_with_model(exchange, body, lambda model: serve_response(exchange, body, model),
+                     notice=LOADING_COMMENT if body.get("stream") is True else None)
 
 
 def serve_response(exchange: Exchange, body: dict, model) -> None:
