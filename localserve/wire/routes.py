@@ -69,6 +69,15 @@ class Router:
                 found.append((route, m.groupdict()))
         return found
 
+    def pattern_of(self, path: str, method: str) -> str | None:
+        """The pattern of the route serving `method` on `path` (else of any route on the path):
+        what metrics count requests by, so labels stay few whatever clients send."""
+        matches = self.match(path)
+        for route, _ in matches:
+            if method in route.methods:
+                return route.pattern
+        return matches[0][0].pattern if matches else None
+
     def allowed(self, matches: list[tuple[Route, dict[str, str]]]) -> list[str]:
         methods: list[str] = []
         for route, _ in matches:
