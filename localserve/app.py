@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .dialects import endpoints, model_endpoints
+from .dialects import endpoints, metrics_endpoint, model_endpoints
 from .ops import memory
 from .ops import metrics
 from .engine import rpc
@@ -26,6 +26,7 @@ from .engine.build_info import read_build_info
 from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
+from .generation import Loading
 from .ops.fatal import at_engine_failure
 from .wire.http import Limits
 from .dialects.openai import chat, completions, embeddings
@@ -71,7 +72,7 @@ class App:
         self.signing_key = b""          # HMAC key for thinking-block signatures (signing.py), set in load()
         self._forget_cleanup: Callable[[], None] = lambda: None    # takes load()'s exit clean-up off again
         self.created = int(time.time())
-        self.metrics = metrics.ServerMetrics(self)
+        self.metrics = metrics.ServerMetrics()
         try:
             keys = load_api_keys(settings.api_key, settings.api_key_file)
         except OSError as exc:
@@ -80,6 +81,7 @@ class App:
         self.public_paths = PUBLIC_PATHS
         self.router = Router(self)
         self._add_routes()
+        self.metrics.register(route_pattern=self.router.pattern_of, ready=self.ready.is_set)
 
     def _add_routes(self) -> None:
         add = self.router.add
@@ -98,7 +100,7 @@ class App:
         add("/slots", "GET", model_endpoints.slots)
         add("/models/load", "POST", model_endpoints.load)
         add("/models/unload", "POST", model_endpoints.unload)
-        add("/metrics", "GET", metrics.handle)
+        add("/metrics", "GET", metrics_endpoint.handle)
         add("/v1/responses", "POST", responses.create)
         add("/v1/responses/{response_id}", "GET", responses.retrieve)
         add("/v1/responses/{response_id}", "DELETE", responses.delete)
@@ -143,12 +145,13 @@ class App:
             raise ApiError(503, "the model is still loading", code="model_loading",
                            headers=[("Retry-After", "1")])
 
-    def use_model(self, body: dict, exchange, *, stream: bool = False):
-        """`with app.use_model(body, exchange, stream=...) as model:` the model the body's `model`
-        names (404 model_not_found otherwise), loaded, held while the request runs; the body's
-        `keep_alive` (Ollama's) is how long it stays loaded after this request."""
+    def use_model(self, body: dict, on_loading: Callable[[Loading], None] | None = None):
+        """`with app.use_model(body, on_loading) as model:` the model the body's `model` names
+        (404 model_not_found otherwise), loaded, held while the request runs; on_loading hears
+        the load (dialects/loading.py); the body's `keep_alive` (Ollama's) is how long it stays
+        loaded after this request."""
         self.require_ready()
-        return self.models.use(body.get("model"), exchange, stream=stream, keep_alive=body.get("keep_alive"))
+        return self.models.use(body.get("model"), keep_alive=body.get("keep_alive"), on_loading=on_loading)
 
     # ---- start-up -----------------------------------------------------------------
 
@@ -173,6 +176,7 @@ class App:
             except rpc.RpcError as exc:
                 raise StartupError(str(exc), exc.status) from None
         self.models = ModelManager(s, catalogue, self.metrics)
+        self.metrics.register(loaded_models=self.models.loaded_models, all_models=self.models.all_models)
         at_start = [catalogue.find(name).name for name in s.preload]
         if catalogue.any_name:
             at_start.insert(0, next(iter(catalogue)).name)
@@ -253,8 +257,9 @@ def serve(settings: Settings) -> int:
     server = HTTPServer(app.router.dispatch, errors_for=app.router.errors_for, limits=limits,
                         header_timeout=settings.header_timeout,
                         max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
-                        idle_timeout=settings.idle_timeout, listener=listener)
-    app.metrics.watch_server(server)
+                        idle_timeout=settings.idle_timeout, listener=listener, metrics=app.metrics)
+    app.metrics.register(open_connections=server.connection_count, inflight_bytes=lambda: server.inflight.used,
+                         inflight_limit=lambda: server.inflight.limit)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

@@ -1,8 +1,11 @@
 """The vocabulary shared by protocols and the runtime: requests in, events out.
 
 A protocol module reads its dialect's JSON into a GenerationRequest; the runtime
-answers on the job's own queue with the events below. Nothing here knows about
-HTTP or any dialect's wire format.
+answers on the job's own queue with the events below, and says why it refused or
+failed a job with the domain errors at the end. Nothing here knows about HTTP or any
+dialect's wire format: each dialect maps the errors to its status and error shape.
+It names the tool-call families' and reasoning formats' types (parsing/), so it sits
+on parsing's floor, not below it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Union
+
+from .parsing.reasoning import ReasoningFormat
+from .parsing.tool_families import ToolSyntax
 
 
 @dataclass
@@ -37,7 +43,7 @@ class SamplingParams:
 @dataclass
 class ToolSpec:
     """What the runtime needs to split tool calls out of generated text."""
-    syntax: Any                      # tool_families.ToolSyntax
+    syntax: ToolSyntax
     names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
 
@@ -50,7 +56,7 @@ class GenerationRequest:
     stop: list[str] = field(default_factory=list)
     logprobs: bool = False
     top_logprobs: int = 0
-    reasoning: Any = None            # reasoning.ReasoningFormat or None
+    reasoning: ReasoningFormat | None = None
     reasoning_starts_inside: bool = False
     reasoning_budget: int | None = None
     tools: ToolSpec | None = None
@@ -89,6 +95,20 @@ class ToolCallDelta:
 
 
 @dataclass
+class Loading:
+    """The model a request names is loading: no job yet (models/manager.py sends it while the
+    request waits; each dialect shows it its own way, or not at all)."""
+    model: str
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # a JSON object: the generated text less insignificant whitespace
+
+
+@dataclass
 class Timings:
     queued_ms: float = 0.0
     prefill_ms: float = 0.0
@@ -101,7 +121,7 @@ class Timings:
 class GenerationOutput:
     content: str = ""
     reasoning: str = ""
-    tool_calls: list = field(default_factory=list)      # tools.ToolCall
+    tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"                         # stop | length | tool_calls | cancelled
     stop_sequence: str | None = None
     prompt_tokens: int = 0
@@ -115,33 +135,56 @@ class GenerationOutput:
 
 
 @dataclass
-class GenerationError:
-    status: int
-    message: str
-    code: str = "server_error"
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class Finished:
     output: GenerationOutput | None = None
-    error: GenerationError | None = None
+    error: GenerationFailure | None = None
 
 
 Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
 
 
-# Why the runtime refuses a job at submit(): raised on the connection thread, which answers 429/503.
-class QueueFull(Exception):
-    pass
+# ---- why a job was refused or failed -------------------------------------------------
+# Raised by submit() on the connection thread, or carried by Finished.error; each dialect
+# maps them to its HTTP status and error shape (dialects/failures.py).
+
+class GenerationFailure(Exception):
+    """Something inside the runtime or the engine went wrong; the message says what."""
+
+    def __init__(self, message: str = ""):
+        super().__init__(message)
+        self.message = message
 
 
-class RuntimeStopped(Exception):
-    pass
+class QueueFull(GenerationFailure):
+    """Too many jobs are waiting already (submit)."""
 
 
-class GrammarBacklog(Exception):
+class RuntimeStopped(GenerationFailure):
+    """The runtime is stopping: a job submitted now, or still queued, will never run."""
+
+
+class GrammarBacklog(GenerationFailure):
     """Too many abandoned grammar samples are still running: no new grammar job for now."""
+
+
+class InvalidGrammar(GenerationFailure):
+    """llama.cpp refused the job's grammar; the message is its reason."""
+
+
+class SamplingTooSlow(GenerationFailure):
+    """Choosing one token took longer than --sample-time-limit: the grammar is too costly."""
+
+
+class NoAllowedToken(GenerationFailure):
+    """The grammar and logit_bias together leave no token to choose."""
+
+
+class EmbeddingsUnavailable(GenerationFailure):
+    """The model's embedding context could not be made."""
+
+
+class JobCancelled(GenerationFailure):
+    """An embedding job ended because it was cancelled (its client went away)."""
 
 
 class ActiveGeneration:

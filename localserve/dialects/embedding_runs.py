@@ -21,7 +21,8 @@ from ..runtime.embedding_jobs import EmbeddingJob
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Exchange
 from .fields import invalid
-from .respond import runtime_refusals
+from .loading import LoadWait
+from .failures import api_error, runtime_refusals
 
 
 @dataclass
@@ -37,7 +38,7 @@ class EmbeddingModel:
 def model_for(exchange: Exchange, body: dict) -> Iterator[EmbeddingModel]:
     """The model the body's `model` names (404 otherwise), loaded and held while the request runs,
     as the chat endpoints hold theirs."""
-    with exchange.app.use_model(body, exchange) as loaded:
+    with exchange.app.use_model(body, LoadWait(exchange)) as loaded:
         yield EmbeddingModel(loaded.model_id, loaded.chat.engine, loaded.runtime, loaded.embedding_spec,
                              loaded.settings.max_embedding_inputs)
 
@@ -87,5 +88,5 @@ def run(exchange: Exchange, model: EmbeddingModel, inputs: list[list[int]]) -> l
         job.cancel()
         raise
     if job.error is not None:
-        raise ApiError(job.error.status, job.error.message, code=job.error.code)
+        raise api_error(job.error)
     return job.vectors

@@ -9,12 +9,13 @@ from ..prompt.build import ChatInput, ChatModel, function_definitions, render_ch
 from .openai.chat import read_messages
 from .responses.request import read_plan
 from .exchange import Exchange
+from .loading import LoadWait
 
 
 def tokenize(exchange: Exchange) -> None:
     """llama.cpp's shape: {"content", "add_special", "with_pieces"} → {"tokens": [...]}."""
     body = exchange.json()
-    with exchange.app.use_model(body, exchange) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model:
         _tokenize(exchange, model.chat, body)
 
 
@@ -43,7 +44,7 @@ def detokenize(exchange: Exchange) -> None:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise invalid("tokens", "expected an array of token ids")
-    with exchange.app.use_model(body, exchange) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model:
         engine = model.chat.engine
         bad = [t for t in tokens if not engine.valid_token(t)]
         if bad:
@@ -61,14 +62,14 @@ def apply_template(exchange: Exchange) -> None:
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
-    with exchange.app.use_model(body, exchange) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model:
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 
 
 def _apply_responses_template(exchange: Exchange, body: dict) -> None:
     app = exchange.app
     body = {**body, "stream": False, "background": False, "store": False}    # read, never run nor stored
-    with app.use_model(body, exchange) as model:
+    with app.use_model(body, LoadWait(exchange)) as model:
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
                          signing_key=app.signing_key, store=app.store)
         tokens = plan.generation.prompt_tokens

@@ -33,6 +33,7 @@ class Writer(Protocol):
     extra_headers: list[tuple[str, str]]
     head_only: bool
     started: bool
+    finished: bool
     close_after: bool
 
     def send(self, status: int, body: bytes = b"", *, content_type: str | None = "application/json",
@@ -56,8 +57,8 @@ class Exchange:
     app: Any
     errors: ErrorShape = OPENAI_ERRORS     # the route's dialect: how its clients read an error
     request_id: str = ""
-    model: Any = None              # the LoadedModel the request holds (models/manager.py use())
-    stream_open: bool = False      # a stream's head went out before the handler knew its answer
+    model: Any = None              # the LoadedModel the request holds (loading.serve_with_model)
+    stream_open: bool = False      # the stream's head is out (pump.open_stream), maybe while the model loaded
     _json: dict | None = field(default=None, repr=False)
 
     def has_body(self) -> bool:

@@ -28,6 +28,7 @@ from .respond import error_from
 
 KEEPALIVE = object()   # yielded by a source: time for a keepalive comment
 PREFILL_COMMENT = b": prefill\n\n"
+LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)
 DONE = b"data: [DONE]\n\n"
 
 
@@ -58,6 +59,14 @@ class StreamShape(Protocol):
         """The stream is over before its source ends (a Responses run that reached its end)."""
 
 
+def open_stream(exchange: Exchange) -> None:
+    """The stream's head, once: a load notice (loading.py) may have sent it before the handler
+    knew its answer."""
+    if not exchange.stream_open:
+        exchange.writer.start_stream()
+        exchange.stream_open = True
+
+
 class Job(Protocol):
     def cancel(self, reason: str) -> object: ...
 
@@ -70,8 +79,7 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
     writer = exchange.writer
     buffer: list[bytes] = []
     try:
-        if not writer.started:      # the head may be out already: ": loading" while the model loaded
-            writer.start_stream()
+        open_stream(exchange)
         for event in source:
             if event is KEEPALIVE:
                 buffer += shape.keepalive()

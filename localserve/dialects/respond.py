@@ -1,6 +1,7 @@
 """A job from a connection thread: submitting it, and waiting for a whole answer.
 
-- submit: hand the request to the runtime; a full queue or a stopping server is a 503.
+- submit: hand the request to the runtime; a full queue or a stopping server is a 503
+  (failures.py maps the runtime's reasons to answers).
 - wait_for_output: a non-streaming answer. Peeks at the socket every
   DISCONNECT_POLL_INTERVAL; a client that left cancels the job and gets nothing.
 - cancel_on_error: whatever fails between submit and the job's end cancels the job.
@@ -16,8 +17,8 @@ import time
 from ..errors import ApiError, ClientGone
 from ..generation import ActiveGeneration, Finished, GenerationOutput, GenerationRequest
 from .exchange import Exchange
-from ..generation import GrammarBacklog, QueueFull, RuntimeStopped
-from ..settings import DISCONNECT_POLL_INTERVAL, GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+from .failures import api_error, runtime_refusals
+from ..settings import DISCONNECT_POLL_INTERVAL
 
 
 def submit(exchange: Exchange, request: GenerationRequest) -> ActiveGeneration:
@@ -31,25 +32,9 @@ def submit(exchange: Exchange, request: GenerationRequest) -> ActiveGeneration:
         return model.runtime.submit(request)
 
 
-@contextlib.contextmanager
-def runtime_refusals():
-    """The runtime's reasons to refuse a job, as the answers clients get (503 and when to retry)."""
-    try:
-        yield
-    except QueueFull:
-        raise ApiError(503, "the server is busy: too many requests are queued; retry shortly",
-                       code="server_overloaded", headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]) from None
-    except RuntimeStopped:
-        raise ApiError(503, "the server is shutting down", code="server_shutting_down") from None
-    except GrammarBacklog:
-        raise ApiError(503, "the server is still finishing grammar work that went over the time limit; "
-                            "retry a request with a grammar or schema later", code="server_overloaded",
-                       headers=[("Retry-After", str(GRAMMAR_RETRY_AFTER_SECONDS))]) from None
-
-
 def error_from(finished: Finished) -> ApiError:
-    err = finished.error
-    return ApiError(err.status, err.message, code=err.code, extra=err.extra)
+    """A failed job's answer (failures.py)."""
+    return api_error(finished.error)
 
 
 def wait_for_output(exchange: Exchange, gen: ActiveGeneration) -> GenerationOutput:

@@ -4,9 +4,9 @@ Each model in the catalogue is a Record (record.py):
 unloaded → loading → loaded → unloading → unloaded.
 - A request holds its model with use(): while it is inside, the model is never unloaded.
   The first request for an unloaded model starts its load on a loader thread; whoever asks
-  while it runs waits for the same load (a stream with its head out and ": loading"
-  comments, a whole answer with the socket watched). A load that fails fails them all and
-  leaves the model unloaded: the next request tries again.
+  while it runs waits for the same load, hearing a Loading event now and then (its dialect
+  shows it to the client, watches the socket, and may stop the wait: dialects/loading.py).
+  A load that fails fails them all and leaves the model unloaded: the next request tries again.
 - One load or unload runs at a time (load_lock): a load first makes room under --max-models
   and --max-memory (for the estimate footprint.py makes) by unloading the least recently
   used idle model, waits (at most --evict-wait) while every loaded model is busy, and then
@@ -25,16 +25,17 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..engine.engine import Engine
 from ..engine.stopwatch import Stopwatch
-from ..errors import ApiError, ClientGone
+from ..errors import ApiError
+from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
 from ..runtime.pending_sample import abandoned_running
 from ..settings import (DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE_NEVER, KEEP_ALIVE_SWEEP,
-                        LOADING_COMMENT_INTERVAL, MODEL_RETRY_AFTER_SECONDS, Settings)
+                        MODEL_RETRY_AFTER_SECONDS, Settings)
 from .catalogue import Catalogue
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
@@ -44,7 +45,6 @@ from .units import parse_duration
 
 log = logging.getLogger("localserve.models")
 
-LOADING_COMMENT = b": loading\n\n"
 MiB = 1024 * 1024
 
 
@@ -81,11 +81,11 @@ class ModelManager:
         return self.records[entry.name]
 
     @contextlib.contextmanager
-    def use(self, name: Any, exchange: Any = None, *, stream: bool = False,
-            keep_alive: Any = None) -> Iterator[LoadedModel]:
-        """The model a request names, loaded, held for the request's whole life. `exchange`
-        (optional): where a stream's head and ': loading' comments go while the model loads,
-        whose socket a waiting request watches, and which gets `.model`."""
+    def use(self, name: Any, *, keep_alive: Any = None,
+            on_loading: Callable[[Loading], None] | None = None) -> Iterator[LoadedModel]:
+        """The model a request names, loaded, held for the request's whole life. While it
+        loads, on_loading (optional) hears a Loading event as the wait starts and every
+        DISCONNECT_POLL_INTERVAL after; what it raises (a client gone) ends the wait."""
         record = self.find(name)
         keep = _request_keep_alive(keep_alive)
         if self.pinned:
@@ -94,10 +94,7 @@ class ModelManager:
             record.users += 1
             self._share_threads()
         try:
-            model = self._ready(record, exchange, stream)
-            if exchange is not None:
-                exchange.model = model
-            yield model
+            yield self._ready(record, on_loading)
         finally:
             with self.cond:
                 record.users -= 1
@@ -168,8 +165,7 @@ class ModelManager:
 
     # ---- loading ----------------------------------------------------------------
 
-    def _ready(self, record: Record, exchange: Any, stream: bool) -> LoadedModel:
-        head_out = False
+    def _ready(self, record: Record, on_loading: Callable[[Loading], None] | None) -> LoadedModel:
         while True:
             with self.cond:
                 if record.state == LOADED:
@@ -184,29 +180,22 @@ class ModelManager:
                     threading.Thread(target=self._load, args=(record, record.attempt), daemon=True,
                                      name=f"load {record.name}").start()
                 attempt = record.attempt
-            head_out = self._wait(attempt, exchange, stream, head_out)
+            self._wait(attempt, Loading(record.name), on_loading)
             if attempt.error is not None:
                 error = attempt.error      # a fresh copy: each waiter raises its own
                 raise ApiError(error.status, error.message, code=error.code, param=error.param,
                                headers=error.headers)
 
-    def _wait(self, attempt: Attempt, exchange: Any, stream: bool, head_out: bool) -> bool:
-        """Until the load ends: a stream's head and ': loading' comments; a client gone raises ClientGone."""
-        writer = exchange.writer if exchange is not None else None
-        if writer is not None and stream and not head_out and not attempt.done.is_set():
-            writer.start_stream()
-            exchange.stream_open = True
-            writer.stream(LOADING_COMMENT)
-            head_out = True
-        interval = LOADING_COMMENT_INTERVAL if head_out else DISCONNECT_POLL_INTERVAL
-        while not attempt.done.wait(interval):
-            if writer is None:
-                continue
-            if writer.peer_closed():
-                raise ClientGone("peer closed while the model loaded")
-            if head_out:
-                writer.stream(LOADING_COMMENT)
-        return head_out
+    @staticmethod
+    def _wait(attempt: Attempt, event: Loading, on_loading: Callable[[Loading], None] | None) -> None:
+        """Until the load ends, telling on_loading now and then."""
+        if on_loading is None:
+            attempt.done.wait()
+            return
+        if not attempt.done.is_set():
+            on_loading(event)
+        while not attempt.done.wait(DISCONNECT_POLL_INTERVAL):
+            on_loading(event)
 
     def _load(self, record: Record, attempt: Attempt) -> None:
         """The loader: make room, load, count the memory. Ends the attempt either way."""

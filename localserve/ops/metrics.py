@@ -6,15 +6,19 @@ thread-safe metric objects; and those read when /metrics is scraped (queue
 depth, busy slots, open connections, the RAM prompt cache), kept as callables
 that look at the live objects. Labels are bounded: requests are counted by
 route pattern, never by raw path. The metric types and the text format are
-prometheus.py's.
+prometheus.py's; the /metrics handler is dialects/metrics_endpoint.py.
+
+What is read at scrape time comes through Sources: callables app.py registers (the route
+table, the models, readiness, the HTTP server's connections), never the app itself.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Protocol, Sequence
 
 from . import memory
-from .prometheus import CONTENT_TYPE, LabelValues, Registry
+from .prometheus import LabelValues, Registry
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 DECODE_RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
@@ -27,15 +31,70 @@ UNMATCHED = "other"          # endpoint label for paths no route serves (404s, g
 FAILED = "error"             # finish_reason label of a generation that ended in an error
 
 
+# ---- what is read at scrape time ---------------------------------------------------
+
+class PromptCacheFigures(Protocol):
+    @property
+    def size(self) -> int: ...
+    @property
+    def limit_bytes(self) -> int: ...
+    @property
+    def hits(self) -> int: ...
+    def __len__(self) -> int: ...
+
+
+class RuntimeFigures(Protocol):
+    """What a model's runtime shows (runtime.Runtime)."""
+    @property
+    def queue_depth(self) -> int: ...
+    @property
+    def busy_slots(self) -> int: ...
+    @property
+    def abandoned_samples(self) -> int: ...
+    @property
+    def slots(self) -> Sequence[object]: ...
+    @property
+    def cache(self) -> PromptCacheFigures: ...
+
+
+class ModelFigures(Protocol):
+    """A model of the catalogue (models.Record: its runtime None while unloaded)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def runtime(self) -> RuntimeFigures | None: ...
+
+
+class LoadedFigures(Protocol):
+    """A loaded model (models.LoadedModel)."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def runtime(self) -> RuntimeFigures: ...
+    @property
+    def memory_bytes(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Sources:
+    """What the scrape reads, as app.py registers it; None: not there (yet)."""
+    route_pattern: Callable[[str, str], str | None] | None = None      # (path, method) → the serving route's
+    loaded_models: Callable[[], Sequence[LoadedFigures]] | None = None
+    all_models: Callable[[], Sequence[ModelFigures]] | None = None     # the catalogue, loaded or not
+    ready: Callable[[], bool] | None = None
+    open_connections: Callable[[], int] | None = None
+    inflight_bytes: Callable[[], int] | None = None                   # request bodies read or handled now
+    inflight_limit: Callable[[], int] | None = None
+
+
 # ---- what localserve measures ----------------------------------------------------
 
 class ServerMetrics:
     """localserve's metrics. The runtime and the HTTP server call the record_* methods;
-    the /metrics handler renders. `app` and `server` are read at scrape time (either may be None)."""
+    the /metrics handler renders, reading what register() was given."""
 
-    def __init__(self, app: Any = None):
-        self.app = app
-        self.server: Any = None
+    def __init__(self) -> None:
+        self.sources = Sources()
         r = self.registry = Registry()
         self.requests = r.counter("localserve_requests_total", "HTTP requests answered, by route pattern, "
                                   "method and status", ("endpoint", "method", "status"))
@@ -78,11 +137,11 @@ class ServerMetrics:
                 "that went over --sample-time-limit", self._runtime(lambda rt: rt.abandoned_samples))
         r.gauge("localserve_slots_total", "Slots (sequences the runtime holds at once)",
                 self._runtime(lambda rt: len(rt.slots)))
-        r.gauge("localserve_open_connections", "Client connections open", self._open_connections)
+        r.gauge("localserve_open_connections", "Client connections open", self._source(lambda s: s.open_connections))
         r.gauge("localserve_inflight_body_bytes", "Request-body bytes being read or handled (--max-inflight-bytes)",
-                self._server(lambda server: server.inflight.used))
+                self._source(lambda s: s.inflight_bytes))
         r.gauge("localserve_inflight_body_limit_bytes", "The in-flight body budget (--max-inflight-bytes)",
-                self._server(lambda server: server.inflight.limit))
+                self._source(lambda s: s.inflight_limit))
         r.gauge("process_resident_memory_bytes", "Resident set size of the process (from /proc)", memory.rss_bytes)
         r.gauge("localserve_prompt_cache_bytes", "Bytes held by the RAM prompt cache",
                 self._runtime(lambda rt: rt.cache.size))
@@ -125,12 +184,11 @@ class ServerMetrics:
                         "the larger of the estimate and the measured growth of the process)", ("model",),
                         self._per_model(lambda m: m.memory_bytes))
 
-    # ---- recording (any thread) --------------------------------------------------
+    def register(self, **sources: Callable[..., Any]) -> None:
+        """app.py: what the scrape reads (Sources' fields), as each part comes to exist."""
+        self.sources = replace(self.sources, **sources)
 
-    def watch_server(self, server: Any) -> None:
-        """Count server's requests here and report its open connections."""
-        self.server = server
-        server.metrics = self
+    # ---- recording (any thread) --------------------------------------------------
 
     def record_request(self, path: str | None, method: str, status: int | None, seconds: float | None) -> None:
         """One answered request (status None: the client left before any answer)."""
@@ -192,21 +250,18 @@ class ServerMetrics:
 
     def endpoint_of(self, path: str | None, method: str = "GET") -> str:
         """The route pattern serving path, so labels stay few whatever clients send."""
-        router = getattr(self.app, "router", None)
-        matches = router.match(path) if router is not None and path else []
-        for route, _ in matches:
-            if method in route.methods:
-                return route.pattern
-        return matches[0][0].pattern if matches else UNMATCHED
+        route_pattern = self.sources.route_pattern
+        pattern = route_pattern(path, method) if route_pattern is not None and path else None
+        return pattern or UNMATCHED
 
     def render(self) -> str:
         return self.registry.render()
 
-    def _runtimes(self) -> list[Any]:
-        models = getattr(self.app, "models", None)
-        return [] if models is None else [m.runtime for m in models.loaded_models()]
+    def _runtimes(self) -> list[RuntimeFigures]:
+        loaded = self.sources.loaded_models
+        return [] if loaded is None else [m.runtime for m in loaded()]
 
-    def _runtime(self, read: Callable[[Any], float]) -> Callable[[], float | None]:
+    def _runtime(self, read: Callable[[RuntimeFigures], float]) -> Callable[[], float | None]:
         """The sum over every loaded model's runtime (None before any is loaded)."""
         def value() -> float | None:
             runtimes = self._runtimes()
@@ -216,24 +271,19 @@ class ServerMetrics:
     def _per_model(self, read: Callable[[Any], float], all_models: bool = False) -> Callable[[], dict]:
         """{(model name,): value} for each loaded model (each in the catalogue with all_models)."""
         def values() -> dict:
-            models = getattr(self.app, "models", None)
-            if models is None:
-                return {}
-            shown = models.all_models() if all_models else models.loaded_models()
-            return {(m.name,): read(m) for m in shown}
+            models = self.sources.all_models if all_models else self.sources.loaded_models
+            return {} if models is None else {(m.name,): read(m) for m in models()}
         return values
 
-    def _server(self, read: Callable[[Any], float]) -> Callable[[], float | None]:
+    def _source(self, pick: Callable[[Sources], Callable[[], int] | None]) -> Callable[[], float | None]:
         def value() -> float | None:
-            return None if self.server is None else read(self.server)
+            read = pick(self.sources)
+            return None if read is None else read()
         return value
 
-    def _open_connections(self) -> float | None:
-        return None if self.server is None else self.server.connection_count()
-
     def _ready(self) -> float | None:
-        ready = getattr(self.app, "ready", None)
-        return None if ready is None else float(ready.is_set())
+        ready = self.sources.ready
+        return None if ready is None else float(ready())
 
 
 class ModelMetrics:
@@ -266,9 +316,3 @@ class ModelMetrics:
         self.server.record_failure(generated_tokens)
         self.server.model_generations.inc(model=self.model, finish_reason=FAILED)
         self.server.model_generated_tokens.inc(generated_tokens, model=self.model)
-
-
-def handle(exchange: Any) -> None:
-    """GET /metrics: the Prometheus text exposition. Served while the model loads too."""
-    body = exchange.app.metrics.render().encode()
-    exchange.writer.send(200, body, content_type=CONTENT_TYPE)

@@ -28,16 +28,9 @@ import re
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 
-from ..generation import Chunk, ToolCallDelta, ToolCallStart
+from ..generation import Chunk, ToolCall, ToolCallDelta, ToolCallStart
 from .json_stream import Cursor, Malformed, partial_start
 from .tool_families import TOOL_SYNTAXES, ToolSyntax
-
-
-@dataclass
-class ToolCall:
-    id: str
-    name: str
-    arguments: str  # a JSON object: the generated text less insignificant whitespace
 
 
 Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here

@@ -17,7 +17,7 @@ import time
 import uuid
 from typing import Any, Callable, Sequence
 
-from ..generation import GenerationError, QueueFull, RuntimeStopped
+from ..generation import EmbeddingsUnavailable, GenerationFailure, JobCancelled, QueueFull, RuntimeStopped
 
 log = logging.getLogger("localserve.runtime")
 
@@ -32,7 +32,7 @@ class EmbeddingJob:
         self.vectors: list[Any] = [None] * len(inputs)
         self.next_input = 0            # the first input not yet in a batch
         self.finished_inputs = 0
-        self.error: GenerationError | None = None
+        self.error: GenerationFailure | None = None
         self.done = threading.Event()
         self.cancel_flag = threading.Event()
         self.created = time.monotonic()
@@ -44,7 +44,7 @@ class EmbeddingJob:
     def cancel(self) -> None:
         self.cancel_flag.set()
 
-    def fail(self, error: GenerationError) -> None:
+    def fail(self, error: GenerationFailure) -> None:
         if not self.done.is_set():
             self.error = error
             self.done.set()
@@ -136,7 +136,7 @@ class EmbeddingWork:
         for job in self.queue.drop_cancelled():
             log.info("cancelled embedding job %s (%s) after %d of %d inputs", job.id, job.label,
                      job.finished_inputs, len(job.inputs))
-            job.fail(GenerationError(499, "cancelled", "cancelled"))
+            job.fail(JobCancelled("cancelled"))
         if not self.queue.pending:
             return
         try:
@@ -144,7 +144,7 @@ class EmbeddingWork:
         except Exception as exc:    # the context could not be made: nothing queued can run now
             log.error("embedding context: %s", exc)
             for job in self.queue.take_all():
-                job.fail(GenerationError(503, f"embeddings are unavailable: {exc}", "embeddings_unavailable"))
+                job.fail(EmbeddingsUnavailable(f"embeddings are unavailable: {exc}"))
             return
         spec = embedder.spec
         pieces = self.queue.next_batch(spec.batch_tokens, spec.max_seqs)
@@ -156,7 +156,7 @@ class EmbeddingWork:
             log.exception("embedding batch failed")
             for job in {job for job, _ in pieces}:
                 self.queue.remove(job)
-                job.fail(GenerationError(500, f"the engine failed to embed this input ({exc})"))
+                job.fail(GenerationFailure(f"the engine failed to embed this input ({exc})"))
             return
         for (job, index), vector in zip(pieces, vectors):
             job.vectors[index] = vector
@@ -167,7 +167,7 @@ class EmbeddingWork:
 
     def stop(self) -> None:
         for job in self.queue.take_all(stop=True):
-            job.fail(GenerationError(503, "the server is shutting down", "server_shutting_down"))
+            job.fail(RuntimeStopped("the server is shutting down"))
         if self.embedder is not None:
             self.embedder.close()
             self.embedder = None

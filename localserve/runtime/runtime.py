@@ -17,8 +17,9 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Context, Finished, GenerationError, GenerationOutput,
-                         GenerationRequest, GrammarBacklog, QueueFull, RuntimeStopped)
+from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure, GenerationOutput,
+                         GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
+                         RuntimeStopped, SamplingTooSlow)
 from . import logprobs
 from .call_grammar import wake_at_open_call
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
@@ -157,7 +158,7 @@ class Runtime:
                 if self.failed_steps >= MAX_FAILED_STEPS:
                     raise
                 for job in self._active():
-                    self._fail(job, GenerationError(500, "internal error in the runtime"))
+                    self._fail(job, GenerationFailure("internal error in the runtime"))
             finally:
                 self.outbox.deliver()
         for job in self._active():
@@ -165,8 +166,7 @@ class Runtime:
         self.outbox.deliver()
         self.embeddings.stop()
         for gen in self.scheduler.take_all_waiting():   # nobody will run these: tell their waiters now
-            gen.events.put(Finished(error=GenerationError(503, "the server is shutting down",
-                                                          "server_shutting_down")))
+            gen.events.put(Finished(error=RuntimeStopped("the server is shutting down")))
 
     def step(self) -> None:
         plan = self._schedule()
@@ -235,10 +235,10 @@ class Runtime:
             except Exception:       # this job alone fails; the others and the slot go on
                 log.exception("could not start job %s (%s)", gen.id, gen.request.label)
                 if slot.job is not None and slot.job.gen is gen:
-                    self._fail(slot.job, GenerationError(500, "internal error while starting this request"))
+                    self._fail(slot.job, GenerationFailure("internal error while starting this request"))
                 else:
                     self.kv.clear(slot)
-                    self._fail_unstarted(gen, GenerationError(500, "internal error while starting this request"))
+                    self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
@@ -249,7 +249,7 @@ class Runtime:
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
-            self._fail_unstarted(gen, GenerationError(400, str(exc), "invalid_grammar"))
+            self._fail_unstarted(gen, InvalidGrammar(str(exc)))
             return
         job = Job(gen, slot, sampler, keep)
         job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
@@ -271,7 +271,7 @@ class Runtime:
             return
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
-            self._fail(job, GenerationError(500, f"the engine failed to decode (status {exc.status})"))
+            self._fail(job, GenerationFailure(f"the engine failed to decode (status {exc.status})"))
         self.failed_steps += 1
         if self.failed_steps >= MAX_FAILED_STEPS:
             raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
@@ -280,21 +280,20 @@ class Runtime:
 
     def _too_slow(self, job: Job, seconds: float) -> None:
         log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
-        self._fail(job, GenerationError(
-            400, f"choosing one token took over {self.sample_time_limit:g} s (--sample-time-limit): the grammar "
-                 f"or schema is too costly to follow; simplify it", "sampling_too_slow"))
+        self._fail(job, SamplingTooSlow(
+            f"choosing one token took over {self.sample_time_limit:g} s (--sample-time-limit): the grammar "
+            f"or schema is too costly to follow; simplify it"))
 
     def _sample_failed(self, job: Job, exc: Exception) -> None:
         if isinstance(exc, NoLegalToken):
             if exc.grammar_complete:    # only an end token could follow, and it is banned: the output is whole
                 self._retire(job, "stop")
             else:
-                self._fail(job, GenerationError(400, "no token is allowed by both the grammar and logit_bias: "
-                                                     "the bias bans every token the grammar allows next",
-                                                "no_allowed_token"))
+                self._fail(job, NoAllowedToken("no token is allowed by both the grammar and logit_bias: "
+                                               "the bias bans every token the grammar allows next"))
             return
         log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
-        self._fail(job, GenerationError(500, "internal error while sampling this request"))
+        self._fail(job, GenerationFailure("internal error while sampling this request"))
 
     def _verified(self, job: Job, drafted: int, accepted: int) -> None:
         """A draft was verified: what was decoded past the tokens the sequence kept leaves the cache."""
@@ -363,13 +362,13 @@ class Runtime:
         self._emit(job, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
                                                   completion_tokens=len(job.generated))))
 
-    def _fail(self, job: Job, error: GenerationError) -> None:
+    def _fail(self, job: Job, error: GenerationFailure) -> None:
         self.kv.clear(job.slot)
         self._release(job)
         self.metrics.record_failure(len(job.generated))
         self._emit(job, Finished(error=error))
 
-    def _fail_unstarted(self, gen: ActiveGeneration, error: GenerationError) -> None:
+    def _fail_unstarted(self, gen: ActiveGeneration, error: GenerationFailure) -> None:
         """A job that failed before it had a slot of its own."""
         self.metrics.record_failure()
         self._emit_to(gen, Finished(error=error))

@@ -69,6 +69,15 @@ class Router:
                 found.append((route, m.groupdict()))
         return found
 
+    def pattern_of(self, path: str, method: str) -> str | None:
+        """The pattern of the route serving `method` on `path` (else of any route on the path):
+        what metrics count requests by, so labels stay few whatever clients send."""
+        matches = self.match(path)
+        for route, _ in matches:
+            if method in route.methods:
+                return route.pattern
+        return matches[0][0].pattern if matches else None
+
     def allowed(self, matches: list[tuple[Route, dict[str, str]]]) -> list[str]:
         methods: list[str] = []
         for route, _ in matches:
@@ -124,13 +133,7 @@ class Router:
 
     @staticmethod
     def _error_after_head(exchange: Exchange, error: ApiError) -> None:
-        """A stream whose head went out early (its model was loading) ends with the error in-band,
-        in the dialect's shape; any other started response can only be cut short."""
-        writer = exchange.writer
-        if exchange.stream_open and not writer.finished:
-            writer.stream(exchange.errors.stream_frame(error))
-            writer.end_stream()
-            return
+        """A started response can only be cut short (a stream's errors go in-band from its dialect)."""
         log.warning("error after the response started: %s", error.message)
-        writer.close_after = True
+        exchange.writer.close_after = True
 

@@ -45,7 +45,8 @@ class HTTPServer:
     def __init__(self, dispatch: Callable[[Request, ResponseWriter, str], None], *, limits: Limits,
                  header_timeout: float, idle_timeout: float, listener: socket.socket,
                  max_connections: int = 1024, max_inflight_bytes: int | None = None,
-                 errors_for: Callable[[str | None], ErrorShape] = lambda path: OPENAI_ERRORS):
+                 errors_for: Callable[[str | None], ErrorShape] = lambda path: OPENAI_ERRORS,
+                 metrics: ServerMetrics | None = None):
         self.dispatch = dispatch
         self.errors_for = errors_for   # a path's error shape, for requests that never reach a route
         self.max_connections = max_connections
@@ -54,7 +55,7 @@ class HTTPServer:
         self.limits = limits
         self.header_timeout = header_timeout
         self.idle_timeout = idle_timeout
-        self.metrics = ServerMetrics()     # the app's own replaces it: ServerMetrics.watch_server
+        self.metrics = metrics or ServerMetrics()      # where each answered request is counted
         self.listener = listener
         self.draining = threading.Event()
         self._lock = threading.Lock()

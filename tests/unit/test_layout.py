@@ -10,8 +10,9 @@ A request's path reads top to bottom, and so do the imports:
     prompt, runtime     building a GenerationRequest; the runtime thread
     engine              llama.cpp, CPU weights, RPC
     parsing, grammar,   tool-call syntaxes, reasoning, incremental JSON; GBNF; SQLite;
-    store, ops          metrics, systemd, the demo model
-    (the bottom)        settings, errors, generation: shared by everyone
+    store, ops,         metrics, systemd, the demo model; the contract between dialects
+    generation          and runtime (it names parsing's tool syntax and reasoning format)
+    (the bottom)        settings, errors: shared by everyone
 
 A module may import from its own floor or any floor below, never above; parts on one floor
 may use each other, but no chain of imports may come back to where it started. Imports made
@@ -37,7 +38,8 @@ FLOORS = {
     "prompt": 4, "runtime": 4,
     "engine": 3,
     "parsing": 2, "grammar": 2, "store": 2, "ops": 2,
-    "localserve": 1, "settings": 1, "errors": 1, "generation": 1,
+    "localserve": 1, "settings": 1, "errors": 1,
+    "generation": 2,      # it names the tool families' and reasoning's types (parsing/)
 }
 
 
@@ -161,3 +163,68 @@ def test_importing_the_dialects_and_prompt_loads_no_llama_cpp():
                           env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)})
     assert done.returncode == 0, done.stderr
     assert "localserve.dialects.openai.chat" in done.stdout     # the walk did import the dialects
+
+
+def test_generation_names_the_types_of_its_fields():
+    """The contract between dialects and runtime says what each field holds: no `Any`, no bare
+    `list` or `dict` standing in for a type that lives elsewhere."""
+    tree = ast.parse((PACKAGE / "generation.py").read_text())
+    vague = []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for field in (n for n in cls.body if isinstance(n, ast.AnnAssign)):
+            names = {n.id for n in ast.walk(field.annotation) if isinstance(n, ast.Name)}
+            bare = isinstance(field.annotation, ast.Name) and field.annotation.id in ("list", "dict", "object")
+            if "Any" in names or bare:
+                vague.append(f"{cls.name}.{ast.unparse(field.target)}: {ast.unparse(field.annotation)}")
+    assert vague == []
+
+
+# What only a dialect (or the wire under it) holds or does: an exchange, its writer and the
+# writer's stream calls (a local `writer` of another kind, hf_json's, is not one).
+EXCHANGE_NAMES = {"Exchange", "exchange"}
+WRITER_ATTRIBUTES = {"writer", "start_stream", "end_stream", "peer_closed", "stream_open"}
+
+
+def client_uses(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args + n.kwonlyargs}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return (names & EXCHANGE_NAMES) | (attributes & (WRITER_ATTRIBUTES | EXCHANGE_NAMES))
+
+
+def test_nothing_below_the_dialects_writes_to_a_client():
+    """A model load, a job's events and its errors travel up as values; only dialects/ (and the
+    wire) hold an exchange or write to a writer: a new dialect's stream shape is its own."""
+    below = {name: path for name, path in read_modules().items() if FLOORS[part(name)] < FLOORS["dialects"]}
+    assert "localserve.models.manager" in below
+    assert sorted((name, sorted(uses)) for name, path in below.items() if (uses := client_uses(path))) == []
+
+
+def test_ops_never_reads_the_app():
+    """Metrics and the other ops get what they report through what app.py registers, never `app`."""
+    ops = {name: path for name, path in read_modules().items() if part(name) == "ops"}
+    assert "localserve.ops.metrics" in ops
+    reads = {name: sorted(app_uses(path)) for name, path in ops.items()}
+    assert sorted((name, uses) for name, uses in reads.items() if uses) == []
+
+
+def app_uses(path: Path) -> set[str]:
+    """`app` by name, as an argument or as an attribute (self.app)."""
+    tree = ast.parse(path.read_text())
+    found = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id in ("app", "App")}
+    found |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "app"}
+    found |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments)
+              for a in n.args + n.kwonlyargs if a.arg == "app"}
+    return found
+
+
+def test_the_client_and_app_checks_see_what_they_look_for(tmp_path):
+    """The two walks above on made-up modules: a manager that streams, a metric that reads the app."""
+    streams = tmp_path / "streams.py"
+    streams.write_text("def wait(exchange):\n    exchange.writer.start_stream()\n")
+    reads = tmp_path / "reads.py"
+    reads.write_text("class M:\n    def __init__(self, app):\n        self.app = app\n"
+                     "    def ready(self):\n        return getattr(self.app, 'ready', None)\n")
+    assert client_uses(streams) == {"exchange", "writer", "start_stream"}
+    assert app_uses(reads) == {"app"}

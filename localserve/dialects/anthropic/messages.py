@@ -33,7 +33,8 @@ from ...errors import ANTHROPIC_ERRORS, ApiError, anthropic_error_body
 from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
 from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
-from ..pump import PREFILL_COMMENT, sse, stream_job
+from ..loading import LoadWait, serve_with_model
+from ..pump import LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange, RouteTable
 from ..signing import sign
@@ -72,8 +73,8 @@ def handle_messages(exchange: Exchange) -> None:
     app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    with app.use_model(body, exchange, stream=stream) as model:
-        serve_messages(exchange, body, stream, model)
+    serve_with_model(exchange, body, lambda model: serve_messages(exchange, body, stream, model),
+                     notice=LOADING_COMMENT if stream else None)
 
 
 def serve_messages(exchange: Exchange, body: dict, stream: bool, model) -> None:
@@ -101,7 +102,7 @@ def handle_count_tokens(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     body = exchange.json()
-    with app.use_model(body, exchange) as model:
+    with app.use_model(body, LoadWait(exchange)) as model:
         prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False)
         tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
         answer: dict[str, Any] = {"input_tokens": len(tokens)}

@@ -12,7 +12,8 @@ from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_reques
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError, openai_error_body
 from ...settings import MAX_PREDICTION_TOKENS
-from ..pump import DONE, PREFILL_COMMENT, sse, stream_job
+from ..loading import serve_with_model
+from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange
 from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
@@ -30,7 +31,8 @@ def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) ->
     exchange.app.require_ready()
     body = exchange.json()
     stream = read_bool(body, "stream")
-    with exchange.app.use_model(body, exchange, stream=stream) as model:
+
+    def answer(model) -> None:
         gen_request = read(model.chat, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         gen = submit(exchange, gen_request)
@@ -41,6 +43,8 @@ def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) ->
             else:
                 output = wait_for_output(exchange, gen)
                 exchange.send_json(final(output, meta, gen_request.logprobs))
+
+    serve_with_model(exchange, body, answer, notice=LOADING_COMMENT if stream else None)
 
 
 def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:

@@ -13,8 +13,9 @@ import time
 from typing import Any, Iterator
 
 from ...errors import ApiError, ClientGone
-from ...generation import Finished, GenerationError
-from ..pump import KEEPALIVE, PREFILL_COMMENT, job_events, pump, sse, stream_job
+from ...generation import Finished, GenerationFailure
+from ..loading import serve_with_model
+from ..pump import KEEPALIVE, LOADING_COMMENT, PREFILL_COMMENT, job_events, pump, sse, stream_job
 from ..respond import cancel_on_error, error_from, submit
 from .runs import ACTIVE, ResponseRun
 from ..exchange import Exchange
@@ -39,8 +40,8 @@ def create(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     body = exchange.json()
-    with app.use_model(body, exchange, stream=body.get("stream") is True) as model:
-        serve_response(exchange, body, model)
+    serve_with_model(exchange, body, lambda model: serve_response(exchange, body, model),
+                     notice=LOADING_COMMENT if body.get("stream") is True else None)
 
 
 def serve_response(exchange: Exchange, body: dict, model) -> None:
@@ -114,8 +115,7 @@ class RunStream:
 
     def fail(self, error: ApiError) -> list[bytes]:
         # response.failed, the Responses in-band error (stored with the response)
-        self.run.feed(Finished(error=GenerationError(error.status, error.message, error.code or "server_error",
-                                                     error.extra)))
+        self.run.feed(Finished(error=GenerationFailure(error.message)))     # the run keeps its message
         return self.pending()
 
     def keepalive(self) -> list[bytes]:

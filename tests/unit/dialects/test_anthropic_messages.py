@@ -11,7 +11,7 @@ from localserve.dialects.anthropic.input import read_chat, read_input
 from localserve.dialects.exchange import Exchange
 from localserve.dialects.signing import load_signing_key, sign
 from localserve.errors import ANTHROPIC_ERRORS
-from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError,
+from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationFailure,
                                    GenerationRequest)
 from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
 from localserve.wire.connection import ResponseWriter
@@ -144,7 +144,7 @@ def test_failure_mid_stream_is_an_error_event():
     exchange, theirs = _exchange()
     gen = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3]))
     for ev in (Context(0, 64, None), Chunk(False, "Hi"),
-               Finished(error=GenerationError(500, "the engine failed to decode (status -1)"))):
+               Finished(error=GenerationFailure("the engine failed to decode (status -1)"))):
         gen.events.put(ev)
     messages_api.stream_response(exchange, gen, messages_api.MessageMeta("msg_1", "m", b"k"))
     exchange.writer.sock.close()

@@ -13,7 +13,7 @@ from localserve.dialects.exchange import Exchange
 from localserve.dialects.openai.chat import ChatChunks
 from localserve.dialects.pump import KEEPALIVE, PREFILL_COMMENT, pump
 from localserve.errors import ClientGone
-from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationError, GenerationOutput,
+from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationFailure, GenerationOutput,
                                    GenerationRequest)
 from localserve.wire.connection import ResponseWriter
 from localserve.wire.http import Request
@@ -67,7 +67,7 @@ def test_a_keepalive_goes_out_at_once():
 
 def test_an_error_after_the_head_goes_in_band_then_the_end():
     ex, theirs = exchange()
-    failed = Finished(error=GenerationError(500, "the engine failed to decode (status -1)"))
+    failed = Finished(error=GenerationFailure("the engine failed to decode (status -1)"))
     pump(ex, ChatChunks(META, include_usage=False), [Chunk(False, "Hi"), failed])
     frames = b"".join(body_chunks(theirs)).split(b"\n\n")
     assert json.loads(frames[-3][6:]) == {"error": {"message": "the engine failed to decode (status -1)",

@@ -1,0 +1,57 @@
+"""The runtime's reasons to refuse or fail a job (generation.py) as the answers clients get.
+
+The runtime speaks no HTTP: it raises QueueFull at submit, or ends a job with
+Finished(error=SamplingTooSlow(...)). Here each reason gets its HTTP status, its API code,
+the message where the runtime gave none, and when to retry. Every dialect agrees on these;
+the route's ErrorShape then renders the ApiError in the dialect's own shape (Anthropic's
+503 is its 529 overloaded), whole or in-band.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from ..errors import ApiError
+from ..generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar, JobCancelled,
+                          NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
+from ..settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    code: str
+    message: str = ""                   # when the failure carries none
+    retry_after: int | None = None
+
+
+ANSWERS: dict[type[GenerationFailure], Answer] = {
+    QueueFull: Answer(503, "server_overloaded", "the server is busy: too many requests are queued; retry shortly",
+                      RETRY_AFTER_SECONDS),
+    RuntimeStopped: Answer(503, "server_shutting_down", "the server is shutting down"),
+    GrammarBacklog: Answer(503, "server_overloaded", "the server is still finishing grammar work that went over "
+                                                     "the time limit; retry a request with a grammar or schema later",
+                           GRAMMAR_RETRY_AFTER_SECONDS),
+    InvalidGrammar: Answer(400, "invalid_grammar"),
+    SamplingTooSlow: Answer(400, "sampling_too_slow"),
+    NoAllowedToken: Answer(400, "no_allowed_token"),
+    EmbeddingsUnavailable: Answer(503, "embeddings_unavailable"),
+    JobCancelled: Answer(499, "cancelled"),
+    GenerationFailure: Answer(500, "server_error", "internal error in the runtime"),
+}
+
+
+def api_error(failure: GenerationFailure) -> ApiError:
+    answer = next(ANSWERS[kind] for kind in type(failure).__mro__ if kind in ANSWERS)
+    headers = [("Retry-After", str(answer.retry_after))] if answer.retry_after is not None else None
+    return ApiError(answer.status, failure.message or answer.message, code=answer.code, headers=headers)
+
+
+@contextlib.contextmanager
+def runtime_refusals():
+    """Around submit(): the runtime's reasons to refuse a job, as the answers clients get."""
+    try:
+        yield
+    except GenerationFailure as failure:
+        raise api_error(failure) from None

@@ -1,0 +1,72 @@
+"""A model load as a client sees it.
+
+models/ only says that a request's model is loading (a Loading event, now and then, while
+the request waits); what the client sees is the dialect's. A stream's dialect passes its load
+notice (the SSE dialects: a `: loading` comment): the head goes out with it as the wait
+starts, and the notice again every LOADING_COMMENT_INTERVAL. An error after that head (the
+load failed, or the request turned out bad once the model was there) goes in-band, in the
+route's error shape, and ends the stream. Without a notice (a whole answer; NDJSON has no
+comments) the client sees nothing. Either way the socket is watched: a client that left
+ends the wait (ClientGone).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Callable
+
+from ..errors import ApiError, ClientGone
+from ..generation import Loading
+from ..settings import LOADING_COMMENT_INTERVAL
+from .exchange import Exchange
+from .pump import open_stream
+
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ..models.loaded import LoadedModel
+
+log = logging.getLogger("localserve.routes")
+
+
+class LoadWait:
+    """One request's wait for its model (ModelManager.use's on_loading)."""
+
+    def __init__(self, exchange: Exchange, notice: bytes | None = None):
+        self.exchange = exchange
+        self.notice = notice
+        self.opened = False          # the head went out here, with the notice
+        self.next_notice = 0.0
+
+    def __call__(self, event: Loading) -> None:
+        writer = self.exchange.writer
+        if self.notice is not None and not self.opened:
+            open_stream(self.exchange)
+            self.opened = True
+        elif writer.peer_closed():
+            raise ClientGone(f"peer closed while model {event.model} loaded")
+        if self.notice is not None and time.monotonic() >= self.next_notice:
+            writer.stream(self.notice)
+            self.next_notice = time.monotonic() + LOADING_COMMENT_INTERVAL
+
+
+def serve_with_model(exchange: Exchange, body: dict, serve: Callable[[LoadedModel], None], *,
+                     notice: bytes | None = None) -> None:
+    """serve(model) with the model the body names loaded and held (exchange.model, for submit);
+    `notice`: a stream's load notice, whose head may then go out before serve runs."""
+    wait = LoadWait(exchange, notice)
+    try:
+        with exchange.app.use_model(body, wait) as model:
+            exchange.model = model
+            serve(model)
+    except ClientGone:
+        raise
+    except Exception as exc:
+        if not wait.opened or exchange.writer.finished:
+            raise           # the router answers, or cuts short a response that ended or was not ours
+        if isinstance(exc, ApiError):
+            error = exc
+        else:
+            log.exception("handler failed for %s %s", exchange.request.method, exchange.request.path)
+            error = ApiError(500, "internal server error", code="server_error")
+        exchange.writer.stream(exchange.errors.stream_frame(error))
+        exchange.writer.end_stream()

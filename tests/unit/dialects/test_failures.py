@@ -1,0 +1,38 @@
+"""The runtime's reasons to refuse or fail a job, as the answers clients get (dialects/failures.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from localserve.dialects.failures import api_error, runtime_refusals
+from localserve.errors import ANTHROPIC_ERRORS, ApiError
+from localserve.generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar,
+                                   JobCancelled, NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
+from localserve.settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+
+
+@pytest.mark.parametrize("failure, status, code, message, retry_after", [
+    (QueueFull(), 503, "server_overloaded", "the server is busy: too many requests are queued; retry shortly",
+     RETRY_AFTER_SECONDS),
+    (GrammarBacklog(), 503, "server_overloaded", "the server is still finishing grammar work that went over the "
+     "time limit; retry a request with a grammar or schema later", GRAMMAR_RETRY_AFTER_SECONDS),
+    (RuntimeStopped(), 503, "server_shutting_down", "the server is shutting down", None),
+    (InvalidGrammar("parse error at 1"), 400, "invalid_grammar", "parse error at 1", None),
+    (SamplingTooSlow("too slow"), 400, "sampling_too_slow", "too slow", None),
+    (NoAllowedToken("none left"), 400, "no_allowed_token", "none left", None),
+    (EmbeddingsUnavailable("no context"), 503, "embeddings_unavailable", "no context", None),
+    (JobCancelled("cancelled"), 499, "cancelled", "cancelled", None),
+    (GenerationFailure("the engine failed to decode (status -1)"), 500, "server_error",
+     "the engine failed to decode (status -1)", None),
+])
+def test_each_failure_has_its_status_code_and_message(failure, status, code, message, retry_after):
+    error = api_error(failure)
+    assert (error.status, error.code, error.message) == (status, code, message)
+    assert error.headers == ([("Retry-After", str(retry_after))] if retry_after is not None else [])
+
+
+def test_a_refused_submit_raises_the_answer_and_anthropic_reads_a_full_queue_as_529():
+    with pytest.raises(ApiError) as caught:
+        with runtime_refusals():
+            raise QueueFull()
+    assert ANTHROPIC_ERRORS.render(caught.value)[0] == 529
