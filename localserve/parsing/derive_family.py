@@ -43,8 +43,8 @@ _FAMILY_NAMES = (
     ("<|tool_call|>", "granite"), ("<|tool_call>call:", "gemma4"), ("<|tools_prefix|>", "apertus"),
     ("<|function_call|>", "gigachat"), ("function call<|role_sep|>", "gigachat"), ("<TOOLCALL>", "nemotron"),
     ("<tool_calls>[", "apriel"), ("<tool_calls>", "minimax_m1"), (">>>", "functionary_v3_2"),
-    ("<function=", "functionary_v3_1"), ("<|tool_call:begin|>", "solar"), ("<function name=", "minicpm"), ("<|tool_call_start|>", "lfm2"),
-    ("<atem:function_calls>", "muse"), ("<functools>", "phi4_mini"),
+    ("<function=", "functionary_v3_1"), ("<|tool_call:begin|>", "solar"), ("<function name=", "minicpm"),
+    ("<|tool_call_start|>", "lfm2"), ("<atem:function_calls>", "muse"), ("<functools>", "phi4_mini"),
 )
 
 

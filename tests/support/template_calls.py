@@ -110,8 +110,9 @@ _BY_HAND = {
     "lfm2": "<|tool_call_start|>[get_weather(city='Paris', days=3), get_time(zone='UTC')]<|tool_call_end|>",
     "granite": ('<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
                 '{"name": "get_time", "arguments": {"zone": "UTC"}}]'),
-    "deepseek": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
-                 '{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>'
+    "deepseek": ("<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n"
+                 '```json\n{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n'
+                 "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
                  'get_time\n```json\n{"zone": "UTC"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
     "harmony": ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
                 '{"city": "Paris", "days": 3}<|call|>'),
