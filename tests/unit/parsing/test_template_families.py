@@ -76,3 +76,33 @@ def test_a_forced_call_grammar_builds_for_the_family(name, parallel):
     assert grammar.startswith("root ::=")
     named = tool_call_grammar(family, TOOLS, parallel=parallel, forced_name="get_time")
     assert "get_weather" not in named
+
+
+# Reasoning markers the corpus's templates show, beyond <think> (detected for the rest).
+EXPECTED_REASONING = {
+    "ByteDance-Seed-OSS": "seed", "Cohere2MoE": "command_r", "google-gemma-4-31B-it": "gemma4",
+    "google-gemma-4-31B-it-interleaved": "gemma4", "MiniMax-M3": "minimax_m3", "Kimi-K3": "kimi_k3",
+    "tencent-Hy3": "hunyuan", "Apriel-1.6-15b-Thinker-fixed": "apriel", "unsloth-Apriel-1.5": "apriel",
+    "mistralai-Ministral-3-14B-Reasoning-2512": "magistral", "openai-gpt-oss-120b": "harmony",
+    "GLM-4.7-Flash": "think", "MiniMax-M2": "think", "Qwen-Qwen3-0.6B": "think",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_REASONING))
+def test_reasoning_then_calls_split_and_parse(name):
+    """The template's reasoning markers are found; a reasoning block before the calls is split
+    off (whether the prompt opened it or the model does), and the calls still parse."""
+    prompt = generation_prompt(name)
+    fmt = detect_reasoning(corpus_templates()[name], prompt)
+    assert fmt is not None and fmt.name == EXPECTED_REASONING[name]
+    if fmt.name == "harmony":
+        return  # harmony's channels: tests/unit/parsing/test_reasoning.py
+    inside = prompt_opens_reasoning(fmt, prompt)
+    text, expected = written_calls(name)
+    reasoning, answer = split_reasoning(("" if inside else fmt.start) + "Let me look." + fmt.end + text,
+                                        fmt, inside)
+    assert reasoning == "Let me look."
+    projector = ToolProjector(detect_chat_family(template(name)), PARAMETERS)
+    projector.feed(answer)
+    projector.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in projector.calls] == expected
