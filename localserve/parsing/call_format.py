@@ -127,7 +127,7 @@ def closing(cur: Cursor, literal: str) -> Iterator[None]:
     if (yield from match(cur, literal)):
         return True
     yield from cur.skip_ws()
-    rest, want = cur.text[cur.pos:], literal.strip()
+    rest, want = "".join(cur.text[cur.pos:].split()), "".join(literal.split())
     if cur.eof and want.startswith(rest):
         cur.pos = len(cur.text)
         return True
