@@ -25,6 +25,12 @@ KNOWN_FORMATS: dict[str, tuple[str, CallFormat]] = {
     "lfm2": ("<|tool_list_start|>", CallFormat(
         "pairs", "<|tool_call_start|>[", "", ", ", "]<|tool_call_end|>", name_close="(", zero_args="()",
         key_value=("='", "="), value_next=("', ", ", "), value_end=("')", ")"))),
+    "command_r_plus": ("json-formatted list of actions", CallFormat(
+        "object", "Action:\n```json\n[\n", "", ",\n", "\n]\n```", call_end="",
+        object_head='{\n    "tool_name": "\ue000",\n    "parameters": ', object_tail="\n}")),
+    "firefunction": ("functools[", CallFormat(
+        "object", "functools[", "", ", ", "]", call_end="",
+        object_head='{"name": "\ue000", "arguments": ', object_tail="}")),
     "granite": ("<|tool_call|>", CallFormat(
         "object", "<|tool_call|>[", "", ", ", "]", call_end="",
         object_head='{"name": "\ue000", "arguments": ', object_tail="}")),

@@ -21,7 +21,7 @@ EXPECTED_FAMILIES = {
     "Bielik-11B-v3.0-Instruct": "hermes",
     "ByteDance-Seed-OSS": "seed_oss",
     "Cohere2MoE": "command_r",
-    "CohereForAI-c4ai-command-r-plus-tool_use": "json",
+    "CohereForAI-c4ai-command-r-plus-tool_use": "command_r_plus",
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use": "command_r",
     "GLM-4.6": "glm",
     "GLM-4.7-Flash": "glm",
@@ -57,7 +57,7 @@ EXPECTED_FAMILIES = {
     "deepseek-ai-DeepSeek-V3.2": "deepseek_dsml",
     "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek_dsml",
     "deepseek-ai-DeepSeek-V4": "deepseek_dsml",
-    "fireworks-ai-llama-3-firefunction-v2": "json",
+    "fireworks-ai-llama-3-firefunction-v2": "firefunction",
     "google-gemma-2-2b-it": "json",
     "google-gemma-4-31B-it-interleaved": "gemma4",
     "google-gemma-4-31B-it": "gemma4",
@@ -89,8 +89,7 @@ EXPECTED_FAMILIES = {
 }
 
 # No call format of their own in the template (tools shown as text, or not at all), or one
-# not read yet: Command R+ ("Action: ```json"), firefunction (" functools[...]") and muse-glimmer
-# (a harmony-like recipient header) — see README's table.
+# not read yet: muse-glimmer's (each call a harmony-like message of its own) — see README's table.
 NO_NATIVE_FORMAT = {name for name, family in EXPECTED_FAMILIES.items() if family == "json"}
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city", "parameters": {
@@ -114,6 +113,11 @@ _BY_HAND = {
                  '```json\n{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜>\n'
                  "<｜tool▁call▁begin｜>function<｜tool▁sep｜>"
                  'get_time\n```json\n{"zone": "UTC"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+    "command_r_plus": ('Action:\n```json\n[\n{\n    "tool_name": "get_weather",\n    "parameters": '
+                       '{"city": "Paris", "days": 3}\n},\n{\n    "tool_name": "get_time",\n    "parameters": '
+                       '{"zone": "UTC"}\n}\n]\n```'),
+    "firefunction": (' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, '
+                     '{"name": "get_time", "arguments": {"zone": "UTC"}}]'),
     "harmony": ('<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>'
                 '{"city": "Paris", "days": 3}<|call|>'),
 }
