@@ -29,6 +29,7 @@ STRING, OTHER = 0, 1                 # indices of the per-value-type literals
 
 _PIECES = re.compile(r"(\s+)|(\d+)|(\ue002)|([^\s\d\ue002]+)")
 _NAME_LIMIT = 128
+_PYTHON_LITERALS = {"True": "true", "False": "false", "None": "null"}   # Python-style calls' values
 _VALUE_LIMIT = 1 << 20               # a raw argument value's longest text
 
 
@@ -98,7 +99,7 @@ def match(cur: Cursor, literal: str) -> Iterator[None]:
             found = yield from cur.accept(text)
         else:
             allowed = str.isdigit if kind == "digits" else _is_id_char
-            found = bool((yield from _take_while(cur, allowed, 64)))
+            found = bool((yield from take_while(cur, allowed, 64)))
         if not found:
             cur.pos = start
             return False
@@ -109,7 +110,7 @@ def _is_id_char(ch: str) -> bool:
     return ch.isalnum() or ch in "_-"
 
 
-def _take_while(cur: Cursor, allowed, limit: int) -> Iterator[None]:
+def take_while(cur: Cursor, allowed, limit: int) -> Iterator[None]:
     start = cur.pos
     while True:
         yield from cur.wait(1)
@@ -182,7 +183,7 @@ def value_json(raw: str, kind: int | None) -> str:
     if kind == STRING:
         return compact(raw)
     try:
-        value = strict_loads(raw)
+        value = strict_loads(_PYTHON_LITERALS.get(raw, raw))
     except ValueError:
         return compact(raw)
     return compact(raw if kind is None and isinstance(value, str) else value)

@@ -270,10 +270,13 @@ def family_name(fmt: CallFormat) -> str:
 def derive_format(render: Render) -> CallFormat:
     """The template's call format, checked by parsing its own renders back; NotDerivable else."""
     texts = _renders(render)
-    fmt = _json_format(texts) or _pairs_format(texts)
-    if fmt is None:
-        raise NotDerivable("no known argument layout in the rendered call")
-    fmt = _with_object_text(_less_turn_header(fmt, texts["prompt"]), texts["one"])
+    try:
+        fmt = _json_format(texts) or _pairs_format(texts)
+        if fmt is None:
+            raise NotDerivable("no known argument layout in the rendered call")
+        fmt = _with_object_text(_less_turn_header(fmt, texts["prompt"]), texts["one"])
+    except (ValueError, IndexError, KeyError, TypeError) as exc:  # a render this reading misjudged
+        raise NotDerivable(f"the rendered call could not be taken apart: {exc}") from None
     syntax = format_syntax("derived", fmt)
     if not syntax.starts:
         raise NotDerivable("the call has no marker of its own")

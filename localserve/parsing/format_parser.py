@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .call_format import (KEY_SLOT, OTHER, STRING, CallFormat, closing, first_word, match,
-                          read_until, read_word, value_json)
+                          read_until, read_word, take_while, value_json)
 from .json_stream import Cursor, Malformed, compact
 from .tool_families import CallSink, ToolSyntax, call_object, new_call_id, read_arguments
 
@@ -19,6 +19,7 @@ from .tool_families import CallSink, ToolSyntax, call_object, new_call_id, read_
 # own marker after the name is missing.
 _NAME_ENDS = ("{", "<", '"', "[", "(", ">", ",")
 _RAW_VALUE_LIMIT = 1 << 16
+_BARE_VALUE_LIMIT = 128      # a bare value's longest text (a number, true, None)
 
 
 def format_syntax(name: str, fmt: CallFormat, template_markers: tuple[str, ...] = (),
@@ -126,7 +127,13 @@ def _raw_value(fmt: CallFormat, cur: Cursor, kind: int, key: str) -> Iterator[No
     stop = first_word(fmt.value_stop(kind).replace(KEY_SLOT, key))
     if not stop:
         yield from cur.skip_ws()
-        return (yield from cur.json_value())
+        yield from cur.wait(1)
+        if cur.char() in ('{', '[', '"'):
+            return (yield from cur.json_value())
+        bare = yield from take_while(cur, lambda ch: not ch.isspace() and ch not in ",)]}", _BARE_VALUE_LIMIT)
+        if not bare:
+            raise Malformed("value")
+        return bare
     raw = yield from read_until(cur, (stop,), _RAW_VALUE_LIMIT)
     if fmt.key_value[kind].endswith("\n") and raw.startswith("\n"):
         raw = raw[1:]

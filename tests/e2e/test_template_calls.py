@@ -94,6 +94,18 @@ def test_forced_call_comes_back_as_a_tool_call_whole_and_streamed(corpus_server,
             finish = chunk.choices[0].finish_reason or finish
     assert finish == "tool_calls" and names == ["get_weather"] and not content.strip()
     assert "".join(fragments) == call.function.arguments       # temperature 0: the same call
+    assert len([f for f in fragments if f]) >= 2               # two arguments: streamed, not at the end
+
+
+@pytest.mark.parametrize("name", REPRESENTATIVE)
+def test_a_required_call_of_any_tool(corpus_server, name):
+    reply = openai_sdk(corpus_server).chat.completions.create(
+        model=_model_id(name), messages=QUESTION, tools=OPENAI_TOOLS, tool_choice="required",
+        parallel_tool_calls=False, temperature=0, max_tokens=1000)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    [call] = reply.choices[0].message.tool_calls
+    tool = next(t for t in TOOLS if t["name"] == call.function.name)
+    assert set(json.loads(call.function.arguments)) <= set(tool["parameters"]["properties"])
 
 
 @pytest.mark.parametrize("name", REPRESENTATIVE)

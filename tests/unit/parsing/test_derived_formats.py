@@ -137,3 +137,10 @@ def test_any_chunking_of_a_derived_format_matches_the_whole_parse(parts, cuts):
     content = "".join(e.text for e in events if hasattr(e, "text"))
     assert (content, [(c.name, c.arguments) for c in projector.calls]) == \
         (expected[0], [(c.name, c.arguments) for c in expected[1]])
+
+
+def test_python_literals_in_python_style_calls():
+    lfm2 = derived_syntax(KNOWN_FORMATS["lfm2"][1], "lfm2")
+    schemas = {"f": {"type": "object", "properties": {"a": {}, "b": {}}}}
+    _, calls = parse_generated_tools("<|tool_call_start|>[f(a=True, b=None)]<|tool_call_end|>", lfm2, schemas)
+    assert json.loads(calls[0].arguments) == {"a": True, "b": None}
