@@ -21,9 +21,9 @@ from ..engine.facade import EngineFacade
 from ..engine.model_load import ModelLoadError
 from ..engine.stopwatch import Stopwatch
 from ..ops.metrics import ModelMetrics, ServerMetrics
-from ..parsing.family_detection import detect_family
+from ..parsing.family_detection import detect_family, named_family
 from ..parsing.reasoning import REASONING_FORMATS
-from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
+from ..parsing.tool_families import ToolSyntax
 from ..prompt.build import ChatModel
 from ..prompt.templates import ChatTemplate, TemplateError, choose_template
 from ..runtime.runtime import Runtime
@@ -155,7 +155,7 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
         raise LoadFailed(f"chat template: {exc}", usage=True) from None
     # <think> splitting for models whose vocabulary has it as one token
     thinks = len(engine.tokenize("<think>", add_special=False)) == 1
-    family = TOOL_SYNTAXES[settings.tool_syntax] if settings.tool_syntax else detect_chat_family(template)
+    family = named_family(settings.tool_syntax) if settings.tool_syntax else detect_chat_family(template)
     return ChatModel(EngineFacade(engine), template, tool_syntax=family.name, tool_family=family,
                      default_reasoning=REASONING_FORMATS["think"] if thinks else None)
 

@@ -56,6 +56,16 @@ def derived_syntax(fmt: CallFormat, name: str | None = None) -> ToolSyntax:
     return format_syntax(name, fmt, new_id=new_call_id)
 
 
+def named_family(name: str) -> ToolSyntax:
+    """A family by name, for --tool-syntax: a hand-written one or a known format."""
+    if name in KNOWN_FORMATS:
+        return derived_syntax(KNOWN_FORMATS[name][1], name)
+    return TOOL_SYNTAXES[name]
+
+
+FAMILY_NAMES = frozenset(TOOL_SYNTAXES) | frozenset(KNOWN_FORMATS)
+
+
 def detect_family(template_text: str | None, render: Render | None) -> ToolSyntax:
     """The family for a template; `render(messages, tools)` renders it (None: markers only)."""
     text = template_text or ""

@@ -144,3 +144,10 @@ def test_python_literals_in_python_style_calls():
     schemas = {"f": {"type": "object", "properties": {"a": {}, "b": {}}}}
     _, calls = parse_generated_tools("<|tool_call_start|>[f(a=True, b=None)]<|tool_call_end|>", lfm2, schemas)
     assert json.loads(calls[0].arguments) == {"a": True, "b": None}
+
+
+def test_a_family_named_for_tool_syntax():
+    from localserve.parsing.family_detection import FAMILY_NAMES, named_family
+    from localserve.parsing.tool_families import HERMES
+    assert named_family("hermes") is HERMES
+    assert named_family("kimi_k2").name == "kimi_k2" and {"kimi_k2", "json", "harmony"} <= FAMILY_NAMES
