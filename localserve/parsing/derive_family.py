@@ -21,6 +21,7 @@ from .tools import parse_generated_tools
 Render = Callable[[list[dict], list[dict], bool], str]
 
 _HEADER_CONTEXT = 40            # what a template writes before its generation prompt, to look at
+_MARKER_LIMIT = 40              # the longest rest of a marker a diff may end inside
 CONTENT = "Sure thing"          # the assistant's text beside its calls: ends in no marker
 NAME, OTHER_NAME = "get_weather", "get_time"
 ARGS = {"city": "Lyonnais", "days": 37}
@@ -32,6 +33,7 @@ TOOLS = [{"type": "function", "function": {"name": name, "description": "A tool.
     "type": "object", "properties": {k: {"type": "string" if isinstance(v, str) else "integer"}
                                      for k, v in args.items()}, "required": list(args)[:1]}}}
          for name, args in ((NAME, {**ARGS, **ARGS_REVERSED}), (OTHER_NAME, OTHER_ARGS))]
+TOOL_PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 # Reasoning a template writes before its calls is the reasoning parser's, not ours.
 _REASONING_ENDS = ("</think>", "<|END_THINKING|>", "</seed:think>", "[/THINK]")
@@ -81,7 +83,7 @@ def _added_text(base: str, with_call: str) -> str:
     for marker in _REASONING_ENDS:
         if marker in added:
             added = added[added.rindex(marker) + len(marker):]
-    for index, call_id in enumerate(IDS):
+    for call_id in IDS:
         added = added.replace(call_id, ID_SLOT)
     return added
 
@@ -93,7 +95,7 @@ def _snapped(text: str, start: int, stop: int) -> tuple[int, int]:
            and text[start - 1] not in ">]}" and text[start:start + 1] not in ("<", "[")):
         start -= 1
     widened = stop
-    while widened < len(text) and widened - stop < 40 and text[widened - 1] not in ">]})" \
+    while widened < len(text) and widened - stop < _MARKER_LIMIT and text[widened - 1] not in ">]})" \
             and not text[widened - 1].isspace():
         widened += 1
     return start, widened if text[widened - 1:widened] in (">", "]", "}", ")") else stop
@@ -103,7 +105,7 @@ def _renders(render: Render) -> dict[str, str]:
     try:
         base = render(_conversation(None), TOOLS, False)
         one = render(_conversation([_call(NAME, ARGS, 0)]), TOOLS, False)
-    except Exception as exc:  # a template may raise anything; it then shows no call
+    except Exception as exc:  # a template may raise anything (prompt/'s TemplateError, above us)
         raise NotDerivable(f"the template did not render a call: {exc}") from None
     found = {"one": _added_text(base, one)}
     for label, calls in (("reversed", [_call(NAME, ARGS_REVERSED, 0)]), ("empty", [_call(OTHER_NAME, {}, 0)]),
@@ -112,20 +114,25 @@ def _renders(render: Render) -> dict[str, str]:
             found[label] = _added_text(base, render(_conversation(calls), TOOLS, False))
         except Exception:  # e.g. a template that refuses parallel calls
             found[label] = ""
-    try:
-        asked = _conversation(None)[:1]
-        without, with_prompt = render(asked, TOOLS, False), render(asked, TOOLS, True)
-        n = 0
-        while n < min(len(without), len(with_prompt)) and without[n] == with_prompt[n]:
-            n += 1
-        found["prompt"] = with_prompt[max(0, n - _HEADER_CONTEXT):]
-    except Exception:
-        found["prompt"] = ""
+    found["prompt"] = _generation_prompt(render)
     if OTHER_NAME not in found["two"]:  # a template that writes one call of several
         found["two"] = ""
     if NAME not in found["one"]:
         raise NotDerivable("the template does not write the function's name")
     return found
+
+
+def _generation_prompt(render: Render) -> str:
+    """What the generation prompt writes, with a little of what comes before it."""
+    asked = _conversation(None)[:1]
+    try:
+        without, with_prompt = render(asked, TOOLS, False), render(asked, TOOLS, True)
+    except Exception:  # a template may raise anything (prompt/'s TemplateError, above us)
+        return ""
+    n = 0
+    while n < min(len(without), len(with_prompt)) and without[n] == with_prompt[n]:
+        n += 1
+    return with_prompt[max(0, n - _HEADER_CONTEXT):]
 
 
 def _json_objects(text: str) -> list[tuple[int, int, object]]:
@@ -203,16 +210,17 @@ def _pairs_format(texts: dict[str, str]) -> CallFormat | None:
         return found
 
     one, rev, two, empty = texts["one"], texts["reversed"], texts["two"], texts["empty"]
-    parts = [NAME, "city", ARGS["city"], "days", str(ARGS["days"])]
-    a, b = anchors(one, parts), anchors(rev, [NAME, "count", "37", "town", ARGS["city"]])
+    days = str(ARGS["days"])
+    parts = [NAME, "city", ARGS["city"], "days", days]
+    a, b = anchors(one, parts), anchors(rev, [NAME, "count", days, "town", ARGS["city"]])
     if a is None or b is None:
         return None
     after = [a[i] + len(parts[i]) for i in range(5)]
     name_close, kv_string, next_string = one[after[0]:a[1]], one[after[1]:a[2]], one[after[2]:a[3]]
     kv_other, end_other = one[after[3]:a[4]], one[after[4]:]
-    next_other, end_string = rev[b[2] + 2:b[3]], rev[b[4] + len(ARGS["city"]):]
-    c = anchors(two, [NAME, str(ARGS["days"]), OTHER_NAME])
-    between = two[c[1] + 2:c[2]] if c else None
+    next_other, end_string = rev[b[2] + len(days):b[3]], rev[b[4] + len(ARGS["city"]):]
+    c = anchors(two, [NAME, days, OTHER_NAME])
+    between = two[c[1] + len(days):c[2]] if c else None
     frame = _frame(one[:a[0]], end_other, between)
     close = frame.pop("block_close")
     value_end = (_less_suffix(end_string, close), frame.pop("call_end"))
@@ -280,16 +288,15 @@ def derive_format(render: Render) -> CallFormat:
     syntax = format_syntax("derived", fmt)
     if not syntax.starts:
         raise NotDerivable("the call has no marker of its own")
-    checks = [(texts["one"], [(NAME, ARGS)])]
-    if texts["two"]:
-        checks.append((texts["two"], [(NAME, ARGS), (OTHER_NAME, OTHER_ARGS)]))
+    checks = [(texts["one"], [(NAME, ARGS)]), (texts["reversed"], [(NAME, ARGS_REVERSED)]),
+              (texts["empty"], [(OTHER_NAME, {})]), (texts["two"], [(NAME, ARGS), (OTHER_NAME, OTHER_ARGS)])]
     for text, expected in checks:
+        if not text:
+            continue  # a shape the template does not write (parallel calls)
         _, calls = parse_generated_tools(text.replace(ID_SLOT, "abc123XYZ"), syntax, TOOL_PARAMETERS)
         if [(c.name, json.loads(c.arguments)) for c in calls] != expected:
             raise NotDerivable(f"the derived format does not read the template's own call back: {fmt}")
     return fmt
 
-
-TOOL_PARAMETERS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
 

@@ -13,7 +13,9 @@ import pytest
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.parsing.call_format import common_start
 from localserve.parsing.derive_family import NotDerivable, derive_format, family_name
-from localserve.parsing.family_detection import KNOWN_FORMATS, derived_syntax, detect_family
+from localserve.parsing.family_detection import (FAMILY_NAMES, KNOWN_FORMATS, derived_syntax, detect_family,
+                                                 named_family)
+from localserve.parsing.tool_families import HERMES
 from localserve.parsing.tools import ToolProjector, parse_generated_tools
 from localserve.prompt.templates import ChatTemplate
 
@@ -147,7 +149,5 @@ def test_python_literals_in_python_style_calls():
 
 
 def test_a_family_named_for_tool_syntax():
-    from localserve.parsing.family_detection import FAMILY_NAMES, named_family
-    from localserve.parsing.tool_families import HERMES
     assert named_family("hermes") is HERMES
     assert named_family("kimi_k2").name == "kimi_k2" and {"kimi_k2", "json", "harmony"} <= FAMILY_NAMES
