@@ -31,9 +31,11 @@ def format_call(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, pat
                                     literal(b, fmt.object_tail + fmt.call_end)) if p)
     if fmt.layout == "json_args":
         args = b.add_document(params, f"{name}-args", path)
-        return " ".join(p for p in (literal(b, fmt.call_open + name + fmt.name_close), args,
-                                    literal(b, fmt.call_end)) if p)
-    return f"{literal(b, fmt.call_open + name)} {_pairs(b, fmt, name, params, path)}"
+        head = fmt.call_open + name + fmt.name_close.replace(NAME_SLOT, name)
+        return " ".join(p for p in (literal(b, head), args, literal(b, fmt.call_end)) if p)
+    named = CallFormat(**{**fmt.__dict__, "name_close": fmt.name_close.replace(NAME_SLOT, name),
+                          "zero_args": fmt.zero_args.replace(NAME_SLOT, name)})
+    return f"{literal(b, fmt.call_open + name)} {_pairs(b, named, name, params, path)}"
 
 
 def _pairs(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:

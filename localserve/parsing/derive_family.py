@@ -191,7 +191,8 @@ def _json_format(texts: dict[str, str]) -> CallFormat | None:
             between = None
             if len(others) >= 2 and (second := two.rfind(OTHER_NAME, 0, others[1][0])) >= 0:
                 between = two[others[0][1]:second]
-            return CallFormat("json_args", name_close=name_close, **_frame(head, one[end:], between))
+            return CallFormat("json_args", name_close=name_close.replace(NAME, NAME_SLOT),
+                              **_frame(head, one[end:], between))
         between = two[others[0][1]:others[1][0]] if len(others) >= 2 else None
         return CallFormat(layout, **_frame(one[:start], one[end:], between))
     return None
@@ -226,8 +227,9 @@ def _pairs_format(texts: dict[str, str]) -> CallFormat | None:
     value_end = (_less_suffix(end_string, close), frame.pop("call_end"))
     z = empty.find(OTHER_NAME)
     zero_args = _less_suffix(empty[z + len(OTHER_NAME):], close) if z >= 0 else ""
-    return CallFormat(
-        "pairs", block_close=close, name_close=name_close, zero_args=zero_args,
+    return CallFormat(  # the name again inside the markup (muse: `to=NAME<|message|><invoke name="NAME">`)
+        "pairs", block_close=close, name_close=name_close.replace(NAME, NAME_SLOT),
+        zero_args=zero_args.replace(OTHER_NAME, NAME_SLOT),
         key_value=(kv_string.replace("city", KEY_SLOT), kv_other.replace("days", KEY_SLOT)),
         value_next=(next_string.replace("city", KEY_SLOT), next_other.replace("count", KEY_SLOT)),
         value_end=(value_end[STRING].replace("town", KEY_SLOT), value_end[OTHER].replace("days", KEY_SLOT)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from .call_format import (KEY_SLOT, OTHER, STRING, CallFormat, closing, first_word, match,
+from .call_format import (KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat, closing, first_word, match,
                           read_until, read_word, take_while, value_json)
 from .json_stream import Cursor, Malformed, compact
 from .tool_families import CallSink, ToolSyntax, call_object, new_call_id, read_arguments
@@ -74,8 +74,9 @@ def _read_keyed(fmt: CallFormat, cur: Cursor, calls: CallSink) -> Iterator[None]
 
 
 def _read_json_args(fmt: CallFormat, cur: Cursor, calls: CallSink) -> Iterator[None]:
-    calls.start_call((yield from read_word(cur, (first_word(fmt.name_close), *_NAME_ENDS))))
-    if not (yield from match(cur, fmt.name_close)):
+    name = yield from read_word(cur, (first_word(fmt.name_close), *_NAME_ENDS))
+    calls.start_call(name)
+    if not (yield from match(cur, fmt.name_close.replace(NAME_SLOT, name))):
         raise Malformed("after the name")
     yield from read_arguments(cur, calls.add_arguments)
     yield from _end_of_call(cur, fmt.call_end)
@@ -84,10 +85,10 @@ def _read_json_args(fmt: CallFormat, cur: Cursor, calls: CallSink) -> Iterator[N
 def _read_pairs(fmt: CallFormat, cur: Cursor, calls: CallSink) -> Iterator[None]:
     name = yield from read_word(cur, (first_word(fmt.name_close), first_word(fmt.zero_args), *_NAME_ENDS))
     calls.start_call(name)
-    if fmt.zero_args.strip() and (yield from match(cur, fmt.zero_args)):
+    if fmt.zero_args.strip() and (yield from match(cur, fmt.zero_args.replace(NAME_SLOT, name))):
         calls.add_arguments("{}")
         return
-    if not (yield from match(cur, fmt.name_close)):
+    if not (yield from match(cur, fmt.name_close.replace(NAME_SLOT, name))):
         raise Malformed("after the name")
     before = "{"
     key_stops = tuple(first_word(lit) for lit in fmt.key_value) + _NAME_ENDS

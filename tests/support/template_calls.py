@@ -76,7 +76,7 @@ EXPECTED_FAMILIES = {
     "mistralai-Ministral-3-14B-Reasoning-2512": "mistral",
     "mistralai-Mistral-Nemo-Instruct-2407": "mistral",
     "moonshotai-Kimi-K2": "kimi_k2",
-    "muse-glimmer": "json",
+    "muse-glimmer": "muse",
     "openai-gpt-oss-120b": "harmony",
     "openbmb-MiniCPM5-1B": "minicpm",
     "poolside-Laguna-S-2.1": "glm",
@@ -88,8 +88,7 @@ EXPECTED_FAMILIES = {
     "upstage-Solar-Open-100B": "solar",
 }
 
-# No call format of their own in the template (tools shown as text, or not at all), or one
-# not read yet: muse-glimmer's (each call a harmony-like message of its own) — see README's table.
+# No call format of their own in the template: tools shown as text, or not at all.
 NO_NATIVE_FORMAT = {name for name, family in EXPECTED_FAMILIES.items() if family == "json"}
 
 WEATHER = {"name": "get_weather", "description": "Weather for a city", "parameters": {
