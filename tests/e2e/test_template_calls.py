@@ -56,11 +56,6 @@ def check_call(name: str, arguments: str) -> None:
     assert isinstance(args["city"], str) and isinstance(args["days"], int) and 1 <= args["days"] <= 7
 
 
-def _xfail_unrendered(name: str) -> None:
-    if name in RENDER_FAILS:
-        pytest.xfail("the template does not render in prompt/'s sandbox yet (issue 27, render half)")
-
-
 def test_the_meta_names_the_family(corpus_server):
     client = openai_sdk(corpus_server, strict=False)
     for name in REPRESENTATIVE:
@@ -69,9 +64,10 @@ def test_the_meta_names_the_family(corpus_server):
         assert meta.get("tool_syntax") == EXPECTED_FAMILIES[name], name
 
 
-@pytest.mark.parametrize("name", NATIVE)
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
+    strict=True, reason="the template does not render in prompt/ yet (issue 27, render half)"))
+    if name in RENDER_FAILS else name for name in NATIVE])
 def test_forced_call_comes_back_as_a_tool_call_whole_and_streamed(corpus_server, name):
-    _xfail_unrendered(name)
     client = openai_sdk(corpus_server)
     choice = {"type": "function", "function": {"name": "get_weather"}}
     reply = client.chat.completions.create(model=_model_id(name), messages=QUESTION, tools=OPENAI_TOOLS,
