@@ -20,10 +20,10 @@ from template_corpus import corpus_dir, corpus_names
 from tinymodel import write_tiny_gguf
 
 NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
-# Templates that cannot render the first turn today (prompt/ refuses list.append, a generator in
-# tojson; no `functions` variable; tools in Cohere's own shape)
-RENDER_FAILS = {"Kimi-K2-Instruct", "Kimi-K2-Thinking", "llama-cpp-deepseek-r1",
-                "CohereForAI-c4ai-command-r-plus-tool_use", "fireworks-ai-llama-3-firefunction-v2"}
+# Templates that cannot render the first turn today (a generator in tojson; no `functions`
+# variable; tools in Cohere's own shape)
+RENDER_FAILS = {"llama-cpp-deepseek-r1", "CohereForAI-c4ai-command-r-plus-tool_use",
+                "fireworks-ai-llama-3-firefunction-v2"}
 # One template per family, for the other dialects
 REPRESENTATIVE = sorted({family: name for name, family in reversed(sorted(EXPECTED_FAMILIES.items()))
                          if name in NATIVE and name not in RENDER_FAILS}.values())
