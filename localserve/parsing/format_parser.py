@@ -31,27 +31,28 @@ def format_syntax(name: str, fmt: CallFormat, template_markers: tuple[str, ...] 
 
 
 def _parse_block(fmt: CallFormat, cur: Cursor, calls: CallSink) -> Iterator[None]:
+    """The block's opening, its calls, its close (calls.end_block: generation may stop)."""
     if not (yield from match(cur, fmt.block_open + fmt.call_open)):
         raise Malformed("opening")
-    between = fmt.call_sep + fmt.call_open
+    between, close = fmt.call_sep + fmt.call_open, fmt.block_close.strip()
     while True:
         yield from _READERS[fmt.layout](fmt, cur, calls)
         calls.end_call()
-        if between.strip() and (yield from match(cur, between)):
-            continue
-        if not between.strip():  # calls one after another: the block's end, or another call
-            if fmt.block_close.strip() and (yield from match(cur, fmt.block_close)):
+        if between.strip():
+            if (yield from match(cur, between)):
+                continue
+            if close:
+                if not (yield from closing(cur, fmt.block_close)):
+                    raise Malformed("block close")
                 calls.end_block()
             yield from cur.skip_ws()
-            if (yield from cur.cut_off(fmt.block_close.strip())) or cur.pos == len(cur.text):
-                return
-            continue
-        if fmt.block_close.strip():
-            if not (yield from closing(cur, fmt.block_close)):
-                raise Malformed("block close")
+            return
+        # calls written back to back, nothing of their own between: the block's end, or another call
+        if close and (yield from match(cur, fmt.block_close)):
             calls.end_block()
         yield from cur.skip_ws()
-        return
+        if (yield from cur.cut_off(close)) or cur.pos == len(cur.text):
+            return
 
 
 def _end_of_call(cur: Cursor, literal: str) -> Iterator[None]:
