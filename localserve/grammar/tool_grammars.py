@@ -4,19 +4,22 @@ function's parameters schema (through GrammarBuilder)."""
 
 from __future__ import annotations
 
-from ..parsing.tool_families import TOOL_SYNTAXES, CallsGrammar
+from ..parsing.call_format import CallFormat
+from ..parsing.tool_families import TOOL_SYNTAXES, CallsGrammar, ToolSyntax
+from .format_grammars import format_call, literal
 from .gbnf import SchemaError, group, json_text
 from .schema import GrammarBuilder
 
 TOOL_CALL_SYNTAXES = tuple(TOOL_SYNTAXES)
 
 
-def tool_call_grammar(syntax: str, tools: list[dict], *, parallel: bool,
+def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: bool,
                       forced_name: str | None = None, prefix: str = "") -> str:
     """A grammar that forces one (with parallel: one or more) calls of ``tools``, written in
-    ``syntax`` after the literal ``prefix``. With forced_name only that function. ``harmony``
-    makes one call even with parallel. Tools are OpenAI function definitions, unwrapped."""
-    if syntax not in TOOL_CALL_SYNTAXES:
+    ``syntax`` (a family's name, or a family derived from a template) after the literal
+    ``prefix``. With forced_name only that function. ``harmony`` makes one call even with
+    parallel. Tools are OpenAI function definitions, unwrapped."""
+    if isinstance(syntax, str) and syntax not in TOOL_CALL_SYNTAXES:
         raise ValueError(f"unknown tool-call syntax {syntax!r}")
     if forced_name is not None:
         tools = [t for t in tools if isinstance(t, dict) and t.get("name") == forced_name]
@@ -24,7 +27,7 @@ def tool_call_grammar(syntax: str, tools: list[dict], *, parallel: bool,
             raise SchemaError(f"function {forced_name!r} is not among the tools")
     if not tools:
         raise SchemaError("there are no tools to call")
-    shape = TOOL_SYNTAXES[syntax].grammar
+    shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
     b = GrammarBuilder()
     calls = []
     for i, tool in enumerate(tools):
@@ -32,6 +35,9 @@ def tool_call_grammar(syntax: str, tools: list[dict], *, parallel: bool,
         if not isinstance(name, str) or not name:
             raise SchemaError(f"tools[{i}]: a function needs a name")
         params, path = tool.get("parameters") or {"type": "object", "properties": {}}, f"tools[{i}].parameters"
+        if isinstance(shape, CallFormat):
+            calls.append(format_call(b, shape, name, params, path))
+            continue
         if shape.parameters:
             args = _parameter_blocks(b, name, params, path)
         else:
@@ -39,6 +45,13 @@ def tool_call_grammar(syntax: str, tools: list[dict], *, parallel: bool,
         before, after = shape.before.format(name=name, jname=json_text(name, path)), shape.after
         calls.append(" ".join(p for p in (b.literal(before), args, b.literal(after)) if p))
     call = b.add_rule("call", " | ".join(calls))
+    if isinstance(shape, CallFormat):
+        body = f"{call} ( {literal(b, shape.call_sep)} {call} )*" if parallel and shape.call_sep else call
+        if parallel and not shape.call_sep:
+            body = f"{call}+"
+        framed = [literal(b, prefix + shape.block_open) if prefix + shape.block_open else "", body,
+                  literal(b, shape.block_close) if shape.block_close else ""]
+        return b.build(" ".join(p for p in framed if p))
     body = f"{call} ( {b.literal(shape.separator)} {call} )*" if parallel and not shape.one_call else call
     return b.build(" ".join(p for p in _framed(b, shape, prefix, body) if p))
 

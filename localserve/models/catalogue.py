@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ..parsing.tool_families import TOOL_SYNTAXES
+from ..parsing.family_detection import FAMILY_NAMES
 from ..settings import Settings
 
 SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})$")
@@ -101,9 +101,9 @@ def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogu
         return Catalogue([ModelEntry(settings.model_id or Path(path).stem, path, source="demo")], any_name=True)
     for entry in entries:
         syntax = dict(entry.overrides).get("tool_syntax", settings.tool_syntax)
-        if syntax and syntax not in TOOL_SYNTAXES:
+        if syntax and syntax not in FAMILY_NAMES:
             raise CatalogueError(f"model '{entry.name}': unknown tool-syntax '{syntax}'; choose from "
-                                 f"{', '.join(sorted(TOOL_SYNTAXES))}")
+                                 f"{', '.join(sorted(FAMILY_NAMES))}")
     alone = bool(settings.model) and not settings.models and not settings.models_dir
     return Catalogue(entries, any_name=alone)
 

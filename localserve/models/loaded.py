@@ -21,10 +21,11 @@ from ..engine.facade import EngineFacade
 from ..engine.model_load import ModelLoadError
 from ..engine.stopwatch import Stopwatch
 from ..ops.metrics import ModelMetrics, ServerMetrics
+from ..parsing.family_detection import detect_family, named_family
 from ..parsing.reasoning import REASONING_FORMATS
-from ..parsing.tool_families import detect_tool_syntax
+from ..parsing.tool_families import ToolSyntax
 from ..prompt.build import ChatModel
-from ..prompt.templates import TemplateError, choose_template
+from ..prompt.templates import ChatTemplate, TemplateError, choose_template
 from ..runtime.runtime import Runtime
 from ..runtime.speculative import Speculator
 from ..settings import MAX_DEFAULT_CTX, Settings
@@ -155,8 +156,16 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
     template.caps  # noqa: B018  (probed now, at load, not on the first request)
     # <think> splitting for models whose vocabulary has it as one token
     thinks = len(engine.tokenize("<think>", add_special=False)) == 1
-    return ChatModel(EngineFacade(engine), template, tool_syntax=settings.tool_syntax or detect_tool_syntax(template.text),
+    family = named_family(settings.tool_syntax) if settings.tool_syntax else detect_chat_family(template)
+    return ChatModel(EngineFacade(engine), template, tool_syntax=family.name, tool_family=family,
                      default_reasoning=REASONING_FORMATS["think"] if thinks else None)
+
+
+def detect_chat_family(template: ChatTemplate) -> ToolSyntax:
+    """The tool-call family of a chat template, derived from its own rendered calls."""
+    def render(messages: list[dict], tools: list[dict], generation_prompt: bool) -> str:
+        return template.render(messages, tools=tools, add_generation_prompt=generation_prompt)
+    return detect_family(template.text, render)
 
 
 def _log_loaded(model: LoadedModel) -> None:

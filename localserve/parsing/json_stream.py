@@ -156,7 +156,7 @@ class Cursor:
         while True:
             yield from self.wait(1)
             ch = self.char()
-            if not ch or ch.isspace() or ch in ",:]}":
+            if not ch or ch.isspace() or ch in ",:]})":  # ")": a Python-style call's end
                 break
             self.pos += 1
         try:

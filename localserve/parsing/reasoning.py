@@ -44,11 +44,18 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
     ReasoningFormat("seed", "<seed:think>", "</seed:think>", "</seed:think>"),
     ReasoningFormat("command_r", "<|START_THINKING|>", "<|END_THINKING|>", "<|END_THINKING|>"),
     ReasoningFormat("magistral", "[THINK]", "[/THINK]", "[/THINK]"),
+    ReasoningFormat("gemma4", "<|channel>thought", "<channel|>", "<channel|>"),
+    ReasoningFormat("minimax_m3", "<mm:think>", "</mm:think>", "</mm:think>"),
+    ReasoningFormat("kimi_k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>", "<|close|>think<|sep|>"),
+    ReasoningFormat("hunyuan", "<think:opensource>", "</think:opensource>", "</think:opensource>"),
+    ReasoningFormat("apriel", "Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]",
+                    "\n[BEGIN FINAL RESPONSE]\n"),
     ReasoningFormat("think", "<think>", "</think>", "\n</think>\n\n"),
 )}
 
 _MESSAGE = "<|message|>"
 _MESSAGE_ENDS = ("<|end|>", "<|return|>", "<|call|>")
+_PROMPT_TAIL = 64   # how much of a prompt's end may show a reasoning block's opening
 _HEADER_LIMIT = 256  # a harmony header longer than this means the output isn't harmony
 _ANALYSIS = re.compile(r"<\|channel\|>\s*analysis\b")
 
@@ -57,7 +64,7 @@ def detect_reasoning(chat_template: str | None,
                      rendered_prompt_tail: str = "") -> ReasoningFormat | None:
     """The reasoning format a model's template uses, or None. A template that mentions either
     tag of a pair counts (DeepSeek R1's only strips </think> from history); so does a prompt
-    that ends by opening the block."""
+    whose end opens the block or shows it (a template that builds its tags from parts)."""
     template = chat_template or ""
     tail = (rendered_prompt_tail or "").rstrip()
     if "<|channel|>" in template and _MESSAGE in template:
@@ -65,7 +72,7 @@ def detect_reasoning(chat_template: str | None,
     for fmt in REASONING_FORMATS.values():
         if fmt is HARMONY:
             continue
-        if fmt.start in template or fmt.end in template or tail.endswith(fmt.start):
+        if fmt.start in template or fmt.end in template or fmt.start in tail[-_PROMPT_TAIL:]:
             return fmt
     return None
 

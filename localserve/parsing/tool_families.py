@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from .call_format import CallFormat
 from .json_stream import Cursor, Malformed, compact, strict_loads
 from .parameter_values import read_parameter_value
 
@@ -62,12 +63,12 @@ class ToolSyntax:
     end: str                           # closes a call/block; "" if the JSON itself ends it
     template_markers: tuple[str, ...]  # all present in a chat template -> this family
     parse: Callable[[Cursor, CallSink, str], Iterator[None]]
-    grammar: CallsGrammar
+    grammar: CallsGrammar | CallFormat   # a CallFormat: derived from a template (format_parser)
     bare_object: bool = False          # a `{` opening the message also starts a call
     new_id: Callable[[], str] = new_call_id
 
 
-def _read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
+def read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
     """A call's arguments: a JSON object, streamed to `sink`; or, as some models write them,
     a JSON string holding the object, passed on once complete."""
     yield from cur.skip_ws()
@@ -86,7 +87,11 @@ def _read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:
         raise Malformed("arguments")
 
 
-def _call_object(cur: Cursor, calls: CallSink, *, model_ids: bool = False,
+_NAME_KEYS = ("name", "tool_name")                # Command R writes "tool_name"
+_IGNORED_KEYS = ("id", "type", "tool_call_id")
+
+
+def call_object(cur: Cursor, calls: CallSink, *, model_ids: bool = False,
                  first_key: str | None = None) -> Iterator[None]:
     """`{"name": ..., "arguments"|"parameters": {...}, "id": ...}`, keys in any order ("type"
     skipped). Any other key means this is no call, so JSON that merely answers the user flows
@@ -108,7 +113,7 @@ def _call_object(cur: Cursor, calls: CallSink, *, model_ids: bool = False,
         if key is None:
             key = yield from cur.json_key()
         yield from cur.skip_ws()
-        if key == "name" and name is None:
+        if key in _NAME_KEYS and name is None:
             name = yield from cur.json_string()
             if not model_ids:
                 calls.start_call(name)
@@ -121,16 +126,16 @@ def _call_object(cur: Cursor, calls: CallSink, *, model_ids: bool = False,
                 calls.start_call(name, call_id)
                 started = True
             if started:
-                yield from _read_arguments(cur, calls.add_arguments)
+                yield from read_arguments(cur, calls.add_arguments)
                 sent = True
             else:
                 parts: list[str] = []
-                yield from _read_arguments(cur, parts.append)
+                yield from read_arguments(cur, parts.append)
                 held = "".join(parts)
         elif key == "id" and model_ids and not started:
             value = strict_loads((yield from cur.json_value()))
             call_id = value if isinstance(value, str) and value else None
-        elif key in ("id", "type"):
+        elif key in _IGNORED_KEYS:
             yield from cur.json_value()
         else:
             raise Malformed(f"key {key!r}")
@@ -152,7 +157,7 @@ def _call_list(cur: Cursor, calls: CallSink, separator: str, *,
     """Call objects separated by `separator`, each complete (and committed) on its own."""
     while True:
         yield from cur.skip_ws()
-        yield from _call_object(cur, calls, model_ids=model_ids)
+        yield from call_object(cur, calls, model_ids=model_ids)
         calls.end_call()
         yield from cur.skip_ws()
         if not (yield from cur.accept(separator)):
@@ -162,7 +167,7 @@ def _call_list(cur: Cursor, calls: CallSink, separator: str, *,
 def parse_hermes(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     yield from cur.expect(marker)
     yield from cur.skip_ws()
-    yield from _call_object(cur, calls)
+    yield from call_object(cur, calls)
     yield from cur.closing("</tool_call>")
     calls.end_call()
     yield from cur.skip_ws()
@@ -218,7 +223,7 @@ LLAMA3 = ToolSyntax(
 
 
 def parse_mistral(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
-    """[TOOL_CALLS][{...}, ...] (each object may carry the model's id, see _call_object) or
+    """[TOOL_CALLS][{...}, ...] (each object may carry the model's id, see call_object) or
     the newer [TOOL_CALLS]NAME[ARGS]{...}, optionally NAME[CALL_ID]id[ARGS]{...}."""
     yield from cur.expect(marker)
     yield from cur.skip_ws()
@@ -232,7 +237,7 @@ def parse_mistral(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
         call_id = (yield from cur.until("[", 64)).strip() or None
     yield from cur.expect("ARGS]")
     calls.start_call(name, call_id)
-    yield from _read_arguments(cur, calls.add_arguments)
+    yield from read_arguments(cur, calls.add_arguments)
     calls.end_call()
     yield from cur.skip_ws()
 
@@ -266,7 +271,7 @@ def parse_deepseek(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
         else:
             raise Malformed("deepseek head")
         calls.start_call(name)
-        yield from _read_arguments(cur, calls.add_arguments)
+        yield from read_arguments(cur, calls.add_arguments)
         if fenced:
             yield from cur.closing("```")
         yield from cur.closing(DS_CALL_END)
@@ -296,7 +301,7 @@ def parse_harmony(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     if not head or not (head["before"] or head["after"]) or (head["before"] and head["after"]):
         raise Malformed("harmony header")
     calls.start_call(head["before"] or head["after"])
-    yield from _read_arguments(cur, calls.add_arguments)
+    yield from read_arguments(cur, calls.add_arguments)
     yield from cur.closing("<|call|>")
     calls.end_call()
     calls.end_block()  # <|call|> ends the assistant's turn
@@ -315,7 +320,7 @@ def parse_json(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
     key = yield from cur.json_key()
     yield from cur.skip_ws()
     if key != "tool_calls":
-        yield from _call_object(cur, calls, first_key=key)
+        yield from call_object(cur, calls, first_key=key)
         calls.end_call()
         calls.end_block()
     yield from cur.expect("[")

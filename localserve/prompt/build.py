@@ -18,7 +18,7 @@ from ..generation import GenerationRequest, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
-from ..parsing.tool_families import TOOL_SYNTAXES
+from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..settings import MAX_TOKENIZE_BYTES
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
@@ -29,7 +29,8 @@ class ChatModel:
     """The loaded model as building a prompt sees it (fixed once loaded)."""
     engine: EngineFacade
     template: ChatTemplate
-    tool_syntax: str = "json"
+    tool_syntax: str = "json"                          # the family's name (the model's meta)
+    tool_family: ToolSyntax | None = None              # the family itself, when derived from the template
     default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
 
 
@@ -132,9 +133,9 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
             grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
-        syntax = model.tool_syntax
+        syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
         # names with their parameter schemas: qwen3_coder's parser reads values by type
-        request.tools = ToolSpec(TOOL_SYNTAXES[syntax], {t["name"]: t["parameters"] for t in chat.tools},
+        request.tools = ToolSpec(syntax, {t["name"]: t["parameters"] for t in chat.tools},
                                  parallel=chat.parallel_tool_calls)
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
             sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
@@ -164,7 +165,7 @@ def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozen
         raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 
 
-def forced_tool_grammar(syntax: str, chat: ChatInput, prefix: str = "") -> str:
+def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -> str:
     tools = chat.tools
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]

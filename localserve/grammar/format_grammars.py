@@ -1,0 +1,104 @@
+"""Forced calls written in a CallFormat (parsing/call_format): a template's own call markup,
+the arguments held to each function's parameters schema."""
+
+from __future__ import annotations
+
+from ..parsing.call_format import ID_SLOT, KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat, first_word
+from .gbnf import SchemaError, group, json_text, repeat
+from .schema import GrammarBuilder
+
+_CALL_ID = "[a-zA-Z0-9]{9}"   # the strictest templates' ids (Mistral's nine alphanumerics)
+
+
+def literal(b: GrammarBuilder, text: str) -> str:
+    """A format's literal as GBNF: its text, a call id where the template wrote one."""
+    parts = text.split(ID_SLOT)
+    items = []
+    for i, part in enumerate(parts):
+        if part:
+            items.append(b.literal(part))
+        if i < len(parts) - 1:
+            items.append(_CALL_ID)
+    return " ".join(items)
+
+
+def format_call(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
+    """One call of `name` as the format writes it, from its call_open to its end."""
+    if fmt.layout in ("object", "keyed"):
+        head = fmt.object_head.replace(NAME_SLOT, json_text(name, path)[1:-1])
+        args = b.add_document(params, f"{name}-args", path)
+        return " ".join(p for p in (literal(b, fmt.call_open + head), args,
+                                    literal(b, fmt.object_tail + fmt.call_end)) if p)
+    if fmt.layout == "json_args":
+        args = b.add_document(params, f"{name}-args", path)
+        head = fmt.call_open + name + fmt.name_close.replace(NAME_SLOT, name)
+        return " ".join(p for p in (literal(b, head), args, literal(b, fmt.call_end)) if p)
+    named = CallFormat(**{**fmt.__dict__, "name_close": fmt.name_close.replace(NAME_SLOT, name),
+                          "zero_args": fmt.zero_args.replace(NAME_SLOT, name)})
+    return f"{literal(b, fmt.call_open + name)} {_pairs(b, named, name, params, path)}"
+
+
+def _pairs(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
+    """The key/value pairs: keys in the schema's order, required ones first; after each pair,
+    the next pair (a required one, or any optional one before it) or the call's end."""
+    with b.document(params):
+        s = b.deref(params, path)
+        props = s.get("properties", {}) if isinstance(s, dict) else None
+        required = s.get("required", []) if isinstance(props, dict) else None
+        if (not isinstance(props, dict) or s.get("type", "object") != "object"
+                or not isinstance(required, list) or not set(required) <= set(props)):
+            raise SchemaError(f"{path}: this model's calls need an object schema with its properties")
+        keys = sorted(props, key=lambda k: k not in required)
+        kinds, pairs = [], []
+        for key in keys:
+            kind, value = _value(b, fmt, props[key], key, f"{path}.properties.{key}", name)
+            kinds.append(kind)
+            pairs.append(f"{b.literal(key)} {literal(b, fmt.key_value[kind].replace(KEY_SLOT, key))} {group(value)}")
+
+        def reachable(after: int) -> list[int]:
+            """Pairs that may come next after pair `after` (-1: the first)."""
+            found = []
+            for j in range(after + 1, len(keys)):
+                found.append(j)
+                if keys[j] in required:
+                    break
+            return found
+
+        def ends(after: int) -> bool:
+            return all(k not in required for k in keys[after + 1:])
+
+        follow: dict[int, str] = {}
+        for i in reversed(range(len(keys))):
+            key, kind = keys[i], kinds[i]
+            options = [f"{literal(b, fmt.value_next[kind].replace(KEY_SLOT, key))} {pairs[j]} {follow[j]}"
+                       for j in reachable(i)]
+            if ends(i):
+                options.append(literal(b, fmt.value_end[kind].replace(KEY_SLOT, key)))
+            follow[i] = b.add_rule(f"{name}-after-{key}", " | ".join(options))
+        options = [f"{literal(b, fmt.name_close)} {pairs[j]} {follow[j]}" for j in reachable(-1)]
+        if ends(-1):
+            options.append(literal(b, fmt.zero_args))
+        return group(" | ".join(options))
+
+
+def _value(b: GrammarBuilder, fmt: CallFormat, schema, key: str, path: str, name: str) -> tuple[int, str]:
+    """(the value's kind, its rule): a string schema as bare text, anything else as JSON."""
+    sub = b.deref(schema, path)
+    is_string = isinstance(sub, dict) and sub.get("type") == "string"
+    kind = STRING if is_string or not fmt.typed_values else OTHER
+    if not is_string:
+        return kind, b.add_value(schema, path, f"{name}-{key}")
+    values = sub.get("enum", [sub["const"]] if "const" in sub else None)
+    if values:
+        return kind, " | ".join(b.literal(str(v)) for v in values)
+    stop = first_word(fmt.value_stop(kind).replace(KEY_SLOT, key))
+    if stop[:1] in ("", "<") or "pattern" in sub or "format" in sub:
+        return kind, b.raw_string(sub, path) or '""'
+    # a quote-delimited value (Python-style calls) must not hold its own closing quote
+    char = b.add_rule("rawchar-" + "x%X" % ord(stop[0]), f"[^<{_class_escape(stop[0])}\\x00-\\x1F]")
+    lo, hi = sub.get("minLength", 0), sub.get("maxLength")
+    return kind, repeat(char, lo, hi, path) or '""'
+
+
+def _class_escape(ch: str) -> str:
+    return "\\" + ch if ch in "]\\^-" else ch

@@ -1,0 +1,108 @@
+"""Every real chat template of the corpus: the family detected from it, and its own calls read
+back, whole and streamed in small fragments, as the runtime reads a model's output (reasoning
+split off first). The forced-call grammar for each family builds; the e2e conformance test
+(tests/e2e/test_template_calls.py) runs it through the real sampler."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from template_calls import (EXPECTED_FAMILIES, NO_NATIVE_FORMAT, TOOLS, generation_prompt, template,
+                            written_calls)
+from template_corpus import corpus_names, corpus_templates
+
+from localserve.generation import ToolCallDelta, ToolCallStart
+from localserve.grammar.grammar import tool_call_grammar
+from localserve.models.loaded import detect_chat_family
+from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning, split_reasoning
+from localserve.parsing.tools import ToolProjector
+
+PARAMETERS = {t["name"]: t["parameters"] for t in TOOLS}
+NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
+
+
+def test_the_corpus_is_there_and_every_template_has_an_expected_family():
+    names = set(corpus_templates())  # fails, with the reason, when the corpus is missing
+    assert names == set(EXPECTED_FAMILIES)
+    assert len(names) - len(NO_NATIVE_FORMAT) >= 57
+
+
+@pytest.mark.parametrize("name", corpus_names())
+def test_family_detected_from_the_template(name):
+    assert detect_chat_family(template(name)).name == EXPECTED_FAMILIES[name]
+
+
+def _answer(name: str) -> tuple[str, list]:
+    """The calls' text as the tool projector sees it: reasoning split off."""
+    text, calls = written_calls(name)
+    prompt = generation_prompt(name)
+    fmt = detect_reasoning(corpus_templates()[name], prompt)
+    # (a turn from history may leave out the reasoning the prompt opens: then it starts outside)
+    inside = prompt_opens_reasoning(fmt, prompt) and fmt.end in text
+    _, answer = split_reasoning(text, fmt, inside)
+    return answer, calls
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_the_templates_own_calls_parse_whole_and_streamed(name):
+    family = detect_chat_family(template(name))
+    answer, expected = _answer(name)
+    whole = ToolProjector(family, PARAMETERS)
+    whole.feed(answer)
+    whole.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in whole.calls] == expected, answer
+
+    streamed, events, size = ToolProjector(family, PARAMETERS), [], 1
+    at = 0
+    while at < len(answer):
+        events += streamed.feed(answer[at:at + size])
+        at, size = at + size, size % 5 + 1
+    events += streamed.finish()
+    assert [(c.name, c.arguments) for c in streamed.calls] == [(c.name, c.arguments) for c in whole.calls]
+    starts = [e for e in events if isinstance(e, ToolCallStart)]
+    assert [s.name for s in starts] == [n for n, _ in expected]
+    fragments = [e.fragment for e in events if isinstance(e, ToolCallDelta) and e.index == starts[0].index]
+    assert "".join(fragments) == whole.calls[0].arguments
+    assert len(fragments) >= 2  # two arguments: they stream, not all at the end
+
+
+@pytest.mark.parametrize("name", NATIVE)
+@pytest.mark.parametrize("parallel", [True, False])
+def test_a_forced_call_grammar_builds_for_the_family(name, parallel):
+    family = detect_chat_family(template(name))
+    grammar = tool_call_grammar(family, TOOLS, parallel=parallel)
+    assert grammar.startswith("root ::=")
+    named = tool_call_grammar(family, TOOLS, parallel=parallel, forced_name="get_time")
+    assert "get_weather" not in named
+
+
+# Reasoning markers the corpus's templates show, beyond <think> (detected for the rest).
+EXPECTED_REASONING = {
+    "ByteDance-Seed-OSS": "seed", "Cohere2MoE": "command_r", "google-gemma-4-31B-it": "gemma4",
+    "google-gemma-4-31B-it-interleaved": "gemma4", "MiniMax-M3": "minimax_m3", "Kimi-K3": "kimi_k3",
+    "tencent-Hy3": "hunyuan", "Apriel-1.6-15b-Thinker-fixed": "apriel", "unsloth-Apriel-1.5": "apriel",
+    "mistralai-Ministral-3-14B-Reasoning-2512": "magistral", "openai-gpt-oss-120b": "harmony",
+    "GLM-4.7-Flash": "think", "MiniMax-M2": "think", "Qwen-Qwen3-0.6B": "think",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_REASONING))
+def test_reasoning_then_calls_split_and_parse(name):
+    """The template's reasoning markers are found; a reasoning block before the calls is split
+    off (whether the prompt opened it or the model does), and the calls still parse."""
+    prompt = generation_prompt(name)
+    fmt = detect_reasoning(corpus_templates()[name], prompt)
+    assert fmt is not None and fmt.name == EXPECTED_REASONING[name]
+    if fmt.name == "harmony":
+        return  # harmony's channels: tests/unit/parsing/test_reasoning.py
+    inside = prompt_opens_reasoning(fmt, prompt)
+    text, expected = written_calls(name)
+    reasoning, answer = split_reasoning(("" if inside else fmt.start) + "Let me look." + fmt.end + text,
+                                        fmt, inside)
+    assert reasoning == "Let me look."
+    projector = ToolProjector(detect_chat_family(template(name)), PARAMETERS)
+    projector.feed(answer)
+    projector.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in projector.calls] == expected
