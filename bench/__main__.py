@@ -35,6 +35,7 @@ from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
 from .server import LlamaCppPythonServer, LlamaServer, RunningServer
+from .table import print_table
 
 
 def parse_args() -> argparse.Namespace:
@@ -120,14 +121,7 @@ def print_report(bare: dict, contenders: dict, args) -> None:
                      *(f"{c['second_turn'] * 1000:.1f}" for c in contenders.values()),
                      f"{ours['second_turn_vs_floor']:.2f} x floor", "<= 1.1"))
         rows.append(("peak RSS, MB", "", *(f"{c['peak_rss_mb']:.0f}" for c in contenders.values()), "", ""))
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    rule = "  ".join("-" * w for w in widths)
-    print(rule)
-    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths)))
-    print(rule)
-    for row in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-    print(rule)
+    print_table(header, rows)
 
 
 if __name__ == "__main__":

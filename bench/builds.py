@@ -26,6 +26,7 @@ import sys
 import threading
 from pathlib import Path
 
+from . import table
 from .demo import model_or_demo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,14 +138,7 @@ def print_table(figures: dict[tuple[str, int], dict], labels: list[str], thread_
             ratio = figures[(labels[0], n)][key] / figures[(labels[1], n)][key]
             cells.append(f"{1 / ratio if key.startswith('prefill') else ratio:.2f} x")    # > 1: the first is faster
             rows.append([text, str(n), *cells])
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    rule = "  ".join("-" * w for w in widths)
-    print(rule)
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print(rule)
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
-    print(rule, flush=True)
+    table.print_table(header, rows)
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from . import table
 from .measure import BareRuns, measure_server
 from .server import LlamaServer, RunningServer
 
@@ -87,9 +88,4 @@ def print_table(results: list[SceneResult]) -> None:
             rows.append((f"{r.scene.label}: 2nd-turn TTFT, ms", f"{r.bare['second_turn_floor'] * 1000:.1f} (floor)",
                          f"{r.ours['second_turn'] * 1000:.1f}", "",
                          f"{r.ours['second_turn_vs_floor']:.2f} x floor", "<= 1.1"))
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    rule = "  ".join("-" * w for w in widths)
-    print(rule)
-    for row in [header, None, *rows]:
-        print(rule if row is None else "  ".join(str(c).ljust(w) for c, w in zip(row, widths)))
-    print(rule, flush=True)
+    table.print_table(header, rows)

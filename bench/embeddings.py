@@ -27,6 +27,7 @@ import time
 
 from localserve.engine import cpu_weights
 
+from . import table
 from .bare_embed import BareEmbedder
 from .demo import model_or_demo
 from .server import RunningServer
@@ -121,14 +122,7 @@ def print_table(result: dict) -> None:
         rows.append((name, f"{N_INPUTS / r['bare']:.1f}", f"{n_tokens / r['bare']:.0f}",
                      f"{N_INPUTS / r['ours']:.1f}", f"{n_tokens / r['ours']:.0f}",
                      f"{r['ratio']:.3f} x bare", f">= {TARGET}"))
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    rule = "  ".join("-" * w for w in widths)
-    print(rule)
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print(rule)
-    for row in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
-    print(rule, flush=True)
+    table.print_table(header, rows)
 
 
 def run(model: str, args) -> None:

@@ -18,6 +18,7 @@ import os
 import statistics
 from pathlib import Path
 
+from . import table
 from .chart import Bar, write_svg
 from .client import StreamResult, concurrent_streams, stream_completion
 from .server import LlamaServer, RunningServer
@@ -140,15 +141,8 @@ def print_table(f: dict) -> None:
         ratio, rate, tps = f[key]
         rows.append((label, f"{ratio:.2f}", reference, f">= {TARGETS[key]}", _rate(rate),
                      f"{tps:.1f}" if tps else "", f"{llama[0]:.2f}" if llama and key == "edit" else ""))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    rule = "  ".join("-" * w for w in widths)
-    print("speculative decoding (paired within each round, median of %d rounds)" % f["rounds"])
-    print(rule)
-    for i, row in enumerate(rows):
-        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
-        if i == 0:
-            print(rule)
-    print(rule)
+    table.print_table(rows[0], rows[1:],
+                      title="speculative decoding (paired within each round, median of %d rounds)" % f["rounds"])
     same, total = f["agreement"]
     print(f"edit output: the first {same} of {total} tokens equal the non-speculative server's "
           f"(llama.cpp's kernels are not batch-invariant: a near-tie may flip where a draft is verified)")

@@ -38,17 +38,23 @@ def format_call(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, pat
     return f"{literal(b, fmt.call_open + name)} {_pairs(b, named, name, params, path)}"
 
 
+def object_properties(b: GrammarBuilder, params: dict, path: str, who: str) -> tuple[dict, list[str], list]:
+    """An object schema's properties, its keys (the required ones first) and the required ones; a call
+    written one argument at a time needs named properties, so any other schema is a SchemaError."""
+    s = b.deref(params, path)
+    props = s.get("properties", {}) if isinstance(s, dict) else None
+    required = s.get("required", []) if isinstance(props, dict) else None
+    if (not isinstance(props, dict) or s.get("type", "object") != "object"
+            or not isinstance(required, list) or not set(required) <= set(props)):
+        raise SchemaError(f"{path}: {who} need an object schema with its properties")
+    return props, sorted(props, key=lambda k: k not in required), required
+
+
 def _pairs(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
     """The key/value pairs: keys in the schema's order, required ones first; after each pair,
     the next pair (a required one, or any optional one before it) or the call's end."""
     with b.document(params):
-        s = b.deref(params, path)
-        props = s.get("properties", {}) if isinstance(s, dict) else None
-        required = s.get("required", []) if isinstance(props, dict) else None
-        if (not isinstance(props, dict) or s.get("type", "object") != "object"
-                or not isinstance(required, list) or not set(required) <= set(props)):
-            raise SchemaError(f"{path}: this model's calls need an object schema with its properties")
-        keys = sorted(props, key=lambda k: k not in required)
+        props, keys, required = object_properties(b, params, path, "this model's calls")
         kinds, pairs = [], []
         for key in keys:
             kind, value = _value(b, fmt, props[key], key, f"{path}.properties.{key}", name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, CallsGrammar, ToolSyntax
-from .format_grammars import format_call, literal
+from .format_grammars import format_call, literal, object_properties
 from .gbnf import SchemaError, group, json_text
 from .schema import GrammarBuilder
 
@@ -65,14 +65,9 @@ def _parameter_blocks(b: GrammarBuilder, name: str, params: dict, path: str) -> 
     """Qwen3-Coder: one <parameter=KEY> block per argument; a "string"-typed value is the bare
     text (no '<'), any other value is JSON, as the parsers read them."""
     with b.document(params):
-        s = b.deref(params, path)
-        props = s.get("properties", {}) if isinstance(s, dict) else None
-        required = s.get("required", []) if isinstance(props, dict) else None
-        if (not isinstance(props, dict) or s.get("type", "object") != "object"
-                or not isinstance(required, list) or not set(required) <= set(props)):
-            raise SchemaError(f"{path}: qwen3_coder needs an object schema with its properties")
+        props, keys, required = object_properties(b, params, path, "qwen3_coder's calls")
         blocks = []
-        for key in sorted(props, key=lambda k: k not in required):  # required first, in order
+        for key in keys:                                            # required first, in order
             sub = b.deref(props[key], path)
             if isinstance(sub, dict) and sub.get("type") == "string":
                 values = sub.get("enum", [sub["const"]] if "const" in sub else None)
