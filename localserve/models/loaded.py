@@ -164,7 +164,7 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
 def detect_chat_family(template: ChatTemplate) -> ToolSyntax:
     """The tool-call family of a chat template, derived from its own rendered calls."""
     def render(messages: list[dict], tools: list[dict], generation_prompt: bool) -> str:
-        return template.render(messages, tools=tools, add_generation_prompt=generation_prompt)
+        return template.render_as_is(messages, tools=tools, add_generation_prompt=generation_prompt)
     return detect_family(template.text, render)
 
 

@@ -20,10 +20,9 @@ from template_corpus import corpus_dir, corpus_names
 from tinymodel import write_tiny_gguf
 
 NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
-# Templates that cannot render the first turn today (a generator in tojson; no `functions`
-# variable; tools in Cohere's own shape)
-RENDER_FAILS = {"llama-cpp-deepseek-r1", "CohereForAI-c4ai-command-r-plus-tool_use",
-                "fireworks-ai-llama-3-firefunction-v2"}
+# Templates that cannot render the first turn with tools: Command R+ reads its tools in Cohere's
+# own shape (name, description, parameter_definitions), which no polyfill writes yet
+RENDER_FAILS = {"CohereForAI-c4ai-command-r-plus-tool_use"}
 # One template per family, for the other dialects
 REPRESENTATIVE = sorted({family: name for name, family in reversed(sorted(EXPECTED_FAMILIES.items()))
                          if name in NATIVE and name not in RENDER_FAILS}.values())

@@ -57,7 +57,7 @@ EXPECTED_FAMILIES = {
     "deepseek-ai-DeepSeek-V3.2": "deepseek_dsml",
     "deepseek-ai-DeepSeek-V4-Flash-0731": "deepseek_dsml",
     "deepseek-ai-DeepSeek-V4": "deepseek_dsml",
-    "fireworks-ai-llama-3-firefunction-v2": "firefunction",
+    "fireworks-ai-llama-3-firefunction-v2": "derived",
     "google-gemma-2-2b-it": "json",
     "google-gemma-4-31B-it-interleaved": "gemma4",
     "google-gemma-4-31B-it": "gemma4",
@@ -137,7 +137,7 @@ ASKED = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 def _render(chat: ChatTemplate, messages: list[dict], generation_prompt: bool) -> str | None:
     try:
-        return chat.render(messages, tools=[{"type": "function", "function": t} for t in TOOLS],
+        return chat.render_as_is(messages, tools=[{"type": "function", "function": t} for t in TOOLS],
                            add_generation_prompt=generation_prompt)
     except TemplateError:
         return None

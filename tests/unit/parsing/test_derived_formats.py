@@ -40,7 +40,7 @@ SCHEMAS = {"f": {"type": "object", "properties": {"s": {"type": "string"}, "n": 
 
 def renderer(text: str):
     chat = ChatTemplate("test", text, "", "")
-    return lambda messages, tools, prompt: chat.render(messages, tools=tools, add_generation_prompt=prompt)
+    return lambda messages, tools, prompt: chat.render_as_is(messages, tools=tools, add_generation_prompt=prompt)
 
 
 def glm():
