@@ -33,7 +33,7 @@ from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
 from .webui import page as webui
 from .wire.routes import Router
-from .wire.access import AccessPolicy, load_api_keys
+from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
 from .ops import systemd
 from .wire.server import HTTPServer
 from .settings import Settings, user_data_dir
@@ -116,19 +116,32 @@ class App:
     # ---- hooks the router calls ---------------------------------------------------
 
     def check_access(self, exchange) -> None:
-        """Host check, CORS headers and the API key, before any handler runs."""
+        """Host check, CORS headers, the cross-site check, the API key and a JSON body's type,
+        before any handler runs."""
         request = exchange.request
         if not self.access.host_ok(request.host):
             raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
                                 f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
-        exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
-        if request.method == "OPTIONS" or exchange.request.path in self.public_paths or not self.access.requires_key:
-            return
-        if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
+        origin = request.header("origin")
+        exchange.writer.extra_headers += self.access.cors_headers(origin)
+        if request.method == "OPTIONS":
+            return                      # a preflight acts on nothing; its answer is the allowlist's
+        public = request.path in self.public_paths
+        if not (public and request.method in ("GET", "HEAD")):   # every request that can act
+            refusal = self.access.cross_site_refusal(origin, request.header("sec-fetch-site"), request.host)
+            if refusal:
+                raise ApiError(403, refusal, code="cross_site_request")
+        if not public and self.access.requires_key and \
+                not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
                            # OpenAI's clients read this type for a bad key (Anthropic's shape names its own)
                            type="invalid_request_error",
                            code="invalid_api_key", headers=[("WWW-Authenticate", "Bearer")])
+        if request.method not in ("GET", "HEAD") and exchange.has_body() and \
+                not is_json_media_type(request.header("content-type")):
+            # every route with a body reads JSON; a browser can send any other type without a preflight
+            raise ApiError(415, f"the request body must be sent as Content-Type: application/json, not "
+                                f"'{(request.header('content-type') or 'none')[:100]}'", code="unsupported_media_type")
 
     def preflight_headers(self, exchange, allow: str) -> list[tuple[str, str]]:
         request = exchange.request
