@@ -3,13 +3,12 @@
 Order at start: bind the socket first (so /health can say "loading"), then read the
 catalogue (models/catalogue.py) and load what must be loaded at start (the one --model,
 --preload's), open the store, and mark the app ready. Other models load on first use
-(models/manager.py). SIGTERM / SIGINT: stop accepting, drain, exit 0.
+(models/manager.py). SIGTERM / SIGINT / SIGHUP: stop accepting, drain, exit 0 (ops/signals.py).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import sqlite3
 import sys
 import threading
@@ -35,6 +34,7 @@ from .webui import page as webui
 from .wire.routes import Router
 from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
 from .ops import systemd
+from .ops.signals import StopSignals
 from .wire.server import HTTPServer
 from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
@@ -162,8 +162,9 @@ class App:
 
     # ---- start-up -----------------------------------------------------------------
 
-    def load(self) -> None:
-        """Read the catalogue; load --preload's models and the one --model (or the demo model)."""
+    def load(self, signals: StopSignals | None = None) -> None:
+        """Read the catalogue; load --preload's models and the one --model (or the demo model).
+        `signals`: the stop signals serve() caught (a stop ends a wait for RPC workers)."""
         s = self.settings
         try:
             catalogue = read_catalogue(s, lambda: resolve_model_path(s))
@@ -177,7 +178,7 @@ class App:
             try:
                 for entry in catalogue:
                     check_model_file(entry.path)
-                rpc.attach_workers(s.rpc, s.rpc_wait)     # /health says loading while it waits
+                rpc.attach_workers(s.rpc, s.rpc_wait, signals)     # /health says loading while it waits
             except ModelLoadError as exc:
                 raise StartupError(str(exc)) from None
             except rpc.RpcError as exc:
@@ -257,24 +258,27 @@ def serve(settings: Settings) -> int:
                         max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
                         idle_timeout=settings.idle_timeout, listener=listener)
     app.metrics.watch_server(server)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    try:
-        app.load()
-    except StartupError as exc:
-        print(f"localserve: {exc}", file=sys.stderr)
-        server.shutdown(0)
-        return exc.status
-    app.ready.set()
-    host, port = server.address
-    log_serving(app, host, port)
-    systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
-    watchdog = systemd.watchdog_interval()
-    while not stop.wait(watchdog or 1.0):
-        if watchdog:
-            systemd.notify("WATCHDOG=1")
+    with StopSignals() as signals:      # SIGTERM, SIGINT, SIGHUP: drain and exit (ops/signals.py)
+        server.start()
+        try:
+            app.load(signals)
+        except StartupError as exc:
+            print(f"localserve: {exc}", file=sys.stderr)
+            server.shutdown(0)
+            return exc.status
+        app.ready.set()
+        host, port = server.address
+        log_serving(app, host, port)
+        systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
+        watchdog = systemd.watchdog_interval()
+        while not signals.wait(watchdog or 1.0):
+            if watchdog:
+                systemd.notify("WATCHDOG=1")
+        return drain(app, server, settings)
+
+
+def drain(app: App, server: HTTPServer, settings: Settings) -> int:
+    """Stop accepting, let open requests and background runs finish (up to --drain-timeout), close."""
     systemd.notify("STOPPING=1")
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     drain_started = time.monotonic()
