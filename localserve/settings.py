@@ -30,6 +30,7 @@ TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
 MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
 MAX_PROMPT_ITEMS = 4096           # Responses input items with their stored context (chain, conversation), at most
+SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
 MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it recurse; orjson writes 254)
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
