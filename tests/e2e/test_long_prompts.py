@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import ServerProcess
-from rawhttp import post_json, request
+from rawhttp import RawConnection, post_json, request
 from localserve.settings import MAX_CONTEXT_EDITS, MAX_PROMPT_ITEMS
 
 USER = [{"role": "user", "content": "hi"}]
@@ -69,3 +69,26 @@ def test_a_thinking_budget_must_be_below_max_tokens(srv, budget, beta, status):
     if status == 400:
         error = resp.json()["error"]
         assert error["type"] == "invalid_request_error" and "thinking.budget_tokens" in error["message"]
+
+
+def tool_history(uses: int, result: str) -> list[dict]:
+    messages = [{"role": "user", "content": "go"}]
+    for n in range(uses):
+        messages.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"toolu_{n}", "name": "get_time", "input": {"zone": "UTC"}}]})
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": result}]})
+    return messages + [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and now?"}]
+
+
+def test_a_client_that_leaves_stops_its_context_edits(srv):
+    """count_tokens with the most edits, each weighing a prompt of about 2 MB (seconds of tokenizing
+    in all): the client closes at once, and the server stops after the edit under way."""
+    edits = [{**STUBBORN_EDIT, "keep": {"type": "tool_uses", "value": n}} for n in range(MAX_CONTEXT_EDITS)]
+    body = {"model": "tiny", "messages": tool_history(40, "12:00 " * 8000),
+            "tools": [{"name": "get_time", "input_schema": {"type": "object"}}],
+            "context_management": {"edits": edits}}
+    conn = RawConnection(srv.port)
+    conn.send(post_json("/v1/messages/count_tokens", body))
+    conn.close()
+    assert srv.wait_log("the client left while its prompt was built; stopped", timeout=60), srv.log[-3000:]
