@@ -7,12 +7,15 @@ module measures how fast. Two scenes, each on a server of its own:
   (so this one's client threads add nothing to what is measured) asks /health every 20 ms;
 - /health during slowloris: 60 connections dripping their request heads a byte at a time until
   --header-timeout cuts them off, while one client asks /health every 20 ms on a keep-alive
-  connection.
+  connection;
+- POST during slow bodies: four connections announce the largest body and drip it a byte every
+  1.5 s (reconnecting when the server cuts them off), while one client POSTs /tokenize every
+  20 ms; every answer must be a 200 (the budget once went to the four announced bodies: 503s).
 Targets: median and 80th percentile under 50 ms under load; median under 50 ms and the slowest
-under 1 s during slowloris.
+under 1 s during slowloris; median under 50 ms and no refusal during slow bodies.
 
-Run alone with ``python -m bench.latency [--model PATH]``; ``make bench`` runs it after the
-throughput table.
+Run alone with ``python -m bench.latency [--model PATH] [--scene NAME ...] [--seconds S]``;
+``make bench`` runs it after the throughput table.
 """
 
 from __future__ import annotations
@@ -47,6 +50,11 @@ DRIP_EVERY = 5                    # probes per byte dripped on each slow connect
 GET_HEALTH = b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n"
 GET_MODELS = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n"
 PROBE_TIMEOUT = 30.0              # seconds one /health probe may wait for its answer
+SLOW_BODIES = 4                   # connections dripping a body
+SLOW_BODY_DRIP_SECONDS = 1.5      # between the bytes each of them sends
+SLOW_BODY_SECONDS = 10.0
+DEFAULT_MAX_BODY = 32 * 1024 * 1024   # what each slow body announces: the server's default largest
+SCENES = ("load", "slowloris", "slow-body")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -55,6 +63,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", help="GGUF model (default: the demo model)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ctx-size", type=int, default=4096)
+    parser.add_argument("--scene", action="append", choices=SCENES, help="run only this scene (repeatable)")
+    parser.add_argument("--seconds", type=float, help="how long the load and slow-body scenes last "
+                                                      f"(default {LOAD_SECONDS:.0f} and {SLOW_BODY_SECONDS:.0f})")
     return parser.parse_args()
 
 
@@ -120,7 +131,7 @@ def health_under_load(model: str, args) -> list[float]:
         probe = subprocess.Popen([sys.executable, "-m", "bench.health_probe", str(server.port), str(PROBE_TIMEOUT)],
                                  cwd=REPO_ROOT, stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
-        time.sleep(LOAD_SECONDS)
+        time.sleep(getattr(args, "seconds", None) or LOAD_SECONDS)
         out, _ = probe.communicate("stop\n", timeout=60)
         stop.set()
         for t in threads + streams:
@@ -164,24 +175,101 @@ def health_during_slowloris(model: str, args) -> list[float]:
         return times
 
 
-def report(under_load: list[float], slowloris: list[float]) -> None:
-    under_load, slowloris = sorted(under_load), sorted(slowloris)
-    p80 = under_load[int(len(under_load) * 0.8)]
-    rows = [
-        ("/health under load, median ms", f"{statistics.median(under_load):.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
-        ("/health under load, 80th percentile ms", f"{p80:.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
-        ("/health under load, max ms", f"{under_load[-1]:.1f}", ""),
-        ("/health during slowloris, median ms", f"{statistics.median(slowloris):.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
-        ("/health during slowloris, max ms", f"{slowloris[-1]:.1f}", f"< {SLOWLORIS_MAX_TARGET_MS:.0f}"),
-    ]
+def _drip_body(port: int, stop: threading.Event) -> None:
+    """One slow body: announce the largest, send a byte every SLOW_BODY_DRIP_SECONDS; start again
+    when the server cuts it off, as an attacker would."""
+    head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % DEFAULT_MAX_BODY)
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                sock.sendall(head)
+                while not stop.wait(SLOW_BODY_DRIP_SECONDS):
+                    sock.sendall(b" ")
+                    if select.select([sock], [], [], 0)[0]:
+                        break                 # the server answered (a 408) and closes: reconnect
+        except OSError:
+            stop.wait(0.1)
+
+
+def post_during_slow_bodies(model: str, args) -> tuple[list[float], int]:
+    """POST /tokenize round trips (ms) on one keep-alive connection while slow bodies drip, and how
+    many of them were refused."""
+    with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
+                       "--no-store") as server:
+        stop = threading.Event()
+        drippers = [threading.Thread(target=_drip_body, args=(server.port, stop), daemon=True)
+                    for _ in range(SLOW_BODIES)]
+        for t in drippers:
+            t.start()
+        time.sleep(1.0)                       # the slow bodies' heads are in
+        body = b'{"content": "hello"}'
+        post = (b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%b" % (len(body), body))
+        times, refused = [], 0
+        bystander = socket.create_connection(("127.0.0.1", server.port), timeout=PROBE_TIMEOUT)
+        started = time.monotonic()
+        while time.monotonic() - started < (args.seconds or SLOW_BODY_SECONDS):
+            t = time.perf_counter()
+            try:
+                bystander.sendall(post)
+                head = _read_response(bystander)
+            except OSError:                   # a refusal closes the connection
+                bystander = socket.create_connection(("127.0.0.1", server.port), timeout=PROBE_TIMEOUT)
+                refused += 1
+                continue
+            times.append((time.perf_counter() - t) * 1000)
+            refused += not head.startswith(b"HTTP/1.1 200")
+            time.sleep(PROBE_INTERVAL)
+        bystander.close()
+        stop.set()
+        for t in drippers:
+            t.join(10)
+        return times, refused
+
+
+def report(results: dict) -> None:
+    rows = []
+    if "load" in results:
+        under_load = sorted(results["load"])
+        p80 = under_load[int(len(under_load) * 0.8)]
+        rows += [
+            ("/health under load, median ms", f"{statistics.median(under_load):.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
+            ("/health under load, 80th percentile ms", f"{p80:.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
+            ("/health under load, max ms", f"{under_load[-1]:.1f}", ""),
+        ]
+    if "slowloris" in results:
+        slowloris = sorted(results["slowloris"])
+        rows += [
+            ("/health during slowloris, median ms", f"{statistics.median(slowloris):.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
+            ("/health during slowloris, max ms", f"{slowloris[-1]:.1f}", f"< {SLOWLORIS_MAX_TARGET_MS:.0f}"),
+        ]
+    if "slow-body" in results:
+        times, refused = results["slow-body"]
+        times = sorted(times) or [float("nan")]
+        rows += [
+            ("POST during slow bodies, median ms", f"{statistics.median(times):.1f}", f"< {HEALTH_TARGET_MS:.0f}"),
+            ("POST during slow bodies, max ms", f"{times[-1]:.1f}", ""),
+            ("POST during slow bodies, refused", str(refused), "0"),
+        ]
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
-    print(f"latency ({len(under_load)} probes under load, {len(slowloris)} during slowloris)")
+    counts = {"load": "under load", "slowloris": "during slowloris", "slow-body": "during slow bodies"}
+    print("latency (" + ", ".join(f"{len(results[k] if k != 'slow-body' else results[k][0])} probes {v}"
+                                  for k, v in counts.items() if k in results) + ")")
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
 
 
 def run(model: str, args) -> None:
-    report(health_under_load(model, args), health_during_slowloris(model, args))
+    scenes = getattr(args, "scene", None) or SCENES
+    results: dict = {}
+    if "load" in scenes:
+        results["load"] = health_under_load(model, args)
+    if "slowloris" in scenes:
+        results["slowloris"] = health_during_slowloris(model, args)
+    if "slow-body" in scenes:
+        results["slow-body"] = post_during_slow_bodies(model, args)
+    report(results)
 
 
 def main() -> int:

@@ -3,13 +3,12 @@
 Order at start: bind the socket first (so /health can say "loading"), then read the
 catalogue (models/catalogue.py) and load what must be loaded at start (the one --model,
 --preload's), open the store, and mark the app ready. Other models load on first use
-(models/manager.py). SIGTERM / SIGINT: stop accepting, drain, exit 0.
+(models/manager.py). SIGTERM / SIGINT / SIGHUP: stop accepting, drain, exit 0 (ops/signals.py).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import sqlite3
 import sys
 import threading
@@ -36,8 +35,9 @@ from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
 from .webui import page as webui
 from .wire.routes import Router
-from .wire.access import AccessPolicy, load_api_keys
+from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
 from .ops import systemd
+from .ops.signals import StopSignals
 from .wire.server import HTTPServer
 from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
@@ -121,19 +121,32 @@ class App:
     # ---- hooks the router calls ---------------------------------------------------
 
     def check_access(self, exchange) -> None:
-        """Host check, CORS headers and the API key, before any handler runs."""
+        """Host check, CORS headers, the cross-site check, the API key and a JSON body's type,
+        before any handler runs."""
         request = exchange.request
         if not self.access.host_ok(request.host):
             raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
                                 f"only loopback names, IP addresses and --allowed-host names", code="host_not_allowed")
-        exchange.writer.extra_headers += self.access.cors_headers(request.header("origin"))
-        if is_preflight(request) or request.path in self.public_paths or not self.access.requires_key:
-            return
-        if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
+        origin = request.header("origin")
+        exchange.writer.extra_headers += self.access.cors_headers(origin)
+        if is_preflight(request):
+            return                      # a preflight acts on nothing; its answer is the allowlist's
+        public = request.path in self.public_paths
+        if request.method != "OPTIONS" and not (public and request.method in ("GET", "HEAD")):   # it can act
+            refusal = self.access.cross_site_refusal(origin, request.header("sec-fetch-site"), request.host)
+            if refusal:
+                raise ApiError(403, refusal, code="cross_site_request")
+        if not public and self.access.requires_key and \
+                not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
                            # OpenAI's clients read this type for a bad key (Anthropic's shape names its own)
                            type="invalid_request_error",
                            code="invalid_api_key", headers=[("WWW-Authenticate", "Bearer")])
+        if request.method not in ("GET", "HEAD") and exchange.has_body() and \
+                not is_json_media_type(request.header("content-type")):
+            # every route with a body reads JSON; a browser can send any other type without a preflight
+            raise ApiError(415, f"the request body must be sent as Content-Type: application/json, not "
+                                f"'{(request.header('content-type') or 'none')[:100]}'", code="unsupported_media_type")
 
     def preflight_headers(self, exchange, allow: str) -> list[tuple[str, str]]:
         request = exchange.request
@@ -155,8 +168,9 @@ class App:
 
     # ---- start-up -----------------------------------------------------------------
 
-    def load(self) -> None:
-        """Read the catalogue; load --preload's models and the one --model (or the demo model)."""
+    def load(self, signals: StopSignals | None = None) -> None:
+        """Read the catalogue; load --preload's models and the one --model (or the demo model).
+        `signals`: the stop signals serve() caught (a stop ends a wait for RPC workers)."""
         s = self.settings
         try:
             catalogue = read_catalogue(s, lambda: resolve_model_path(s))
@@ -170,7 +184,7 @@ class App:
             try:
                 for entry in catalogue:
                     check_model_file(entry.path)
-                rpc.attach_workers(s.rpc, s.rpc_wait)     # /health says loading while it waits
+                rpc.attach_workers(s.rpc, s.rpc_wait, signals)     # /health says loading while it waits
             except ModelLoadError as exc:
                 raise StartupError(str(exc)) from None
             except rpc.RpcError as exc:
@@ -260,24 +274,27 @@ def serve(settings: Settings) -> int:
                         idle_timeout=settings.idle_timeout, listener=listener, metrics=app.metrics)
     app.metrics.register(open_connections=server.connection_count, inflight_bytes=lambda: server.inflight.used,
                          inflight_limit=lambda: server.inflight.limit)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server.start()
-    try:
-        app.load()
-    except StartupError as exc:
-        print(f"localserve: {exc}", file=sys.stderr)
-        server.shutdown(0)
-        return exc.status
-    app.ready.set()
-    host, port = server.address
-    log_serving(app, host, port)
-    systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
-    watchdog = systemd.watchdog_interval()
-    while not stop.wait(watchdog or 1.0):
-        if watchdog:
-            systemd.notify("WATCHDOG=1")
+    with StopSignals() as signals:      # SIGTERM, SIGINT, SIGHUP: drain and exit (ops/signals.py)
+        server.start()
+        try:
+            app.load(signals)
+        except StartupError as exc:
+            print(f"localserve: {exc}", file=sys.stderr)
+            server.shutdown(0)
+            return exc.status
+        app.ready.set()
+        host, port = server.address
+        log_serving(app, host, port)
+        systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
+        watchdog = systemd.watchdog_interval()
+        while not signals.wait(watchdog or 1.0):
+            if watchdog:
+                systemd.notify("WATCHDOG=1")
+        return drain(app, server, settings)
+
+
+def drain(app: App, server: HTTPServer, settings: Settings) -> int:
+    """Stop accepting, let open requests and background runs finish (up to --drain-timeout), close."""
     systemd.notify("STOPPING=1")
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     drain_started = time.monotonic()

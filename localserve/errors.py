@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 import orjson
 
+from .settings import SHOWN_NAME_CHARS
+
 OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -20,6 +22,7 @@ OPENAI_ERROR_TYPES = {
     405: "invalid_request_error",
     408: "invalid_request_error",
     413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     431: "invalid_request_error",
     501: "not_implemented_error",
@@ -56,6 +59,12 @@ class ApiError(Exception):
         self.code = code
         self.headers = headers or []
         self.extra = extra or {}
+
+
+def shown(text: str, limit: int = SHOWN_NAME_CHARS) -> str:
+    """A client's text as an error message quotes it: whole when short, else its start and how
+    long it was (a 1 MB model name echoed whole makes a 1 MB error, and a log line as long)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def context_exceeded(n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False) -> ApiError:

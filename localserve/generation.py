@@ -128,8 +128,8 @@ class GenerationOutput:
     cached_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0
-    accepted_prediction_tokens: int = 0     # drafted tokens the model's own choice confirmed
-    rejected_prediction_tokens: int = 0     # drafted tokens it did not: decoded, then dropped
+    accepted_prediction_tokens: int = 0     # tokens drafted from the request's prediction the model confirmed
+    rejected_prediction_tokens: int = 0     # those it did not: decoded, then dropped (other drafts: timings)
     logprobs: list[dict] | None = None
     timings: Timings = field(default_factory=Timings)
 

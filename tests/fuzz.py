@@ -63,6 +63,11 @@ RAW_REQUESTS = [
     b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /health HTTP/1.0\r\n\r\n",
     b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
     b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+    # what a page on another site sends with fetch(url, {mode: "no-cors", method: "POST", body})
+    b"POST /models/unload HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example\r\nSec-Fetch-Site: cross-site"
+    b"\r\nContent-Type: text/plain;charset=UTF-8\r\nContent-Length: 17\r\n\r\n{\"model\": \"tiny\"}",
+    b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/x-www-form-urlencoded\r\n"
+    b"Content-Length: 3\r\n\r\na=b",
 ]
 
 
@@ -157,6 +162,23 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     return None if ok else f"an error not in the dialect's shape: {data[:200]!r}"
 
 
+def acted_when_refused(method: str, headers: dict[str, str], data: bytes | None, status: int) -> str | None:
+    """A request the server must refuse that it acted on: one from another site's page (an Origin
+    not the server's own, Sec-Fetch-Site: cross-site), or a body not declared JSON."""
+    if method in ("GET", "HEAD", "OPTIONS") or not 200 <= status < 300:
+        return None
+    origin = headers.get("Origin")
+    if origin is not None and origin != "http://localhost":          # Host is localhost: that is its own
+        return f"a {status} to a request from origin {origin[:60]!r}"
+    if origin is None and headers.get("Sec-Fetch-Site") == "cross-site":
+        return f"a {status} to a cross-site request"
+    media = headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if data and data.strip() and not (media == "application/json" or
+                                      (media.startswith("application/") and media.endswith("+json"))):
+        return f"a {status} to a body sent as {headers.get('Content-Type')!r}"
+    return None
+
+
 def stream_problem(method: str, path: str, data: bytes) -> str | None:
     if b"internal" in data and b"error" in data:
         return "an internal error in the stream"
@@ -210,9 +232,7 @@ class Client(threading.Thread):
         data = body if isinstance(body, bytes) or body is None else to_json(body)
         self.current = (method, path, data)
         generation = self.target.generation
-        headers = {"Host": "localhost"}
-        if data is not None:
-            headers["Content-Type"] = "application/json"
+        headers = {"Host": "localhost", **self.gen.headers(data is not None)}
         if path.startswith("/v1/messages"):
             headers["anthropic-version"] = "2023-06-01"
         try:
@@ -228,7 +248,8 @@ class Client(threading.Thread):
                 self.failed(generation, method, path, data, exc)
             return
         self.tally.count("request", resp.status)
-        problem = shape_problem(method, path, resp.status, resp.headers, answer)
+        problem = shape_problem(method, path, resp.status, resp.headers, answer) or \
+            acted_when_refused(method, headers, data, resp.status)
         if problem:
             # a 503/529 with Retry-After is the server saying it is busy: still a 5xx, named apart
             kind = "overloaded" if resp.status in (503, 529) and resp.headers.get("retry-after") else "answer"

@@ -310,6 +310,30 @@ class Gen:
             return self.r.choice(pool)
         return quote(self.r.choice([f"{kind[:4]}_{self.word(8)}", "", "x" * 300, "..", "\x00", "é"]), safe="")
 
+    # ---- headers -------------------------------------------------------------------------------
+
+    def headers(self, has_body: bool) -> dict[str, str]:
+        """What a client sends besides the body: mostly JSON's type and no Origin; now and then a
+        browser's cross-site shapes (a foreign or null Origin, Sec-Fetch-Site, a simple request's
+        text/plain or form body) and JSON types spelled otherwise. Each must be a 4xx in the
+        dialect's shape or an answer, never anything else."""
+        headers = {"Content-Type": "application/json"} if has_body else {}
+        if self.chance(0.06):
+            kind = self.r.choice(["text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
+                                  "multipart/form-data; boundary=x", "application/json; charset=utf-8",
+                                  "application/vnd.api+json", "APPLICATION/JSON", "application/jsonx", "", None])
+            if kind is None:
+                headers.pop("Content-Type", None)
+            else:
+                headers["Content-Type"] = kind
+        if self.chance(0.06):
+            headers["Origin"] = self.r.choice(["https://evil.example", "null", "http://localhost",
+                                               "http://127.0.0.1:1", "x" * 3000, "http://é.example"])
+        if self.chance(0.04):
+            headers["Sec-Fetch-Site"] = self.r.choice(["cross-site", "same-site", "same-origin", "none", "??"])
+            headers["Sec-Fetch-Mode"] = self.r.choice(["no-cors", "cors", "navigate"])
+        return headers
+
     # ---- mutation ------------------------------------------------------------------------------
 
     def request(self) -> tuple[str, str, Any]:

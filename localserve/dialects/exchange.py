@@ -8,14 +8,17 @@ ResponseWriter fit), so the arrow runs one way: wire → dialects.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import orjson
 
-from ..errors import OPENAI_ERRORS, ApiError, ErrorShape
+from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
 from ..ops import memory
 from ..settings import MAX_JSON_DEPTH
+
+log = logging.getLogger("localserve.dialects")
 
 
 class IncomingRequest(Protocol):
@@ -85,6 +88,14 @@ class Exchange:
         self.request.body = b""
         self._json = value
         return value
+
+    def raise_if_gone(self) -> None:
+        """ClientGone when the client has closed its connection: a long prompt build (truncation,
+        a long stored chain, context edits) checks between its steps and stops."""
+        if self.writer.peer_closed():
+            log.info("%s %s (%s): the client left while its prompt was built; stopped",
+                     self.request.method, self.request.path, self.request_id)
+            raise ClientGone()
 
     def send_json(self, value: Any, status: int = 200, headers: list[tuple[str, str]] | None = None) -> None:
         self.writer.send(status, orjson.dumps(value), headers=headers)

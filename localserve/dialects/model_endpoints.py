@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ApiError
+from ..errors import ApiError, shown
 from ..models.states import LOADED
 from ..models.units import describe_duration
 from .exchange import Exchange
@@ -47,7 +47,7 @@ def health(exchange: Exchange) -> None:
 def find_exact(app: Any, name: str) -> Record:
     entry = app.models.catalogue.exact(name)
     if entry is None:
-        raise ApiError(404, f"model '{name}' does not exist; this server serves {app.models._names()}",
+        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {app.models._names()}",
                        param="model", code="model_not_found")
     return app.models.records[entry.name]
 

@@ -29,7 +29,6 @@ import contextlib
 import ctypes
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -38,6 +37,7 @@ from typing import Callable, Sequence
 
 from .. import settings as defaults
 from ..ops.fatal import exit_engine_failed, flush_logs
+from ..ops.signals import StopSignals
 from .ggml_lib import AbortCallback, check_support, describe, ggml
 from .rpc_config import (EXIT_USAGE, EXIT_WORKER_LOST, RpcError, is_private_address, layers_to_offload,
                          parse_endpoint, split_proportions, worker_list)
@@ -178,12 +178,12 @@ def watch_aborts() -> None:
 
 # ---- the front: register workers -------------------------------------------------------------
 
-def attach_workers(values: Sequence[str], wait: float) -> tuple[str, ...]:
+def attach_workers(values: Sequence[str], wait: float, signals: StopSignals | None = None) -> tuple[str, ...]:
     """Probe the --rpc workers (up to `wait` seconds), then register each with llama.cpp.
 
     After this, llama.cpp's default device selection puts the workers first, so the model's
-    offloaded layers (--n-gpu-layers, --tensor-split) land on them. SIGTERM or SIGINT while
-    waiting stops the wait: RpcError with status 0.
+    offloaded layers (--n-gpu-layers, --tensor-split) land on them. A stop signal while
+    waiting (caught by `signals`, or for the wait alone) stops the wait: RpcError with status 0.
     """
     try:
         endpoints = worker_list(values)
@@ -193,8 +193,8 @@ def attach_workers(values: Sequence[str], wait: float) -> tuple[str, ...]:
     g = ggml()
     add_server = g.rpc_function("ggml_backend_rpc_add_server", _V, ctypes.c_char_p)
     _abort_watch.install(endpoints)
-    with _signals_stop_waiting() as stopped:
-        wait_for_workers(endpoints, wait, stopped=stopped.is_set, sleep=stopped.wait)
+    with contextlib.nullcontext(signals) if signals is not None else StopSignals() as caught:
+        wait_for_workers(endpoints, wait, stopped=caught.requested, sleep=caught.wait)
     for endpoint in endpoints:
         log.info("connecting to RPC worker %s", endpoint)
         busy = threading.Timer(defaults.RPC_HANDSHAKE_WARN, log.warning,
@@ -213,30 +213,6 @@ def attach_workers(values: Sequence[str], wait: float) -> tuple[str, ...]:
             raise RpcError(f"RPC worker {endpoint}: llama.cpp could not add it")
         g.register(reg)
     return endpoints
-
-
-@contextlib.contextmanager
-def _signals_stop_waiting():
-    """An Event set by SIGTERM / SIGINT for the duration; the handlers before still run."""
-    stopped = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stopped
-        return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-
-    def handler(signum, frame):
-        stopped.set()
-        before = previous.get(signum)
-        if callable(before) and before is not signal.default_int_handler:
-            before(signum, frame)
-
-    for sig in previous:
-        signal.signal(sig, handler)
-    try:
-        yield stopped
-    finally:
-        for sig, before in previous.items():
-            signal.signal(sig, before)
 
 
 # ---- the worker: run ggml's RPC server ---------------------------------------------------------

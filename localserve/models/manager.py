@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator
 
 from ..engine.engine import Engine
 from ..engine.stopwatch import Stopwatch
-from ..errors import ApiError
+from ..errors import ApiError, shown
 from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
@@ -39,7 +39,7 @@ from ..settings import (DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE
 from .catalogue import Catalogue
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
-from .record import Attempt, Record
+from .record import Attempt, Record, load_error
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import parse_duration
 
@@ -76,7 +76,7 @@ class ModelManager:
             if not name:
                 raise ApiError(400, f"model is required: this server serves {self._names()}", param="model",
                                code="missing_model")
-            raise ApiError(404, f"model '{name}' does not exist; this server serves {self._names()}",
+            raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {self._names()}",
                            param="model", code="model_not_found")
         return self.records[entry.name]
 
@@ -149,7 +149,7 @@ class ModelManager:
         if attempt.failure is not None:
             raise attempt.failure
         if attempt.error is not None:
-            raise LoadFailed(attempt.error.message)
+            raise LoadFailed(attempt.detail or attempt.error.message)
         return record.loaded
 
     def close(self) -> None:
@@ -208,14 +208,12 @@ class ModelManager:
             self.metrics.model_load_seconds.observe(loaded.load_seconds, model=entry.name)
         except LoadFailed as exc:
             attempt.failure = exc
-            attempt.error = ApiError(500, f"cannot load model '{entry.name}' from {entry.path}: {exc}",
-                                     code="model_load_failed")
+            attempt.error, attempt.detail = load_error(entry.name, entry.path, str(exc))
         except ApiError as exc:
             attempt.error = exc
         except Exception as exc:
             log.exception("loading model %s failed", entry.name)
-            attempt.error = ApiError(500, f"cannot load model '{entry.name}' from {entry.path}: "
-                                          f"{type(exc).__name__}: {exc}", code="model_load_failed")
+            attempt.error, attempt.detail = load_error(entry.name, entry.path, f"{type(exc).__name__}: {exc}")
         finally:
             self._end_attempt(record, attempt, loaded)
 
@@ -231,7 +229,7 @@ class ModelManager:
                 record.last_error = attempt.error.message if attempt.error else "the load failed"
                 self.metrics.model_loads.inc(model=record.name, outcome="failed")
                 if not attempt.at_start:      # at start the error is the one line the server exits with
-                    log.error("%s", record.last_error)
+                    log.error("%s", attempt.detail or record.last_error)
             attempt.done.set()
             self.cond.notify_all()
 

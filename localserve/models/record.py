@@ -7,6 +7,8 @@ only holds what it moves.
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 
 from ..errors import ApiError
@@ -22,7 +24,21 @@ class Attempt:
         self.done = threading.Event()
         self.error: ApiError | None = None          # what the requests waiting for it answer
         self.failure: LoadFailed | None = None      # why llama.cpp or the configuration refused it
+        self.detail = ""                            # the same for the log: every path whole
         self.at_start = False
+
+
+# the directories of absolute paths in a message: /home/alice/models/x.gguf → x.gguf
+_DIRECTORIES = re.compile(r"(?<![\w.~-])/(?:[^\s/'\"]+/)+")
+
+
+def load_error(name: str, path: str, reason: str) -> tuple[ApiError, str]:
+    """What a failed load answers (a 500 naming files by their names alone: an absolute path
+    tells any client where the operator keeps files, and under which user) and what it logs
+    (the path whole)."""
+    error = ApiError(500, f"cannot load model '{name}' from {os.path.basename(path)}: {_DIRECTORIES.sub('', reason)} "
+                          f"(the server's log names the files whole)", code="model_load_failed")
+    return error, f"cannot load model '{name}' from {path}: {reason}"
 
 
 class Record:

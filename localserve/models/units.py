@@ -11,9 +11,12 @@ import re
 
 from ..settings import KEEP_ALIVE_NEVER
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+# ASCII digits only: \d and float() also take "９" or "٣" (any Unicode digit), which no client
+# means as a number and a log or a config reader would show differently.
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_SIZE = re.compile(r"(\d+(?:\.\d*)?)\s*([kmgt]?)(i?b?)", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]*)?)[ \t]*([kmgt]?)(i?b?)", re.IGNORECASE)
 _SIZE_FACTOR = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
 
 
@@ -35,10 +38,8 @@ def parse_duration(value: object) -> float:
 def _duration_text(text: str) -> float:
     sign = -1.0 if text.startswith("-") else 1.0
     body = text.lstrip("+-")
-    try:
+    if _NUMBER.fullmatch(body):
         return sign * float(body)            # a bare number: seconds
-    except ValueError:
-        pass
     parts = _DURATION_PART.findall(body)
     if not body or "".join(n + u for n, u in parts) != body:
         raise ValueError(f"'{text}' is not a duration such as 30s, 5m, 1h30m, 0 or -1")

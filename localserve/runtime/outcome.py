@@ -57,6 +57,7 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         reason = "stop"
     first = job.t_first_token or now
     drafted, accepted = job.drafts.counts() if job.drafts is not None else (0, 0)
+    predicted, predicted_accepted = job.drafts.prediction_counts() if job.drafts is not None else (0, 0)
     return GenerationOutput(
         content="".join(job.pipeline.content),
         reasoning="".join(job.pipeline.reasoning),
@@ -67,8 +68,8 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         cached_tokens=job.n_cached,
         completion_tokens=len(job.generated),
         reasoning_tokens=job.reasoning_tokens,
-        accepted_prediction_tokens=accepted,
-        rejected_prediction_tokens=drafted - accepted,
+        accepted_prediction_tokens=predicted_accepted,
+        rejected_prediction_tokens=predicted - predicted_accepted,
         logprobs=job.logprobs,
         timings=Timings(
             queued_ms=(job.t_admitted - job.gen.created) * 1000,

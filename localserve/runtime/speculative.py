@@ -89,6 +89,11 @@ class JobDrafts:
         self.drafted = 0
         self.accepted = 0
         self.run = (0, 0)               # the draft being verified now: (drafted, accepted so far)
+        # OpenAI's accepted/rejected_prediction_tokens count the client's prediction alone; the
+        # n-gram lookup's and the draft model's drafts are the server's own (timings, /metrics)
+        self.from_prediction = False    # whether the draft being verified came from the prediction
+        self.predicted_drafted = 0
+        self.predicted_accepted = 0
 
     def verifying(self, drafted: int, accepted: int) -> None:
         """A job can finish inside a draft it is verifying: its usage counts that draft too."""
@@ -98,14 +103,21 @@ class JobDrafts:
         """(drafted, accepted) so far, the draft being verified included."""
         return self.drafted + self.run[0], self.accepted + self.run[1]
 
+    def prediction_counts(self) -> tuple[int, int]:
+        """(drafted, accepted) of the drafts the request's prediction made, as counts() does."""
+        drafted, accepted = self.run if self.from_prediction else (0, 0)
+        return self.predicted_drafted + drafted, self.predicted_accepted + accepted
+
     def lookup(self, generated: list[int], limit: int) -> list[int]:
         """Prompt lookup: the predicted output first, then the job's own prompt and output."""
+        self.from_prediction = False
         for token in generated[self.indexed:]:
             self.history.append(token)
         self.indexed = len(generated)
         if self.prediction is not None:
             draft = self._predicted(generated, limit)
             if draft:
+                self.from_prediction = True
                 return draft
         return self.copying.draft(self.history, self.history.tokens, limit)
 
@@ -147,10 +159,14 @@ class JobDrafts:
 
     def record(self, drafted: int, accepted: int) -> None:
         self.run = (0, 0)
+        from_prediction, self.from_prediction = self.from_prediction, False
         if not drafted:
             return
         self.drafted += drafted
         self.accepted += accepted
+        if from_prediction:
+            self.predicted_drafted += drafted
+            self.predicted_accepted += accepted
         if accepted == drafted:
             self.misses = 0
             self.length = min(self.draft_max, self.length * 2)
@@ -200,6 +216,7 @@ class Speculator:
         drafts: dict[int, list[int]] = {}
         from_model = self._from_model([(job, limit) for job, limit in wanted.values() if not job.forced])
         for key, (job, limit) in wanted.items():
+            job.drafts.from_prediction = False          # lookup() says when it is
             if job.forced:          # tokens the job must write next: the surest draft there is
                 draft = list(job.forced)[:limit]
             elif self.mode == "draft" and self.draft_model is not None:

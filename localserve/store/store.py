@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from .private import private_database, private_dir
+
 from .sql import (
     DELETE_CONVERSATION, DELETE_ITEM, DELETE_RESPONSE, INSERT_CONVERSATION, INSERT_EVENT, INSERT_ITEM,
     INSERT_RESPONSE, MAX_CHAIN_DEPTH, MIGRATIONS, SELECT_ALL_ITEMS, SELECT_CHAIN, SELECT_CONVERSATION,
@@ -108,8 +110,8 @@ class ResponseRecord:
 
 class Store:
     def __init__(self, path: str, *, recover: bool = True):
-        parent = os.path.dirname(os.path.abspath(path))
-        os.makedirs(parent, exist_ok=True)
+        private_dir(os.path.dirname(os.path.abspath(path)))
+        private_database(path)
         self.path = path
         self._lock = threading.RLock()
         self._db = sqlite3.connect(

@@ -1,11 +1,20 @@
-"""Who may talk to the daemon: API keys, the Host check against DNS rebinding, CORS.
+"""Who may talk to the daemon: API keys, the Host check against DNS rebinding, CORS, and
+the cross-site check.
 
-A localhost daemon is reachable from any web page the user opens. Two browser
+A localhost daemon is reachable from any web page the user opens. Three browser
 attacks matter: a page on another origin reading responses (stopped by CORS being
-off unless --cors-origin allows that origin), and DNS rebinding, where an
-attacker's domain is re-pointed at 127.0.0.1 so the page becomes same-origin
-with us. Rebinding always arrives with the attacker's domain name in Host, so
-only loopback names, IP literals and --allowed-host names are served.
+off unless --cors-origin allows that origin); a page on another origin making us
+act without reading the answer (a "simple" request: `fetch(url, {mode: "no-cors",
+method: "POST"})` goes out as text/plain with no preflight, so CORS never runs);
+and DNS rebinding, where an attacker's domain is re-pointed at 127.0.0.1 so the
+page becomes same-origin with us. Rebinding always arrives with the attacker's
+domain name in Host, so only loopback names, IP literals and --allowed-host names
+are served. A cross-site request always arrives with the page's Origin (browsers
+send it on every non-GET request) or `Sec-Fetch-Site: cross-site`, so a request
+that acts is refused when either names a site that is neither ours nor allowed;
+and a JSON body must say so in Content-Type, which no simple request can, so a
+browser has to ask first with a preflight, which the allowlist then decides.
+SDKs, curl and agent CLIs send JSON and no Origin: nothing changes for them.
 """
 
 from __future__ import annotations
@@ -21,6 +30,8 @@ CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version,
                      "x-stainless-runtime, x-stainless-runtime-version, x-stainless-retry-count, " \
                      "x-stainless-timeout, x-stainless-helper-method, anthropic-dangerous-direct-browser-access"
 CORS_MAX_AGE = "600"
+DEFAULT_PORTS = {"http": "80", "https": "443"}
+SHOWN_ORIGIN_CHARS = 200     # an Origin named in an error, cut: the header may be kilobytes
 
 
 def load_api_keys(keys: list[str], key_file: str | None) -> list[str]:
@@ -85,6 +96,23 @@ class AccessPolicy:
     def origin_ok(self, origin: str | None) -> bool:
         return bool(origin) and ("*" in self.cors_origins or origin in self.cors_origins)
 
+    # ---- cross-site requests -----------------------------------------------------------
+
+    def cross_site_refusal(self, origin: str | None, fetch_site: str | None, host: str | None) -> str | None:
+        """Why a request that acts is refused as coming from another site's page; None when it may act.
+        An Origin is fine when it is our own (the built-in page) or --cors-origin allows it; with no
+        Origin, `Sec-Fetch-Site: cross-site` still says a browser sent it for another site."""
+        if origin is not None:
+            if _same_origin(origin, host) or self.origin_ok(origin):
+                return None
+            shown = origin if len(origin) <= SHOWN_ORIGIN_CHARS else origin[:SHOWN_ORIGIN_CHARS] + "..."
+            return (f"requests from a web page at origin '{shown}' are refused: only this server's own "
+                    f"origin and --cors-origin origins may use it")
+        if (fetch_site or "").strip().lower() == "cross-site":
+            return ("requests a browser sends for another site (Sec-Fetch-Site: cross-site) are refused: "
+                    "only this server's own origin and --cors-origin origins may use it")
+        return None
+
     def cors_headers(self, origin: str | None) -> list[tuple[str, str]]:
         if not self.origin_ok(origin):
             return []
@@ -97,6 +125,27 @@ class AccessPolicy:
         return [("Access-Control-Allow-Methods", methods),
                 ("Access-Control-Allow-Headers", requested_headers or CORS_ALLOW_HEADERS),
                 ("Access-Control-Max-Age", CORS_MAX_AGE)]
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """application/json or application/*+json, parameters (charset) allowed."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def _same_origin(origin: str, host: str | None) -> bool:
+    """Whether a serialised origin (scheme://host[:port]) names the Host this request came to."""
+    scheme, sep, authority = origin.strip().lower().partition("://")
+    if not sep or scheme not in DEFAULT_PORTS or host is None:
+        return False
+    return _with_port(authority, scheme) == _with_port(host.strip().lower(), scheme)
+
+
+def _with_port(authority: str, scheme: str) -> str:
+    """host:port with the scheme's default port written out, so 'localhost' == 'localhost:80'."""
+    has_port = authority.rsplit("]", 1)[-1].count(":") == 1 if authority.startswith("[") \
+        else authority.count(":") == 1
+    return authority if has_port else f"{authority}:{DEFAULT_PORTS[scheme]}"
 
 
 def _strip_port(host: str) -> str:

@@ -3,8 +3,10 @@
 One request's working memory is a small multiple of its body (the bytes, the parsed JSON,
 the rendered prompt), so bounding the bodies being read or handled at once bounds the memory
 the connections can make the process take, whatever they send (--max-inflight-bytes). A
-connection holds its request's body bytes from the moment the framing announces them until
-the answer is written; a request that would take the total past the limit gets a 503.
+connection holds its request's body bytes as they arrive (never what the framing announces:
+four connections announcing 32 MiB and sending a byte now and then would otherwise hold the
+whole budget for the price of 600 bytes) until the answer is written, and never more than its
+share, one largest body; a request whose bytes would take the total past the limit gets a 503.
 """
 
 from __future__ import annotations
@@ -35,16 +37,18 @@ class ByteBudget:
 
 
 class Held:
-    """What one connection holds of the budget; grows with its body, returned all at once."""
+    """What one connection holds of the budget; grows with its body up to its share, returned
+    all at once."""
 
-    def __init__(self, budget: ByteBudget):
+    def __init__(self, budget: ByteBudget, share: int):
         self.budget = budget
+        self.share = share
         self.amount = 0
 
     def grow_to(self, n: int) -> bool:
         if n <= self.amount:
             return True
-        if not self.budget.take(n - self.amount):
+        if n > self.share or not self.budget.take(n - self.amount):
             return False
         self.amount = n
         return True

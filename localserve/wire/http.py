@@ -79,9 +79,9 @@ class RequestReader:
         return self._request
 
     @property
-    def body_committed(self) -> int:
-        """Body bytes the pending request's framing has announced so far (0 before its head)."""
-        return self._body_reader.committed if self._request is not None else 0
+    def body_received(self) -> int:
+        """Body bytes of the pending request that have arrived so far (0 before its head)."""
+        return self._body_reader.received if self._request is not None else 0
 
     def _advance(self) -> Request | None:
         if self._request is None:

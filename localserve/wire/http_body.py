@@ -17,22 +17,23 @@ MAX_CHUNK_SIZE_LINE = 1024  # chunk-size plus extensions; longer is garbage, not
 # in the buffer belongs to the next (pipelined) request.
 
 
-# A body is handed over as the bytearray it was read into: one copy of it, never two. committed
-# says how many body bytes the framing has announced so far, so the server can hold them against
-# its in-flight budget before they arrive.
+# A body is handed over as the bytearray it was read into: one copy of it, never two. received
+# says how many body bytes have arrived so far: the server holds those against its in-flight
+# budget and measures the body's pace by them. Never what the framing announces: announcing
+# 32 MiB costs a client nothing, and would reserve the budget for a body that never comes.
 
 
 class BodyReader(Protocol):
     def read(self, buf: bytearray) -> bytes | bytearray | None: ...
 
     @property
-    def committed(self) -> int: ...
+    def received(self) -> int: ...
 
 
 class NoBodyReader:
     """No Content-Length, no Transfer-Encoding: a request has no body (RFC 9112 §6.3)."""
 
-    committed = 0
+    received = 0
 
     def read(self, buf: bytearray) -> bytes | None:
         return b""
@@ -40,9 +41,12 @@ class NoBodyReader:
 
 class ContentLengthReader:
     def __init__(self, length: int):
-        self.committed = length
         self._remaining = length
         self._body = bytearray()
+
+    @property
+    def received(self) -> int:
+        return len(self._body)
 
     def read(self, buf: bytearray) -> bytearray | None:
         with memoryview(buf) as view:   # no temporary copy of what is taken
@@ -66,8 +70,8 @@ class ChunkedReader:
         self._line_scanned = 0  # bytes of a partial line already searched for its CRLF
 
     @property
-    def committed(self) -> int:
-        return len(self._body) + self._remaining
+    def received(self) -> int:
+        return len(self._body)
 
     def read(self, buf: bytearray) -> bytearray | None:
         while True:

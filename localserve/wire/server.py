@@ -6,10 +6,13 @@ request head must arrive within header_timeout of its first byte (of the accept,
 for a connection's first request: a socket that sends nothing is closed then), and
 an idle keep-alive connection is closed after idle_timeout.
 
-Request bodies are held against one ByteBudget (--max-inflight-bytes) from when
-their framing announces them until the answer is written; past it a request gets
-a 503. An error answer to a client that may still be sending ends with a lingering
-close (linger.py), so the client reads the answer instead of a reset.
+Request bodies are held against one ByteBudget (--max-inflight-bytes) as their
+bytes arrive until the answer is written; past it a request gets a 503. A body
+must arrive within idle_timeout and, after a short grace, at MIN_BODY_BYTES_PER_SECOND
+on average, or it gets a 408 and the connection closes: a body dripped a byte at a
+time holds neither the budget nor a thread for long. An error answer to a client
+that may still be sending ends with a lingering close (linger.py), so the client
+reads the answer instead of a reset.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
 from .linger import Lingerer, linger_close
 from ..ops.metrics import ServerMetrics
-from ..settings import RETRY_AFTER_SECONDS, TRIM_AFTER_BYTES, default_inflight_bytes
+from ..settings import (BODY_RATE_GRACE_SECONDS, MIN_BODY_BYTES_PER_SECOND, RETRY_AFTER_SECONDS,
+                        TRIM_AFTER_BYTES, default_inflight_bytes)
 
 log = logging.getLogger("localserve.server")
 access_log = logging.getLogger("localserve.access")
@@ -118,7 +122,7 @@ class HTTPServer:
 
     def _serve_connection(self, sock: socket.socket, peer: tuple) -> None:
         reader = RequestReader(self.limits)
-        held = Held(self.inflight)
+        held = Held(self.inflight, self.limits.max_body_bytes)
         # the first head is due header_timeout after the accept: silence is not an idle keep-alive
         first_head_deadline = time.monotonic() + self.header_timeout if self.header_timeout > 0 else None
         linger = False
@@ -159,7 +163,7 @@ class HTTPServer:
     def _read_request(self, sock: socket.socket, reader: RequestReader, held: Held,
                       head_deadline: float | None = None) -> Request | None:
         """The next request, None on a clean EOF between requests; raises _Timeout or ProtocolError."""
-        body_deadline: float | None = None
+        body_started: float | None = None
         while True:
             request = reader.next_request()
             self._hold_body(held, reader, request)
@@ -168,23 +172,26 @@ class HTTPServer:
             if reader.wants_continue():
                 sock.sendall(CONTINUE_RESPONSE)
                 reader.mark_continue_sent()
+            slow_body = False
             if not reader.head_complete() and (reader.has_partial or head_deadline is not None) \
                     and self.header_timeout > 0:        # 0: no header clock
                 head_deadline = head_deadline or time.monotonic() + self.header_timeout
                 timeout = head_deadline - time.monotonic()
             elif reader.head_complete():
-                # the whole body within one idle timeout: a body dripped a byte at a time
-                # would otherwise hold the connection for ever
-                body_deadline = body_deadline or time.monotonic() + self.idle_timeout
-                timeout = body_deadline - time.monotonic()
+                body_started = body_started or time.monotonic()
+                timeout, slow_body = self._body_wait(body_started, reader.body_received)
             else:
                 timeout = self.idle_timeout
             if timeout <= 0:
+                if slow_body:
+                    self._body_too_slow(reader)
                 raise _Timeout()
             sock.settimeout(timeout)
             try:
                 data = sock.recv(RECV_SIZE)
             except socket.timeout:
+                if slow_body:
+                    self._body_too_slow(reader)
                 raise _Timeout() from None
             except OSError:
                 return None
@@ -194,9 +201,29 @@ class HTTPServer:
                 return None
             reader.feed(data)
 
+    def _body_wait(self, started: float, received: int) -> tuple[float, bool]:
+        """How long to wait for the body's next bytes, and whether running out of that time means
+        the body is too slow (True) or past the idle timeout that bounds a whole body (False).
+        The rate counts after a grace: received must stay >= MIN_BODY_BYTES_PER_SECOND x (elapsed - grace)."""
+        now = time.monotonic()
+        whole = started + self.idle_timeout - now
+        if MIN_BODY_BYTES_PER_SECOND <= 0:
+            return whole, False
+        pace = started + BODY_RATE_GRACE_SECONDS + received / MIN_BODY_BYTES_PER_SECOND - now
+        return (pace, True) if pace < whole else (whole, False)
+
+    @staticmethod
+    def _body_too_slow(reader: RequestReader) -> None:
+        request = reader.pending
+        error = ProtocolError(408, f"the request body arrived slower than {MIN_BODY_BYTES_PER_SECOND} bytes a "
+                                   f"second: the connection is closed")
+        if request is not None:
+            error.path, error.method = request.path, request.method
+        raise error
+
     def _hold_body(self, held: Held, reader: RequestReader, request: Request | None) -> None:
-        """Hold the body bytes announced so far against the in-flight budget, or a 503."""
-        needed = len(request.body) if request is not None else reader.body_committed
+        """Hold the body bytes that have arrived against the in-flight budget, or a 503."""
+        needed = len(request.body) if request is not None else reader.body_received
         if held.grow_to(needed):
             return
         error = ProtocolError(503, f"the server is handling {self.inflight.used} bytes of request bodies and "

@@ -433,7 +433,7 @@ THINK_THEN_HELLO = 'root ::= "I should greet them." "</think>" "\\n\\n" "Hello t
 
 def test_thinking_block_whole_and_streamed(qwen3):
     client = anthropic_sdk(qwen3)
-    kwargs = dict(model="m", max_tokens=100, messages=USER, thinking={"type": "enabled", "budget_tokens": 1024},
+    kwargs = dict(model="m", max_tokens=100, messages=USER, thinking={"type": "enabled", "budget_tokens": 64},
                   extra_body={"grammar": THINK_THEN_HELLO, "temperature": 0})
     message = client.messages.create(**kwargs)
     assert [b.type for b in message.content] == ["thinking", "text"]

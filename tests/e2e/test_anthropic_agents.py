@@ -27,6 +27,7 @@ from test_anthropic import TIME, TIME_CALL, check_wire, prompt_tokens
 from localserve.dialects.signing import load_signing_key, sign
 
 CONTEXT = 16384
+INTERLEAVED = "interleaved-thinking-2025-05-14"     # the beta under which a thinking budget may pass max_tokens
 HELLO = 'root ::= "Hello, world!"'
 THINK_THEN_HELLO = 'root ::= "I should greet them." "</think>" "\\n\\n" "Hello there!"'
 THINK_THEN_CALL = f'root ::= "Check the clock." "</think>" "\\n\\n" "{TIME_CALL}"'
@@ -135,7 +136,8 @@ def test_adaptive_thinking_answers_with_a_thinking_block(qwen3, stream):
 def test_display_omitted_leaves_the_text_out_and_the_signature_brings_it_back(qwen3, stream):
     client = anthropic_sdk(qwen3)
     user = [{"role": "user", "content": unique("What time is it?")}]
-    kwargs = dict(model="m", max_tokens=100, messages=user, tools=[TIME], extra_body={"grammar": THINK_THEN_CALL})
+    kwargs = dict(model="m", max_tokens=100, messages=user, tools=[TIME], extra_body={"grammar": THINK_THEN_CALL},
+                  betas=[INTERLEAVED])          # as Claude Code sends it: the budget may pass max_tokens
     omitted_thinking = {"type": "enabled", "budget_tokens": 31999, "display": "omitted"}
     if stream:
         with client.beta.messages.stream(thinking=omitted_thinking, **kwargs) as s:
@@ -216,7 +218,8 @@ def test_clear_thinking_keeps_the_last_turns(qwen3, stream):
     assert counted.context_management.original_input_tokens == unedited.input_tokens > counted.input_tokens
     if stream:
         resp = request(qwen3.port, post_json("/v1/messages?beta=true",
-                                             {**body, "max_tokens": 5, "stream": True, "grammar": HELLO}), timeout=60)
+                                             {**body, "max_tokens": 5, "stream": True, "grammar": HELLO},
+                                             f"anthropic-beta: {INTERLEAVED}\r\n"), timeout=60)
         events = parse_sse(resp.body, comments=True)
         check_wire(events)
         delta = [d for n, d in events if n == "message_delta"][0]
@@ -224,7 +227,8 @@ def test_clear_thinking_keeps_the_last_turns(qwen3, stream):
         total = sum(delta["usage"][k] for k in ("input_tokens", "cache_read_input_tokens",
                                                 "cache_creation_input_tokens"))
     else:
-        message = client.beta.messages.create(max_tokens=5, **body, extra_body={"grammar": HELLO})
+        message = client.beta.messages.create(max_tokens=5, **body, extra_body={"grammar": HELLO},
+                                              betas=[INTERLEAVED])
         applied = [e.model_dump() for e in message.context_management.applied_edits]
         total = prompt_tokens(message)
     assert applied == [{"type": "clear_thinking_20251015", "cleared_thinking_turns": 2,

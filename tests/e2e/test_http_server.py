@@ -69,7 +69,8 @@ def test_http10_closes_unless_keep_alive(server):
 def test_chunked_request_body(server):
     body = json.dumps({"content": "hello world"}).encode()
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 5]), body[i:i + 5]) for i in range(0, len(body), 5))
-    resp = request(server.port, b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n"
+    resp = request(server.port, b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n"
+                   b"Content-Type: application/json\r\n\r\n"
                    + chunks + b"0\r\n\r\n")
     assert resp.status == 200 and resp.json()["tokens"]
 
@@ -78,7 +79,7 @@ def test_expect_100_continue(server):
     body = json.dumps({"content": "hi"}).encode()
     conn = RawConnection(server.port)
     conn.send(b"POST /tokenize HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body))
+              b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
     assert conn.read_response().status == 100
     conn.send(body)
     assert conn.read_response().status == 200

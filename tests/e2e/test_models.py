@@ -368,7 +368,8 @@ def test_a_load_that_finds_no_idle_model_in_time_is_503_retry_after(catalogue, t
         long.start()
         assert long.started.wait(60)
         request = urllib.request.Request(server.base_url + "/v1/chat/completions", method="POST",
-                                         data=json.dumps({"model": "alpha", "messages": HI}).encode())
+                                         data=json.dumps({"model": "alpha", "messages": HI}).encode(),
+                                         headers={"content-type": "application/json"})
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=60)
         assert caught.value.code == 503 and caught.value.headers["Retry-After"]

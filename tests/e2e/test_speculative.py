@@ -59,6 +59,13 @@ def text_of(answer: dict) -> str:
 
 
 def drafts(answer: dict) -> tuple[int, int]:
+    """(accepted, rejected) of every draft the server made for the answer (its timings)."""
+    timings = answer["timings"]
+    return timings["draft_n_accepted"], timings["draft_n"] - timings["draft_n_accepted"]
+
+
+def prediction_drafts(answer: dict) -> tuple[int, int]:
+    """(accepted, rejected) of the drafts the request's own prediction made (OpenAI's usage)."""
     details = answer["usage"]["completion_tokens_details"]
     return details["accepted_prediction_tokens"], details["rejected_prediction_tokens"]
 
@@ -89,6 +96,7 @@ def test_greedy_output_is_the_same_with_drafts_one_stream(plain, spec):
         assert got["usage"]["completion_tokens"] == want["usage"]["completion_tokens"]
         a, r = drafts(got)
         accepted, rejected = accepted + a, rejected + r
+        assert prediction_drafts(got) == (0, 0)        # no prediction sent: the n-gram drafts are the server's
         assert_no_kv_leak(spec.port)
     assert drafts(want) == (0, 0)
     assert accepted > 0 and rejected > 0       # both ways through the verification were taken
@@ -106,11 +114,11 @@ def test_prediction_drafts_are_accepted_and_change_nothing(plain, spec):
     want = complete(plain.port, PROMPTS[2])
     got = complete(spec.port, PROMPTS[2], prediction={"type": "content", "content": text_of(want)})
     assert text_of(got) == text_of(want)
-    accepted, rejected = drafts(got)
+    accepted, rejected = prediction_drafts(got)
     unaided = drafts(complete(spec.port, PROMPTS[2]))[0]
     assert accepted >= 30 and accepted >= unaided + 10     # a right prediction is taken, most of it
-    assert got["timings"]["draft_n_accepted"] == accepted
-    assert got["timings"]["draft_n"] == accepted + rejected
+    assert got["timings"]["draft_n_accepted"] >= accepted  # the timings count the n-gram drafts too
+    assert got["timings"]["draft_n"] >= accepted + rejected
     assert_no_kv_leak(spec.port)
 
 
@@ -119,7 +127,7 @@ def test_a_wrong_prediction_changes_nothing(plain, spec):
     wrong = text_of(want)[:20] + "zzzz" + text_of(want)[20:]
     got = complete(spec.port, PROMPTS[3], prediction={"type": "content", "content": [{"type": "text", "text": wrong}]})
     assert text_of(got) == text_of(want)
-    assert drafts(got)[1] > 0
+    assert prediction_drafts(got)[1] > 0
     assert_no_kv_leak(spec.port)
 
 
@@ -378,7 +386,8 @@ def test_each_model_drafts_as_its_table_says_and_frees_its_draft_model_with_it(t
             resp = request(srv.port, post_json("/v1/completions", {"model": "mismatched", "prompt": "hi"}))
             error = resp.json()["error"]
             assert resp.status == 500 and error["code"] == "model_load_failed"
-            assert str(other) in error["message"] and str(tiny_model) in error["message"]
+            assert other.name in error["message"] and tiny_model.name in error["message"]
+            assert str(tmp_path) not in error["message"]        # files by name: the log has the paths
             assert "vocabulary" in error["message"]
         assert text_of(complete(srv.port, PROMPTS[1], model="drafted")) == text_of(want)
         unload = request(srv.port, post_json("/models/unload", {"model": "drafted"}))

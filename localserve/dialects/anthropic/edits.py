@@ -13,7 +13,10 @@ it out of the prompt, oldest first, and says what it left out in
   would not be freed, nothing is.
 Edits work on the converted (OpenAI-style) messages, in the order given; each applied
 edit reports the tokens it freed, counted on the prompt before and after it. Edit types
-this server does not know are skipped, never an error.
+this server does not know are skipped, never an error. Weighing an edit can cost a render
+and a tokenize of the whole prompt, so a request carries at most MAX_CONTEXT_EDITS of them
+(400 beyond), an edit given twice is weighed once (its copy could clear nothing it did not),
+and a client that leaves stops the edits between two of them.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
+from ...settings import MAX_CONTEXT_EDITS
 from ..fields import invalid
 
 log = logging.getLogger("localserve.anthropic")
@@ -73,6 +77,9 @@ def read_edits(body: dict) -> list[Edit] | None:
         return []
     if not isinstance(edits, list):
         raise invalid("context_management.edits", "expected an array")
+    if len(edits) > MAX_CONTEXT_EDITS:
+        raise invalid("context_management.edits", f"at most {MAX_CONTEXT_EDITS} edits are taken (MAX_CONTEXT_EDITS), "
+                                                   f"this request has {len(edits)}")
     found: list[Edit] = []
     for i, edit in enumerate(edits):
         where = f"context_management.edits[{i}]"
@@ -84,7 +91,7 @@ def read_edits(body: dict) -> list[Edit] | None:
             found.append(_tool_uses_edit(edit, where))
         else:
             log.info("context edit %r is not supported here; skipped", edit["type"])
-    return found
+    return [edit for i, edit in enumerate(found) if edit not in found[:i]]    # each distinct edit once
 
 
 def _thinking_keep(value: Any, where: str) -> int | None:
@@ -135,12 +142,15 @@ def _names(value: Any, where: str) -> list[str]:
 
 # ---- applying -----------------------------------------------------------------------
 
-def apply_edits(edits: list[Edit], messages: list[dict], count: Callable[[list[dict]], int]) -> EditResult:
+def apply_edits(edits: list[Edit], messages: list[dict], count: Callable[[list[dict]], int],
+                check_client: Callable[[], None] = lambda: None) -> EditResult:
     """`messages` with the edits applied (the input is not changed); `count` gives the
-    prompt tokens of a message list and is called only when an edit has something to clear."""
+    prompt tokens of a message list and is called only when an edit has something to clear;
+    check_client raises when the client has left."""
     result = EditResult(messages)
     tokens: int | None = None
     for edit in edits:
+        check_client()
         if isinstance(edit, ClearThinking):
             candidate, cleared = _clear_thinking(result.messages, edit)
         else:

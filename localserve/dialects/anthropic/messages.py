@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -40,6 +40,7 @@ from ..exchange import Exchange, RouteTable
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
+from .tools_and_thinking import check_budget_below_max_tokens
 from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
                      read_str)
 
@@ -80,7 +81,9 @@ def handle_messages(exchange: Exchange) -> None:
 def serve_messages(exchange: Exchange, body: dict, stream: bool, model) -> None:
     app = exchange.app
     name = read_model(body, model.model_id)
-    gen_request, prompt = read_request(model.chat, app.signing_key, body, exchange.request_id)
+    gen_request, prompt = read_request(model.chat, app.signing_key, body, exchange.request_id,
+                                       check_client=exchange.raise_if_gone,
+                                       betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
@@ -103,7 +106,8 @@ def handle_count_tokens(exchange: Exchange) -> None:
     app.require_ready()
     body = exchange.json()
     with app.use_model(body, LoadWait(exchange)) as model:
-        prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False)
+        prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False,
+                             check_client=exchange.raise_if_gone)
         tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
         answer: dict[str, Any] = {"input_tokens": len(tokens)}
     if prompt.edits is not None:
@@ -119,12 +123,16 @@ def read_model(body: dict, model_id: str) -> str:
     return read_str(body, "model") or model_id
 
 
-def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str) -> tuple[GenerationRequest, MessagesPrompt]:
+def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str,
+                 check_client: Callable[[], None] = lambda: None,
+                 betas: str | None = None) -> tuple[GenerationRequest, MessagesPrompt]:
+    """betas: the anthropic-beta header (interleaved thinking lifts the budget's limit)."""
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
-    prompt = read_prompt(model, signing_key, body)
+    prompt = read_prompt(model, signing_key, body, check_client=check_client)
+    check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
     sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
     request = build_chat_request(model, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,

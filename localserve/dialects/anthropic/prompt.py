@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
 from .edits import EditResult, apply_edits, read_edits
@@ -41,8 +42,10 @@ class MessagesPrompt:
         return None if self.edits is None else {"applied_edits": self.edits.applied}
 
 
-def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints: bool = True) -> MessagesPrompt:
-    """The request's prompt text; `breakpoints`: also find the cache breakpoint's token."""
+def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints: bool = True,
+                check_client: Callable[[], None] = lambda: None) -> MessagesPrompt:
+    """The request's prompt text; `breakpoints`: also find the cache breakpoint's token;
+    check_client raises when the client has left (between context edits, before the render)."""
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
     edit_list = read_edits(body)
@@ -53,9 +56,10 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
             text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
             counted.append((messages, text, tokenize_prompt(model.engine, text)))
             return len(counted[-1][2])
-        edits = apply_edits(edit_list, chat.messages, count)
+        edits = apply_edits(edit_list, chat.messages, count, check_client)
         # the breakpoint keeps its index: edits change messages, never add or drop one
         chat.messages = edits.messages
+        check_client()
     # the edits' last count may have been of the messages they left: rendered and tokenized once
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))

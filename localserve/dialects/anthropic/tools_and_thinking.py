@@ -131,3 +131,17 @@ def read_thinking(value: Any, effort: str | None, template_kwargs: dict) -> Thin
     else:
         raise invalid("thinking.type", f"expected enabled, disabled or adaptive; got {kind!r}")
     return Thinking(budget, display == "omitted")
+
+
+INTERLEAVED_THINKING_BETA = "interleaved-thinking-"
+
+
+def check_budget_below_max_tokens(value: Any, max_tokens: int, betas: str | None) -> None:
+    """Anthropic's rule: an enabled thinking's budget_tokens is less than max_tokens (the thinking
+    is part of the output), except under the interleaved-thinking beta, where the budget spans
+    every thinking block of the turn (Claude Code sends it)."""
+    if not isinstance(value, dict) or value.get("type") != "enabled" or INTERLEAVED_THINKING_BETA in (betas or ""):
+        return
+    budget = value.get("budget_tokens")
+    if isinstance(budget, int) and budget >= max_tokens:
+        raise invalid("thinking.budget_tokens", f"must be less than max_tokens ({max_tokens}), got {budget}")

@@ -266,12 +266,17 @@ def _with_reasoning(message: dict, reasoning: str | None) -> dict:
     return message
 
 
-def drop_oldest(items: list[dict]) -> list[dict]:
-    """The items less the oldest one, and any function outputs or reasoning it leaves orphaned."""
-    rest = items[1:]
-    while rest and rest[0]["type"] in (*OUTPUT_TYPES, "reasoning") and len(rest) > 1:
-        rest = rest[1:]
-    return rest
+def cut_points(items: list[dict]) -> list[int]:
+    """Where the history may start once its oldest items are dropped, oldest first: after each
+    item, skipping the function outputs or reasoning a cut would leave orphaned; the last item
+    always stays."""
+    cuts, start = [], 0
+    while len(items) - start > 1:
+        start += 1
+        while items[start]["type"] in (*OUTPUT_TYPES, "reasoning") and len(items) - start > 1:
+            start += 1
+        cuts.append(start)
+    return cuts
 
 
 # ---- listing -----------------------------------------------------------------------

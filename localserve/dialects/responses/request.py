@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import ApiError
+from ...settings import MAX_PROMPT_ITEMS
 from ...generation import GenerationRequest, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
 from ..signing import seal, unseal
@@ -21,7 +22,7 @@ from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
     read_template_kwargs
 from .runs import ACTIVE
-from .items import drop_oldest, read_input, to_messages, unsupported
+from .items import cut_points, read_input, to_messages, unsupported
 from .tools import ToolKind, constrain, read_tool_choice, read_tools
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -55,7 +56,8 @@ def storage_off(what: str) -> ApiError:
 
 
 def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, signing_key: bytes,
-              store: Store | None) -> Plan:
+              store: Store | None, check_client: Callable[[], None] = lambda: None) -> Plan:
+    """check_client raises ClientGone once the client has left: a long build stops then."""
     stream = read_bool(body, "stream")
     background = read_bool(body, "background")
     if stream and background:
@@ -83,6 +85,11 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     context = context_items(store, previous_id, conversation_id)
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
+    if len(items) + len(context) > MAX_PROMPT_ITEMS:
+        raise ApiError(400, f"invalid 'input': {len(items)} input items and {len(context)} of stored context "
+                            f"are more than the {MAX_PROMPT_ITEMS} one response may render (MAX_PROMPT_ITEMS)",
+                       param="input", code="too_many_items")
+    check_client()
 
     tools = read_tools(body)
     choice, choice_echo = read_tool_choice(body.get("tool_choice"), tools)
@@ -105,7 +112,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     rendered = open_reasoning(signing_key, context, "previous_response_id") + \
         open_reasoning(signing_key, items, "input")
     generation = build_prompt(model, rendered, instructions, chat, sampling, truncation=truncation,
-                              max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
+                              check_client=check_client, max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
                               top_logprobs=top_logprobs, label=f"responses {request_id}")
     if generation.tools is not None:
         # Collect every call the model makes: with parallel_tool_calls false a second call
@@ -197,22 +204,51 @@ def context_items(store: Store | None, previous_id: str | None, conversation_id:
 
 
 def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
-                 sampling: SamplingParams, *, truncation: str, **options: Any) -> GenerationRequest:
-    """Render and tokenize; with truncation "auto", drop the oldest items until it fits."""
-    while True:
-        attempt = dataclasses.replace(chat, messages=to_messages(items, instructions))
+                 sampling: SamplingParams, *, truncation: str, check_client: Callable[[], None],
+                 **options: Any) -> GenerationRequest:
+    """Render and tokenize; with truncation "auto", the newest items that fit."""
+    def build(kept: list[dict]) -> GenerationRequest:
+        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions))
+        return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
+
+    try:
         try:
-            return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
+            return build(items)
         except ApiError as exc:
-            if exc.code == "context_length_exceeded":
-                if truncation == "auto" and len(items) > 1:
-                    items = drop_oldest(items)
-                    continue
-                exc.param = "input"
-            elif exc.param == "response_format":
-                exc.param = "text.format"
-                exc.message = exc.message.replace("'response_format'", "'text.format'")
-            raise
+            if exc.code != "context_length_exceeded" or truncation != "auto" or len(items) <= 1:
+                raise
+        return build_newest_that_fit(items, build, check_client)
+    except ApiError as exc:
+        if exc.code == "context_length_exceeded":
+            exc.param = "input"
+        elif exc.param == "response_format":
+            exc.param = "text.format"
+            exc.message = exc.message.replace("'response_format'", "'text.format'")
+        raise
+
+
+def build_newest_that_fit(items: list[dict], build: Callable[[list[dict]], GenerationRequest],
+                          check_client: Callable[[], None]) -> GenerationRequest:
+    """The request of the longest tail of items that fits the context: a binary search over the
+    places the history may be cut (the prompt grows with what is kept), so a few renders and
+    tokenizations, log2 of the items, where dropping one item at a time took one per item
+    (2,000 items: a minute of a core). Between two builds, a client that left stops it."""
+    cuts = cut_points(items)
+    check_client()
+    fitting = build(items[cuts[-1]:])           # the last item alone: if it does not fit, nothing does
+    low, high = 0, len(cuts) - 1                # cuts[high] fits; every cut before low does not
+    while low < high:
+        middle = (low + high) // 2
+        check_client()
+        try:
+            attempt = build(items[cuts[middle]:])
+        except ApiError as exc:
+            if exc.code != "context_length_exceeded":
+                raise
+            low = middle + 1
+        else:
+            high, fitting = middle, attempt
+    return fitting
 
 
 def read_text_format(body: dict, chat: ChatInput) -> dict:

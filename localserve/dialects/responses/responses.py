@@ -47,7 +47,7 @@ def create(exchange: Exchange) -> None:
 def serve_response(exchange: Exchange, body: dict, model) -> None:
     app = exchange.app
     plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
-                     signing_key=app.signing_key, store=app.store)
+                     signing_key=app.signing_key, store=app.store, check_client=exchange.raise_if_gone)
     if plan.ignored_tools:
         ignored = ignored_tools_value(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)

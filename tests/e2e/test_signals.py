@@ -1,0 +1,95 @@
+"""Stopping by signal never hangs (issue 28, items 6 and 7).
+
+A SIGTERM whose handler took the lock of the Event the main thread was waiting on deadlocked the
+daemon for good. The handler now takes no lock; these tests send signals at random instants of
+the main loop's wait, over many start/stop cycles, and to one server in a burst. SIGHUP (a
+terminal closing) drains and exits like SIGTERM instead of killing the process on the spot.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, ServerProcess, free_port
+
+SUPPORT = Path(__file__).resolve().parent.parent / "support"
+
+CYCLES = 12                 # start/stop cycles, each stopped at a random instant of the 1 s wait
+BURST = 200                 # signals sent to one server, a few milliseconds apart
+EXIT_WITHIN = 20.0          # seconds: a drain of an idle server takes well under one
+
+
+def wait_exit(srv: ServerProcess) -> int | None:
+    try:
+        return srv.proc.wait(timeout=EXIT_WITHIN)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_sigterm_at_random_instants_always_drains_and_exits_0(tiny_model):
+    rng = random.Random(28)
+    for cycle in range(CYCLES):
+        srv = ServerProcess(tiny_model, "--no-store")
+        try:
+            time.sleep(rng.uniform(0.0, 1.2))
+            for _ in range(rng.randint(1, 4)):       # a second SIGTERM, from an impatient supervisor
+                srv.proc.send_signal(signal.SIGTERM)
+                time.sleep(rng.uniform(0.0, 0.02))
+            status = wait_exit(srv)
+            assert status is not None, f"cycle {cycle}: still running:\n{srv.log[-2000:]}"
+            assert srv.wait_log("stopped", timeout=5), srv.log[-2000:]
+            # a SIGTERM that lands after the drain, while Python itself winds down, ends it as SIGTERM does
+            assert status in (0, -signal.SIGTERM), f"cycle {cycle}: exit {status}:\n{srv.log[-2000:]}"
+        finally:
+            srv.stop(signal.SIGKILL)
+
+
+def test_a_burst_of_signals_at_random_instants_stops_the_server_once(tiny_model):
+    rng = random.Random(2028)
+    srv = ServerProcess(tiny_model, "--no-store")
+    try:
+        for _ in range(BURST):
+            if srv.proc.poll() is not None:
+                break
+            srv.proc.send_signal(rng.choice([signal.SIGTERM, signal.SIGINT]))
+            time.sleep(rng.uniform(0.0, 0.005))
+        assert wait_exit(srv) in (0, -signal.SIGTERM, -signal.SIGINT), srv.log[-2000:]
+        assert srv.wait_log("stopped", timeout=5) and srv.log.count("shutting down") == 1, srv.log[-2000:]
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+def test_sighup_drains_like_sigterm(tiny_model):
+    srv = ServerProcess(tiny_model, "--no-store")
+    try:
+        srv.proc.send_signal(signal.SIGHUP)
+        assert wait_exit(srv) == 0, srv.log[-2000:]
+        assert "SIGHUP" in srv.log and "stopped" in srv.log
+    finally:
+        srv.stop(signal.SIGKILL)
+
+
+LINES = 16                  # line events of the main loop's wait from its start: more than one turn of its loop
+
+
+@pytest.mark.parametrize("line", range(1, LINES + 1))
+def test_sigterm_at_each_point_of_the_main_loops_wait(tiny_model, line):
+    cmd = [sys.executable, str(SUPPORT / "signal_at_line.py"), str(line), "--model", str(tiny_model),
+           "--port", str(free_port()), "--threads", "1", "--no-store"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=EXIT_WITHIN + 10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail(f"SIGTERM at line {line} of the wait hung the daemon:\n{out[-2000:]}")
+    assert proc.returncode == 0 and "stopped" in out, out[-2000:]
