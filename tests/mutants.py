@@ -90,8 +90,8 @@ MUTANTS = [
            'if not self.access.host_ok(request.host):', "if False:",
            ("tests/e2e/test_ops.py::test_host_check_defends_against_dns_rebinding",)),
     Mutant("API key check off", "localserve/app.py",
-           'if not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):',
-           "if False:",
+           'not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):',
+           "False:",
            ("tests/e2e/test_ops.py::test_api_key_required_except_health",)),
     Mutant("disconnect while waiting does not cancel", "localserve/dialects/respond.py",
            '                gen.cancel("client closed the connection while waiting")\n',
@@ -188,8 +188,8 @@ MUTANTS = [
            ("tests/unit/wire/test_access.py::test_other_names_are_refused",
             "tests/e2e/test_ops.py::test_host_check_defends_against_dns_rebinding")),
     Mutant("API key skipped for HEAD", "localserve/app.py",
-           "if is_preflight(request) or request.path in self.public_paths",
-           "if is_preflight(request) or request.method == \"HEAD\" or request.path in self.public_paths",
+           "        if not public and self.access.requires_key and \\\n",
+           "        if not public and request.method != \"HEAD\" and self.access.requires_key and \\\n",
            ("tests/e2e/test_route_access.py::test_every_protected_route_needs_the_key_for_every_method",)),
     Mutant("API key skipped for any OPTIONS", "localserve/app.py",
            "    return request.method == \"OPTIONS\" and bool(request.header(\"origin\")) \\\n"
@@ -201,8 +201,8 @@ MUTANTS = [
            "self._start_keep_alive(record, keep or record.keep_alive)",
            ("tests/e2e/test_models.py::test_a_requests_keep_alive_beats_a_long_default",)),
     Mutant("harmony arguments held to the call's end", "localserve/parsing/tool_families.py",
-           "    yield from _read_arguments(cur, calls.add_arguments)\n    yield from cur.closing(\"<|call|>\")\n",
-           "    held: list[str] = []\n    yield from _read_arguments(cur, held.append)\n"
+           "    yield from read_arguments(cur, calls.add_arguments)\n    yield from cur.closing(\"<|call|>\")\n",
+           "    held: list[str] = []\n    yield from read_arguments(cur, held.append)\n"
            "    yield from cur.closing(\"<|call|>\")\n    calls.add_arguments(\"\".join(held))\n",
            ("tests/e2e/test_tool_streaming.py::test_arguments_stream_as_generated_for_every_family_in_every_dialect",)),
     Mutant("Anthropic stream silent while queued", "localserve/dialects/anthropic/messages.py",
