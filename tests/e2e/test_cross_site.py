@@ -19,6 +19,7 @@ import pytest
 
 from browser import Browser, find_browser
 from conftest import ROOT, ServerProcess
+from needs import check_skip, missing
 from rawhttp import post_json, request
 
 EVIL = "https://evil.example"
@@ -166,9 +167,10 @@ window.attempts = Promise.allSettled([
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
+    check_skip("browser")
     found = find_browser()
     if found is None:
-        pytest.skip("chromium and chromedriver are not installed (make browser)")
+        missing("browser", "chromium and chromedriver are not installed")
     chrome = Browser(*found, tmp_path_factory.mktemp("cross-site-profile"), ROOT / "test-output" / "webui")
     yield chrome
     chrome.quit()
