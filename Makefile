@@ -54,8 +54,9 @@ $(TEMPLATE_CORPUS_STAMP): $(SDIST)
 	touch $@
 
 # llama.cpp's own server from the same sources, for the bench's side-by-side figures (bench/server.py
-# finds it in .cache/llama-server/bin); built as upstream ships it. Not needed by `make test`.
-LLAMA_SERVER := .cache/llama-server/bin/llama-server
+# finds it in .cache/llama-server/build/bin, beside its shared libraries); built as upstream ships it
+# (OpenMP on). Not needed by `make test`.
+LLAMA_SERVER := .cache/llama-server/build/bin/llama-server
 
 llama-server: $(LLAMA_SERVER)
 
@@ -66,7 +67,6 @@ $(LLAMA_SERVER): $(SDIST)
 		-DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
 		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
 	cmake --build .cache/llama-server/build --target llama-server -j $$(nproc)
-	mkdir -p $(dir $(LLAMA_SERVER)) && cp .cache/llama-server/build/bin/llama-server $(LLAMA_SERVER)
 
 # LOCALSERVE_TEST_SKIP (comma-separated: browser, agent-clis, demo-model, rpc) names the tools a developer
 # means to go without: their install steps and tests are skipped, saying so (tests/support/needs.py).

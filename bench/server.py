@@ -61,7 +61,7 @@ class RunningServer(_Subprocess):
 class LlamaServer(_Subprocess):
     """llama.cpp's own server, when on PATH or built by `make llama-server`, for a side-by-side figure."""
 
-    BUILT = Path(__file__).resolve().parent.parent / ".cache" / "llama-server" / "bin" / "llama-server"
+    BUILT = Path(__file__).resolve().parent.parent / ".cache" / "llama-server" / "build" / "bin" / "llama-server"
 
     @classmethod
     def path(cls) -> str | None:
