@@ -20,8 +20,8 @@ from template_corpus import corpus_dir, corpus_names
 from tinymodel import write_tiny_gguf
 
 NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
-# Templates that cannot render the first turn with tools: Command R+ reads its tools in Cohere's
-# own shape (name, description, parameter_definitions), which no polyfill writes yet
+# Templates that cannot render the first turn with these tools: Command R+'s template adds each
+# parameter's description to a string, so a parameter without one fails (as in HF's renderer)
 RENDER_FAILS = {"CohereForAI-c4ai-command-r-plus-tool_use"}
 # One template per family, for the other dialects
 REPRESENTATIVE = sorted({family: name for name, family in reversed(sorted(EXPECTED_FAMILIES.items()))
