@@ -14,7 +14,6 @@ import argparse
 import ipaddress
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -23,6 +22,7 @@ from .. import __version__
 from .. import settings as defaults
 from .flags import positive_int
 from ..engine.rpc_config import RpcError, is_private_address
+from ..ops.signals import StopSignals
 
 log = logging.getLogger("localserve.worker")
 
@@ -113,18 +113,16 @@ def serve(address: str, args: argparse.Namespace) -> int:
     log.info("localserve worker on %s: %s, %d thread(s)%s", endpoint, offered, threads,
              f", tensor cache in {args.cache_dir}" if args.cache_dir else "")
     # ggml's server blocks in C, where Python's signal handlers cannot run: it gets a thread of
-    # its own, and the main thread waits for SIGTERM / SIGINT.
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    server = threading.Thread(target=rpc.start_server, name="rpc-server", daemon=True,
-                              kwargs={"endpoint": endpoint, "threads": threads, "cache_dir": args.cache_dir,
-                                      "devices": devices})
-    server.start()
-    while not stop.wait(0.5):
-        if not server.is_alive():
-            print(f"localserve worker: the RPC server on {endpoint} stopped (see above)", file=sys.stderr)
-            return 1
+    # its own, and the main thread waits for a stop signal (no lock in a handler: ops/signals.py).
+    with StopSignals() as signals:
+        server = threading.Thread(target=rpc.start_server, name="rpc-server", daemon=True,
+                                  kwargs={"endpoint": endpoint, "threads": threads, "cache_dir": args.cache_dir,
+                                          "devices": devices})
+        server.start()
+        while not signals.wait(0.5):
+            if not server.is_alive():
+                print(f"localserve worker: the RPC server on {endpoint} stopped (see above)", file=sys.stderr)
+                return 1
     log.info("stopped")
     logging.shutdown()
     sys.stdout.flush()
