@@ -200,8 +200,10 @@ def test_an_embedding_call_leaves_a_running_stream_unchanged(models_dir):
         while marks["chunks"] < 5 and stream.is_alive():
             threading.Event().wait(0.01)
         inputs = [[5 + (i + j) % 200 for j in range(16)] for i in range(4000)]
-        # 4000 batches take ~15 s on a quiet 2-core box; the limit is a hang check, not a figure
-        resp = request(srv.port, post_json("/v1/embeddings", {"input": inputs}), timeout=180)
+        # base64, as the openai SDK asks: 4000 vectors written as JSON floats take longer to write than
+        # the stream takes to finish, which would hide a call run whole; the limit is a hang check
+        resp = request(srv.port, post_json("/v1/embeddings", {"input": inputs, "encoding_format": "base64"}),
+                       timeout=180)
         slot_busy = [s["busy"] for s in request(srv.port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["slots"]]
         stream.join(120)
         assert resp.status == 200 and len(resp.json()["data"]) == 4000
