@@ -127,7 +127,8 @@ MEASURES = (("decode_main", "bare decode, main thread, tok/s"), ("decode_worker"
 
 
 def print_table(figures: dict[tuple[str, int], dict], labels: list[str], thread_counts: list[int]) -> None:
-    header = ["measure", "threads", *labels, f"{labels[0]} / {labels[1]}"]
+    pairs = list(zip(labels[0::2], labels[1::2]))        # (ggml threads, OpenMP) for each instruction set
+    header = ["measure", "threads", *labels, *(f"{a} / {b}" for a, b in pairs)]
     rows = []
     for key, text in MEASURES:
         for n in thread_counts:
@@ -135,8 +136,9 @@ def print_table(figures: dict[tuple[str, int], dict], labels: list[str], thread_
             for label in labels:
                 value = figures[(label, n)][key]
                 cells.append(f"{value * 1000:.1f}" if key.startswith("prefill") else f"{value:.1f}")
-            ratio = figures[(labels[0], n)][key] / figures[(labels[1], n)][key]
-            cells.append(f"{1 / ratio if key.startswith('prefill') else ratio:.2f} x")    # > 1: the first is faster
+            for a, b in pairs:
+                ratio = figures[(a, n)][key] / figures[(b, n)][key]
+                cells.append(f"{1 / ratio if key.startswith('prefill') else ratio:.2f} x")    # > 1: a is faster
             rows.append([text, str(n), *cells])
     table.print_table(header, rows)
 
