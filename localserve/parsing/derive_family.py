@@ -11,11 +11,11 @@ generation_prompt)` gives the template's text for a conversation, or raises.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 
 from .call_format import ID_SLOT, KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat, common_start
 from .format_parser import format_syntax
+from .json_stream import strict_loads
 from .tools import parse_generated_tools
 
 Render = Callable[[list[dict], list[dict], bool], str]
@@ -55,7 +55,7 @@ class NotDerivable(Exception):
 
 
 def _call(name: str, args: dict, index: int) -> dict:
-    return {"id": IDS[index], "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    return {"id": IDS[index], "type": "function", "function": {"name": name, "arguments": args}}
 
 
 def _conversation(calls: list[dict] | None) -> list[dict]:
@@ -136,15 +136,38 @@ def _generation_prompt(render: Render) -> str:
 
 
 def _json_objects(text: str) -> list[tuple[int, int, object]]:
-    decoder, found = json.JSONDecoder(), []
+    found = []
     for i, ch in enumerate(text):
-        if ch == "{":
+        end = _bracket_end(text, i) if ch == "{" else None
+        if end is not None:
             try:
-                value, end = decoder.raw_decode(text, i)
+                found.append((i, end, strict_loads(text[i:end])))
             except ValueError:
                 continue
-            found.append((i, end, value))
     return found
+
+
+def _bracket_end(text: str, start: int) -> int | None:
+    """Where the bracketed value opened at `start` closes (strings skipped), or None."""
+    depth, in_string, escaped = 0, False, False
+    for j in range(start, len(text)):
+        c = text[j]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "{[":
+            depth += 1
+        elif c in "}]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return None
 
 
 def _common_end(a: str, b: str) -> str:
@@ -296,7 +319,7 @@ def derive_format(render: Render) -> CallFormat:
         if not text:
             continue  # a shape the template does not write (parallel calls)
         _, calls = parse_generated_tools(text.replace(ID_SLOT, "abc123XYZ"), syntax, TOOL_PARAMETERS)
-        if [(c.name, json.loads(c.arguments)) for c in calls] != expected:
+        if [(c.name, strict_loads(c.arguments)) for c in calls] != expected:
             raise NotDerivable(f"the derived format does not read the template's own call back: {fmt}")
     return fmt
 
