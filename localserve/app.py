@@ -33,6 +33,7 @@ from .dialects import rerank
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
+from .dialects.ollama import routes as ollama
 from .webui import page as webui
 from .wire.routes import Router
 from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
@@ -59,7 +60,8 @@ class StartupError(Exception):
         self.status = status
 
 
-PUBLIC_PATHS = ("/health", "/v1/health")     # answered without an API key (probes); the page adds its files
+# answered without an API key (probes: Ollama's clients ask GET / if it runs); the page adds its files
+PUBLIC_PATHS = ("/health", "/v1/health", "/")
 
 
 class App:
@@ -115,6 +117,8 @@ class App:
         add("/v1/conversations/{conversation_id}/items/{item_id}", "GET", conversations.get_item)
         add("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", conversations.delete_item)
         anthropic.register(self.router)
+        # before the page's own routes: GET / answers Ollama's clients, and gives browsers the page
+        ollama.register(self.router, page=None if self.settings.no_webui else webui.page_handler("/"))
         if not self.settings.no_webui:
             self.public_paths += webui.register(self.router)
 

@@ -27,6 +27,7 @@ class SamplingParams:
     top_p: float = 0.95
     top_k: int = 40
     min_p: float = 0.05
+    typical_p: float = 1.0          # locally typical sampling (1.0: off); Ollama's option
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0

@@ -30,6 +30,7 @@ KEEPALIVE = object()   # yielded by a source: time for a keepalive comment
 PREFILL_COMMENT = b": prefill\n\n"
 LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)
 DONE = b"data: [DONE]\n\n"
+SSE_MEDIA_TYPE = "text/event-stream"
 
 
 def sse(data: object, event: str | None = None) -> bytes:
@@ -40,7 +41,8 @@ def sse(data: object, event: str | None = None) -> bytes:
 
 
 class StreamShape(Protocol):
-    """A dialect's stream without I/O."""
+    """A dialect's stream without I/O. A shape whose frames are not SSE (Ollama's NDJSON) names
+    its media type in a `content_type` attribute; the others go out as text/event-stream."""
 
     def feed(self, event: object) -> list[bytes]:
         """Frames for one event (a failed Finished goes to fail instead)."""
@@ -59,11 +61,11 @@ class StreamShape(Protocol):
         """The stream is over before its source ends (a Responses run that reached its end)."""
 
 
-def open_stream(exchange: Exchange) -> None:
+def open_stream(exchange: Exchange, content_type: str = SSE_MEDIA_TYPE) -> None:
     """The stream's head, once: a load notice (loading.py) may have sent it before the handler
     knew its answer."""
     if not exchange.stream_open:
-        exchange.writer.start_stream()
+        exchange.writer.start_stream(content_type=content_type)
         exchange.stream_open = True
 
 
@@ -79,7 +81,7 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
     writer = exchange.writer
     buffer: list[bytes] = []
     try:
-        open_stream(exchange)
+        open_stream(exchange, getattr(shape, "content_type", SSE_MEDIA_TYPE))
         for event in source:
             if event is KEEPALIVE:
                 buffer += shape.keepalive()

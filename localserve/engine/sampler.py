@@ -118,6 +118,8 @@ class Sampler:
             self._add(ll.llama_sampler_init_top_p(p.top_p, 1))
         if p.min_p > 0:
             self._add(ll.llama_sampler_init_min_p(p.min_p, 1))
+        if p.typical_p < 1.0:
+            self._add(ll.llama_sampler_init_typical(p.typical_p, 1))
         self._add(ll.llama_sampler_init_temp(p.temperature))
         seed = p.seed if p.seed is not None else int.from_bytes(os.urandom(4), "little")
         self._add(ll.llama_sampler_init_dist(seed & 0xFFFFFFFF))

@@ -65,6 +65,11 @@ def register(routes: RouteTable) -> tuple[str, ...]:
     return tuple(FILES)
 
 
+def page_handler(path: str = "/"):
+    """The handler of one of the page's files (a route that answers more than the page at its path)."""
+    return partial(send_asset, load_assets()[path])
+
+
 def send_asset(asset: Asset, exchange: Exchange) -> None:
     if etag_matches(exchange.request.header("if-none-match"), asset.etag):
         exchange.writer.send(304, b"", content_type=None, headers=asset.headers())

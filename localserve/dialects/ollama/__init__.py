@@ -1,0 +1,1 @@
+"""Ollama's own API (/api/*): chat, generate, embed, and the model endpoints its clients probe."""

@@ -1,0 +1,112 @@
+"""Ollama's chat messages → the chat input every dialect builds its prompt from.
+
+This is the one place the dialect reads a conversation (the typed conversation replaces
+the OpenAI-shaped dicts here when it lands). An Ollama message is {role, content, thinking?,
+tool_calls?: [{function: {name, arguments: object}}], tool_name?, tool_call_id?, images?}.
+An earlier call gets an id of its own when the client sent none, and the tool result that
+follows it (Ollama matches results to calls by order and name) the same id.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from ...prompt.build import ChatInput, ToolChoice, function_definitions
+from ..fields import invalid, kind_of
+from .options import read_format, refuse_images, template_kwargs
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def read_chat(body: dict, think: bool | None, level: str | None, messages: list[dict]) -> ChatInput:
+    """The chat input of a request whose messages were read (read_messages)."""
+    chat = ChatInput(messages=messages, template_kwargs=template_kwargs(think, level))
+    chat.tools = function_definitions(body.get("tools"))
+    chat.tool_choice = ToolChoice("auto")
+    chat.json_object, chat.response_schema = read_format(body)
+    return chat
+
+
+def read_messages(value: Any) -> list[dict]:
+    """OpenAI-shaped messages (what the prompt builder takes) from Ollama's."""
+    if not isinstance(value, list):
+        raise invalid("messages", f"expected an array of messages, got {kind_of(value)}")
+    out: list[dict] = []
+    open_calls: list[tuple[str, str]] = []       # (name, id) of calls whose results have not come yet
+    for i, message in enumerate(value):
+        param = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise invalid(param, f"expected an object, got {kind_of(message)}")
+        role = message.get("role")
+        if role not in ROLES:
+            raise invalid(f"{param}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+        content = message.get("content", "")
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise invalid(f"{param}.content", f"expected a string, got {kind_of(content)}")
+        refuse_images(message.get("images"), f"{param}.images")
+        converted: dict[str, Any] = {"role": role, "content": content}
+        thinking = message.get("thinking")
+        if thinking is not None and not isinstance(thinking, str):
+            raise invalid(f"{param}.thinking", f"expected a string, got {kind_of(thinking)}")
+        if thinking and role == "assistant":
+            converted["reasoning_content"] = thinking
+        if role == "assistant" and message.get("tool_calls") is not None:
+            converted["tool_calls"] = read_calls(message["tool_calls"], f"{param}.tool_calls", i)
+            open_calls = [(c["function"]["name"], c["id"]) for c in converted["tool_calls"]]
+        if role == "tool":
+            name = read_optional_str(message, "tool_name", param)
+            call_id = read_optional_str(message, "tool_call_id", param) or take_call(open_calls, name)
+            if name:
+                converted["name"] = name
+            if call_id:
+                converted["tool_call_id"] = call_id
+        out.append(converted)
+    return out
+
+
+def read_calls(value: Any, param: str, turn: int) -> list[dict]:
+    if not isinstance(value, list):
+        raise invalid(param, f"expected an array of tool calls, got {kind_of(value)}")
+    calls = []
+    for j, call in enumerate(value):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
+            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
+        arguments = function.get("arguments")
+        if arguments is None:
+            arguments = {}
+        if isinstance(arguments, str):      # some clients send the OpenAI shape here
+            try:
+                arguments = orjson.loads(arguments)
+            except orjson.JSONDecodeError:
+                raise invalid(f"{param}[{j}].function.arguments", "expected a JSON object") from None
+        if not isinstance(arguments, dict):
+            raise invalid(f"{param}[{j}].function.arguments", f"expected an object, got {kind_of(arguments)}")
+        call_id = call.get("id")
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"call_{turn}_{j}"
+        calls.append({"id": call_id, "type": "function",
+                      "function": {"name": function["name"], "arguments": orjson.dumps(arguments).decode()}})
+    return calls
+
+
+def take_call(open_calls: list[tuple[str, str]], name: str | None) -> str | None:
+    """The id of the earliest open call with this name (or the earliest, without a name)."""
+    for k, (call_name, call_id) in enumerate(open_calls):
+        if name is None or call_name == name:
+            del open_calls[k]
+            return call_id
+    return None
+
+
+def read_optional_str(message: dict, name: str, param: str) -> str | None:
+    value = message.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise invalid(f"{param}.{name}", f"expected a string, got {kind_of(value)}")
+    return value

@@ -1,0 +1,52 @@
+"""Ollama's model names (`name:tag`) and the one place this dialect gets its model.
+
+Ollama's clients send `qwen3:8b` or `llama3.2:latest`, and a name without a tag means
+`:latest`. A catalogue name `x` answers as `x` and `x:latest`; an alias may carry its own tag
+(`[models.NAME] aliases = ["qwen3:8b"]`). Lists show each catalogue name with its tag
+(`x:latest`), as Ollama lists its models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ...errors import ApiError
+from ..exchange import Exchange
+from ..loading import serve_with_model
+
+LATEST = ":latest"
+
+
+def tagged(name: str) -> str:
+    """The name as Ollama lists it: with a tag."""
+    return name if ":" in name else name + LATEST
+
+
+def catalogue_name(app: Any, name: str) -> str:
+    """The catalogue's own name for an Ollama name (the name itself when nothing matches:
+    the model manager answers 404, or the one model of a one-model server)."""
+    catalogue = app.models.catalogue
+    if catalogue.exact(name) is None and name.endswith(LATEST):
+        bare = name[:-len(LATEST)]
+        if catalogue.exact(bare) is not None:
+            return bare
+    return name
+
+
+def requested_name(body: dict, field: str = "model") -> str:
+    """The request's model name: `model`, or the older `name` Ollama still takes."""
+    name = body.get(field)
+    if name is None and field == "model":
+        name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise ApiError(400, f"{field} is required: the name of a model (GET /api/tags lists them)",
+                       param=field, code="missing_model")
+    return name
+
+
+def serve_with_ollama_model(exchange: Exchange, body: dict, serve: Callable[[Any], None]) -> None:
+    """serve(model) with the model the body names, loaded and held. A load renders nothing:
+    NDJSON has no comment a client would skip, so the client waits in silence (the socket is
+    still watched)."""
+    name = catalogue_name(exchange.app, requested_name(body))
+    serve_with_model(exchange, {"model": name, "keep_alive": body.get("keep_alive")}, serve)

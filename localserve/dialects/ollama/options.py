@@ -1,0 +1,119 @@
+"""The fields Ollama's generating requests share: `options`, `think`, `format`, `stream`.
+
+`options` holds Ollama's sampling and runner settings. The sampling ones map onto the
+sampler (llama.cpp's own names, mostly the same); `num_predict` is the answer's token limit
+(-1 and -2: no limit); `stop` the stop strings. Runner settings this server fixes per model
+at load (num_ctx, num_batch, num_gpu, num_thread, ...) and sampler settings llama.cpp dropped
+(mirostat, tfs_z, penalize_newline) are accepted and ignored, logged at debug level, as are
+names Ollama does not know: Ollama's own clients send whatever their user set.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ApiError
+from ...generation import SamplingParams
+from ..fields import invalid, kind_of, read_bool, read_dict, read_int, read_number, read_sampling, read_stop
+
+log = logging.getLogger("localserve.dialects")
+
+# Ollama's option → the sampling field read_sampling takes (same name unless said)
+SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "presence_penalty", "frequency_penalty",
+                    "repeat_penalty", "repeat_last_n")
+IGNORED_OPTIONS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "numa", "low_vram",
+                             "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
+                             "num_keep", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline",
+                             "draft_num_predict"})
+THINK_LEVELS = ("low", "medium", "high")
+
+
+@dataclass
+class Options:
+    sampling: SamplingParams
+    max_tokens: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+
+def read_options(body: dict, n_vocab: int, label: str) -> Options:
+    options = read_dict(body, "options") or {}
+    prefixed = {name: options[name] for name in SAMPLING_OPTIONS if name in options}
+    for name in ("typical_p",):
+        if name in options:
+            prefixed[name] = options[name]
+    try:
+        sampling = read_sampling(prefixed, n_vocab)
+        typical_p = read_number(prefixed, "typical_p", low=0, high=1, default=1.0)
+        predict = read_int(options, "num_predict", low=-2)
+        stop = read_stop(options)
+    except ApiError as exc:        # a 400 naming the option: name it as options.NAME
+        raise renamed(exc, f"options.{exc.param}") from None
+    sampling.typical_p = typical_p
+    left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop"}
+    if left & IGNORED_OPTIONS:
+        log.debug("%s: options %s ignored (fixed at load, or not a llama.cpp sampler)", label,
+                  ", ".join(sorted(left & IGNORED_OPTIONS)))
+    if left - IGNORED_OPTIONS:
+        log.debug("%s: unknown options %s ignored", label, ", ".join(sorted(left - IGNORED_OPTIONS)))
+    return Options(sampling, None if predict is None or predict < 0 else max(predict, 1), stop)
+
+
+def renamed(exc: ApiError, name: str) -> ApiError:
+    """A field error from the shared readers, its param named as Ollama's clients set it."""
+    param = exc.param
+    if param is None:
+        return exc
+    exc.param = name
+    exc.message = exc.message.replace(f"'{param}'", f"'{name}'", 1)
+    if name not in exc.message:
+        exc.message = f"invalid '{name}': {exc.message}"
+    exc.args = (exc.message,)
+    return exc
+
+
+def read_stream(body: dict) -> bool:
+    return read_bool(body, "stream", default=True)     # Ollama streams unless told not to
+
+
+def read_think(body: dict) -> tuple[bool | None, str | None]:
+    """`think`: true/false, or a level ("low", "medium", "high"); (None, None) when absent."""
+    value = body.get("think")
+    if value is None:
+        return None, None
+    if isinstance(value, bool):
+        return value, None
+    if isinstance(value, str) and value in THINK_LEVELS:
+        return True, value
+    raise invalid("think", f"expected true, false or one of {', '.join(THINK_LEVELS)}, got {kind_of(value)}"
+                  + (f" '{value}'" if isinstance(value, str) else ""))
+
+
+def template_kwargs(think: bool | None, level: str | None) -> dict[str, Any]:
+    """What the chat template hears of `think` (Qwen3 and DeepSeek read enable_thinking, gpt-oss
+    reasoning_effort)."""
+    kwargs: dict[str, Any] = {}
+    if think is not None:
+        kwargs["enable_thinking"] = think
+        kwargs["thinking"] = think
+    if level is not None:
+        kwargs["reasoning_effort"] = level
+    return kwargs
+
+
+def read_format(body: dict) -> tuple[bool, dict | None]:
+    """`format`: "json" (a JSON object) or a JSON Schema; (json_object, schema)."""
+    value = body.get("format")
+    if value is None or value == "":
+        return False, None
+    if value == "json":
+        return True, None
+    if isinstance(value, dict):
+        return False, value
+    raise invalid("format", f'expected "json" or a JSON Schema object, got {kind_of(value)}')
+
+
+def refuse_images(value: Any, param: str) -> None:
+    if value:
+        raise invalid(param, "images are not supported yet: this server takes text only")

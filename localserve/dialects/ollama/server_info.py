@@ -1,0 +1,33 @@
+"""GET /api/version and GET / as Ollama answers them.
+
+Clients parse the version as integers and refuse an Ollama older than they support (VS Code
+Copilot Chat wants at least 0.6.4): the number given is the Ollama API level this dialect
+speaks, not localserve's own version. `GET /` is a liveness probe to Ollama's clients
+("Ollama is running"), and the built-in page to a browser (it asks for text/html).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from ..exchange import Exchange, Handler
+
+OLLAMA_API_VERSION = "0.12.0"
+RUNNING = b"Ollama is running"
+
+
+def version(exchange: Exchange) -> None:
+    exchange.send_json({"version": OLLAMA_API_VERSION})
+
+
+def root_handler(page: Handler | None) -> Callable[[Exchange], None]:
+    """GET / : the page for a browser (when there is one), the probe's answer for the rest."""
+
+    def root(exchange: Exchange) -> None:
+        accept = exchange.request.header("accept") or ""
+        if page is not None and "text/html" in accept.lower():
+            page(exchange)
+            return
+        exchange.writer.send(200, RUNNING, content_type="text/plain; charset=utf-8")
+
+    return root
