@@ -7,6 +7,7 @@ keeps one request one request, so an error status reaches the test as it was sen
 from __future__ import annotations
 
 import anthropic
+import ollama
 import openai
 
 
@@ -21,3 +22,12 @@ def anthropic_sdk(server, api_key: str = "x", strict: bool = True) -> anthropic.
     """An Anthropic client for a ServerProcess (or anything with a base_url)."""
     return anthropic.Anthropic(base_url=server.base_url, api_key=api_key, max_retries=0,
                                _strict_response_validation=strict)
+
+
+def ollama_client(server, headers: dict | None = None) -> ollama.Client:
+    """The official Ollama client for a ServerProcess (Ollama's own API at the server's root)."""
+    return ollama.Client(host=server.base_url, headers=headers)
+
+
+def ollama_async_client(server) -> ollama.AsyncClient:
+    return ollama.AsyncClient(host=server.base_url)
