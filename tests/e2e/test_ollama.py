@@ -15,6 +15,7 @@ import pytest
 from clients import ollama_async_client, ollama_client
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
+from tinymodel import NO_EOG
 
 ARGUMENTS = {"cmd": "touch made.txt"}
 FINAL = "The file made.txt is there now."
@@ -95,10 +96,10 @@ def test_chat_format_schema_holds_the_answer_to_it(client):
 
 
 def test_generate_streams_and_answers_whole(client):
-    whole = client.generate(model="tiny", prompt="hello", options={"num_predict": 6, "temperature": 0})
+    whole = client.generate(model="tiny", prompt="hello", options={"num_predict": 6, "temperature": 0, "logit_bias": NO_EOG})
     assert whole.done and whole.done_reason == "length" and whole.eval_count == 6 and whole.context == []
     parts = list(client.generate(model="tiny", prompt="hello", stream=True,
-                                 options={"num_predict": 6, "temperature": 0}))
+                                 options={"num_predict": 6, "temperature": 0, "logit_bias": NO_EOG}))
     assert "".join(p.response for p in parts) == whole.response
     assert parts[-1].done and parts[-1].done_reason == "length"
 
@@ -168,7 +169,7 @@ def test_the_async_client(server):
         listed = await client.list()
         reply = await client.chat(model="scripted", messages=ASK, tools=TOOLS)
         parts = [p async for p in await client.generate(model="tiny", prompt="hi", stream=True,
-                                                          options={"num_predict": 3})]
+                                                          options={"num_predict": 3, "logit_bias": NO_EOG})]
         return listed, reply, parts
 
     listed, reply, parts = asyncio.run(session())

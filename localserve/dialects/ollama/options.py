@@ -2,7 +2,8 @@
 
 `options` holds Ollama's sampling and runner settings. The sampling ones map onto the
 sampler (llama.cpp's own names, mostly the same); `num_predict` is the answer's token limit
-(-1 and -2: no limit); `stop` the stop strings. Runner settings this server fixes per model
+(-1 and -2: no limit); `stop` the stop strings; llama.cpp's `logit_bias` and `grammar`, which
+every dialect accepts, are options here. Runner settings this server fixes per model
 at load (num_ctx, num_batch, num_gpu, num_thread, ...) and sampler settings llama.cpp dropped
 (mirostat, tfs_z, penalize_newline) are accepted and ignored, logged at debug level, as are
 names Ollama does not know: Ollama's own clients send whatever their user set.
@@ -20,9 +21,10 @@ from ..fields import invalid, kind_of, read_bool, read_dict, read_int, read_numb
 
 log = logging.getLogger("localserve.dialects")
 
-# Ollama's option → the sampling field read_sampling takes (same name unless said)
+# Ollama's sampling options, read as every dialect reads them; with llama.cpp's extensions
+# (logit_bias as a token-id map, a GBNF grammar) that every dialect takes, here among the options
 SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "presence_penalty", "frequency_penalty",
-                    "repeat_penalty", "repeat_last_n")
+                    "repeat_penalty", "repeat_last_n", "logit_bias", "grammar")
 IGNORED_OPTIONS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "numa", "low_vram",
                              "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
                              "num_keep", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline",
