@@ -1,0 +1,109 @@
+"""Reading Ollama's request fields: messages into the chat input, options into sampling, think,
+format, names with tags; every bad field a 400 naming it."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from localserve.dialects.ollama.messages import read_chat, read_messages
+from localserve.dialects.ollama.names import catalogue_name, tagged
+from localserve.dialects.ollama.options import read_format, read_options, read_think
+from localserve.errors import ApiError
+from localserve.models.catalogue import Catalogue, ModelEntry
+
+
+def test_messages_become_the_chat_inputs_shape():
+    messages = read_messages([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "", "thinking": "look it up",
+         "tool_calls": [{"function": {"name": "get", "arguments": {"city": "Paris"}}},
+                        {"function": {"name": "time", "arguments": {}}}]},
+        {"role": "tool", "tool_name": "time", "content": "noon"},
+        {"role": "tool", "content": "sunny"},
+    ])
+    call_ids = [c["id"] for c in messages[2]["tool_calls"]]
+    assert messages[2]["reasoning_content"] == "look it up"
+    assert [json.loads(c["function"]["arguments"]) for c in messages[2]["tool_calls"]] == [{"city": "Paris"}, {}]
+    assert len(set(call_ids)) == 2
+    # results find their calls by name, else in order
+    assert (messages[3]["tool_call_id"], messages[3]["name"]) == (call_ids[1], "time")
+    assert messages[4]["tool_call_id"] == call_ids[0]
+
+
+@pytest.mark.parametrize("messages, param", [
+    ("hi", "messages"),
+    ([5], "messages[0]"),
+    ([{"role": "bot", "content": "x"}], "messages[0].role"),
+    ([{"role": "user", "content": ["x"]}], "messages[0].content"),
+    ([{"role": "user", "content": "x", "images": ["aGk="]}], "messages[0].images"),
+    ([{"role": "assistant", "thinking": 3}], "messages[0].thinking"),
+    ([{"role": "assistant", "tool_calls": {}}], "messages[0].tool_calls"),
+    ([{"role": "assistant", "tool_calls": [{"function": {"arguments": {}}}]}], "messages[0].tool_calls[0]"),
+    ([{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{x"}}]}],
+     "messages[0].tool_calls[0].function.arguments"),
+    ([{"role": "tool", "content": "x", "tool_name": 5}], "messages[0].tool_name"),
+])
+def test_bad_messages_name_their_field(messages, param):
+    with pytest.raises(ApiError) as caught:
+        read_messages(messages)
+    assert caught.value.status == 400 and caught.value.param == param and param in caught.value.message
+
+
+def test_options_map_onto_the_sampler_and_ignore_what_is_fixed_at_load():
+    options = read_options({"options": {"temperature": 0.2, "top_k": 7, "top_p": 0.5, "min_p": 0.1, "typical_p": 0.9,
+                                        "repeat_penalty": 1.2, "repeat_last_n": -1, "presence_penalty": 0.5,
+                                        "frequency_penalty": 0.25, "seed": 42, "stop": ["\n\n"], "num_predict": 12,
+                                        "num_ctx": 8192, "num_keep": 4, "mirostat": 2, "something_new": True}},
+                           n_vocab=300, label="t")
+    s = options.sampling
+    assert (s.temperature, s.top_k, s.top_p, s.min_p, s.typical_p) == (0.2, 7, 0.5, 0.1, 0.9)
+    assert (s.repeat_penalty, s.repeat_last_n, s.presence_penalty, s.frequency_penalty, s.seed) == (
+        1.2, 0x7FFFFFFF, 0.5, 0.25, 42)
+    assert options.stop == ["\n\n"] and options.max_tokens == 12
+    assert read_options({"options": {"num_predict": -1}}, 300, "t").max_tokens is None
+    assert read_options({}, 300, "t").max_tokens is None
+
+
+@pytest.mark.parametrize("options, param", [
+    ({"temperature": "hot"}, "options.temperature"),
+    ({"top_p": 2}, "options.top_p"),
+    ({"typical_p": -1}, "options.typical_p"),
+    ({"num_predict": "ten"}, "options.num_predict"),
+    ({"stop": 5}, "options.stop"),
+    ({"seed": 1.5}, "options.seed"),
+])
+def test_bad_options_name_their_field(options, param):
+    with pytest.raises(ApiError) as caught:
+        read_options({"options": options}, 300, "t")
+    assert caught.value.status == 400 and caught.value.param == param and f"'{param}'" in caught.value.message
+
+
+def test_think_format_and_tools():
+    assert read_think({}) == (None, None)
+    assert read_think({"think": False}) == (False, None)
+    assert read_think({"think": "high"}) == (True, "high")
+    for bad in ("max", 1, ["x"]):
+        with pytest.raises(ApiError, match="think"):
+            read_think({"think": bad})
+    assert read_format({"format": "json"}) == (True, None)
+    assert read_format({"format": ""}) == (False, None)
+    assert read_format({"format": {"type": "object"}}) == (False, {"type": "object"})
+    with pytest.raises(ApiError, match="format"):
+        read_format({"format": "xml"})
+    chat = read_chat({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
+                     False, None, [{"role": "user", "content": "x"}])
+    assert [t["name"] for t in chat.tools] == ["f"] and chat.template_kwargs["enable_thinking"] is False
+
+
+def test_names_answer_with_and_without_latest():
+    catalogue = Catalogue([ModelEntry("qwen", "/q.gguf", aliases=("qwen3:8b",)), ModelEntry("llama", "/l.gguf")])
+    app = SimpleNamespace(models=SimpleNamespace(catalogue=catalogue))
+    assert catalogue_name(app, "qwen:latest") == "qwen"
+    assert catalogue_name(app, "qwen3:8b") == "qwen3:8b"        # an alias with its own tag
+    assert catalogue_name(app, "llama") == "llama"
+    assert catalogue_name(app, "absent:latest") == "absent:latest"
+    assert (tagged("qwen"), tagged("qwen3:8b")) == ("qwen:latest", "qwen3:8b")
