@@ -39,7 +39,7 @@ from .wire.routes import Router
 from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
 from .ops import systemd
 from .ops.signals import StopSignals
-from .wire.server import HTTPServer
+from .wire.server import HTTPServer, listen_address
 from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
@@ -271,38 +271,62 @@ def serve(settings: Settings) -> int:
     except OSError as exc:
         print(f"localserve: cannot listen on {settings.host}:{settings.port}: {exc.strerror}", file=sys.stderr)
         return EXIT_USAGE
-    limits = Limits(max_body_bytes=settings.max_body_bytes)
-    server = HTTPServer(app.router.dispatch, errors_for=app.router.errors_for, limits=limits,
-                        header_timeout=settings.header_timeout,
-                        max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
-                        idle_timeout=settings.idle_timeout, listener=listener, metrics=app.metrics)
-    app.metrics.register(open_connections=server.connection_count, inflight_bytes=lambda: server.inflight.used,
-                         inflight_limit=lambda: server.inflight.limit)
+    listeners = [listener]
+    if settings.ollama_listen:      # a second address for tools with Ollama's port built in
+        ollama_host, ollama_port = listen_address(settings.ollama_listen, settings.host)
+        try:
+            listeners.append(HTTPServer.listen(ollama_host, ollama_port))
+        except OSError as exc:
+            listener.close()
+            print(f"localserve: cannot listen on {settings.ollama_listen} (--ollama-listen): {exc.strerror}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    servers = [http_server(app, each) for each in listeners]
+    server = servers[0]
+    app.metrics.register(open_connections=lambda: sum(s.connection_count() for s in servers),
+                         inflight_bytes=lambda: sum(s.inflight.used for s in servers),
+                         inflight_limit=lambda: sum(s.inflight.limit for s in servers))
     with StopSignals() as signals:      # SIGTERM, SIGINT, SIGHUP: drain and exit (ops/signals.py)
-        server.start()
+        for each in servers:
+            each.start()
         try:
             app.load(signals)
         except StartupError as exc:
             print(f"localserve: {exc}", file=sys.stderr)
-            server.shutdown(0)
+            for each in servers:
+                each.shutdown(0)
             return exc.status
         app.ready.set()
         host, port = server.address
         log_serving(app, host, port)
+        for each in servers[1:]:
+            log.info("also serving on http://%s:%d (--ollama-listen)", *each.address)
         systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
         watchdog = systemd.watchdog_interval()
         while not signals.wait(watchdog or 1.0):
             if watchdog:
                 systemd.notify("WATCHDOG=1")
-        return drain(app, server, settings)
+        return drain(app, servers, settings)
 
 
-def drain(app: App, server: HTTPServer, settings: Settings) -> int:
+def http_server(app: App, listener) -> HTTPServer:
+    """One listening address's server; every one serves the same app (routes, access, limits)."""
+    settings = app.settings
+    return HTTPServer(app.router.dispatch, errors_for=app.router.errors_for,
+                      limits=Limits(max_body_bytes=settings.max_body_bytes), header_timeout=settings.header_timeout,
+                      max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
+                      idle_timeout=settings.idle_timeout, listener=listener, metrics=app.metrics)
+
+
+def drain(app: App, servers: list[HTTPServer], settings: Settings) -> int:
     """Stop accepting, let open requests and background runs finish (up to --drain-timeout), close."""
     systemd.notify("STOPPING=1")
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     drain_started = time.monotonic()
-    server.shutdown(settings.drain_timeout)
+    for each in servers:        # every address stops accepting at once (idle connections closed) ...
+        each.shutdown(0)
+    for each in servers:        # ... then the busy ones finish, in the drain's time between them
+        each.shutdown(max(0.0, settings.drain_timeout - (time.monotonic() - drain_started)))
     left = app.response_runs.drain(max(0.0, settings.drain_timeout - (time.monotonic() - drain_started)))
     if left:
         log.warning("%d background response(s) still running at the end of the drain: stored as failed", left)

@@ -113,6 +113,7 @@ class Settings:
     model_id: str | None = None
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
+    ollama_listen: str | None = None               # a second address ("127.0.0.1:11434"), the same app
     ctx_size: int | None = None
     threads: int | None = None
     n_gpu_layers: int = 0

@@ -20,6 +20,7 @@ from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
 from ..models.catalogue import PER_MODEL
 from ..models.units import parse_duration, parse_size
+from ..wire.server import listen_address
 
 EXIT_USAGE = 2
 
@@ -99,6 +100,14 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _listen_address(value: str) -> str:
+    try:
+        host, port = listen_address(value, defaults.DEFAULT_HOST)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _duration(value: str) -> float:
     try:
         return parse_duration(value)
@@ -132,6 +141,8 @@ OPTIONS: tuple[Option, ...] = (
            "waits for busy models to go idle; then 503 with Retry-After", "SECONDS"),
     Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
     Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
+    Option("ollama-listen", _listen_address, None, "a second address to serve on, for tools with Ollama's "
+           "port built in, e.g. 127.0.0.1:11434 (the same server and API on both)", "HOST:PORT"),
     Option("ctx-size", positive_int, None,
            f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
     Option("threads", positive_int, None, "CPU threads for generation (default: all cores)", "N"),

@@ -285,6 +285,15 @@ class HTTPServer:
             time.sleep(0.05)
 
 
+def listen_address(text: str, default_host: str) -> tuple[str, int]:
+    """HOST:PORT, [IPv6]:PORT, :PORT or PORT (on default_host) → (host, port); ValueError names the problem."""
+    host, _, port = text.strip().rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") or default_host
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"'{text}' is not an address such as 127.0.0.1:11434 or :11434")
+    return host, int(port)
+
+
 def _close(sock: socket.socket) -> None:
     try:
         sock.close()

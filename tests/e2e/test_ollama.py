@@ -96,10 +96,10 @@ def test_chat_format_schema_holds_the_answer_to_it(client):
 
 
 def test_generate_streams_and_answers_whole(client):
-    whole = client.generate(model="tiny", prompt="hello", options={"num_predict": 6, "temperature": 0, "logit_bias": NO_EOG})
+    options = {"num_predict": 6, "temperature": 0, "logit_bias": NO_EOG}
+    whole = client.generate(model="tiny", prompt="hello", options=options)
     assert whole.done and whole.done_reason == "length" and whole.eval_count == 6 and whole.context == []
-    parts = list(client.generate(model="tiny", prompt="hello", stream=True,
-                                 options={"num_predict": 6, "temperature": 0, "logit_bias": NO_EOG}))
+    parts = list(client.generate(model="tiny", prompt="hello", stream=True, options=options))
     assert "".join(p.response for p in parts) == whole.response
     assert parts[-1].done and parts[-1].done_reason == "length"
 

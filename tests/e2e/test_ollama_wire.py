@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 
+import ollama
 import pytest
 
-from conftest import ServerProcess
+from conftest import ServerProcess, free_port
 from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG
 
@@ -70,14 +72,16 @@ def test_a_chat_stream_is_ndjson_while_its_model_loads(server):
 
 
 def test_a_generate_stream_is_ndjson_too(server):
-    resp = post(server, "/api/generate", {"model": "other:latest", "prompt": "hi", "options": {"num_predict": 4, "logit_bias": NO_EOG}})
+    resp = post(server, "/api/generate", {"model": "other:latest", "prompt": "hi",
+                                          "options": {"num_predict": 4, "logit_bias": NO_EOG}})
     lines = ndjson_lines(resp.body)
     assert all("response" in line for line in lines) and lines[-1]["context"] == []
     assert_last_line(lines[-1])
 
 
 def test_stream_false_is_one_object(server):
-    resp = post(server, "/api/chat", {"model": "tiny", "stream": False, "options": {"num_predict": 3, "logit_bias": NO_EOG},
+    resp = post(server, "/api/chat", {"model": "tiny", "stream": False,
+                                      "options": {"num_predict": 3, "logit_bias": NO_EOG},
                                       "messages": [{"role": "user", "content": "hi"}]})
     assert resp.header("content-type") == "application/json"
     whole = resp.json()
@@ -153,9 +157,8 @@ def test_errors_are_ollamas_shape(server, send, status, words):
     assert list(body) == ["error"] and words in body["error"], body
 
 
-def test_a_failed_job_after_the_head_is_one_error_line(server):
-    """A grammar llama.cpp refuses only once sampling starts is not possible here; a client that
-    asks for more prompt than the context holds fails before the head, in Ollama's shape."""
+def test_a_prompt_longer_than_the_context_is_a_400_before_the_head(server):
+    """(An error after the head, one `{"error"}` line, is in tests/unit/dialects/ollama/test_replies.py.)"""
     resp = post(server, "/api/chat", {"model": "tiny", "messages": [{"role": "user", "content": "word " * 5000}]})
     assert resp.status == 400 and "context" in resp.json()["error"]
 
@@ -179,3 +182,30 @@ def test_a_client_gone_mid_stream_cancels_the_job(server):
     conn.close()
     request_id = next(h.split(":", 1)[1].strip() for h in head if h.lower().startswith("request-id:"))
     assert server.wait_cancelled(request_id, "client went away during the stream"), server.log[-2000:]
+
+
+def test_a_second_address_serves_the_same_app(tiny_model):
+    second = free_port()
+    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--api-key", "k", "--no-store",
+                        env={"LOCALSERVE_OLLAMA_LISTEN": f"127.0.0.1:{second}"})
+    try:
+        assert srv.wait_log(f"also serving on http://127.0.0.1:{second} (--ollama-listen)")
+        client = ollama.Client(host=f"http://127.0.0.1:{second}", headers={"Authorization": "Bearer k"})
+        assert [m.model for m in client.list().models] == ["tiny:latest"]
+        reply = client.generate(model="tiny", prompt="hi", options={"num_predict": 2, "logit_bias": NO_EOG})
+        assert reply.eval_count == 2
+        refused = request(second, b"GET /api/tags HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert refused.status == 401 and list(refused.json()) == ["error"]      # the same access rules
+        assert request(second, b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n").body == b"Ollama is running"
+    finally:
+        assert srv.stop() == 0
+
+
+def test_a_second_address_in_use_is_a_usage_error(tiny_model):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        srv = ServerProcess(tiny_model, "--ollama-listen", f"127.0.0.1:{port}", wait=False)
+        assert srv.proc.wait(timeout=30) == 2
+        assert "--ollama-listen" in srv.log

@@ -60,7 +60,6 @@ def tag_entry(record: Any) -> dict:
 
 
 def show_body(model: Any) -> dict:
-    info = model.chat.engine.info
     template = model.chat.template
     return {
         "license": "",
