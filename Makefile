@@ -73,12 +73,14 @@ $(LLAMA_SERVER): $(SDIST)
 # Without it, a tool that cannot be installed stops `make test` here, and its tests fail with the reason.
 skipping = case ",$$(echo "$$LOCALSERVE_TEST_SKIP" | tr -d ' ')," in *,$(1),*) true;; *) false;; esac
 
-# The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), pinned and
+# The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), and the
+# official `ollama` JavaScript client (tests/e2e/test_ollama_js.py drives it with node), pinned and
 # installed once from the npm registry into .cache/agent-clis.
 CODEX_VERSION ?= 0.171.0
 CLAUDE_CODE_VERSION ?= 2.1.332
+OLLAMA_JS_VERSION ?= 0.6.4
 AGENT_CLIS := .cache/agent-clis
-AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)
+AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)-ollama-$(OLLAMA_JS_VERSION)
 
 agent-clis:
 	@if $(call skipping,agent-clis); then \
@@ -89,7 +91,8 @@ agent-clis:
 	elif [ ! -f $(AGENT_CLIS_STAMP) ]; then \
 		mkdir -p $(AGENT_CLIS) && \
 		npm install --prefix $(AGENT_CLIS) --no-audit --no-fund --save-exact \
-			@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) && \
+			@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
+			ollama@$(OLLAMA_JS_VERSION) && \
 		touch $(AGENT_CLIS_STAMP); \
 	fi
 

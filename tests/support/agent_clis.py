@@ -8,6 +8,7 @@ installs it; LOCALSERVE_TEST_SKIP=agent-clis skips these tests (needs.py).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 AGENT_CLIS = ROOT / ".cache" / "agent-clis"
 CODEX_VERSION = "0.171.0"
 CLAUDE_CODE_VERSION = "2.1.332"
+OLLAMA_JS_VERSION = "0.6.4"
 
-__all__ = ["AGENT_CLIS", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "claude_binary", "codex_binary"]
+__all__ = ["AGENT_CLIS", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "OLLAMA_JS_VERSION", "claude_binary",
+           "codex_binary", "ollama_js_module"]
 
 
 def _binary(name: str, package: str, version: str) -> Path:
@@ -46,3 +49,19 @@ def codex_binary() -> Path:
 
 def claude_binary() -> Path:
     return _binary("claude", "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION)
+
+
+def ollama_js_module() -> Path:
+    """The official `ollama` npm package's folder, for a node script to import (node's own path:
+    the package is a library, not a binary)."""
+    check_skip("agent-clis")
+    if shutil.which("node") is None:
+        missing("agent-clis", "node is not installed: the ollama JavaScript client's test needs it")
+    package = AGENT_CLIS / "node_modules" / "ollama"
+    try:
+        version = json.loads((package / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        pytest.fail(f"ollama@{OLLAMA_JS_VERSION} (npm) is not installed in {AGENT_CLIS}: run `make agent-clis`")
+    if version != OLLAMA_JS_VERSION:
+        pytest.fail(f"{package} is ollama@{version}, not {OLLAMA_JS_VERSION}: run `make agent-clis`")
+    return package
