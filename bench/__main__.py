@@ -15,6 +15,8 @@ Measures, on the demo model unless --model is given:
   the same file, and the time to switch between two models with --max-models 1;
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
   are installed, with the same workload;
+- Ollama's /api/chat: the single-stream and 4-stream rows against /v1/chat/completions on the
+  same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import decode, embeddings, latency, models, speculative, weights
+from . import decode, embeddings, latency, models, ollama_chat, speculative, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -50,6 +52,8 @@ def parse_args() -> argparse.Namespace:
                         help="only speculative decoding's figures (bench/speculative.py)")
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
+    parser.add_argument("--ollama-only", action="store_true",
+                        help="only /api/chat against /v1/chat/completions (bench/ollama_chat.py)")
     return parser.parse_args()
 
 
@@ -64,6 +68,10 @@ def main() -> int:
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
     bare_runs = BareRuns(engine, work, args)
+    if args.ollama_only:
+        ollama_chat.run(model, work.ban, args)
+        engine.close()
+        return 0
     if args.speculative_only:
         speculative.run(model, engine, work, args)
         engine.close()
@@ -85,6 +93,7 @@ def main() -> int:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     print_report(bare, contenders, args)
+    ollama_chat.run(model, work.ban, args)          # /api/chat's rows beside /v1/chat/completions'
     speculative.run(model, engine, work, args)     # the four ratios and their chart
     engine.close()
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
