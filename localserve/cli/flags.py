@@ -192,7 +192,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("data-dir", str, None, "where stored responses and conversations live "
            "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
     Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
-    Option("no-webui", _flag, False, "serve no chat and status page at / (then / is a 404)", "BOOL"),
+    Option("no-webui", _flag, False, "serve no chat and status page at / (then / is a 404 to "
+           "browsers, and still 'Ollama is running' to Ollama's clients)", "BOOL"),
     Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
            "KEY", repeat=True),
     Option("api-key-file", str, None, "file with one API key per line", "PATH"),

@@ -195,7 +195,7 @@ class Served:
         """A file of the built-in page, as text."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            conn.request("GET", path)
+            conn.request("GET", path, headers={"Accept": "text/html"})     # a browser's: / is the page
             response = conn.getresponse()
             assert response.status == 200, (path, response.status, self.output())
             return response.read().decode()

@@ -92,11 +92,13 @@ def test_stream_false_is_one_object(server):
 def test_load_and_unload_through_empty_requests(server):
     assert post(server, "/api/generate", {"model": "other", "keep_alive": 0}).json()["done_reason"] == "unload"
     assert "other:latest" not in loaded_names(server)
-    answer = post(server, "/api/chat", {"model": "other", "messages": []}).json()
+    streamed = post(server, "/api/chat", {"model": "other", "messages": []})
+    assert streamed.header("content-type") == "application/x-ndjson"
+    [answer] = ndjson_lines(streamed.body)
     assert answer["done_reason"] == "load" and answer["done"] is True and answer["message"]["content"] == ""
     assert "other:latest" in loaded_names(server)
-    assert post(server, "/api/chat", {"model": "other", "messages": [], "keep_alive": "0s"}).json()[
-        "done_reason"] == "unload"
+    whole = post(server, "/api/chat", {"model": "other", "messages": [], "keep_alive": "0s", "stream": False})
+    assert whole.header("content-type") == "application/json" and whole.json()["done_reason"] == "unload"
     assert "other:latest" not in loaded_names(server)
 
 

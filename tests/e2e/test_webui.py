@@ -62,8 +62,12 @@ def key_server(page_model):
     srv.stop()
 
 
+# what a browser asks for: GET / without text/html is Ollama's probe ("Ollama is running")
+BROWSER_ACCEPT = "Accept: text/html,application/xhtml+xml,*/*;q=0.8\r\n"
+
+
 def get(port: int, path: str, headers: str = "") -> object:
-    return request(port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n".encode())
+    return request(port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n{BROWSER_ACCEPT}{headers}\r\n".encode())
 
 
 def slots_busy(server) -> int:
@@ -91,7 +95,7 @@ def test_page_files_carry_type_etag_cache_and_a_strict_csp(webui_server, path):
     assert again.status == 304 and again.body == b"" and again.header("etag") == resp.header("etag")
     changed = get(webui_server.port, path, 'If-None-Match: "not-this-one"\r\n')
     assert changed.status == 200 and changed.body == resp.body
-    head = request(webui_server.port, f"HEAD {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    head = request(webui_server.port, f"HEAD {path} HTTP/1.1\r\nHost: localhost\r\n{BROWSER_ACCEPT}\r\n".encode())
     assert head.status == 200 and head.body == b"" and head.header("content-length") == str(len(resp.body))
 
 

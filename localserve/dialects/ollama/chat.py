@@ -24,7 +24,7 @@ def handle(exchange: Exchange) -> None:
     if not body.get("messages"):
         if body.get("messages") not in (None, []):
             read_messages(body["messages"])      # the 400 for a messages that is not an array
-        load_or_unload(exchange, body, reply)
+        load_or_unload(exchange, body, reply, stream)
         return
     messages = read_messages(body["messages"])
     chat = read_chat(body, think, level, messages)

@@ -47,7 +47,7 @@ def handle(exchange: Exchange) -> None:
     if context is not None and not isinstance(context, list):
         raise invalid("context", f"expected an array of token ids, got {kind_of(context)}")
     if not prompt:
-        load_or_unload(exchange, body, reply)
+        load_or_unload(exchange, body, reply, stream)
         return
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     chat = read_chat({"format": body.get("format")}, think, level, messages)

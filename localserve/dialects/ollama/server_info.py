@@ -3,13 +3,15 @@
 Clients parse the version as integers and refuse an Ollama older than they support (VS Code
 Copilot Chat wants at least 0.6.4): the number given is the Ollama API level this dialect
 speaks, not localserve's own version. `GET /` is a liveness probe to Ollama's clients
-("Ollama is running"), and the built-in page to a browser (it asks for text/html).
+("Ollama is running"), and the built-in page to a browser (it asks for text/html; a 404
+under --no-webui).
 """
 
 from __future__ import annotations
 
 from typing import Callable
 
+from ...errors import ApiError
 from ..exchange import Exchange, Handler
 
 OLLAMA_API_VERSION = "0.12.0"
@@ -24,8 +26,9 @@ def root_handler(page: Handler | None) -> Callable[[Exchange], None]:
     """GET / : the page for a browser (when there is one), the probe's answer for the rest."""
 
     def root(exchange: Exchange) -> None:
-        accept = exchange.request.header("accept") or ""
-        if page is not None and "text/html" in accept.lower():
+        if "text/html" in (exchange.request.header("accept") or "").lower():
+            if page is None:
+                raise ApiError(404, "no page at /: the built-in page is off (--no-webui)", code="not_found")
             page(exchange)
             return
         exchange.writer.send(200, RUNNING, content_type="text/plain; charset=utf-8")
