@@ -14,6 +14,7 @@ import pytest
 
 from conftest import ServerProcess, free_port
 from rawhttp import RawConnection, post_json, request
+from scripted_model import tool_loop_script, write_scripted_gguf
 from tinymodel import NO_EOG
 
 DURATIONS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
@@ -24,6 +25,7 @@ def server(tiny_model, tmp_path_factory):
     folder = tmp_path_factory.mktemp("ollama-wire")
     for name in ("tiny", "other"):
         shutil.copy(tiny_model, folder / f"{name}.gguf")
+    write_scripted_gguf(folder / "agent.gguf", tool_loop_script("ls", {}, "Done."))     # a template with tools
     srv = ServerProcess(None, "--models-dir", str(folder), "--slots", "1", "--no-store")
     yield srv
     srv.stop()
@@ -106,12 +108,15 @@ def test_copilot_chats_probe_sequence(server):
     version = get(server, "/api/version").json()["version"]
     assert tuple(int(part) for part in version.split(".")) >= (0, 6, 4)
     names = [m["name"] for m in get(server, "/api/tags").json()["models"]]
-    assert names == ["other:latest", "tiny:latest"]
+    assert names == ["agent:latest", "other:latest", "tiny:latest"]
+    capabilities = {}
     for name in names:
         shown = post(server, "/api/show", {"model": name}).json()
         arch = shown["model_info"]["general.architecture"]
         assert isinstance(shown["model_info"][f"{arch}.context_length"], int)
-        assert "completion" in shown["capabilities"]
+        capabilities[name] = shown["capabilities"]
+    assert "tools" in capabilities["agent:latest"] and "tools" not in capabilities["tiny:latest"]
+    assert all("completion" in found for found in capabilities.values())
 
 
 def test_the_root_answers_probes_and_browsers(server):
