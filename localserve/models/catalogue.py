@@ -30,6 +30,9 @@ PER_MODEL = ("ctx_size", "slots", "n_gpu_layers", "threads", "chat_template_file
              "speculative", "draft_model", "draft_max")
 
 
+LATEST_TAG = ":latest"     # Ollama's tag for a name given without one
+
+
 class CatalogueError(Exception):
     """The catalogue cannot be read (a usage error: one line, exit status 2)."""
 
@@ -72,15 +75,20 @@ class Catalogue:
         return list(self.entries)
 
     def exact(self, name: str) -> ModelEntry | None:
-        """The entry this name or alias is, whatever any_name says (GET /v1/models/{model})."""
-        return self._names.get(name)
+        """The entry this name or alias is, whatever any_name says (GET /v1/models/{model}).
+        Ollama's clients tag every name: `x:latest` is `x` unless a name says otherwise (they send
+        the tagged name to the OpenAI endpoints too: Copilot Chat chats there)."""
+        entry = self._names.get(name)
+        if entry is None and name.endswith(LATEST_TAG):
+            entry = self._names.get(name[:-len(LATEST_TAG)])
+        return entry
 
     def find(self, name: str | None) -> ModelEntry | None:
         """The entry a request's `model` names; None for a name there is not. With one model
         and no name, that model; with one model served as today's server, any name."""
         if self.any_name or (not name and len(self.entries) == 1):
             return next(iter(self.entries.values()))
-        return self._names.get(name) if name else None
+        return self.exact(name) if name else None
 
 
 def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogue:

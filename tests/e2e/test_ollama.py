@@ -12,7 +12,7 @@ import numpy as np
 import ollama
 import pytest
 
-from clients import ollama_async_client, ollama_client
+from clients import ollama_async_client, ollama_client, openai_sdk
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
 from tinymodel import NO_EOG
@@ -86,6 +86,13 @@ def test_the_tool_result_gets_the_answer(client):
     messages = ASK + [first.message, {"role": "tool", "tool_name": "exec_command", "content": "done"}]
     second = client.chat(model="scripted", messages=messages, tools=TOOLS)
     assert second.message.content == FINAL and not second.message.tool_calls
+
+
+def test_tagged_names_reach_the_openai_endpoints_too(server):
+    """Copilot Chat lists models through /api/tags, then chats through /v1/chat/completions."""
+    reply = openai_sdk(server).chat.completions.create(model="scripted:latest", messages=ASK, tools=TOOLS)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    assert reply.model == "scripted"
 
 
 def test_chat_format_schema_holds_the_answer_to_it(client):

@@ -11,26 +11,21 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ...errors import ApiError
+from ...models.catalogue import LATEST_TAG
 from ..exchange import Exchange
 from ..loading import serve_with_model
 
-LATEST = ":latest"
-
-
 def tagged(name: str) -> str:
     """The name as Ollama lists it: with a tag."""
-    return name if ":" in name else name + LATEST
+    return name if ":" in name else name + LATEST_TAG
 
 
 def catalogue_name(app: Any, name: str) -> str:
-    """The catalogue's own name for an Ollama name (the name itself when nothing matches:
-    the model manager answers 404, or the one model of a one-model server)."""
-    catalogue = app.models.catalogue
-    if catalogue.exact(name) is None and name.endswith(LATEST):
-        bare = name[:-len(LATEST)]
-        if catalogue.exact(bare) is not None:
-            return bare
-    return name
+    """The catalogue's own name for an Ollama name (the catalogue answers `x:latest` for `x`);
+    the name itself when nothing matches: the model manager answers 404, or the one model of
+    a one-model server."""
+    entry = app.models.catalogue.exact(name)
+    return name if entry is None else entry.name
 
 
 def requested_name(body: dict, field: str = "model") -> str:

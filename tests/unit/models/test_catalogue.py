@@ -100,6 +100,16 @@ def test_model_alone_answers_any_name_and_a_models_dir_does_not(tmp_path):
     assert read_catalogue(settings_from(tmp_path), lambda: "/demo/gemma.gguf").find("anything").name == "gemma"
 
 
+def test_a_name_answers_with_ollamas_latest_tag_unless_another_name_is_that(tmp_path):
+    toml = ('[models.qwen]\npath = "/m/q.gguf"\naliases = ["qwen3:8b"]\n'
+            '[models.llama]\npath = "/m/l.gguf"\n[models."llama:latest"]\npath = "/m/other.gguf"\n')
+    catalogue = read_catalogue(settings_from(tmp_path, toml), no_demo)
+    assert catalogue.find("qwen:latest").name == "qwen" and catalogue.exact("qwen:latest").name == "qwen"
+    assert catalogue.find("qwen3:8b").name == "qwen"
+    assert catalogue.find("llama:latest").path == "/m/other.gguf"      # a name that is the tagged one wins
+    assert catalogue.find("qwen3:latest") is None and catalogue.find("qwen:7b") is None
+
+
 def test_an_empty_models_dir_is_a_usage_error(tmp_path):
     with pytest.raises(CatalogueError, match="no \\*.gguf"):
         read_catalogue(settings_from(tmp_path, "", "--models-dir", str(tmp_path)), no_demo)

@@ -103,7 +103,7 @@ def test_names_answer_with_and_without_latest():
     catalogue = Catalogue([ModelEntry("qwen", "/q.gguf", aliases=("qwen3:8b",)), ModelEntry("llama", "/l.gguf")])
     app = SimpleNamespace(models=SimpleNamespace(catalogue=catalogue))
     assert catalogue_name(app, "qwen:latest") == "qwen"
-    assert catalogue_name(app, "qwen3:8b") == "qwen3:8b"        # an alias with its own tag
+    assert catalogue_name(app, "qwen3:8b") == "qwen"            # an alias with its own tag
     assert catalogue_name(app, "llama") == "llama"
     assert catalogue_name(app, "absent:latest") == "absent:latest"
     assert (tagged("qwen"), tagged("qwen3:8b")) == ("qwen:latest", "qwen3:8b")
