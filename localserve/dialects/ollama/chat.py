@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import build_chat_request
@@ -13,6 +15,9 @@ from .messages import read_chat, read_messages
 from .names import requested_name, serve_with_ollama_model
 from .options import read_options, read_stream, read_think, renamed
 from .replies import NdjsonLines, Reply
+
+if TYPE_CHECKING:
+    from ...models.loaded import LoadedModel
 
 
 def handle(exchange: Exchange) -> None:
@@ -29,7 +34,7 @@ def handle(exchange: Exchange) -> None:
     messages = read_messages(body["messages"])
     chat = read_chat(body, think, level, messages)
 
-    def answer(model) -> None:
+    def answer(model: LoadedModel) -> None:
         reply.model_ready()
         options = read_options(body, model.chat.engine.n_vocab, f"ollama chat {exchange.request_id}")
         try:

@@ -9,8 +9,11 @@ answered as an empty list. `suffix` (fill-in-the-middle) is refused for now.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import logging
 
+from ...engine.facade import EngineFacade
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import (ChatInput, build_chat_request, check_fits, check_grammar, output_grammar,
@@ -21,8 +24,11 @@ from .chat import run
 from .lifecycle import load_or_unload
 from .messages import read_chat
 from .names import requested_name, serve_with_ollama_model
-from .options import read_format, read_options, read_stream, read_think, refuse_images, renamed
+from .options import Options, read_format, read_options, read_stream, read_think, refuse_images, renamed
 from .replies import Reply
+
+if TYPE_CHECKING:
+    from ...models.loaded import LoadedModel
 
 log = logging.getLogger("localserve.dialects")
 
@@ -52,7 +58,7 @@ def handle(exchange: Exchange) -> None:
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     chat = read_chat({"format": body.get("format")}, think, level, messages)
 
-    def answer(model) -> None:
+    def answer(model: LoadedModel) -> None:
         reply.model_ready()
         options = read_options(body, model.chat.engine.n_vocab, f"ollama generate {exchange.request_id}")
         label = f"ollama generate {exchange.request_id}"
@@ -69,7 +75,7 @@ def handle(exchange: Exchange) -> None:
     serve_with_ollama_model(exchange, body, answer)
 
 
-def raw_request(engine, prompt: str, chat: ChatInput, options, label: str) -> GenerationRequest:
+def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:
     """The prompt's own tokens, no template; `format` still holds the answer to its grammar."""
     tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
     check_fits(engine, tokens)

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..exchange import Exchange
 from .clock import expires_at, timestamp
 from .names import serve_with_ollama_model, tagged
+
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ...models.loaded import LoadedModel
+    from ...models.record import Record
 
 
 def list_tags(exchange: Exchange) -> None:
@@ -45,13 +49,13 @@ def show(exchange: Exchange) -> None:
     exchange.app.require_ready()
     body = exchange.json()
 
-    def answer(model) -> None:
+    def answer(model: LoadedModel) -> None:
         exchange.send_json(show_body(model))
 
     serve_with_ollama_model(exchange, body, answer)
 
 
-def tag_entry(record: Any) -> dict:
+def tag_entry(record: Record) -> dict:
     path = record.entry.path
     entry = {"name": tagged(record.name), "model": tagged(record.name), "modified_at": modified_at(path),
              "size": file_size(path), "digest": digest(path),
@@ -59,7 +63,7 @@ def tag_entry(record: Any) -> dict:
     return entry
 
 
-def show_body(model: Any) -> dict:
+def show_body(model: LoadedModel) -> dict:
     template = model.chat.template
     return {
         "license": "",
@@ -73,7 +77,7 @@ def show_body(model: Any) -> dict:
     }
 
 
-def model_info(model: Any) -> dict:
+def model_info(model: LoadedModel) -> dict:
     engine = model.chat.engine
     info = engine.info
     arch = info.architecture
@@ -82,7 +86,7 @@ def model_info(model: Any) -> dict:
             "general.basename": os.path.splitext(os.path.basename(info.path))[0]}
 
 
-def capabilities(model: Any) -> list[str]:
+def capabilities(model: LoadedModel) -> list[str]:
     if model.embeddings_only:
         return ["embedding"]
     found = ["completion"]
@@ -94,7 +98,7 @@ def capabilities(model: Any) -> list[str]:
     return found
 
 
-def details(model: Any) -> dict:
+def details(model: LoadedModel) -> dict:
     info = model.chat.engine.info
     return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
             "parameter_size": parameter_size(info.n_params), "quantization_level": quantization(info.description)}

@@ -8,12 +8,15 @@ Ollama's clients send `qwen3:8b` or `llama3.2:latest`, and a name without a tag 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ...errors import ApiError
 from ...models.catalogue import LATEST_TAG
 from ..exchange import Exchange
 from ..loading import serve_with_model
+
+if TYPE_CHECKING:
+    from ...models.loaded import LoadedModel
 
 def tagged(name: str) -> str:
     """The name as Ollama lists it: with a tag."""
@@ -39,7 +42,7 @@ def requested_name(body: dict, field: str = "model") -> str:
     return name
 
 
-def serve_with_ollama_model(exchange: Exchange, body: dict, serve: Callable[[Any], None]) -> None:
+def serve_with_ollama_model(exchange: Exchange, body: dict, serve: Callable[[LoadedModel], None]) -> None:
     """serve(model) with the model the body names, loaded and held. A load renders nothing:
     NDJSON has no comment a client would skip, so the client waits in silence (the socket is
     still watched)."""

@@ -41,18 +41,13 @@ class Options:
 
 def read_options(body: dict, n_vocab: int, label: str) -> Options:
     options = read_dict(body, "options") or {}
-    prefixed = {name: options[name] for name in SAMPLING_OPTIONS if name in options}
-    for name in ("typical_p",):
-        if name in options:
-            prefixed[name] = options[name]
     try:
-        sampling = read_sampling(prefixed, n_vocab)
-        typical_p = read_number(prefixed, "typical_p", low=0, high=1, default=1.0)
+        sampling = read_sampling({name: options[name] for name in SAMPLING_OPTIONS if name in options}, n_vocab)
+        sampling.typical_p = read_number(options, "typical_p", low=0, high=1, default=1.0)
         predict = read_int(options, "num_predict", low=-2)
         stop = read_stop(options)
     except ApiError as exc:        # a 400 naming the option: name it as options.NAME
         raise renamed(exc, f"options.{exc.param}") from None
-    sampling.typical_p = typical_p
     left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop"}
     if left & IGNORED_OPTIONS:
         log.debug("%s: options %s ignored (fixed at load, or not a llama.cpp sampler)", label,
