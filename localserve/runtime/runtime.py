@@ -30,7 +30,7 @@ from ..ops.metrics import ServerMetrics
 from .outcome import attach_logprobs, finish_reason, finished_output
 from .pending_sample import abandoned_running
 from .promptcache import PromptCache
-from .sampling import SAMPLE_GRACE, SamplerDriver
+from .token_choice import SAMPLE_GRACE, SamplerDriver
 from .scheduler import BatchPlan, Scheduler, draft_room
 from .speculative import Speculator
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
