@@ -1,8 +1,8 @@
 """Speculative decoding: guess a sequence's next tokens, verify them all in one decode step.
 
 A decoding sequence normally adds one token per step. With a draft, the step decodes its next
-token and the drafted tokens after it, with logits at each position; the sampler driver
-(token_choice.py) then chooses token by token with the job's own sampler chain and goes on while
+token and the drafted tokens after it, with logits at each position; the runtime step
+(runtime.py, token_choice.py) then chooses token by token with the job's own sampler chain and goes on while
 the chosen token equals the draft's: every accepted token is one the model would have chosen
 anyway, from the same logits, with the same sampler state. So the output is what plain
 decoding gives (for sampling, the same distribution: a draft never depends on the random draw
