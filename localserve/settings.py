@@ -44,13 +44,7 @@ DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one toke
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
 DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
-NGRAM_SIZES = (8, 4, 3, 2)         # n-gram lengths the prompt lookup matches, the longest first
-COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
-NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
-DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
-PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
 MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
-MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
@@ -65,7 +59,6 @@ MAX_GRAMMAR_OPTIONAL_RUN = 32      # items in a row that may each match nothing 
 MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
 MAX_SCHEMA_KEY_LENGTH = 256        # a property name beside additionalProperties (its exclusion nests per character)
 MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
-MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
 DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same

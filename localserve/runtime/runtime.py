@@ -32,7 +32,9 @@ from .take_token import take_token
 from .token_choice import SAMPLE_GRACE, Chosen, TokenChooser, TooSlow
 from .scheduler import BatchPlan, Scheduler, draft_room
 from .speculative import Speculator
-from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
+from ..settings import DEFAULT_SAMPLE_TIME_LIMIT
+
+MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 __all__ = ["Runtime", "QueueFull", "RuntimeStopped", "GrammarBacklog", "EngineFailure"]
 

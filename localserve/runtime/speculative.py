@@ -21,11 +21,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from ..settings import COPY_CHECK_TOKENS, DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
 from .ngram import NgramIndex
 
 if TYPE_CHECKING:
     from .jobs import Job
+
+COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
+NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
+DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
+PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
+MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 
 log = logging.getLogger("localserve.runtime")
 
