@@ -26,7 +26,6 @@ LINGER_SECONDS = 2.0               # after an error answer, how long to read wha
 MAX_LINGERING_SOCKETS = 256        # refused sockets lingered on at once by the accept loop's helper
 TRIM_AFTER_BYTES = 1024 * 1024     # a request body this large: give freed memory back afterwards
 MALLOC_MMAP_THRESHOLD = 1024 * 1024    # glibc: blocks this large get their own mapping (memory.py)
-TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
 MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
 MAX_PROMPT_ITEMS = 4096           # Responses input items with their stored context (chain, conversation), at most
@@ -36,7 +35,6 @@ DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
 DEFAULT_MAX_EMBEDDING_INPUTS = 2048    # inputs one /v1/embeddings call may carry
-EMBEDDING_MAX_SEQS = 128           # inputs packed into one embedding batch (each is a sequence of its own)
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
@@ -63,14 +61,6 @@ MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
 DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same
 DEFAULT_RPC_WAIT = 30.0            # --rpc-wait: seconds a front waits at start for its workers
-RPC_MAX_WORKERS = 16               # GGML_RPC_MAX_SERVERS
-RPC_PROBE_TIMEOUT = 2.0            # seconds one TCP probe of a worker may take
-RPC_PROBE_BACKOFF_START = 0.25     # first pause between probes; doubles up to the next
-RPC_PROBE_BACKOFF_MAX = 2.0
-RPC_HANDSHAKE_WARN = 10.0          # say so when a worker takes this long to answer the handshake
-RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that died,
-RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
-RPC_ABORT_PROBE_PAUSE = 0.2
 
 # Anthropic's output_config.effort (and adaptive thinking, whose default effort is high)
 # as a reasoning budget in tokens; None: unlimited.
