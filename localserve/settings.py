@@ -21,10 +21,7 @@ DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may fi
 DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close
 INFLIGHT_BODIES = 4                # --max-inflight-bytes default: this many largest bodies at once
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
-MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
-MAX_PROMPT_ITEMS = 4096           # Responses input items with their stored context (chain, conversation), at most
 SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
-MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it recurse; orjson writes 254)
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
@@ -36,28 +33,16 @@ DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one toke
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
 DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
-MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
-GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
-
-# What a request may ask of the runtime, checked before it is queued (400 naming the limit)
-MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
 
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
 DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same
 DEFAULT_RPC_WAIT = 30.0            # --rpc-wait: seconds a front waits at start for its workers
 
-# Anthropic's output_config.effort (and adaptive thinking, whose default effort is high)
-# as a reasoning budget in tokens; None: unlimited.
-EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768,
-                                         "max": None}
-DEFAULT_EFFORT = "high"
-
 # Several models (models/): the catalogue, loading on demand, unloading when idle
 DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
 MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a busy model to go idle, then 503
-LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
 
 
 def user_data_dir() -> Path:

@@ -16,7 +16,7 @@ import orjson
 
 from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
 from ..ops import memory
-from ..settings import MAX_JSON_DEPTH
+from .limits import MAX_JSON_DEPTH
 
 log = logging.getLogger("localserve.dialects")
 

@@ -11,7 +11,7 @@ from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_reques
                             strict_tool_names)
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError, openai_error_body
-from ...settings import MAX_PREDICTION_TOKENS
+from ..limits import MAX_PREDICTION_TOKENS
 from ..loading import serve_with_model
 from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output

@@ -13,7 +13,7 @@ from localserve.dialects.signing import load_signing_key, sign
 from localserve.errors import ANTHROPIC_ERRORS
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationFailure,
                                    GenerationRequest)
-from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
+from localserve.dialects.anthropic.effort import DEFAULT_EFFORT, EFFORT_BUDGETS
 from localserve.wire.connection import ResponseWriter
 from localserve.wire.http import Request
 from localserve.wire.routes import Router
