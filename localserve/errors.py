@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import orjson
 
-from .settings import SHOWN_NAME_CHARS
+SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
 
 OPENAI_ERROR_TYPES = {
     400: "invalid_request_error",

@@ -21,7 +21,6 @@ DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may fi
 DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close
 INFLIGHT_BODIES = 4                # --max-inflight-bytes default: this many largest bodies at once
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
-SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
