@@ -1,7 +1,9 @@
-"""Every default and limit, named, in one place.
+"""What a user can set, with its default, and the limits several parts share.
 
-The CLI (cli.py) turns flags, LOCALSERVE_* variables and the config file into one
-Settings object; nothing else in the package reads the environment for configuration.
+The CLI (cli/flags.py) turns flags, LOCALSERVE_* variables and the config file into one
+Settings object; nothing else in the package reads the environment for configuration. A
+constant only one part reads lives beside that part (the n-gram sizes in runtime/, a
+request's limits in dialects/limits.py and grammar/limits.py, RPC probe timings in engine/rpc.py).
 """
 
 from __future__ import annotations

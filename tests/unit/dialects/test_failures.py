@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from localserve.dialects.failures import GRAMMAR_RETRY_AFTER_SECONDS, api_error, runtime_refusals
-from localserve.errors import ANTHROPIC_ERRORS, ApiError
+from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
+from localserve.errors import ApiError
 from localserve.generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar,
                                    JobCancelled, NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
 from localserve.settings import RETRY_AFTER_SECONDS
