@@ -14,9 +14,10 @@ from typing import Any, Callable, Protocol
 
 import orjson
 
-from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
+from ..errors import ApiError, ClientGone, ErrorShape
+from .openai.errors import OPENAI_ERRORS
 from ..ops import memory
-from ..settings import MAX_JSON_DEPTH
+from .limits import MAX_JSON_DEPTH
 
 log = logging.getLogger("localserve.dialects")
 

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from ..errors import ApiError
 from ..generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar, JobCancelled,
                           NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
-from ..settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+from ..settings import RETRY_AFTER_SECONDS
+
+GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
 
 
 @dataclass(frozen=True)

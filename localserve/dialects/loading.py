@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Callable
 
 from ..errors import ApiError, ClientGone
 from ..generation import Loading
-from ..settings import LOADING_COMMENT_INTERVAL
 from .exchange import Exchange
 from .pump import open_stream
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ..models.loaded import LoadedModel
+
+LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
 
 log = logging.getLogger("localserve.routes")
 

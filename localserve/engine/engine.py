@@ -20,7 +20,6 @@ from llama_cpp import llama_cpp as ll
 
 from . import cpu_weights, file_facts, model_load
 from ..generation import SamplingParams
-from ..settings import TOKENIZE_ALONE_BYTES
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
@@ -28,6 +27,8 @@ from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
 from .stopwatch import Stopwatch
 from ..grammar.scan import token_refs
+
+TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 
 __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
            "Sampler", "check_model_file", "quiet_llama_logs"]

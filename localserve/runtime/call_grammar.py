@@ -6,7 +6,7 @@ pipeline whether a block of calls has opened (the family's start marker, or a `{
 message for the families that write bare objects); the first time one has, the grammar wakes
 with the block's text so far, as the model's own tokens, and holds every token after it. No
 token chosen before the wake is chosen again: a draft being verified stops at the token that
-opened the call, and the rest is chosen under the grammar (sampling.py). A block whose text
+opened the call, and the rest is chosen under the grammar (token_choice.py). A block whose text
 already strays from the grammar (the token that completed the marker ran on past what it
 allows) is left as the model writes it; the grammar sleeps on for a later block.
 """

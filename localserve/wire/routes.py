@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..dialects.exchange import Exchange, Handler
-from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
+from ..dialects.openai.errors import OPENAI_ERRORS
+from ..errors import ApiError, ClientGone, ErrorShape
 from .connection import ResponseWriter
 from .http import Request
 

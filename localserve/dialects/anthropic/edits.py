@@ -25,7 +25,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
-from ...settings import MAX_CONTEXT_EDITS
+from ..limits import MAX_CONTEXT_EDITS
 from ..fields import invalid
 
 log = logging.getLogger("localserve.anthropic")

@@ -29,7 +29,8 @@ from typing import Any, Callable
 
 import orjson
 
-from ...errors import ANTHROPIC_ERRORS, ApiError, anthropic_error_body
+from ...errors import ApiError
+from .errors import ANTHROPIC_ERRORS, anthropic_error_body
 from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
 from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt

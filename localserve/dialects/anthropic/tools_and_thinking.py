@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...prompt.build import ChatInput, ToolChoice
-from ...settings import DEFAULT_EFFORT, EFFORT_BUDGETS, MAX_INT_PARAM
+from .effort import DEFAULT_EFFORT, EFFORT_BUDGETS
+from ..limits import MAX_INT_PARAM
 from ..fields import invalid
 
 # Tools Anthropic runs on its own servers (web search and fetch, code execution, tool

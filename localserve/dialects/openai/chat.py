@@ -10,8 +10,9 @@ from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, 
 from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions,
                             strict_tool_names)
 from ...engine.facade import TooManyTokens
-from ...errors import ApiError, openai_error_body
-from ...settings import MAX_PREDICTION_TOKENS
+from ...errors import ApiError
+from .errors import openai_error_body
+from ..limits import MAX_PREDICTION_TOKENS
 from ..loading import serve_with_model
 from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...errors import ApiError
-from ...settings import MAX_PROMPT_ITEMS
+from ..limits import MAX_PROMPT_ITEMS
 from ...generation import GenerationRequest, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
 from ..signing import seal, unseal

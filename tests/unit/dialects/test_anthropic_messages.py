@@ -10,10 +10,10 @@ from localserve.dialects.anthropic import messages as messages_api
 from localserve.dialects.anthropic.input import read_chat, read_input
 from localserve.dialects.exchange import Exchange
 from localserve.dialects.signing import load_signing_key, sign
-from localserve.errors import ANTHROPIC_ERRORS
+from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationFailure,
                                    GenerationRequest)
-from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
+from localserve.dialects.anthropic.effort import DEFAULT_EFFORT, EFFORT_BUDGETS
 from localserve.wire.connection import ResponseWriter
 from localserve.wire.http import Request
 from localserve.wire.routes import Router

@@ -7,7 +7,7 @@ import pytest
 
 from localserve.dialects.anthropic.edits import ClearToolUses, apply_edits, read_edits
 from localserve.errors import ApiError, ClientGone
-from localserve.settings import MAX_CONTEXT_EDITS
+from localserve.dialects.limits import MAX_CONTEXT_EDITS
 
 # never clears enough: each copy once cost a whole render and tokenize
 STUBBORN = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 0},

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.dialects.failures import api_error, runtime_refusals
-from localserve.errors import ANTHROPIC_ERRORS, ApiError
+from localserve.dialects.failures import GRAMMAR_RETRY_AFTER_SECONDS, api_error, runtime_refusals
+from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
+from localserve.errors import ApiError
 from localserve.generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar,
                                    JobCancelled, NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
-from localserve.settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+from localserve.settings import RETRY_AFTER_SECONDS
 
 
 @pytest.mark.parametrize("failure, status, code, message, retry_after", [

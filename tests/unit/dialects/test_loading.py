@@ -12,7 +12,8 @@ import pytest
 from localserve.dialects.exchange import Exchange
 from localserve.dialects.loading import LoadWait, serve_with_model
 from localserve.dialects.pump import LOADING_COMMENT
-from localserve.errors import OPENAI_ERRORS, ApiError, ClientGone
+from localserve.dialects.openai.errors import OPENAI_ERRORS
+from localserve.errors import ApiError, ClientGone
 from localserve.generation import Loading
 from localserve.models.manager import ModelManager
 from localserve.models.record import Attempt
