@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..ops import memory
 from .budget import ByteBudget, Held
-from .connection import ResponseWriter
+from .response_writer import ResponseWriter
 from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
 from .linger import Lingerer, linger_close
