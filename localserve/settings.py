@@ -1,6 +1,6 @@
 """Every default and limit, named, in one place.
 
-The CLI (cli.py) turns flags, LOCALSERVE_* variables and the config file into one
+The CLI (cli/flags.py) turns flags, LOCALSERVE_* variables and the config file into one
 Settings object; nothing else in the package reads the environment for configuration.
 """
 
