@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
-from ..generation import ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, \
-    ToolCallStart
+from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
+                          ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Writer
 from .failures import api_error, runtime_refusals

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable, ContextManager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
 from ..generation import Loading
@@ -51,7 +53,7 @@ class LoadWait:
 
 
 def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], None] | None = None
-              ) -> ContextManager[LoadedModel]:
+              ) -> AbstractContextManager[LoadedModel]:
     """`with use_model(models, body, wait) as model:` the model the body's `model` names (404
     model_not_found otherwise), loaded, held while the request runs; on_loading hears the load;
     the body's `keep_alive` (Ollama's) is how long it stays loaded after this request."""

@@ -14,7 +14,8 @@ the one wait loop). They raise ClientGone when the socket closes while they wait
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import orjson
 
@@ -22,6 +23,7 @@ from ..errors import ApiError, ClientGone
 from ..generation import ActiveGeneration, Finished
 from .exchange import Exchange
 from .jobs import KEEPALIVE, error_from, job_events
+
 PREFILL_COMMENT = b": prefill\n\n"
 LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)
 DONE = b"data: [DONE]\n\n"

@@ -9,8 +9,9 @@ to deliver the job).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from ..generation import ActiveGeneration, GenerationOutput, GenerationRequest
 from .exchange import Exchange

@@ -5,12 +5,12 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from .fields import invalid, read_bool
 from ..prompt.build import ChatInput, ChatModel, function_definitions, render_chat, tokenize_capped
+from .exchange import Exchange, RouteTable
+from .fields import invalid, read_bool
+from .loading import LoadWait, use_model
 from .openai.chat import read_messages
 from .responses.request import read_plan
-from .exchange import Exchange, RouteTable
-from .loading import LoadWait, use_model
 from .services import Services
 
 

@@ -15,8 +15,8 @@ from typing import Protocol
 
 from ..dialects.exchange import Exchange, Handler
 from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
-from .response_writer import ResponseWriter
 from .http import Request
+from .response_writer import ResponseWriter
 
 log = logging.getLogger("localserve.routes")
 

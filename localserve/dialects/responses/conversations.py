@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from ...errors import ApiError
 from ..exchange import Exchange
-from ..services import Services
 from ..fields import invalid
+from ..services import Services
 from .items import list_page, read_items, read_page_query
 from .request import read_metadata, storage_off
 

@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError, ClientGone
 from ...generation import ActiveGeneration, Finished, GenerationFailure
+from ..exchange import Exchange
+from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
 from ..jobs import KEEPALIVE, error_from, job_events
 from ..pump import PREFILL_COMMENT, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
-from .runs import ACTIVE, ResponseRun, ResponseRuns
-from ..exchange import Exchange
-from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
 from .items import list_page, read_page_query
 from .request import Plan, read_plan
+from .runs import ACTIVE, ResponseRun, ResponseRuns
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ...models.loaded import LoadedModel

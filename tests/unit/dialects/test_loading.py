@@ -16,8 +16,8 @@ from localserve.errors import OPENAI_ERRORS, ApiError, ClientGone
 from localserve.generation import Loading
 from localserve.models.manager import ModelManager
 from localserve.models.record import Attempt
-from localserve.wire.response_writer import ResponseWriter
 from localserve.wire.http import Request
+from localserve.wire.response_writer import ResponseWriter
 
 
 class _LoadingModels:
