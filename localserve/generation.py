@@ -1,6 +1,6 @@
-"""The vocabulary shared by protocols and the runtime: requests in, events out.
+"""The vocabulary shared by the dialects and the runtime: requests in, events out.
 
-A protocol module reads its dialect's JSON into a GenerationRequest; the runtime
+A dialect reads its JSON into a GenerationRequest; the runtime
 answers on the job's own queue with the events below, and says why it refused or
 failed a job with the domain errors at the end. Nothing here knows about HTTP or any
 dialect's wire format: each dialect maps the errors to its status and error shape.

@@ -2,7 +2,7 @@
 
 Only the runtime thread calls into an Engine after start-up; connection threads
 reach it through facade.EngineFacade, whose calls are safe off that thread. The engine knows
-tokens, sequences and logits; it knows nothing about requests or protocols.
+tokens, sequences and logits; it knows nothing about requests or dialects.
 Why not ``Llama.create_completion``: it costs Python work per token and
 re-detokenizes the whole output each step; here one token costs one piece lookup.
 """

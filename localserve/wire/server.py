@@ -26,7 +26,7 @@ from typing import Callable
 
 from ..ops import memory
 from .budget import ByteBudget, Held
-from .connection import ResponseWriter
+from .response_writer import ResponseWriter
 from ..dialects.openai.errors import OPENAI_ERRORS
 from ..errors import ApiError, ClientGone, ErrorShape
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response

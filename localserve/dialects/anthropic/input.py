@@ -19,7 +19,7 @@
   reasoning_effort; `output_config.format` (a JSON schema) constrains the answer
   (these in tools_and_thinking.py).
 - `cache_control` on a block (or on the request, for automatic caching) marks its message
-  as a breakpoint: the last one tells anthropic_prompt where this request's cache ends.
+  as a breakpoint: the last one tells prompt.py where this request's cache ends.
 Consecutive user turns are merged, as Anthropic does, so strict templates see alternation.
 Fields this module does not read are ignored, never an error.
 """

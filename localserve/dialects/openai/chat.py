@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
 from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions,
@@ -13,39 +13,35 @@ from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
 from ..limits import MAX_PREDICTION_TOKENS
-from ..loading import serve_with_model
-from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
-from ..respond import cancel_on_error, submit, wait_for_output
+from ..pump import DONE, PREFILL_COMMENT, sse
+from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
+from ..services import Services
 from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
+
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ...models.loaded import LoadedModel
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
-def handle(exchange: Exchange) -> None:
-    serve_openai(exchange, read_request, "chatcmpl-", final_response, stream_response)
+def handle(services: Services, exchange: Exchange) -> None:
+    serve_openai(services, exchange, read_request, "chatcmpl-", final_response, ChatChunks)
 
 
-def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) -> None:
-    """The request/response cycle both OpenAI endpoints share: read, queue, answer whole or streamed."""
-    exchange.app.require_ready()
-    body = exchange.json()
-    stream = read_bool(body, "stream")
-
-    def answer(model) -> None:
+def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks) -> None:
+    """What both OpenAI endpoints say in the request cycle: read(model.chat, body, request id)
+    for the job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage)
+    for a stream."""
+    def reply(model: LoadedModel, body: dict) -> Reply:
         gen_request = read(model.chat, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
-        gen = submit(exchange, gen_request)
-        with cancel_on_error(gen):
-            meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
-            if stream:
-                stream_out(exchange, gen, meta, include_usage)
-            else:
-                output = wait_for_output(exchange, gen)
-                exchange.send_json(final(output, meta, gen_request.logprobs))
+        meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
+        return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
+                     whole=lambda output: final(output, meta, gen_request.logprobs))
 
-    serve_with_model(exchange, body, answer, notice=LOADING_COMMENT if stream else None)
+    serve_generation(exchange, services, reply)
 
 
 def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
@@ -269,6 +265,3 @@ class ChatChunks:
     def end(self) -> list[bytes]:
         return [DONE]
 
-
-def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
-    stream_job(exchange, ChatChunks(meta, include_usage), gen)

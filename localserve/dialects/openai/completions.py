@@ -7,14 +7,15 @@ from typing import Any
 from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
-from ..pump import sse, stream_job
+from ..pump import sse
 from ..exchange import Exchange
+from ..services import Services
 from .chat import ChatChunks, finish_reason, read_prediction, serve_openai, timings, usage
 from ..fields import invalid, read_bool, read_int, read_sampling, read_stop
 
 
-def handle(exchange: Exchange) -> None:
-    serve_openai(exchange, read_request, "cmpl-", final_response, stream_response)
+def handle(services: Services, exchange: Exchange) -> None:
+    serve_openai(services, exchange, read_request, "cmpl-", final_response, CompletionChunks)
 
 
 def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
@@ -111,6 +112,3 @@ class CompletionChunks(ChatChunks):
             return out
         return []
 
-
-def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
-    stream_job(exchange, CompletionChunks(meta, include_usage), gen)
