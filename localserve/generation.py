@@ -187,6 +187,18 @@ class JobCancelled(GenerationFailure):
     """An embedding job ended because it was cancelled (its client went away)."""
 
 
+class ContextOverflow(GenerationFailure):
+    """The prompt needs more tokens than the context holds (raised while the prompt is built).
+    at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False):
+        super().__init__(f"the request needs {'at least ' if at_least else ''}{n_prompt_tokens} prompt tokens "
+                         f"but the context holds {n_ctx}")
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+        self.at_least = at_least
+
+
 class ActiveGeneration:
     """One job's handle, shared by the connection thread and the runtime thread."""
 

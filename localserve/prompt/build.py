@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
-from ..errors import ApiError, context_exceeded
-from ..generation import GenerationRequest, SamplingParams, ToolSpec
+from ..errors import ApiError
+from ..generation import ContextOverflow, GenerationRequest, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
@@ -89,11 +89,11 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
 
 
 def tokenize_to_fit(engine: EngineFacade, text: str, **options: bool) -> list[int]:
-    """Tokens of a prompt that must fit the context: 400 context_length_exceeded otherwise."""
+    """Tokens of a prompt that must fit the context: ContextOverflow otherwise."""
     try:
         return engine.tokenize(text, limit=engine.n_ctx, **options)
     except TooManyTokens as exc:
-        raise context_exceeded(exc.at_least, engine.n_ctx, at_least=True) from None
+        raise ContextOverflow(exc.at_least, engine.n_ctx, at_least=True) from None
 
 
 def tokenize_capped(engine: EngineFacade, text: str, param: str, **options: bool) -> list[int]:
@@ -108,7 +108,7 @@ def tokenize_capped(engine: EngineFacade, text: str, param: str, **options: bool
 def check_fits(engine: EngineFacade, tokens: list[int]) -> None:
     n_ctx = engine.n_ctx
     if len(tokens) >= n_ctx:
-        raise context_exceeded(len(tokens), n_ctx)
+        raise ContextOverflow(len(tokens), n_ctx)
 
 
 def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,

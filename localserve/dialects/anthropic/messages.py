@@ -37,6 +37,7 @@ from ..loading import LoadWait, serve_with_model
 from ..pump import LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange, RouteTable
+from ..failures import prompt_refusals
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
@@ -81,9 +82,10 @@ def handle_messages(exchange: Exchange) -> None:
 def serve_messages(exchange: Exchange, body: dict, stream: bool, model) -> None:
     app = exchange.app
     name = read_model(body, model.model_id)
-    gen_request, prompt = read_request(model.chat, app.signing_key, body, exchange.request_id,
-                                       check_client=exchange.raise_if_gone,
-                                       betas=exchange.request.header("anthropic-beta"))
+    with prompt_refusals():
+        gen_request, prompt = read_request(model.chat, app.signing_key, body, exchange.request_id,
+                                           check_client=exchange.raise_if_gone,
+                                           betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
@@ -105,7 +107,7 @@ def handle_count_tokens(exchange: Exchange) -> None:
     app = exchange.app
     app.require_ready()
     body = exchange.json()
-    with app.use_model(body, LoadWait(exchange)) as model:
+    with app.use_model(body, LoadWait(exchange)) as model, prompt_refusals():
         prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
         tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)

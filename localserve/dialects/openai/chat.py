@@ -16,6 +16,7 @@ from ..loading import serve_with_model
 from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange
+from ..failures import prompt_refusals
 from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
 
@@ -33,7 +34,8 @@ def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) ->
     stream = read_bool(body, "stream")
 
     def answer(model) -> None:
-        gen_request = read(model.chat, body, exchange.request_id)
+        with prompt_refusals():
+            gen_request = read(model.chat, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         gen = submit(exchange, gen_request)
         with cancel_on_error(gen):

@@ -15,8 +15,9 @@ from typing import Any, Callable
 
 from ...errors import ApiError
 from ...settings import MAX_PROMPT_ITEMS
-from ...generation import GenerationRequest, SamplingParams
+from ...generation import ContextOverflow, GenerationRequest, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
+from ..failures import context_overflow
 from ..signing import seal, unseal
 from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
@@ -214,14 +215,14 @@ def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, 
     try:
         try:
             return build(items)
-        except ApiError as exc:
-            if exc.code != "context_length_exceeded" or truncation != "auto" or len(items) <= 1:
+        except ContextOverflow:
+            if truncation != "auto" or len(items) <= 1:
                 raise
         return build_newest_that_fit(items, build, check_client)
+    except ContextOverflow as failure:
+        raise context_overflow(failure, "input") from None
     except ApiError as exc:
-        if exc.code == "context_length_exceeded":
-            exc.param = "input"
-        elif exc.param == "response_format":
+        if exc.param == "response_format":
             exc.param = "text.format"
             exc.message = exc.message.replace("'response_format'", "'text.format'")
         raise
@@ -242,9 +243,7 @@ def build_newest_that_fit(items: list[dict], build: Callable[[list[dict]], Gener
         check_client()
         try:
             attempt = build(items[cuts[middle]:])
-        except ApiError as exc:
-            if exc.code != "context_length_exceeded":
-                raise
+        except ContextOverflow:
             low = middle + 1
         else:
             high, fitting = middle, attempt
