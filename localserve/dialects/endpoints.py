@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from .fields import invalid, read_bool
-from ..prompt.build import ChatInput, ChatModel, function_definitions, render_chat, tokenize_capped
-from .openai.chat import read_messages
+from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from .function_tools import function_definitions
+from .openai.chat_input import read_messages
 from .responses.request import read_plan
 from .exchange import Exchange
 from .loading import LoadWait

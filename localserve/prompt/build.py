@@ -1,17 +1,17 @@
-"""From chat messages, tools and output constraints to a GenerationRequest.
+"""From a conversation, its tools and output constraints to a GenerationRequest.
 
-Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses)
-converts its input into OpenAI-style messages and function definitions, then
-calls build_chat_request. Here the template is rendered, the prompt tokenized and
-checked against the context, the reasoning format found, and tool_choice or a
-response format turned into a grammar.
+Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses) reads its
+input into the typed conversation (localserve/conversation.py: messages and tool
+definitions), then calls build_chat_request. Here the template is rendered, the prompt
+tokenized and checked against the context, the reasoning format found, and tool_choice or
+a response format turned into a grammar.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..conversation import Message, ToolDefinition
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
 from ..errors import ApiError
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams, ToolSpec
@@ -20,6 +20,7 @@ from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..settings import MAX_TOKENIZE_BYTES
+from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
 
@@ -42,39 +43,43 @@ class ToolChoice:
 
 @dataclass
 class ChatInput:
-    messages: list[dict]
-    tools: list[dict] = field(default_factory=list)      # {"name", "description", "parameters"}
+    messages: list[Message]
+    tools: list[ToolDefinition] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
     response_schema: dict | None = None                  # json_schema output
     json_object: bool = False
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
-    strict_tools: frozenset[str] = frozenset()           # names of the tools marked strict: true
     add_generation_prompt: bool = True                   # False: a history only (/apply-template)
+
+    @property
+    def strict_tools(self) -> frozenset[str]:
+        """The names of the tools marked strict."""
+        return frozenset(t.name for t in self.tools if t.strict)
 
 
 def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
     """The prompt text. System turns after the first message are kept where the template
     shows them; a template that refuses them, or leaves one out, gets them merged into the
     user turns around them instead (so the prefix before them, and its cache, stays)."""
-    tools = chat.tools if chat.tools and chat.tool_choice.mode != "none" else None
-    template_tools = [{"type": "function", "function": t} for t in tools] if tools else None
+    tools = template_tools(chat.tools) if chat.tools and chat.tool_choice.mode != "none" else None
 
     def render(messages: list[dict]) -> str:
-        return template.render(normalize_messages(messages), tools=template_tools,
-                                   add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs)
+        return template.render(normalize_messages(messages), tools=tools,
+                               add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs)
 
     try:
+        messages = template_messages(chat.messages)
         try:
-            text = render(chat.messages)
+            text = render(messages)
         except TemplateError:
-            if not has_later_system_turns(chat.messages):
+            if not has_later_system_turns(messages):
                 raise
         else:
-            if not has_later_system_turns(chat.messages) or shows_every_system_turn(chat.messages, render):
+            if not has_later_system_turns(messages) or shows_every_system_turn(messages, render):
                 return text
-        return render(fold_system_turns(chat.messages))
+        return render(fold_system_turns(messages))
     except TemplateError as exc:
         raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
@@ -135,7 +140,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     if use_tools:
         syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
         # names with their parameter schemas: qwen3_coder's parser reads values by type
-        request.tools = ToolSpec(syntax, {t["name"]: t["parameters"] for t in chat.tools},
+        request.tools = ToolSpec(syntax, {t.name: t.parameters for t in chat.tools},
                                  parallel=chat.parallel_tool_calls)
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
             sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
@@ -166,7 +171,7 @@ def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozen
 
 
 def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -> str:
-    tools = chat.tools
+    tools = grammar_tools(chat.tools)
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]
     # A named tool_choice means exactly one call of that function.
@@ -180,8 +185,13 @@ def strict_call_grammar(syntax: str, chat: ChatInput) -> str:
     block per parameter (qwen3_coder) cannot write "any object": there every tool keeps its schema."""
     loose = not TOOL_SYNTAXES[syntax].grammar.parameters
     tools = [{**t, "parameters": {"type": "object"}} if loose and t["name"] not in chat.strict_tools else t
-             for t in chat.tools]
+             for t in grammar_tools(chat.tools)]
     return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls)
+
+
+def grammar_tools(tools: list[ToolDefinition]) -> list[dict]:
+    """The definitions as the grammar builder reads them."""
+    return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
 
 
 def _calls_grammar(syntax: str, tools: list[dict], **options) -> str:
@@ -215,38 +225,3 @@ def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
     else:
         return None
     return builder.build(f"{builder.literal(prefix)} {rule}" if prefix else rule)
-
-
-def strict_tool_names(tools: Any) -> frozenset[str]:
-    """The tools marked ``strict: true`` (Chat Completions' ``function.strict``, Anthropic's
-    ``strict``), in a list function_definitions has read."""
-    names = set()
-    for tool in tools if isinstance(tools, list) else []:
-        fn = tool.get("function") if "function" in tool else tool
-        if isinstance(fn, dict) and fn.get("strict") is True:
-            names.add(fn["name"])
-    return frozenset(names)
-
-
-def function_definitions(tools: Any, param: str = "tools") -> list[dict]:
-    """OpenAI chat tools [{"type": "function", "function": {...}}] → plain definitions."""
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise ApiError(400, f"invalid '{param}': expected an array", param=param)
-    found = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ApiError(400, f"invalid '{param}[{i}]': expected an object", param=param)
-        kind = tool.get("type", "function")
-        if kind != "function":
-            raise ApiError(400, f"tool type '{kind}' is not supported; only function tools are", param=param)
-        fn = tool.get("function") if "function" in tool else tool
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise ApiError(400, f"invalid '{param}[{i}]': a function needs a name", param=param)
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise ApiError(400, f"invalid '{param}[{i}].function.parameters': expected an object", param=param)
-        found.append({"name": fn["name"], "description": fn.get("description", ""),
-                      "parameters": params or {"type": "object", "properties": {}}})
-    return found

@@ -6,9 +6,9 @@ import time
 import uuid
 from typing import Any
 
+from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
-from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions,
-                            strict_tool_names)
+from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError, openai_error_body
 from ...settings import MAX_PREDICTION_TOKENS
@@ -16,11 +16,11 @@ from ..loading import serve_with_model
 from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange
+from ..function_tools import function_definitions
+from .chat_input import read_messages
 from ..failures import prompt_refusals
-from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
+from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
-
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def handle(exchange: Exchange) -> None:
@@ -66,7 +66,6 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     if effort is not None:
         chat.template_kwargs.setdefault("reasoning_effort", effort)
     chat.tools = function_definitions(body.get("tools"))
-    chat.strict_tools = strict_tool_names(body.get("tools"))
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
@@ -102,46 +101,7 @@ def read_prediction(engine, body: dict) -> str | None:
     return content or None
 
 
-def read_messages(body: dict) -> list[dict]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise invalid("messages", "expected a non-empty array of messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise invalid(f"messages[{i}]", "expected an object")
-        role = message.get("role")
-        if role not in ROLES:
-            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}")
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise invalid(f"messages[{i}].content", "expected a string or an array of content parts")
-        if isinstance(content, list):
-            for part in content:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind not in ("text", "input_text"):
-                    raise invalid(f"messages[{i}].content", f"content part type '{kind}' is not supported; "
-                                                            f"this server takes text only")
-        read_tool_calls(message, f"messages[{i}].tool_calls")
-    return messages
-
-
-def read_tool_calls(message: dict, param: str) -> None:
-    """An assistant message's earlier calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
-    calls = message.get("tool_calls")
-    if calls is None:
-        return
-    if not isinstance(calls, list):
-        raise invalid(param, f"expected an array of tool calls, got {kind_of(calls)}")
-    for j, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
-        arguments = function.get("arguments")
-        if arguments is not None and not isinstance(arguments, (str, dict)):
-            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON string")
-
-
-def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
+def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> ToolChoice:
     if value is None:
         return ToolChoice("auto")
     if isinstance(value, str):
@@ -153,7 +113,7 @@ def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
     if isinstance(value, dict):
         fn = value.get("function") if isinstance(value.get("function"), dict) else value
         name = fn.get("name")
-        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+        if not isinstance(name, str) or name not in {t.name for t in tools}:
             raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
         return ToolChoice("named", name)
     raise invalid("tool_choice", "expected a string or an object")

@@ -97,7 +97,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     constrain(tools, choice)
     parallel = read_bool(body, "parallel_tool_calls", default=True)
     chat = ChatInput(messages=[], tools=tools.definitions, tool_choice=choice, parallel_tool_calls=parallel,
-                     template_kwargs=read_template_kwargs(body), strict_tools=frozenset(tools.strict))
+                     template_kwargs=read_template_kwargs(body))
     text_echo = read_text_format(body, chat)
     reasoning = read_reasoning(body, chat)
     include = read_include(body)
