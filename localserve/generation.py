@@ -187,6 +187,18 @@ class JobCancelled(GenerationFailure):
     """An embedding job ended because it was cancelled (its client went away)."""
 
 
+class PromptRefused(GenerationFailure):
+    """The request's prompt cannot be built from what the client sent: the template fails on it,
+    a text is too long to count, a grammar or schema cannot be used. code: what went wrong
+    (template_error, text_too_long, invalid_grammar, grammar_too_costly, invalid_schema);
+    param: the request field at fault, as the caller named it."""
+
+    def __init__(self, message: str, *, code: str, param: str):
+        super().__init__(message)
+        self.code = code
+        self.param = param
+
+
 class ContextOverflow(GenerationFailure):
     """The prompt needs more tokens than the context holds (raised while the prompt is built).
     at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""

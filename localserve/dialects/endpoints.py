@@ -10,13 +10,14 @@ from .function_tools import function_definitions
 from .openai.chat_input import read_messages
 from .responses.request import read_plan
 from .exchange import Exchange
+from .failures import prompt_refusals
 from .loading import LoadWait
 
 
 def tokenize(exchange: Exchange) -> None:
     """llama.cpp's shape: {"content", "add_special", "with_pieces"} → {"tokens": [...]}."""
     body = exchange.json()
-    with exchange.app.use_model(body, LoadWait(exchange)) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model, prompt_refusals("content"):
         _tokenize(exchange, model.chat, body)
 
 
@@ -63,7 +64,7 @@ def apply_template(exchange: Exchange) -> None:
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
-    with exchange.app.use_model(body, LoadWait(exchange)) as model:
+    with exchange.app.use_model(body, LoadWait(exchange)) as model, prompt_refusals():
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 
 

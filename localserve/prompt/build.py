@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from ..conversation import Message, ToolDefinition
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
-from ..errors import ApiError
-from ..generation import ContextOverflow, GenerationRequest, SamplingParams, ToolSpec
+from ..generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
@@ -81,7 +80,7 @@ def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
                 return text
         return render(fold_system_turns(messages))
     except TemplateError as exc:
-        raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
+        raise PromptRefused(f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
 
 def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
@@ -102,10 +101,10 @@ def tokenize_to_fit(engine: EngineFacade, text: str, **options: bool) -> list[in
 
 
 def tokenize_capped(engine: EngineFacade, text: str, param: str, **options: bool) -> list[int]:
-    """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (400 beyond)."""
+    """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (PromptRefused beyond)."""
     size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode("utf-8"))
     if size > MAX_TOKENIZE_BYTES:
-        raise ApiError(400, f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
+        raise PromptRefused(f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
                             f"once, this is {size}", param=param, code="text_too_long")
     return engine.tokenize(text, **options)
 
@@ -154,20 +153,20 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
 
 
 def check_grammar(engine: EngineFacade, sampling: SamplingParams, param: str = "grammar") -> None:
-    """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
+    """A grammar llama.cpp cannot run is the client's error (PromptRefused), before the job is queued."""
     if sampling.grammar:
         sampling.grammar_tokens = check_grammar_text(engine, sampling.grammar, param)
 
 
 def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozenset[int]:
-    """The tokens the grammar names whole; 400 when llama.cpp cannot (or must not) run it."""
+    """The tokens the grammar names whole; PromptRefused when llama.cpp cannot (or must not) run it."""
     try:
         check_size(grammar)
         return engine.check_grammar(grammar)
     except GrammarTooCostly as exc:
-        raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
+        raise PromptRefused(str(exc), param=param, code="grammar_too_costly") from None
     except GrammarError as exc:
-        raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
+        raise PromptRefused(str(exc), param=param, code="invalid_grammar") from None
 
 
 def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -> str:
@@ -198,8 +197,8 @@ def _calls_grammar(syntax: str, tools: list[dict], **options) -> str:
     try:
         return tool_call_grammar(syntax, tools, **options)
     except (SchemaError, *MALFORMED_SCHEMA) as exc:
-        raise ApiError(400, f"a tool's parameters schema is not usable: {schema_problem(exc)}", param="tools",
-                       code="invalid_schema") from None
+        raise PromptRefused(f"a tool's parameters schema is not usable: {schema_problem(exc)}", param="tools",
+                            code="invalid_schema") from None
 
 
 # What a schema with a keyword of the wrong type (``"required": 5`` inside ``allOf``,
@@ -218,8 +217,8 @@ def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
         try:
             rule = builder.add_schema(chat.response_schema)
         except (SchemaError, *MALFORMED_SCHEMA) as exc:
-            raise ApiError(400, f"invalid JSON schema: {schema_problem(exc)}", param="response_format",
-                           code="invalid_schema") from None
+            raise PromptRefused(f"invalid JSON schema: {schema_problem(exc)}", param="response_format",
+                                code="invalid_schema") from None
     elif chat.json_object:
         rule = "object"
     else:

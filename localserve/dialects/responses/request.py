@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 from ...errors import ApiError
 from ...settings import MAX_PROMPT_ITEMS
-from ...generation import ContextOverflow, GenerationRequest, SamplingParams
+from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
-from ..failures import context_overflow
+from ..failures import api_error, context_overflow
 from ..signing import seal, unseal
 from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
@@ -221,11 +221,12 @@ def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, 
         return build_newest_that_fit(items, build, check_client)
     except ContextOverflow as failure:
         raise context_overflow(failure, "input") from None
-    except ApiError as exc:
-        if exc.param == "response_format":
-            exc.param = "text.format"
-            exc.message = exc.message.replace("'response_format'", "'text.format'")
-        raise
+    except PromptRefused as failure:
+        error = api_error(failure)
+        if error.param == "response_format":     # the schema is Responses' text.format
+            error.param = "text.format"
+            error.message = error.message.replace("'response_format'", "'text.format'")
+        raise error from None
 
 
 def build_newest_that_fit(items: list[dict], build: Callable[[list[dict]], GenerationRequest],

@@ -6,7 +6,7 @@ import pytest
 
 from localserve.dialects.failures import api_error, prompt_refusals, runtime_refusals
 from localserve.errors import ANTHROPIC_ERRORS, ApiError
-from localserve.generation import (ContextOverflow, EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar,
+from localserve.generation import (ContextOverflow, EmbeddingsUnavailable, PromptRefused, GenerationFailure, GrammarBacklog, InvalidGrammar,
                                    JobCancelled, NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
 from localserve.settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
 
@@ -51,3 +51,12 @@ def test_a_prompt_the_context_cannot_hold_is_context_length_exceeded_with_its_si
     assert (error.status, error.code, error.param, error.message) == (400, "context_length_exceeded", param, message)
     assert error.extra == {"n_prompt_tokens": failure.n_prompt_tokens, "n_ctx": 256}
     assert api_error(failure).param == "messages"
+
+
+def test_a_prompt_that_cannot_be_built_is_a_400_naming_the_field_at_fault():
+    with pytest.raises(ApiError) as caught:
+        with prompt_refusals():
+            raise PromptRefused("the chat template failed: boom", code="template_error", param="messages")
+    error = caught.value
+    assert (error.status, error.code, error.param, error.message) == (
+        400, "template_error", "messages", "the chat template failed: boom")
