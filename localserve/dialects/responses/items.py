@@ -1,4 +1,4 @@
-"""Responses API items: reading them from a request, and turning them into chat messages.
+"""Responses API items: reading them from a request, and turning them into the conversation.
 
 Input arrives as a string or as items (messages, function calls, their outputs, reasoning).
 Each item is validated and normalized to the shape the API returns when it lists items
