@@ -122,7 +122,8 @@ def template_tools(tools: list[ToolDefinition]) -> list[dict]:
 
 
 def normalize_messages(messages: list[dict]) -> list[dict]:
-    """Chat message dicts (template_messages' output, the probe's) → the shape HF chat templates expect. Inputs are not mutated.
+    """Chat message dicts (template_messages' output, the probe's) → the shape HF chat templates
+    expect. Inputs are not mutated.
 
     - Keys whose value is None are dropped (templates test ``'tool_calls' in message``
       or ``is defined``), except ``content``, which every message then has: text,

@@ -6,8 +6,9 @@ import pytest
 
 from localserve.dialects.failures import api_error, prompt_refusals, runtime_refusals
 from localserve.errors import ANTHROPIC_ERRORS, ApiError
-from localserve.generation import (ContextOverflow, EmbeddingsUnavailable, PromptRefused, GenerationFailure, GrammarBacklog, InvalidGrammar,
-                                   JobCancelled, NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
+from localserve.generation import (ContextOverflow, EmbeddingsUnavailable, GenerationFailure, GrammarBacklog,
+                                   InvalidGrammar, JobCancelled, NoAllowedToken, PromptRefused, QueueFull,
+                                   RuntimeStopped, SamplingTooSlow)
 from localserve.settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
 
 
