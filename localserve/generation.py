@@ -84,8 +84,9 @@ class Chunk:
 @dataclass
 class ToolCallStart:
     index: int
-    id: str
+    id: str            # the model's own id (or its family's form), else one minted neutral:
     name: str
+    minted: bool = False   # ... which each dialect shows in its own form (call_…, toolu_…)
 
 
 @dataclass
@@ -103,9 +104,10 @@ class Loading:
 
 @dataclass
 class ToolCall:
-    id: str
+    id: str            # as ToolCallStart's
     name: str
     arguments: str  # a JSON object: the generated text less insignificant whitespace
+    minted: bool = False
 
 
 @dataclass

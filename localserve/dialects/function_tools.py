@@ -1,6 +1,7 @@
 """What both OpenAI dialects (Chat Completions, /apply-template, Responses) read alike: function
 tools, ``{"type": "function", "function": {...}}`` or the flat ``{"type": "function", "name":
-...}``, into tool definitions; a call's arguments sent as JSON text, into data."""
+...}``, into tool definitions; a call's arguments sent as JSON text, into data; the id of a
+call the model makes, as they show it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,15 @@ import orjson
 
 from ..conversation import ToolDefinition
 from ..errors import ApiError
+from ..generation import ToolCall, ToolCallStart
 
 NO_PARAMETERS = {"type": "object", "properties": {}}
+
+
+def openai_call_id(call: ToolCall | ToolCallStart) -> str:
+    """A generated call's id as both OpenAI dialects show it: the model's own, or call_ and the
+    random part minted for it."""
+    return "call_" + call.id if call.minted else call.id
 
 
 def function_definitions(tools: Any, param: str = "tools") -> list[ToolDefinition]:

@@ -30,8 +30,8 @@ from typing import Any, Callable
 import orjson
 
 from ...errors import ANTHROPIC_ERRORS, ApiError, anthropic_error_body
-from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
-                          ToolCallStart)
+from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCall,
+                          ToolCallDelta, ToolCallStart)
 from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
 from ..loading import LoadWait, serve_with_model
 from ..pump import LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
@@ -142,9 +142,10 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     return request, prompt
 
 
-def tool_use_id(call_id: str) -> str:
-    """The runtime's call id in Anthropic's shape: the same random part, prefixed toolu_."""
-    return "toolu_" + call_id.removeprefix("call_")
+def tool_use_id(call: ToolCall | ToolCallStart) -> str:
+    """A generated call's id in Anthropic's shape: toolu_ and the random part minted for it, or
+    the model's own id (less an OpenAI-style call_ prefix)."""
+    return "toolu_" + (call.id if call.minted else call.id.removeprefix("call_"))
 
 
 # ---- whole responses ----------------------------------------------------------------
@@ -186,7 +187,7 @@ def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
     if output.content.strip():
         content.append({"type": "text", "text": output.content})
     for call in output.tool_calls:
-        content.append({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+        content.append({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
                         "input": tool_input(call.arguments)})
     reason = stop_reason(output)
     message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
@@ -239,7 +240,7 @@ class BlockStream:
         return out + [self._delta(delta)]
 
     def tool_start(self, call: ToolCallStart) -> list[bytes]:
-        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
                                           "input": {}})
         self.open_call = call.index
         return out

@@ -16,7 +16,7 @@ from ..loading import serve_with_model
 from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from ..respond import cancel_on_error, submit, wait_for_output
 from ..exchange import Exchange
-from ..function_tools import function_definitions
+from ..function_tools import function_definitions, openai_call_id
 from .chat_input import read_messages
 from ..failures import prompt_refusals
 from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
@@ -162,7 +162,7 @@ def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) ->
         message["reasoning_content"] = output.reasoning
     if output.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": openai_call_id(c), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in output.tool_calls]
         if not output.content:
             message["content"] = None
@@ -209,8 +209,9 @@ class ChatChunks:
             logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
             out.append(self.chunk({key: event.text}, logprobs=logprobs))
         elif isinstance(event, ToolCallStart):
-            out.append(self.chunk({"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
-                                                   "function": {"name": event.name, "arguments": ""}}]}))
+            call = {"index": event.index, "id": openai_call_id(event), "type": "function",
+                    "function": {"name": event.name, "arguments": ""}}
+            out.append(self.chunk({"tool_calls": [call]}))
         elif isinstance(event, ToolCallDelta):
             out.append(self.chunk({"tool_calls": [{"index": event.index,
                                                    "function": {"arguments": event.fragment}}]}))
