@@ -13,7 +13,6 @@ ToolResult), and OpenAI's legacy ``function``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +57,7 @@ class ToolResult:
     name: str | None = None
 
 
-Part = Union[Text, Reasoning, ToolCall, ToolResult, Image]
+Part = Text | Reasoning | ToolCall | ToolResult | Image
 
 
 @dataclass(frozen=True, slots=True)
