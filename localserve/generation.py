@@ -84,8 +84,9 @@ class Chunk:
 @dataclass
 class ToolCallStart:
     index: int
-    id: str
+    id: str            # the model's own id (or its family's form), else one minted neutral:
     name: str
+    minted: bool = False   # ... which each dialect shows in its own form (call_…, toolu_…)
 
 
 @dataclass
@@ -103,9 +104,10 @@ class Loading:
 
 @dataclass
 class ToolCall:
-    id: str
+    id: str            # as ToolCallStart's
     name: str
     arguments: str  # a JSON object: the generated text less insignificant whitespace
+    minted: bool = False
 
 
 @dataclass
@@ -185,6 +187,30 @@ class EmbeddingsUnavailable(GenerationFailure):
 
 class JobCancelled(GenerationFailure):
     """An embedding job ended because it was cancelled (its client went away)."""
+
+
+class PromptRefused(GenerationFailure):
+    """The request's prompt cannot be built from what the client sent: the template fails on it,
+    a text is too long to count, a grammar or schema cannot be used. code: what went wrong
+    (template_error, text_too_long, invalid_grammar, grammar_too_costly, invalid_schema);
+    param: the request field at fault, as the caller named it."""
+
+    def __init__(self, message: str, *, code: str, param: str):
+        super().__init__(message)
+        self.code = code
+        self.param = param
+
+
+class ContextOverflow(GenerationFailure):
+    """The prompt needs more tokens than the context holds (raised while the prompt is built).
+    at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False):
+        super().__init__(f"the request needs {'at least ' if at_least else ''}{n_prompt_tokens} prompt tokens "
+                         f"but the context holds {n_ctx}")
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+        self.at_least = at_least
 
 
 class ActiveGeneration:

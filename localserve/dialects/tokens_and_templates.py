@@ -5,11 +5,13 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from ..prompt.build import ChatInput, ChatModel, function_definitions, render_chat, tokenize_capped
+from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
 from .exchange import Exchange, RouteTable
+from .failures import prompt_refusals
 from .fields import invalid, read_bool
+from .function_tools import function_definitions
 from .loading import LoadWait, use_model
-from .openai.chat import read_messages
+from .openai.chat_input import read_messages
 from .responses.request import read_plan
 from .services import Services
 
@@ -23,7 +25,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 def tokenize(services: Services, exchange: Exchange) -> None:
     """llama.cpp's shape: {"content", "add_special", "with_pieces"} → {"tokens": [...]}."""
     body = exchange.json()
-    with use_model(services.ready(), body, LoadWait(exchange)) as model:
+    with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals("content"):
         _tokenize(exchange, model.chat, body)
 
 
@@ -70,7 +72,7 @@ def apply_template(services: Services, exchange: Exchange) -> None:
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
-    with use_model(services.ready(), body, LoadWait(exchange)) as model:
+    with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 
 

@@ -30,7 +30,11 @@ from dataclasses import dataclass
 
 from ..generation import Chunk, ToolCall, ToolCallDelta, ToolCallStart
 from .json_stream import Cursor, Malformed, partial_start
-from .tool_families import TOOL_SYNTAXES, ToolSyntax
+from .tool_families import TOOL_SYNTAXES, ToolSyntax, new_call_id
+
+# a call the model wrote without an id gets this many random letters and digits, no prefix:
+# each dialect shows it in its own form (call_…, toolu_…)
+NEUTRAL_ID_LENGTH = 24
 
 
 Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here
@@ -74,7 +78,7 @@ class ToolProjector:
         self._marker = ""
         self._events: list[Event] = []
         self._calls: list[ToolCall] = []
-        self._current: tuple[int, str, str, list[str]] | None = None
+        self._current: tuple[int, str, str, list[str], bool] | None = None
         self._next_index = 0
         self._blocks_opened = 0
         self._done = False
@@ -112,8 +116,9 @@ class ToolProjector:
         if not name or (self._names is not None and name not in self._names):
             raise Malformed(f"unknown function {name!r}")
         index, self._next_index = self._next_index, self._next_index + 1
-        self._current = (index, call_id or self.syntax.new_id(), name, [])
-        self._events.append(ToolCallStart(index, self._current[1], name))
+        own = call_id or (self.syntax.new_id() if self.syntax.new_id else None)
+        self._current = (index, own or new_call_id("", NEUTRAL_ID_LENGTH), name, [], own is None)
+        self._events.append(ToolCallStart(index, self._current[1], name, minted=own is None))
 
     def add_arguments(self, fragment: str) -> None:
         if fragment and self._current:
@@ -121,8 +126,8 @@ class ToolProjector:
             self._events.append(ToolCallDelta(self._current[0], fragment))
 
     def end_call(self) -> None:
-        _, call_id, name, fragments = self._current
-        self._calls.append(ToolCall(call_id, name, "".join(fragments)))
+        _, call_id, name, fragments, minted = self._current
+        self._calls.append(ToolCall(call_id, name, "".join(fragments), minted=minted))
         self._current = None
         self._commit = self._cur.pos  # a later failure in this block rolls back only to here
         if not self._parallel:

@@ -40,6 +40,7 @@ FLOORS = {
     "parsing": 2, "grammar": 2, "store": 2, "ops": 2,
     "localserve": 1, "settings": 1, "errors": 1,
     "generation": 2,      # it names the tool families' and reasoning's types (parsing/)
+    "conversation": 1,    # the typed conversation: dialects read into it, prompt/ renders it; stdlib only
 }
 
 

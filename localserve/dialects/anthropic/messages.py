@@ -32,13 +32,14 @@ import orjson
 from ...errors import ApiError
 from .errors import ANTHROPIC_ERRORS, anthropic_error_body
 from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, GenerationRequest,
-                          ToolCallDelta, ToolCallStart)
+                          ToolCall, ToolCallDelta, ToolCallStart)
 from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
 from ..loading import LoadWait, use_model
 from ..pump import PREFILL_COMMENT, sse
 from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
 from ..services import Services
+from ..failures import prompt_refusals
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
@@ -74,9 +75,10 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
 
 def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
     name = read_model(body, model.model_id)
-    gen_request, prompt = read_request(model.chat, services.signing_key, body, exchange.request_id,
-                                       check_client=exchange.raise_if_gone,
-                                       betas=exchange.request.header("anthropic-beta"))
+    with prompt_refusals():
+        gen_request, prompt = read_request(model.chat, services.signing_key, body, exchange.request_id,
+                                           check_client=exchange.raise_if_gone,
+                                           betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
@@ -92,7 +94,7 @@ def handle_count_tokens(services: Services, exchange: Exchange) -> None:
     rendering and tokenizing on this thread, no job for the runtime."""
     models = services.ready()
     body = exchange.json()
-    with use_model(models, body, LoadWait(exchange)) as model:
+    with use_model(models, body, LoadWait(exchange)) as model, prompt_refusals():
         prompt = read_prompt(model.chat, services.signing_key, body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
         tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
@@ -127,9 +129,10 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     return request, prompt
 
 
-def tool_use_id(call_id: str) -> str:
-    """The runtime's call id in Anthropic's shape: the same random part, prefixed toolu_."""
-    return "toolu_" + call_id.removeprefix("call_")
+def tool_use_id(call: ToolCall | ToolCallStart) -> str:
+    """A generated call's id in Anthropic's shape: toolu_ and the random part minted for it, or
+    the model's own id (less an OpenAI-style call_ prefix)."""
+    return "toolu_" + (call.id if call.minted else call.id.removeprefix("call_"))
 
 
 # ---- whole responses ----------------------------------------------------------------
@@ -171,7 +174,7 @@ def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
     if output.content.strip():
         content.append({"type": "text", "text": output.content})
     for call in output.tool_calls:
-        content.append({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+        content.append({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
                         "input": tool_input(call.arguments)})
     reason = stop_reason(output)
     message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
@@ -224,7 +227,7 @@ class BlockStream:
         return out + [self._delta(delta)]
 
     def tool_start(self, call: ToolCallStart) -> list[bytes]:
-        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
                                           "input": {}})
         self.open_call = call.index
         return out

@@ -6,9 +6,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
-from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions,
-                            strict_tool_names)
+from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
@@ -17,13 +17,14 @@ from ..pump import DONE, PREFILL_COMMENT, sse
 from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
 from ..services import Services
-from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
+from ..function_tools import function_definitions, openai_call_id
+from .chat_input import read_messages
+from ..failures import prompt_refusals
+from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ...models.loaded import LoadedModel
-
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def handle(services: Services, exchange: Exchange) -> None:
@@ -35,7 +36,8 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
     for the job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage)
     for a stream."""
     def reply(model: LoadedModel, body: dict) -> Reply:
-        gen_request = read(model.chat, body, exchange.request_id)
+        with prompt_refusals():
+            gen_request = read(model.chat, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
         return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
@@ -61,7 +63,6 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     if effort is not None:
         chat.template_kwargs.setdefault("reasoning_effort", effort)
     chat.tools = function_definitions(body.get("tools"))
-    chat.strict_tools = strict_tool_names(body.get("tools"))
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
@@ -97,46 +98,7 @@ def read_prediction(engine, body: dict) -> str | None:
     return content or None
 
 
-def read_messages(body: dict) -> list[dict]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise invalid("messages", "expected a non-empty array of messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise invalid(f"messages[{i}]", "expected an object")
-        role = message.get("role")
-        if role not in ROLES:
-            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}")
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise invalid(f"messages[{i}].content", "expected a string or an array of content parts")
-        if isinstance(content, list):
-            for part in content:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind not in ("text", "input_text"):
-                    raise invalid(f"messages[{i}].content", f"content part type '{kind}' is not supported; "
-                                                            f"this server takes text only")
-        read_tool_calls(message, f"messages[{i}].tool_calls")
-    return messages
-
-
-def read_tool_calls(message: dict, param: str) -> None:
-    """An assistant message's earlier calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
-    calls = message.get("tool_calls")
-    if calls is None:
-        return
-    if not isinstance(calls, list):
-        raise invalid(param, f"expected an array of tool calls, got {kind_of(calls)}")
-    for j, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
-        arguments = function.get("arguments")
-        if arguments is not None and not isinstance(arguments, (str, dict)):
-            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON string")
-
-
-def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
+def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> ToolChoice:
     if value is None:
         return ToolChoice("auto")
     if isinstance(value, str):
@@ -148,7 +110,7 @@ def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
     if isinstance(value, dict):
         fn = value.get("function") if isinstance(value.get("function"), dict) else value
         name = fn.get("name")
-        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+        if not isinstance(name, str) or name not in {t.name for t in tools}:
             raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
         return ToolChoice("named", name)
     raise invalid("tool_choice", "expected a string or an object")
@@ -197,7 +159,7 @@ def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) ->
         message["reasoning_content"] = output.reasoning
     if output.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": openai_call_id(c), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in output.tool_calls]
         if not output.content:
             message["content"] = None
@@ -244,8 +206,9 @@ class ChatChunks:
             logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
             out.append(self.chunk({key: event.text}, logprobs=logprobs))
         elif isinstance(event, ToolCallStart):
-            out.append(self.chunk({"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
-                                                   "function": {"name": event.name, "arguments": ""}}]}))
+            call = {"index": event.index, "id": openai_call_id(event), "type": "function",
+                    "function": {"name": event.name, "arguments": ""}}
+            out.append(self.chunk({"tool_calls": [call]}))
         elif isinstance(event, ToolCallDelta):
             out.append(self.chunk({"tool_calls": [{"index": event.index,
                                                    "function": {"arguments": event.fragment}}]}))

@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 
+from localserve.conversation import Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult, text_message
 from localserve.dialects.anthropic import messages as messages_api
 from localserve.dialects.anthropic import routes as anthropic_routes
 from localserve.dialects.anthropic.input import read_chat, read_input
@@ -19,6 +20,7 @@ from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, G
                                    GenerationRequest)
 from localserve.dialects.anthropic.effort import DEFAULT_EFFORT, EFFORT_BUDGETS
 from localserve.ops.metrics import ServerMetrics
+from localserve.prompt.messages import template_messages
 from localserve.settings import Settings
 from localserve.wire.response_writer import ResponseWriter
 from localserve.wire.http import Request
@@ -38,7 +40,7 @@ def test_signing_key_persists_in_the_data_dir(tmp_path):
 
 # ---- input conversion (no server) ------------------------------------------------------
 
-def test_input_becomes_openai_style_messages():
+def test_input_becomes_the_typed_conversation():
     key = b"k" * 32
     body = {
         "system": [{"type": "text", "text": "Be kind."}, {"type": "text", "text": "Be brief."}],
@@ -60,16 +62,26 @@ def test_input_becomes_openai_style_messages():
     }
     chat = read_chat(body, key)
     assert chat.messages == [
+        text_message("system", "Be kind.\nBe brief."),
+        text_message("user", "first\nsecond"),
+        Message("assistant", (Text("Checking."), Reasoning("hmm"), ToolCall("toolu_1", "get_time", {"zone": "UTC"}))),
+        Message("tool", (ToolResult("toolu_1", "12:00"),)),
+        Message("tool", (ToolResult("toolu_2", "no such zone", is_error=True),)),
+        text_message("user", "and?"),
+    ]
+    # as a template reads it: the OpenAI shape, arguments both the data and compact JSON text
+    shown = template_messages(chat.messages)
+    assert shown == [
         {"role": "system", "content": "Be kind.\nBe brief."},
         {"role": "user", "content": "first\nsecond"},
         {"role": "assistant", "content": "Checking.", "reasoning_content": "hmm", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "get_time", "arguments": '{"zone":"UTC"}'}}]},
+            {"id": "toolu_1", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}]},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "12:00"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: no such zone"},
         {"role": "user", "content": "and?"},
     ]
-    assert chat.tools == [{"name": "get_time", "description": "The time in a zone",
-                           "parameters": TIME["input_schema"]}]
+    assert str(shown[2]["tool_calls"][0]["function"]["arguments"]) == '{"zone":"UTC"}'
+    assert chat.tools == [ToolDefinition("get_time", "The time in a zone", TIME["input_schema"])]
     assert (chat.tool_choice.mode, chat.parallel_tool_calls) == ("required", False)
     assert chat.reasoning_budget == 64 and chat.template_kwargs == {"enable_thinking": True}
     named = read_chat({**body, "tool_choice": {"type": "tool", "name": "get_time"}}, key)

@@ -18,7 +18,9 @@ from template_corpus import corpus_names, corpus_templates  # noqa: E402
 from localserve.dialects.anthropic.input import read_input as read_anthropic_input  # noqa: E402
 from localserve.dialects.responses.items import read_input as read_responses_input  # noqa: E402
 from localserve.dialects.responses.items import to_messages  # noqa: E402
-from localserve.prompt.build import ChatInput, function_definitions, render_chat  # noqa: E402
+from localserve.dialects.function_tools import function_definitions  # noqa: E402
+from localserve.dialects.openai.chat_input import read_messages  # noqa: E402
+from localserve.prompt.build import ChatInput, render_chat  # noqa: E402
 from localserve.prompt.templates import ChatTemplate  # noqa: E402
 
 
@@ -27,7 +29,8 @@ def corpus_template(name: str) -> ChatTemplate:
 
 
 def rendered(name: str, messages: list[dict]) -> str:
-    return render_chat(corpus_template(name), ChatInput(messages=messages, tools=function_definitions(TOOLS)))
+    chat = ChatInput(messages=read_messages({"messages": messages}), tools=function_definitions(TOOLS))
+    return render_chat(corpus_template(name), chat)
 
 
 def test_the_corpus_is_there():

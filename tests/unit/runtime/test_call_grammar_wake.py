@@ -6,7 +6,11 @@ from __future__ import annotations
 from localserve.generation import GenerationRequest, ToolSpec
 from localserve.parsing.reasoning import REASONING_FORMATS
 from localserve.parsing.tool_families import TOOL_SYNTAXES
-from localserve.prompt.build import ChatInput, strict_call_grammar, strict_tool_names
+from localserve.conversation import ToolDefinition
+from localserve.dialects.anthropic.tools_and_thinking import read_tools as read_anthropic_tools
+from localserve.dialects.function_tools import function_definitions
+from localserve.dialects.responses.tools import read_tools as read_responses_tools
+from localserve.prompt.build import ChatInput, strict_call_grammar
 from localserve.runtime.call_grammar import grammar_follows, split_call
 from localserve.runtime.textstream import OutputPipeline
 
@@ -83,16 +87,18 @@ def test_strict_tools_are_named_in_every_dialect_shape():
             {"type": "function", "function": {"name": "b", "parameters": {}, "strict": False}},
             {"type": "function", "function": {"name": "c", "parameters": {}}}]
     anthropic = [{"name": "d", "input_schema": {}, "strict": True}, {"name": "e", "input_schema": {}}]
-    assert strict_tool_names(chat) == {"a"}
-    assert strict_tool_names(anthropic) == {"d"}
-    assert strict_tool_names(None) == frozenset()
+    responses = [{"type": "function", "name": "f", "parameters": {}, "strict": True},
+                 {"type": "function", "name": "g", "parameters": {}}]
+    assert ChatInput([], function_definitions(chat)).strict_tools == {"a"}
+    assert ChatInput([], read_anthropic_tools(anthropic)).strict_tools == {"d"}
+    assert ChatInput([], read_responses_tools({"tools": responses}).definitions).strict_tools == {"f"}
+    assert ChatInput([], function_definitions(None)).strict_tools == frozenset()
 
 
 def test_only_strict_tools_keep_their_schema_in_the_call_grammar():
     other = {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}
-    chat = ChatInput(messages=[], tools=[{"name": "get_weather", "parameters": SCHEMA},
-                                         {"name": "get_time", "parameters": other}],
-                     strict_tools=frozenset({"get_weather"}))
+    chat = ChatInput(messages=[], tools=[ToolDefinition("get_weather", parameters=SCHEMA, strict=True),
+                                         ToolDefinition("get_time", parameters=other)])
     grammar = strict_call_grammar("hermes", chat)
     assert "city" in grammar and "zone" not in grammar      # get_time's arguments: any object
     # one <parameter=KEY> block per argument cannot say "any object": every tool keeps its own
