@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .jinja_env import TemplateError, compile_template, render, tojson
+from .jinja_env import TEMPLATES_CACHED, TemplateError, compile_template, render, tojson
 from .polyfill import fit_to_template
 from .probe import TemplateCaps, probe
 from .messages import (ToolArguments, fold_system_turns, has_later_system_turns, normalize_messages,
@@ -92,7 +92,7 @@ class ChatTemplate:
         return render(self.text, variables)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=TEMPLATES_CACHED)
 def _probed(text: str, bos_token: str, eos_token: str) -> TemplateCaps:
     template = ChatTemplate("probe", text, bos_token, eos_token)
     return probe(lambda messages, tools, gen: template.render_as_is(messages, tools=tools,

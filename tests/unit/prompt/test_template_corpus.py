@@ -112,3 +112,20 @@ def test_template_renders_the_conversation_sent_as_responses_items(name, check):
     chat = ChatInput(messages=to_messages(read_responses_input(items), instructions),
                      tools=function_definitions(TOOLS))
     assert problems(render_chat(corpus_template(name), chat), messages) == []
+
+
+def test_every_corpus_template_is_probed_and_compiled_once():
+    """The caches hold the whole corpus: probing every template twice probes (and compiles) each once."""
+    from localserve.prompt.jinja_env import compile_template
+    from localserve.prompt.templates import _probed
+    texts = sorted(set(corpus_templates().values()))   # (a few corpus files are the same template)
+    for text in texts * 2:
+        _probed(text, "<s>", "</s>")
+        compile_template(text)
+    for cache in (_probed, compile_template):
+        assert cache.cache_info().currsize >= len(texts)
+    _probed.cache_clear()
+    misses = _probed.cache_info().misses
+    for text in texts * 2:
+        _probed(text, "<s>", "</s>")
+    assert _probed.cache_info().misses - misses == len(texts)
