@@ -8,6 +8,8 @@ own ids, its own turns. Each step applies only where the probe found the templat
   own ``aB3dE5gH7``; any other id a stable hash of it);
 - parallel calls: a template that shows one call per turn gets one assistant turn per call,
   each followed by its result;
+- tool definitions: where a template needs every parameter described (Command R+ adds each
+  description to a string), a parameter without one gets an empty one;
 - tools, calls and results a template never shows are written out as text: the definitions in
   the system turn, each call as a ``<tool_call>`` JSON object after the turn's text, each result
   as a ``<tool_response>`` in a user turn;
@@ -42,6 +44,8 @@ def fit_to_template(messages: list[dict], tools: list[dict] | None,
         messages = _map_call_ids(messages)
     if not caps.parallel_tool_calls and caps.tool_calls:
         messages = _one_call_per_turn(messages)
+    if tools and caps.needs_descriptions:
+        tools = [_described(t) for t in tools]
     if tools and not caps.tools:
         messages = _with_tools_text(messages, tools)
         tools = None
@@ -132,6 +136,19 @@ def _result_for(call: dict, n: int, results: list[dict]) -> dict | None:
     if results and all("tool_call_id" not in r for r in results):
         return results.pop(0)
     return None
+
+
+def _described(tool: dict) -> dict:
+    """The tool with a description ("" where it has none) on itself and each of its parameters."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not isinstance(function, dict):
+        return tool
+    params = function.get("parameters")
+    props = params.get("properties") if isinstance(params, dict) else None
+    if isinstance(props, dict):
+        props = {k: {"description": "", **p} if isinstance(p, dict) else p for k, p in props.items()}
+        function = {**function, "parameters": {**params, "properties": props}}
+    return {**tool, "function": {"description": "", **function}}
 
 
 def tools_as_text(tools: list[dict]) -> str:

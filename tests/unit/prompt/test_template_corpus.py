@@ -129,3 +129,15 @@ def test_every_corpus_template_is_probed_and_compiled_once():
     for text in texts * 2:
         _probed(text, "<s>", "</s>")
     assert _probed.cache_info().misses - misses == len(texts)
+
+
+def test_command_r_plus_renders_parameters_without_a_description():
+    """Command R+ adds each parameter's description to a string; clients often send none."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    chat = corpus_template("CohereForAI-c4ai-command-r-plus-tool_use")
+    assert chat.caps.needs_descriptions
+    prompt = render_chat(chat, ChatInput(messages=[{"role": "user", "content": "Weather?"}],
+                                         tools=function_definitions(tools)))
+    assert "def get_weather(city: str)" in prompt and "city (str): \n" in prompt
+    assert not corpus_template("Qwen-Qwen3-0.6B").caps.needs_descriptions   # the others see the tools as sent
