@@ -17,6 +17,7 @@ from ..errors import ApiError, context_exceeded
 from ..generation import GenerationRequest, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
+from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..settings import MAX_TOKENIZE_BYTES
@@ -131,6 +132,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
         request.reasoning_budget = chat.reasoning_budget
         if request.reasoning_starts_inside:
             grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
+    request.content_markup = detect_content_markup(model.template.text)
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
         syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
