@@ -100,8 +100,14 @@ def _value(b: GrammarBuilder, fmt: CallFormat, schema, key: str, path: str, name
     stop = first_word(fmt.value_stop(kind).replace(KEY_SLOT, key))
     if stop[:1] in ("", "<") or "pattern" in sub or "format" in sub:
         return kind, b.raw_string(sub, path) or '""'
-    # a quote-delimited value (Python-style calls) must not hold its own closing quote
-    char = b.add_rule("rawchar-" + "x%X" % ord(stop[0]), f"[^<{_class_escape(stop[0])}\\x00-\\x1F]")
+    # a quote-delimited value (Python-style calls) holds its own quote only escaped, as Python
+    # writes it (a backslash escapes the next character, not one that starts a numbered escape,
+    # which would need its digits; the parser reads the literal as Python does)
+    quote = _class_escape(stop[0])
+    body = f"[^<{quote}\\x00-\\x1F]"
+    if stop[0] in "'\"":
+        body = f'[^<{quote}\\\\\\x00-\\x1F] | "\\\\" [^<xuUN\\x00-\\x1F]'
+    char = b.add_rule("rawchar-" + "x%X" % ord(stop[0]), body)
     lo, hi = sub.get("minLength", 0), sub.get("maxLength")
     return kind, repeat(char, lo, hi, path) or '""'
 

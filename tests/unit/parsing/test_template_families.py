@@ -106,3 +106,18 @@ def test_reasoning_then_calls_split_and_parse(name):
     projector.feed(answer)
     projector.finish()
     assert [(c.name, json.loads(c.arguments)) for c in projector.calls] == expected
+
+
+@pytest.mark.parametrize("name", ["LFM2-8B-A1B", "LFM2.5-8B-A1B"])
+def test_python_call_strings_are_read_as_python_reads_them(name):
+    """LFM2 writes Python calls: a string value's escapes (a quote, a backslash, a newline, a
+    unicode escape) are Python's, whole and streamed one character at a time."""
+    text = ("<|tool_call_start|>[get_weather(city='O\\'Brien \\\\ x\\ny \\u00e9 \"q\" \\p', days=3)]"
+            "<|tool_call_end|>")
+    for size in (1, len(text)):
+        projector = ToolProjector(detect_chat_family(template(name)), PARAMETERS)
+        for at in range(0, len(text), size):
+            projector.feed(text[at:at + size])
+        projector.finish()
+        [call] = projector.calls
+        assert json.loads(call.arguments) == {"city": "O'Brien \\ x\ny é \"q\" \\p", "days": 3}
