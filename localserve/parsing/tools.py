@@ -72,6 +72,7 @@ class ToolProjector:
         self._block: Iterator[None] | None = None
         self._block_start = self._commit = 0
         self._marker = ""
+        self._named = False       # a call of the open block has been named (a listed tool)
         self._events: list[Event] = []
         self._calls: list[ToolCall] = []
         self._current: tuple[int, str, str, list[str]] | None = None
@@ -89,8 +90,10 @@ class ToolProjector:
 
     @property
     def open_call(self) -> OpenCall | None:
-        """The block of calls open now, if any. Where a call opens, a strict call's grammar wakes."""
-        if self._block is None or self._done:
+        """The block of calls open now, if any. Where a call opens, a strict call's grammar wakes.
+        A bare object opening the message (Llama 3.x, the generic JSON) counts only once it has
+        named one of the tools: until then it may as well be an answer in JSON."""
+        if self._block is None or self._done or (self._marker == "{" and not self._named):
             return None
         return OpenCall(self._blocks_opened, self._cur.text[self._block_start:], self._marker)
 
@@ -111,6 +114,7 @@ class ToolProjector:
     def start_call(self, name: str, call_id: str | None = None) -> None:
         if not name or (self._names is not None and name not in self._names):
             raise Malformed(f"unknown function {name!r}")
+        self._named = True
         index, self._next_index = self._next_index, self._next_index + 1
         self._current = (index, call_id or self.syntax.new_id(), name, [])
         self._events.append(ToolCallStart(index, self._current[1], name))
@@ -185,6 +189,7 @@ class ToolProjector:
     def _open_block(self, marker: str) -> bool:
         self._block_start = self._commit = self._cur.pos
         self._marker = marker
+        self._named = False
         self._blocks_opened += 1
         self._block = self.syntax.parse(self._cur, self, marker)
         return True

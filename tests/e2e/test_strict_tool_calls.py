@@ -183,3 +183,26 @@ def test_anthropic_strict_tool(unclosed, strict):
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     check_arguments(json.dumps(next(b for b in final.content if b.type == "tool_use").input))
+
+
+# Llama 3.x writes its calls as a bare object opening the message; an answer in JSON opens one too.
+JSON_ANSWER = ['{"', 'answer', '": ', '"', 'sunny', '"}']
+
+
+@pytest.fixture(scope="module")
+def json_answer(models_dir, tmp_path_factory):
+    from template_corpus import corpus_templates
+    path = write_scripted_gguf(models_dir / "strict-json-answer.gguf", [JSON_ANSWER],
+                               real_template=corpus_templates()["meta-llama-Llama-3.1-8B-Instruct"])
+    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1",
+                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_answer_in_json_is_no_call_under_strict(json_answer, strict):
+    """A `{` opening the message wakes the grammar only once it names a tool: JSON that answers
+    the user comes back as the model wrote it, strict or not."""
+    choice = chat_call(json_answer, strict, temperature=0)
+    assert choice.message.content == "".join(JSON_ANSWER) and not choice.message.tool_calls
