@@ -61,9 +61,22 @@ class CallFormat:
         return common_start(self.value_next[kind], self.value_end[kind])
 
     def start_markers(self) -> tuple[str, ...]:
-        opening = (self.block_open + self.call_open).strip()
-        first = _PIECES.match(opening)
-        return (first.group(),) if first and first.group(4) else ()
+        """The text that opens a block: the opening's first word; a plain word (GigaChat 3's
+        `function call<|role_sep|>`) runs on to the first markup, so that prose using the word
+        opens no call (and wakes no strict grammar), and only text that may still become the
+        marker is held back."""
+        words = _words((self.block_open + self.call_open).strip())
+        if not words or words[0][0] != "text":
+            return ()
+        marker = words[0][1]
+        if marker.isalpha():
+            for kind, text in words[1:]:
+                if kind not in ("ws", "text"):
+                    break
+                marker += text
+                if kind == "text" and not text.isalpha():
+                    break
+        return (marker,)
 
 
 def common_start(a: str, b: str) -> str:

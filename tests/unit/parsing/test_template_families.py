@@ -13,7 +13,7 @@ from template_calls import (EXPECTED_FAMILIES, NO_NATIVE_FORMAT, TOOLS, generati
                             written_calls)
 from template_corpus import corpus_names, corpus_templates
 
-from localserve.generation import ToolCallDelta, ToolCallStart
+from localserve.generation import Chunk, ToolCallDelta, ToolCallStart
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.models.loaded import detect_chat_family
 from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning, split_reasoning
@@ -121,3 +121,19 @@ def test_python_call_strings_are_read_as_python_reads_them(name):
         projector.finish()
         [call] = projector.calls
         assert json.loads(call.arguments) == {"city": "O'Brien \\ x\ny é \"q\" \\p", "days": 3}
+
+
+def test_gigachat3_prose_using_its_marker_word_flows_at_once():
+    """GigaChat 3 opens its calls with `function call<|role_sep|>`: prose with the word
+    "function" opens no call (a strict grammar would wake on it), holds back only what may still
+    become the marker, and loses nothing at the message's end."""
+    family = detect_chat_family(template("GigaChat3-10B-A1.8B"))
+    text = "Call the function when the function call is due, or the function"
+    projector, out = ToolProjector(family, PARAMETERS), ""
+    for i in range(len(text)):
+        out += "".join(e.text for e in projector.feed(text[i]) if isinstance(e, Chunk))
+        assert projector.open_call is None, text[:i + 1]
+        held = text[len(out):i + 1]
+        assert held == "" or (held[0] == "f" and "function call<|role_sep|>".startswith(held)), held
+    out += "".join(e.text for e in projector.finish() if isinstance(e, Chunk))
+    assert out == text
