@@ -16,7 +16,7 @@ def literal(b: GrammarBuilder, text: str) -> str:
     items = []
     for i, part in enumerate(parts):
         if part:
-            items.append(b.literal(part))
+            items.append(b.markup(part))
         if i < len(parts) - 1:
             items.append(_CALL_ID)
     return " ".join(items)

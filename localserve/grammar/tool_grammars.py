@@ -14,11 +14,13 @@ TOOL_CALL_SYNTAXES = tuple(TOOL_SYNTAXES)
 
 
 def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: bool,
-                      forced_name: str | None = None, prefix: str = "") -> str:
+                      forced_name: str | None = None, prefix: str = "", loose_markup: bool = False) -> str:
     """A grammar that forces one (with parallel: one or more) calls of ``tools``, written in
     ``syntax`` (a family's name, or a family derived from a template) after the literal
     ``prefix``. With forced_name only that function. ``harmony`` makes one call even with
-    parallel. Tools are OpenAI function definitions, unwrapped."""
+    parallel. Tools are OpenAI function definitions, unwrapped. ``loose_markup``: the whitespace in
+    the calls' markup may be any the parser reads (a strict call woken part-way, whose own text
+    so far the grammar must take: ``<tool_call>{"na`` where Hermes writes a newline)."""
     if isinstance(syntax, str) and syntax not in TOOL_CALL_SYNTAXES:
         raise ValueError(f"unknown tool-call syntax {syntax!r}")
     if forced_name is not None:
@@ -29,6 +31,7 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
         raise SchemaError("there are no tools to call")
     shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
     b = GrammarBuilder()
+    b.loose_markup = loose_markup
     calls = []
     for i, tool in enumerate(tools):
         name = tool.get("name") if isinstance(tool, dict) else None
@@ -43,22 +46,23 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
         else:
             args = b.add_document(params, f"{name}-args", path)
         before, after = shape.before.format(name=name, jname=json_text(name, path)), shape.after
-        calls.append(" ".join(p for p in (b.literal(before), args, b.literal(after)) if p))
+        calls.append(" ".join(p for p in (b.markup(before), args, b.markup(after)) if p))
     call = b.add_rule("call", " | ".join(calls))
     if isinstance(shape, CallFormat):
         body = f"{call} ( {literal(b, shape.call_sep)} {call} )*" if parallel and shape.call_sep else call
         if parallel and not shape.call_sep:
             body = f"{call}+"
-        framed = [literal(b, prefix + shape.block_open) if prefix + shape.block_open else "", body,
+        framed = [" ".join(p for p in (b.literal(prefix) if prefix else "",
+                                       literal(b, shape.block_open) if shape.block_open else "") if p), body,
                   literal(b, shape.block_close) if shape.block_close else ""]
         return b.build(" ".join(p for p in framed if p))
-    body = f"{call} ( {b.literal(shape.separator)} {call} )*" if parallel and not shape.one_call else call
+    body = f"{call} ( {b.markup(shape.separator)} {call} )*" if parallel and not shape.one_call else call
     return b.build(" ".join(p for p in _framed(b, shape, prefix, body) if p))
 
 
 def _framed(b: GrammarBuilder, shape: CallsGrammar, prefix: str, body: str) -> list[str]:
-    opening = prefix + shape.opening
-    return [b.literal(opening) if opening else "", body, b.literal(shape.closing) if shape.closing else ""]
+    return [b.literal(prefix) if prefix else "", b.markup(shape.opening) if shape.opening else "", body,
+            b.markup(shape.closing) if shape.closing else ""]
 
 
 def _parameter_blocks(b: GrammarBuilder, name: str, params: dict, path: str) -> str:

@@ -19,6 +19,7 @@ from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
+from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..settings import MAX_TOKENIZE_BYTES
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
@@ -145,7 +146,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
         sampling.grammar = output_grammar(chat, grammar_prefix)
     check_grammar(model.engine, sampling)
     if use_tools and chat.tool_choice.mode == "auto" and chat.strict_tools and not sampling.grammar:
-        sampling.call_grammar = strict_call_grammar(model.tool_syntax, chat)
+        sampling.call_grammar = strict_call_grammar(syntax, chat)
         check_grammar_text(model.engine, sampling.call_grammar, "tools")
     return request
 
@@ -176,14 +177,17 @@ def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -
     return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix)
 
 
-def strict_call_grammar(syntax: str, chat: ChatInput) -> str:
+def strict_call_grammar(syntax: str | ToolSyntax, chat: ChatInput) -> str:
     """What a call the model opens on its own is held to (runtime/call_grammar.py): a strict tool's
     arguments match its schema, another tool's are any JSON object. A family that writes one
-    block per parameter (qwen3_coder) cannot write "any object": there every tool keeps its schema."""
-    loose = not TOOL_SYNTAXES[syntax].grammar.parameters
-    tools = [{**t, "parameters": {"type": "object"}} if loose and t["name"] not in chat.strict_tools else t
+    block per parameter (qwen3_coder, a derived format of key/value pairs) cannot write "any
+    object": there every tool keeps its schema. The markup's whitespace is any the family's parser
+    reads, so that the model's own spacing up to the wake passes (``<tool_call>{"na``)."""
+    shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
+    any_object = shape.layout != "pairs" if isinstance(shape, CallFormat) else not shape.parameters
+    tools = [{**t, "parameters": {"type": "object"}} if any_object and t["name"] not in chat.strict_tools else t
              for t in chat.tools]
-    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls)
+    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls, loose_markup=True)
 
 
 def _calls_grammar(syntax: str, tools: list[dict], **options) -> str:
