@@ -63,9 +63,6 @@ class GrammarBuilder:
         self._root: dict = {}
         self._bare_refs: set[tuple[int, str]] = set()  # refs entered with no "{" or "[" since
         self._depth = 0  # schemas being visited, one inside the other
-        # A call's markup with each whitespace run as optional JSON whitespace, as the call
-        # parsers read it (a strict call woken part-way: the model's own spacing so far must pass).
-        self.loose_markup = False
 
     def literal(self, text: str) -> str:
         """A GBNF literal matching exactly ``text`` (non-ASCII is written as UTF-8)."""
@@ -74,14 +71,6 @@ class GrammarBuilder:
         text.encode("utf-8")  # lone surrogates cannot be matched either: raise now
         return '"' + "".join(_LITERAL_ESCAPES.get(c) or (
             f"\\x{ord(c):02X}" if ord(c) < 0x20 else c) for c in text) + '"'
-
-    def markup(self, text: str) -> str:
-        """A call's markup: ``text`` exactly, or with ``loose_markup`` each whitespace run in it
-        as ``ws`` (none, a space, or a newline and indent)."""
-        if not self.loose_markup:
-            return self.literal(text)
-        return " ".join("ws" if part.isspace() else self.literal(part)
-                        for part in re.split(r"(\s+)", text) if part) or '""'
 
     def add_rule(self, name: str, body: str) -> str:
         """Add ``name ::= body``; returns the name used, made unique if already taken."""

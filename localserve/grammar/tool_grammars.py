@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, CallsGrammar, ToolSyntax
-from .format_grammars import format_call, literal, object_properties
+from .format_grammars import CallGrammarBuilder, format_call, literal, object_properties
 from .gbnf import SchemaError, group, json_text
 from .schema import GrammarBuilder
 
@@ -30,8 +30,7 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
     if not tools:
         raise SchemaError("there are no tools to call")
     shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
-    b = GrammarBuilder()
-    b.loose_markup = loose_markup
+    b = CallGrammarBuilder(loose_markup)
     calls = []
     for i, tool in enumerate(tools):
         name = tool.get("name") if isinstance(tool, dict) else None
@@ -60,7 +59,7 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
     return b.build(" ".join(p for p in _framed(b, shape, prefix, body) if p))
 
 
-def _framed(b: GrammarBuilder, shape: CallsGrammar, prefix: str, body: str) -> list[str]:
+def _framed(b: CallGrammarBuilder, shape: CallsGrammar, prefix: str, body: str) -> list[str]:
     return [b.literal(prefix) if prefix else "", b.markup(shape.opening) if shape.opening else "", body,
             b.markup(shape.closing) if shape.closing else ""]
 
