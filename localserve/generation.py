@@ -47,6 +47,7 @@ class ToolSpec:
     syntax: ToolSyntax
     names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
+    starts_inside: bool = False      # the prompt ends with the family's start marker (functionary v3.2's >>>)
 
 
 @dataclass

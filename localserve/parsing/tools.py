@@ -58,10 +58,13 @@ class ToolProjector:
     marker at the end is held back. `tool_names` limits the accepted names; a mapping from name
     to the tool's parameters schema also types qwen3_coder values by their schema (string
     parameters then stream at once and stay strings even when they look like numbers).
-    After `done` the projector ignores further text: it is what the caller stops generating."""
+    After `done` the projector ignores further text: it is what the caller stops generating.
+    `starts_inside`: the prompt ended with the family's start marker (functionary v3.2's
+    generation prompt ends in ``>>>``), so the output may open with a call's name: the text is
+    read as if the marker came first, and the marker is nobody's content when no call follows."""
 
     def __init__(self, syntax: ToolSyntax | str, tool_names: ToolNames = None, *,
-                 parallel: bool = True):
+                 parallel: bool = True, starts_inside: bool = False):
         self.syntax = TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax
         self._names = tool_names
         self._parallel = parallel
@@ -79,6 +82,10 @@ class ToolProjector:
         self._next_index = 0
         self._blocks_opened = 0
         self._done = False
+        self._phantom = 0         # the marker the prompt wrote, at the text's start: no one's content
+        if starts_inside and self.syntax.starts:
+            self._cur.text = self.syntax.starts[0]
+            self._phantom = len(self._cur.text)
 
     @property
     def done(self) -> bool:
@@ -155,6 +162,7 @@ class ToolProjector:
             elif not self._step_block():
                 break
         if self._block is None:  # nothing can roll back into consumed text any more
+            self._phantom = 0       # (the first block, which the marker opens, has ended)
             self._cur.text = self._cur.text[self._cur.pos:]
             self._cur.pos = 0
         events, self._events = _merged(self._events), []
@@ -210,7 +218,8 @@ class ToolProjector:
             if self._commit > self._block_start:
                 self._cur.pos = self._commit
             else:
-                self._content(self._marker)
+                if self._block_start >= self._phantom:
+                    self._content(self._marker)
                 self._cur.pos = self._block_start + len(self._marker)
         return True
 
@@ -232,6 +241,11 @@ def _merged(events: list[Event]) -> list[Event]:
         else:
             out.append(event)
     return out
+
+
+def prompt_opens_calls(syntax: ToolSyntax, prompt: str) -> bool:
+    """Whether the rendered prompt ends with the family's start marker (pass as `starts_inside`)."""
+    return any(marker and prompt.endswith(marker) for marker in syntax.starts)
 
 
 def parse_generated_tools(text: str, syntax: ToolSyntax | str, tool_names: ToolNames = None,

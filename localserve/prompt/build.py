@@ -21,6 +21,7 @@ from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
+from ..parsing.tools import prompt_opens_calls
 from ..settings import MAX_TOKENIZE_BYTES
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
@@ -139,7 +140,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
         syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
         # names with their parameter schemas: qwen3_coder's parser reads values by type
         request.tools = ToolSpec(syntax, {t["name"]: t["parameters"] for t in chat.tools},
-                                 parallel=chat.parallel_tool_calls)
+                                 parallel=chat.parallel_tool_calls, starts_inside=prompt_opens_calls(syntax, text))
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
             sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
     if not sampling.grammar:

@@ -65,7 +65,8 @@ class OutputPipeline:
             if request.reasoning is not None else None
         self.markup = MarkupFilter(request.content_markup) if request.content_markup else None
         tools = request.tools
-        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel) if tools else None
+        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel,
+                                       starts_inside=tools.starts_inside) if tools else None
         self.content: list[str] = []
         self.reasoning: list[str] = []
 

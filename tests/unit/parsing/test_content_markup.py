@@ -73,3 +73,39 @@ def test_functionary_answers_on_a_later_all_channel_too():
     assert _split("meetkai-functionary-medium-v3.2", prompt, "all\nHello.>>>all\nMore.", 2)[1] == "Hello.More."
     # text that only starts like the channel's name is the answer's own
     assert _split("meetkai-functionary-medium-v3.2", prompt, "alligators", 1)[1] == "alligators"
+
+
+FUNCTIONARY = "meetkai-functionary-medium-v3.2"
+
+
+def _functionary(text: str, size: int):
+    """(content, calls) of functionary v3.2's output after its real generation prompt, which ends in `>>>`."""
+    from localserve.generation import ToolCallStart, ToolSpec
+    from localserve.models.loaded import detect_chat_family
+    from localserve.parsing.tools import prompt_opens_calls
+    chat = template(FUNCTIONARY)
+    family = detect_chat_family(chat)
+    prompt = chat.render_as_is(ASKED, tools=[{"type": "function", "function": {"name": "get_weather"}}],
+                               add_generation_prompt=True)
+    tools = ToolSpec(family, {"get_weather": {}, "get_time": {}}, starts_inside=prompt_opens_calls(family, prompt))
+    assert tools.starts_inside
+    pipeline = OutputPipeline(GenerationRequest(prompt_tokens=[], tools=tools,
+                                                content_markup=detect_content_markup(chat.text)))
+    events = []
+    for at in range(0, len(text), size):
+        events += pipeline.feed(text[at:at + size].encode())
+    events += pipeline.finish()
+    assert [e.name for e in events if isinstance(e, ToolCallStart)] == [c.name for c in pipeline.tool_calls]
+    return "".join(pipeline.content), [(c.name, c.arguments) for c in pipeline.tool_calls]
+
+
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_functionary_calls_right_after_the_prompts_marker(size):
+    """The prompt wrote `>>>`: a call's name may open the output; the answer's `all` channel
+    and the prompt's marker are nobody's content."""
+    text = 'get_weather\n{"city": "Paris"}>>>get_time\n{"zone": "UTC"}'
+    assert _functionary(text, size) == ("", [("get_weather", '{"city":"Paris"}'), ("get_time", '{"zone":"UTC"}')])
+    assert _functionary('all\nLet me look.>>>get_time\n{"zone": "UTC"}', size) == (
+        "Let me look.", [("get_time", '{"zone":"UTC"}')])
+    assert _functionary("all\nHello there", size) == ("Hello there", [])
+    assert _functionary("Hello there", size) == ("Hello there", [])
