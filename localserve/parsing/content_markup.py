@@ -5,7 +5,8 @@ Some templates frame an assistant's plain answer in markup of their own, and a m
 them writes it too: functionary v3.2 answers on a channel named "all" (the generation prompt
 ends in ``>>>``, so the answer opens with ``all\\n``; later ones with ``>>>all\\n``), Kimi K3
 wraps it in ``<|open|>response<|sep|>`` … ``<|close|>response<|sep|>``, Solar Open opens it with
-``<|begin|>assistant<|content|>`` after its reasoning, Command R7B in ``<|START_RESPONSE|>``.
+``<|begin|>assistant<|content|>`` after its reasoning, Command R7B in ``<|START_RESPONSE|>``,
+Cohere2 in ``<|START_TEXT|>``.
 The filter drops that markup from the content stream, before the tool-call projector (a call's
 markup is never among it). Like the other text stages it holds back only a possible partial
 marker, so any split of the text into chunks gives the same result as the whole.
@@ -32,6 +33,7 @@ _KNOWN: tuple[tuple[str, ContentMarkup], ...] = (
         "<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|close|>message<|sep|>"))),
     ("<|begin|>assistant<|content|>", ContentMarkup("solar", "", ("<|begin|>assistant", "<|content|>"))),
     ("<|START_RESPONSE|>", ContentMarkup("command_r", "", ("<|START_RESPONSE|>", "<|END_RESPONSE|>"))),
+    ("<|START_TEXT|>", ContentMarkup("command_r2", "", ("<|START_TEXT|>", "<|END_TEXT|>"))),
 )
 
 

@@ -22,7 +22,8 @@ ASKED = [{"role": "user", "content": "Weather?"}]
 TEMPLATES = {"meetkai-functionary-medium-v3.2": (None, "<|eot_id|>"),
              "Kimi-K3": ("reasoning_content", "<|end_of_msg|>"),
              "upstage-Solar-Open-100B": ("reasoning", "<|end|>"),
-             "CohereForAI-c4ai-command-r7b-12-2024-tool_use": (None, "<|END_OF_TURN_TOKEN|>")}
+             "CohereForAI-c4ai-command-r7b-12-2024-tool_use": (None, "<|END_OF_TURN_TOKEN|>"),
+             "Cohere2MoE": (None, "<|END_OF_TURN_TOKEN|>")}
 
 
 def _written(name: str) -> tuple[str, str]:
@@ -43,8 +44,9 @@ def _written(name: str) -> tuple[str, str]:
 def _split(name: str, prompt: str, text: str, size: int) -> tuple[str, str]:
     source = template(name).text
     fmt = detect_reasoning(source, prompt)
-    request = GenerationRequest(prompt_tokens=[], reasoning=fmt,
-                                reasoning_starts_inside=prompt_opens_reasoning(fmt, prompt),
+    # (a turn from history may leave out the reasoning the prompt opens: then it starts outside)
+    inside = prompt_opens_reasoning(fmt, prompt) and fmt.end in text
+    request = GenerationRequest(prompt_tokens=[], reasoning=fmt, reasoning_starts_inside=inside,
                                 content_markup=detect_content_markup(source))
     pipeline = OutputPipeline(request)
     events = []
