@@ -70,7 +70,9 @@ class ToolProjector:
         self._parallel = parallel
         self._cur = Cursor()
         markers = sorted(self.syntax.starts, key=len, reverse=True)
-        self._marker_re = re.compile("|".join(map(re.escape, markers))) if markers else None
+        # a marker that starts like a word (GigaChat 3's "function call<|role_sep|>") only starts one
+        self._marker_re = re.compile("|".join(("(?<!\\w)" if _wordy(m[0]) else "") + re.escape(m)
+                                              for m in markers)) if markers else None
         self._at_message_start = self.syntax.bare_object
         self._block: Iterator[None] | None = None
         self._block_start = self._commit = 0
@@ -163,8 +165,9 @@ class ToolProjector:
                 break
         if self._block is None:  # nothing can roll back into consumed text any more
             self._phantom = 0       # (the first block, which the marker opens, has ended)
-            self._cur.text = self._cur.text[self._cur.pos:]
-            self._cur.pos = 0
+            keep = max(0, self._cur.pos - 1)     # one character, to tell where a word starts
+            self._cur.text = self._cur.text[keep:]
+            self._cur.pos -= keep
         events, self._events = _merged(self._events), []
         return events
 
@@ -183,16 +186,27 @@ class ToolProjector:
             if body[0] == "{":
                 return self._open_block("{")
             rest = body
-        found = self._marker_re.search(rest) if self._marker_re else None
-        partial = None if cur.eof else partial_start(rest, self.syntax.starts)
-        if found and (partial is None or found.start() < partial):
-            self._content(rest[:found.start()])
-            cur.pos += found.start()
+        at = len(cur.text) - len(rest)
+        found = self._marker_re.search(cur.text, at) if self._marker_re else None
+        partial = None if cur.eof else self._partial_marker(at)
+        if found and (partial is None or found.start() - at < partial):
+            self._content(rest[:found.start() - at])
+            cur.pos = found.start()
             return self._open_block(found.group())
         safe = len(rest) if partial is None else partial
         self._content(rest[:safe])
         cur.pos += safe
         return False
+
+    def _partial_marker(self, at: int) -> int | None:
+        """Where in the text from `at` a start marker may be beginning (it runs to the end), or
+        None; a marker that starts like a word only where a word starts."""
+        text, rest = self._cur.text, self._cur.text[at:]
+        p = partial_start(rest, self.syntax.starts)
+        while p is not None and _wordy(rest[p]) and at + p > 0 and _wordy(text[at + p - 1]):
+            q = partial_start(rest[p + 1:], self.syntax.starts)
+            p = None if q is None else p + 1 + q
+        return p
 
     def _open_block(self, marker: str) -> bool:
         self._block_start = self._commit = self._cur.pos
@@ -226,6 +240,10 @@ class ToolProjector:
     def _content(self, text: str) -> None:
         if text:
             self._events.append(Chunk(False, text))
+
+
+def _wordy(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _merged(events: list[Event]) -> list[Event]:

@@ -128,12 +128,14 @@ def test_gigachat3_prose_using_its_marker_word_flows_at_once():
     "function" opens no call (a strict grammar would wake on it), holds back only what may still
     become the marker, and loses nothing at the message's end."""
     family = detect_chat_family(template("GigaChat3-10B-A1.8B"))
-    text = "Call the function when the function call is due, or the function"
+    text = "Call the function when the function call is due, or the functions of a misfunction call<|role_sep|>"
     projector, out = ToolProjector(family, PARAMETERS), ""
     for i in range(len(text)):
         out += "".join(e.text for e in projector.feed(text[i]) if isinstance(e, Chunk))
         assert projector.open_call is None, text[:i + 1]
         held = text[len(out):i + 1]
-        assert held == "" or (held[0] == "f" and "function call<|role_sep|>".startswith(held)), held
+        # only what may still become the marker, where a word starts
+        assert held == "" or (held[0] == "f" and text[i - len(held)] == " "
+                              and "function call<|role_sep|>".startswith(held)), held
     out += "".join(e.text for e in projector.finish() if isinstance(e, Chunk))
     assert out == text
