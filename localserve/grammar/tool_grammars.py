@@ -4,6 +4,8 @@ function's parameters schema (through GrammarBuilder)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, CallsGrammar, ToolSyntax
 from .format_grammars import CallGrammarBuilder, format_call, literal, object_properties
@@ -14,13 +16,16 @@ TOOL_CALL_SYNTAXES = tuple(TOOL_SYNTAXES)
 
 
 def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: bool,
-                      forced_name: str | None = None, prefix: str = "", loose_markup: bool = False) -> str:
+                      forced_name: str | None = None, prefix: str = "", loose_markup: bool = False,
+                      opened: str = "") -> str:
     """A grammar that forces one (with parallel: one or more) calls of ``tools``, written in
     ``syntax`` (a family's name, or a family derived from a template) after the literal
     ``prefix``. With forced_name only that function. ``harmony`` makes one call even with
     parallel. Tools are OpenAI function definitions, unwrapped. ``loose_markup``: the whitespace in
     the calls' markup may be any the parser reads (a strict call woken part-way, whose own text
-    so far the grammar must take: ``<tool_call>{"na`` where Hermes writes a newline)."""
+    so far the grammar must take: ``<tool_call>{"na`` where Hermes writes a newline). ``opened``:
+    the start marker the prompt has already written (functionary v3.2's ``>>>``), which the
+    first call then leaves out."""
     if isinstance(syntax, str) and syntax not in TOOL_CALL_SYNTAXES:
         raise ValueError(f"unknown tool-call syntax {syntax!r}")
     if forced_name is not None:
@@ -31,7 +36,11 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
         raise SchemaError("there are no tools to call")
     shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
     b = CallGrammarBuilder(loose_markup)
-    calls = []
+    calls, firsts = [], []
+    first_shape = None
+    if (opened and isinstance(shape, CallFormat) and not shape.block_open
+            and shape.call_open.startswith(opened)):
+        first_shape = replace(shape, call_open=shape.call_open[len(opened):])
     for i, tool in enumerate(tools):
         name = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(name, str) or not name:
@@ -39,6 +48,8 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
         params, path = tool.get("parameters") or {"type": "object", "properties": {}}, f"tools[{i}].parameters"
         if isinstance(shape, CallFormat):
             calls.append(format_call(b, shape, name, params, path))
+            if first_shape is not None:
+                firsts.append(format_call(b, first_shape, name, params, path))
             continue
         if shape.parameters:
             args = _parameter_blocks(b, name, params, path)
@@ -48,9 +59,10 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
         calls.append(" ".join(p for p in (b.markup(before), args, b.markup(after)) if p))
     call = b.add_rule("call", " | ".join(calls))
     if isinstance(shape, CallFormat):
-        body = f"{call} ( {literal(b, shape.call_sep)} {call} )*" if parallel and shape.call_sep else call
+        first = b.add_rule("first-call", " | ".join(firsts)) if firsts else call
+        body = f"{first} ( {literal(b, shape.call_sep)} {call} )*" if parallel and shape.call_sep else first
         if parallel and not shape.call_sep:
-            body = f"{call}+"
+            body = f"{first} {call}*"
         framed = [" ".join(p for p in (b.literal(prefix) if prefix else "",
                                        literal(b, shape.block_open) if shape.block_open else "") if p), body,
                   literal(b, shape.block_close) if shape.block_close else ""]

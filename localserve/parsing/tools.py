@@ -261,9 +261,9 @@ def _merged(events: list[Event]) -> list[Event]:
     return out
 
 
-def prompt_opens_calls(syntax: ToolSyntax, prompt: str) -> bool:
-    """Whether the rendered prompt ends with the family's start marker (pass as `starts_inside`)."""
-    return any(marker and prompt.endswith(marker) for marker in syntax.starts)
+def marker_prompt_opened(syntax: ToolSyntax, prompt: str) -> str:
+    """The family's start marker the rendered prompt ends with, or "" (`starts_inside` if any)."""
+    return next((marker for marker in syntax.starts if marker and prompt.endswith(marker)), "")
 
 
 def parse_generated_tools(text: str, syntax: ToolSyntax | str, tool_names: ToolNames = None,

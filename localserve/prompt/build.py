@@ -21,7 +21,7 @@ from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
-from ..parsing.tools import prompt_opens_calls
+from ..parsing.tools import marker_prompt_opened
 from ..settings import MAX_TOKENIZE_BYTES
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
@@ -139,10 +139,11 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     if use_tools:
         syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
         # names with their parameter schemas: qwen3_coder's parser reads values by type
+        opened = marker_prompt_opened(syntax, text)
         request.tools = ToolSpec(syntax, {t["name"]: t["parameters"] for t in chat.tools},
-                                 parallel=chat.parallel_tool_calls, starts_inside=prompt_opens_calls(syntax, text))
+                                 parallel=chat.parallel_tool_calls, starts_inside=bool(opened))
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
-            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
+            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix, opened)
     if not sampling.grammar:
         sampling.grammar = output_grammar(chat, grammar_prefix)
     check_grammar(model.engine, sampling)
@@ -169,13 +170,14 @@ def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozen
         raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
 
 
-def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -> str:
+def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "", opened: str = "") -> str:
     tools = chat.tools
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]
     # A named tool_choice means exactly one call of that function.
     parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
-    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix)
+    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix,
+                          opened=opened)
 
 
 def strict_call_grammar(syntax: str | ToolSyntax, chat: ChatInput) -> str:

@@ -84,12 +84,12 @@ def _functionary(text: str, size: int):
     """(content, calls) of functionary v3.2's output after its real generation prompt, which ends in `>>>`."""
     from localserve.generation import ToolCallStart, ToolSpec
     from localserve.models.loaded import detect_chat_family
-    from localserve.parsing.tools import prompt_opens_calls
+    from localserve.parsing.tools import marker_prompt_opened
     chat = template(FUNCTIONARY)
     family = detect_chat_family(chat)
     prompt = chat.render_as_is(ASKED, tools=[{"type": "function", "function": {"name": "get_weather"}}],
                                add_generation_prompt=True)
-    tools = ToolSpec(family, {"get_weather": {}, "get_time": {}}, starts_inside=prompt_opens_calls(family, prompt))
+    tools = ToolSpec(family, {"get_weather": {}, "get_time": {}}, starts_inside=bool(marker_prompt_opened(family, prompt)))
     assert tools.starts_inside
     pipeline = OutputPipeline(GenerationRequest(prompt_tokens=[], tools=tools,
                                                 content_markup=detect_content_markup(chat.text)))
@@ -111,3 +111,16 @@ def test_functionary_calls_right_after_the_prompts_marker(size):
         "Let me look.", [("get_time", '{"zone":"UTC"}')])
     assert _functionary("all\nHello there", size) == ("Hello there", [])
     assert _functionary("Hello there", size) == ("Hello there", [])
+
+
+def test_functionary_forced_calls_leave_out_the_marker_the_prompt_wrote():
+    """The forced-call grammar after functionary's `>>>`: the first call starts with its name."""
+    from localserve.grammar.grammar import tool_call_grammar
+    from localserve.models.loaded import detect_chat_family
+    family = detect_chat_family(template(FUNCTIONARY))
+    tools = [{"name": "get_weather", "parameters": {"type": "object", "properties": {}}}]
+    grammar = tool_call_grammar(family, tools, parallel=True, opened=">>>")
+    root = grammar.splitlines()[0]
+    first = next(line for line in grammar.splitlines() if line.startswith("first-call ::="))
+    assert root.startswith("root ::= first-call") and first.startswith('first-call ::= "get_weather')
+    assert '">>>get_weather' in next(line for line in grammar.splitlines() if line.startswith("call ::="))
