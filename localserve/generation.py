@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
+from .parsing.content_markup import ContentMarkup
 from .parsing.reasoning import ReasoningFormat
 from .parsing.tool_families import ToolSyntax
 
@@ -46,6 +47,7 @@ class ToolSpec:
     syntax: ToolSyntax
     names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
+    starts_inside: bool = False      # the prompt ends with the family's start marker (functionary v3.2's >>>)
 
 
 @dataclass
@@ -59,6 +61,7 @@ class GenerationRequest:
     reasoning: ReasoningFormat | None = None
     reasoning_starts_inside: bool = False
     reasoning_budget: int | None = None
+    content_markup: ContentMarkup | None = None   # the template's own markup around the answer, dropped
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .call_format import (KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat, closing, first_word, match,
-                          read_until, read_word, take_while, value_json)
+                          read_quoted, read_until, read_word, take_while, value_json)
 from .json_stream import Cursor, Malformed, compact
 from .tool_families import CallSink, ToolSyntax, call_object, read_arguments
 
@@ -136,6 +136,8 @@ def _raw_value(fmt: CallFormat, cur: Cursor, kind: int, key: str) -> Iterator[No
         if not bare:
             raise Malformed("value")
         return bare
+    if stop in ("'", '"') and fmt.key_value[kind].endswith(stop):
+        return (yield from read_quoted(cur, stop, _RAW_VALUE_LIMIT))   # a Python string literal
     raw = yield from read_until(cur, (stop,), _RAW_VALUE_LIMIT)
     if fmt.key_value[kind].endswith("\n") and raw.startswith("\n"):
         raw = raw[1:]

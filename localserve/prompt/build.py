@@ -16,8 +16,11 @@ from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
 from ..generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
+from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
+from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
+from ..parsing.tools import marker_prompt_opened
 from ..settings import MAX_TOKENIZE_BYTES
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
@@ -135,19 +138,21 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
         request.reasoning_budget = chat.reasoning_budget
         if request.reasoning_starts_inside:
             grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
+    request.content_markup = detect_content_markup(model.template.text)
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
         syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
         # names with their parameter schemas: qwen3_coder's parser reads values by type
+        opened = marker_prompt_opened(syntax, text)
         request.tools = ToolSpec(syntax, {t.name: t.parameters for t in chat.tools},
-                                 parallel=chat.parallel_tool_calls)
+                                 parallel=chat.parallel_tool_calls, starts_inside=bool(opened))
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
-            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
+            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix, opened)
     if not sampling.grammar:
         sampling.grammar = output_grammar(chat, grammar_prefix)
     check_grammar(model.engine, sampling)
     if use_tools and chat.tool_choice.mode == "auto" and chat.strict_tools and not sampling.grammar:
-        sampling.call_grammar = strict_call_grammar(model.tool_syntax, chat)
+        sampling.call_grammar = strict_call_grammar(syntax, chat)
         check_grammar_text(model.engine, sampling.call_grammar, "tools")
     return request
 
@@ -169,23 +174,27 @@ def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozen
         raise PromptRefused(str(exc), param=param, code="invalid_grammar") from None
 
 
-def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -> str:
+def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "", opened: str = "") -> str:
     tools = grammar_tools(chat.tools)
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]
     # A named tool_choice means exactly one call of that function.
     parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
-    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix)
+    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix,
+                          opened=opened)
 
 
-def strict_call_grammar(syntax: str, chat: ChatInput) -> str:
+def strict_call_grammar(syntax: str | ToolSyntax, chat: ChatInput) -> str:
     """What a call the model opens on its own is held to (runtime/call_grammar.py): a strict tool's
     arguments match its schema, another tool's are any JSON object. A family that writes one
-    block per parameter (qwen3_coder) cannot write "any object": there every tool keeps its schema."""
-    loose = not TOOL_SYNTAXES[syntax].grammar.parameters
-    tools = [{**t, "parameters": {"type": "object"}} if loose and t["name"] not in chat.strict_tools else t
+    block per parameter (qwen3_coder, a derived format of key/value pairs) cannot write "any
+    object": there every tool keeps its schema. The markup's whitespace is any the family's parser
+    reads, so that the model's own spacing up to the wake passes (``<tool_call>{"na``)."""
+    shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
+    any_object = shape.layout != "pairs" if isinstance(shape, CallFormat) else not shape.parameters
+    tools = [{**t, "parameters": {"type": "object"}} if any_object and t["name"] not in chat.strict_tools else t
              for t in grammar_tools(chat.tools)]
-    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls)
+    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls, loose_markup=True)
 
 
 def grammar_tools(tools: list[ToolDefinition]) -> list[dict]:

@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from ..generation import Chunk
+from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import ToolSyntax
 from ..parsing.tools import ToolProjector
 from .jobs import Job
@@ -51,6 +52,8 @@ def grammar_follows(syntax: ToolSyntax, marker: str) -> bool:
     then a block that marker opened is taken from the grammar's start, after the marker.
     Not so for every marker (Qwen3-Coder's bare <function= cannot be followed by <tool_call>)."""
     shape = syntax.grammar
+    if isinstance(shape, CallFormat):
+        return False      # a derived format's grammar writes the block's opening, its marker first
     call = shape.before.format(name="f", jname='"f"') + ("" if shape.parameters else "{}") + shape.after
     projector = ToolProjector(syntax, {"f": None})
     events = projector.feed(marker + shape.opening + call + shape.closing) + projector.finish()

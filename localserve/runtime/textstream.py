@@ -13,6 +13,7 @@ import dataclasses
 
 from ..parsing.json_stream import partial_start
 from ..generation import Chunk, GenerationRequest
+from ..parsing.content_markup import MarkupFilter
 from ..parsing.reasoning import ReasoningSplitter
 from ..parsing.tools import OpenCall, ToolProjector
 
@@ -62,8 +63,10 @@ class OutputPipeline:
         self.stops = StopMatcher(request.stop)
         self.splitter = ReasoningSplitter(request.reasoning, starts_inside=request.reasoning_starts_inside) \
             if request.reasoning is not None else None
+        self.markup = MarkupFilter(request.content_markup) if request.content_markup else None
         tools = request.tools
-        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel) if tools else None
+        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel,
+                                       starts_inside=tools.starts_inside) if tools else None
         self.content: list[str] = []
         self.reasoning: list[str] = []
 
@@ -90,7 +93,7 @@ class OutputPipeline:
         opened = self.projector.open_call if self.projector else None
         if opened is None or self.decoder.getstate()[0]:
             return None
-        held = (self.splitter.held if self.splitter else "") + self.stops.pending
+        held = "".join(stage.held for stage in (self.markup, self.splitter) if stage) + self.stops.pending
         return dataclasses.replace(opened, text=opened.text + held)
 
     def feed(self, data: bytes) -> list:
@@ -116,7 +119,9 @@ class OutputPipeline:
                 self.reasoning.append(piece)
                 events.append(Chunk(True, piece))
             else:
-                events += self._project(piece)
+                events += self._project(self.markup.feed(piece) if self.markup else piece)
+        if final and self.markup is not None:
+            events += self._project(self.markup.finish())
         if final and self.projector is not None:
             events += self._projected(self.projector.finish())
         return events

@@ -58,8 +58,20 @@ def test_no_call_is_open_once_the_calls_are_done():
 
 
 def test_a_bare_object_opens_a_call_only_at_the_message_start():
-    assert fed(pipeline("llama3"), "  {") == (1, "{")
-    assert fed(pipeline("llama3"), "Here: {") is None
+    assert fed(pipeline("llama3"), '  {"name": "get_weather"') == (1, '{"name": "get_weather"')
+    assert fed(pipeline("llama3"), 'Here: {"name": "get_weather"') is None
+
+
+def test_a_bare_object_opens_a_call_only_once_it_names_a_tool():
+    """JSON that answers the user is no call: the grammar sleeps on (llama3 and the generic json)."""
+    for syntax, head in (("llama3", ""), ("json", '{"tool_calls": [')):
+        pipe = pipeline(syntax)
+        assert fed(pipe, head + "{") is None
+        assert fed(pipe, '"type": "function", "name": "get_wea') is None
+        assert fed(pipe, 'ther"') == (1, head + '{"type": "function", "name": "get_weather"')
+        for answer in ('{"answer": 42}', '{"name": "Paris", "population": 2}', '{"name": "get_time"'):
+            pipe = pipeline(syntax)
+            assert fed(pipe, answer[:1]) is None and fed(pipe, answer[1:]) is None, answer
 
 
 def test_a_marker_inside_reasoning_opens_nothing():
