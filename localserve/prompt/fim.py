@@ -1,0 +1,129 @@
+"""Fill-in-the-middle prompts: the text around a cursor → the model's FIM token sequence.
+
+Every completion route that fills a hole (llama-server's /infill, OpenAI Completions with
+`suffix`, Ollama's /api/generate with `suffix`) builds its prompt here, in one layout:
+
+    [BOS] extra context  [PRE] prefix prompt  [SUF] suffix  [MID]         (prefix first, PSM)
+    [BOS] extra context  [SUF] suffix  [PRE] prefix prompt  [MID]         (suffix first, SPM)
+
+The extra context (other files, as editors send them) comes first, before anything near the
+cursor: it changes least between keystrokes, so the prompt cache keeps its KV and a keystroke
+re-processes only the text around the cursor. With the model's repository tokens it is laid
+out as the model was trained on it (Qwen2.5-Coder's repo-level format):
+
+    [REP] project\\n  [SEP] file0\\n text0  [SEP] file1\\n text1 ...  [SEP] current file\\n
+
+and without them each chunk is preceded by a plain-text snippet separator. `prompt` is text
+that continues the prefix and is never trimmed (llama.vim sends the cursor line's start in
+it, so the prefix stays the same, and cached, while one line is typed).
+
+What is kept when the context is small follows llama-server: around the cursor, a window of
+FIM_WINDOW_TOKENS at most (the suffix's first quarter of it, or what the prefix leaves; the
+prefix's end in the rest); the extra context gets the room the window and the answer leave, keeping
+its end. User text is tokenized without special tokens: a "<|fim_prefix|>" typed in a file
+stays text. llama-server places BOS after the extra context; here it leads the prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..engine.facade import EngineFacade, FimTokens
+
+# The most tokens kept around the cursor (prefix, prompt and suffix): llama-server's default
+# n_batch, which is what it keeps there.
+FIM_WINDOW_TOKENS = 2048
+# Room left in the context for the answer when the request names no length.
+FIM_ANSWER_RESERVE = 256
+# The repository layout's names where the request gives none (llama-server's placeholders).
+DEFAULT_PROJECT = "myproject"
+DEFAULT_FILENAME = "filename"
+# Between extra chunks when the model has no file separator token.
+SNIPPET_SEPARATOR = "\n\n--- snippet ---\n\n"
+
+
+class NoFimTokens(ValueError):
+    """The model has no fill-in-the-middle tokens (missing: the roles it lacks)."""
+
+    def __init__(self, missing: list[str]):
+        names = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
+        super().__init__("it has no fill-in-the-middle " + ", ".join(names[m] for m in missing) + " token")
+        self.missing = missing
+
+
+@dataclass
+class ExtraFile:
+    """A piece of repository context: a file's name and (part of) its text."""
+    filename: str
+    text: str
+
+
+@dataclass
+class FimInput:
+    prefix: str
+    suffix: str
+    prompt: str = ""                        # continues the prefix, never trimmed
+    extra: list[ExtraFile] = field(default_factory=list)
+    project: str = DEFAULT_PROJECT
+    filename: str = DEFAULT_FILENAME        # the file the cursor is in (repository layout)
+    suffix_first: bool = False              # SPM order: the suffix before the prefix
+
+
+def fim_tokens(engine: EngineFacade) -> FimTokens:
+    """The model's FIM tokens; NoFimTokens when it lacks the prefix, suffix or middle one."""
+    missing = engine.fim.missing()
+    if missing:
+        raise NoFimTokens(missing)
+    return engine.fim
+
+
+def build_fim_prompt(engine: EngineFacade, fim_input: FimInput, answer_tokens: int | None = None) -> list[int]:
+    """The prompt tokens, trimmed to leave `answer_tokens` (FIM_ANSWER_RESERVE when None) of the
+    context for the answer; NoFimTokens for a model without FIM tokens."""
+    fim = fim_tokens(engine)
+
+    def text(value: str) -> list[int]:
+        return engine.tokenize(value, add_special=False, parse_special=False) if value else []
+
+    start = list(engine.prompt_start)
+    prompt = text(fim_input.prompt)
+    reserve = FIM_ANSWER_RESERVE if answer_tokens is None else answer_tokens
+    fixed = len(start) + 3 + len(prompt)        # BOS, the three FIM tokens, the prompt
+    window = max(0, min(FIM_WINDOW_TOKENS, engine.n_ctx - reserve - fixed))
+    prefix, suffix = text(fim_input.prefix), text(fim_input.suffix)
+    suffix = suffix[:window - min(len(prefix), window * 3 // 4)]       # a quarter, or what the prefix leaves
+    prefix = prefix[len(prefix) - min(len(prefix), window - len(suffix)):]
+    extra = _extra_context(fim, fim_input, text)
+    room = max(0, engine.n_ctx - reserve - fixed - len(prefix) - len(suffix))
+    extra = extra[len(extra) - min(len(extra), room):]
+    before = [fim.pre, *prefix, *prompt]
+    after = [fim.suf, *suffix]
+    if fim_input.suffix_first:
+        before, after = after, before
+    return [*start, *extra, *before, *after, fim.mid]
+
+
+def _extra_context(fim: FimTokens, fim_input: FimInput, text) -> list[int]:
+    """The repository context; none without extra files (then no repository header either)."""
+    tokens: list[int] = []
+    if not fim_input.extra:
+        return tokens
+    if fim.rep is not None:
+        tokens += [fim.rep, *text(fim_input.project + "\n")]
+    for chunk in fim_input.extra:
+        if fim.sep is not None:
+            tokens += [fim.sep, *text(chunk.filename + "\n")]
+        else:
+            tokens += text(SNIPPET_SEPARATOR)
+        tokens += text(chunk.text)
+    if fim.sep is not None:
+        tokens += [fim.sep, *text(fim_input.filename + "\n")]
+    return tokens
+
+
+def fim_stop_strings(engine: EngineFacade) -> list[str]:
+    """A middle ends where the model starts another FIM section (its prefix, suffix or middle
+    token): what follows would restate the text around the hole. (Pad, repo and file
+    separator are end-of-generation tokens already.)"""
+    fim = engine.fim
+    return [engine.piece(t).decode("utf-8", "replace") for t in (fim.pre, fim.suf, fim.mid) if t is not None]
