@@ -17,10 +17,13 @@ and without them each chunk is preceded by a plain-text snippet separator. `prom
 that continues the prefix and is never trimmed (llama.vim sends the cursor line's start in
 it, so the prefix stays the same, and cached, while one line is typed).
 
-What is kept when the context is small follows llama-server: around the cursor, a window of
-FIM_WINDOW_TOKENS at most (the suffix's first quarter of it, or what the prefix leaves; the
-prefix's end in the rest); the extra context gets the room the window and the answer leave, keeping
-its end. User text is tokenized without special tokens: a "<|fim_prefix|>" typed in a file
+What is kept when the context is small follows llama-server. The answer's room
+(FIM_ANSWER_RESERVE, the same for every request, so that a warm-up and the completion after it
+build the same prompt) is set aside. Without extra context the text around the cursor may use the
+rest; with it, the cursor's window is at most FIM_WINDOW_TOKENS and half the rest, and the extra
+context keeps the end of what it is given in the room the window leaves, whatever the window
+holds. In the window the prompt is kept whole, the suffix keeps its first quarter of what is left
+(or what the prefix leaves), the prefix its end in the rest. User text is tokenized without special tokens: a "<|fim_prefix|>" typed in a file
 stays text. llama-server places BOS after the extra context; here it leads the prompt.
 """
 
@@ -86,16 +89,18 @@ def build_fim_prompt(engine: EngineFacade, fim_input: FimInput, answer_tokens: i
         return engine.tokenize(value, add_special=False, parse_special=False) if value else []
 
     start = list(engine.prompt_start)
-    prompt = text(fim_input.prompt)
     reserve = FIM_ANSWER_RESERVE if answer_tokens is None else answer_tokens
-    fixed = len(start) + 3 + len(prompt)        # BOS, the three FIM tokens, the prompt
-    window = max(0, min(FIM_WINDOW_TOKENS, engine.n_ctx - reserve - fixed))
-    prefix, suffix = text(fim_input.prefix), text(fim_input.suffix)
-    suffix = suffix[:window - min(len(prefix), window * 3 // 4)]       # a quarter, or what the prefix leaves
-    prefix = prefix[len(prefix) - min(len(prefix), window - len(suffix)):]
+    available = max(0, engine.n_ctx - reserve - len(start) - 3)     # less BOS and the three FIM tokens
     extra = _extra_context(fim, fim_input, text)
-    room = max(0, engine.n_ctx - reserve - fixed - len(prefix) - len(suffix))
-    extra = extra[len(extra) - min(len(extra), room):]
+    # The extra context's share depends on the context alone, never on the text around the
+    # cursor: then it is cut the same way on every keystroke, and stays cached.
+    window = min(FIM_WINDOW_TOKENS, available // 2) if extra else available
+    extra = extra[len(extra) - min(len(extra), available - window):]
+    prompt = text(fim_input.prompt)
+    local = max(0, window - len(prompt))
+    prefix, suffix = text(fim_input.prefix), text(fim_input.suffix)
+    suffix = suffix[:local - min(len(prefix), local * 3 // 4)]        # a quarter, or what the prefix leaves
+    prefix = prefix[len(prefix) - min(len(prefix), local - len(suffix)):]
     before = [fim.pre, *prefix, *prompt]
     after = [fim.suf, *suffix]
     if fim_input.suffix_first:

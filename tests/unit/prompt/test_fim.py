@@ -109,8 +109,18 @@ def test_extra_context_gets_what_is_left_and_keeps_its_end():
     engine = CharEngine(BASIC, n_ctx=64)
     fim_input = FimInput(prefix="p", suffix="s", extra=[ExtraFile("f", "0123456789" * 10)])
     tokens = build_fim_prompt(engine, fim_input, answer_tokens=16)
-    assert len(tokens) == 64 - 16
-    assert read(tokens).startswith("<s>") and read(tokens).endswith("789<PRE>p<SUF>s<MID>")
+    room = (64 - 16 - 4) // 2               # half of what the answer, BOS and FIM tokens leave
+    assert read(tokens) == "<s>" + ("0123456789" * 10)[-room:] + "<PRE>p<SUF>s<MID>"
+
+
+def test_the_extra_context_is_cut_the_same_way_whatever_the_cursor_text():
+    engine = CharEngine(BASIC, n_ctx=64)
+    extra = [ExtraFile("f", "0123456789" * 10)]
+    short = build_fim_prompt(engine, FimInput(prefix="p", suffix="s", extra=extra), answer_tokens=16)
+    long = build_fim_prompt(engine, FimInput(prefix="p" * 30, suffix="s" * 30, prompt="x" * 5, extra=extra),
+                            answer_tokens=16)
+    assert short[:short.index(PRE)] == long[:long.index(PRE)]
+    assert len(long) == 64 - 16
 
 
 def test_the_default_answer_reserve():
