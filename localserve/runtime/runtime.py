@@ -206,12 +206,20 @@ class Runtime:
                 continue
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
                 self._cancel(job)
+            elif job.request.max_tokens == 0:
+                self._prompt_only(job)
             else:
                 self.sampling.sample(job, row.logits_row, row.draft)
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
         self.sampling.collect(SAMPLE_GRACE, started_since=sampled_at)
         for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
             row.job.slot.kv_length = self.engine.seq_length(row.job.slot.seq_id)
+
+    def _prompt_only(self, job: Job) -> None:
+        """A job that asked for no tokens (an editor warming the cache): its prompt is in the cache now."""
+        job.slot.tokens = list(job.prompt)
+        job.t_first_token = time.monotonic()
+        self._retire(job, "length")
 
     def _emit(self, job: Job, event: object) -> None:
         self.outbox.put(job.gen, event)
