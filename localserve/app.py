@@ -29,7 +29,7 @@ from .generation import Loading
 from .ops.fatal import at_engine_failure
 from .wire.http import Limits
 from .dialects.openai import chat, completions, embeddings
-from .dialects import rerank
+from .dialects import infill, rerank
 from .dialects.responses import conversations, responses
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import messages as anthropic
@@ -91,6 +91,7 @@ class App:
         add("/v1/models/{model}", "GET", model_endpoints.get_model)
         add("/v1/chat/completions", "POST", chat.handle)
         add("/v1/completions", "POST", completions.handle)
+        add("/infill", "POST", infill.handle)
         add("/v1/embeddings", "POST", embeddings.handle)
         add("/v1/rerank", "POST", rerank.handle)
         add("/rerank", "POST", rerank.handle)

@@ -50,7 +50,7 @@ class NoFimTokens(ValueError):
 
     def __init__(self, missing: list[str]):
         names = {"pre": "prefix", "suf": "suffix", "mid": "middle"}
-        super().__init__("it has no fill-in-the-middle " + ", ".join(names[m] for m in missing) + " token")
+        super().__init__("its vocabulary has no fill-in-the-middle token for: " + ", ".join(names[m] for m in missing))
         self.missing = missing
 
 
