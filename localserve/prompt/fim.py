@@ -22,8 +22,9 @@ What is kept when the context is small follows llama-server. The answer's room
 build the same prompt) is set aside. Without extra context the text around the cursor may use the
 rest; with it, the cursor's window is at most FIM_WINDOW_TOKENS and half the rest, and the extra
 context keeps the end of what it is given in the room the window leaves, whatever the window
-holds. In the window the prompt is kept whole, the suffix keeps its first quarter of what is left
-(or what the prefix leaves), the prefix its end in the rest. User text is tokenized without special tokens: a "<|fim_prefix|>" typed in a file
+holds. In the window the prompt is kept whole, the prefix keeps its end in all but the suffix's
+share (a quarter at most, less for a shorter suffix), and the suffix its start in what the prefix
+and the prompt leave. User text is tokenized without special tokens: a "<|fim_prefix|>" typed in a file
 stays text. llama-server places BOS after the extra context; here it leads the prompt.
 """
 
@@ -97,10 +98,11 @@ def build_fim_prompt(engine: EngineFacade, fim_input: FimInput, answer_tokens: i
     window = min(FIM_WINDOW_TOKENS, available // 2) if extra else available
     extra = extra[len(extra) - min(len(extra), available - window):]
     prompt = text(fim_input.prompt)
-    local = max(0, window - len(prompt))
     prefix, suffix = text(fim_input.prefix), text(fim_input.suffix)
-    suffix = suffix[:local - min(len(prefix), local * 3 // 4)]        # a quarter, or what the prefix leaves
-    prefix = prefix[len(prefix) - min(len(prefix), local - len(suffix)):]
+    # The prefix's share does not depend on the prompt, which grows at every keystroke: the
+    # prefix stays the same, and cached, while a line is typed; the suffix (after it) gives way.
+    prefix = prefix[len(prefix) - min(len(prefix), window - min(len(suffix), window // 4)):]
+    suffix = suffix[:max(0, window - len(prefix) - len(prompt))]
     before = [fim.pre, *prefix, *prompt]
     after = [fim.suf, *suffix]
     if fim_input.suffix_first:

@@ -84,6 +84,15 @@ def test_a_keystroke_changes_only_what_follows_the_extra_context():
     assert read(before[:shared]).endswith("<PRE>def f():\n  re")     # extra, prefix and typed text stay
 
 
+def test_typing_in_the_prompt_keeps_a_trimmed_prefix_as_it_was():
+    engine = CharEngine(BASIC, n_ctx=100)
+    prefix, suffix = "".join(chr(65 + i % 26) for i in range(300)), "z" * 300
+    before = build_fim_prompt(engine, FimInput(prefix=prefix, suffix=suffix, prompt="x"), answer_tokens=20)
+    after = build_fim_prompt(engine, FimInput(prefix=prefix, suffix=suffix, prompt="xyz"), answer_tokens=20)
+    assert before[:before.index(SUF) - 1] == after[:after.index(SUF) - 3]     # up to the typed text
+    assert len(before) == len(after) == 100 - 20                            # the suffix gave way
+
+
 def test_user_text_never_becomes_special_tokens():
     engine = CharEngine(BASIC)
     build_fim_prompt(engine, FimInput(prefix="<PRE>", suffix="x", prompt="y",
