@@ -9,7 +9,7 @@ import pytest
 from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request
 from sse import sse_data
-from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, token_ids, write_tiny_gguf
 
 PRE, SUF, MID, REP, SEP = (FIM_TOKENS[role] for role in ("pre", "suf", "mid", "rep", "sep"))
 
@@ -79,6 +79,18 @@ def test_a_forced_middle_streamed(fim_server):
     assert "".join(e["content"] for e in pieces) == "[1, 2, 3]"
     assert last["stop"] is True and last["content"] == "" and last["stop_type"] == "eos"
     assert b"[DONE]" not in resp.body
+
+
+def test_the_middle_ends_where_the_model_starts_the_suffix(fim_server):
+    answer = infill(fim_server, {"input_prefix": "a = ", "input_suffix": "\nb = 2\n",
+                                 "grammar": forced(f"1{SUF}\nb = 2\n")}).json()
+    assert answer["content"] == "1" and answer["stop_type"] == "eos" and answer["stopping_word"] == ""
+
+
+def test_the_pad_token_ends_the_middle(fim_server):
+    pad = token_ids(list(FIM_TOKENS.values()))[FIM_TOKENS["pad"]]
+    answer = infill(fim_server, {"input_prefix": "a = ", "input_suffix": "\n", "logit_bias": {str(pad): 100}}).json()
+    assert answer["content"] == "" and answer["stop_type"] == "eos" and answer["tokens_predicted"] == 0
 
 
 def test_n_predict_ends_the_middle(fim_server):
@@ -182,5 +194,28 @@ def test_another_client_is_not_cancelled(fim_server):
                        "User-Agent: editor-b\r\n")
         assert other.json()["content"] == "ok"
         assert older.read_response().json()["content"] == "z" * 20
+    finally:
+        older.close()
+
+
+def test_the_client_id_header_names_the_client(fim_server):
+    """Two User-Agents, one X-Client-Id: the same client."""
+    older = RawConnection(fim_server.port, timeout=60)
+    try:
+        older.send(post_json("/infill", {"model": "coder", "input_prefix": "", "input_suffix": "", "stream": True,
+                                         "grammar": forced("w" * 1500), "n_predict": 1500},
+                             "User-Agent: one\r\nX-Client-Id: window-7\r\n"))
+        head = b""
+        while b"data: " not in head:
+            head += older.sock.recv(4096)
+        newer = infill(fim_server, {"input_prefix": "", "input_suffix": "", "grammar": forced("ok")},
+                       "User-Agent: two\r\nX-Client-Id: window-7\r\n")
+        assert newer.json()["content"] == "ok"
+        rest = head
+        while b'"stop":true' not in rest:
+            data = older.sock.recv(65536)
+            assert data
+            rest += data
+        assert b'"stop_type":"none"' in rest
     finally:
         older.close()
