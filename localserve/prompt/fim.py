@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.facade import EngineFacade, FimTokens
+from ..engine.facade import EngineFacade, FimTokens, TooManyTokens
+from ..errors import context_exceeded
 
 # The most tokens kept around the cursor (prefix, prompt and suffix): llama-server's default
 # n_batch, which is what it keeps there.
@@ -89,16 +90,22 @@ def build_fim_prompt(engine: EngineFacade, fim_input: FimInput, answer_tokens: i
     def text(value: str) -> list[int]:
         return engine.tokenize(value, add_special=False, parse_special=False) if value else []
 
+    # No more text is read than the context could hold: a token covers at most max_piece_bytes
+    # characters, so the kept ends of a 30 MB prefix are found without tokenizing all of it.
+    most = engine.n_ctx * max(1, engine.max_piece_bytes)
+    try:
+        prompt = engine.tokenize(fim_input.prompt, add_special=False, parse_special=False, limit=engine.n_ctx)
+    except TooManyTokens as exc:
+        raise context_exceeded(exc.at_least, engine.n_ctx, at_least=True) from None
     start = list(engine.prompt_start)
     reserve = FIM_ANSWER_RESERVE if answer_tokens is None else answer_tokens
     available = max(0, engine.n_ctx - reserve - len(start) - 3)     # less BOS and the three FIM tokens
-    extra = _extra_context(fim, fim_input, text)
+    extra = _extra_context(fim, fim_input, text, most)
     # The extra context's share depends on the context alone, never on the text around the
     # cursor: then it is cut the same way on every keystroke, and stays cached.
     window = min(FIM_WINDOW_TOKENS, available // 2) if extra else available
     extra = extra[len(extra) - min(len(extra), available - window):]
-    prompt = text(fim_input.prompt)
-    prefix, suffix = text(fim_input.prefix), text(fim_input.suffix)
+    prefix, suffix = text(fim_input.prefix[-most:]), text(fim_input.suffix[:most])
     # The prefix's share does not depend on the prompt, which grows at every keystroke: the
     # prefix stays the same, and cached, while a line is typed; the suffix (after it) gives way.
     prefix = prefix[len(prefix) - min(len(prefix), window - min(len(suffix), window // 4)):]
@@ -110,14 +117,15 @@ def build_fim_prompt(engine: EngineFacade, fim_input: FimInput, answer_tokens: i
     return [*start, *extra, *before, *after, fim.mid]
 
 
-def _extra_context(fim: FimTokens, fim_input: FimInput, text) -> list[int]:
-    """The repository context; none without extra files (then no repository header either)."""
+def _extra_context(fim: FimTokens, fim_input: FimInput, text, most: int) -> list[int]:
+    """The repository context; none without extra files (then no repository header either).
+    Of the files' texts, only the last `most` characters are read."""
     tokens: list[int] = []
     if not fim_input.extra:
         return tokens
     if fim.rep is not None:
         tokens += [fim.rep, *text(fim_input.project + "\n")]
-    for chunk in fim_input.extra:
+    for chunk in _last_characters(fim_input.extra, most):
         if fim.sep is not None:
             tokens += [fim.sep, *text(chunk.filename + "\n")]
         else:
@@ -126,6 +134,16 @@ def _extra_context(fim: FimTokens, fim_input: FimInput, text) -> list[int]:
     if fim.sep is not None:
         tokens += [fim.sep, *text(fim_input.filename + "\n")]
     return tokens
+
+
+def _last_characters(files: list[ExtraFile], most: int) -> list[ExtraFile]:
+    kept: list[ExtraFile] = []
+    for chunk in reversed(files):
+        if most <= 0:
+            break
+        kept.append(chunk if len(chunk.text) <= most else ExtraFile(chunk.filename, chunk.text[-most:]))
+        most -= len(chunk.text)
+    return kept[::-1]
 
 
 def fim_stop_strings(engine: EngineFacade) -> list[str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.engine.facade import FimTokens
+from localserve.engine.facade import FimTokens, TooManyTokens
+from localserve.errors import ApiError
 from localserve.prompt.fim import (FIM_ANSWER_RESERVE, ExtraFile, FimInput, NoFimTokens, build_fim_prompt,
                                    fim_stop_strings)
 
@@ -15,6 +16,8 @@ NAMES = {BOS: "<s>", PRE: "<PRE>", SUF: "<SUF>", MID: "<MID>", PAD: "<PAD>", REP
 class CharEngine:
     """One token per character (its code point): sequences read back as text."""
 
+    max_piece_bytes = 1
+
     def __init__(self, fim: FimTokens, n_ctx: int = 4096, prompt_start=(BOS,)):
         self.fim = fim
         self.n_ctx = n_ctx
@@ -23,6 +26,8 @@ class CharEngine:
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True, limit=None):
         self.calls.append((text, add_special, parse_special))
+        if limit is not None and len(text) > limit:
+            raise TooManyTokens(limit + 1)
         return [ord(c) for c in text]
 
     def piece(self, token: int) -> bytes:
@@ -147,3 +152,17 @@ def test_a_model_without_fim_tokens():
 
 def test_stop_strings_are_the_other_fim_sections():
     assert fim_stop_strings(CharEngine(REPO)) == ["<PRE>", "<SUF>", "<MID>"]
+
+
+def test_no_more_text_is_tokenized_than_the_context_could_hold():
+    engine = CharEngine(BASIC, n_ctx=50)
+    extra = [ExtraFile("old", "o" * 1000), ExtraFile("new", "n" * 30)]
+    build_fim_prompt(engine, FimInput(prefix="p" * 10_000, suffix="s" * 10_000, extra=extra), answer_tokens=10)
+    assert max(len(text) for text, _, _ in engine.calls) <= 50
+    assert ("n" * 30, False, False) in engine.calls and ("o" * 20, False, False) in engine.calls
+
+
+def test_a_prompt_longer_than_the_context_is_context_length_exceeded():
+    with pytest.raises(ApiError) as caught:
+        build_fim_prompt(CharEngine(BASIC, n_ctx=50), FimInput(prefix="", suffix="", prompt="x" * 60))
+    assert caught.value.code == "context_length_exceeded"
