@@ -28,6 +28,11 @@ from .pump import LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
 from .respond import cancel_on_error, submit, wait_for_output
 
 
+# The most input_extra chunks one request may carry (llama.vim sends 16 by default, 64 at most
+# in its examples): each is tokenized on the connection's thread.
+MAX_EXTRA_CHUNKS = 1024
+
+
 @dataclass
 class InfillPlan:
     request: GenerationRequest
@@ -96,6 +101,9 @@ def read_extra(value: Any) -> list[ExtraFile]:
     if not isinstance(value, list):
         raise invalid("input_extra", f'expected an array of {{"filename": string, "text": string}}, '
                                      f'got {kind_of(value)}')
+    if len(value) > MAX_EXTRA_CHUNKS:
+        raise invalid("input_extra", f"at most {MAX_EXTRA_CHUNKS} chunks are taken (MAX_EXTRA_CHUNKS), "
+                                     f"this has {len(value)}")
     files = []
     for i, chunk in enumerate(value):
         if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):

@@ -147,6 +147,7 @@ def test_a_model_without_fim_tokens_is_a_400_naming_it(fim_server):
     ({"input_prefix": "", "input_suffix": "", "input_extra": [{"filename": "a"}]}, "input_extra[0]"),
     ({"input_prefix": "", "input_suffix": "", "input_extra": [{"text": "a", "filename": 3}]}, "input_extra[0].filename"),
     ({"input_prefix": "", "input_suffix": "", "prompt": 3}, "prompt"),
+    ({"input_prefix": "", "input_suffix": "", "input_extra": [{"text": ""}] * 1025}, "input_extra"),
     ({"input_prefix": "", "input_suffix": "", "n_predict": -2}, "n_predict"),
     ({"input_prefix": "", "input_suffix": "", "n_indent": -1}, "n_indent"),
     ({"input_prefix": "", "input_suffix": "", "samplers": [1]}, "samplers"),
