@@ -155,6 +155,11 @@ class InfillFinal:
         self.n_ctx = model.engine.n_ctx
         self.prompt_text = lambda: model.engine.detokenize(plan.request.prompt_tokens)
 
+    def _wants(self, field: str) -> bool:
+        """Whether the answer shows this field (the prompt's text costs a detokenize per keystroke)."""
+        fields = self.plan.response_fields
+        return fields is None or any(path.split("/")[0] == field for path in fields)
+
     def stop_type(self, output: GenerationOutput) -> str:
         if output.finish_reason == "length":
             return "limit"
@@ -170,7 +175,7 @@ class InfillFinal:
             "index": 0, "content": "" if streamed else output.content, "tokens": [], "id_slot": -1, "stop": True,
             "model": self.model_id, "tokens_predicted": output.completion_tokens,
             "tokens_evaluated": output.prompt_tokens, "generation_settings": self.plan.settings,
-            "prompt": self.prompt_text(), "has_new_line": "\n" in output.content,
+            "prompt": self.prompt_text() if self._wants("prompt") else "", "has_new_line": "\n" in output.content,
             "truncated": stop_type == "limit" and held + 1 >= self.n_ctx, "stop_type": stop_type,
             "stopping_word": output.stop_sequence if stop_type == "word" else "",
             "tokens_cached": held, "timings": infill_timings(output),
