@@ -16,7 +16,9 @@ Measures, on the demo model unless --model is given:
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
   are installed, with the same workload;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
-  call and in 8 concurrent calls, against the bare engine (embeddings.py).
+  call and in 8 concurrent calls, against the bare engine (embeddings.py);
+- code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
+  (editor.py; a model with FIM tokens only).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import decode, embeddings, latency, models, speculative, weights
+from . import decode, editor, embeddings, latency, models, speculative, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -92,6 +94,7 @@ def main() -> int:
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
+        editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
     return 0 if decode_ok else 1
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .dialects import metrics_endpoint, models_and_health, tokens_and_templates
+from .dialects import infill, metrics_endpoint, models_and_health, tokens_and_templates
 from .ops import memory
 from .ops import metrics
 from .engine import rpc
@@ -89,6 +89,7 @@ class App:
         services, router = self.services, self.router
         models_and_health.add_routes(router, services)
         openai_routes.add_routes(router, services)
+        infill.add_routes(router, services)
         rerank_routes.add_routes(router, services)
         tokens_and_templates.add_routes(router, services)
         metrics_endpoint.add_routes(router, services)

@@ -66,6 +66,10 @@ class GenerationRequest:
     label: str = ""                  # for logs: endpoint and request id
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
+    # Editor completions (llama-server's /infill): past this many seconds of generation the answer
+    # ends at its next line break; a line indented less than min_indent ends it before that line.
+    line_time_limit: float | None = None
+    min_indent: int = 0
 
 
 # ---- events, one queue per job -------------------------------------------------

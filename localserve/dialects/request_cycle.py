@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..generation import ActiveGeneration, GenerationOutput, GenerationRequest
 from .exchange import Exchange
 from .fields import read_bool
+from .fim import superseding
 from .jobs import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
 from .pump import LOADING_COMMENT, StreamShape, stream_job
@@ -34,6 +35,9 @@ class Reply:
     # A dialect's own delivery instead (a Responses run, stored as it goes): it returns a body to
     # send once the job is no longer this request's to cancel (a background run's opening), or None.
     deliver: Callable[[ActiveGeneration], object | None] | None = None
+    # An editor's completion: the client it comes from (fim.client_key); a newer one from the same
+    # client cancels this one, and this one cancels an older one.
+    supersede: str | None = None
 
 
 def wants_stream(body: dict) -> bool:
@@ -52,7 +56,7 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Loa
         reply = read(model, body)
         gen = submit(model, reply.request)
         handed_over = None
-        with cancel_on_error(gen):
+        with cancel_on_error(gen), superseding(reply.supersede, gen):
             if reply.deliver is not None:
                 handed_over = reply.deliver(gen)
             elif stream:

@@ -205,12 +205,20 @@ class Runtime:
                 continue
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
                 self._cancel(job)
+            elif job.request.max_tokens == 0:
+                self._prompt_only(job)
             else:
                 self._sample(job, row.logits_row, row.draft)
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
         self._take_decided(self.choice.collect(SAMPLE_GRACE, started_since=sampled_at))
         for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
             row.job.slot.kv_length = self.engine.seq_length(row.job.slot.seq_id)
+
+    def _prompt_only(self, job: Job) -> None:
+        """A job that asked for no tokens (an editor warming the cache): its prompt is in the cache now."""
+        job.reached_choice()
+        job.t_first_token = time.monotonic()
+        self._retire(job, "length")
 
     def _emit(self, gen: ActiveGeneration, event: object) -> None:
         """Every event, a job's that never got a slot included, waits for the step's end."""

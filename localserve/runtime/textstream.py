@@ -55,12 +55,57 @@ class StopMatcher:
         return text
 
 
+class IndentLimit:
+    """Ends the text before the first line (after a line break) indented by fewer than `minimum`
+    spaces or tabs: a completion inside a block stops where the block does. Blank lines pass.
+    While a new line's indentation is all there is, it is held back."""
+
+    def __init__(self, minimum: int):
+        self.minimum = minimum
+        self.held = ""          # a line break and the indentation after it, not yet judged
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.minimum <= 0:
+            return text
+        if self.stopped:
+            return ""
+        if not self.held and "\n" not in text:
+            return text
+        out = []
+        for char in text:
+            if not self.held:
+                if char == "\n":
+                    self.held = char
+                else:
+                    out.append(char)
+            elif char in " \t":
+                self.held += char
+            elif char == "\n":         # a blank line: judged by the line after it
+                out.append(self.held)
+                self.held = char
+            elif len(self.held) - 1 < self.minimum:
+                self.stopped = True
+                self.held = ""
+                break
+            else:
+                out.append(self.held + char)
+                self.held = ""
+        return "".join(out)
+
+    def flush(self) -> str:
+        text, self.held = ("" if self.stopped else self.held), ""
+        return text
+
+
 class OutputPipeline:
     """Per-job text stages; collects the final content, reasoning and calls as it goes."""
 
     def __init__(self, request: GenerationRequest):
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.stops = StopMatcher(request.stop)
+        self.indent = IndentLimit(request.min_indent)
+        self.line_ended = False         # the last token's text held a line break
         self.splitter = ReasoningSplitter(request.reasoning, starts_inside=request.reasoning_starts_inside) \
             if request.reasoning is not None else None
         self.markup = MarkupFilter(request.content_markup) if request.content_markup else None
@@ -73,6 +118,10 @@ class OutputPipeline:
     @property
     def stop_sequence(self) -> str | None:
         return self.stops.matched
+
+    @property
+    def indent_stopped(self) -> bool:
+        return self.indent.stopped
 
     @property
     def in_reasoning(self) -> bool:
@@ -98,12 +147,13 @@ class OutputPipeline:
 
     def feed(self, data: bytes) -> list:
         text = self.decoder.decode(data)
-        return self._after_decode(self.stops.feed(text)) if text else []
+        self.line_ended = "\n" in text
+        return self._after_decode(self.indent.feed(self.stops.feed(text))) if text else []
 
     def finish(self) -> list:
         text = self.decoder.decode(b"", final=True)
-        events = self._after_decode(self.stops.feed(text) if text else "")
-        events += self._after_decode(self.stops.flush(), final=True)
+        events = self._after_decode(self.indent.feed(self.stops.feed(text)) if text else "")
+        events += self._after_decode(self.indent.feed(self.stops.flush()) + self.indent.flush(), final=True)
         return events
 
     def _after_decode(self, text: str, final: bool = False) -> list:

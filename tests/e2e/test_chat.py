@@ -225,7 +225,7 @@ def test_completion_logprobs(openai_client):
     assert len(logprobs.tokens) == 3 and len(logprobs.top_logprobs[0]) <= 2
 
 
-@pytest.mark.parametrize("body", [{"prompt": "x", "echo": True}, {"prompt": "x", "suffix": "y"},
+@pytest.mark.parametrize("body", [{"prompt": "x", "echo": True, "logprobs": 1}, {"prompt": "x", "suffix": "y"},
                                   {"prompt": 5}, {}, {"prompt": ["a", "b"]}])
 def test_completion_unsupported_fields_are_400(server, body):
     assert request(server.port, post_json("/v1/completions", body)).status == 400

@@ -28,20 +28,22 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    serve_openai(services, exchange, read_request, "chatcmpl-", final_response, ChatChunks)
+    serve_openai(services, exchange, lambda model, body, request_id: read_request(model.chat, body, request_id),
+                 "chatcmpl-", final_response, ChatChunks)
 
 
-def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks) -> None:
-    """What both OpenAI endpoints say in the request cycle: read(model.chat, body, request id)
-    for the job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage)
-    for a stream."""
+def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks,
+                 supersede: str | None = None) -> None:
+    """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
+    job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
+    stream; `supersede`: the client key under which a newer completion cancels this one."""
     def reply(model: LoadedModel, body: dict) -> Reply:
         with prompt_refusals():
-            gen_request = read(model.chat, body, exchange.request_id)
+            gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
         return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
-                     whole=lambda output: final(output, meta, gen_request.logprobs))
+                     whole=lambda output: final(output, meta, gen_request.logprobs), supersede=supersede)
 
     serve_generation(exchange, services, reply)
 
