@@ -18,7 +18,9 @@ Measures, on the demo model unless --model is given:
 - Ollama's /api/chat: the single-stream and 4-stream rows against /v1/chat/completions on the
   same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
-  call and in 8 concurrent calls, against the bare engine (embeddings.py).
+  call and in 8 concurrent calls, against the bare engine (embeddings.py);
+- code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
+  (editor.py; a model with FIM tokens only).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -32,7 +34,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import decode, embeddings, latency, models, ollama_chat, speculative, weights
+from . import decode, editor, embeddings, latency, models, ollama_chat, speculative, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -101,6 +103,7 @@ def main() -> int:
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
+        editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
     return 0 if decode_ok else 1
 
 

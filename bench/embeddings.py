@@ -35,7 +35,7 @@ from .server import RunningServer
 N_INPUTS = 256
 CALLS = 8
 BATCH_TOKENS = 512          # the server's default --batch-size
-MAX_SEQS = 128              # localserve.settings.EMBEDDING_MAX_SEQS
+MAX_SEQS = 128              # localserve.engine.embed.EMBEDDING_MAX_SEQS
 TARGET = 0.95
 MAX_ROUNDS = 3              # in make bench (python -m bench.embeddings --repeat N takes N)
 TEXT = ("Retrieval needs vectors: each passage of a document is embedded once, stored, and compared "

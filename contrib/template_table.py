@@ -34,6 +34,8 @@ def polyfills(caps: TemplateCaps) -> str:
         return "does not render"
     if caps.needs_tools_list:
         found.append("tools=[]")
+    if caps.needs_descriptions:
+        found.append('parameter descriptions ""')
     if not caps.system_role:
         found.append("system in 1st user turn")
     elif not caps.system_after_calls:

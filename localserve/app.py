@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .dialects import endpoints, metrics_endpoint, model_endpoints
+from .dialects import infill, metrics_endpoint, models_and_health, tokens_and_templates
 from .ops import memory
 from .ops import metrics
 from .engine import rpc
@@ -25,15 +25,15 @@ from .engine.build_info import read_build_info
 from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
-from .generation import Loading
 from .ops.fatal import at_engine_failure
 from .wire.http import Limits
-from .dialects.openai import chat, completions, embeddings
-from .dialects import rerank
-from .dialects.responses import conversations, responses
+from .dialects.openai import routes as openai_routes
+from .dialects.rerank import routes as rerank_routes
+from .dialects.responses import routes as responses_routes
 from .dialects.responses.runs import ResponseRuns
-from .dialects.anthropic import messages as anthropic
-from .dialects.ollama import routes as ollama
+from .dialects.anthropic import routes as anthropic_routes
+from .dialects.ollama import routes as ollama_routes
+from .dialects.services import Services
 from .webui import page as webui
 from .wire.routes import Router
 from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
@@ -75,6 +75,7 @@ class App:
         self._forget_cleanup: Callable[[], None] = lambda: None    # takes load()'s exit clean-up off again
         self.created = int(time.time())
         self.metrics = metrics.ServerMetrics()
+        self.services = Services(settings, self.metrics, self.ready, self.created)   # what handlers are given
         try:
             keys = load_api_keys(settings.api_key, settings.api_key_file)
         except OSError as exc:
@@ -86,41 +87,20 @@ class App:
         self.metrics.register(route_pattern=self.router.pattern_of, ready=self.ready.is_set)
 
     def _add_routes(self) -> None:
-        add = self.router.add
-        add("/health", "GET", model_endpoints.health)
-        add("/v1/health", "GET", model_endpoints.health)
-        add("/v1/models", "GET", model_endpoints.list_models)
-        add("/v1/models/{model}", "GET", model_endpoints.get_model)
-        add("/v1/chat/completions", "POST", chat.handle)
-        add("/v1/completions", "POST", completions.handle)
-        add("/v1/embeddings", "POST", embeddings.handle)
-        add("/v1/rerank", "POST", rerank.handle)
-        add("/rerank", "POST", rerank.handle)
-        add("/tokenize", "POST", endpoints.tokenize)
-        add("/detokenize", "POST", endpoints.detokenize)
-        add("/apply-template", "POST", endpoints.apply_template)
-        add("/slots", "GET", model_endpoints.slots)
-        add("/models/load", "POST", model_endpoints.load)
-        add("/models/unload", "POST", model_endpoints.unload)
-        add("/metrics", "GET", metrics_endpoint.handle)
-        add("/v1/responses", "POST", responses.create)
-        add("/v1/responses/{response_id}", "GET", responses.retrieve)
-        add("/v1/responses/{response_id}", "DELETE", responses.delete)
-        add("/v1/responses/{response_id}/cancel", "POST", responses.cancel)
-        add("/v1/responses/{response_id}/input_items", "GET", responses.input_items)
-        add("/v1/conversations", "POST", conversations.create)
-        add("/v1/conversations/{conversation_id}", "GET", conversations.retrieve)
-        add("/v1/conversations/{conversation_id}", "POST", conversations.update)
-        add("/v1/conversations/{conversation_id}", "DELETE", conversations.delete)
-        add("/v1/conversations/{conversation_id}/items", "POST", conversations.add_items)
-        add("/v1/conversations/{conversation_id}/items", "GET", conversations.list_items)
-        add("/v1/conversations/{conversation_id}/items/{item_id}", "GET", conversations.get_item)
-        add("/v1/conversations/{conversation_id}/items/{item_id}", "DELETE", conversations.delete_item)
-        anthropic.register(self.router)
+        """The route table: each dialect adds its own routes, bound to what its handlers use."""
+        services, router = self.services, self.router
+        models_and_health.add_routes(router, services)
+        openai_routes.add_routes(router, services)
+        infill.add_routes(router, services)
+        rerank_routes.add_routes(router, services)
+        tokens_and_templates.add_routes(router, services)
+        metrics_endpoint.add_routes(router, services)
+        responses_routes.add_routes(router, services, self.response_runs)
+        anthropic_routes.add_routes(router, services)
         # before the page's own routes: GET / answers Ollama's clients, and gives browsers the page
-        ollama.register(self.router, page=None if self.settings.no_webui else webui.page_handler("/"))
+        ollama_routes.add_routes(router, services, page=None if self.settings.no_webui else webui.page_handler("/"))
         if not self.settings.no_webui:
-            self.public_paths += webui.register(self.router)
+            self.public_paths += webui.register(router)
 
     # ---- hooks the router calls ---------------------------------------------------
 
@@ -156,19 +136,6 @@ class App:
         request = exchange.request
         return self.access.preflight_headers(request.header("origin"), allow,
                                              request.header("access-control-request-headers"))
-
-    def require_ready(self) -> None:
-        if not self.ready.is_set():
-            raise ApiError(503, "the model is still loading", code="model_loading",
-                           headers=[("Retry-After", "1")])
-
-    def use_model(self, body: dict, on_loading: Callable[[Loading], None] | None = None):
-        """`with app.use_model(body, on_loading) as model:` the model the body's `model` names
-        (404 model_not_found otherwise), loaded, held while the request runs; on_loading hears
-        the load (dialects/loading.py); the body's `keep_alive` (Ollama's) is how long it stays
-        loaded after this request."""
-        self.require_ready()
-        return self.models.use(body.get("model"), keep_alive=body.get("keep_alive"), on_loading=on_loading)
 
     # ---- start-up -----------------------------------------------------------------
 
@@ -208,6 +175,7 @@ class App:
         self._forget_cleanup = at_engine_failure(self._close_stored_state)
         rpc.watch_aborts()          # an abort inside llama.cpp now exits with status 3 and a reason
         self.signing_key = load_signing_key(None if s.no_store else Path(s.data_dir or user_data_dir()))
+        self.services.loaded(self.models, self.store, self.signing_key)
         self.models.start()
 
     def _close_stored_state(self) -> None:

@@ -1,8 +1,9 @@
-"""API errors and the two error shapes clients check: OpenAI's and Anthropic's.
+"""API errors, and ErrorShape: the form every dialect's error shape takes.
 
 Handlers raise ApiError with an HTTP status and a message; each route carries the
-ErrorShape of its dialect, and the router answers in it. The same error in a stream
-goes out in-band through the dialect's own error event (dialects/pump.py).
+ErrorShape of its dialect (dialects/openai/errors.py, dialects/anthropic/errors.py), and the
+router answers in it. The same error in a stream goes out in-band through the dialect's own
+error event (dialects/pump.py).
 """
 
 from __future__ import annotations
@@ -12,35 +13,7 @@ from typing import Any, Callable
 
 import orjson
 
-from .settings import SHOWN_NAME_CHARS
-
-OPENAI_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "invalid_request_error",
-    405: "invalid_request_error",
-    408: "invalid_request_error",
-    413: "invalid_request_error",
-    415: "invalid_request_error",
-    429: "rate_limit_error",
-    431: "invalid_request_error",
-    501: "not_implemented_error",
-    503: "server_error",
-    505: "invalid_request_error",
-}
-
-ANTHROPIC_ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    413: "request_too_large",
-    429: "rate_limit_error",
-    500: "api_error",
-    503: "overloaded_error",
-    529: "overloaded_error",
-}
+SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
 
 
 class ClientGone(Exception):
@@ -79,30 +52,6 @@ def context_exceeded(n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False
     )
 
 
-def openai_error_body(error: ApiError) -> dict[str, Any]:
-    body = {
-        "message": error.message,
-        "type": error.type or OPENAI_ERROR_TYPES.get(error.status, "server_error"),
-        "param": error.param,
-        "code": error.code,
-    }
-    body.update(error.extra)
-    return {"error": body}
-
-
-def anthropic_error_body(error: ApiError) -> dict[str, Any]:
-    kind = ANTHROPIC_ERROR_TYPES.get(error.status) or ("api_error" if error.status >= 500 else "invalid_request_error")
-    body: dict[str, Any] = {"type": kind, "message": error.message}
-    body.update(error.extra)
-    return {"type": "error", "error": body}
-
-
-def anthropic_status(status: int) -> int:
-    """Anthropic reports a full queue as 529 overloaded, not 503."""
-    return 529 if status == 503 else status
-
-
-
 def same_status(status: int) -> int:
     return status
 
@@ -122,6 +71,3 @@ class ErrorShape:
         event = f"event: {self.stream_event}\n".encode() if self.stream_event else b""
         return event + b"data: " + orjson.dumps(self.body(error)) + b"\n\n"
 
-
-OPENAI_ERRORS = ErrorShape(openai_error_body)
-ANTHROPIC_ERRORS = ErrorShape(anthropic_error_body, anthropic_status, "error")

@@ -1,6 +1,6 @@
-"""The vocabulary shared by protocols and the runtime: requests in, events out.
+"""The vocabulary shared by the dialects and the runtime: requests in, events out.
 
-A protocol module reads its dialect's JSON into a GenerationRequest; the runtime
+A dialect reads its JSON into a GenerationRequest; the runtime
 answers on the job's own queue with the events below, and says why it refused or
 failed a job with the domain errors at the end. Nothing here knows about HTTP or any
 dialect's wire format: each dialect maps the errors to its status and error shape.
@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Union
 
+from .parsing.content_markup import ContentMarkup
 from .parsing.reasoning import ReasoningFormat
 from .parsing.tool_families import ToolSyntax
 
@@ -47,6 +48,7 @@ class ToolSpec:
     syntax: ToolSyntax
     names: dict[str, dict]           # function name → its parameters schema
     parallel: bool = True
+    starts_inside: bool = False      # the prompt ends with the family's start marker (functionary v3.2's >>>)
 
 
 @dataclass
@@ -60,10 +62,15 @@ class GenerationRequest:
     reasoning: ReasoningFormat | None = None
     reasoning_starts_inside: bool = False
     reasoning_budget: int | None = None
+    content_markup: ContentMarkup | None = None   # the template's own markup around the answer, dropped
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
+    # Editor completions (llama-server's /infill): past this many seconds of generation the answer
+    # ends at its next line break; a line indented less than min_indent ends it before that line.
+    line_time_limit: float | None = None
+    min_indent: int = 0
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -85,8 +92,9 @@ class Chunk:
 @dataclass
 class ToolCallStart:
     index: int
-    id: str
+    id: str            # the model's own id (or its family's form), else one minted neutral:
     name: str
+    minted: bool = False   # ... which each dialect shows in its own form (call_…, toolu_…)
 
 
 @dataclass
@@ -104,9 +112,10 @@ class Loading:
 
 @dataclass
 class ToolCall:
-    id: str
+    id: str            # as ToolCallStart's
     name: str
     arguments: str  # a JSON object: the generated text less insignificant whitespace
+    minted: bool = False
 
 
 @dataclass
@@ -186,6 +195,30 @@ class EmbeddingsUnavailable(GenerationFailure):
 
 class JobCancelled(GenerationFailure):
     """An embedding job ended because it was cancelled (its client went away)."""
+
+
+class PromptRefused(GenerationFailure):
+    """The request's prompt cannot be built from what the client sent: the template fails on it,
+    a text is too long to count, a grammar or schema cannot be used. code: what went wrong
+    (template_error, text_too_long, invalid_grammar, grammar_too_costly, invalid_schema);
+    param: the request field at fault, as the caller named it."""
+
+    def __init__(self, message: str, *, code: str, param: str):
+        super().__init__(message)
+        self.code = code
+        self.param = param
+
+
+class ContextOverflow(GenerationFailure):
+    """The prompt needs more tokens than the context holds (raised while the prompt is built).
+    at_least: the prompt was too long to be worth tokenizing; n_prompt_tokens is a lower bound."""
+
+    def __init__(self, n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False):
+        super().__init__(f"the request needs {'at least ' if at_least else ''}{n_prompt_tokens} prompt tokens "
+                         f"but the context holds {n_ctx}")
+        self.n_prompt_tokens = n_prompt_tokens
+        self.n_ctx = n_ctx
+        self.at_least = at_least
 
 
 class ActiveGeneration:

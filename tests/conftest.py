@@ -123,11 +123,12 @@ def tiny_model(models_dir) -> Path:
 
 
 def slow_model(models_dir: Path) -> Path:
-    """A random model a few MB large: seconds of prefill for a few thousand tokens, time to poll and cancel."""
+    """A random model a few MB large: seconds of prefill for a few thousand tokens, time to poll and cancel.
+    It has FIM prefix, suffix and middle tokens (none of them ends generation), for /infill."""
     path = models_dir / "slow.gguf"
     if not path.exists():
         write_tiny_gguf(path, chat_template=CHATML_TEMPLATE, n_embd=256, n_layer=4, n_head=4, n_ff=512,
-                        context_length=8192)
+                        context_length=8192, fim="legacy")
     return path
 
 

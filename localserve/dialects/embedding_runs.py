@@ -1,7 +1,7 @@
 """What /v1/embeddings and /v1/rerank share: the model a request names, its inputs as checked
 token sequences, and running them as one job while the client waits.
 
-- model_for: the model a request names, through the catalogue (app.use_model), as the
+- model_for: the model a request names, through the catalogue (loading.use_model), as the
   chat endpoints reach theirs; what of it an embedding needs.
 - fit: an input longer than the embedding context is a 400 naming its index, or is cut.
 - run: submit the job, wait for its vectors, peek at the socket every
@@ -21,7 +21,8 @@ from ..runtime.embedding_jobs import EmbeddingJob
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Exchange
 from .fields import invalid
-from .loading import LoadWait
+from .loading import LoadWait, use_model
+from .services import Services
 from .failures import api_error, runtime_refusals
 
 
@@ -35,10 +36,10 @@ class EmbeddingModel:
 
 
 @contextlib.contextmanager
-def model_for(exchange: Exchange, body: dict) -> Iterator[EmbeddingModel]:
+def model_for(exchange: Exchange, services: Services, body: dict) -> Iterator[EmbeddingModel]:
     """The model the body's `model` names (404 otherwise), loaded and held while the request runs,
     as the chat endpoints hold theirs."""
-    with exchange.app.use_model(body, LoadWait(exchange)) as loaded:
+    with use_model(services.ready(), body, LoadWait(exchange)) as loaded:
         yield EmbeddingModel(loaded.model_id, loaded.chat.engine, loaded.runtime, loaded.embedding_spec,
                              loaded.settings.max_embedding_inputs)
 

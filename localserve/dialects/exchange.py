@@ -1,7 +1,9 @@
-"""What a handler gets from the wire: the request, where to write, path parameters, the app.
+"""What a handler gets from the wire: the request, where to write, path parameters.
 
 The wire layer builds an Exchange for each request and calls the route's handler with it;
-the dialects read and answer through it and never import the wire. The request and the
+the dialects read and answer through it and never import the wire. What else a handler
+uses (the models, the store, the settings) it was given when its route was added
+(services.py), not through the exchange. The request and the
 writer are described here by what handlers use of them (the wire's Request and
 ResponseWriter fit), so the arrow runs one way: wire → dialects.
 """
@@ -14,9 +16,10 @@ from typing import Any, Callable, Protocol
 
 import orjson
 
-from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
+from ..errors import ApiError, ClientGone, ErrorShape
+from .openai.errors import OPENAI_ERRORS
 from ..ops import memory
-from ..settings import MAX_JSON_DEPTH
+from .limits import MAX_JSON_DEPTH
 
 log = logging.getLogger("localserve.dialects")
 
@@ -57,10 +60,8 @@ class Exchange:
     request: IncomingRequest
     writer: Writer
     params: dict[str, str]
-    app: Any
     errors: ErrorShape = OPENAI_ERRORS     # the route's dialect: how its clients read an error
     request_id: str = ""
-    model: Any = None              # the LoadedModel the request holds (loading.serve_with_model)
     stream_open: bool = False      # the stream's head is out (pump.open_stream), maybe while the model loaded
     _json: dict | None = field(default=None, repr=False)
 

@@ -1,7 +1,8 @@
 """The runtime's reasons to refuse or fail a job (generation.py) as the answers clients get.
 
 The runtime speaks no HTTP: it raises QueueFull at submit, or ends a job with
-Finished(error=SamplingTooSlow(...)). Here each reason gets its HTTP status, its API code,
+Finished(error=SamplingTooSlow(...)); building a prompt raises ContextOverflow or
+PromptRefused. Here each reason gets its HTTP status, its API code,
 the message where the runtime gave none, and when to retry. Every dialect agrees on these;
 the route's ErrorShape then renders the ApiError in the dialect's own shape (Anthropic's
 503 is its 529 overloaded), whole or in-band.
@@ -12,10 +13,12 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 
-from ..errors import ApiError
-from ..generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar, JobCancelled,
+from ..errors import ApiError, context_exceeded
+from ..generation import (ContextOverflow, EmbeddingsUnavailable, PromptRefused, GenerationFailure, GrammarBacklog, InvalidGrammar, JobCancelled,
                           NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
-from ..settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+from ..settings import RETRY_AFTER_SECONDS
+
+GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,10 @@ ANSWERS: dict[type[GenerationFailure], Answer] = {
 
 
 def api_error(failure: GenerationFailure) -> ApiError:
+    if isinstance(failure, ContextOverflow):
+        return context_overflow(failure)
+    if isinstance(failure, PromptRefused):
+        return ApiError(400, failure.message, code=failure.code, param=failure.param)
     answer = next(ANSWERS[kind] for kind in type(failure).__mro__ if kind in ANSWERS)
     headers = [("Retry-After", str(answer.retry_after))] if answer.retry_after is not None else None
     return ApiError(answer.status, failure.message or answer.message, code=answer.code, headers=headers)
@@ -54,4 +61,24 @@ def runtime_refusals():
     try:
         yield
     except GenerationFailure as failure:
+        raise api_error(failure) from None
+
+
+def context_overflow(failure: ContextOverflow, param: str = "messages") -> ApiError:
+    """400 context_length_exceeded, naming the sizes (n_prompt_tokens, n_ctx) and the request's
+    field that holds the prompt (`param`: the dialect's own)."""
+    error = context_exceeded(failure.n_prompt_tokens, failure.n_ctx, at_least=failure.at_least)
+    error.param = param
+    return error
+
+
+@contextlib.contextmanager
+def prompt_refusals(param: str = "messages"):
+    """Around building a prompt: a prompt the context cannot hold (its field named `param`), or
+    one that cannot be built from what the client sent, as the answer clients get."""
+    try:
+        yield
+    except ContextOverflow as failure:
+        raise context_overflow(failure, param) from None
+    except PromptRefused as failure:
         raise api_error(failure) from None

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
 from ..generation import Loading
-from ..settings import LOADING_COMMENT_INTERVAL
 from .exchange import Exchange
 from .pump import open_stream
 
-if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
     from ..models.loaded import LoadedModel
+    from ..models.manager import ModelManager
+
+LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
 
 log = logging.getLogger("localserve.routes")
 
@@ -49,14 +53,21 @@ class LoadWait:
             self.next_notice = time.monotonic() + LOADING_COMMENT_INTERVAL
 
 
-def serve_with_model(exchange: Exchange, body: dict, serve: Callable[[LoadedModel], None], *,
-                     notice: bytes | None = None) -> None:
-    """serve(model) with the model the body names loaded and held (exchange.model, for submit);
-    `notice`: a stream's load notice, whose head may then go out before serve runs."""
+def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], None] | None = None
+              ) -> AbstractContextManager[LoadedModel]:
+    """`with use_model(models, body, wait) as model:` the model the body's `model` names (404
+    model_not_found otherwise), loaded, held while the request runs; on_loading hears the load;
+    the body's `keep_alive` (Ollama's) is how long it stays loaded after this request."""
+    return models.use(body.get("model"), keep_alive=body.get("keep_alive"), on_loading=on_loading)
+
+
+def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[LoadedModel], None],
+                     *, notice: bytes | None = None) -> None:
+    """serve(model) with the model the body names loaded and held; `notice`: a stream's load
+    notice, whose head may then go out before serve runs."""
     wait = LoadWait(exchange, notice)
     try:
-        with exchange.app.use_model(body, wait) as model:
-            exchange.model = model
+        with use_model(models, body, wait) as model:
             serve(model)
     except ClientGone:
         raise

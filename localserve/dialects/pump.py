@@ -8,25 +8,22 @@ write while more events wait, the end of the stream, and a client that went away
 failed write or a closed socket cancels the job the stream reads, here and nowhere else.
 
 Sources are iterators of runtime events (or whatever the shape takes) with KEEPALIVE
-whenever the keepalive interval passes with nothing to send. They raise ClientGone when
-the socket closes while they wait.
+whenever the keepalive interval passes with nothing to send (a live job's: jobs.job_events,
+the one wait loop). They raise ClientGone when the socket closes while they wait.
 """
 
 from __future__ import annotations
 
-import queue
-import time
-from typing import Callable, Iterable, Iterator, Protocol
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import orjson
 
 from ..errors import ApiError, ClientGone
-from ..generation import ActiveGeneration, Chunk, Finished, ToolCallDelta, ToolCallStart
-from ..settings import DISCONNECT_POLL_INTERVAL
+from ..generation import ActiveGeneration, Finished
 from .exchange import Exchange
-from .respond import error_from
+from .jobs import KEEPALIVE, error_from, job_events
 
-KEEPALIVE = object()   # yielded by a source: time for a keepalive comment
 PREFILL_COMMENT = b": prefill\n\n"
 LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)
 DONE = b"data: [DONE]\n\n"
@@ -104,30 +101,8 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
         raise
 
 
-def stream_job(exchange: Exchange, shape: StreamShape, gen: ActiveGeneration, job: Job | None = None) -> None:
-    """A live job's stream; `job` (the generation itself unless given) is what a client gone cancels."""
-    pump(exchange, shape, job_events(exchange, gen, exchange.app.settings.prefill_keepalive),
-         job=job or gen, idle=gen.events.empty)
-
-
-def job_events(exchange: Exchange, gen: ActiveGeneration, keepalive: float) -> Iterator[object]:
-    """The job's events; KEEPALIVE while nothing has been generated yet. Raises ClientGone when
-    the socket closes while the job is quiet."""
-    writer = exchange.writer
-    started = False
-    next_keepalive = time.monotonic() + keepalive if keepalive > 0 else None
-    while True:
-        try:
-            event = gen.events.get(timeout=DISCONNECT_POLL_INTERVAL)
-        except queue.Empty:
-            if writer.peer_closed():
-                raise ClientGone("peer closed")
-            if not started and next_keepalive is not None and time.monotonic() >= next_keepalive:
-                next_keepalive = time.monotonic() + keepalive
-                yield KEEPALIVE
-            continue
-        if isinstance(event, (Chunk, ToolCallStart, ToolCallDelta)):
-            started = True
-        yield event
-        if isinstance(event, Finished):
-            return
+def stream_job(exchange: Exchange, shape: StreamShape, gen: ActiveGeneration, keepalive: float,
+               job: Job | None = None) -> None:
+    """A live job's stream, `: prefill`-style keepalives every `keepalive` seconds until its first
+    token; `job` (the generation itself unless given) is what a client gone cancels."""
+    pump(exchange, shape, job_events(exchange.writer, gen, keepalive), job=job or gen, idle=gen.events.empty)

@@ -19,10 +19,11 @@ from typing import Sequence
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
-from ..settings import EMBEDDING_MAX_SEQS
 from .embedding_spec import EmbeddingSpec
 from .engine import DecodeError, Engine
 from .model_load import native_reason
+
+EMBEDDING_MAX_SEQS = 128           # inputs packed into one embedding batch (each is a sequence of its own)
 
 POOLING_TYPES = {"mean": ll.LLAMA_POOLING_TYPE_MEAN, "cls": ll.LLAMA_POOLING_TYPE_CLS,
                  "last": ll.LLAMA_POOLING_TYPE_LAST, "rank": ll.LLAMA_POOLING_TYPE_RANK}

@@ -2,7 +2,7 @@
 
 Only the runtime thread calls into an Engine after start-up; connection threads
 reach it through facade.EngineFacade, whose calls are safe off that thread. The engine knows
-tokens, sequences and logits; it knows nothing about requests or protocols.
+tokens, sequences and logits; it knows nothing about requests or dialects.
 Why not ``Llama.create_completion``: it costs Python work per token and
 re-detokenizes the whole output each step; here one token costs one piece lookup.
 """
@@ -20,14 +20,15 @@ from llama_cpp import llama_cpp as ll
 
 from . import cpu_weights, file_facts, model_load
 from ..generation import SamplingParams
-from ..settings import TOKENIZE_ALONE_BYTES
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
-from .facade import GrammarError, ModelInfo, TooManyTokens
+from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
 from .stopwatch import Stopwatch
 from ..grammar.scan import token_refs
+
+TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 
 __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
            "Sampler", "check_model_file", "quiet_llama_logs"]
@@ -121,6 +122,9 @@ class Engine:
         self.info = self._read_info(path, n_ctx_train)
         self._adds_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         self._adds_eos = bool(ll.llama_vocab_get_add_eos(self.vocab))
+        self.fim = self._read_fim_tokens()
+        bos = ll.llama_vocab_bos(self.vocab)
+        self.prompt_start = [bos] if self._adds_bos and bos >= 0 else []
         self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
         if any(d.kind != "cpu" for d in self.devices):
             log.info("devices: %s", "; ".join(d.summary() for d in self.devices))
@@ -165,6 +169,14 @@ class Engine:
         buf = ctypes.create_string_buffer(size + 1)
         ll.llama_model_meta_val_str(self.model, key.encode(), buf, size + 1)
         return buf.value.decode("utf-8", "replace")
+
+    def _read_fim_tokens(self) -> FimTokens:
+        def token(read) -> int | None:
+            found = read(self.vocab)
+            return found if 0 <= found < self.n_vocab else None
+        return FimTokens(pre=token(ll.llama_vocab_fim_pre), suf=token(ll.llama_vocab_fim_suf),
+                         mid=token(ll.llama_vocab_fim_mid), pad=token(ll.llama_vocab_fim_pad),
+                         rep=token(ll.llama_vocab_fim_rep), sep=token(ll.llama_vocab_fim_sep))
 
     def _read_info(self, path: str, n_ctx_train: int) -> ModelInfo:
         desc = ctypes.create_string_buffer(256)

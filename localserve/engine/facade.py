@@ -31,6 +31,25 @@ class GrammarError(ValueError):
     """llama.cpp cannot (or must not) run this grammar."""
 
 
+@dataclass(frozen=True)
+class FimTokens:
+    """The model's fill-in-the-middle tokens (None where its vocabulary has none): prefix,
+    suffix and middle mark the hole; pad ends a middle; rep and sep lay out repository
+    context (a project name, then each file). llama.cpp reads them from the GGUF
+    (tokenizer.ggml.fim_*_token_id, or the older prefix/suffix/middle_token_id) or finds
+    them by their text, and counts pad, rep and sep as end-of-generation tokens."""
+    pre: int | None = None
+    suf: int | None = None
+    mid: int | None = None
+    pad: int | None = None
+    rep: int | None = None
+    sep: int | None = None
+
+    def missing(self) -> list[str]:
+        """The tokens a fill-in-the-middle prompt needs that this model lacks."""
+        return [name for name in ("pre", "suf", "mid") if getattr(self, name) is None]
+
+
 @dataclass
 class ModelInfo:
     path: str
@@ -57,6 +76,8 @@ class _LoadedEngine(Protocol):
     gpu_layers: int
     weight_plan: WeightPlan
     weight_buffers: dict[str, float]
+    fim: FimTokens
+    prompt_start: list[int]
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True,
                  limit: int | None = None) -> list[int]: ...
@@ -73,7 +94,7 @@ class _LoadedEngine(Protocol):
 class EngineFacade:
     """What a connection thread may ask of the loaded engine.
 
-    The facts (n_ctx, n_vocab, eog_tokens, info, devices, layers, weight buffers) are read
+    The facts (n_ctx, n_vocab, eog_tokens, fim, info, devices, layers, weight buffers) are read
     once at start-up: they do not change while the model is loaded."""
 
     def __init__(self, engine: _LoadedEngine):
@@ -82,6 +103,9 @@ class EngineFacade:
         self.n_vocab: int = engine.n_vocab
         self.max_piece_bytes: int = engine.max_piece_bytes
         self.eog_tokens: list[int] = list(engine.eog_tokens)
+        self.fim: FimTokens = engine.fim
+        # what tokenize(add_special=True) puts before any text: BOS for most models, nothing for some
+        self.prompt_start: list[int] = list(engine.prompt_start)
         self.info: ModelInfo = engine.info
         self.devices: list[Device] = list(engine.devices)
         self.n_layer: int = engine.n_layer

@@ -35,12 +35,19 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from .. import settings as defaults
 from ..ops.fatal import exit_engine_failed, flush_logs
 from ..ops.signals import StopSignals
 from .ggml_lib import AbortCallback, check_support, describe, ggml
 from .rpc_config import (EXIT_USAGE, EXIT_WORKER_LOST, RpcError, is_private_address, layers_to_offload,
                          parse_endpoint, split_proportions, worker_list)
+
+RPC_PROBE_TIMEOUT = 2.0            # seconds one TCP probe of a worker may take
+RPC_PROBE_BACKOFF_START = 0.25     # first pause between probes; doubles up to the next
+RPC_PROBE_BACKOFF_MAX = 2.0
+RPC_HANDSHAKE_WARN = 10.0          # say so when a worker takes this long to answer the handshake
+RPC_ABORT_PROBE_TIMEOUT = 0.5      # probing the workers to name the one that died,
+RPC_ABORT_PROBE_ROUNDS = 5         # this many times, this far apart, while it is still going away
+RPC_ABORT_PROBE_PAUSE = 0.2
 
 # What callers reach through this module (app.py, cli/worker.py), defined in its two helpers.
 __all__ = ["EXIT_WORKER_LOST", "RpcError", "attach_workers", "check_support", "describe", "is_private_address",
@@ -80,12 +87,12 @@ def wait_for_workers(endpoints: Sequence[str], wait: float, *,
     """
     deadline = clock() + wait
     pending = list(endpoints)
-    delay = defaults.RPC_PROBE_BACKOFF_START
+    delay = RPC_PROBE_BACKOFF_START
     reported: set[str] = set()
     while True:
         reasons: dict[str, str] = {}
         for endpoint in pending:
-            reason = probe(endpoint, defaults.RPC_PROBE_TIMEOUT)
+            reason = probe(endpoint, RPC_PROBE_TIMEOUT)
             if reason is None:
                 if endpoint in reported:
                     log.info("RPC worker %s is up", endpoint)
@@ -108,7 +115,7 @@ def wait_for_workers(endpoints: Sequence[str], wait: float, *,
         sleep(min(delay, left))
         if stopped():
             raise RpcError("stopped while waiting for RPC workers", status=0)
-        delay = min(delay * 2, defaults.RPC_PROBE_BACKOFF_MAX)
+        delay = min(delay * 2, RPC_PROBE_BACKOFF_MAX)
 
 
 # ---- aborts inside llama.cpp -------------------------------------------------------------------
@@ -159,10 +166,10 @@ class _AbortWatch:
     def _unreachable(self) -> list[tuple[str, str]]:
         """The workers that refuse connections now. A worker that has just died may still
         accept them for a moment (its listening socket closes last), so look a few times."""
-        for attempt in range(defaults.RPC_ABORT_PROBE_ROUNDS):
+        for attempt in range(RPC_ABORT_PROBE_ROUNDS):
             if attempt:
-                time.sleep(defaults.RPC_ABORT_PROBE_PAUSE)
-            lost = [(e, why) for e in self.endpoints if (why := probe(e, defaults.RPC_ABORT_PROBE_TIMEOUT))]
+                time.sleep(RPC_ABORT_PROBE_PAUSE)
+            lost = [(e, why) for e in self.endpoints if (why := probe(e, RPC_ABORT_PROBE_TIMEOUT))]
             if lost:
                 return lost
         return []
@@ -197,10 +204,10 @@ def attach_workers(values: Sequence[str], wait: float, signals: StopSignals | No
         wait_for_workers(endpoints, wait, stopped=caught.requested, sleep=caught.wait)
     for endpoint in endpoints:
         log.info("connecting to RPC worker %s", endpoint)
-        busy = threading.Timer(defaults.RPC_HANDSHAKE_WARN, log.warning,
+        busy = threading.Timer(RPC_HANDSHAKE_WARN, log.warning,
                                ("RPC worker %s accepts connections but has not answered for %.0fs: a worker "
                                 "serves one front at a time; is another front using it?",
-                                endpoint, defaults.RPC_HANDSHAKE_WARN))
+                                endpoint, RPC_HANDSHAKE_WARN))
         busy.daemon = True
         _abort_watch.adding = endpoint
         busy.start()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Iterable, Sequence
 
-from .. import settings as defaults
+RPC_MAX_WORKERS = 16               # GGML_RPC_MAX_SERVERS
 
 EXIT_USAGE = 2
 EXIT_WORKER_LOST = 4           # an RPC worker went away while the front was serving (README: Exit status)
@@ -56,8 +56,8 @@ def worker_list(values: Iterable[str]) -> tuple[str, ...]:
             if endpoint in endpoints:
                 raise ValueError(f"RPC worker {endpoint} is listed twice")
             endpoints.append(endpoint)
-    if len(endpoints) > defaults.RPC_MAX_WORKERS:
-        raise ValueError(f"at most {defaults.RPC_MAX_WORKERS} RPC workers")
+    if len(endpoints) > RPC_MAX_WORKERS:
+        raise ValueError(f"at most {RPC_MAX_WORKERS} RPC workers")
     return tuple(endpoints)
 
 

@@ -3,6 +3,8 @@ the arguments held to each function's parameters schema."""
 
 from __future__ import annotations
 
+import re
+
 from ..parsing.call_format import ID_SLOT, KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat, first_word
 from .gbnf import SchemaError, group, json_text, repeat
 from .schema import GrammarBuilder
@@ -10,19 +12,36 @@ from .schema import GrammarBuilder
 _CALL_ID = "[a-zA-Z0-9]{9}"   # the strictest templates' ids (Mistral's nine alphanumerics)
 
 
-def literal(b: GrammarBuilder, text: str) -> str:
+class CallGrammarBuilder(GrammarBuilder):
+    """A GrammarBuilder that also writes a call's markup: exactly, or with `loose_markup` each
+    whitespace run in it as ``ws`` (none, a space, or a newline and indent), as the call parsers
+    read it: a strict call woken part-way, whose own spacing so far must pass
+    (``<tool_call>{"na`` where Hermes writes a newline)."""
+
+    def __init__(self, loose_markup: bool = False) -> None:
+        super().__init__()
+        self.loose_markup = loose_markup
+
+    def markup(self, text: str) -> str:
+        if not self.loose_markup:
+            return self.literal(text)
+        return " ".join("ws" if part.isspace() else self.literal(part)
+                        for part in re.split(r"(\s+)", text) if part) or '""'
+
+
+def literal(b: CallGrammarBuilder, text: str) -> str:
     """A format's literal as GBNF: its text, a call id where the template wrote one."""
     parts = text.split(ID_SLOT)
     items = []
     for i, part in enumerate(parts):
         if part:
-            items.append(b.literal(part))
+            items.append(b.markup(part))
         if i < len(parts) - 1:
             items.append(_CALL_ID)
     return " ".join(items)
 
 
-def format_call(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
+def format_call(b: CallGrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
     """One call of `name` as the format writes it, from its call_open to its end."""
     if fmt.layout in ("object", "keyed"):
         head = fmt.object_head.replace(NAME_SLOT, json_text(name, path)[1:-1])
@@ -50,7 +69,7 @@ def object_properties(b: GrammarBuilder, params: dict, path: str, who: str) -> t
     return props, sorted(props, key=lambda k: k not in required), required
 
 
-def _pairs(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
+def _pairs(b: CallGrammarBuilder, fmt: CallFormat, name: str, params: dict, path: str) -> str:
     """The key/value pairs: keys in the schema's order, required ones first; after each pair,
     the next pair (a required one, or any optional one before it) or the call's end."""
     with b.document(params):
@@ -87,7 +106,7 @@ def _pairs(b: GrammarBuilder, fmt: CallFormat, name: str, params: dict, path: st
         return group(" | ".join(options))
 
 
-def _value(b: GrammarBuilder, fmt: CallFormat, schema, key: str, path: str, name: str) -> tuple[int, str]:
+def _value(b: CallGrammarBuilder, fmt: CallFormat, schema, key: str, path: str, name: str) -> tuple[int, str]:
     """(the value's kind, its rule): a string schema as bare text, anything else as JSON."""
     sub = b.deref(schema, path)
     is_string = isinstance(sub, dict) and sub.get("type") == "string"
@@ -100,8 +119,14 @@ def _value(b: GrammarBuilder, fmt: CallFormat, schema, key: str, path: str, name
     stop = first_word(fmt.value_stop(kind).replace(KEY_SLOT, key))
     if stop[:1] in ("", "<") or "pattern" in sub or "format" in sub:
         return kind, b.raw_string(sub, path) or '""'
-    # a quote-delimited value (Python-style calls) must not hold its own closing quote
-    char = b.add_rule("rawchar-" + "x%X" % ord(stop[0]), f"[^<{_class_escape(stop[0])}\\x00-\\x1F]")
+    # a quote-delimited value (Python-style calls) holds its own quote only escaped, as Python
+    # writes it (a backslash escapes the next character, not one that starts a numbered escape,
+    # which would need its digits; the parser reads the literal as Python does)
+    quote = _class_escape(stop[0])
+    body = f"[^<{quote}\\x00-\\x1F]"
+    if stop[0] in "'\"":
+        body = f'[^<{quote}\\\\\\x00-\\x1F] | "\\\\" [^<xuUN\\x00-\\x1F]'
+    char = b.add_rule("rawchar-" + "x%X" % ord(stop[0]), body)
     lo, hi = sub.get("minLength", 0), sub.get("maxLength")
     return kind, repeat(char, lo, hi, path) or '""'
 

@@ -17,7 +17,7 @@ import math
 import re
 
 from ..parsing.json_stream import compact
-from ..settings import MAX_GRAMMAR_REPEAT
+from .limits import MAX_GRAMMAR_REPEAT
 
 WS_MAX_INDENT = 20
 MAX_INT_DIGITS = 15

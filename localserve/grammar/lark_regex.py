@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ..settings import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING
+from .limits import MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING
 
 __all__ = ["LarkError", "lark_to_regex"]
 

@@ -17,8 +17,16 @@ import re
 
 from .recursion import left_recursive_rule, longest_optional_run
 from .scan import operators
-from ..settings import (MAX_GRAMMAR_BYTES, MAX_GRAMMAR_NESTING, MAX_GRAMMAR_OPTIONAL_RUN, MAX_GRAMMAR_QUANTIFIERS,
-                        MAX_GRAMMAR_REPEAT)
+
+# What a request's grammar, schema or pattern may cost, checked before it is queued (400 naming the limit)
+MAX_GRAMMAR_BYTES = 256 * 1024     # GBNF text, given or built from a schema or tools
+MAX_GRAMMAR_REPEAT = 2000          # a {m,n} bound (llama.cpp turns larger maxima into unbounded '*')
+MAX_GRAMMAR_NESTING = 64           # ( ... ) groups one inside another: llama.cpp's parser recurses into each
+MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
+MAX_GRAMMAR_OPTIONAL_RUN = 32      # items in a row that may each match nothing (a stack each, every token)
+MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
+MAX_SCHEMA_KEY_LENGTH = 256        # a property name beside additionalProperties (its exclusion nests per character)
+MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
 
 _COUNTS = re.compile(r"\{\s*(\d*)\s*(?:,\s*(\d*)\s*)?\}")
 

@@ -10,7 +10,7 @@ from typing import Protocol
 
 from .gbnf import RULE_NAME, SCALARS, SchemaError, char_class, repeat, subtract
 from ..parsing.json_stream import compact
-from ..settings import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_NESTING
+from .limits import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_NESTING
 
 UNBOUNDED_WEIGHT = 16   # what a '*' or '+' counts as in a product of nested repetition counts
 

@@ -22,7 +22,7 @@ from .gbnf import (KEY_CHARS, PRIMITIVES, RULE_NAME, STRING_FORMATS, SchemaError
                    subtract)
 from .numbers import bounds, signed_range
 from .regex import translate_pattern
-from ..settings import MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
+from .limits import MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
 
 _TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 _INFER = (  # keywords that imply a type when "type" is absent

@@ -4,9 +4,11 @@ function's parameters schema (through GrammarBuilder)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, CallsGrammar, ToolSyntax
-from .format_grammars import format_call, literal, object_properties
+from .format_grammars import CallGrammarBuilder, format_call, literal, object_properties
 from .gbnf import SchemaError, group, json_text
 from .schema import GrammarBuilder
 
@@ -14,11 +16,16 @@ TOOL_CALL_SYNTAXES = tuple(TOOL_SYNTAXES)
 
 
 def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: bool,
-                      forced_name: str | None = None, prefix: str = "") -> str:
+                      forced_name: str | None = None, prefix: str = "", loose_markup: bool = False,
+                      opened: str = "") -> str:
     """A grammar that forces one (with parallel: one or more) calls of ``tools``, written in
     ``syntax`` (a family's name, or a family derived from a template) after the literal
     ``prefix``. With forced_name only that function. ``harmony`` makes one call even with
-    parallel. Tools are OpenAI function definitions, unwrapped."""
+    parallel. Tools are OpenAI function definitions, unwrapped. ``loose_markup``: the whitespace in
+    the calls' markup may be any the parser reads (a strict call woken part-way, whose own text
+    so far the grammar must take: ``<tool_call>{"na`` where Hermes writes a newline). ``opened``:
+    the start marker the prompt has already written (functionary v3.2's ``>>>``), which the
+    first call then leaves out."""
     if isinstance(syntax, str) and syntax not in TOOL_CALL_SYNTAXES:
         raise ValueError(f"unknown tool-call syntax {syntax!r}")
     if forced_name is not None:
@@ -28,8 +35,12 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
     if not tools:
         raise SchemaError("there are no tools to call")
     shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
-    b = GrammarBuilder()
-    calls = []
+    b = CallGrammarBuilder(loose_markup)
+    calls, firsts = [], []
+    first_shape = None
+    if (opened and isinstance(shape, CallFormat) and not shape.block_open
+            and shape.call_open.startswith(opened)):
+        first_shape = replace(shape, call_open=shape.call_open[len(opened):])
     for i, tool in enumerate(tools):
         name = tool.get("name") if isinstance(tool, dict) else None
         if not isinstance(name, str) or not name:
@@ -37,28 +48,32 @@ def tool_call_grammar(syntax: str | ToolSyntax, tools: list[dict], *, parallel: 
         params, path = tool.get("parameters") or {"type": "object", "properties": {}}, f"tools[{i}].parameters"
         if isinstance(shape, CallFormat):
             calls.append(format_call(b, shape, name, params, path))
+            if first_shape is not None:
+                firsts.append(format_call(b, first_shape, name, params, path))
             continue
         if shape.parameters:
             args = _parameter_blocks(b, name, params, path)
         else:
             args = b.add_document(params, f"{name}-args", path)
         before, after = shape.before.format(name=name, jname=json_text(name, path)), shape.after
-        calls.append(" ".join(p for p in (b.literal(before), args, b.literal(after)) if p))
+        calls.append(" ".join(p for p in (b.markup(before), args, b.markup(after)) if p))
     call = b.add_rule("call", " | ".join(calls))
     if isinstance(shape, CallFormat):
-        body = f"{call} ( {literal(b, shape.call_sep)} {call} )*" if parallel and shape.call_sep else call
+        first = b.add_rule("first-call", " | ".join(firsts)) if firsts else call
+        body = f"{first} ( {literal(b, shape.call_sep)} {call} )*" if parallel and shape.call_sep else first
         if parallel and not shape.call_sep:
-            body = f"{call}+"
-        framed = [literal(b, prefix + shape.block_open) if prefix + shape.block_open else "", body,
+            body = f"{first} {call}*"
+        framed = [" ".join(p for p in (b.literal(prefix) if prefix else "",
+                                       literal(b, shape.block_open) if shape.block_open else "") if p), body,
                   literal(b, shape.block_close) if shape.block_close else ""]
         return b.build(" ".join(p for p in framed if p))
-    body = f"{call} ( {b.literal(shape.separator)} {call} )*" if parallel and not shape.one_call else call
+    body = f"{call} ( {b.markup(shape.separator)} {call} )*" if parallel and not shape.one_call else call
     return b.build(" ".join(p for p in _framed(b, shape, prefix, body) if p))
 
 
-def _framed(b: GrammarBuilder, shape: CallsGrammar, prefix: str, body: str) -> list[str]:
-    opening = prefix + shape.opening
-    return [b.literal(opening) if opening else "", body, b.literal(shape.closing) if shape.closing else ""]
+def _framed(b: CallGrammarBuilder, shape: CallsGrammar, prefix: str, body: str) -> list[str]:
+    return [b.literal(prefix) if prefix else "", b.markup(shape.opening) if shape.opening else "", body,
+            b.markup(shape.closing) if shape.closing else ""]
 
 
 def _parameter_blocks(b: GrammarBuilder, name: str, params: dict, path: str) -> str:

@@ -10,8 +10,10 @@ import os
 
 from ..engine.gguf_meta import estimate, read_shape
 from ..engine.model_load import ModelLoadError, check_model_file
-from ..settings import COMPUTE_RESERVE_BYTES, MAX_DEFAULT_CTX, Settings
+from ..settings import MAX_DEFAULT_CTX, Settings
 from .loaded import LoadFailed
+
+COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
 
 
 def estimate_bytes(path: str, settings: Settings) -> int:

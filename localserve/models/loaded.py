@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..engine import rpc
 from ..engine.cpu_weights import USERS_CHOICE, describe as describe_buffers
@@ -157,6 +157,7 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
     # <think> splitting for models whose vocabulary has it as one token
     thinks = len(engine.tokenize("<think>", add_special=False)) == 1
     family = named_family(settings.tool_syntax) if settings.tool_syntax else detect_chat_family(template)
+    template = replace(template, calls_family=family)   # calls shown as text in its words
     return ChatModel(EngineFacade(engine), template, tool_syntax=family.name, tool_family=family,
                      default_reasoning=REASONING_FORMATS["think"] if thinks else None)
 

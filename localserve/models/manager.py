@@ -34,14 +34,16 @@ from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
 from ..runtime.pending_sample import abandoned_running
-from ..settings import (DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, KEEP_ALIVE_NEVER, KEEP_ALIVE_SWEEP,
-                        MODEL_RETRY_AFTER_SECONDS, Settings)
+from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
-from .units import parse_duration
+from .units import KEEP_ALIVE_NEVER, parse_duration
+
+KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
+MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on the 503 of a load that waited --evict-wait for a busy model
 
 log = logging.getLogger("localserve.models")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..settings import KEEP_ALIVE_NEVER
+KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
 
 # ASCII digits only: \d and float() also take "９" or "٣" (any Unicode digit), which no client
 # means as a number and a log or a config reader would show differently.

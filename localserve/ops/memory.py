@@ -22,7 +22,8 @@ import gc
 import os
 import threading
 
-from ..settings import MALLOC_MMAP_THRESHOLD
+TRIM_AFTER_BYTES = 1024 * 1024     # a request body this large: give freed memory back afterwards
+MALLOC_MMAP_THRESHOLD = 1024 * 1024    # glibc: blocks this large get their own mapping
 
 M_MMAP_THRESHOLD = -3      # mallopt parameter number (malloc.h)
 

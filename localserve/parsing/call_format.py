@@ -18,7 +18,9 @@ a call id, KEY_SLOT the current argument's key (`<city>…</city>`).
 
 from __future__ import annotations
 
+import ast
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -59,9 +61,22 @@ class CallFormat:
         return common_start(self.value_next[kind], self.value_end[kind])
 
     def start_markers(self) -> tuple[str, ...]:
-        opening = (self.block_open + self.call_open).strip()
-        first = _PIECES.match(opening)
-        return (first.group(),) if first and first.group(4) else ()
+        """The text that opens a block: the opening's first word; a plain word (GigaChat 3's
+        `function call<|role_sep|>`) runs on to the first markup, so that prose using the word
+        opens no call (and wakes no strict grammar), and only text that may still become the
+        marker is held back."""
+        words = _words((self.block_open + self.call_open).strip())
+        if not words or words[0][0] != "text":
+            return ()
+        marker = words[0][1]
+        if marker.isalpha():
+            for kind, text in words[1:]:
+                if kind not in ("ws", "text"):
+                    break
+                marker += text
+                if kind == "text" and not text.isalpha():
+                    break
+        return (marker,)
 
 
 def common_start(a: str, b: str) -> str:
@@ -152,6 +167,32 @@ def read_until(cur: Cursor, stops: tuple[str, ...], limit: int) -> Iterator[None
         if cur.eof or len(rest) > limit + max(map(len, stops)) - 1:
             raise Malformed("no end")
         yield
+
+
+def read_quoted(cur: Cursor, quote: str, limit: int) -> Iterator[None]:
+    """A Python string literal's body up to its closing `quote` (not consumed), its escapes read as
+    Python reads them (``\\'``, ``\\\\``, ``\\n``, ``\\u00e9``): Python-style calls (LFM2) quote
+    their string values."""
+    start = at = cur.pos
+    while True:
+        yield from cur.wait(at - cur.pos + 2)
+        ch = cur.text[at:at + 1]
+        if not ch:
+            raise Malformed("no end")
+        if ch == quote:
+            break
+        at += 2 if ch == "\\" else 1
+        if at - start > limit:
+            raise Malformed("too long")
+    body = cur.text[start:at]
+    cur.pos = at
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")      # an unknown escape (\p) stays as written, as in Python
+            value = ast.literal_eval(quote + body.replace("\n", "\\n") + quote)  # (a raw newline too)
+    except (ValueError, SyntaxError):     # a broken escape (\x4): the text as written
+        return body
+    return value if isinstance(value, str) else body
 
 
 def read_word(cur: Cursor, stops: tuple[str, ...]) -> Iterator[None]:

@@ -15,7 +15,7 @@ from .call_format import CallFormat
 from .derive_family import NotDerivable, Render, derive_format, family_name
 from .format_parser import format_syntax
 from .tool_families import (DEEPSEEK, DS_CALL_BEGIN, HARMONY, HERMES, MISTRAL, QWEN3_CODER, TOOL_SYNTAXES,
-                            ToolSyntax, detect_tool_syntax, new_call_id)
+                            ToolSyntax, detect_tool_syntax)
 
 # Formats known by a marker, for templates whose calls do not render today.
 KNOWN_FORMATS: dict[str, tuple[str, CallFormat]] = {
@@ -53,7 +53,7 @@ def _hand_written(fmt: CallFormat) -> ToolSyntax | None:
 
 def derived_syntax(fmt: CallFormat, name: str | None = None) -> ToolSyntax:
     name = name or family_name(fmt)
-    return format_syntax(name, fmt, new_id=new_call_id)
+    return format_syntax(name, fmt)
 
 
 def named_family(name: str) -> ToolSyntax:

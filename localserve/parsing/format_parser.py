@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from .call_format import (KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat, closing, first_word, match,
-                          read_until, read_word, take_while, value_json)
+                          read_quoted, read_until, read_word, take_while, value_json)
 from .json_stream import Cursor, Malformed, compact
-from .tool_families import CallSink, ToolSyntax, call_object, new_call_id, read_arguments
+from .tool_families import CallSink, ToolSyntax, call_object, read_arguments
 
 # Characters no function name or key contains, so they end one even where the template's
 # own marker after the name is missing.
@@ -23,7 +23,7 @@ _BARE_VALUE_LIMIT = 128      # a bare value's longest text (a number, true, None
 
 
 def format_syntax(name: str, fmt: CallFormat, template_markers: tuple[str, ...] = (),
-                  new_id=new_call_id) -> ToolSyntax:
+                  new_id=None) -> ToolSyntax:
     def parse(cur: Cursor, calls: CallSink, marker: str) -> Iterator[None]:
         yield from _parse_block(fmt, cur, calls)
     return ToolSyntax(name, fmt.start_markers(), fmt.block_close.strip(), template_markers, parse, fmt,
@@ -136,6 +136,8 @@ def _raw_value(fmt: CallFormat, cur: Cursor, kind: int, key: str) -> Iterator[No
         if not bare:
             raise Malformed("value")
         return bare
+    if stop in ("'", '"') and fmt.key_value[kind].endswith(stop):
+        return (yield from read_quoted(cur, stop, _RAW_VALUE_LIMIT))   # a Python string literal
     raw = yield from read_until(cur, (stop,), _RAW_VALUE_LIMIT)
     if fmt.key_value[kind].endswith("\n") and raw.startswith("\n"):
         raw = raw[1:]

@@ -33,6 +33,8 @@ class ReasoningFormat:
     start: str
     end: str
     close: str  # what a runtime injects to end reasoning early (a reasoning budget)
+    end_names_it: bool = True  # a template that writes only the end tag has this format (not so
+                               # for an end tag many templates write for other ends: <|end|>)
 
 
 HARMONY = ReasoningFormat("harmony", "<|channel|>analysis<|message|>", "<|end|>",
@@ -47,6 +49,9 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
     ReasoningFormat("gemma4", "<|channel>thought", "<channel|>", "<channel|>"),
     ReasoningFormat("minimax_m3", "<mm:think>", "</mm:think>", "</mm:think>"),
     ReasoningFormat("kimi_k3", "<|open|>think<|sep|>", "<|close|>think<|sep|>", "<|close|>think<|sep|>"),
+    # Solar Open: <|think|>…<|end|>, then the answer opens <|begin|>assistant<|content|>
+    # (parsing/content_markup drops that) or its calls <|begin|>assistant<|tool_calls|>
+    ReasoningFormat("solar", "<|think|>", "<|end|>", "<|end|><|begin|>assistant", end_names_it=False),
     ReasoningFormat("hunyuan", "<think:opensource>", "</think:opensource>", "</think:opensource>"),
     ReasoningFormat("apriel", "Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]",
                     "\n[BEGIN FINAL RESPONSE]\n"),
@@ -72,7 +77,8 @@ def detect_reasoning(chat_template: str | None,
     for fmt in REASONING_FORMATS.values():
         if fmt is HARMONY:
             continue
-        if fmt.start in template or fmt.end in template or fmt.start in tail[-_PROMPT_TAIL:]:
+        if (fmt.start in template or (fmt.end_names_it and fmt.end in template)
+                or fmt.start in tail[-_PROMPT_TAIL:]):
             return fmt
     return None
 

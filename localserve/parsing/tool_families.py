@@ -65,7 +65,9 @@ class ToolSyntax:
     parse: Callable[[Cursor, CallSink, str], Iterator[None]]
     grammar: CallsGrammar | CallFormat   # a CallFormat: derived from a template (format_parser)
     bare_object: bool = False          # a `{` opening the message also starts a call
-    new_id: Callable[[], str] = new_call_id
+    # the family's own id form for a call the model wrote without one (Mistral's nine
+    # alphanumerics); None: the call gets a neutral id each dialect shows in its own form
+    new_id: Callable[[], str] | None = None
 
 
 def read_arguments(cur: Cursor, sink: Callable[[str], None]) -> Iterator[None]:

@@ -30,7 +30,11 @@ from dataclasses import dataclass
 
 from ..generation import Chunk, ToolCall, ToolCallDelta, ToolCallStart
 from .json_stream import Cursor, Malformed, partial_start
-from .tool_families import TOOL_SYNTAXES, ToolSyntax
+from .tool_families import TOOL_SYNTAXES, ToolSyntax, new_call_id
+
+# a call the model wrote without an id gets this many random letters and digits, no prefix:
+# each dialect shows it in its own form (call_…, toolu_…)
+NEUTRAL_ID_LENGTH = 24
 
 
 Event = Chunk | ToolCallStart | ToolCallDelta     # content is never reasoning here
@@ -58,26 +62,36 @@ class ToolProjector:
     marker at the end is held back. `tool_names` limits the accepted names; a mapping from name
     to the tool's parameters schema also types qwen3_coder values by their schema (string
     parameters then stream at once and stay strings even when they look like numbers).
-    After `done` the projector ignores further text: it is what the caller stops generating."""
+    After `done` the projector ignores further text: it is what the caller stops generating.
+    `starts_inside`: the prompt ended with the family's start marker (functionary v3.2's
+    generation prompt ends in ``>>>``), so the output may open with a call's name: the text is
+    read as if the marker came first, and the marker is nobody's content when no call follows."""
 
     def __init__(self, syntax: ToolSyntax | str, tool_names: ToolNames = None, *,
-                 parallel: bool = True):
+                 parallel: bool = True, starts_inside: bool = False):
         self.syntax = TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax
         self._names = tool_names
         self._parallel = parallel
         self._cur = Cursor()
         markers = sorted(self.syntax.starts, key=len, reverse=True)
-        self._marker_re = re.compile("|".join(map(re.escape, markers))) if markers else None
+        # a marker that starts like a word (GigaChat 3's "function call<|role_sep|>") only starts one
+        self._marker_re = re.compile("|".join(("(?<!\\w)" if _wordy(m[0]) else "") + re.escape(m)
+                                              for m in markers)) if markers else None
         self._at_message_start = self.syntax.bare_object
         self._block: Iterator[None] | None = None
         self._block_start = self._commit = 0
         self._marker = ""
+        self._named = False       # a call of the open block has been named (a listed tool)
         self._events: list[Event] = []
         self._calls: list[ToolCall] = []
-        self._current: tuple[int, str, str, list[str]] | None = None
+        self._current: tuple[int, str, str, list[str], bool] | None = None
         self._next_index = 0
         self._blocks_opened = 0
         self._done = False
+        self._phantom = 0         # the marker the prompt wrote, at the text's start: no one's content
+        if starts_inside and self.syntax.starts:
+            self._cur.text = self.syntax.starts[0]
+            self._phantom = len(self._cur.text)
 
     @property
     def done(self) -> bool:
@@ -89,8 +103,10 @@ class ToolProjector:
 
     @property
     def open_call(self) -> OpenCall | None:
-        """The block of calls open now, if any. Where a call opens, a strict call's grammar wakes."""
-        if self._block is None or self._done:
+        """The block of calls open now, if any. Where a call opens, a strict call's grammar wakes.
+        A bare object opening the message (Llama 3.x, the generic JSON) counts only once it has
+        named one of the tools: until then it may as well be an answer in JSON."""
+        if self._block is None or self._done or (self._marker == "{" and not self._named):
             return None
         return OpenCall(self._blocks_opened, self._cur.text[self._block_start:], self._marker)
 
@@ -111,9 +127,11 @@ class ToolProjector:
     def start_call(self, name: str, call_id: str | None = None) -> None:
         if not name or (self._names is not None and name not in self._names):
             raise Malformed(f"unknown function {name!r}")
+        self._named = True
         index, self._next_index = self._next_index, self._next_index + 1
-        self._current = (index, call_id or self.syntax.new_id(), name, [])
-        self._events.append(ToolCallStart(index, self._current[1], name))
+        own = call_id or (self.syntax.new_id() if self.syntax.new_id else None)
+        self._current = (index, own or new_call_id("", NEUTRAL_ID_LENGTH), name, [], own is None)
+        self._events.append(ToolCallStart(index, self._current[1], name, minted=own is None))
 
     def add_arguments(self, fragment: str) -> None:
         if fragment and self._current:
@@ -121,8 +139,8 @@ class ToolProjector:
             self._events.append(ToolCallDelta(self._current[0], fragment))
 
     def end_call(self) -> None:
-        _, call_id, name, fragments = self._current
-        self._calls.append(ToolCall(call_id, name, "".join(fragments)))
+        _, call_id, name, fragments, minted = self._current
+        self._calls.append(ToolCall(call_id, name, "".join(fragments), minted=minted))
         self._current = None
         self._commit = self._cur.pos  # a later failure in this block rolls back only to here
         if not self._parallel:
@@ -151,8 +169,10 @@ class ToolProjector:
             elif not self._step_block():
                 break
         if self._block is None:  # nothing can roll back into consumed text any more
-            self._cur.text = self._cur.text[self._cur.pos:]
-            self._cur.pos = 0
+            self._phantom = 0       # (the first block, which the marker opens, has ended)
+            keep = max(0, self._cur.pos - 1)     # one character, to tell where a word starts
+            self._cur.text = self._cur.text[keep:]
+            self._cur.pos -= keep
         events, self._events = _merged(self._events), []
         return events
 
@@ -171,20 +191,32 @@ class ToolProjector:
             if body[0] == "{":
                 return self._open_block("{")
             rest = body
-        found = self._marker_re.search(rest) if self._marker_re else None
-        partial = None if cur.eof else partial_start(rest, self.syntax.starts)
-        if found and (partial is None or found.start() < partial):
-            self._content(rest[:found.start()])
-            cur.pos += found.start()
+        at = len(cur.text) - len(rest)
+        found = self._marker_re.search(cur.text, at) if self._marker_re else None
+        partial = None if cur.eof else self._partial_marker(at)
+        if found and (partial is None or found.start() - at < partial):
+            self._content(rest[:found.start() - at])
+            cur.pos = found.start()
             return self._open_block(found.group())
         safe = len(rest) if partial is None else partial
         self._content(rest[:safe])
         cur.pos += safe
         return False
 
+    def _partial_marker(self, at: int) -> int | None:
+        """Where in the text from `at` a start marker may be beginning (it runs to the end), or
+        None; a marker that starts like a word only where a word starts."""
+        text, rest = self._cur.text, self._cur.text[at:]
+        p = partial_start(rest, self.syntax.starts)
+        while p is not None and _wordy(rest[p]) and at + p > 0 and _wordy(text[at + p - 1]):
+            q = partial_start(rest[p + 1:], self.syntax.starts)
+            p = None if q is None else p + 1 + q
+        return p
+
     def _open_block(self, marker: str) -> bool:
         self._block_start = self._commit = self._cur.pos
         self._marker = marker
+        self._named = False
         self._blocks_opened += 1
         self._block = self.syntax.parse(self._cur, self, marker)
         return True
@@ -205,13 +237,18 @@ class ToolProjector:
             if self._commit > self._block_start:
                 self._cur.pos = self._commit
             else:
-                self._content(self._marker)
+                if self._block_start >= self._phantom:
+                    self._content(self._marker)
                 self._cur.pos = self._block_start + len(self._marker)
         return True
 
     def _content(self, text: str) -> None:
         if text:
             self._events.append(Chunk(False, text))
+
+
+def _wordy(ch: str) -> bool:
+    return ch.isalnum() or ch == "_"
 
 
 def _merged(events: list[Event]) -> list[Event]:
@@ -227,6 +264,11 @@ def _merged(events: list[Event]) -> list[Event]:
         else:
             out.append(event)
     return out
+
+
+def marker_prompt_opened(syntax: ToolSyntax, prompt: str) -> str:
+    """The family's start marker the rendered prompt ends with, or "" (`starts_inside` if any)."""
+    return next((marker for marker in syntax.starts if marker and prompt.endswith(marker)), "")
 
 
 def parse_generated_tools(text: str, syntax: ToolSyntax | str, tool_names: ToolNames = None,

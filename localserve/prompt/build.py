@@ -1,25 +1,28 @@
-"""From chat messages, tools and output constraints to a GenerationRequest.
+"""From a conversation, its tools and output constraints to a GenerationRequest.
 
-Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses)
-converts its input into OpenAI-style messages and function definitions, then
-calls build_chat_request. Here the template is rendered, the prompt tokenized and
-checked against the context, the reasoning format found, and tool_choice or a
-response format turned into a grammar.
+Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses) reads its
+input into the typed conversation (localserve/conversation.py: messages and tool
+definitions), then calls build_chat_request. Here the template is rendered, the prompt
+tokenized and checked against the context, the reasoning format found, and tool_choice or
+a response format turned into a grammar.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..conversation import Message, ToolDefinition
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
-from ..errors import ApiError, context_exceeded
-from ..generation import GenerationRequest, SamplingParams, ToolSpec
+from ..generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
+from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
+from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
+from ..parsing.tools import marker_prompt_opened
 from ..settings import MAX_TOKENIZE_BYTES
+from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
 
@@ -42,41 +45,45 @@ class ToolChoice:
 
 @dataclass
 class ChatInput:
-    messages: list[dict]
-    tools: list[dict] = field(default_factory=list)      # {"name", "description", "parameters"}
+    messages: list[Message]
+    tools: list[ToolDefinition] = field(default_factory=list)
     tool_choice: ToolChoice = field(default_factory=ToolChoice)
     parallel_tool_calls: bool = True
     response_schema: dict | None = None                  # json_schema output
     json_object: bool = False
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
-    strict_tools: frozenset[str] = frozenset()           # names of the tools marked strict: true
     add_generation_prompt: bool = True                   # False: a history only (/apply-template)
+
+    @property
+    def strict_tools(self) -> frozenset[str]:
+        """The names of the tools marked strict."""
+        return frozenset(t.name for t in self.tools if t.strict)
 
 
 def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
     """The prompt text. System turns after the first message are kept where the template
     shows them; a template that refuses them, or leaves one out, gets them merged into the
     user turns around them instead (so the prefix before them, and its cache, stays)."""
-    tools = chat.tools if chat.tools and chat.tool_choice.mode != "none" else None
-    template_tools = [{"type": "function", "function": t} for t in tools] if tools else None
+    tools = template_tools(chat.tools) if chat.tools and chat.tool_choice.mode != "none" else None
 
     def render(messages: list[dict]) -> str:
-        return template.render(normalize_messages(messages), tools=template_tools,
-                                   add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs)
+        return template.render(normalize_messages(messages), tools=tools,
+                               add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs)
 
     try:
+        messages = template_messages(chat.messages)
         try:
-            text = render(chat.messages)
+            text = render(messages)
         except TemplateError:
-            if not has_later_system_turns(chat.messages):
+            if not has_later_system_turns(messages):
                 raise
         else:
-            if not has_later_system_turns(chat.messages) or shows_every_system_turn(chat.messages, render):
+            if not has_later_system_turns(messages) or shows_every_system_turn(messages, render):
                 return text
-        return render(fold_system_turns(chat.messages))
+        return render(fold_system_turns(messages))
     except TemplateError as exc:
-        raise ApiError(400, f"the chat template failed: {exc}", code="template_error", param="messages") from None
+        raise PromptRefused(f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
 
 def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param: str = "messages") -> list[int]:
@@ -89,18 +96,18 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
 
 
 def tokenize_to_fit(engine: EngineFacade, text: str, **options: bool) -> list[int]:
-    """Tokens of a prompt that must fit the context: 400 context_length_exceeded otherwise."""
+    """Tokens of a prompt that must fit the context: ContextOverflow otherwise."""
     try:
         return engine.tokenize(text, limit=engine.n_ctx, **options)
     except TooManyTokens as exc:
-        raise context_exceeded(exc.at_least, engine.n_ctx, at_least=True) from None
+        raise ContextOverflow(exc.at_least, engine.n_ctx, at_least=True) from None
 
 
 def tokenize_capped(engine: EngineFacade, text: str, param: str, **options: bool) -> list[int]:
-    """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (400 beyond)."""
+    """Tokens of a text only counted or shown, up to MAX_TOKENIZE_BYTES of it (PromptRefused beyond)."""
     size = len(text) if len(text) > MAX_TOKENIZE_BYTES else len(text.encode("utf-8"))
     if size > MAX_TOKENIZE_BYTES:
-        raise ApiError(400, f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
+        raise PromptRefused(f"invalid '{param}': at most {MAX_TOKENIZE_BYTES} bytes of text are tokenized at "
                             f"once, this is {size}", param=param, code="text_too_long")
     return engine.tokenize(text, **options)
 
@@ -108,7 +115,7 @@ def tokenize_capped(engine: EngineFacade, text: str, param: str, **options: bool
 def check_fits(engine: EngineFacade, tokens: list[int]) -> None:
     n_ctx = engine.n_ctx
     if len(tokens) >= n_ctx:
-        raise context_exceeded(len(tokens), n_ctx)
+        raise ContextOverflow(len(tokens), n_ctx)
 
 
 def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
@@ -131,65 +138,76 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
         request.reasoning_budget = chat.reasoning_budget
         if request.reasoning_starts_inside:
             grammar_prefix = fmt.close.lstrip("\n") if fmt.close.startswith("\n") else fmt.close
+    request.content_markup = detect_content_markup(model.template.text)
     use_tools = bool(chat.tools) and chat.tool_choice.mode != "none"
     if use_tools:
         syntax = model.tool_family or TOOL_SYNTAXES[model.tool_syntax]
         # names with their parameter schemas: qwen3_coder's parser reads values by type
-        request.tools = ToolSpec(syntax, {t["name"]: t["parameters"] for t in chat.tools},
-                                 parallel=chat.parallel_tool_calls)
+        opened = marker_prompt_opened(syntax, text)
+        request.tools = ToolSpec(syntax, {t.name: t.parameters for t in chat.tools},
+                                 parallel=chat.parallel_tool_calls, starts_inside=bool(opened))
         if chat.tool_choice.mode in ("required", "named") and not sampling.grammar:
-            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix)
+            sampling.grammar = forced_tool_grammar(syntax, chat, grammar_prefix, opened)
     if not sampling.grammar:
         sampling.grammar = output_grammar(chat, grammar_prefix)
     check_grammar(model.engine, sampling)
     if use_tools and chat.tool_choice.mode == "auto" and chat.strict_tools and not sampling.grammar:
-        sampling.call_grammar = strict_call_grammar(model.tool_syntax, chat)
+        sampling.call_grammar = strict_call_grammar(syntax, chat)
         check_grammar_text(model.engine, sampling.call_grammar, "tools")
     return request
 
 
 def check_grammar(engine: EngineFacade, sampling: SamplingParams, param: str = "grammar") -> None:
-    """A grammar llama.cpp cannot run is the client's error: 400 before the job is queued."""
+    """A grammar llama.cpp cannot run is the client's error (PromptRefused), before the job is queued."""
     if sampling.grammar:
         sampling.grammar_tokens = check_grammar_text(engine, sampling.grammar, param)
 
 
 def check_grammar_text(engine: EngineFacade, grammar: str, param: str) -> frozenset[int]:
-    """The tokens the grammar names whole; 400 when llama.cpp cannot (or must not) run it."""
+    """The tokens the grammar names whole; PromptRefused when llama.cpp cannot (or must not) run it."""
     try:
         check_size(grammar)
         return engine.check_grammar(grammar)
     except GrammarTooCostly as exc:
-        raise ApiError(400, str(exc), param=param, code="grammar_too_costly") from None
+        raise PromptRefused(str(exc), param=param, code="grammar_too_costly") from None
     except GrammarError as exc:
-        raise ApiError(400, str(exc), param=param, code="invalid_grammar") from None
+        raise PromptRefused(str(exc), param=param, code="invalid_grammar") from None
 
 
-def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "") -> str:
-    tools = chat.tools
+def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "", opened: str = "") -> str:
+    tools = grammar_tools(chat.tools)
     if chat.tool_choice.mode == "named":
         tools = [t for t in tools if t["name"] == chat.tool_choice.name]
     # A named tool_choice means exactly one call of that function.
     parallel = chat.parallel_tool_calls and chat.tool_choice.mode != "named"
-    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix)
+    return _calls_grammar(syntax, tools, parallel=parallel, forced_name=chat.tool_choice.name, prefix=prefix,
+                          opened=opened)
 
 
-def strict_call_grammar(syntax: str, chat: ChatInput) -> str:
+def strict_call_grammar(syntax: str | ToolSyntax, chat: ChatInput) -> str:
     """What a call the model opens on its own is held to (runtime/call_grammar.py): a strict tool's
     arguments match its schema, another tool's are any JSON object. A family that writes one
-    block per parameter (qwen3_coder) cannot write "any object": there every tool keeps its schema."""
-    loose = not TOOL_SYNTAXES[syntax].grammar.parameters
-    tools = [{**t, "parameters": {"type": "object"}} if loose and t["name"] not in chat.strict_tools else t
-             for t in chat.tools]
-    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls)
+    block per parameter (qwen3_coder, a derived format of key/value pairs) cannot write "any
+    object": there every tool keeps its schema. The markup's whitespace is any the family's parser
+    reads, so that the model's own spacing up to the wake passes (``<tool_call>{"na``)."""
+    shape = (TOOL_SYNTAXES[syntax] if isinstance(syntax, str) else syntax).grammar
+    any_object = shape.layout != "pairs" if isinstance(shape, CallFormat) else not shape.parameters
+    tools = [{**t, "parameters": {"type": "object"}} if any_object and t["name"] not in chat.strict_tools else t
+             for t in grammar_tools(chat.tools)]
+    return _calls_grammar(syntax, tools, parallel=chat.parallel_tool_calls, loose_markup=True)
+
+
+def grammar_tools(tools: list[ToolDefinition]) -> list[dict]:
+    """The definitions as the grammar builder reads them."""
+    return [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in tools]
 
 
 def _calls_grammar(syntax: str, tools: list[dict], **options) -> str:
     try:
         return tool_call_grammar(syntax, tools, **options)
     except (SchemaError, *MALFORMED_SCHEMA) as exc:
-        raise ApiError(400, f"a tool's parameters schema is not usable: {schema_problem(exc)}", param="tools",
-                       code="invalid_schema") from None
+        raise PromptRefused(f"a tool's parameters schema is not usable: {schema_problem(exc)}", param="tools",
+                            code="invalid_schema") from None
 
 
 # What a schema with a keyword of the wrong type (``"required": 5`` inside ``allOf``,
@@ -208,45 +226,10 @@ def output_grammar(chat: ChatInput, prefix: str = "") -> str | None:
         try:
             rule = builder.add_schema(chat.response_schema)
         except (SchemaError, *MALFORMED_SCHEMA) as exc:
-            raise ApiError(400, f"invalid JSON schema: {schema_problem(exc)}", param="response_format",
-                           code="invalid_schema") from None
+            raise PromptRefused(f"invalid JSON schema: {schema_problem(exc)}", param="response_format",
+                                code="invalid_schema") from None
     elif chat.json_object:
         rule = "object"
     else:
         return None
     return builder.build(f"{builder.literal(prefix)} {rule}" if prefix else rule)
-
-
-def strict_tool_names(tools: Any) -> frozenset[str]:
-    """The tools marked ``strict: true`` (Chat Completions' ``function.strict``, Anthropic's
-    ``strict``), in a list function_definitions has read."""
-    names = set()
-    for tool in tools if isinstance(tools, list) else []:
-        fn = tool.get("function") if "function" in tool else tool
-        if isinstance(fn, dict) and fn.get("strict") is True:
-            names.add(fn["name"])
-    return frozenset(names)
-
-
-def function_definitions(tools: Any, param: str = "tools") -> list[dict]:
-    """OpenAI chat tools [{"type": "function", "function": {...}}] → plain definitions."""
-    if tools is None:
-        return []
-    if not isinstance(tools, list):
-        raise ApiError(400, f"invalid '{param}': expected an array", param=param)
-    found = []
-    for i, tool in enumerate(tools):
-        if not isinstance(tool, dict):
-            raise ApiError(400, f"invalid '{param}[{i}]': expected an object", param=param)
-        kind = tool.get("type", "function")
-        if kind != "function":
-            raise ApiError(400, f"tool type '{kind}' is not supported; only function tools are", param=param)
-        fn = tool.get("function") if "function" in tool else tool
-        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise ApiError(400, f"invalid '{param}[{i}]': a function needs a name", param=param)
-        params = fn.get("parameters")
-        if params is not None and not isinstance(params, dict):
-            raise ApiError(400, f"invalid '{param}[{i}].function.parameters': expected an object", param=param)
-        found.append({"name": fn["name"], "description": fn.get("description", ""),
-                      "parameters": params or {"type": "object", "properties": {}}})
-    return found

@@ -94,7 +94,12 @@ _ENV.globals["raise_exception"] = _raise_exception
 _ENV.globals["strftime_now"] = _strftime_now
 
 
-@functools.lru_cache(maxsize=16)
+# Templates kept compiled (and probed, prompt/templates.py): more than llama.cpp's corpus of 70, so
+# a server with many models, or the corpus tests, never compile or probe one template twice.
+TEMPLATES_CACHED = 128
+
+
+@functools.lru_cache(maxsize=TEMPLATES_CACHED)
 def compile_template(text: str) -> jinja2.Template:
     try:
         return _ENV.from_string(text)

@@ -1,8 +1,11 @@
-"""Messages as chat templates expect them: OpenAI's wire shapes normalized to HF's conventions.
+"""Messages as chat templates expect them: the typed conversation as HF-convention dicts.
 
-Templates are written against HF's conventions, not OpenAI's wire format:
-:func:`normalize_messages` bridges the two. System turns after the first message are kept or
-folded into the user turns around them (:func:`fold_system_turns`).
+Templates are written against HF's conventions (OpenAI's chat message shape, with arguments
+as a mapping): :func:`template_messages` and :func:`template_tools` make those from the
+conversation (localserve/conversation.py), the only place that shape is made;
+:func:`normalize_messages` normalizes such dicts (the probe's own conversations too). System
+turns after the first message are kept or folded into the user turns around them
+(:func:`fold_system_turns`).
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from typing import Any, Callable
 
 import orjson
 
+from ..conversation import Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult
 from .jinja_env import TemplateError, tojson as _tojson
 
 __all__ = ["ToolArguments", "fold_system_turns", "has_later_system_turns", "join_text_parts",
-           "normalize_messages", "shows_every_system_turn"]
+           "normalize_messages", "shows_every_system_turn", "template_messages", "template_tools"]
 
 
 # --- messages ----------------------------------------------------------------
@@ -46,8 +50,80 @@ class ToolArguments(dict):
         return other + self._text if isinstance(other, str) else NotImplemented
 
 
+def template_messages(messages: list[Message]) -> list[dict]:
+    """The conversation as the dicts a template reads (then normalized as below):
+    - text parts joined with "\\n" as ``content``; a turn without text has "", or None when it
+      makes calls (which of the two the template takes is the polyfill's business);
+    - reasoning parts as ``reasoning_content`` (joined with "\\n");
+    - calls as ``tool_calls`` with the client's ids, arguments a :class:`ToolArguments`;
+    - a tool result as a ``tool`` turn (``tool_call_id``, ``name`` where known), an error
+      result's text after "Error: ";
+    - an image: TemplateError (no template here is handed one yet).
+    """
+    return [_template_message(m) for m in messages]
+
+
+def _template_message(message: Message) -> dict:
+    out: dict[str, Any] = {"role": message.role}
+    if message.name is not None:
+        out["name"] = message.name
+    for part in message.parts:
+        if isinstance(part, Image):
+            raise TemplateError("content part of type 'image' is not supported by this model")
+    results = message.of(ToolResult)
+    if results:
+        result = results[0]
+        if result.call_id is not None:
+            out["tool_call_id"] = result.call_id
+        if result.name is not None:
+            out["name"] = result.name
+        out["content"] = result_text(result)
+        return out
+    calls = message.of(ToolCall)
+    texts = message.of(Text)
+    out["content"] = "\n".join(t.text for t in texts) if texts else (None if calls else "")
+    reasoning = message.of(Reasoning)
+    if reasoning:
+        out["reasoning_content"] = "\n".join(r.text for r in reasoning)
+    if calls:
+        out["tool_calls"] = [_template_call(c) for c in calls]
+    return out
+
+
+def _template_call(call: ToolCall) -> dict:
+    arguments = call.arguments
+    if isinstance(arguments, dict):
+        # the model's calls are compact JSON: a template that shows the text repeats that form
+        arguments = ToolArguments(arguments, call.text if call.text is not None else
+                                  orjson.dumps(arguments).decode())
+    out: dict[str, Any] = {"type": "function"}
+    if call.id is not None:
+        out["id"] = call.id
+    out["function"] = {"name": call.name, "arguments": arguments}
+    return out
+
+
+def result_text(result: ToolResult) -> str:
+    """A tool result's text as a template shows it; an error says so first."""
+    if isinstance(result.content, str):
+        text = result.content
+    else:
+        text = join_text_parts([{"type": "text", "text": p.text} if isinstance(p, Text) else {"type": "image"}
+                                for p in result.content])
+    if result.is_error:
+        return f"Error: {text}" if text else "Error"
+    return text
+
+
+def template_tools(tools: list[ToolDefinition]) -> list[dict]:
+    """Tool definitions as templates read them: OpenAI's function tool objects."""
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": t.parameters}} for t in tools]
+
+
 def normalize_messages(messages: list[dict]) -> list[dict]:
-    """OpenAI chat messages → the shape HF chat templates expect. Inputs are not mutated.
+    """Chat message dicts (template_messages' output, the probe's) → the shape HF chat templates
+    expect. Inputs are not mutated.
 
     - Keys whose value is None are dropped (templates test ``'tool_calls' in message``
       or ``is defined``), except ``content``, which every message then has: text,

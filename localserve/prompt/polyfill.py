@@ -8,9 +8,13 @@ own ids, its own turns. Each step applies only where the probe found the templat
   own ``aB3dE5gH7``; any other id a stable hash of it);
 - parallel calls: a template that shows one call per turn gets one assistant turn per call,
   each followed by its result;
+- tool definitions: where a template needs every parameter described (Command R+ adds each
+  description to a string), a parameter without one gets an empty one;
 - tools, calls and results a template never shows are written out as text: the definitions in
-  the system turn, each call as a ``<tool_call>`` JSON object after the turn's text, each result
-  as a ``<tool_response>`` in a user turn;
+  the system turn, each call after the turn's text, in the words of the family the model writes
+  (:mod:`.calls_text`: LFM2's ``<|tool_call_start|>[fn(…)]``, DeepSeek's tool-call blocks; a
+  ``<tool_call>`` JSON object where the family has none of its own), each result as a
+  ``<tool_response>`` in a user turn;
 - content: null or "" on a tool-call turn, whichever the template takes (DeepSeek's test
   ``content is none``; Qwen3's and gpt-oss' do string operations on it);
 - reasoning under the field name the template reads (gpt-oss' ``thinking``);
@@ -23,6 +27,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ..parsing.tool_families import ToolSyntax
+from .calls_text import family_calls_text
 from .jinja_env import tojson
 from .messages import fold_system_turns, join_text_parts
 from .probe import TemplateCaps
@@ -33,20 +39,23 @@ _ALNUM9 = re.compile(r"[A-Za-z0-9]{9}")
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-def fit_to_template(messages: list[dict], tools: list[dict] | None,
-                    caps: TemplateCaps) -> tuple[list[dict], list[dict] | None]:
-    """Normalized messages and OpenAI tool objects → the ones this template is handed."""
+def fit_to_template(messages: list[dict], tools: list[dict] | None, caps: TemplateCaps,
+                    family: ToolSyntax | None = None) -> tuple[list[dict], list[dict] | None]:
+    """Normalized messages and OpenAI tool objects → the ones this template is handed; calls and
+    tools written as text are in `family`'s words (None: Hermes markup)."""
     if not caps.renders:
         return messages, tools
     if caps.call_ids == "alnum9":
         messages = _map_call_ids(messages)
     if not caps.parallel_tool_calls and caps.tool_calls:
         messages = _one_call_per_turn(messages)
+    if tools and caps.needs_descriptions:
+        tools = [_described(t) for t in tools]
     if tools and not caps.tools:
-        messages = _with_tools_text(messages, tools)
+        messages = _with_tools_text(messages, tools, family)
         tools = None
     if not caps.tool_calls:
-        messages = [_calls_as_text(m) for m in messages]
+        messages = [_calls_as_text(m, family) for m in messages]
     if not caps.tool_results:
         messages = _results_as_user_turns(messages)
     messages = [_content_it_takes(m, caps) for m in messages]
@@ -134,17 +143,35 @@ def _result_for(call: dict, n: int, results: list[dict]) -> dict | None:
     return None
 
 
-def tools_as_text(tools: list[dict]) -> str:
-    """Tool definitions as a system prompt says them to a template that cannot."""
+def _described(tool: dict) -> dict:
+    """The tool with a description ("" where it has none) on itself and each of its parameters."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    if not isinstance(function, dict):
+        return tool
+    params = function.get("parameters")
+    props = params.get("properties") if isinstance(params, dict) else None
+    if isinstance(props, dict):
+        props = {k: {"description": "", **p} if isinstance(p, dict) else p for k, p in props.items()}
+        function = {**function, "parameters": {**params, "properties": props}}
+    return {**tool, "function": {"description": "", **function}}
+
+
+def tools_as_text(tools: list[dict], family: ToolSyntax | None = None) -> str:
+    """Tool definitions as a system prompt says them to a template that cannot, with how to call
+    one in `family`'s words (Hermes markup where it has none of its own)."""
     lines = "\n".join(tojson(t) for t in tools)
-    return ("# Tools\n\nYou can call these functions; their signatures are inside <tools></tools>:\n"
-            f"<tools>\n{lines}\n</tools>\n\nTo call one, write a JSON object with its name and "
-            "arguments inside <tool_call></tool_call> tags:\n<tool_call>\n"
-            '{"name": "<function name>", "arguments": {<arguments as JSON>}}\n</tool_call>')
+    head = ("# Tools\n\nYou can call these functions; their signatures are inside <tools></tools>:\n"
+            f"<tools>\n{lines}\n</tools>\n\n")
+    example = family_calls_text(family, [("function_name", {"argument": "value"}, "call0abcd")])
+    if example is not None:
+        return head + f"To call one, write its name and arguments like this:\n{example}"
+    return head + ("To call one, write a JSON object with its name and arguments inside "
+                   "<tool_call></tool_call> tags:\n<tool_call>\n"
+                   '{"name": "<function name>", "arguments": {<arguments as JSON>}}\n</tool_call>')
 
 
-def _with_tools_text(messages: list[dict], tools: list[dict]) -> list[dict]:
-    text = tools_as_text(tools)
+def _with_tools_text(messages: list[dict], tools: list[dict], family: ToolSyntax | None) -> list[dict]:
+    text = tools_as_text(tools, family)
     if messages and messages[0].get("role") == "system":
         first = messages[0]
         own = _text(first.get("content"))
@@ -152,11 +179,14 @@ def _with_tools_text(messages: list[dict], tools: list[dict]) -> list[dict]:
     return [{"role": "system", "content": text}, *messages]
 
 
-def _calls_as_text(message: dict) -> dict:
+def _calls_as_text(message: dict, family: ToolSyntax | None) -> dict:
     calls = message.get("tool_calls")
     if not calls:
         return message
-    written = [_call_text(c) for c in calls]
+    functions = [c.get("function", c) if isinstance(c, dict) else {} for c in calls]
+    native = family_calls_text(family, [(f.get("name"), f.get("arguments"), str(c.get("id") or f"call{n}"))
+                                        for n, (c, f) in enumerate(zip(calls, functions))])
+    written = [native] if native is not None else [_call_text(c) for c in calls]
     own = _text(message.get("content"))
     out = {k: v for k, v in message.items() if k != "tool_calls"}
     out["content"] = "\n".join([own, *written] if own else written)

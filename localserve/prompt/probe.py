@@ -45,6 +45,8 @@ class TemplateCaps:
     system_after_calls: bool = True   # its text, where shown, is still shown when the conversation
                                       # ends in a tool result (not Mistral's: only in a last user turn)
     tools: bool = True                # tool definitions are shown
+    needs_descriptions: bool = False  # ... only where every parameter has a description (Command R+
+                                      # adds each to a string)
     tool_calls: bool = True           # an assistant turn's calls (name and arguments) are shown
     tool_results: bool = True         # a tool turn's result is shown
     parallel_tool_calls: bool = True  # two calls in one turn are both shown
@@ -73,6 +75,7 @@ def probe(render: Render) -> TemplateCaps:
         found = {}
     with_tools = _try(render, [_user()], _TOOLS)
     found["tools"] = bool(with_tools) and TOOL_NAME in with_tools
+    found["needs_descriptions"] = bool(with_tools) and _try(render, [_user()], _undescribed(_TOOLS)) is None
     found.update(_calls(render))
     found.update(_system(render, found))
     found.update(_reasoning(render, found))
@@ -132,6 +135,16 @@ def _reasoning(render: Render, found: dict) -> dict:
         if text and REASONING in text:
             return {**result, "reasoning_in_tool_loop": True, "reasoning_field": field}
     return result
+
+
+def _undescribed(tools: list[dict]) -> list[dict]:
+    """The tools with no description on their parameters, as clients often send them."""
+    out = []
+    for tool in tools:
+        params = tool["function"]["parameters"]
+        props = {k: {n: v for n, v in p.items() if n != "description"} for k, p in params["properties"].items()}
+        out.append({**tool, "function": {**tool["function"], "parameters": {**params, "properties": props}}})
+    return out
 
 
 def _try(render: Render, messages: list[dict], tools: list[dict] | None, gen: bool = True) -> str | None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from .jinja_env import TemplateError, compile_template, render, tojson
+from ..parsing.tool_families import ToolSyntax
+from .jinja_env import TEMPLATES_CACHED, TemplateError, compile_template, render, tojson
 from .polyfill import fit_to_template
 from .probe import TemplateCaps, probe
 from .messages import (ToolArguments, fold_system_turns, has_later_system_turns, normalize_messages,
@@ -50,6 +51,9 @@ class ChatTemplate:
     text: str
     bos_token: str
     eos_token: str
+    # the family the model writes calls in (models/loaded sets it): calls and tools the template
+    # cannot show are written as text in its words (polyfill)
+    calls_family: ToolSyntax | None = None
 
     @functools.cached_property
     def caps(self) -> TemplateCaps:
@@ -61,7 +65,8 @@ class ChatTemplate:
         """The prompt text for ``messages`` (OpenAI-shaped), with what the template cannot show
         (null content, a system turn, tools, calls, parallel calls, free-form call ids) made up
         for as :mod:`.polyfill` describes."""
-        fitted, fitted_tools = fit_to_template(normalize_messages(messages), tools or None, self.caps)
+        fitted, fitted_tools = fit_to_template(normalize_messages(messages), tools or None, self.caps,
+                                               self.calls_family)
         if fitted_tools is None and self.caps.needs_tools_list:
             fitted_tools = []
         return self.render_as_is(fitted, tools=fitted_tools, add_generation_prompt=add_generation_prompt,
@@ -92,7 +97,7 @@ class ChatTemplate:
         return render(self.text, variables)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=TEMPLATES_CACHED)
 def _probed(text: str, bos_token: str, eos_token: str) -> TemplateCaps:
     template = ChatTemplate("probe", text, bos_token, eos_token)
     return probe(lambda messages, tools, gen: template.render_as_is(messages, tools=tools,

@@ -6,7 +6,7 @@ pipeline whether a block of calls has opened (the family's start marker, or a `{
 message for the families that write bare objects); the first time one has, the grammar wakes
 with the block's text so far, as the model's own tokens, and holds every token after it. No
 token chosen before the wake is chosen again: a draft being verified stops at the token that
-opened the call, and the rest is chosen under the grammar (sampling.py). A block whose text
+opened the call, and the rest is chosen under the grammar (token_choice.py). A block whose text
 already strays from the grammar (the token that completed the marker ran on past what it
 allows) is left as the model writes it; the grammar sleeps on for a later block.
 """
@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Sequence
 
 from ..generation import Chunk
+from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import ToolSyntax
 from ..parsing.tools import ToolProjector
 from .jobs import Job
@@ -51,6 +52,8 @@ def grammar_follows(syntax: ToolSyntax, marker: str) -> bool:
     then a block that marker opened is taken from the grammar's start, after the marker.
     Not so for every marker (Qwen3-Coder's bare <function= cannot be followed by <tool_call>)."""
     shape = syntax.grammar
+    if isinstance(shape, CallFormat):
+        return False      # a derived format's grammar writes the block's opening, its marker first
     call = shape.before.format(name="f", jname='"f"') + ("" if shape.parameters else "{}") + shape.after
     projector = ToolProjector(syntax, {"f": None})
     events = projector.feed(marker + shape.opening + call + shape.closing) + projector.finish()

@@ -1,5 +1,9 @@
 """What the runtime keeps per sequence and per request: a Slot (a sequence of the KV cache and
-what it holds) and a Job (one admitted request: its tokens, sampler, text pipeline, progress)."""
+what it holds) and a Job (one admitted request: its tokens, sampler, text pipeline, progress).
+
+A job's state (its status, the tokens in its cache, the token it decodes next) moves only
+through the Job methods below; the runtime step calls them as it applies what a step decoded
+and what was chosen from it."""
 
 from __future__ import annotations
 
@@ -63,6 +67,45 @@ class Job:
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)
         self.call_refused: int | None = None     # the block of calls whose text its grammar refused
         self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
+
+    # ---- its state, moved by the runtime step alone ------------------------------------
+
+    def start(self) -> None:
+        """The job takes its slot."""
+        self.slot.job = self
+        self.slot.last_used = time.monotonic()
+        self.slot.cache_key = self.request.cache_key
+
+    def decoded(self, n_tokens: int) -> None:
+        """The step put n_tokens more of its tokens (prompt tokens, or its next token) in the cache."""
+        self.n_past += n_tokens
+
+    def reached_choice(self) -> None:
+        """Its next token is being chosen: what was decoded before it (the whole prompt, or the
+        token chosen last) is what its slot's sequence holds now."""
+        if self.status is JobStatus.DECODING:
+            self.slot.tokens.append(self.next_token)
+        else:
+            self.slot.tokens = list(self.prompt)
+            self.status = JobStatus.DECODING
+        self.next_token = None
+
+    def kept_draft_token(self) -> None:
+        """The drafted token before the one being chosen was accepted: decoded in this step, it is
+        the sequence's now (speculative.py)."""
+        self.n_past += 1
+        self.reached_choice()
+
+    def chose(self, token: int) -> None:
+        """The token it decodes in the next step."""
+        self.next_token = token
+
+    def end(self) -> None:
+        """Retired, cancelled or failed: its slot is free again."""
+        self.status = JobStatus.FINISHED
+        self.slot.job = None
+        self.slot.last_used = time.monotonic()
+        self.next_token = None
 
     @property
     def prefilling(self) -> bool:

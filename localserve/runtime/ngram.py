@@ -9,7 +9,7 @@ it costs a few dict writes per token; a lookup a few dict reads.
 
 from __future__ import annotations
 
-from ..settings import NGRAM_SIZES
+NGRAM_SIZES = (8, 4, 3, 2)         # n-gram lengths the prompt lookup matches, the longest first
 
 
 class NgramIndex:

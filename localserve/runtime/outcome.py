@@ -6,6 +6,8 @@ decides when a job ends and what happens to its slot; this says what the answer 
 
 from __future__ import annotations
 
+import time
+
 from ..generation import Chunk, GenerationOutput, Timings, ToolCallDelta, ToolCallStart
 from .jobs import Job
 
@@ -40,12 +42,23 @@ def finish_reason(job: Job, n_ctx_seq: int) -> str | None:
         return "stop"
     if job.pipeline.tools_done:
         return "tool_calls"
+    if job.pipeline.indent_stopped:
+        return "length"             # llama-server's n_indent is a limit, as its n_predict
+    if _past_line_time_limit(job):
+        return "length"
     limit = job.request.max_tokens
     if limit is not None and len(job.generated) >= limit:
         return "length"
     if job.n_past + 1 >= n_ctx_seq:
         return "length"
     return None
+
+
+def _past_line_time_limit(job: Job) -> bool:
+    """The token just taken ended a line, later than the request's time limit allows."""
+    limit = job.request.line_time_limit
+    return (limit is not None and job.pipeline.line_ended and job.t_first_token is not None
+            and time.monotonic() - job.t_first_token > limit)
 
 
 def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:

@@ -20,20 +20,21 @@ from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure, GenerationOutput,
                          GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
                          RuntimeStopped, SamplingTooSlow)
-from . import logprobs
-from .call_grammar import wake_at_open_call
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
-from .jobs import Job, JobStatus, Slot
+from .jobs import Job, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .outcome import attach_logprobs, finish_reason, finished_output
+from .outcome import attach_logprobs, finished_output
 from .pending_sample import abandoned_running
 from .promptcache import PromptCache
-from .sampling import SAMPLE_GRACE, SamplerDriver
+from .take_token import take_token
+from .token_choice import SAMPLE_GRACE, Chosen, TokenChooser, TooSlow
 from .scheduler import BatchPlan, Scheduler, draft_room
 from .speculative import Speculator
-from ..settings import DEFAULT_SAMPLE_TIME_LIMIT, MAX_ABANDONED_SAMPLES
+from ..settings import DEFAULT_SAMPLE_TIME_LIMIT
+
+MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 __all__ = ["Runtime", "QueueFull", "RuntimeStopped", "GrammarBacklog", "EngineFailure"]
 
@@ -62,9 +63,7 @@ class Runtime:
         self.scheduler = Scheduler(slots, max_queue)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
-        self.sampling = SamplerDriver(engine, self.scheduler, sample_time_limit, on_token=self._take_token,
-                                      on_error=self._sample_failed, on_too_slow=self._too_slow,
-                                      on_verified=self._verified)
+        self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
         self.outbox = Outbox()          # a step's events go out together, after the step
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
@@ -185,11 +184,11 @@ class Runtime:
         self._admit()
         for job in self.scheduler.cancelled():
             self._cancel(job)
-        self.sampling.take_ready()
+        self._take_decided(self.choice.take_ready())
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
-                self.sampling.idle_until_a_sample()
+                self._take_decided(self.choice.idle_until_a_sample())
             return None
         drafts = None
         if self.speculator.on:
@@ -201,23 +200,28 @@ class Runtime:
         sampled_at = time.monotonic()
         for row in plan.rows:
             job = row.job
-            job.n_past += row.n_tokens
+            job.decoded(row.n_tokens)
             if row.logits_row is None:
                 continue
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
                 self._cancel(job)
+            elif job.request.max_tokens == 0:
+                self._prompt_only(job)
             else:
-                self.sampling.sample(job, row.logits_row, row.draft)
+                self._sample(job, row.logits_row, row.draft)
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
-        self.sampling.collect(SAMPLE_GRACE, started_since=sampled_at)
+        self._take_decided(self.choice.collect(SAMPLE_GRACE, started_since=sampled_at))
         for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
             row.job.slot.kv_length = self.engine.seq_length(row.job.slot.seq_id)
 
-    def _emit(self, job: Job, event: object) -> None:
-        self.outbox.put(job.gen, event)
+    def _prompt_only(self, job: Job) -> None:
+        """A job that asked for no tokens (an editor warming the cache): its prompt is in the cache now."""
+        job.reached_choice()
+        job.t_first_token = time.monotonic()
+        self._retire(job, "length")
 
-    def _emit_to(self, gen: ActiveGeneration, event: object) -> None:
-        """For a job that never got a slot: its events wait for the step's end like the others'."""
+    def _emit(self, gen: ActiveGeneration, event: object) -> None:
+        """Every event, a job's that never got a slot included, waits for the step's end."""
         self.outbox.put(gen, event)
 
     def _admit(self) -> None:
@@ -242,7 +246,7 @@ class Runtime:
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
-        self._emit_to(gen, Finished(GenerationOutput(finish_reason="cancelled")))
+        self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
         keep = self.kv.prepare(slot, gen.request.prompt_tokens)
@@ -253,10 +257,8 @@ class Runtime:
             return
         job = Job(gen, slot, sampler, keep)
         job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
-        slot.job = job
-        slot.last_used = time.monotonic()
-        slot.cache_key = gen.request.cache_key
-        self._emit(job, Context(keep, self.engine.n_ctx_seq, None))
+        job.start()
+        self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
 
     def _decode_failed(self, exc: DecodeError, plan: BatchPlan) -> None:
         jobs = plan.jobs
@@ -276,7 +278,54 @@ class Runtime:
         if self.failed_steps >= MAX_FAILED_STEPS:
             raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
 
-    # ---- per-token work (the sampler driver's callbacks) -----------------------------
+    # ---- per-token work: what was chosen, taken in order -----------------------------
+
+    def _sample(self, job: Job, row: int, draft: list[int]) -> None:
+        """Choose the job's next token from logits row `row`; with a draft (its tokens decoded after
+        this one, their logits in the rows that follow), go on choosing while each token chosen
+        equals the draft's: each such token is already in the KV cache (speculative.py)."""
+        job.reached_choice()
+        if not self.choice.hand_off(job, row, draft):      # a grammar's: taken when its thread is done
+            self._take_run(job, draft, len(draft) + 1, lambda i: self.choice.choose(job, row + i))
+
+    def _take_decided(self, decided: list[tuple[Job, Chosen | TooSlow]]) -> None:
+        """What grammar jobs' threads decided: their tokens, or that one took too long."""
+        for job, result in decided:
+            if isinstance(result, TooSlow):
+                self._too_slow(job, result.seconds)
+            else:
+                self._take_run(job, result.draft, len(result.tokens), result.at, result.error)
+
+    def _take_run(self, job: Job, draft: list[int], length: int,
+                  choose: Callable[[int], tuple[int, dict | None]], error: BaseException | None = None) -> None:
+        """Take the run's tokens in order while each verifies the draft and the job goes on; then
+        the draft's verdict. Whatever goes wrong ends this job alone."""
+        accepted = 0
+        try:
+            for i in range(length):
+                if i:
+                    job.kept_draft_token()      # draft[i - 1], decoded in this step, is the sequence's now
+                token, entry = choose(i)
+                matched = i < len(draft) and token == draft[i]
+                accepted += matched
+                if draft and job.drafts is not None:      # a job that finishes on this token reports this draft
+                    job.drafts.verifying(len(draft), accepted)
+                had_grammar = job.sampler.has_grammar
+                events, reason = take_token(job, token, entry, self.engine)
+                for event in events:
+                    self._emit(job.gen, event)
+                if reason:
+                    self._retire(job, reason)
+                # A grammar woken by this token (call_grammar.py): the rest of the run is chosen off
+                # this thread, as every grammar job's tokens are (a grammar's cost per token has no bound).
+                if reason or not matched or (not had_grammar and job.sampler.has_grammar):
+                    break
+            else:
+                if error is not None:
+                    raise error
+        except Exception as exc:
+            self._sample_failed(job, exc)
+        self._verified(job, len(draft), accepted)
 
     def _too_slow(self, job: Job, seconds: float) -> None:
         log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
@@ -303,55 +352,17 @@ class Runtime:
         self.metrics.record_drafts(drafted, accepted)
         self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)
 
-    def _take_token(self, job: Job, token: int, logprob_entry: dict | None) -> None:
-        now = time.monotonic()
-        if job.t_first_token is None:
-            job.t_first_token = now
-        if self.engine.is_eog(token):
-            self._retire(job, "stop")
-            return
-        job.generated.append(token)
-        if job.pipeline.in_reasoning:
-            job.reasoning_tokens += 1
-            self._enforce_reasoning_budget(job)
-        piece = self.engine.piece(token)
-        if logprob_entry is not None:
-            job.unsent_logprobs.append(logprobs.choose(logprob_entry, token, piece))
-        events = job.pipeline.feed(piece)
-        attach_logprobs(job, events)
-        for event in events:
-            self._emit(job, event)
-        if len(job.generated) == 1:
-            self._emit(job, Context(job.n_past + 1, self.engine.n_ctx_seq, None))
-        reason = finish_reason(job, self.engine.n_ctx_seq)
-        if reason:
-            self._retire(job, reason)
-        else:
-            job.next_token = token
-            wake_at_open_call(job, self.engine.piece)
-
-    def _enforce_reasoning_budget(self, job: Job) -> None:
-        """Past its thinking budget, a job is made to close its reasoning and answer."""
-        budget = job.request.reasoning_budget
-        if budget is None or job.budget_spent or job.reasoning_tokens < budget:
-            return
-        if job.request.sampling.grammar:
-            return      # a grammar decides every token; forcing one could violate it
-        job.budget_spent = True
-        close = job.request.reasoning.close
-        job.forced.extend(self.engine.tokenize(close, add_special=False, parse_special=True))
-
     # ---- endings -------------------------------------------------------------------
 
     def _retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []
         attach_logprobs(job, events)
         for event in events:
-            self._emit(job, event)
+            self._emit(job.gen, event)
         output = finished_output(job, reason, time.monotonic())
         self._release(job)
         self.metrics.record_generation(output)
-        self._emit(job, Finished(output))
+        self._emit(job.gen, Finished(output))
 
     def _cancel(self, job: Job) -> None:
         log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
@@ -359,19 +370,19 @@ class Runtime:
         self.kv.clear(job.slot)
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
-        self._emit(job, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
+        self._emit(job.gen, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
                                                   completion_tokens=len(job.generated))))
 
     def _fail(self, job: Job, error: GenerationFailure) -> None:
         self.kv.clear(job.slot)
         self._release(job)
         self.metrics.record_failure(len(job.generated))
-        self._emit(job, Finished(error=error))
+        self._emit(job.gen, Finished(error=error))
 
     def _fail_unstarted(self, gen: ActiveGeneration, error: GenerationFailure) -> None:
         """A job that failed before it had a slot of its own."""
         self.metrics.record_failure()
-        self._emit_to(gen, Finished(error=error))
+        self._emit(gen, Finished(error=error))
 
     def _release(self, job: Job) -> None:
         if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
@@ -382,7 +393,4 @@ class Runtime:
         if job.sample_worker is not None:
             job.sample_worker.close()
             job.sample_worker = None
-        job.status = JobStatus.FINISHED
-        job.slot.job = None
-        job.slot.last_used = time.monotonic()
-        job.next_token = None
+        job.end()

@@ -1,8 +1,8 @@
 """Speculative decoding: guess a sequence's next tokens, verify them all in one decode step.
 
 A decoding sequence normally adds one token per step. With a draft, the step decodes its next
-token and the drafted tokens after it, with logits at each position; the sampler driver
-(sampling.py) then chooses token by token with the job's own sampler chain and goes on while
+token and the drafted tokens after it, with logits at each position; the runtime step
+(runtime.py, token_choice.py) then chooses token by token with the job's own sampler chain and goes on while
 the chosen token equals the draft's: every accepted token is one the model would have chosen
 anyway, from the same logits, with the same sampler state. So the output is what plain
 decoding gives (for sampling, the same distribution: a draft never depends on the random draw
@@ -21,11 +21,16 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
-from ..settings import COPY_CHECK_TOKENS, DRAFT_STEP_SHARE, MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, PREDICTION_BYTES_PER_TOKEN
 from .ngram import NgramIndex
 
 if TYPE_CHECKING:
     from .jobs import Job
+
+COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
+NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
+DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
+PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
+MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 
 log = logging.getLogger("localserve.runtime")
 

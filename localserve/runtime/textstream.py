@@ -13,6 +13,7 @@ import dataclasses
 
 from ..parsing.json_stream import partial_start
 from ..generation import Chunk, GenerationRequest
+from ..parsing.content_markup import MarkupFilter
 from ..parsing.reasoning import ReasoningSplitter
 from ..parsing.tools import OpenCall, ToolProjector
 
@@ -54,22 +55,73 @@ class StopMatcher:
         return text
 
 
+class IndentLimit:
+    """Ends the text before the first line (after a line break) indented by fewer than `minimum`
+    spaces or tabs: a completion inside a block stops where the block does. Blank lines pass.
+    While a new line's indentation is all there is, it is held back."""
+
+    def __init__(self, minimum: int):
+        self.minimum = minimum
+        self.held = ""          # a line break and the indentation after it, not yet judged
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.minimum <= 0:
+            return text
+        if self.stopped:
+            return ""
+        if not self.held and "\n" not in text:
+            return text
+        out = []
+        for char in text:
+            if not self.held:
+                if char == "\n":
+                    self.held = char
+                else:
+                    out.append(char)
+            elif char in " \t":
+                self.held += char
+            elif char == "\n":         # a blank line: judged by the line after it
+                out.append(self.held)
+                self.held = char
+            elif len(self.held) - 1 < self.minimum:
+                self.stopped = True
+                self.held = ""
+                break
+            else:
+                out.append(self.held + char)
+                self.held = ""
+        return "".join(out)
+
+    def flush(self) -> str:
+        text, self.held = ("" if self.stopped else self.held), ""
+        return text
+
+
 class OutputPipeline:
     """Per-job text stages; collects the final content, reasoning and calls as it goes."""
 
     def __init__(self, request: GenerationRequest):
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.stops = StopMatcher(request.stop)
+        self.indent = IndentLimit(request.min_indent)
+        self.line_ended = False         # the last token's text held a line break
         self.splitter = ReasoningSplitter(request.reasoning, starts_inside=request.reasoning_starts_inside) \
             if request.reasoning is not None else None
+        self.markup = MarkupFilter(request.content_markup) if request.content_markup else None
         tools = request.tools
-        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel) if tools else None
+        self.projector = ToolProjector(tools.syntax, tools.names, parallel=tools.parallel,
+                                       starts_inside=tools.starts_inside) if tools else None
         self.content: list[str] = []
         self.reasoning: list[str] = []
 
     @property
     def stop_sequence(self) -> str | None:
         return self.stops.matched
+
+    @property
+    def indent_stopped(self) -> bool:
+        return self.indent.stopped
 
     @property
     def in_reasoning(self) -> bool:
@@ -90,17 +142,18 @@ class OutputPipeline:
         opened = self.projector.open_call if self.projector else None
         if opened is None or self.decoder.getstate()[0]:
             return None
-        held = (self.splitter.held if self.splitter else "") + self.stops.pending
+        held = "".join(stage.held for stage in (self.markup, self.splitter) if stage) + self.stops.pending
         return dataclasses.replace(opened, text=opened.text + held)
 
     def feed(self, data: bytes) -> list:
         text = self.decoder.decode(data)
-        return self._after_decode(self.stops.feed(text)) if text else []
+        self.line_ended = "\n" in text
+        return self._after_decode(self.indent.feed(self.stops.feed(text))) if text else []
 
     def finish(self) -> list:
         text = self.decoder.decode(b"", final=True)
-        events = self._after_decode(self.stops.feed(text) if text else "")
-        events += self._after_decode(self.stops.flush(), final=True)
+        events = self._after_decode(self.indent.feed(self.stops.feed(text)) if text else "")
+        events += self._after_decode(self.indent.feed(self.stops.flush()) + self.indent.flush(), final=True)
         return events
 
     def _after_decode(self, text: str, final: bool = False) -> list:
@@ -116,7 +169,9 @@ class OutputPipeline:
                 self.reasoning.append(piece)
                 events.append(Chunk(True, piece))
             else:
-                events += self._project(piece)
+                events += self._project(self.markup.feed(piece) if self.markup else piece)
+        if final and self.markup is not None:
+            events += self._project(self.markup.finish())
         if final and self.projector is not None:
             events += self._projected(self.projector.finish())
         return events

@@ -24,6 +24,8 @@ import ipaddress
 import socket
 from dataclasses import dataclass, field
 
+from .http_head import HOST
+
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version, anthropic-beta, openai-beta, " \
                      "x-stainless-lang, x-stainless-package-version, x-stainless-os, x-stainless-arch, " \
@@ -80,6 +82,10 @@ class AccessPolicy:
     def host_ok(self, host_header: str | None) -> bool:
         if host_header is None:
             return True                 # HTTP/1.0 without Host: not a browser
+        # The head's grammar already refuses userinfo and junk; checked again here so this
+        # decision never rests on what another module let through.
+        if HOST.fullmatch(host_header.strip()) is None:
+            return False
         host = _strip_port(host_header.strip().lower()).rstrip(".")
         if not host:
             return False

@@ -19,7 +19,8 @@ import socket
 import threading
 import time
 
-from ..settings import LINGER_SECONDS, MAX_LINGERING_SOCKETS
+LINGER_SECONDS = 2.0               # after an error answer, how long to read what the client still sends
+MAX_LINGERING_SOCKETS = 256        # refused sockets lingered on at once by the accept loop's helper
 
 DISCARD_SIZE = 65536
 POLL_MS = 100

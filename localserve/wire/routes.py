@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from ..dialects.exchange import Exchange, Handler
-from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
-from .connection import ResponseWriter
+from ..dialects.openai.errors import OPENAI_ERRORS
+from ..errors import ApiError, ClientGone, ErrorShape
 from .http import Request
+from .response_writer import ResponseWriter
 
 log = logging.getLogger("localserve.routes")
 
@@ -35,9 +36,17 @@ class Route:
         self.regex = re.compile(regex + r"\Z")
 
 
+class AccessGate(Protocol):
+    """Who decides whether a request may reach its handler (the app: API keys, Host, CORS)."""
+
+    def check_access(self, exchange: Exchange) -> None: ...
+
+    def preflight_headers(self, exchange: Exchange, allow: str) -> list[tuple[str, str]]: ...
+
+
 class Router:
-    def __init__(self, app: Any):
-        self.app = app
+    def __init__(self, gate: AccessGate):
+        self.gate = gate
         self.routes: list[Route] = []
         self.families: list[tuple[str, ErrorShape]] = []   # path prefix → shape, for paths no route matches
 
@@ -92,9 +101,9 @@ class Router:
     def dispatch(self, request: Request, writer: ResponseWriter, request_id: str = "") -> None:
         matches = self.match(request.path)
         errors = matches[0][0].errors if matches else self.errors_for(request.path)
-        exchange = Exchange(request, writer, {}, self.app, errors, request_id)
+        exchange = Exchange(request, writer, {}, errors, request_id)
         try:
-            self.app.check_access(exchange)   # auth, Host and CORS rules live in the app
+            self.gate.check_access(exchange)   # auth, Host and CORS rules live in the app
             if request.target == "*":          # OPTIONS * asks about the server as a whole
                 allow = ", ".join(self.all_methods())
                 writer.send(204, b"", content_type=None, headers=[("Allow", allow)])
@@ -104,7 +113,7 @@ class Router:
             if request.method == "OPTIONS":
                 allow = ", ".join(self.allowed(matches))
                 writer.send(204, b"", content_type=None,
-                            headers=[("Allow", allow)] + self.app.preflight_headers(exchange, allow))
+                            headers=[("Allow", allow)] + self.gate.preflight_headers(exchange, allow))
                 return
             method = "GET" if request.method == "HEAD" else request.method
             for route, params in matches:

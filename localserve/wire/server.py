@@ -26,13 +26,17 @@ from typing import Callable
 
 from ..ops import memory
 from .budget import ByteBudget, Held
-from .connection import ResponseWriter
-from ..errors import OPENAI_ERRORS, ApiError, ClientGone, ErrorShape
+from .response_writer import ResponseWriter
+from ..dialects.openai.errors import OPENAI_ERRORS
+from ..errors import ApiError, ClientGone, ErrorShape
 from .http import CONTINUE_RESPONSE, Limits, ProtocolError, Request, RequestReader, format_response
 from .linger import Lingerer, linger_close
 from ..ops.metrics import ServerMetrics
-from ..settings import (BODY_RATE_GRACE_SECONDS, MIN_BODY_BYTES_PER_SECOND, RETRY_AFTER_SECONDS,
-                        TRIM_AFTER_BYTES, default_inflight_bytes)
+from ..settings import RETRY_AFTER_SECONDS, default_inflight_bytes
+from ..ops.memory import TRIM_AFTER_BYTES
+
+MIN_BODY_BYTES_PER_SECOND = 16 * 1024  # a request body slower than this (after the grace) is cut off with a 408
+BODY_RATE_GRACE_SECONDS = 2.0      # how long a body may arrive at any pace before the rate counts
 
 log = logging.getLogger("localserve.server")
 access_log = logging.getLogger("localserve.access")

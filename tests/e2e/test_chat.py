@@ -225,7 +225,7 @@ def test_completion_logprobs(openai_client):
     assert len(logprobs.tokens) == 3 and len(logprobs.top_logprobs[0]) <= 2
 
 
-@pytest.mark.parametrize("body", [{"prompt": "x", "echo": True}, {"prompt": "x", "suffix": "y"},
+@pytest.mark.parametrize("body", [{"prompt": "x", "echo": True, "logprobs": 1}, {"prompt": "x", "suffix": "y"},
                                   {"prompt": 5}, {}, {"prompt": ["a", "b"]}])
 def test_completion_unsupported_fields_are_400(server, body):
     assert request(server.port, post_json("/v1/completions", body)).status == 400
@@ -267,7 +267,7 @@ UNSAMPLEABLE = {"grammar": f"root ::= <[{TOKEN_A}]>", "logit_bias": {str(TOKEN_A
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 def test_error_after_the_head_is_an_in_band_error_in_the_openai_shape(server, path):
     """The head is out when sampling fails: the error goes in a data event shaped as a whole
-    error response (errors.openai_error_body, as before the stream), then [DONE]."""
+    error response (dialects/openai/errors.py's openai_error_body, as before the stream), then [DONE]."""
     body = {"messages": MESSAGES, "prompt": "Hi", "max_tokens": 5, "stream": True, **UNSAMPLEABLE}
     body.pop("prompt" if path.endswith("chat/completions") else "messages")
     resp = request(server.port, post_json(path, body))

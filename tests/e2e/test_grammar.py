@@ -943,3 +943,19 @@ def test_schema_errors(schema, message):
     with pytest.raises(SchemaError):
         json_schema_grammar(schema)
     assert issubclass(SchemaError, ValueError)
+
+
+def test_python_call_strings_may_escape_their_quote(sampler):
+    """LFM2's forced calls (a format derived from its real template): a string value may hold
+    its own quote escaped, as the model writes it, and reads back unescaped."""
+    from template_calls import template
+    from localserve.models.loaded import detect_chat_family
+    family = detect_chat_family(template("LFM2-8B-A1B"))
+    tools = [{"name": "echo", "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                                             "required": ["text"]}}]
+    grammar = tool_call_grammar(family, tools, parallel=False)
+    written = "<|tool_call_start|>[echo(text='it\\'s a \\\\ b')]<|tool_call_end|>"
+    assert sampler.allows(grammar, byte_tokens(written))
+    assert not sampler.allows(grammar, byte_tokens("<|tool_call_start|>[echo(text='it's')]<|tool_call_end|>"))
+    _, [call] = parse_generated_tools(written, family, {"echo": tools[0]["parameters"]})
+    assert json.loads(call.arguments) == {"text": "it's a \\ b"}

@@ -16,7 +16,7 @@ from conftest import ServerProcess
 from rawhttp import post_json, request
 from tinymodel import CHATML_TEMPLATE, NO_EOG, tiny_vocab, token_ids, write_tiny_gguf
 
-from localserve.settings import MAX_GRAMMAR_OPTIONAL_RUN
+from localserve.grammar.limits import MAX_GRAMMAR_OPTIONAL_RUN
 
 TINY_SPECIALS = ["<tool_call>", "</tool_call>", ("<think>", "user_defined"), ("</think>", "user_defined")]  # conftest
 

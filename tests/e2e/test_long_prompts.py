@@ -7,7 +7,7 @@ import pytest
 
 from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request
-from localserve.settings import MAX_CONTEXT_EDITS, MAX_PROMPT_ITEMS
+from localserve.dialects.limits import MAX_CONTEXT_EDITS, MAX_PROMPT_ITEMS
 
 USER = [{"role": "user", "content": "hi"}]
 STUBBORN_EDIT = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 0},

@@ -46,6 +46,9 @@ STREAMING = {
     "/v1/messages": Dialect(
         lambda prompt, n: {"model": "m", "max_tokens": n, "messages": [{"role": "user", "content": prompt}],
                            "stream": True, "logit_bias": NO_EOG}, "content_block_start", b"event: message_stop"),
+    "/infill": Dialect(
+        lambda prompt, n: {"input_prefix": prompt, "input_suffix": "", "n_predict": n, "stream": True,
+                           "logit_bias": NO_EOG}, None, b'"stop":true'),
 }
 # POST routes that never answer with a stream
 NOT_STREAMING = {"/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detokenize", "/apply-template",

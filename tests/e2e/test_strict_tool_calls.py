@@ -183,3 +183,74 @@ def test_anthropic_strict_tool(unclosed, strict):
         final = stream.get_final_message()
     assert final.stop_reason == "tool_use"
     check_arguments(json.dumps(next(b for b in final.content if b.type == "tool_use").input))
+
+
+# Llama 3.x writes its calls as a bare object opening the message; an answer in JSON opens one too.
+JSON_ANSWER = ['{"', 'answer', '": ', '"', 'sunny', '"}']
+
+
+@pytest.fixture(scope="module")
+def json_answer(models_dir, tmp_path_factory):
+    from template_corpus import corpus_templates
+    path = write_scripted_gguf(models_dir / "strict-json-answer.gguf", [JSON_ANSWER],
+                               real_template=corpus_templates()["meta-llama-Llama-3.1-8B-Instruct"])
+    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1",
+                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_an_answer_in_json_is_no_call_under_strict(json_answer, strict):
+    """A `{` opening the message wakes the grammar only once it names a tool: JSON that answers
+    the user comes back as the model wrote it, strict or not."""
+    choice = chat_call(json_answer, strict, temperature=0)
+    assert choice.message.content == "".join(JSON_ANSWER) and not choice.message.tool_calls
+
+
+# The marker's token runs on past the grammar's opening (Hermes writes a newline after it).
+RUN_ON = ['<tool_call>{"name":"get_weather",', '"arguments":', '{"citty":"Paris"}}', "</tool_call>"]
+# A family derived from the real GLM-4.6 template: a call in key/value markup, the key misspelt.
+GLM_WRONG = ["<tool_call>get_weather", "<arg_key>", "citty", "</arg_key>", "<arg_value>", "Paris",
+             "</arg_value>", "</tool_call>"]
+
+
+@pytest.fixture(scope="module")
+def run_on(models_dir, tmp_path_factory):
+    from template_corpus import corpus_templates
+    path = write_scripted_gguf(models_dir / "strict-run-on.gguf", [RUN_ON],
+                               real_template=corpus_templates()["Qwen-Qwen3-0.6B"])
+    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1",
+                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def glm_wrong(models_dir, tmp_path_factory):
+    from template_corpus import corpus_templates
+    path = write_scripted_gguf(models_dir / "strict-glm.gguf", [GLM_WRONG],
+                               real_template=corpus_templates()["GLM-4.6"])
+    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1",
+                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("model", ["run_on", "glm_wrong"])
+def test_without_strict_the_call_comes_back_as_written(request, model):
+    choice = chat_call(request.getfixturevalue(model), None, temperature=0)
+    assert choice.finish_reason == "tool_calls"
+    assert json.loads(choice.message.tool_calls[0].function.arguments) == {"citty": "Paris"}
+
+
+@pytest.mark.parametrize("model", ["run_on", "glm_wrong"])
+def test_strict_holds_a_call_whose_marker_token_runs_on_or_whose_family_is_derived(request, model):
+    """Qwen3's real template (Hermes): the marker's token carries `{"name":...` with no newline;
+    GLM-4.6's real template: a derived key/value format. Both are held to the schema."""
+    server = request.getfixturevalue(model)
+    choice = chat_call(server, True, temperature=0)
+    assert choice.finish_reason == "tool_calls", choice.message
+    [call] = choice.message.tool_calls
+    assert call.function.name == "get_weather"
+    check_arguments(call.function.arguments)

@@ -20,12 +20,9 @@ from template_corpus import corpus_dir, corpus_names
 from tinymodel import write_tiny_gguf
 
 NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
-# Templates that cannot render the first turn with these tools: Command R+'s template adds each
-# parameter's description to a string, so a parameter without one fails (as in HF's renderer)
-RENDER_FAILS = {"CohereForAI-c4ai-command-r-plus-tool_use"}
 # One template per family, for the other dialects
 REPRESENTATIVE = sorted({family: name for name, family in reversed(sorted(EXPECTED_FAMILIES.items()))
-                         if name in NATIVE and name not in RENDER_FAILS}.values())
+                         if name in NATIVE}.values())
 OPENAI_TOOLS = [{"type": "function", "function": t} for t in TOOLS]
 QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 CTX = 8192
@@ -63,9 +60,7 @@ def test_the_meta_names_the_family(corpus_server):
         assert meta.get("tool_syntax") == EXPECTED_FAMILIES[name], name
 
 
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.xfail(
-    strict=True, reason="the template does not render in prompt/ yet (issue 27, render half)"))
-    if name in RENDER_FAILS else name for name in NATIVE])
+@pytest.mark.parametrize("name", NATIVE)
 def test_forced_call_comes_back_as_a_tool_call_whole_and_streamed(corpus_server, name):
     client = openai_sdk(corpus_server)
     choice = {"type": "function", "function": {"name": "get_weather"}}

@@ -43,6 +43,8 @@ __all__ = [
     "CHATML_TEMPLATE",
     "CHAT_CONTROL_TOKENS",
     "EOS_ID",
+    "FIM_TOKENS",
+    "FIM_LAYOUTS",
     "NO_EOG",
     "GEMMA_TEMPLATE",
     "UNK_ID",
@@ -239,6 +241,19 @@ def _add(writer: GGUFWriter, key: str, value: Any) -> None:
     writer.add_key_value(key, val, vtype, sub)
 
 
+# Fill-in-the-middle tokens, by role. Their texts are ones llama.cpp does not recognise by
+# sight (it does "<|fim_prefix|>", "<PRE>", ...), so only the metadata makes them FIM tokens.
+FIM_TOKENS = {"pre": "<fim:pre>", "suf": "<fim:suf>", "mid": "<fim:mid>", "pad": "<fim:pad>",
+              "rep": "<fim:rep>", "sep": "<fim:sep>"}
+# write_tiny_gguf(fim=...): which roles get metadata keys, and under which names.
+FIM_LAYOUTS = {
+    "fim": {role: f"tokenizer.ggml.fim_{role}_token_id" for role in ("pre", "suf", "mid", "pad")},
+    "repo": {role: f"tokenizer.ggml.fim_{role}_token_id" for role in FIM_TOKENS},
+    "legacy": {"pre": "tokenizer.ggml.prefix_token_id", "suf": "tokenizer.ggml.suffix_token_id",
+               "mid": "tokenizer.ggml.middle_token_id"},
+}
+
+
 def write_tiny_gguf(
     path: str | os.PathLike[str],
     *,
@@ -253,6 +268,7 @@ def write_tiny_gguf(
     arch: str = "llama",
     extra_metadata: Mapping[str, Any] | None = None,
     weight_type: Any = None,
+    fim: str | None = None,
 ) -> Path:
     """Write a tiny random-weight llama GGUF model to ``path`` and return the path.
 
@@ -267,10 +283,17 @@ def write_tiny_gguf(
 
     ``weight_type``: a ``gguf.GGMLQuantizationType`` (Q4_0, Q8_0, ...) for the
     layers' matrices, as a quantised model has them; the rest stays F32.
+
+    ``fim``: a key of FIM_LAYOUTS. The six FIM_TOKENS are appended after
+    ``special_tokens`` (CONTROL) and the layout's roles named in the metadata:
+    ``"fim"`` prefix, suffix, middle, pad; ``"repo"`` those and repo, file
+    separator; ``"legacy"`` prefix, suffix, middle under the older key names.
     """
     if n_embd % n_head:
         raise ValueError("n_embd must be a multiple of n_head")
     path = Path(path)
+    if fim is not None:
+        special_tokens = [*special_tokens, *FIM_TOKENS.values()]
     vocab = tiny_vocab(special_tokens)
     n_vocab = len(vocab)
     head_dim = n_embd // n_head
@@ -292,6 +315,10 @@ def write_tiny_gguf(
     }
     if chat_template is not None:
         meta["tokenizer.chat_template"] = chat_template
+    if fim is not None:
+        ids = {text: i for i, (text, _, _) in enumerate(vocab)}
+        for role, key in FIM_LAYOUTS[fim].items():
+            meta[key] = ids[FIM_TOKENS[role]]
     for key, value in (extra_metadata or {}).items():
         if value is None:
             meta.pop(key, None)

@@ -40,6 +40,7 @@ FLOORS = {
     "parsing": 2, "grammar": 2, "store": 2, "ops": 2,
     "localserve": 1, "settings": 1, "errors": 1,
     "generation": 2,      # it names the tool families' and reasoning's types (parsing/)
+    "conversation": 1,    # the typed conversation: dialects read into it, prompt/ renders it; stdlib only
 }
 
 
@@ -228,3 +229,42 @@ def test_the_client_and_app_checks_see_what_they_look_for(tmp_path):
                      "    def ready(self):\n        return getattr(self.app, 'ready', None)\n")
     assert client_uses(streams) == {"exchange", "writer", "start_stream"}
     assert app_uses(reads) == {"app"}
+
+
+def test_no_handler_reads_the_app():
+    """Handlers get what they use when their routes are added (dialects/services.py): no module
+    in dialects/ or webui/ names `app`, takes it, or reads `.app` off anything."""
+    handlers = {name: path for name, path in read_modules().items() if part(name) in ("dialects", "webui")}
+    assert "localserve.dialects.openai.chat" in handlers
+    assert sorted((name, sorted(uses)) for name, path in handlers.items() if (uses := app_uses(path))) == []
+
+
+def test_the_exchange_carries_only_the_request_and_its_answer():
+    """Exchange is what the wire gives a handler: the request, the writer, the path's parameters
+    (and the route's error shape, the request id); typed, no `Any`, no app and no model."""
+    tree = ast.parse((PACKAGE / "dialects" / "exchange.py").read_text())
+    exchange = next(n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == "Exchange")
+    fields = {ast.unparse(f.target): f.annotation for f in exchange.body if isinstance(f, ast.AnnAssign)}
+    assert {"request", "writer", "params"} <= fields.keys()
+    assert not {"app", "model"} & fields.keys()
+    assert [name for name, annotation in fields.items()
+            if "Any" in {n.id for n in ast.walk(annotation) if isinstance(n, ast.Name)}] == []
+
+
+def test_each_dialect_folder_adds_its_own_routes():
+    """A new dialect is a folder under dialects/ whose routes.py has add_routes(table, services...);
+    app.py's route table imports it: nothing else changes."""
+    folders = sorted(p.parent.name for p in (PACKAGE / "dialects").glob("*/__init__.py"))
+    assert "openai" in folders
+    app = ast.parse((PACKAGE / "app.py").read_text())
+    imported = {node.module.rpartition(".")[2] for node in ast.walk(app) if isinstance(node, ast.ImportFrom)
+                and node.module and node.module.startswith("dialects.") and
+                any(alias.name == "routes" for alias in node.names)}
+    missing = []
+    for folder in folders:
+        routes = PACKAGE / "dialects" / folder / "routes.py"
+        functions = {n.name for n in ast.walk(ast.parse(routes.read_text()))
+                     if isinstance(n, ast.FunctionDef)} if routes.exists() else set()
+        if "add_routes" not in functions or folder not in imported:
+            missing.append(folder)
+    assert missing == []

@@ -11,7 +11,7 @@ it out of the prompt, oldest first, and says what it left out in
   placeholder, and with `clear_tool_inputs` (true, or a list of tool names) the call's
   input too; tools in `exclude_tools` are never cleared; when `clear_at_least` tokens
   would not be freed, nothing is.
-Edits work on the converted (OpenAI-style) messages, in the order given; each applied
+Edits work on the conversation read (localserve/conversation.py), in the order given; each applied
 edit reports the tokens it freed, counted on the prompt before and after it. Edit types
 this server does not know are skipped, never an error. Weighing an edit can cost a render
 and a tokenize of the whole prompt, so a request carries at most MAX_CONTEXT_EDITS of them
@@ -21,11 +21,13 @@ and a client that leaves stops the edits between two of them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Union
 
-from ...settings import MAX_CONTEXT_EDITS
+from ...conversation import Message, Part, Reasoning, ToolCall, ToolResult
+from ..limits import MAX_CONTEXT_EDITS
 from ..fields import invalid
 
 log = logging.getLogger("localserve.anthropic")
@@ -33,7 +35,7 @@ log = logging.getLogger("localserve.anthropic")
 CLEAR_THINKING = "clear_thinking_20251015"
 CLEAR_TOOL_USES = "clear_tool_uses_20250919"
 CLEARED_RESULT = "[This tool result was cleared to save context.]"
-CLEARED_INPUT = "{}"
+CLEARED_INPUT: dict = {}     # a cleared call's input: no arguments
 DEFAULT_TRIGGER_TOKENS = 100_000
 DEFAULT_KEEP_TOOL_USES = 3
 DEFAULT_KEEP_THINKING_TURNS = 1
@@ -58,7 +60,7 @@ Edit = Union[ClearThinking, ClearToolUses]
 
 @dataclass
 class EditResult:
-    messages: list[dict]
+    messages: list[Message]
     applied: list[dict] = field(default_factory=list)
     original_tokens: int | None = None       # the prompt before any edit, when it was counted
 
@@ -142,7 +144,7 @@ def _names(value: Any, where: str) -> list[str]:
 
 # ---- applying -----------------------------------------------------------------------
 
-def apply_edits(edits: list[Edit], messages: list[dict], count: Callable[[list[dict]], int],
+def apply_edits(edits: list[Edit], messages: list[Message], count: Callable[[list[Message]], int],
                 check_client: Callable[[], None] = lambda: None) -> EditResult:
     """`messages` with the edits applied (the input is not changed); `count` gives the
     prompt tokens of a message list and is called only when an edit has something to clear;
@@ -180,49 +182,47 @@ def apply_edits(edits: list[Edit], messages: list[dict], count: Callable[[list[d
     return result
 
 
-def _clear_thinking(messages: list[dict], edit: ClearThinking) -> tuple[list[dict], int]:
-    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant" and m.get("reasoning_content")]
+def _clear_thinking(messages: list[Message], edit: ClearThinking) -> tuple[list[Message], int]:
+    turns = [i for i, m in enumerate(messages)
+             if m.role == "assistant" and "\n".join(r.text for r in m.of(Reasoning))]
     if edit.keep is None or len(turns) <= edit.keep:
         return messages, 0
     clear = set(turns[:len(turns) - edit.keep])
-    edited = [{k: v for k, v in m.items() if k != "reasoning_content"} if i in clear else m
+    edited = [Message(m.role, tuple(p for p in m.parts if not isinstance(p, Reasoning)), m.name) if i in clear else m
               for i, m in enumerate(messages)]
     return edited, len(clear)
 
 
-def _tool_use_count(messages: list[dict]) -> int:
-    return sum(len(m.get("tool_calls") or ()) for m in messages if m.get("role") == "assistant")
+def _tool_use_count(messages: list[Message]) -> int:
+    return sum(len(m.of(ToolCall)) for m in messages if m.role == "assistant")
 
 
-def _clear_tool_uses(messages: list[dict], edit: ClearToolUses) -> tuple[list[dict], int]:
+def _clear_tool_uses(messages: list[Message], edit: ClearToolUses) -> tuple[list[Message], int]:
     """Every tool use but the last `keep` (and the excluded tools): its result becomes a
     placeholder, and its input too where clear_inputs says so."""
-    uses = [(i, call) for i, m in enumerate(messages) if m.get("role") == "assistant"
-            for call in m.get("tool_calls") or ()]
+    uses = [call for m in messages if m.role == "assistant" for call in m.of(ToolCall)]
     older = uses[:max(0, len(uses) - edit.keep)]
-    clear_ids = {call["id"]: call["function"]["name"] for _, call in older
-                 if call["function"]["name"] not in edit.exclude}
+    clear_ids = {call.id: call.name for call in older if call.name not in edit.exclude}
     if not clear_ids:
         return messages, 0
 
     def clears_input(name: str) -> bool:
         return edit.clear_inputs is True or (isinstance(edit.clear_inputs, frozenset) and name in edit.clear_inputs)
 
-    edited: list[dict] = []
+    def cleared_part(part: Part) -> Part:
+        if isinstance(part, ToolResult) and part.call_id in clear_ids:
+            if part.content != CLEARED_RESULT or part.is_error:
+                cleared.add(part.call_id)
+            return dataclasses.replace(part, content=CLEARED_RESULT, is_error=False)
+        if (isinstance(part, ToolCall) and part.id in clear_ids and clears_input(part.name)
+                and part.arguments != CLEARED_INPUT):
+            cleared.add(part.id)
+            return dataclasses.replace(part, arguments=dict(CLEARED_INPUT), text=None)
+        return part
+
+    edited: list[Message] = []
     cleared: set[str] = set()
     for m in messages:
-        if m.get("role") == "tool" and m.get("tool_call_id") in clear_ids:
-            if m.get("content") != CLEARED_RESULT:
-                cleared.add(m["tool_call_id"])
-            m = {**m, "content": CLEARED_RESULT}
-        elif m.get("role") == "assistant" and any(c["id"] in clear_ids for c in m.get("tool_calls") or ()):
-            calls = []
-            for call in m["tool_calls"]:
-                name = call["function"]["name"]
-                if call["id"] in clear_ids and clears_input(name) and call["function"]["arguments"] != CLEARED_INPUT:
-                    cleared.add(call["id"])
-                    call = {**call, "function": {**call["function"], "arguments": CLEARED_INPUT}}
-                calls.append(call)
-            m = {**m, "tool_calls": calls}
-        edited.append(m)
+        parts = tuple(cleared_part(p) for p in m.parts)
+        edited.append(m if parts == m.parts else dataclasses.replace(m, parts=parts))
     return edited, len(cleared)

@@ -1,4 +1,4 @@
-"""Anthropic Messages input → the OpenAI-style chat every template is rendered from.
+"""Anthropic Messages input → the conversation (localserve/conversation.py) every template is rendered from.
 
 - `system` (a string or text blocks) becomes a leading system message (without Claude
   Code's `x-anthropic-billing-header:` line, which changes per request); `role: "system"`
@@ -7,19 +7,19 @@
   "next_user_message"` is left out once a user turn follows it, and its
   `output_config.effort`, after the last user turn, is this turn's effort.
 - A user turn's `tool_result` blocks become role "tool" messages (in order, before the
-  turn's text), with `tool_call_id` and the result's text; `is_error` results say so.
-- An assistant turn's `tool_use` blocks become `tool_calls` (arguments as JSON text), its
-  `thinking` blocks `reasoning_content` (the template decides whether to show it) once
+  turn's text), each a ToolResult with the tool_use's id, its text and is_error.
+- An assistant turn's `tool_use` blocks become ToolCalls (their own ids, `input` as the
+  arguments), its `thinking` blocks a Reasoning part (the template decides whether to show it) once
   their signatures verify: a thinking block this server did not sign is a 400. A block
   that comes back with its text left out (display "omitted") gets it from the signature.
-- `tools` (`input_schema`) become function definitions (server tools such as web search are
+- `tools` (`input_schema`) become tool definitions (server tools such as web search are
   left out, and named in a response header); `tool_choice` any/tool/none map to
   required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
   `output_config.effort` set the reasoning budget and the template's enable_thinking and
   reasoning_effort; `output_config.format` (a JSON schema) constrains the answer
   (these in tools_and_thinking.py).
 - `cache_control` on a block (or on the request, for automatic caching) marks its message
-  as a breakpoint: the last one tells anthropic_prompt where this request's cache ends.
+  as a breakpoint: the last one tells prompt.py where this request's cache ends.
 Consecutive user turns are merged, as Anthropic does, so strict templates see alternation.
 Fields this module does not read are ignored, never an error.
 """
@@ -29,9 +29,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from ...prompt.build import ChatInput, strict_tool_names
+from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
+from ...prompt.build import ChatInput
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
@@ -45,23 +44,30 @@ class MessagesInput:
     chat: ChatInput
     thinking: Thinking
     cache_breakpoint: int | None     # index in chat.messages of the last message a cache_control marks
-    ignored_tools: list[str]         # server tool types left out of the prompt
+    ignored_tools: list[str]         # server tool types left out
+
+
+@dataclass
+class Turn:
+    """A message read, and whether a cache_control breakpoint marks it."""
+    message: Message
+    marked: bool = False
 
 
 def read_input(body: dict, signing_key: bytes) -> MessagesInput:
-    messages: list[dict] = []
-    for message in read_system(body.get("system")) + read_messages(body.get("messages"), signing_key):
-        _append(messages, message)
+    turns: list[Turn] = []
+    for turn in read_system(body.get("system")) + read_messages(body.get("messages"), signing_key):
+        _append(turns, turn)
     ignored: list[str] = []
     tools = read_tools(body.get("tools"), ignored)
-    if messages and messages[0]["role"] == "system" and any(_marked(t) for t in body.get("tools") or ()):
-        messages[0][_BREAKPOINT] = True      # tools render with (or just after) the system prompt
-    if body.get("cache_control") is not None and messages:
-        messages[-1][_BREAKPOINT] = True     # automatic caching: up to the last message
-    marked = [i for i, m in enumerate(messages) if m.pop(_BREAKPOINT, False)]
+    if turns and turns[0].message.role == "system" and any(_marked(t) for t in body.get("tools") or ()):
+        turns[0].marked = True      # tools render with (or just after) the system prompt
+    if body.get("cache_control") is not None and turns:
+        turns[-1].marked = True     # automatic caching: up to the last message
+    marked = [i for i, turn in enumerate(turns) if turn.marked]
     choice, parallel = read_tool_choice(body.get("tool_choice"), tools)
-    chat = ChatInput(messages=messages, tools=tools, tool_choice=choice, parallel_tool_calls=parallel,
-                     template_kwargs=read_template_kwargs(body), strict_tools=strict_tool_names(body.get("tools")))
+    chat = ChatInput(messages=[turn.message for turn in turns], tools=tools, tool_choice=choice,
+                     parallel_tool_calls=parallel, template_kwargs=read_template_kwargs(body))
     request_effort = read_output_config(body, chat)
     effort = _turn_effort(body["messages"]) or request_effort
     if effort:
@@ -87,11 +93,6 @@ def read_chat(body: dict, signing_key: bytes) -> ChatInput:
     return read_input(body, signing_key).chat
 
 
-# A cache_control breakpoint is noted on the converted message that holds its block
-# (under this key, removed before rendering); only the last one matters for usage.
-_BREAKPOINT = "cache_breakpoint"
-
-
 def _marked(block: Any) -> bool:
     return isinstance(block, dict) and block.get("cache_control") is not None
 
@@ -102,7 +103,7 @@ def _marked(block: Any) -> bool:
 BILLING_HEADER = "x-anthropic-billing-header:"
 
 
-def read_system(system: Any) -> list[dict]:
+def read_system(system: Any) -> list[Turn]:
     if system is None:
         return []
     if isinstance(system, str):
@@ -117,16 +118,13 @@ def read_system(system: Any) -> list[dict]:
     text = "\n".join(texts)
     if not text:
         return []
-    message = {"role": "system", "content": text}
-    if isinstance(system, list) and any(_marked(b) for b in system):
-        message[_BREAKPOINT] = True
-    return [message]
+    return [Turn(text_message("system", text), isinstance(system, list) and any(_marked(b) for b in system))]
 
 
-def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
+def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "expected a non-empty array of messages")
-    out: list[dict] = []
+    out: list[Turn] = []
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
                     default=-1)
     for i, message in enumerate(messages):
@@ -151,55 +149,57 @@ def read_messages(messages: Any, signing_key: bytes) -> list[dict]:
             # clear_at "next_user_message": shown only until a user turn follows it
             shown = message.get("clear_at") != "next_user_message" or i > last_user
             system = _system_turn(blocks, f"{where}.content")
-            converted = [system] if shown and system["content"] else []
+            converted = [system] if shown and system.text else []
         else:
             raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
-        if converted and any(_marked(b) for b in blocks):
-            converted[-1][_BREAKPOINT] = True
-        for msg in converted:
-            _append(out, msg)
+        turns = [Turn(m) for m in converted]
+        if turns and any(_marked(b) for b in blocks):
+            turns[-1].marked = True
+        for turn in turns:
+            _append(out, turn)
     return out
 
 
-def _append(out: list[dict], msg: dict) -> None:
+def _append(out: list[Turn], turn: Turn) -> None:
     last = out[-1] if out else None
+    role = turn.message.role
     # consecutive user turns are one turn; so are system turns before any other
-    same = last is not None and msg["role"] == last["role"] and (
-        msg["role"] == "user" or (msg["role"] == "system" and all(m["role"] == "system" for m in out)))
+    same = last is not None and role == last.message.role and (
+        role == "user" or (role == "system" and all(t.message.role == "system" for t in out)))
     if same:
-        last["content"] = "\n".join(t for t in (last["content"], msg["content"]) if t)
-        if msg.get(_BREAKPOINT):
-            last[_BREAKPOINT] = True
+        text = "\n".join(t for t in (last.message.text, turn.message.text) if t)
+        out[-1] = Turn(text_message(role, text), last.marked or turn.marked)
     else:
-        out.append(msg)
+        out.append(turn)
 
 
-def _system_turn(blocks: list, where: str) -> dict:
+def _system_turn(blocks: list, where: str) -> Message:
     """A system message inside `messages`: kept in its place (prompt.render_chat decides
     how the template shows it); text blocks only."""
     texts = [_text_of(block, f"{where}[{j}]") for j, block in enumerate(blocks)]
-    return {"role": "system", "content": "\n".join(texts)}
+    return text_message("system", "\n".join(texts))
 
 
-def _user_turn(blocks: list, where: str) -> list[dict]:
-    results: list[dict] = []
+def _user_turn(blocks: list, where: str) -> list[Message]:
+    """A user turn's tool results, each a tool message (first, in order), then its text."""
+    results: list[Message] = []
     texts: list[str] = []
     for j, block in enumerate(blocks):
         kind = _block_type(block, f"{where}[{j}]")
         if kind == "text":
             texts.append(_text_of(block, f"{where}[{j}]"))
         elif kind == "tool_result":
-            results.append(_tool_result(block, f"{where}[{j}]"))
+            results.append(Message("tool", (_tool_result(block, f"{where}[{j}]"),)))
         elif kind in ("tool_use", "thinking", "redacted_thinking"):
             raise invalid(f"{where}[{j}]", f"a {kind} block belongs in an assistant message")
         else:
             raise _unsupported(kind, f"{where}[{j}]")
     if texts or not results:
-        results.append({"role": "user", "content": "\n".join(texts)})
+        results.append(text_message("user", "\n".join(texts)))
     return results
 
 
-def _tool_result(block: dict, where: str) -> dict:
+def _tool_result(block: dict, where: str) -> ToolResult:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str) or not call_id:
         raise invalid(f"{where}.tool_use_id", "expected the id of the tool_use this answers")
@@ -224,15 +224,13 @@ def _tool_result(block: dict, where: str) -> dict:
     is_error = block.get("is_error")
     if is_error is not None and not isinstance(is_error, bool):
         raise invalid(f"{where}.is_error", "expected a boolean")
-    if is_error:
-        text = f"Error: {text}" if text else "Error"
-    return {"role": "tool", "tool_call_id": call_id, "content": text}
+    return ToolResult(call_id, text, is_error=bool(is_error))
 
 
-def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> dict:
+def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
     texts: list[str] = []
     reasoning: list[str] = []
-    calls: list[dict] = []
+    calls: list[ToolCall] = []
     for j, block in enumerate(blocks):
         at = f"{where}[{j}]"
         kind = _block_type(block, at)
@@ -248,12 +246,9 @@ def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> dict:
             raise invalid(at, "a tool_result block belongs in a user message")
         else:
             raise _unsupported(kind, at)
-    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
-    if reasoning:
-        message["reasoning_content"] = "\n".join(reasoning)
-    if calls:
-        message["tool_calls"] = calls
-    return message
+    # the turn's text blocks are one text, as Anthropic joins them; its thinking blocks one reasoning
+    thinking = (Reasoning("\n".join(reasoning)),) if reasoning else ()
+    return Message("assistant", (Text("".join(texts)), *thinking, *calls))
 
 
 def _verified_thinking(block: dict, where: str, signing_key: bytes) -> str:
@@ -270,7 +265,7 @@ def _verified_thinking(block: dict, where: str, signing_key: bytes) -> str:
     return thinking
 
 
-def _tool_use(block: dict, where: str) -> dict:
+def _tool_use(block: dict, where: str) -> ToolCall:
     call_id, name, arguments = block.get("id"), block.get("name"), block.get("input")
     if not isinstance(call_id, str) or not call_id:
         raise invalid(f"{where}.id", "expected a string")
@@ -280,8 +275,7 @@ def _tool_use(block: dict, where: str) -> dict:
         arguments = {}
     if not isinstance(arguments, dict):
         raise invalid(f"{where}.input", "expected an object")
-    return {"id": call_id, "type": "function",
-            "function": {"name": name, "arguments": orjson.dumps(arguments).decode()}}
+    return ToolCall(call_id, name, arguments)
 
 
 def _block_type(block: Any, where: str) -> str:

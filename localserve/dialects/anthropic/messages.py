@@ -1,13 +1,13 @@
 """Anthropic Messages: POST /v1/messages (whole or streamed) and /v1/messages/count_tokens.
 
-Input conversion lives in anthropic_input.py; here the request becomes a GenerationRequest
+Input conversion lives in input.py; here the request becomes a GenerationRequest
 and the runtime's events become Anthropic content blocks:
 - thinking (the reasoning, signed with the app's key so it can come back in history),
   text, and tool_use (id "toolu_…", input an object): a stream keeps the order they were
   generated in, a whole response (whose output keeps no order) puts them in that order;
   whitespace alone makes no text block;
 - stop_reason end_turn / max_tokens / stop_sequence (with stop_sequence) / tool_use;
-- usage as Anthropic counts it (anthropic_prompt.cache_usage): cache_read_input_tokens are the
+- usage as Anthropic counts it (prompt.cache_usage): cache_read_input_tokens are the
   prompt tokens the prompt cache already held, cache_creation_input_tokens the rest up to
   the last cache_control breakpoint, input_tokens what follows; they sum to the prompt,
   which count_tokens reports;
@@ -25,34 +25,34 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
-from ...errors import ANTHROPIC_ERRORS, ApiError, anthropic_error_body
-from ...generation import (Chunk, Context, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
-                          ToolCallStart)
+from ...errors import ApiError
+from .errors import ANTHROPIC_ERRORS, anthropic_error_body
+from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, GenerationRequest,
+                          ToolCall, ToolCallDelta, ToolCallStart)
 from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
-from ..loading import LoadWait, serve_with_model
-from ..pump import LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
-from ..respond import cancel_on_error, submit, wait_for_output
-from ..exchange import Exchange, RouteTable
+from ..loading import LoadWait, use_model
+from ..pump import PREFILL_COMMENT, sse
+from ..request_cycle import Reply, serve_generation
+from ..exchange import Exchange
+from ..services import Services
+from ..failures import prompt_refusals
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
 from .tools_and_thinking import check_budget_below_max_tokens
-from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_bool, read_dict, read_int, read_sampling, read_stop,
+from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_dict, read_int, read_sampling, read_stop,
                      read_str)
+
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ...models.loaded import LoadedModel
 
 log = logging.getLogger("localserve.anthropic")
 
 PING = sse({"type": "ping"}, "ping")
-
-
-def register(router: RouteTable) -> None:
-    router.add("/v1/messages", "POST", handle_messages, ANTHROPIC_ERRORS)
-    router.add("/v1/messages/count_tokens", "POST", handle_count_tokens, ANTHROPIC_ERRORS)
-    router.add_family("/v1/messages", ANTHROPIC_ERRORS)   # Anthropic's clients read even a 404 there
 
 
 @dataclass
@@ -69,44 +69,33 @@ class MessageMeta:
                 "output_tokens": output_tokens}
 
 
-def handle_messages(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
-    body = exchange.json()
-    stream = read_bool(body, "stream")
-    serve_with_model(exchange, body, lambda model: serve_messages(exchange, body, stream, model),
-                     notice=LOADING_COMMENT if stream else None)
+def handle_messages(services: Services, exchange: Exchange) -> None:
+    serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model))
 
 
-def serve_messages(exchange: Exchange, body: dict, stream: bool, model) -> None:
-    app = exchange.app
+def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
     name = read_model(body, model.model_id)
-    gen_request, prompt = read_request(model.chat, app.signing_key, body, exchange.request_id,
-                                       check_client=exchange.raise_if_gone,
-                                       betas=exchange.request.header("anthropic-beta"))
+    with prompt_refusals():
+        gen_request, prompt = read_request(model.chat, services.signing_key, body, exchange.request_id,
+                                           check_client=exchange.raise_if_gone,
+                                           betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
-    meta = MessageMeta(new_call_id("msg_"), name, app.signing_key, prompt.input.thinking.omitted,
+    meta = MessageMeta(new_call_id("msg_"), name, services.signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
-    gen = submit(exchange, gen_request)
-    with cancel_on_error(gen):
-        if stream:
-            stream_response(exchange, gen, meta)
-        else:
-            output = wait_for_output(exchange, gen)
-            exchange.send_json(final_response(output, meta))
+    return Reply(gen_request, shape=lambda gen: message_stream(meta, gen),
+                 whole=lambda output: final_response(output, meta))
 
 
-def handle_count_tokens(exchange: Exchange) -> None:
+def handle_count_tokens(services: Services, exchange: Exchange) -> None:
     """The prompt /v1/messages would render for the same body, counted (max_tokens not needed):
     rendering and tokenizing on this thread, no job for the runtime."""
-    app = exchange.app
-    app.require_ready()
+    models = services.ready()
     body = exchange.json()
-    with app.use_model(body, LoadWait(exchange)) as model:
-        prompt = read_prompt(model.chat, app.signing_key, body, breakpoints=False,
+    with use_model(models, body, LoadWait(exchange)) as model, prompt_refusals():
+        prompt = read_prompt(model.chat, services.signing_key, body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
         tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
         answer: dict[str, Any] = {"input_tokens": len(tokens)}
@@ -140,9 +129,10 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     return request, prompt
 
 
-def tool_use_id(call_id: str) -> str:
-    """The runtime's call id in Anthropic's shape: the same random part, prefixed toolu_."""
-    return "toolu_" + call_id.removeprefix("call_")
+def tool_use_id(call: ToolCall | ToolCallStart) -> str:
+    """A generated call's id in Anthropic's shape: toolu_ and the random part minted for it, or
+    the model's own id (less an OpenAI-style call_ prefix)."""
+    return "toolu_" + (call.id if call.minted else call.id.removeprefix("call_"))
 
 
 # ---- whole responses ----------------------------------------------------------------
@@ -184,7 +174,7 @@ def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
     if output.content.strip():
         content.append({"type": "text", "text": output.content})
     for call in output.tool_calls:
-        content.append({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+        content.append({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
                         "input": tool_input(call.arguments)})
     reason = stop_reason(output)
     message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
@@ -237,7 +227,7 @@ class BlockStream:
         return out + [self._delta(delta)]
 
     def tool_start(self, call: ToolCallStart) -> list[bytes]:
-        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
+        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
                                           "input": {}})
         self.open_call = call.index
         return out
@@ -332,5 +322,6 @@ class MessageStream:
         return []
 
 
-def stream_response(exchange: Exchange, gen, meta: MessageMeta) -> None:
-    stream_job(exchange, MessageStream(meta, len(gen.request.prompt_tokens)), gen)
+
+def message_stream(meta: MessageMeta, gen: ActiveGeneration) -> MessageStream:
+    return MessageStream(meta, len(gen.request.prompt_tokens))

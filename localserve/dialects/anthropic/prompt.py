@@ -17,7 +17,9 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
+from ...conversation import Message, Text, ToolResult
 from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
+from ...prompt.messages import result_text
 from .edits import EditResult, apply_edits, read_edits
 from .input import MessagesInput, read_input
 
@@ -50,9 +52,9 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     chat = messages_input.chat
     edit_list = read_edits(body)
     edits = None
-    counted: list[tuple[list[dict], str, list[int]]] = []     # each message list counted: its text, tokens
+    counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
-        def count(messages: list[dict]) -> int:
+        def count(messages: list[Message]) -> int:
             text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
             counted.append((messages, text, tokenize_prompt(model.engine, text)))
             return len(counted[-1][2])
@@ -73,9 +75,8 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
 def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str) -> int:
     """Prompt tokens up to the end of message `index`: render once more with a mark there;
     the text before the mark, when the real prompt starts with it, is tokenized."""
-    message = chat.messages[index]
     marked = list(chat.messages)
-    marked[index] = {**message, "content": (message.get("content") or "") + _MARK}
+    marked[index] = _with_mark(chat.messages[index])
     marked_text = render_chat(model.template, dataclasses.replace(chat, messages=marked))
     cut = marked_text.find(_MARK)
     if cut < 0 or not text.startswith(marked_text[:cut]):
@@ -83,6 +84,22 @@ def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str)
     # a part of the prompt, which must fit the context as the whole must (a prompt too long for
     # it is context_length_exceeded, whatever its size, not a text too long to count)
     return len(tokenize_prompt(model.engine, marked_text[:cut], fit=True))
+
+
+def _with_mark(message: Message) -> Message:
+    """The message with the mark after its text (a tool result's text as the template shows it)."""
+    parts = list(message.parts)
+    for i in reversed(range(len(parts))):
+        part = parts[i]
+        if isinstance(part, ToolResult):
+            parts[i] = dataclasses.replace(part, content=result_text(part) + _MARK, is_error=False)
+            break
+        if isinstance(part, Text):
+            parts[i] = Text(part.text + _MARK)
+            break
+    else:
+        parts.append(Text(_MARK))
+    return dataclasses.replace(message, parts=tuple(parts))
 
 
 def cache_usage(prompt_tokens: int, cached_tokens: int, breakpoint_tokens: int) -> dict:

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...conversation import ToolDefinition
 from ...prompt.build import ChatInput, ToolChoice
-from ...settings import DEFAULT_EFFORT, EFFORT_BUDGETS, MAX_INT_PARAM
+from .effort import DEFAULT_EFFORT, EFFORT_BUDGETS
+from ..limits import MAX_INT_PARAM
 from ..fields import invalid
 
 # Tools Anthropic runs on its own servers (web search and fetch, code execution, tool
@@ -17,14 +19,14 @@ SERVER_TOOL_PREFIXES = ("web_search_", "web_fetch_", "code_execution_", "tool_se
                         "mcp_toolset")
 
 
-def read_tools(tools: Any, ignored: list[str] | None = None) -> list[dict]:
-    """Anthropic custom tools → function definitions {"name", "description", "parameters"};
-    the types of server tools left out are appended to `ignored`."""
+def read_tools(tools: Any, ignored: list[str] | None = None) -> list[ToolDefinition]:
+    """Anthropic custom tools → tool definitions (`strict: true` kept); the types of server
+    tools left out are appended to `ignored`."""
     if tools is None:
         return []
     if not isinstance(tools, list):
         raise invalid("tools", "expected an array")
-    found: list[dict] = []
+    found: list[ToolDefinition] = []
     for i, tool in enumerate(tools):
         where = f"tools[{i}]"
         if not isinstance(tool, dict):
@@ -40,7 +42,7 @@ def read_tools(tools: Any, ignored: list[str] | None = None) -> list[dict]:
         name = tool.get("name")
         if not isinstance(name, str) or not name:
             raise invalid(f"{where}.name", "expected a non-empty string")
-        if any(t["name"] == name for t in found):
+        if any(t.name == name for t in found):
             raise invalid(f"{where}.name", f"tool names must be unique; '{name}' repeats")
         schema = tool.get("input_schema")
         if not isinstance(schema, dict):
@@ -48,11 +50,11 @@ def read_tools(tools: Any, ignored: list[str] | None = None) -> list[dict]:
         description = tool.get("description") or ""
         if not isinstance(description, str):
             raise invalid(f"{where}.description", "expected a string")
-        found.append({"name": name, "description": description, "parameters": schema})
+        found.append(ToolDefinition(name, description, schema, strict=tool.get("strict") is True))
     return found
 
 
-def read_tool_choice(value: Any, tools: list[dict]) -> tuple[ToolChoice, bool]:
+def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> tuple[ToolChoice, bool]:
     """(the choice, whether parallel calls are allowed)."""
     if value is None:
         return ToolChoice("auto"), True
@@ -72,7 +74,7 @@ def read_tool_choice(value: Any, tools: list[dict]) -> tuple[ToolChoice, bool]:
         return ToolChoice("required"), not disable_parallel
     if kind == "tool":
         name = value.get("name")
-        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+        if not isinstance(name, str) or name not in {t.name for t in tools}:
             raise invalid("tool_choice.name", f"names a tool that is not among the tools: {name!r}")
         return ToolChoice("named", name), not disable_parallel
     raise invalid("tool_choice.type", f"expected auto, any, tool or none; got {kind!r}")

@@ -2,57 +2,71 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import build_chat_request
 from ..exchange import Exchange
-from ..pump import stream_job
-from ..respond import cancel_on_error, submit, wait_for_output
+from ..failures import prompt_refusals
+from ..request_cycle import Reply, serve_generation
+from ..services import Services
 from .lifecycle import load_or_unload
 from .messages import read_chat, read_messages
-from .names import requested_name, serve_with_ollama_model
-from .options import read_options, read_stream, read_think, renamed
-from .replies import NdjsonLines, Reply
+from .names import requested_name
+from .options import Options, read_options, read_stream, read_think, renamed
+from .replies import Answer, NdjsonLines
 
 if TYPE_CHECKING:
     from ...models.loaded import LoadedModel
 
 
-def handle(exchange: Exchange) -> None:
-    exchange.app.require_ready()
+def handle(services: Services, exchange: Exchange) -> None:
+    services.ready()
     body = exchange.json()
-    reply = Reply(requested_name(body), chat=True)
-    stream = read_stream(body)
+    answer = Answer(requested_name(body), chat=True)
     think, level = read_think(body)
     if not body.get("messages"):
         if body.get("messages") not in (None, []):
             read_messages(body["messages"])      # the 400 for a messages that is not an array
-        load_or_unload(exchange, body, reply, stream)
+        load_or_unload(services, exchange, body, answer, read_stream(body))
         return
-    messages = read_messages(body["messages"])
-    chat = read_chat(body, think, level, messages)
+    chat = read_chat(body, think, level, read_messages(body["messages"]))
+    label = f"ollama chat {exchange.request_id}"
 
-    def answer(model: LoadedModel) -> None:
-        reply.model_ready()
-        options = read_options(body, model.chat.engine.n_vocab, f"ollama chat {exchange.request_id}")
-        try:
-            request: GenerationRequest = build_chat_request(model.chat, chat, options.sampling,
-                                                            max_tokens=options.max_tokens, stop=options.stop,
-                                                            label=f"ollama chat {exchange.request_id}")
-        except ApiError as exc:
-            raise renamed(exc, "format") if exc.param == "response_format" else exc from None
-        run(exchange, request, reply, stream)
+    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+        with format_named():
+            return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
+                                      stop=options.stop, label=label)
 
-    serve_with_ollama_model(exchange, body, answer)
+    serve_ollama(services, exchange, answer, label, build)
 
 
-def run(exchange: Exchange, request: GenerationRequest, reply: Reply, stream: bool) -> None:
-    """Submit the job and answer: NDJSON lines through the pump, or one object."""
-    gen = submit(exchange, request)
-    with cancel_on_error(gen):
-        if stream:
-            stream_job(exchange, NdjsonLines(reply), gen)
-        else:
-            exchange.send_json(reply.whole(wait_for_output(exchange, gen)))
+def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: str,
+                 build: Callable[[LoadedModel, Options], GenerationRequest], supersede: str | None = None) -> None:
+    """/api/chat's and /api/generate's turn in the one request cycle: build(model, options) makes
+    the job once the model is there; the answer is NDJSON lines or one object. A model's load is
+    silence on an NDJSON stream (it has no comment line). `supersede`: an editor's completion
+    (request_cycle.Reply's)."""
+    body = exchange.json()
+    body["model"] = requested_name(body)         # the older `name` too: the cycle reads `model`
+
+    def read(model: LoadedModel, body: dict) -> Reply:
+        answer.model_ready()
+        options = read_options(body, model.chat.engine.n_vocab, label)
+        with prompt_refusals():
+            request = build(model, options)
+        return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole, supersede=supersede)
+
+    serve_generation(exchange, services, read, streams=read_stream, notice=None)
+
+
+@contextmanager
+def format_named() -> Iterator[None]:
+    """A structured-output error named as Ollama's clients set it: `format`."""
+    try:
+        yield
+    except ApiError as exc:
+        raise renamed(exc, "format") if exc.param == "response_format" else exc from None

@@ -14,11 +14,12 @@ from ..embedding_runs import model_for, run
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_int
 from ..openai.embeddings import normalised, read_inputs
-from .names import catalogue_name, requested_name
+from ..services import Services
+from .names import model_request, requested_name
 
 
-def embed(exchange: Exchange) -> None:
-    exchange.app.require_ready()
+def embed(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
     started = time.perf_counter_ns()
     body = exchange.json()
     name = requested_name(body)
@@ -26,7 +27,7 @@ def embed(exchange: Exchange) -> None:
     if not (isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))):
         raise invalid("input", f"expected a string or an array of strings, got {kind_of(value)}")
     truncate = read_bool(body, "truncate", default=True)
-    with model_for(exchange, model_request(exchange, body)) as model:
+    with model_for(exchange, services, model_request(models, body)) as model:
         loaded = time.perf_counter_ns()
         if model.spec.ranks:
             raise invalid("model", f"'{model.model_id}' is a reranker: it has no embeddings")
@@ -34,19 +35,19 @@ def embed(exchange: Exchange) -> None:
         inputs = read_inputs(model, value, truncate) if value != [] else []
         vectors = run(exchange, model, inputs) if inputs else []
     n_tokens = sum(len(tokens) for tokens in inputs)
-    exchange.app.metrics.record_embedding("embeddings", len(inputs), n_tokens, model.model_id)
+    services.metrics.record_embedding("embeddings", len(inputs), n_tokens, model.model_id)
     exchange.send_json({"model": name, "embeddings": [normalised(v, dimensions).tolist() for v in vectors],
                         "total_duration": time.perf_counter_ns() - started, "load_duration": loaded - started,
                         "prompt_eval_count": n_tokens})
 
 
-def embeddings(exchange: Exchange) -> None:
-    exchange.app.require_ready()
+def embeddings(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
     body = exchange.json()
     prompt = body.get("prompt", "")
     if not isinstance(prompt, str):
         raise invalid("prompt", f"expected a string, got {kind_of(prompt)}")
-    with model_for(exchange, model_request(exchange, body)) as model:
+    with model_for(exchange, services, model_request(models, body)) as model:
         if model.spec.ranks:
             raise invalid("model", f"'{model.model_id}' is a reranker: it has no embeddings")
         if not prompt:
@@ -54,10 +55,6 @@ def embeddings(exchange: Exchange) -> None:
             return
         inputs = read_inputs(model, prompt, True)
         vector = run(exchange, model, inputs)[0]
-    exchange.app.metrics.record_embedding("embeddings", 1, len(inputs[0]), model.model_id)
+    services.metrics.record_embedding("embeddings", 1, len(inputs[0]), model.model_id)
     exchange.send_json({"embedding": vector.tolist()})
 
-
-def model_request(exchange: Exchange, body: dict) -> dict:
-    """The model the request names, as the catalogue names it (Ollama's `name:tag`)."""
-    return {"model": catalogue_name(exchange.app, requested_name(body)), "keep_alive": body.get("keep_alive")}

@@ -1,31 +1,34 @@
-"""POST /api/generate: a prompt completed, through the chat template or `raw`.
+"""POST /api/generate: a prompt completed, through the chat template, `raw`, or as a hole to fill.
 
 Not raw, the prompt is one user turn (after `system`, when given) rendered by the model's own
-chat template, as Ollama renders it. Raw, the text goes to the model as it is. `template`
-(a Go template in Ollama) is ignored with a log line: this server renders the model's own
-Jinja template. `context` (deprecated: the tokens of an earlier answer) is ignored, and
-answered as an empty list. `suffix` (fill-in-the-middle) is refused for now.
+chat template, as Ollama renders it. Raw, the text goes to the model as it is. With a
+`suffix`, the prompt is the text before the hole and the suffix the text after it: the
+model's fill-in-the-middle prompt (dialects/fim.py; a 400 for a model without FIM tokens),
+`system` and `raw` aside as Ollama leaves them. `template` (a Go template in Ollama) is
+ignored with a log line: this server renders the model's own Jinja template. `context`
+(deprecated: the tokens of an earlier answer) is ignored, and answered as an empty list.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
-import logging
-
+from ...conversation import text_message
 from ...engine.facade import EngineFacade
-from ...errors import ApiError
 from ...generation import GenerationRequest
-from ...prompt.build import (ChatInput, build_chat_request, check_fits, check_grammar, output_grammar,
-                            tokenize_to_fit)
+from ...prompt.build import ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_to_fit
+from ...prompt.fim import FimInput, fim_stop_strings
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
-from .chat import run
+from ..fim import client_key, fim_prompt
+from ..services import Services
+from .chat import format_named, serve_ollama
 from .lifecycle import load_or_unload
 from .messages import read_chat
-from .names import requested_name, serve_with_ollama_model
-from .options import Options, read_format, read_options, read_stream, read_think, refuse_images, renamed
-from .replies import Reply
+from .names import requested_name
+from .options import Options, read_format, read_stream, read_think, refuse_images
+from .replies import Answer
 
 if TYPE_CHECKING:
     from ...models.loaded import LoadedModel
@@ -33,53 +36,67 @@ if TYPE_CHECKING:
 log = logging.getLogger("localserve.dialects")
 
 
-def handle(exchange: Exchange) -> None:
-    exchange.app.require_ready()
+def handle(services: Services, exchange: Exchange) -> None:
+    services.ready()
     body = exchange.json()
-    reply = Reply(requested_name(body), chat=False)
-    stream = read_stream(body)
+    answer = Answer(requested_name(body), chat=False)
     think, level = read_think(body)
     prompt = read_str(body, "prompt", "")
+    suffix = read_str(body, "suffix", "")
     system = read_str(body, "system")
     raw = read_bool(body, "raw")
     read_format(body)
     refuse_images(body.get("images"), "images")
-    if read_str(body, "suffix"):
-        raise invalid("suffix", "fill-in-the-middle is not supported yet; send the prompt alone")
     if read_str(body, "template"):
         log.info("ollama generate %s: 'template' ignored: the model's own chat template renders the prompt",
                  exchange.request_id)
     context = body.get("context")
     if context is not None and not isinstance(context, list):
         raise invalid("context", f"expected an array of token ids, got {kind_of(context)}")
-    if not prompt:
-        load_or_unload(exchange, body, reply, stream)
+    if not prompt and not suffix:
+        load_or_unload(services, exchange, body, answer, read_stream(body))
         return
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    messages = ([text_message("system", system)] if system else []) + [text_message("user", prompt)]
     chat = read_chat({"format": body.get("format")}, think, level, messages)
+    label = f"ollama generate {exchange.request_id}"
 
-    def answer(model: LoadedModel) -> None:
-        reply.model_ready()
-        options = read_options(body, model.chat.engine.n_vocab, f"ollama generate {exchange.request_id}")
-        label = f"ollama generate {exchange.request_id}"
-        try:
+    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+        with format_named():
+            if suffix:
+                return fill_request(model, prompt, suffix, chat, options, label)
             if raw:
-                request = raw_request(model.chat.engine, prompt, chat, options, label)
-            else:
-                request = build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
-                                             stop=options.stop, label=label)
-        except ApiError as exc:
-            raise renamed(exc, "format") if exc.param == "response_format" else exc from None
-        run(exchange, request, reply, stream)
+                return raw_request(model.chat.engine, prompt, chat, options, label)
+            return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
+                                      stop=options.stop, label=label)
 
-    serve_with_ollama_model(exchange, body, answer)
+    # an editor's completion (Continue's): a newer one from the same client cancels it
+    serve_ollama(services, exchange, answer, label, build, supersede=client_key(exchange) if suffix else None)
 
 
 def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:
     """The prompt's own tokens, no template; `format` still holds the answer to its grammar."""
     tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
     check_fits(engine, tokens)
-    options.sampling.grammar = output_grammar(chat)
-    check_grammar(engine, options.sampling, "format")
+    return tokens_request(engine, tokens, chat, options, label)
+
+
+def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
+                 label: str) -> GenerationRequest:
+    """The model's fill-in-the-middle prompt for the text around the hole; the answer ends
+    where the model would start another FIM section."""
+    engine = model.chat.engine
+    tokens = fim_prompt(engine, model.model_id, FimInput(prefix=prefix, suffix=suffix), "suffix")
+    check_fits(engine, tokens)
+    options.stop = options.stop + fim_stop_strings(engine)
+    return tokens_request(engine, tokens, chat, options, label)
+
+
+def tokens_request(engine: EngineFacade, tokens: list[int], chat: ChatInput, options: Options,
+                   label: str) -> GenerationRequest:
+    if options.sampling.grammar:        # llama.cpp's own `grammar` option, as build_chat_request takes it
+        check_grammar(engine, options.sampling, "options.grammar")
+    else:
+        options.sampling.grammar = output_grammar(chat)
+        check_grammar(engine, options.sampling, "format")
     return GenerationRequest(prompt_tokens=tokens, sampling=options.sampling, max_tokens=options.max_tokens,
                              stop=options.stop, label=label)

@@ -12,24 +12,25 @@ import orjson
 from ...errors import ApiError
 from ...models.units import parse_duration
 from ..exchange import Exchange
+from ..services import Services
 from .names import catalogue_name, requested_name, serve_with_ollama_model
-from .replies import NDJSON, Reply
+from .replies import NDJSON, Answer
 
 
-def load_or_unload(exchange: Exchange, body: dict, reply: Reply, stream: bool) -> None:
-    def answer(reason: str) -> None:
+def load_or_unload(services: Services, exchange: Exchange, body: dict, answer: Answer, stream: bool) -> None:
+    def send(reason: str) -> None:
         if stream:
-            exchange.writer.send(200, orjson.dumps(reply.empty(reason)) + b"\n", content_type=NDJSON)
+            exchange.writer.send(200, orjson.dumps(answer.empty(reason)) + b"\n", content_type=NDJSON)
         else:
-            exchange.send_json(reply.empty(reason))
+            exchange.send_json(answer.empty(reason))
 
+    models = services.ready()
     if unloads(body):
-        app = exchange.app
-        record = app.models.find(catalogue_name(app, requested_name(body)))
-        app.models.unload(record.name)
-        answer("unload")
+        record = models.find(catalogue_name(models, requested_name(body)))
+        models.unload(record.name)
+        send("unload")
         return
-    serve_with_ollama_model(exchange, body, lambda model: answer("load"))
+    serve_with_ollama_model(exchange, models, body, lambda model: send("load"))
 
 
 def unloads(body: dict) -> bool:

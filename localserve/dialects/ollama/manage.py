@@ -13,20 +13,20 @@ import orjson
 from ...errors import ApiError, shown
 from ..exchange import Exchange
 from ..fields import read_bool
+from ..services import Services
 from .names import catalogue_name, requested_name
 
 NDJSON = "application/x-ndjson"
 LOCAL_ONLY = "this server (localserve) serves its local model catalogue only and never downloads or writes models"
 
 
-def pull(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
+def pull(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
     body = exchange.json()
     name = requested_name(body)
-    if app.models.catalogue.exact(catalogue_name(app, name)) is None:
+    if models.catalogue.exact(catalogue_name(models, name)) is None:
         raise ApiError(404, f"model '{shown(name)}' is not in the catalogue; {LOCAL_ONLY} "
-                            f"(it serves {', '.join(app.models.catalogue.names())})", code="model_not_found")
+                            f"(it serves {', '.join(models.catalogue.names())})", code="model_not_found")
     statuses = [{"status": "pulling manifest"}, {"status": "success"}]
     if read_bool(body, "stream", default=True):
         exchange.writer.send(200, b"".join(orjson.dumps(s) + b"\n" for s in statuses), content_type=NDJSON)
@@ -34,18 +34,16 @@ def pull(exchange: Exchange) -> None:
         exchange.send_json(statuses[-1])
 
 
-def refused(action: str):
-    def handler(exchange: Exchange) -> None:
-        exchange.app.require_ready()
-        raise ApiError(400, f"{action} is not available: {LOCAL_ONLY}", code="not_supported")
-    return handler
+def refused(action: str, services: Services, exchange: Exchange) -> None:
+    """A write or a download (`action`: push, create, copy): this server does neither."""
+    services.ready()
+    raise ApiError(400, f"{action} is not available: {LOCAL_ONLY}", code="not_supported")
 
 
-def delete(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
+def delete(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
     name = requested_name(exchange.json())
-    if app.models.catalogue.exact(catalogue_name(app, name)) is None:
+    if models.catalogue.exact(catalogue_name(models, name)) is None:
         raise ApiError(404, f"model '{shown(name)}' not found", code="model_not_found")
     raise ApiError(400, f"model '{shown(name)}' was not deleted: {LOCAL_ONLY}; remove it from the "
                         f"configuration instead", code="not_supported")

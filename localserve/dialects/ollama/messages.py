@@ -1,26 +1,27 @@
-"""Ollama's chat messages → the chat input every dialect builds its prompt from.
+"""Ollama's chat messages → the conversation every dialect builds its prompt from.
 
-This is the one place the dialect reads a conversation (the typed conversation replaces
-the OpenAI-shaped dicts here when it lands). An Ollama message is {role, content, thinking?,
-tool_calls?: [{function: {name, arguments: object}}], tool_name?, tool_call_id?, images?}.
-An earlier call gets an id of its own when the client sent none, and the tool result that
-follows it (Ollama matches results to calls by order and name) the same id.
+This is the one place the dialect reads a conversation. An Ollama message is {role, content,
+thinking?, tool_calls?: [{function: {name, arguments: object}}], tool_name?, tool_call_id?,
+images?}. A call's arguments are data (an object; some clients send OpenAI's JSON text). Ollama
+matches a tool result to its call by order and name, not by id: a call the client sent without
+an id gets one of its own, and the tool result that follows it (the earliest open call of its
+`tool_name`) the same id.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from ...prompt.build import ChatInput, ToolChoice, function_definitions
+from ...conversation import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from ...prompt.build import ChatInput, ToolChoice
 from ..fields import invalid, kind_of
+from ..function_tools import call_arguments, function_definitions
 from .options import read_format, refuse_images, template_kwargs
 
 ROLES = ("system", "user", "assistant", "tool")
 
 
-def read_chat(body: dict, think: bool | None, level: str | None, messages: list[dict]) -> ChatInput:
+def read_chat(body: dict, think: bool | None, level: str | None, messages: list[Message]) -> ChatInput:
     """The chat input of a request whose messages were read (read_messages)."""
     chat = ChatInput(messages=messages, template_kwargs=template_kwargs(think, level))
     chat.tools = function_definitions(body.get("tools"))
@@ -29,11 +30,10 @@ def read_chat(body: dict, think: bool | None, level: str | None, messages: list[
     return chat
 
 
-def read_messages(value: Any) -> list[dict]:
-    """OpenAI-shaped messages (what the prompt builder takes) from Ollama's."""
+def read_messages(value: Any) -> list[Message]:
     if not isinstance(value, list):
         raise invalid("messages", f"expected an array of messages, got {kind_of(value)}")
-    out: list[dict] = []
+    out: list[Message] = []
     open_calls: list[tuple[str, str]] = []       # (name, id) of calls whose results have not come yet
     for i, message in enumerate(value):
         param = f"messages[{i}]"
@@ -48,27 +48,26 @@ def read_messages(value: Any) -> list[dict]:
         if not isinstance(content, str):
             raise invalid(f"{param}.content", f"expected a string, got {kind_of(content)}")
         refuse_images(message.get("images"), f"{param}.images")
-        converted: dict[str, Any] = {"role": role, "content": content}
         thinking = message.get("thinking")
         if thinking is not None and not isinstance(thinking, str):
             raise invalid(f"{param}.thinking", f"expected a string, got {kind_of(thinking)}")
-        if thinking and role == "assistant":
-            converted["reasoning_content"] = thinking
-        if role == "assistant" and message.get("tool_calls") is not None:
-            converted["tool_calls"] = read_calls(message["tool_calls"], f"{param}.tool_calls", i)
-            open_calls = [(c["function"]["name"], c["id"]) for c in converted["tool_calls"]]
         if role == "tool":
             name = read_optional_str(message, "tool_name", param)
             call_id = read_optional_str(message, "tool_call_id", param) or take_call(open_calls, name)
-            if name:
-                converted["name"] = name
-            if call_id:
-                converted["tool_call_id"] = call_id
-        out.append(converted)
+            out.append(Message(role, (ToolResult(call_id, (Text(content),), name=name),)))
+            continue
+        parts: list[Part] = [Text(content)]
+        if thinking and role == "assistant":
+            parts.append(Reasoning(thinking))
+        if role == "assistant" and message.get("tool_calls") is not None:
+            calls = read_calls(message["tool_calls"], f"{param}.tool_calls", i)
+            parts.extend(calls)
+            open_calls = [(call.name, call.id) for call in calls]
+        out.append(Message(role, tuple(parts)))
     return out
 
 
-def read_calls(value: Any, param: str, turn: int) -> list[dict]:
+def read_calls(value: Any, param: str, turn: int) -> list[ToolCall]:
     if not isinstance(value, list):
         raise invalid(param, f"expected an array of tool calls, got {kind_of(value)}")
     calls = []
@@ -77,20 +76,15 @@ def read_calls(value: Any, param: str, turn: int) -> list[dict]:
         if not isinstance(function, dict) or not isinstance(function.get("name"), str) or not function["name"]:
             raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
         arguments = function.get("arguments")
-        if arguments is None:
-            arguments = {}
-        if isinstance(arguments, str):      # some clients send the OpenAI shape here
-            try:
-                arguments = orjson.loads(arguments)
-            except orjson.JSONDecodeError:
-                raise invalid(f"{param}[{j}].function.arguments", "expected a JSON object") from None
-        if not isinstance(arguments, dict):
+        if arguments is not None and not isinstance(arguments, (str, dict)):
             raise invalid(f"{param}[{j}].function.arguments", f"expected an object, got {kind_of(arguments)}")
+        data, text = call_arguments(arguments)       # some clients send OpenAI's JSON text here
+        if not isinstance(data, dict):
+            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON object")
         call_id = call.get("id")
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{turn}_{j}"
-        calls.append({"id": call_id, "type": "function",
-                      "function": {"name": function["name"], "arguments": orjson.dumps(arguments).decode()}})
+        calls.append(ToolCall(call_id, function["name"], data, text))
     return calls
 
 

@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ..exchange import Exchange
+from ..services import Services
 from .clock import expires_at, timestamp
 from .names import serve_with_ollama_model, tagged
 
@@ -21,17 +22,15 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
     from ...models.record import Record
 
 
-def list_tags(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
-    exchange.send_json({"models": [tag_entry(record) for record in app.models.all_models()]})
+def list_tags(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
+    exchange.send_json({"models": [tag_entry(record) for record in models.all_models()]})
 
 
-def list_running(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
+def list_running(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
     running = []
-    for record in app.models.all_models():
+    for record in models.all_models():
         model = record.loaded
         if model is None:
             continue
@@ -45,14 +44,14 @@ def list_running(exchange: Exchange) -> None:
     exchange.send_json({"models": running})
 
 
-def show(exchange: Exchange) -> None:
-    exchange.app.require_ready()
+def show(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
     body = exchange.json()
 
     def answer(model: LoadedModel) -> None:
         exchange.send_json(show_body(model))
 
-    serve_with_ollama_model(exchange, body, answer)
+    serve_with_ollama_model(exchange, models, body, answer)
 
 
 def tag_entry(record: Record) -> dict:
@@ -95,6 +94,8 @@ def capabilities(model: LoadedModel) -> list[str]:
         found.append("tools")
     if model.chat.default_reasoning is not None or caps.reasoning or "<think>" in model.chat.template.text:
         found.append("thinking")
+    if not model.chat.engine.fim.missing():      # /api/generate's suffix fills a hole
+        found.append("insert")
     return found
 
 

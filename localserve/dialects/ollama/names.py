@@ -8,26 +8,27 @@ Ollama's clients send `qwen3:8b` or `llama3.2:latest`, and a name without a tag 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from ...errors import ApiError
 from ...models.catalogue import LATEST_TAG
 from ..exchange import Exchange
 from ..loading import serve_with_model
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
     from ...models.loaded import LoadedModel
+    from ...models.manager import ModelManager
 
 def tagged(name: str) -> str:
     """The name as Ollama lists it: with a tag."""
     return name if ":" in name else name + LATEST_TAG
 
 
-def catalogue_name(app: Any, name: str) -> str:
+def catalogue_name(models: ModelManager, name: str) -> str:
     """The catalogue's own name for an Ollama name (the catalogue answers `x:latest` for `x`);
     the name itself when nothing matches: the model manager answers 404, or the one model of
     a one-model server."""
-    entry = app.models.catalogue.exact(name)
+    entry = models.catalogue.exact(name)
     return name if entry is None else entry.name
 
 
@@ -42,9 +43,14 @@ def requested_name(body: dict, field: str = "model") -> str:
     return name
 
 
-def serve_with_ollama_model(exchange: Exchange, body: dict, serve: Callable[[LoadedModel], None]) -> None:
+def model_request(models: ModelManager, body: dict) -> dict:
+    """The model the request names, as the catalogue names it, and its keep_alive."""
+    return {"model": catalogue_name(models, requested_name(body)), "keep_alive": body.get("keep_alive")}
+
+
+def serve_with_ollama_model(exchange: Exchange, models: ModelManager, body: dict,
+                            serve: Callable[[LoadedModel], None]) -> None:
     """serve(model) with the model the body names, loaded and held. A load renders nothing:
     NDJSON has no comment a client would skip, so the client waits in silence (the socket is
     still watched)."""
-    name = catalogue_name(exchange.app, requested_name(body))
-    serve_with_model(exchange, {"model": name, "keep_alive": body.get("keep_alive")}, serve)
+    serve_with_model(exchange, models, model_request(models, body), serve)

@@ -25,7 +25,7 @@ NDJSON = "application/x-ndjson"
 
 
 @dataclass
-class Reply:
+class Answer:
     """What every line of one answer shares, and the clock its durations are read from."""
     model: str
     chat: bool                      # /api/chat's shape (message) or /api/generate's (response)
@@ -87,11 +87,11 @@ class NdjsonLines:
     done = False
     content_type = NDJSON
 
-    def __init__(self, reply: Reply):
-        self.reply = reply
+    def __init__(self, answer: Answer):
+        self.answer = answer
 
     def feed(self, event: object) -> list[bytes]:
-        reply = self.reply
+        reply = self.answer
         if isinstance(event, Chunk):
             piece = reply.text(thinking=event.text) if event.reasoning else reply.text(event.text)
             return [reply.line(piece)]

@@ -9,8 +9,6 @@ under --no-webui).
 
 from __future__ import annotations
 
-from typing import Callable
-
 from ...errors import ApiError
 from ..exchange import Exchange, Handler
 
@@ -22,15 +20,12 @@ def version(exchange: Exchange) -> None:
     exchange.send_json({"version": OLLAMA_API_VERSION})
 
 
-def root_handler(page: Handler | None) -> Callable[[Exchange], None]:
-    """GET / : the page for a browser (when there is one), the probe's answer for the rest."""
-
-    def root(exchange: Exchange) -> None:
-        if "text/html" in (exchange.request.header("accept") or "").lower():
-            if page is None:
-                raise ApiError(404, "no page at /: the built-in page is off (--no-webui)", code="not_found")
-            page(exchange)
-            return
-        exchange.writer.send(200, RUNNING, content_type="text/plain; charset=utf-8")
-
-    return root
+def root(page: Handler | None, exchange: Exchange) -> None:
+    """GET / : the built-in page for a browser (`page`, when there is one), the probe's answer
+    for the rest."""
+    if "text/html" in (exchange.request.header("accept") or "").lower():
+        if page is None:
+            raise ApiError(404, "no page at /: the built-in page is off (--no-webui)", code="not_found")
+        page(exchange)
+        return
+    exchange.writer.send(200, RUNNING, content_type="text/plain; charset=utf-8")

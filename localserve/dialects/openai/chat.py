@@ -4,47 +4,48 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
-from ...prompt.build import (ChatInput, ChatModel, ToolChoice, build_chat_request, function_definitions,
-                            strict_tool_names)
+from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
 from ...engine.facade import TooManyTokens
-from ...errors import ApiError, openai_error_body
-from ...settings import MAX_PREDICTION_TOKENS
-from ..loading import serve_with_model
-from ..pump import DONE, LOADING_COMMENT, PREFILL_COMMENT, sse, stream_job
-from ..respond import cancel_on_error, submit, wait_for_output
+from ...errors import ApiError
+from .errors import openai_error_body
+from ..limits import MAX_PREDICTION_TOKENS
+from ..pump import DONE, PREFILL_COMMENT, sse
+from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
-from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
+from ..services import Services
+from ..function_tools import function_definitions, openai_call_id
+from .chat_input import read_messages
+from ..failures import prompt_refusals
+from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
                      read_template_kwargs)
 
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ...models.loaded import LoadedModel
 
 
-def handle(exchange: Exchange) -> None:
-    serve_openai(exchange, read_request, "chatcmpl-", final_response, stream_response)
+def handle(services: Services, exchange: Exchange) -> None:
+    serve_openai(services, exchange, lambda model, body, request_id: read_request(model.chat, body, request_id),
+                 "chatcmpl-", final_response, ChatChunks)
 
 
-def serve_openai(exchange: Exchange, read, id_prefix: str, final, stream_out) -> None:
-    """The request/response cycle both OpenAI endpoints share: read, queue, answer whole or streamed."""
-    exchange.app.require_ready()
-    body = exchange.json()
-    stream = read_bool(body, "stream")
-
-    def answer(model) -> None:
-        gen_request = read(model.chat, body, exchange.request_id)
+def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks,
+                 supersede: str | None = None) -> None:
+    """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
+    job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
+    stream; `supersede`: the client key under which a newer completion cancels this one."""
+    def reply(model: LoadedModel, body: dict) -> Reply:
+        with prompt_refusals():
+            gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
-        gen = submit(exchange, gen_request)
-        with cancel_on_error(gen):
-            meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
-            if stream:
-                stream_out(exchange, gen, meta, include_usage)
-            else:
-                output = wait_for_output(exchange, gen)
-                exchange.send_json(final(output, meta, gen_request.logprobs))
+        meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
+        return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
+                     whole=lambda output: final(output, meta, gen_request.logprobs), supersede=supersede)
 
-    serve_with_model(exchange, body, answer, notice=LOADING_COMMENT if stream else None)
+    serve_generation(exchange, services, reply)
 
 
 def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
@@ -64,7 +65,6 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     if effort is not None:
         chat.template_kwargs.setdefault("reasoning_effort", effort)
     chat.tools = function_definitions(body.get("tools"))
-    chat.strict_tools = strict_tool_names(body.get("tools"))
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
@@ -100,46 +100,7 @@ def read_prediction(engine, body: dict) -> str | None:
     return content or None
 
 
-def read_messages(body: dict) -> list[dict]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise invalid("messages", "expected a non-empty array of messages")
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise invalid(f"messages[{i}]", "expected an object")
-        role = message.get("role")
-        if role not in ROLES:
-            raise invalid(f"messages[{i}].role", f"expected one of {', '.join(ROLES)}")
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise invalid(f"messages[{i}].content", "expected a string or an array of content parts")
-        if isinstance(content, list):
-            for part in content:
-                kind = part.get("type") if isinstance(part, dict) else None
-                if kind not in ("text", "input_text"):
-                    raise invalid(f"messages[{i}].content", f"content part type '{kind}' is not supported; "
-                                                            f"this server takes text only")
-        read_tool_calls(message, f"messages[{i}].tool_calls")
-    return messages
-
-
-def read_tool_calls(message: dict, param: str) -> None:
-    """An assistant message's earlier calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
-    calls = message.get("tool_calls")
-    if calls is None:
-        return
-    if not isinstance(calls, list):
-        raise invalid(param, f"expected an array of tool calls, got {kind_of(calls)}")
-    for j, call in enumerate(calls):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
-        arguments = function.get("arguments")
-        if arguments is not None and not isinstance(arguments, (str, dict)):
-            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON string")
-
-
-def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
+def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> ToolChoice:
     if value is None:
         return ToolChoice("auto")
     if isinstance(value, str):
@@ -151,7 +112,7 @@ def read_tool_choice(value: Any, tools: list[dict]) -> ToolChoice:
     if isinstance(value, dict):
         fn = value.get("function") if isinstance(value.get("function"), dict) else value
         name = fn.get("name")
-        if not isinstance(name, str) or name not in {t["name"] for t in tools}:
+        if not isinstance(name, str) or name not in {t.name for t in tools}:
             raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
         return ToolChoice("named", name)
     raise invalid("tool_choice", "expected a string or an object")
@@ -200,7 +161,7 @@ def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) ->
         message["reasoning_content"] = output.reasoning
     if output.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            {"id": openai_call_id(c), "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
             for c in output.tool_calls]
         if not output.content:
             message["content"] = None
@@ -247,8 +208,9 @@ class ChatChunks:
             logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
             out.append(self.chunk({key: event.text}, logprobs=logprobs))
         elif isinstance(event, ToolCallStart):
-            out.append(self.chunk({"tool_calls": [{"index": event.index, "id": event.id, "type": "function",
-                                                   "function": {"name": event.name, "arguments": ""}}]}))
+            call = {"index": event.index, "id": openai_call_id(event), "type": "function",
+                    "function": {"name": event.name, "arguments": ""}}
+            out.append(self.chunk({"tool_calls": [call]}))
         elif isinstance(event, ToolCallDelta):
             out.append(self.chunk({"tool_calls": [{"index": event.index,
                                                    "function": {"arguments": event.fragment}}]}))
@@ -268,6 +230,3 @@ class ChatChunks:
     def end(self) -> list[bytes]:
         return [DONE]
 
-
-def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
-    stream_job(exchange, ChatChunks(meta, include_usage), gen)

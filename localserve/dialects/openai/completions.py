@@ -7,14 +7,33 @@ from typing import Any
 from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
-from ..pump import sse, stream_job
+from ...prompt.fim import FimInput, fim_stop_strings
+from ..fim import client_key, fim_prompt
+from ..pump import sse
 from ..exchange import Exchange
+from ..services import Services
 from .chat import ChatChunks, finish_reason, read_prediction, serve_openai, timings, usage
-from ..fields import invalid, read_bool, read_int, read_sampling, read_stop
+from ..fields import invalid, read_bool, read_int, read_sampling, read_stop, read_str
 
 
-def handle(exchange: Exchange) -> None:
-    serve_openai(exchange, read_request, "cmpl-", final_response, stream_response)
+def handle(services: Services, exchange: Exchange) -> None:
+    echoed: list[str] = []          # the prompt's text, when the request asks for it back (echo)
+
+    def read(model, body: dict, request_id: str) -> GenerationRequest:
+        request, echo = read_completion(model.chat, model.model_id, body, request_id)
+        echoed.append(echo)
+        return request
+
+    def final(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
+        answer = final_response(output, meta, with_logprobs)
+        answer["choices"][0]["text"] = echoed[0] + output.content
+        return answer
+
+    def chunks(meta: dict, include_usage: bool) -> CompletionChunks:
+        return CompletionChunks(meta, include_usage, echoed[0])
+
+    fills = bool(exchange.json().get("suffix"))     # an editor's completion: a newer one cancels it
+    serve_openai(services, exchange, read, "cmpl-", final, chunks, supersede=client_key(exchange) if fills else None)
 
 
 def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
@@ -35,18 +54,51 @@ def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
     raise invalid("prompt", "expected a string or an array of token ids")
 
 
-def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
+def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str) -> tuple[GenerationRequest, str]:
+    """The job, and the text `echo` puts before the answer: the prompt (OpenAI's echo returns the
+    prompt; a suffix is not part of it, so it is not echoed)."""
     if "prompt" not in body:
         raise invalid("prompt", "is required")
-    tokens = read_prompt_tokens(model.engine, body["prompt"])
+    suffix = read_str(body, "suffix")
+    if suffix:          # an empty suffix is no hole: the prompt is continued as it is
+        tokens, prompt_text = read_fim_prompt(model, model_id, body["prompt"], suffix)
+    else:
+        tokens = read_prompt_tokens(model.engine, body["prompt"])
+        prompt_text = None
+    echo = read_bool(body, "echo")
+    if echo and read_int(body, "logprobs", low=0, high=20) is not None:
+        raise invalid("echo", "echo with logprobs (the prompt's own logprobs) is not supported")
+    request = read_request(model, body, request_id, tokens)
+    if suffix:
+        request.stop += fim_stop_strings(model.engine)
+    if not echo:
+        return request, ""
+    return request, prompt_text if prompt_text is not None else _prompt_text(model.engine, body["prompt"], tokens)
+
+
+def read_fim_prompt(model: ChatModel, model_id: str, prompt: Any, suffix: str) -> tuple[list[int], str]:
+    """The fill-in-the-middle prompt for a text prompt (the prefix) and its suffix."""
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str):
+        raise invalid("prompt", "with a suffix, expected a string (the text before the insertion)")
+    tokens = fim_prompt(model.engine, model_id, FimInput(prefix=prompt, suffix=suffix), "suffix")
+    check_fits(model.engine, tokens)
+    return tokens, prompt
+
+
+def _prompt_text(engine: EngineFacade, prompt: Any, tokens: list[int]) -> str:
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    return prompt if isinstance(prompt, str) else engine.detokenize(tokens)
+
+
+def read_request(model: ChatModel, body: dict, request_id: str, tokens: list[int]) -> GenerationRequest:
+    """The job for these prompt tokens and the body's other fields."""
     if read_int(body, "n", low=1, default=1) != 1:
         raise invalid("n", "only n=1 is supported")
     if read_int(body, "best_of", low=1, default=1) != 1:
         raise invalid("best_of", "only best_of=1 is supported")
-    if read_bool(body, "echo"):
-        raise invalid("echo", "echo is not supported")
-    if body.get("suffix"):
-        raise invalid("suffix", "suffix (fill-in-the-middle) is not supported")
     logprobs = read_int(body, "logprobs", low=0, high=20)
     check_fits(model.engine, tokens)
     sampling = read_sampling(body, model.engine.n_vocab)
@@ -90,16 +142,22 @@ def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) ->
 class CompletionChunks(ChatChunks):
     """Runtime events → text_completion frames: text only, and the same error and end."""
 
-    def __init__(self, meta: dict, include_usage: bool):
+    def __init__(self, meta: dict, include_usage: bool, echo: str = ""):
         super().__init__(meta, include_usage)
         self.base = {**meta, "object": "text_completion", "system_fingerprint": None}
         self.text_offset = 0        # where the next entries' text begins, as the whole answer counts it
+        self.echo = echo            # the prompt's text, sent first
+
+    def feed(self, event: object) -> list[bytes]:
+        first = [self.text(self.echo)] if self.echo else []
+        self.echo = ""
+        return first + self._frames(event)
 
     def text(self, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
         return sse({**self.base, "choices": [{"text": text, "index": 0, "logprobs": logprobs,
                                               "finish_reason": finish}]})
 
-    def feed(self, event: object) -> list[bytes]:
+    def _frames(self, event: object) -> list[bytes]:
         if isinstance(event, Chunk):
             logprobs = legacy_logprobs(event.logprobs, self.text_offset)
             self.text_offset += sum(len(e["token"]) for e in event.logprobs or [])
@@ -110,7 +168,3 @@ class CompletionChunks(ChatChunks):
                 out.append(sse({**self.base, "choices": [], "usage": usage(event.output)}))
             return out
         return []
-
-
-def stream_response(exchange: Exchange, gen, meta: dict, include_usage: bool) -> None:
-    stream_job(exchange, CompletionChunks(meta, include_usage), gen)

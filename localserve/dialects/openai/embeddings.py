@@ -17,12 +17,13 @@ import numpy as np
 from ..embedding_runs import EmbeddingModel, check_tokens, context_exceeded, fit, model_for, run
 from ..exchange import Exchange
 from ..fields import invalid, read_bool, read_int, read_str
+from ..services import Services
 from ...engine.facade import TooManyTokens
 
 
-def handle(exchange: Exchange) -> None:
+def handle(services: Services, exchange: Exchange) -> None:
     body = exchange.json()
-    with model_for(exchange, body) as model:
+    with model_for(exchange, services, body) as model:
         if model.spec.ranks:
             raise invalid("model", f"'{model.model_id}' is a reranker (pooling rank): it scores pairs at "
                                    f"/v1/rerank and has no embeddings")
@@ -31,7 +32,7 @@ def handle(exchange: Exchange) -> None:
         inputs = read_inputs(model, body.get("input"), read_bool(body, "truncate"))
         vectors = run(exchange, model, inputs)
     n_tokens = sum(len(tokens) for tokens in inputs)
-    exchange.app.metrics.record_embedding("embeddings", len(inputs), n_tokens, model.model_id)
+    services.metrics.record_embedding("embeddings", len(inputs), n_tokens, model.model_id)
     data = [{"object": "embedding", "index": i, "embedding": encode(normalised(v, dimensions), encoding)}
             for i, v in enumerate(vectors)]
     exchange.send_json({"object": "list", "data": data, "model": model.model_id,

@@ -9,29 +9,33 @@ as context. All of it lives in the store; with storage off these endpoints answe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError
 from ..exchange import Exchange
 from ..fields import invalid
+from ..services import Services
 from .items import list_page, read_items, read_page_query
 from .request import read_metadata, storage_off
 
+if TYPE_CHECKING:
+    from ...store.store import Store
 
-def create(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+
+def create(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
     body = optional_json(exchange)
     items = read_items(body.get("items"), "items")
     conversation = store.create_conversation(items=items, metadata=read_metadata(body))
     exchange.send_json(conversation)
 
 
-def retrieve(exchange: Exchange) -> None:
-    exchange.send_json(existing(exchange))
+def retrieve(services: Services, exchange: Exchange) -> None:
+    exchange.send_json(existing(services, exchange))
 
 
-def update(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def update(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
     body = exchange.json()
     if "metadata" not in body:
         raise invalid("metadata", "required: the metadata to set")
@@ -41,16 +45,16 @@ def update(exchange: Exchange) -> None:
     exchange.send_json(conversation)
 
 
-def delete(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def delete(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
     conv_id = conversation_id(exchange)
     if not store.delete_conversation(conv_id):
         raise not_found(conv_id)
     exchange.send_json({"id": conv_id, "object": "conversation.deleted", "deleted": True})
 
 
-def add_items(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def add_items(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
     items = read_items(exchange.json().get("items"), "items", required=True)
     stored = store.add_items(conversation_id(exchange), items)
     if stored is None:
@@ -58,8 +62,8 @@ def add_items(exchange: Exchange) -> None:
     exchange.send_json(list_page(stored, False))
 
 
-def list_items(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def list_items(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
     after, limit, order = read_page_query(exchange.request.query)
     page = store.list_items(conversation_id(exchange), after=after, limit=limit, order=order)
     if page is None:
@@ -67,18 +71,18 @@ def list_items(exchange: Exchange) -> None:
     exchange.send_json(list_page(*page))
 
 
-def get_item(exchange: Exchange) -> None:
-    store = stored_state(exchange)
-    existing(exchange)
+def get_item(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
+    existing(services, exchange)
     item = store.get_item(conversation_id(exchange), exchange.params["item_id"])
     if item is None:
         raise item_not_found(exchange)
     exchange.send_json(item)
 
 
-def delete_item(exchange: Exchange) -> None:
-    store = stored_state(exchange)
-    conversation = existing(exchange)
+def delete_item(services: Services, exchange: Exchange) -> None:
+    store = stored_state(services)
+    conversation = existing(services, exchange)
     if not store.delete_item(conversation["id"], exchange.params["item_id"]):
         raise item_not_found(exchange)
     exchange.send_json(conversation)
@@ -86,10 +90,10 @@ def delete_item(exchange: Exchange) -> None:
 
 # ---- helpers ------------------------------------------------------------------------------
 
-def stored_state(exchange: Exchange) -> Any:
-    if exchange.app.store is None:
+def stored_state(services: Services) -> Store:
+    if services.store is None:
         raise storage_off("the Conversations API")
-    return exchange.app.store
+    return services.store
 
 
 def optional_json(exchange: Exchange) -> dict:
@@ -100,8 +104,8 @@ def conversation_id(exchange: Exchange) -> str:
     return exchange.params["conversation_id"]
 
 
-def existing(exchange: Exchange) -> dict:
-    conversation = stored_state(exchange).get_conversation(conversation_id(exchange))
+def existing(services: Services, exchange: Exchange) -> dict:
+    conversation = stored_state(services).get_conversation(conversation_id(exchange))
     if conversation is None:
         raise not_found(conversation_id(exchange))
     return conversation

@@ -1,11 +1,11 @@
-"""Responses API items: reading them from a request, and turning them into chat messages.
+"""Responses API items: reading them from a request, and turning them into the conversation.
 
 Input arrives as a string or as items (messages, function calls, their outputs, reasoning).
 Each item is validated and normalized to the shape the API returns when it lists items
 (`GET /v1/responses/{id}/input_items`, conversation items): an id, `type`, `status`, and
 content as typed parts. Stored items, chained items and conversation items are all in that
-shape, so one function turns any run of them into the OpenAI chat messages that
-prompt.build_chat_request renders.
+shape, so one function turns any run of them into the conversation (localserve/conversation.py)
+that prompt.build_chat_request renders.
 """
 
 from __future__ import annotations
@@ -14,9 +14,11 @@ from typing import Any
 
 import orjson
 
+from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
+from ..function_tools import call_arguments
 from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
@@ -205,7 +207,7 @@ def _reasoning(item: dict, where: str) -> dict:
     return out
 
 
-# ---- items → chat messages ---------------------------------------------------------
+# ---- items → the conversation ---------------------------------------------------------
 
 def item_text(item: dict) -> str:
     """The text of a message item, or the reasoning of a reasoning item."""
@@ -216,10 +218,10 @@ def item_text(item: dict) -> str:
     return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
 
 
-def to_messages(items: list[dict], instructions: str | None = None) -> list[dict]:
-    """Normalized items → OpenAI chat messages. Consecutive function calls (and the assistant
-    text before them) become one assistant turn; a reasoning item goes with the next one."""
-    messages: list[dict] = [{"role": "system", "content": instructions}] if instructions else []
+def to_messages(items: list[dict], instructions: str | None = None) -> list[Message]:
+    """Normalized items → the conversation. Consecutive function calls (and the assistant text
+    before them) become one assistant turn; a reasoning item goes with the next one."""
+    messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
     for item in items:
@@ -227,43 +229,38 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[dict
         if kind == "reasoning":
             reasoning = item_text(item) or None
         elif kind == "message" and item["role"] != "assistant":
-            messages.append({"role": item["role"], "content": item_text(item)})
+            messages.append(text_message(item["role"], item_text(item)))
         elif kind == "message":
-            messages.append(_with_reasoning({"role": "assistant", "content": item_text(item)}, reasoning))
+            messages.append(Message("assistant", (Text(item_text(item)), *_reasoning_part(reasoning))))
             reasoning = None
         elif kind in CALL_TYPES:
-            name, arguments = call_text(item)
-            names[item["call_id"]] = name
-            call = {"id": item["call_id"], "type": "function", "function": {"name": name, "arguments": arguments}}
+            call = call_of(item)
+            names[item["call_id"]] = call.name
             last = messages[-1] if messages else None
-            if last is not None and last["role"] == "assistant" and reasoning is None:
-                last.setdefault("tool_calls", []).append(call)
+            if last is not None and last.role == "assistant" and reasoning is None:
+                messages[-1] = Message("assistant", (*last.parts, call))
             else:
-                messages.append(_with_reasoning({"role": "assistant", "content": "", "tool_calls": [call]},
-                                                reasoning))
+                messages.append(Message("assistant", (Text(""), *_reasoning_part(reasoning), call)))
                 reasoning = None
         elif kind in OUTPUT_TYPES:
-            message = {"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]}
-            if item["call_id"] in names:
-                message["name"] = names[item["call_id"]]
-            messages.append(message)
+            messages.append(Message("tool", (ToolResult(item["call_id"], item["output"],
+                                                        name=names.get(item["call_id"])),)))
     return messages
 
 
-def call_text(item: dict) -> tuple[str, str]:
-    """A call item as the model wrote it: the name it called and its arguments (JSON text)."""
+def call_of(item: dict) -> ToolCall:
+    """A call item as the model wrote it: the name it called (qualified) and its arguments."""
     kind = item["type"]
     if kind == "custom_tool_call":
-        return qualified(item["name"], item.get("namespace")), orjson.dumps({CUSTOM_INPUT: item["input"]}).decode()
+        return ToolCall(item["call_id"], qualified(item["name"], item.get("namespace")), {CUSTOM_INPUT: item["input"]})
     if kind == "local_shell_call":
-        return LOCAL_SHELL, shell_arguments(item["action"])
-    return qualified(item["name"], item.get("namespace")), item["arguments"]
+        return ToolCall(item["call_id"], LOCAL_SHELL, shell_arguments(item["action"]))
+    return ToolCall(item["call_id"], qualified(item["name"], item.get("namespace")),
+                    *call_arguments(item["arguments"]))
 
 
-def _with_reasoning(message: dict, reasoning: str | None) -> dict:
-    if reasoning:
-        message["reasoning_content"] = reasoning
-    return message
+def _reasoning_part(reasoning: str | None) -> tuple[Reasoning, ...]:
+    return (Reasoning(reasoning),) if reasoning else ()
 
 
 def cut_points(items: list[dict]) -> list[int]:

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ...errors import ApiError
-from ...settings import MAX_PROMPT_ITEMS
-from ...generation import GenerationRequest, SamplingParams
+from ..limits import MAX_PROMPT_ITEMS
+from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
+from ..failures import api_error, context_overflow
 from ..signing import seal, unseal
 from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
@@ -96,7 +97,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     constrain(tools, choice)
     parallel = read_bool(body, "parallel_tool_calls", default=True)
     chat = ChatInput(messages=[], tools=tools.definitions, tool_choice=choice, parallel_tool_calls=parallel,
-                     template_kwargs=read_template_kwargs(body), strict_tools=frozenset(tools.strict))
+                     template_kwargs=read_template_kwargs(body))
     text_echo = read_text_format(body, chat)
     reasoning = read_reasoning(body, chat)
     include = read_include(body)
@@ -214,17 +215,18 @@ def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, 
     try:
         try:
             return build(items)
-        except ApiError as exc:
-            if exc.code != "context_length_exceeded" or truncation != "auto" or len(items) <= 1:
+        except ContextOverflow:
+            if truncation != "auto" or len(items) <= 1:
                 raise
         return build_newest_that_fit(items, build, check_client)
-    except ApiError as exc:
-        if exc.code == "context_length_exceeded":
-            exc.param = "input"
-        elif exc.param == "response_format":
-            exc.param = "text.format"
-            exc.message = exc.message.replace("'response_format'", "'text.format'")
-        raise
+    except ContextOverflow as failure:
+        raise context_overflow(failure, "input") from None
+    except PromptRefused as failure:
+        error = api_error(failure)
+        if error.param == "response_format":     # the schema is Responses' text.format
+            error.param = "text.format"
+            error.message = error.message.replace("'response_format'", "'text.format'")
+        raise error from None
 
 
 def build_newest_that_fit(items: list[dict], build: Callable[[list[dict]], GenerationRequest],
@@ -242,9 +244,7 @@ def build_newest_that_fit(items: list[dict], build: Callable[[list[dict]], Gener
         check_client()
         try:
             attempt = build(items[cuts[middle]:])
-        except ApiError as exc:
-            if exc.code != "context_length_exceeded":
-                raise
+        except ContextOverflow:
             low = middle + 1
         else:
             high, fitting = middle, attempt

@@ -1,7 +1,7 @@
 """Running Responses: one ResponseRun per response being generated, shared by the threads
 that care about it.
 
-A run owns its event shaper (protocols.responses_stream.ResponseEvents), the runtime job,
+A run owns its event shaper (stream.ResponseEvents), the runtime job,
 every event emitted so far (for followers of `GET /v1/responses/{id}?stream=true`) and the
 writes to the store: the response when it starts, its events, the final response. Whoever
 reads the job's events — a connection thread for a foreground request, a runner thread for

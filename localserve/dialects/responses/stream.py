@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from ...generation import Chunk, Context, GenerationOutput, ToolCallDelta, ToolCallStart
 from ...store.store import new_id
+from ..function_tools import openai_call_id
 from .custom_input import InputDecoder, custom_input
 from .tools import LOCAL_SHELL, ToolKind, shell_action
 
@@ -105,7 +106,7 @@ class ResponseEvents:
         if not self.parallel and len(output.tool_calls) > 1:
             return self.fail(PARALLEL_VIOLATION)
         incomplete = output.finish_reason == "length"
-        final_arguments = {call.id: call.arguments for call in output.tool_calls}
+        final_arguments = {openai_call_id(call): call.arguments for call in output.tool_calls}
         for item in self.items:
             if item["type"] in CALL_ITEMS and item["call_id"] not in final_arguments:
                 self.dropped.add(item["id"])
@@ -259,13 +260,13 @@ class ResponseEvents:
         kind = self.tool_kinds.get(start.name, ToolKind("function", start.name))
         if kind.kind == "custom":
             item = {"id": new_id("ctc"), "type": "custom_tool_call", "status": "in_progress",
-                    "call_id": start.id, "name": kind.name, "input": ""}
+                    "call_id": openai_call_id(start), "name": kind.name, "input": ""}
         elif kind.kind == LOCAL_SHELL:
             item = {"id": new_id("lsh"), "type": "local_shell_call", "status": "in_progress",
-                    "call_id": start.id, "action": shell_action("")}
+                    "call_id": openai_call_id(start), "action": shell_action("")}
         else:
             item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress",
-                    "call_id": start.id, "name": kind.name, "arguments": ""}
+                    "call_id": openai_call_id(start), "name": kind.name, "arguments": ""}
         if kind.namespace:
             item["namespace"] = kind.namespace
         self.input, self.streamed_input = InputDecoder(), 0

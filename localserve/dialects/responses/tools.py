@@ -18,14 +18,17 @@ renders, and the way back from a call the model makes to the output item the API
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...conversation import ToolDefinition
 from ...errors import ApiError
-from ...parsing.json_stream import compact, strict_loads
+from ...parsing.json_stream import strict_loads
 from ...grammar.lark_regex import LarkError, lark_to_regex
-from ...prompt.build import ToolChoice, function_definitions
+from ...prompt.build import ToolChoice
 from ..fields import invalid
+from ..function_tools import function_definitions
 
 HOSTED_TOOL_TYPES = ("web_search", "web_search_preview", "web_search_2025_08_26", "web_search_preview_2025_03_11",
                      "file_search", "image_generation", "code_interpreter", "computer_use",
@@ -55,11 +58,10 @@ class ToolKind:
 
 @dataclass
 class ResponseTools:
-    definitions: list[dict] = field(default_factory=list)   # as ChatInput takes them, names qualified
+    definitions: list[ToolDefinition] = field(default_factory=list)   # names qualified
     echo: list[dict] = field(default_factory=list)          # as the Response object lists them
     kinds: dict[str, ToolKind] = field(default_factory=dict)  # qualified name -> kind
     ignored: list[str] = field(default_factory=list)        # hosted tool types left out
-    strict: set[str] = field(default_factory=set)           # qualified names of function tools with strict: true
 
 
 def qualified(name: str, namespace: str | None) -> str:
@@ -89,7 +91,7 @@ def read_tools(body: dict) -> ResponseTools:
         else:
             _add(found, tool, where, None)
             found.echo.append(_echo(tool))
-    names = [d["name"] for d in found.definitions]
+    names = [d.name for d in found.definitions]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise invalid("tools", f"tool names must be unique; {duplicates[0]!r} appears more than once")
@@ -115,18 +117,17 @@ def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) ->
     kind = tool.get("type", "function")
     if kind == "function":
         definition = function_definitions([tool], where)[0]
-        if "." in definition["name"]:
+        if "." in definition.name:
             raise invalid(f"{where}.name", "a function name cannot contain '.'")
-        definition["name"] = qualified(definition["name"], namespace)
-        found.kinds[definition["name"]] = ToolKind("function", tool["name"], namespace)
-        if tool.get("strict") is True:
-            found.strict.add(definition["name"])
+        definition = dataclasses.replace(definition, name=qualified(definition.name, namespace),
+                                         strict=tool.get("strict") is True)
+        found.kinds[definition.name] = ToolKind("function", tool["name"], namespace)
     elif kind == "custom":
         definition = _custom(tool, where, namespace)
-        found.kinds[definition["name"]] = ToolKind("custom", tool["name"], namespace, tool.get("format"))
+        found.kinds[definition.name] = ToolKind("custom", tool["name"], namespace, tool.get("format"))
     elif kind == LOCAL_SHELL:
-        definition = {"name": LOCAL_SHELL, "description": "Runs a shell command on the user's machine.",
-                      "parameters": _LOCAL_SHELL_PARAMETERS}
+        definition = ToolDefinition(LOCAL_SHELL, "Runs a shell command on the user's machine.",
+                                    _LOCAL_SHELL_PARAMETERS)
         found.kinds[LOCAL_SHELL] = ToolKind(LOCAL_SHELL, LOCAL_SHELL)
     else:
         raise ApiError(400, f"invalid '{where}.type': tool type '{kind}' is not supported; this server takes "
@@ -136,7 +137,7 @@ def _add(found: ResponseTools, tool: dict, where: str, namespace: str | None) ->
     found.definitions.append(definition)
 
 
-def _custom(tool: dict, where: str, namespace: str | None) -> dict:
+def _custom(tool: dict, where: str, namespace: str | None) -> ToolDefinition:
     name = tool.get("name")
     if not isinstance(name, str) or not name or "." in name:
         raise invalid(f"{where}.name", "a custom tool needs a name without '.'")
@@ -149,10 +150,10 @@ def _custom(tool: dict, where: str, namespace: str | None) -> dict:
         elif kind != "text":
             raise invalid(f"{where}.format.type", f"expected text or grammar, got {kind!r}")
     description = tool.get("description") or ""
-    return {"name": qualified(name, namespace),
-            "description": f"{description}\n(Freeform tool: put the raw text in '{CUSTOM_INPUT}'.)".strip(),
-            "parameters": {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}},
-                           "required": [CUSTOM_INPUT]}}
+    return ToolDefinition(qualified(name, namespace),
+                          f"{description}\n(Freeform tool: put the raw text in '{CUSTOM_INPUT}'.)".strip(),
+                          {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}},
+                           "required": [CUSTOM_INPUT]})
 
 
 def _echo(tool: dict) -> dict:
@@ -204,9 +205,9 @@ def constrain(tools: ResponseTools, choice: ToolChoice) -> None:
     converted is a 400 naming the tool, never a silently unconstrained call."""
     if choice.mode not in ("required", "named"):
         return
-    for definition in tools.definitions:
-        kind = tools.kinds.get(definition["name"])
-        if kind is None or kind.kind != "custom" or (choice.mode == "named" and choice.name != definition["name"]):
+    for i, definition in enumerate(tools.definitions):
+        kind = tools.kinds.get(definition.name)
+        if kind is None or kind.kind != "custom" or (choice.mode == "named" and choice.name != definition.name):
             continue
         fmt = kind.format or {}
         if fmt.get("type") != "grammar":
@@ -218,7 +219,8 @@ def constrain(tools: ResponseTools, choice: ToolChoice) -> None:
             raise ApiError(400, f"custom tool '{kind.name}': its lark grammar cannot be enforced here: {exc}",
                            param="tools", code="invalid_grammar") from None
         schema = {"type": "string", "pattern": f"^(?:{pattern})$"}
-        definition["parameters"] = {**definition["parameters"], "properties": {CUSTOM_INPUT: schema}}
+        tools.definitions[i] = dataclasses.replace(
+            definition, parameters={**definition.parameters, "properties": {CUSTOM_INPUT: schema}})
 
 
 # ---- calls back into output items -----------------------------------------------------
@@ -242,11 +244,11 @@ def shell_action(arguments: str) -> dict:
     return action
 
 
-def shell_arguments(action: dict) -> str:
+def shell_arguments(action: dict) -> dict:
     """The arguments a local_shell call's action was generated from (for history)."""
     out: dict = {"command": action.get("command") or []}
     if action.get("working_directory"):
         out["workdir"] = action["working_directory"]
     if action.get("timeout_ms") is not None:
         out["timeout_ms"] = action["timeout_ms"]
-    return compact(out)
+    return out

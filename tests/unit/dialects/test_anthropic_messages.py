@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 
+from localserve.conversation import Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult, text_message
 from localserve.dialects.anthropic import messages as messages_api
+from localserve.dialects.anthropic import routes as anthropic_routes
 from localserve.dialects.anthropic.input import read_chat, read_input
 from localserve.dialects.exchange import Exchange
+from localserve.dialects.pump import stream_job
+from localserve.dialects.services import Services
 from localserve.dialects.signing import load_signing_key, sign
-from localserve.errors import ANTHROPIC_ERRORS
+from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationFailure,
                                    GenerationRequest)
-from localserve.settings import DEFAULT_EFFORT, EFFORT_BUDGETS
-from localserve.wire.connection import ResponseWriter
+from localserve.dialects.anthropic.effort import DEFAULT_EFFORT, EFFORT_BUDGETS
+from localserve.ops.metrics import ServerMetrics
+from localserve.prompt.messages import template_messages
+from localserve.settings import Settings
+from localserve.wire.response_writer import ResponseWriter
 from localserve.wire.http import Request
 from localserve.wire.routes import Router
 
@@ -32,7 +40,7 @@ def test_signing_key_persists_in_the_data_dir(tmp_path):
 
 # ---- input conversion (no server) ------------------------------------------------------
 
-def test_input_becomes_openai_style_messages():
+def test_input_becomes_the_typed_conversation():
     key = b"k" * 32
     body = {
         "system": [{"type": "text", "text": "Be kind."}, {"type": "text", "text": "Be brief."}],
@@ -54,16 +62,26 @@ def test_input_becomes_openai_style_messages():
     }
     chat = read_chat(body, key)
     assert chat.messages == [
+        text_message("system", "Be kind.\nBe brief."),
+        text_message("user", "first\nsecond"),
+        Message("assistant", (Text("Checking."), Reasoning("hmm"), ToolCall("toolu_1", "get_time", {"zone": "UTC"}))),
+        Message("tool", (ToolResult("toolu_1", "12:00"),)),
+        Message("tool", (ToolResult("toolu_2", "no such zone", is_error=True),)),
+        text_message("user", "and?"),
+    ]
+    # as a template reads it: the OpenAI shape, arguments both the data and compact JSON text
+    shown = template_messages(chat.messages)
+    assert shown == [
         {"role": "system", "content": "Be kind.\nBe brief."},
         {"role": "user", "content": "first\nsecond"},
         {"role": "assistant", "content": "Checking.", "reasoning_content": "hmm", "tool_calls": [
-            {"id": "toolu_1", "type": "function", "function": {"name": "get_time", "arguments": '{"zone":"UTC"}'}}]},
+            {"id": "toolu_1", "type": "function", "function": {"name": "get_time", "arguments": {"zone": "UTC"}}}]},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "12:00"},
         {"role": "tool", "tool_call_id": "toolu_2", "content": "Error: no such zone"},
         {"role": "user", "content": "and?"},
     ]
-    assert chat.tools == [{"name": "get_time", "description": "The time in a zone",
-                           "parameters": TIME["input_schema"]}]
+    assert str(shown[2]["tool_calls"][0]["function"]["arguments"]) == '{"zone":"UTC"}'
+    assert chat.tools == [ToolDefinition("get_time", "The time in a zone", TIME["input_schema"])]
     assert (chat.tool_choice.mode, chat.parallel_tool_calls) == ("required", False)
     assert chat.reasoning_budget == 64 and chat.template_kwargs == {"enable_thinking": True}
     named = read_chat({**body, "tool_choice": {"type": "tool", "name": "get_time"}}, key)
@@ -92,27 +110,23 @@ def test_adaptive_thinking_and_effort_set_the_budget():
 
 # ---- failures the tiny models cannot provoke, driven in process -------------------------
 
-class _Settings:
-    prefill_keepalive = 0.0
-
-
-class _App:
-    settings = _Settings()
-
+class _Gate:
     def check_access(self, exchange) -> None:
         pass
 
     def preflight_headers(self, exchange, *args) -> list:
         return []
 
-    def require_ready(self) -> None:
+
+class _BrokenServices(Services):
+    def ready(self):
         raise RuntimeError("boom")
 
 
 def _exchange() -> tuple[Exchange, socket.socket]:
     ours, theirs = socket.socketpair()
     req = Request("POST", "/v1/messages", "/v1/messages", {}, "HTTP/1.1", [("host", "x")], b"{}")
-    return Exchange(req, ResponseWriter(ours, req), {}, _App(), ANTHROPIC_ERRORS, "req_test"), theirs
+    return Exchange(req, ResponseWriter(ours, req), {}, ANTHROPIC_ERRORS, "req_test"), theirs
 
 
 def _read_all(sock: socket.socket) -> bytes:
@@ -130,8 +144,8 @@ def _read_all(sock: socket.socket) -> bytes:
 
 def test_internal_failure_is_500_api_error():
     exchange, theirs = _exchange()
-    router = Router(exchange.app)
-    messages_api.register(router)
+    router = Router(_Gate())
+    anthropic_routes.add_routes(router, _BrokenServices(Settings(), ServerMetrics(), threading.Event(), 0))
     router.dispatch(exchange.request, exchange.writer, "req_test")
     exchange.writer.sock.close()
     data = _read_all(theirs)
@@ -146,7 +160,7 @@ def test_failure_mid_stream_is_an_error_event():
     for ev in (Context(0, 64, None), Chunk(False, "Hi"),
                Finished(error=GenerationFailure("the engine failed to decode (status -1)"))):
         gen.events.put(ev)
-    messages_api.stream_response(exchange, gen, messages_api.MessageMeta("msg_1", "m", b"k"))
+    stream_job(exchange, messages_api.message_stream(messages_api.MessageMeta("msg_1", "m", b"k"), gen), gen, 0.0)
     exchange.writer.sock.close()
     text = _read_all(theirs).decode()
     assert "event: message_start" in text and "event: content_block_delta" in text

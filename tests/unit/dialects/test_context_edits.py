@@ -5,30 +5,30 @@ from __future__ import annotations
 
 import pytest
 
+from localserve.conversation import Message, Text, ToolCall, ToolResult, text_message
 from localserve.dialects.anthropic.edits import ClearToolUses, apply_edits, read_edits
 from localserve.errors import ApiError, ClientGone
-from localserve.settings import MAX_CONTEXT_EDITS
+from localserve.dialects.limits import MAX_CONTEXT_EDITS
 
 # never clears enough: each copy once cost a whole render and tokenize
 STUBBORN = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 0},
             "keep": {"type": "tool_uses", "value": 0}, "clear_at_least": {"type": "input_tokens", "value": 10**9}}
 
 
-def tool_history(uses: int) -> list[dict]:
-    messages = [{"role": "user", "content": "go"}]
+def tool_history(uses: int) -> list[Message]:
+    messages = [text_message("user", "go")]
     for n in range(uses):
-        messages.append({"role": "assistant", "content": "", "tool_calls": [
-            {"id": f"call_{n}", "type": "function", "function": {"name": "get_time", "arguments": "{}"}}]})
-        messages.append({"role": "tool", "tool_call_id": f"call_{n}", "content": "12:00 " * 50})
+        messages.append(Message("assistant", (Text(""), ToolCall(f"toolu_{n}", "get_time", {}))))
+        messages.append(Message("tool", (ToolResult(f"toolu_{n}", "12:00 " * 50),)))
     return messages
 
 
 def counter():
     calls = []
 
-    def count(messages: list[dict]) -> int:
+    def count(messages: list[Message]) -> int:
         calls.append(1)
-        return sum(len(str(m.get("content"))) for m in messages)
+        return sum(len(m.text) + sum(len(str(r.content)) for r in m.of(ToolResult)) for m in messages)
     return count, calls
 
 

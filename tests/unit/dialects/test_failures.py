@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.dialects.failures import api_error, runtime_refusals
-from localserve.errors import ANTHROPIC_ERRORS, ApiError
-from localserve.generation import (EmbeddingsUnavailable, GenerationFailure, GrammarBacklog, InvalidGrammar,
-                                   JobCancelled, NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
-from localserve.settings import GRAMMAR_RETRY_AFTER_SECONDS, RETRY_AFTER_SECONDS
+from localserve.dialects.failures import GRAMMAR_RETRY_AFTER_SECONDS, api_error, prompt_refusals, runtime_refusals
+from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
+from localserve.errors import ApiError
+from localserve.generation import (ContextOverflow, EmbeddingsUnavailable, GenerationFailure, GrammarBacklog,
+                                   InvalidGrammar, JobCancelled, NoAllowedToken, PromptRefused, QueueFull,
+                                   RuntimeStopped, SamplingTooSlow)
+from localserve.settings import RETRY_AFTER_SECONDS
 
 
 @pytest.mark.parametrize("failure, status, code, message, retry_after", [
@@ -36,3 +38,27 @@ def test_a_refused_submit_raises_the_answer_and_anthropic_reads_a_full_queue_as_
         with runtime_refusals():
             raise QueueFull()
     assert ANTHROPIC_ERRORS.render(caught.value)[0] == 529
+
+
+@pytest.mark.parametrize("failure, param, message", [
+    (ContextOverflow(300, 256), "messages", "the request needs 300 prompt tokens but the context holds 256"),
+    (ContextOverflow(1024, 256, at_least=True), "input",
+     "the request needs at least 1024 prompt tokens but the context holds 256"),
+])
+def test_a_prompt_the_context_cannot_hold_is_context_length_exceeded_with_its_sizes(failure, param, message):
+    with pytest.raises(ApiError) as caught:
+        with prompt_refusals(param):
+            raise failure
+    error = caught.value
+    assert (error.status, error.code, error.param, error.message) == (400, "context_length_exceeded", param, message)
+    assert error.extra == {"n_prompt_tokens": failure.n_prompt_tokens, "n_ctx": 256}
+    assert api_error(failure).param == "messages"
+
+
+def test_a_prompt_that_cannot_be_built_is_a_400_naming_the_field_at_fault():
+    with pytest.raises(ApiError) as caught:
+        with prompt_refusals():
+            raise PromptRefused("the chat template failed: boom", code="template_error", param="messages")
+    error = caught.value
+    assert (error.status, error.code, error.param, error.message) == (
+        400, "template_error", "messages", "the chat template failed: boom")

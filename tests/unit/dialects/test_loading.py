@@ -12,28 +12,29 @@ import pytest
 from localserve.dialects.exchange import Exchange
 from localserve.dialects.loading import LoadWait, serve_with_model
 from localserve.dialects.pump import LOADING_COMMENT
-from localserve.errors import OPENAI_ERRORS, ApiError, ClientGone
+from localserve.dialects.openai.errors import OPENAI_ERRORS
+from localserve.errors import ApiError, ClientGone
 from localserve.generation import Loading
 from localserve.models.manager import ModelManager
 from localserve.models.record import Attempt
-from localserve.wire.connection import ResponseWriter
 from localserve.wire.http import Request
+from localserve.wire.response_writer import ResponseWriter
 
 
-class _LoadingApp:
+class _LoadingModels:
     """A model that loads (one Loading event), then fails as a load can: 500 model_load_failed."""
 
     @contextlib.contextmanager
-    def use_model(self, body, on_loading):
+    def use(self, name, *, keep_alive, on_loading):
         on_loading(Loading("alpha"))
         raise ApiError(500, "cannot load model 'alpha'", code="model_load_failed")
         yield
 
 
-def _exchange(app=None) -> tuple[Exchange, socket.socket]:
+def _exchange() -> tuple[Exchange, socket.socket]:
     ours, theirs = socket.socketpair()
     req = Request("POST", "/v1/chat/completions", "/v1/chat/completions", {}, "HTTP/1.1", [("host", "x")], b"{}")
-    return Exchange(req, ResponseWriter(ours, req), {}, app, OPENAI_ERRORS, "req_test"), theirs
+    return Exchange(req, ResponseWriter(ours, req), {}, OPENAI_ERRORS, "req_test"), theirs
 
 
 def _read(sock: socket.socket) -> bytes:
@@ -74,17 +75,17 @@ def test_a_whole_answer_shows_nothing_and_a_client_gone_ends_the_wait():
 
 
 def test_an_error_after_the_notice_goes_in_band_and_ends_the_stream():
-    exchange, theirs = _exchange(_LoadingApp())
-    serve_with_model(exchange, {}, lambda model: None, notice=LOADING_COMMENT)
+    exchange, theirs = _exchange()
+    serve_with_model(exchange, _LoadingModels(), {}, lambda model: None, notice=LOADING_COMMENT)
     data = _read(theirs)
     assert data.startswith(b"HTTP/1.1 200") and b": loading" in data
     assert b'"code":"model_load_failed"' in data and data.endswith(b"0\r\n\r\n")
 
 
 def test_without_a_notice_the_error_is_the_routers_to_answer():
-    exchange, _ = _exchange(_LoadingApp())
+    exchange, _ = _exchange()
     with pytest.raises(ApiError):
-        serve_with_model(exchange, {}, lambda model: None)
+        serve_with_model(exchange, _LoadingModels(), {}, lambda model: None)
     assert not exchange.writer.started
 
 

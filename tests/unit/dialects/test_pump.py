@@ -15,7 +15,7 @@ from localserve.dialects.pump import KEEPALIVE, PREFILL_COMMENT, pump
 from localserve.errors import ClientGone
 from localserve.generation import (ActiveGeneration, Chunk, Context, Finished, GenerationFailure, GenerationOutput,
                                    GenerationRequest)
-from localserve.wire.connection import ResponseWriter
+from localserve.wire.response_writer import ResponseWriter
 from localserve.wire.http import Request
 
 META = {"id": "chatcmpl-1", "created": 1, "model": "m"}
@@ -25,7 +25,7 @@ DONE = Finished(output=GenerationOutput(content="Hi!", completion_tokens=2))
 def exchange() -> tuple[Exchange, socket.socket]:
     ours, theirs = socket.socketpair()
     req = Request("POST", "/v1/chat/completions", "/v1/chat/completions", {}, "HTTP/1.1", [("host", "x")], b"{}")
-    return Exchange(req, ResponseWriter(ours, req), {}, None), theirs
+    return Exchange(req, ResponseWriter(ours, req), {}), theirs
 
 
 def body_chunks(sock: socket.socket) -> list[bytes]:

@@ -10,7 +10,8 @@ import pytest
 
 from localserve.dialects.responses.items import cut_points
 from localserve.dialects.responses.request import build_newest_that_fit
-from localserve.errors import ApiError, ClientGone, context_exceeded
+from localserve.errors import ClientGone
+from localserve.generation import ContextOverflow
 
 
 def message(size: int) -> dict:
@@ -28,7 +29,7 @@ class Builds:
         self.calls += 1
         used = sum(item.get("size", 1) for item in kept)
         if used >= self.n_ctx:
-            raise context_exceeded(used, self.n_ctx)
+            raise ContextOverflow(used, self.n_ctx)
         return kept
 
 
@@ -58,9 +59,9 @@ def test_a_cut_leaves_no_orphaned_output_or_reasoning_first():
 
 
 def test_when_not_even_the_last_item_fits_its_error_is_raised():
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(ContextOverflow) as info:
         build_newest_that_fit([message(5), message(50)], Builds(10), lambda: None)
-    assert info.value.code == "context_length_exceeded"
+    assert (info.value.n_prompt_tokens, info.value.n_ctx) == (50, 10)
 
 
 def test_a_departed_client_stops_the_search():

@@ -13,8 +13,7 @@ from localserve.cli.flags import UsageError, build_parser, resolve_settings
 from localserve.engine.gguf_meta import estimate, read_shape
 from localserve.engine.model_load import ModelLoadError
 from localserve.models.catalogue import CatalogueError, read_catalogue, scan_dir
-from localserve.models.units import parse_duration, parse_size
-from localserve.settings import KEEP_ALIVE_NEVER
+from localserve.models.units import KEEP_ALIVE_NEVER, parse_duration, parse_size
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 from tinymodel import write_tiny_gguf  # noqa: E402

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.models.units import parse_duration, parse_size
-from localserve.settings import KEEP_ALIVE_NEVER
+from localserve.models.units import KEEP_ALIVE_NEVER, parse_duration, parse_size
 
 
 @pytest.mark.parametrize("text", ["９s", "９", "٣m", "1h３0m", "²s", "1e3", "1_000", "nan", "９G"])

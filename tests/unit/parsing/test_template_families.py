@@ -13,7 +13,7 @@ from template_calls import (EXPECTED_FAMILIES, NO_NATIVE_FORMAT, TOOLS, generati
                             written_calls)
 from template_corpus import corpus_names, corpus_templates
 
-from localserve.generation import ToolCallDelta, ToolCallStart
+from localserve.generation import Chunk, ToolCallDelta, ToolCallStart
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.models.loaded import detect_chat_family
 from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning, split_reasoning
@@ -106,3 +106,36 @@ def test_reasoning_then_calls_split_and_parse(name):
     projector.feed(answer)
     projector.finish()
     assert [(c.name, json.loads(c.arguments)) for c in projector.calls] == expected
+
+
+@pytest.mark.parametrize("name", ["LFM2-8B-A1B", "LFM2.5-8B-A1B"])
+def test_python_call_strings_are_read_as_python_reads_them(name):
+    """LFM2 writes Python calls: a string value's escapes (a quote, a backslash, a newline, a
+    unicode escape) are Python's, whole and streamed one character at a time."""
+    text = ("<|tool_call_start|>[get_weather(city='O\\'Brien \\\\ x\\ny \\u00e9 \"q\" \\p', days=3)]"
+            "<|tool_call_end|>")
+    for size in (1, len(text)):
+        projector = ToolProjector(detect_chat_family(template(name)), PARAMETERS)
+        for at in range(0, len(text), size):
+            projector.feed(text[at:at + size])
+        projector.finish()
+        [call] = projector.calls
+        assert json.loads(call.arguments) == {"city": "O'Brien \\ x\ny é \"q\" \\p", "days": 3}
+
+
+def test_gigachat3_prose_using_its_marker_word_flows_at_once():
+    """GigaChat 3 opens its calls with `function call<|role_sep|>`: prose with the word
+    "function" opens no call (a strict grammar would wake on it), holds back only what may still
+    become the marker, and loses nothing at the message's end."""
+    family = detect_chat_family(template("GigaChat3-10B-A1.8B"))
+    text = "Call the function when the function call is due, or the functions of a misfunction call<|role_sep|>"
+    projector, out = ToolProjector(family, PARAMETERS), ""
+    for i in range(len(text)):
+        out += "".join(e.text for e in projector.feed(text[i]) if isinstance(e, Chunk))
+        assert projector.open_call is None, text[:i + 1]
+        held = text[len(out):i + 1]
+        # only what may still become the marker, where a word starts
+        assert held == "" or (held[0] == "f" and text[i - len(held)] == " "
+                              and "function call<|role_sep|>".startswith(held)), held
+    out += "".join(e.text for e in projector.finish() if isinstance(e, Chunk))
+    assert out == text

@@ -6,8 +6,14 @@ import pytest
 
 from family_templates import FAMILY_BOS_TOKEN, FAMILY_EOS_TOKEN, FAMILY_TEMPLATES
 
+from localserve.dialects.openai.chat_input import read_messages
 from localserve.prompt.build import ChatInput, render_chat
 from localserve.prompt.templates import ChatTemplate
+
+
+def chat_of(messages: list[dict]) -> ChatInput:
+    """Chat Completions messages, read as the dialect reads them."""
+    return ChatInput(messages=read_messages({"messages": messages}))
 
 
 def _template(family: str) -> ChatTemplate:
@@ -21,17 +27,17 @@ MID_SYSTEM = [{"role": "system", "content": "Be terse."}, {"role": "user", "cont
 
 @pytest.mark.parametrize("family", ["hermes", "qwen3", "llama3"])
 def test_a_template_with_system_turns_shows_them_in_place(family):
-    text = render_chat(_template(family), ChatInput(messages=MID_SYSTEM))
+    text = render_chat(_template(family), chat_of(MID_SYSTEM))
     assert "The user is in /tmp." in text and "<system>" not in text
     # the turns before it render as they would without it: the cached prefix stays
-    before = render_chat(_template(family), ChatInput(messages=MID_SYSTEM[:4]))
+    before = render_chat(_template(family), chat_of(MID_SYSTEM[:4]))
     assert text.index("List files") == before.index("List files")
 
 
 @pytest.mark.parametrize("family", ["mistral", "deepseek_r1"])
 def test_a_template_without_them_gets_them_merged_into_the_user_turn(family):
     # Mistral raises on a later system turn; DeepSeek R1 keeps only the last system text.
-    text = render_chat(_template(family), ChatInput(messages=MID_SYSTEM))
+    text = render_chat(_template(family), chat_of(MID_SYSTEM))
     assert "Be terse." in text and "<system>\nThe user is in /tmp.\n</system>" in text
     assert text.index("List files") < text.index("The user is in /tmp.")
 
@@ -45,8 +51,8 @@ def test_a_dropped_system_turn_whose_text_appears_elsewhere_is_still_merged():
     # "OK" is in the conversation already: the text alone cannot tell whether the template showed the turn
     messages = [{"role": "user", "content": "Answer OK"}, {"role": "assistant", "content": "OK"},
                 {"role": "system", "content": "OK"}]
-    text = render_chat(ChatTemplate("first-system", FIRST_SYSTEM_ONLY, "", ""), ChatInput(messages=messages))
+    text = render_chat(ChatTemplate("first-system", FIRST_SYSTEM_ONLY, "", ""), chat_of(messages))
     assert "<system>\nOK\n</system>" in text
     every_turn = "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}<|assistant|>"
-    shown = render_chat(ChatTemplate("every-turn", every_turn, "", ""), ChatInput(messages=messages))
+    shown = render_chat(ChatTemplate("every-turn", every_turn, "", ""), chat_of(messages))
     assert "<|system|>OK\n" in shown and "<system>" not in shown

@@ -4,6 +4,7 @@ same conversations also as Anthropic Messages and Responses input, read by those
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from pathlib import Path
@@ -18,16 +19,22 @@ from template_corpus import corpus_names, corpus_templates  # noqa: E402
 from localserve.dialects.anthropic.input import read_input as read_anthropic_input  # noqa: E402
 from localserve.dialects.responses.items import read_input as read_responses_input  # noqa: E402
 from localserve.dialects.responses.items import to_messages  # noqa: E402
-from localserve.prompt.build import ChatInput, function_definitions, render_chat  # noqa: E402
+from localserve.dialects.function_tools import function_definitions  # noqa: E402
+from localserve.dialects.openai.chat_input import read_messages  # noqa: E402
+from localserve.models.loaded import detect_chat_family  # noqa: E402
+from localserve.prompt.build import ChatInput, render_chat  # noqa: E402
 from localserve.prompt.templates import ChatTemplate  # noqa: E402
 
 
 def corpus_template(name: str) -> ChatTemplate:
-    return ChatTemplate(f"corpus:{name}", corpus_templates()[name], "<s>", "</s>")
+    """The template as a model is served with it: calls it cannot show written in its family's words."""
+    template = ChatTemplate(f"corpus:{name}", corpus_templates()[name], "<s>", "</s>")
+    return dataclasses.replace(template, calls_family=detect_chat_family(template))
 
 
 def rendered(name: str, messages: list[dict]) -> str:
-    return render_chat(corpus_template(name), ChatInput(messages=messages, tools=function_definitions(TOOLS)))
+    chat = ChatInput(messages=read_messages({"messages": messages}), tools=function_definitions(TOOLS))
+    return render_chat(corpus_template(name), chat)
 
 
 def test_the_corpus_is_there():
@@ -112,3 +119,58 @@ def test_template_renders_the_conversation_sent_as_responses_items(name, check):
     chat = ChatInput(messages=to_messages(read_responses_input(items), instructions),
                      tools=function_definitions(TOOLS))
     assert problems(render_chat(corpus_template(name), chat), messages) == []
+
+
+def test_every_corpus_template_is_probed_and_compiled_once():
+    """The caches hold the whole corpus: probing every template twice probes (and compiles) each once."""
+    from localserve.prompt.jinja_env import compile_template
+    from localserve.prompt.templates import _probed
+    texts = sorted(set(corpus_templates().values()))   # (a few corpus files are the same template)
+    for text in texts * 2:
+        _probed(text, "<s>", "</s>")
+        compile_template(text)
+    for cache in (_probed, compile_template):
+        assert cache.cache_info().currsize >= len(texts)
+    _probed.cache_clear()
+    misses = _probed.cache_info().misses
+    for text in texts * 2:
+        _probed(text, "<s>", "</s>")
+    assert _probed.cache_info().misses - misses == len(texts)
+
+
+def test_command_r_plus_renders_parameters_without_a_description():
+    """Command R+ adds each parameter's description to a string; clients often send none."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+    chat = corpus_template("CohereForAI-c4ai-command-r-plus-tool_use")
+    assert chat.caps.needs_descriptions
+    prompt = render_chat(chat, ChatInput(messages=read_messages({"messages": [{"role": "user", "content": "Weather?"}]}),
+                                         tools=function_definitions(tools)))
+    assert "def get_weather(city: str)" in prompt and "city (str): \n" in prompt
+    assert not corpus_template("Qwen-Qwen3-0.6B").caps.needs_descriptions   # the others see the tools as sent
+
+
+CALL_TURNS = [{"role": "user", "content": "Weather in Paris?"},
+              {"role": "assistant", "content": "", "tool_calls": [{"id": "call0abcd", "type": "function", "function": {
+                  "name": "get_weather", "arguments": '{"city": "O\'Brien", "unit": "c"}'}}]},
+              {"role": "tool", "tool_call_id": "call0abcd", "content": "sunny"}]
+
+
+@pytest.mark.parametrize(("name", "written"), [
+    ("LFM2-8B-A1B", "<|tool_call_start|>[get_weather(city='O\\'Brien', unit='c')]<|tool_call_end|>"),
+    ("ibm-granite-granite-3.3-2B-Instruct",
+     '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "O\'Brien", "unit": "c"}}]'),
+    ("deepseek-ai-DeepSeek-R1-Distill-Llama-8B", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"),
+])
+def test_calls_a_template_cannot_show_are_written_in_the_familys_own_words(name, written):
+    """The model sees in history the format it writes itself; Hermes markup only for a family
+    with no words of its own."""
+    prompt = rendered(name, CALL_TURNS)
+    assert written in prompt and "<tool_call>" not in prompt, prompt[-600:]
+
+
+def test_tools_a_template_cannot_show_say_how_to_call_in_the_familys_words():
+    prompt = rendered("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B", [{"role": "user", "content": "Hi"}])
+    assert "<｜tool▁call▁begin｜>function<｜tool▁sep｜>function_name" in prompt and "<tool_call>" not in prompt
+    generic = rendered("HuggingFaceTB-SmolLM3-3B", CALL_TURNS)   # no format of its own: Hermes markup
+    assert '<tool_call>\n{"name": "get_weather"' in generic

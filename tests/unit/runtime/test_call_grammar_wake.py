@@ -6,7 +6,11 @@ from __future__ import annotations
 from localserve.generation import GenerationRequest, ToolSpec
 from localserve.parsing.reasoning import REASONING_FORMATS
 from localserve.parsing.tool_families import TOOL_SYNTAXES
-from localserve.prompt.build import ChatInput, strict_call_grammar, strict_tool_names
+from localserve.conversation import ToolDefinition
+from localserve.dialects.anthropic.tools_and_thinking import read_tools as read_anthropic_tools
+from localserve.dialects.function_tools import function_definitions
+from localserve.dialects.responses.tools import read_tools as read_responses_tools
+from localserve.prompt.build import ChatInput, strict_call_grammar
 from localserve.runtime.call_grammar import grammar_follows, split_call
 from localserve.runtime.textstream import OutputPipeline
 
@@ -54,8 +58,20 @@ def test_no_call_is_open_once_the_calls_are_done():
 
 
 def test_a_bare_object_opens_a_call_only_at_the_message_start():
-    assert fed(pipeline("llama3"), "  {") == (1, "{")
-    assert fed(pipeline("llama3"), "Here: {") is None
+    assert fed(pipeline("llama3"), '  {"name": "get_weather"') == (1, '{"name": "get_weather"')
+    assert fed(pipeline("llama3"), 'Here: {"name": "get_weather"') is None
+
+
+def test_a_bare_object_opens_a_call_only_once_it_names_a_tool():
+    """JSON that answers the user is no call: the grammar sleeps on (llama3 and the generic json)."""
+    for syntax, head in (("llama3", ""), ("json", '{"tool_calls": [')):
+        pipe = pipeline(syntax)
+        assert fed(pipe, head + "{") is None
+        assert fed(pipe, '"type": "function", "name": "get_wea') is None
+        assert fed(pipe, 'ther"') == (1, head + '{"type": "function", "name": "get_weather"')
+        for answer in ('{"answer": 42}', '{"name": "Paris", "population": 2}', '{"name": "get_time"'):
+            pipe = pipeline(syntax)
+            assert fed(pipe, answer[:1]) is None and fed(pipe, answer[1:]) is None, answer
 
 
 def test_a_marker_inside_reasoning_opens_nothing():
@@ -83,16 +99,18 @@ def test_strict_tools_are_named_in_every_dialect_shape():
             {"type": "function", "function": {"name": "b", "parameters": {}, "strict": False}},
             {"type": "function", "function": {"name": "c", "parameters": {}}}]
     anthropic = [{"name": "d", "input_schema": {}, "strict": True}, {"name": "e", "input_schema": {}}]
-    assert strict_tool_names(chat) == {"a"}
-    assert strict_tool_names(anthropic) == {"d"}
-    assert strict_tool_names(None) == frozenset()
+    responses = [{"type": "function", "name": "f", "parameters": {}, "strict": True},
+                 {"type": "function", "name": "g", "parameters": {}}]
+    assert ChatInput([], function_definitions(chat)).strict_tools == {"a"}
+    assert ChatInput([], read_anthropic_tools(anthropic)).strict_tools == {"d"}
+    assert ChatInput([], read_responses_tools({"tools": responses}).definitions).strict_tools == {"f"}
+    assert ChatInput([], function_definitions(None)).strict_tools == frozenset()
 
 
 def test_only_strict_tools_keep_their_schema_in_the_call_grammar():
     other = {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}
-    chat = ChatInput(messages=[], tools=[{"name": "get_weather", "parameters": SCHEMA},
-                                         {"name": "get_time", "parameters": other}],
-                     strict_tools=frozenset({"get_weather"}))
+    chat = ChatInput(messages=[], tools=[ToolDefinition("get_weather", parameters=SCHEMA, strict=True),
+                                         ToolDefinition("get_time", parameters=other)])
     grammar = strict_call_grammar("hermes", chat)
     assert "city" in grammar and "zone" not in grammar      # get_time's arguments: any object
     # one <parameter=KEY> block per argument cannot say "any object": every tool keeps its own

@@ -8,8 +8,7 @@ from localserve.generation import ActiveGeneration, GenerationRequest
 from localserve.runtime.jobs import Job, JobStatus, Slot
 from localserve.runtime.ngram import NgramIndex
 from localserve.runtime.scheduler import SHARED_PREFILL_CHUNK, draft_room, plan_batch
-from localserve.runtime.speculative import JobDrafts, Speculator
-from localserve.settings import MAX_DRAFT_PAUSE
+from localserve.runtime.speculative import MAX_DRAFT_PAUSE, JobDrafts, Speculator
 
 EOS = 2
 

@@ -4,7 +4,7 @@ The names are the ones an attacker picks: a loopback name as a prefix, suffix or
 their own domain, look-alikes in other scripts and their IDNA forms, trailing dots, ports,
 IPv6 spellings and userinfo. A Host reaches host_ok only once the request head's grammar
 (http_head.HOST: host[:port], no userinfo) has passed it, so `served` checks both, as the
-server does; host_ok alone is checked on what the grammar lets through.
+server does; host_ok also refuses on its own what that grammar refuses.
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def test_other_names_are_refused(host):
     "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54",     # full-width: browsers send its IDNA form
 ])
 def test_userinfo_and_junk_never_reach_the_host_check(host):
-    # The head's grammar refuses these (a 400) before host_ok sees them.
+    # The head's grammar refuses these (a 400) before host_ok sees them, and host_ok refuses them too.
     assert HOST.fullmatch(host) is None
-    assert not served(GUARDED, host)
+    assert not GUARDED.host_ok(host) and not OPEN.host_ok(host)
 
 
 def test_idna_lookalikes_are_not_localhost():

@@ -7,11 +7,12 @@ import json
 import socket
 
 from localserve.dialects.exchange import Exchange
-from localserve.dialects.ollama.replies import NdjsonLines, Reply
+from localserve.dialects.ollama.errors import OLLAMA_ERRORS
+from localserve.dialects.ollama.replies import Answer, NdjsonLines
 from localserve.dialects.pump import KEEPALIVE, pump
 from localserve.generation import (Chunk, Context, Finished, GenerationFailure, GenerationOutput, Timings, ToolCall,
                                    ToolCallDelta, ToolCallStart)
-from localserve.wire.connection import ResponseWriter
+from localserve.wire.response_writer import ResponseWriter
 from localserve.wire.http import Request
 
 CALL = ToolCall("call_1", "get_weather", '{"city":"Paris"}')
@@ -22,7 +23,7 @@ DONE = Finished(output=GenerationOutput(content="Hi", prompt_tokens=5, completio
 def run(events, chat: bool = True) -> tuple[str, list[dict]]:
     ours, theirs = socket.socketpair()
     req = Request("POST", "/api/chat", "/api/chat", {}, "HTTP/1.1", [("host", "x")], b"{}")
-    pump(Exchange(req, ResponseWriter(ours, req), {}, None), NdjsonLines(Reply("m:latest", chat=chat)), events)
+    pump(Exchange(req, ResponseWriter(ours, req), {}, OLLAMA_ERRORS), NdjsonLines(Answer("m:latest", chat=chat)), events)
     theirs.settimeout(2)
     data = b""
     while not data.endswith(b"\r\n0\r\n\r\n"):
@@ -71,7 +72,7 @@ def test_an_error_after_the_head_is_one_error_line():
 
 
 def test_a_whole_answer():
-    reply = Reply("m", chat=True)
+    reply = Answer("m", chat=True)
     whole = reply.whole(DONE.output)
     assert whole["message"] == {"role": "assistant", "content": "Hi", "tool_calls": [
         {"id": "call_1", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}]}

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from localserve.conversation import Reasoning, Text, ToolCall, ToolResult, text_message
 from localserve.dialects.ollama.messages import read_chat, read_messages
 from localserve.dialects.ollama.names import catalogue_name, tagged
 from localserve.dialects.ollama.options import read_format, read_options, read_think
@@ -15,23 +16,30 @@ from localserve.errors import ApiError
 from localserve.models.catalogue import Catalogue, ModelEntry
 
 
-def test_messages_become_the_chat_inputs_shape():
+def test_messages_become_the_typed_conversation():
     messages = read_messages([
         {"role": "system", "content": "be brief"},
         {"role": "user", "content": "weather?"},
         {"role": "assistant", "content": "", "thinking": "look it up",
          "tool_calls": [{"function": {"name": "get", "arguments": {"city": "Paris"}}},
-                        {"function": {"name": "time", "arguments": {}}}]},
+                        {"function": {"name": "time", "arguments": '{"zone": "UTC"}'}}]},
         {"role": "tool", "tool_name": "time", "content": "noon"},
         {"role": "tool", "content": "sunny"},
+        {"role": "tool", "tool_call_id": "mine", "content": "later"},
     ])
-    call_ids = [c["id"] for c in messages[2]["tool_calls"]]
-    assert messages[2]["reasoning_content"] == "look it up"
-    assert [json.loads(c["function"]["arguments"]) for c in messages[2]["tool_calls"]] == [{"city": "Paris"}, {}]
-    assert len(set(call_ids)) == 2
-    # results find their calls by name, else in order
-    assert (messages[3]["tool_call_id"], messages[3]["name"]) == (call_ids[1], "time")
-    assert messages[4]["tool_call_id"] == call_ids[0]
+    assert [m.role for m in messages] == ["system", "user", "assistant", "tool", "tool", "tool"]
+    assert messages[0].text == "be brief"
+    calls = messages[2].of(ToolCall)
+    assert messages[2].of(Reasoning) == [Reasoning("look it up")]
+    # arguments are data, whether sent as an object (Ollama's) or as JSON text (OpenAI's)
+    assert [(c.name, c.arguments) for c in calls] == [("get", {"city": "Paris"}), ("time", {"zone": "UTC"})]
+    assert len({c.id for c in calls}) == 2
+    # results find their calls by name, else in order; a client's own id is kept
+    results = [m.parts[0] for m in messages[3:]]
+    assert all(isinstance(r, ToolResult) for r in results)
+    assert (results[0].call_id, results[0].name, results[0].content) == (calls[1].id, "time", (Text("noon"),))
+    assert (results[1].call_id, results[1].name) == (calls[0].id, None)
+    assert results[2].call_id == "mine"
 
 
 @pytest.mark.parametrize("messages, param", [
@@ -95,15 +103,15 @@ def test_think_format_and_tools():
     with pytest.raises(ApiError, match="format"):
         read_format({"format": "xml"})
     chat = read_chat({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]},
-                     False, None, [{"role": "user", "content": "x"}])
-    assert [t["name"] for t in chat.tools] == ["f"] and chat.template_kwargs["enable_thinking"] is False
+                     False, None, [text_message("user", "x")])
+    assert [t.name for t in chat.tools] == ["f"] and chat.template_kwargs["enable_thinking"] is False
 
 
 def test_names_answer_with_and_without_latest():
     catalogue = Catalogue([ModelEntry("qwen", "/q.gguf", aliases=("qwen3:8b",)), ModelEntry("llama", "/l.gguf")])
-    app = SimpleNamespace(models=SimpleNamespace(catalogue=catalogue))
-    assert catalogue_name(app, "qwen:latest") == "qwen"
-    assert catalogue_name(app, "qwen3:8b") == "qwen"            # an alias with its own tag
-    assert catalogue_name(app, "llama") == "llama"
-    assert catalogue_name(app, "absent:latest") == "absent:latest"
+    models = SimpleNamespace(catalogue=catalogue)
+    assert catalogue_name(models, "qwen:latest") == "qwen"
+    assert catalogue_name(models, "qwen3:8b") == "qwen"            # an alias with its own tag
+    assert catalogue_name(models, "llama") == "llama"
+    assert catalogue_name(models, "absent:latest") == "absent:latest"
     assert (tagged("qwen"), tagged("qwen3:8b")) == ("qwen:latest", "qwen3:8b")

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..engine.embedding_spec import pair_tokens
-from ..engine.facade import TooManyTokens
-from .embedding_runs import EmbeddingModel, context_exceeded, model_for, run
-from .exchange import Exchange
-from .fields import invalid, kind_of, read_bool, read_int
+from ...engine.embedding_spec import pair_tokens
+from ...engine.facade import TooManyTokens
+from ..embedding_runs import EmbeddingModel, context_exceeded, model_for, run
+from ..exchange import Exchange
+from ..fields import invalid, kind_of, read_bool, read_int
+from ..services import Services
 
 
-def handle(exchange: Exchange) -> None:
+def handle(services: Services, exchange: Exchange) -> None:
     body = exchange.json()
-    with model_for(exchange, body) as model:
+    with model_for(exchange, services, body) as model:
         if not model.spec.ranks:
             raise invalid("model", f"'{model.model_id}' has no ranking head (its pooling is {model.spec.pooling}); "
                                    f"/v1/rerank needs a reranker such as bge-reranker or Qwen3-Reranker")
@@ -39,7 +40,7 @@ def handle(exchange: Exchange) -> None:
         inputs = [pair(model, query, query_tokens, doc, i, truncate) for i, doc in enumerate(documents)]
         scores = run(exchange, model, inputs)
     n_tokens = sum(len(tokens) for tokens in inputs)
-    exchange.app.metrics.record_embedding("rerank", len(inputs), n_tokens, model.model_id)
+    services.metrics.record_embedding("rerank", len(inputs), n_tokens, model.model_id)
     order = sorted(range(len(documents)), key=lambda i: -float(scores[i][0]))[:top_n]
     results: list[dict[str, Any]] = []
     for i in order:

@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
+from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from .exchange import Exchange, RouteTable
+from .failures import prompt_refusals
 from .fields import invalid, read_bool
-from ..prompt.build import ChatInput, ChatModel, function_definitions, render_chat, tokenize_capped
-from .openai.chat import read_messages
+from .function_tools import function_definitions
+from .loading import LoadWait, use_model
+from .openai.chat_input import read_messages
 from .responses.request import read_plan
-from .exchange import Exchange
-from .loading import LoadWait
+from .services import Services
 
 
-def tokenize(exchange: Exchange) -> None:
+def add_routes(table: RouteTable, services: Services) -> None:
+    table.add("/tokenize", "POST", partial(tokenize, services))
+    table.add("/detokenize", "POST", partial(detokenize, services))
+    table.add("/apply-template", "POST", partial(apply_template, services))
+
+
+def tokenize(services: Services, exchange: Exchange) -> None:
     """llama.cpp's shape: {"content", "add_special", "with_pieces"} → {"tokens": [...]}."""
     body = exchange.json()
-    with exchange.app.use_model(body, LoadWait(exchange)) as model:
+    with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals("content"):
         _tokenize(exchange, model.chat, body)
 
 
@@ -39,12 +49,12 @@ def _tokenize(exchange: Exchange, model: ChatModel, body: dict) -> None:
         exchange.send_json({"tokens": tokens})
 
 
-def detokenize(exchange: Exchange) -> None:
+def detokenize(services: Services, exchange: Exchange) -> None:
     body = exchange.json()
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise invalid("tokens", "expected an array of token ids")
-    with exchange.app.use_model(body, LoadWait(exchange)) as model:
+    with use_model(services.ready(), body, LoadWait(exchange)) as model:
         engine = model.chat.engine
         bad = [t for t in tokens if not engine.valid_token(t)]
         if bad:
@@ -52,25 +62,24 @@ def detokenize(exchange: Exchange) -> None:
         exchange.send_json({"content": engine.detokenize(tokens)})
 
 
-def apply_template(exchange: Exchange) -> None:
+def apply_template(services: Services, exchange: Exchange) -> None:
     """Chat messages rendered by the template; or, for a Responses body (`input`), the prompt
     POST /v1/responses would give the model, its stored chain or conversation included."""
     body = exchange.json()
     if "input" in body and "messages" not in body:
-        _apply_responses_template(exchange, body)
+        _apply_responses_template(services, exchange, body)
         return
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
-    with exchange.app.use_model(body, LoadWait(exchange)) as model:
+    with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 
 
-def _apply_responses_template(exchange: Exchange, body: dict) -> None:
-    app = exchange.app
+def _apply_responses_template(services: Services, exchange: Exchange, body: dict) -> None:
     body = {**body, "stream": False, "background": False, "store": False}    # read, never run nor stored
-    with app.use_model(body, LoadWait(exchange)) as model:
+    with use_model(services.ready(), body, LoadWait(exchange)) as model:
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
-                         signing_key=app.signing_key, store=app.store)
+                         signing_key=services.signing_key, store=services.store)
         tokens = plan.generation.prompt_tokens
         exchange.send_json({"prompt": model.chat.engine.detokenize(tokens), "prompt_tokens": len(tokens)})

@@ -8,51 +8,65 @@ unloaded), its settings and, once loaded, what the engine reports (`meta`). POST
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, shown
 from ..models.states import LOADED
 from ..models.units import describe_duration
-from .exchange import Exchange
+from ..settings import Settings
+from .exchange import Exchange, RouteTable
 from .fields import invalid
+from .services import Services
 
 if TYPE_CHECKING:
+    from ..models.manager import ModelManager
     from ..models.record import Record
 
 SHOWN_SETTINGS = ("ctx_size", "slots", "n_gpu_layers", "threads", "batch_size", "cache_ram", "chat_template_file",
                   "tool_syntax")
 
 
-def health(exchange: Exchange) -> None:
+def add_routes(table: RouteTable, services: Services) -> None:
+    table.add("/health", "GET", partial(health, services))
+    table.add("/v1/health", "GET", partial(health, services))
+    table.add("/v1/models", "GET", partial(list_models, services))
+    table.add("/v1/models/{model}", "GET", partial(get_model, services))
+    table.add("/slots", "GET", partial(slots, services))
+    table.add("/models/load", "POST", partial(load, services))
+    table.add("/models/unload", "POST", partial(unload, services))
+
+
+def health(services: Services, exchange: Exchange) -> None:
     """{"status": "ok"} once the catalogue is read (as llama-server answers), plus the devices
     when layers live elsewhere (RPC workers, GPUs). ?model=NAME: ok only once NAME is loaded."""
-    app = exchange.app
-    if not app.ready.is_set():
+    if not services.is_ready():
         exchange.send_json({"status": "loading"}, status=503)
         return
+    models = services.ready()
     name = exchange.request.query.get("model")
     if name is not None:
-        record = find_exact(app, name)
+        record = find_exact(models, name)
         state = record.state
         exchange.send_json({"status": "ok" if state == LOADED else state, "model": record.name, "state": state},
                            status=200 if state == LOADED else 503)
         return
     body: dict[str, Any] = {"status": "ok"}
-    devices = [d for m in app.models.loaded_models() for d in m.chat.engine.devices]
+    devices = [d for m in models.loaded_models() for d in m.chat.engine.devices]
     if any(d.kind != "cpu" for d in devices):
         body["devices"] = [device.as_json() for device in devices]   # as of each model's load
     exchange.send_json(body)
 
 
-def find_exact(app: Any, name: str) -> Record:
-    entry = app.models.catalogue.exact(name)
+def find_exact(models: ModelManager, name: str) -> Record:
+    entry = models.catalogue.exact(name)
     if entry is None:
-        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {app.models._names()}",
+        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {models._names()}",
                        param="model", code="model_not_found")
-    return app.models.records[entry.name]
+    return models.records[entry.name]
 
 
-def model_object(record: Record, created: int, server_settings: Any) -> dict:
+def model_object(record: Record, created: int, server_settings: Settings) -> dict:
     loaded = record.loaded
     settings = loaded.settings if loaded is not None else record.entry.settings(server_settings)
     obj: dict[str, Any] = {
@@ -114,16 +128,14 @@ def wants_anthropic(exchange: Exchange) -> bool:
     return exchange.request.header("anthropic-version") is not None
 
 
-def _describe(exchange: Exchange, record: Record) -> dict:
+def _describe(services: Services, exchange: Exchange, record: Record) -> dict:
     if wants_anthropic(exchange):
-        return anthropic_model_object(record, exchange.app.created)
-    return model_object(record, exchange.app.created, exchange.app.settings)
+        return anthropic_model_object(record, services.created)
+    return model_object(record, services.created, services.settings)
 
 
-def list_models(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
-    models = [_describe(exchange, record) for record in app.models.all_models()]
+def list_models(services: Services, exchange: Exchange) -> None:
+    models = [_describe(services, exchange, record) for record in services.ready().all_models()]
     if wants_anthropic(exchange):
         exchange.send_json({"data": models, "has_more": False, "first_id": models[0]["id"],
                             "last_id": models[-1]["id"]})
@@ -131,18 +143,15 @@ def list_models(exchange: Exchange) -> None:
     exchange.send_json({"object": "list", "data": models})
 
 
-def get_model(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
-    exchange.send_json(_describe(exchange, find_exact(app, exchange.params["model"])))
+def get_model(services: Services, exchange: Exchange) -> None:
+    models = services.ready()
+    exchange.send_json(_describe(services, exchange, find_exact(models, exchange.params["model"])))
 
 
-def slots(exchange: Exchange) -> None:
+def slots(services: Services, exchange: Exchange) -> None:
     """Every loaded model's slots, each marked with its model; the queue and RAM cache summed,
     and model by model under "models"."""
-    app = exchange.app
-    app.require_ready()
-    per_model = {m.name: m.runtime.slot_state() for m in app.models.loaded_models()}
+    per_model = {m.name: m.runtime.slot_state() for m in services.ready().loaded_models()}
     caches = [state["ram_cache"] for state in per_model.values()]
     exchange.send_json({
         "slots": [{**slot, "model": name} for name, state in per_model.items() for slot in state["slots"]],
@@ -161,21 +170,19 @@ def _model_name(exchange: Exchange) -> str:
     return name
 
 
-def load(exchange: Exchange) -> None:
+def load(services: Services, exchange: Exchange) -> None:
     """POST /models/load {"model": NAME}: answers once the model is loaded (or its load failed)."""
-    app = exchange.app
-    app.require_ready()
+    models = services.ready()
     name = _model_name(exchange)
-    find_exact(app, name)
-    model = app.models.load(name)
+    find_exact(models, name)
+    model = models.load(name)
     exchange.send_json({"model": model.name, "state": LOADED, "load_seconds": round(model.load_seconds, 3)})
 
 
-def unload(exchange: Exchange) -> None:
+def unload(services: Services, exchange: Exchange) -> None:
     """POST /models/unload {"model": NAME}: answers once it is unloaded; a model in use is
     unloaded when its requests end (a bounded wait, then 503)."""
-    app = exchange.app
-    app.require_ready()
+    models = services.ready()
     name = _model_name(exchange)
-    record = find_exact(app, name)
-    exchange.send_json({"model": record.name, "state": app.models.unload(record.name)})
+    record = find_exact(models, name)
+    exchange.send_json({"model": record.name, "state": models.unload(record.name)})

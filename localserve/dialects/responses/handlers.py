@@ -10,18 +10,25 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError, ClientGone
-from ...generation import Finished, GenerationFailure
-from ..loading import serve_with_model
-from ..pump import KEEPALIVE, LOADING_COMMENT, PREFILL_COMMENT, job_events, pump, sse, stream_job
-from ..respond import cancel_on_error, error_from, submit
-from .runs import ACTIVE, ResponseRun
+from ...generation import ActiveGeneration, Finished, GenerationFailure
 from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
+from ..jobs import KEEPALIVE, error_from, job_events
+from ..pump import PREFILL_COMMENT, pump, sse, stream_job
+from ..request_cycle import Reply, serve_generation
+from ..services import Services
 from .items import list_page, read_page_query
-from .request import read_plan
+from .request import Plan, read_plan
+from .runs import ACTIVE, ResponseRun, ResponseRuns
+
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ...models.loaded import LoadedModel
+    from ...store.store import Store
 
 log = logging.getLogger("localserve.responses")
 
@@ -36,51 +43,53 @@ def encode(events: list[dict]) -> bytes:
 
 # ---- POST /v1/responses ----------------------------------------------------------------
 
-def create(exchange: Exchange) -> None:
-    app = exchange.app
-    app.require_ready()
-    body = exchange.json()
-    serve_with_model(exchange, body, lambda model: serve_response(exchange, body, model),
-                     notice=LOADING_COMMENT if body.get("stream") is True else None)
+def create(responses: ResponsesServices, exchange: Exchange) -> None:
+    serve_generation(exchange, responses.services, lambda model, body: read_reply(responses, exchange, body, model),
+                     streams=lambda body: body.get("stream") is True)
 
 
-def serve_response(exchange: Exchange, body: dict, model) -> None:
-    app = exchange.app
+def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
+    services = responses.services
     plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
-                     signing_key=app.signing_key, store=app.store, check_client=exchange.raise_if_gone)
+                     signing_key=services.signing_key, store=services.store, check_client=exchange.raise_if_gone)
     if plan.ignored_tools:
         ignored = ignored_tools_value(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
-    gen = submit(exchange, plan.generation)
-    with cancel_on_error(gen):
-        run = ResponseRun(plan, gen, app.store)
-        opening = run.begin()
-        if plan.store:
-            app.response_runs.add(run)
-        handed_over = False
-        try:
-            if plan.background:
-                app.response_runs.start_background(run)
-                handed_over = True
-            elif plan.stream:
-                stream_run(exchange, run)
-            else:
-                answer(exchange, run)
-        except BaseException:
-            run.interrupt("the response failed while it was being generated")   # stored so, unless it ended
-            raise
-        finally:
-            if not handed_over:
-                app.response_runs.discard(run)
-    if plan.background:         # the runner thread owns the job now: a client gone here stops nothing
-        exchange.send_json(opening[0]["response"])
+    return Reply(plan.generation, deliver=lambda gen: deliver(responses, exchange, plan, gen))
+
+
+def deliver(responses: ResponsesServices, exchange: Exchange, plan: Plan, gen: ActiveGeneration) -> dict | None:
+    """The job as a run, stored as it goes when `store` is on: in the background (its opening
+    answered once the runner thread owns it: a client gone then stops nothing), streamed, or
+    waited for whole."""
+    runs = responses.runs
+    run = ResponseRun(plan, gen, responses.services.store)
+    opening = run.begin()
+    if plan.store:
+        runs.add(run)
+    handed_over = False
+    try:
+        if plan.background:
+            runs.start_background(run)
+            handed_over = True
+        elif plan.stream:
+            stream_run(exchange, run, responses.services.prefill_keepalive)
+        else:
+            answer(exchange, run)
+    except BaseException:
+        run.interrupt("the response failed while it was being generated")   # stored so, unless it ended
+        raise
+    finally:
+        if not handed_over:
+            runs.discard(run)
+    return opening[0]["response"] if plan.background else None
 
 
 def answer(exchange: Exchange, run: ResponseRun) -> None:
     """Wait for the whole response; a client that leaves cancels it."""
     try:
-        for event in job_events(exchange, run.gen, 0):
+        for event in job_events(exchange.writer, run.gen, 0):
             run.feed(event)
             if run.done:
                 break
@@ -142,19 +151,19 @@ class Replay:
         return []
 
 
-def stream_run(exchange: Exchange, run: ResponseRun) -> None:
+def stream_run(exchange: Exchange, run: ResponseRun, keepalive: float) -> None:
     """The run's events as SSE while it generates; a client gone cancels it."""
-    stream_job(exchange, RunStream(run), run.gen, job=run)
+    stream_job(exchange, RunStream(run), run.gen, keepalive, job=run)
 
 
 # ---- GET /v1/responses/{response_id} ----------------------------------------------------
 
-def retrieve(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def retrieve(responses: ResponsesServices, exchange: Exchange) -> None:
+    store = stored_state(responses, exchange)
     response_id = exchange.params["response_id"]
     query = exchange.request.query
     if read_flag(query, "stream"):
-        replay(exchange, response_id, read_starting_after(query))
+        replay(responses, exchange, store, response_id, read_starting_after(query))
         return
     response = store.get_response(response_id)
     if response is None:
@@ -162,19 +171,18 @@ def retrieve(exchange: Exchange) -> None:
     exchange.send_json(response)
 
 
-def replay(exchange: Exchange, response_id: str, after: int) -> None:
+def replay(responses: ResponsesServices, exchange: Exchange, store: Store, response_id: str, after: int) -> None:
     """Stored events after `after`; a response still running is followed live to its end."""
-    app = exchange.app
     writer = exchange.writer
-    run = app.response_runs.get(response_id)
+    run = responses.runs.get(response_id)
     if run is None:
-        if app.store.get_response(response_id) is None:
+        if store.get_response(response_id) is None:
             raise not_found(response_id)
-        pump(exchange, Replay(), [app.store.events(response_id, starting_after=after)])
+        pump(exchange, Replay(), [store.events(response_id, starting_after=after)])
     elif writer.head_only:        # the head is all a HEAD asks for: don't follow the run
         pump(exchange, Replay(), [])
     else:
-        pump(exchange, Replay(), follow(exchange, run, after, app.settings.prefill_keepalive or 5.0))
+        pump(exchange, Replay(), follow(exchange, run, after, responses.services.prefill_keepalive or 5.0))
 
 
 def follow(exchange: Exchange, run: ResponseRun, after: int, keepalive: float) -> Iterator[object]:
@@ -198,10 +206,10 @@ def follow(exchange: Exchange, run: ResponseRun, after: int, keepalive: float) -
 
 # ---- POST /v1/responses/{response_id}/cancel -----------------------------------------------
 
-def cancel(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def cancel(responses: ResponsesServices, exchange: Exchange) -> None:
+    store = stored_state(responses, exchange)
     response_id = exchange.params["response_id"]
-    run = exchange.app.response_runs.get(response_id)
+    run = responses.runs.get(response_id)
     if run is not None and run.cancel(f"cancelled through POST /v1/responses/{response_id}/cancel"):
         exchange.send_json(store.get_response(response_id) or run.shaper.snapshot())
         return
@@ -222,10 +230,10 @@ def cancel(exchange: Exchange) -> None:
 
 # ---- DELETE /v1/responses/{response_id} ----------------------------------------------------
 
-def delete(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def delete(responses: ResponsesServices, exchange: Exchange) -> None:
+    store = stored_state(responses, exchange)
     response_id = exchange.params["response_id"]
-    run = exchange.app.response_runs.get(response_id)
+    run = responses.runs.get(response_id)
     if run is not None:
         run.cancel("the response was deleted")
     if not store.delete_response(response_id):
@@ -235,8 +243,8 @@ def delete(exchange: Exchange) -> None:
 
 # ---- GET /v1/responses/{response_id}/input_items ----------------------------------------
 
-def input_items(exchange: Exchange) -> None:
-    store = stored_state(exchange)
+def input_items(responses: ResponsesServices, exchange: Exchange) -> None:
+    store = stored_state(responses, exchange)
     response_id = exchange.params["response_id"]
     after, limit, order = read_page_query(exchange.request.query)
     page = store.list_input_items(response_id, after=after, limit=limit, order=order)
@@ -247,9 +255,16 @@ def input_items(exchange: Exchange) -> None:
 
 # ---- helpers ---------------------------------------------------------------------------------
 
-def stored_state(exchange: Exchange) -> Any:
+@dataclass
+class ResponsesServices:
+    """What the Responses handlers use: the server's services and the runs in progress."""
+    services: Services
+    runs: ResponseRuns
+
+
+def stored_state(responses: ResponsesServices, exchange: Exchange) -> Store:
     """The store; with storage off no response can be found."""
-    store = exchange.app.store
+    store = responses.services.store
     if store is None:
         raise ApiError(404, f"response '{exchange.params.get('response_id')}' not found: storage is off on "
                             f"this server (--no-store), so no response is kept", code="storage_disabled")

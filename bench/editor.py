@@ -1,0 +1,196 @@
+"""The editor workload for `make bench`: code completion as llama.vim drives /infill.
+
+A 2,000-token file with 16 repository chunks is warmed once (a request with `n_predict: 0`,
+as llama.vim sends when its chunks change), then 20 "keystrokes": the cursor line grows by a
+few characters each time (llama.vim sends it as `prompt`, after the unchanged prefix), each
+asking 32 tokens, streamed. Measured: the median time to the first token and to the 32nd,
+against the bare engine doing the same prefill and decode with the prefix it already holds
+reused (target: TTFT <= 1.1 x the bare floor), and llama-server's /infill when it is on PATH.
+
+Needs a model with fill-in-the-middle tokens (a coding model: `--model`); on the demo model,
+which has none, it says so and measures nothing.
+
+    python -m bench.editor [--model PATH] [--threads N] [--ctx-size N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import time
+
+from llama_cpp import llama_cpp as ll
+
+from localserve.engine import cpu_weights
+from localserve.engine.facade import FimTokens
+from localserve.prompt.fim import ExtraFile, FimInput, build_fim_prompt
+from localserve.runtime.promptcache import common_prefix
+
+from .bare import BareEngine
+from .demo import model_or_demo
+from .server import LlamaServer, RunningServer
+from .table import print_table
+
+KEYSTROKES = 20
+PREDICT = 32
+CHUNKS = 16
+TARGET = 1.1
+
+
+def synthetic_file(n_functions: int, tag: str) -> str:
+    """Plausible Python: small functions over a few names, different for each tag."""
+    return "".join(f"def {tag}_step_{i}(values, scale={i % 7 + 1}):\n"
+                   f"    total = 0\n"
+                   f"    for index, value in enumerate(values):\n"
+                   f"        total += value * scale + index  # {tag} {i}\n"
+                   f"    return total / max(len(values), 1)\n\n" for i in range(n_functions))
+
+
+class BareVocab:
+    """What prompt/fim.py reads of a model, from the bare engine: the same prompt tokens as the server's."""
+
+    def __init__(self, engine: BareEngine, n_ctx: int):
+        self.engine = engine
+        self.n_ctx = n_ctx
+        vocab = engine.vocab
+
+        def token(read) -> int | None:
+            found = read(vocab)
+            return found if 0 <= found < engine.n_vocab else None
+        self.fim = FimTokens(pre=token(ll.llama_vocab_fim_pre), suf=token(ll.llama_vocab_fim_suf),
+                             mid=token(ll.llama_vocab_fim_mid), pad=token(ll.llama_vocab_fim_pad),
+                             rep=token(ll.llama_vocab_fim_rep), sep=token(ll.llama_vocab_fim_sep))
+        bos = ll.llama_vocab_bos(vocab)
+        self.prompt_start = [bos] if ll.llama_vocab_get_add_bos(vocab) and bos >= 0 else []
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True, limit=None) -> list[int]:
+        data = text.encode()
+        buf = (ll.llama_token * (len(data) + 8))()
+        n = ll.llama_tokenize(self.engine.vocab, data, len(data), buf, len(buf), add_special, parse_special)
+        return list(buf[:n])
+
+
+def keystrokes(n_file_tokens_hint: int = 2000) -> tuple[list[ExtraFile], list[dict]]:
+    """The repository chunks and each keystroke's /infill fields (prefix, suffix, prompt)."""
+    chunks = [ExtraFile(f"lib/module_{i}.py", synthetic_file(2, f"m{i}")) for i in range(CHUNKS)]
+    text = synthetic_file(n_file_tokens_hint // 55, "main")
+    lines = text.split("\n")
+    cursor = len(lines) * 3 // 4
+    prefix, suffix = "\n".join(lines[:cursor]) + "\n", "\n" + "\n".join(lines[cursor + 1:])
+    typed = "    result = main_step_1(values, scale=3) + main_step_2(values)"
+    steps = [{"input_prefix": prefix, "input_suffix": suffix, "prompt": typed[:8 + 3 * k]} for k in range(KEYSTROKES)]
+    return chunks, steps
+
+
+def infill_stream(port: int, body: dict) -> tuple[float, float, int]:
+    """(seconds to the first content, seconds to the end, tokens predicted) of a streamed /infill."""
+    payload = json.dumps({**body, "stream": True}).encode()
+    head = (f"POST /infill HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=600)
+    started = time.perf_counter()
+    sock.sendall(head + payload)
+    pending, first, last = b"", None, None
+    while last is None:
+        data = sock.recv(65536)
+        if not data:
+            break
+        lines = (pending + data).split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if not line.startswith(b"data: {"):
+                continue
+            event = json.loads(line[6:])
+            if event.get("stop"):
+                last = event
+            elif first is None and event.get("content"):
+                first = time.perf_counter()
+    end = time.perf_counter()
+    sock.close()
+    return (first or end) - started, end - started, (last or {}).get("tokens_predicted", 0)
+
+
+def measure_server(port: int, chunks: list[ExtraFile], steps: list[dict], ban: list[int]) -> dict:
+    extra = [{"filename": c.filename, "text": c.text} for c in chunks]
+    common = {"input_extra": extra, "temperature": 0, "cache_prompt": True, "logit_bias": [[t, -100] for t in ban]}
+    infill_stream(port, {**common, "input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0})
+    first, last, counts = [], [], []
+    for step in steps:
+        ttft, total, predicted = infill_stream(port, {**common, **step, "n_predict": PREDICT})
+        first.append(ttft)
+        last.append(total)
+        counts.append(predicted)
+    return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": min(counts)}
+
+
+def measure_bare(engine: BareEngine, vocab: BareVocab, chunks: list[ExtraFile], steps: list[dict]) -> dict:
+    """The same prompts (prompt/fim.py on the bare engine's vocabulary), each prefilled on top of
+    what the sequence already holds, then 32 greedy tokens."""
+    def prompt(fields: dict) -> list[int]:
+        return build_fim_prompt(vocab, FimInput(prefix=fields["input_prefix"], suffix=fields["input_suffix"],
+                                                prompt=fields["prompt"], extra=chunks))
+    held = prompt({"input_prefix": "", "input_suffix": "", "prompt": ""})
+    engine.run(held, 1)
+    first, last = [], []
+    for step in steps:
+        tokens = prompt(step)
+        keep = min(common_prefix(held, tokens), len(tokens) - 1)
+        ttft, rate = engine.run(tokens, PREDICT, keep=keep)
+        first.append(ttft)
+        last.append(ttft + (PREDICT - 1) / rate)
+        held = tokens
+    return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": PREDICT}
+
+
+def run(model: str, args) -> bool:
+    """Measure and print the table; False when the model cannot fill in the middle."""
+    engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, n_seq=1,
+                        weights=cpu_weights.plan(model, "auto"))
+    vocab = BareVocab(engine, args.ctx_size)
+    if vocab.fim.missing():
+        print(f"editor workload: {os.path.basename(model)} has no fill-in-the-middle tokens; give a coding "
+              f"model with --model", flush=True)
+        engine.close()
+        return False
+    chunks, steps = keystrokes()
+    ban = engine.eog_tokens()
+    bare = measure_bare(engine, vocab, chunks, steps)
+    engine.close()
+    flags = ("--threads", str(args.threads), "--ctx-size", str(args.ctx_size), "--slots", "1", "--no-store")
+    with RunningServer(model, *flags) as server:
+        ours = measure_server(server.port, chunks, steps, ban)
+    others = {}
+    if LlamaServer.available():
+        # -n: its /infill leaves the extra context room for twice the server's n_predict (-1 by default)
+        with LlamaServer(model, args.threads, args.ctx_size, slots=1, extra=("-n", str(PREDICT))) as server:
+            others["llama-server"] = measure_server(server.port, chunks, steps, ban)
+    rows = [("time to first token, ms", f"{bare['ttft'] * 1000:.1f} (floor)", f"{ours['ttft'] * 1000:.1f}",
+             *(f"{o['ttft'] * 1000:.1f}" for o in others.values()), f"{ours['ttft'] / bare['ttft']:.2f} x floor",
+             f"<= {TARGET}"),
+            (f"time to token {PREDICT}, ms", f"{bare['last'] * 1000:.1f}", f"{ours['last'] * 1000:.1f}",
+             *(f"{o['last'] * 1000:.1f}" for o in others.values()), f"{ours['last'] / bare['last']:.2f} x bare", ""),
+            ("tokens per answer (fewest)", bare["tokens"], ours["tokens"], *(o["tokens"] for o in others.values()),
+             "", "")]
+    print_table(("editor workload", "bare engine", "localserve", *others, "ratio", "target"), rows,
+                title=f"editor: {CHUNKS} chunks warmed, {KEYSTROKES} keystrokes of {PREDICT} tokens (medians)")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench.editor")
+    parser.add_argument("--model", help="GGUF model with FIM tokens (default: the demo model, which has none)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--ctx-size", type=int, default=8192)
+    args = parser.parse_args()
+    model = model_or_demo(args.model)
+    if model is None:
+        return 2
+    return 0 if run(model, args) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

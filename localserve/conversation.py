@@ -1,0 +1,88 @@
+"""The conversation every dialect reads its request into and the prompt builder reads from.
+
+A conversation is a list of :class:`Message`, each a role and typed parts; the tools it may
+call are :class:`ToolDefinition`. Nothing here is any dialect's wire shape: a call keeps the
+client's own id, whatever its form (``call_…``, ``toolu_…``, ``fc_…``), and its arguments as
+data. The chat-template dicts (OpenAI's shape, HF's conventions) are made from these only
+where a template is rendered (prompt/messages.py).
+
+Roles: ``system``, ``developer`` (shown as system), ``user``, ``assistant``, ``tool`` (one
+ToolResult), and OpenAI's legacy ``function``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reasoning:
+    """An earlier turn's reasoning, already verified or unsealed by its dialect (signatures and
+    sealed content stay at the edge: a template is shown the text only)."""
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call the assistant made. arguments: the data (a dict), or the client's string when it
+    is not a JSON object. text: the client's own JSON text of a dict, when it sent text (a
+    template that shows arguments as text repeats it, as the model wrote it)."""
+    id: str | None
+    name: str
+    arguments: dict | str
+    text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image in a prompt: bytes with their media type, or a URL (``data:`` or not). No
+    dialect takes images yet (each answers its 400 for them); this is where one will live."""
+    media_type: str | None = None
+    data: bytes | None = None
+    url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    """What a call returned. call_id: the call it answers (None when the client named none);
+    name: the tool's name, where the dialect knows it."""
+    call_id: str | None
+    content: str | tuple[Text | Image, ...]
+    is_error: bool = False
+    name: str | None = None
+
+
+Part = Text | Reasoning | ToolCall | ToolResult | Image
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: str
+    parts: tuple[Part, ...] = ()
+    name: str | None = None        # OpenAI's participant name, shown to the templates that read it
+
+    def of(self, kind: type) -> list:
+        """The parts of one kind, in order."""
+        return [part for part in self.parts if isinstance(part, kind)]
+
+    @property
+    def text(self) -> str:
+        """The text parts, joined as the templates get them."""
+        return "\n".join(part.text for part in self.parts if isinstance(part, Text))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool = False           # its calls' arguments are held to the schema (runtime/call_grammar.py)
+
+
+def text_message(role: str, text: str) -> Message:
+    return Message(role, (Text(text),))

@@ -1,0 +1,77 @@
+"""What the fill-in-the-middle routes share (/infill, Completions' `suffix`, Ollama's `suffix`):
+the prompt through prompt/fim.py with its 400 for a model that cannot fill a hole, and an
+editor's habit of asking again at every keystroke.
+
+An editor sends a new completion as the user types on; the one before it is then worthless.
+llama.vim kills its curl (the closed socket cancels the job), but a client that keeps its
+connection or its HTTP library's pool may not. So a completion from the same client as one
+still running cancels the older one. "The same client" is the X-Client-Id header when the
+request has one, else its User-Agent (llama.vim's curl, llama.vscode's axios, Continue's
+fetch each send their own), on the same route; a request with neither takes no part, nor
+does a warm-up (n_predict 0), which must neither cancel a completion nor be cancelled by one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+from ..engine.facade import EngineFacade
+from ..errors import ApiError
+from ..generation import ActiveGeneration
+from ..prompt.fim import FimInput, NoFimTokens, build_fim_prompt
+from .exchange import Exchange
+
+SUPERSEDED = "superseded by a newer completion from the same client"
+
+
+def fim_prompt(engine: EngineFacade, model_id: str, fim_input: FimInput, param: str) -> list[int]:
+    """The FIM prompt's tokens; 400 naming the model when it has no FIM tokens."""
+    try:
+        return build_fim_prompt(engine, fim_input)
+    except NoFimTokens as exc:
+        raise ApiError(400, f"model '{model_id}' cannot fill in the middle: {exc}", param=param,
+                       code="model_not_supported") from None
+
+
+def client_key(exchange: Exchange) -> str | None:
+    """Who sent this completion, as far as superseding goes (see the module's comment)."""
+    who = exchange.request.header("x-client-id") or exchange.request.header("user-agent")
+    return f"{exchange.request.path} {who}" if who else None
+
+
+class LatestPerClient:
+    """Each client's running completion; a newer one cancels it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running: dict[str, ActiveGeneration] = {}
+
+    def start(self, key: str, gen: ActiveGeneration) -> None:
+        with self._lock:
+            older = self._running.get(key)
+            self._running[key] = gen
+        if older is not None and older is not gen:
+            older.cancel(SUPERSEDED)
+
+    def end(self, key: str, gen: ActiveGeneration) -> None:
+        with self._lock:
+            if self._running.get(key) is gen:
+                del self._running[key]
+
+
+LATEST = LatestPerClient()
+
+
+@contextlib.contextmanager
+def superseding(key: str | None, gen: ActiveGeneration):
+    """Around a completion's life: it cancels its client's older one, and a newer one cancels it
+    (`key`: client_key's; None takes no part)."""
+    if key is None:
+        yield
+        return
+    LATEST.start(key, gen)
+    try:
+        yield
+    finally:
+        LATEST.end(key, gen)

@@ -1,0 +1,81 @@
+"""Chat Completions messages read into the conversation (localserve/conversation.py).
+
+Content is a string or text parts (``text``, ``input_text``); an assistant turn's
+``reasoning_content`` and ``tool_calls`` (arguments a JSON string, or an object) and a tool
+turn's ``tool_call_id`` are kept with the client's ids; ``name`` too. Other fields of a
+message are not read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...conversation import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from ..fields import invalid, kind_of
+from ..function_tools import call_arguments
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+TEXT_PARTS = ("text", "input_text")
+
+
+def read_messages(body: dict) -> list[Message]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise invalid("messages", "expected a non-empty array of messages")
+    return [read_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
+
+
+def read_message(message: Any, where: str) -> Message:
+    if not isinstance(message, dict):
+        raise invalid(where, "expected an object")
+    role = message.get("role")
+    if role not in ROLES:
+        raise invalid(f"{where}.role", f"expected one of {', '.join(ROLES)}")
+    texts = _texts(message.get("content"), f"{where}.content")
+    calls = read_tool_calls(message, f"{where}.tool_calls")
+    name = message.get("name") if isinstance(message.get("name"), str) else None
+    if role == "tool":
+        call_id = message.get("tool_call_id")
+        result = ToolResult(call_id if isinstance(call_id, str) else None, tuple(texts), name=name)
+        return Message(role, (result,))
+    parts: list[Part] = list(texts)
+    reasoning = message.get("reasoning_content")
+    if isinstance(reasoning, str):
+        parts.append(Reasoning(reasoning))
+    parts.extend(calls)
+    return Message(role, tuple(parts), name=name)
+
+
+def _texts(content: Any, where: str) -> list[Text]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [Text(content)]
+    if not isinstance(content, list):
+        raise invalid(where, "expected a string or an array of content parts")
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind not in TEXT_PARTS:
+            raise invalid(where, f"content part type '{kind}' is not supported; this server takes text only")
+    return [Text(str(part.get("text") or "")) for part in content]
+
+
+def read_tool_calls(message: dict, param: str) -> list[ToolCall]:
+    """An assistant message's earlier calls: [{"id", "type": "function", "function": {"name", "arguments"}}]."""
+    calls = message.get("tool_calls")
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise invalid(param, f"expected an array of tool calls, got {kind_of(calls)}")
+    found = []
+    for j, call in enumerate(calls):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise invalid(f"{param}[{j}]", "expected an object with a 'function' object that has a 'name'")
+        arguments = function.get("arguments")
+        if arguments is not None and not isinstance(arguments, (str, dict)):
+            raise invalid(f"{param}[{j}].function.arguments", "expected a JSON string")
+        call_id = call.get("id")
+        found.append(ToolCall(call_id if isinstance(call_id, str) else None, function["name"],
+                              *call_arguments(arguments)))
+    return found

@@ -1,0 +1,15 @@
+"""OpenAI's Chat Completions, Completions and Embeddings routes, bound to the server's services."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ..exchange import RouteTable
+from ..services import Services
+from . import chat, completions, embeddings
+
+
+def add_routes(table: RouteTable, services: Services) -> None:
+    table.add("/v1/chat/completions", "POST", partial(chat.handle, services))
+    table.add("/v1/completions", "POST", partial(completions.handle, services))
+    table.add("/v1/embeddings", "POST", partial(embeddings.handle, services))

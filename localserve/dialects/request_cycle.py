@@ -1,0 +1,72 @@
+"""The one request cycle of every endpoint that generates: the server ready, the body read, the
+model it names loaded and held, the request read into a job, the job submitted, then a stream
+or a whole answer; whatever fails once the job runs cancels it.
+
+A dialect says only what is its own, as a Reply made once its model is there: the job's
+request, its stream's shape, its whole answer's body (or, for a Responses run, its own way
+to deliver the job).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..generation import ActiveGeneration, GenerationOutput, GenerationRequest
+from .exchange import Exchange
+from .fields import read_bool
+from .fim import superseding
+from .jobs import cancel_on_error, submit, wait_for_output
+from .loading import serve_with_model
+from .pump import LOADING_COMMENT, StreamShape, stream_job
+from .services import Services
+
+if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
+    from ..models.loaded import LoadedModel
+
+
+@dataclass
+class Reply:
+    """A dialect's answer to one request, made before its job runs."""
+    request: GenerationRequest
+    shape: Callable[[ActiveGeneration], StreamShape] | None = None     # a stream's frames
+    whole: Callable[[GenerationOutput], object] | None = None          # a whole answer's JSON body
+    # A dialect's own delivery instead (a Responses run, stored as it goes): it returns a body to
+    # send once the job is no longer this request's to cancel (a background run's opening), or None.
+    deliver: Callable[[ActiveGeneration], object | None] | None = None
+    # An editor's completion: the client it comes from (fim.client_key); a newer one from the same
+    # client cancels this one, and this one cancels an older one.
+    supersede: str | None = None
+
+
+def wants_stream(body: dict) -> bool:
+    return read_bool(body, "stream")
+
+
+def serve_generation(exchange: Exchange, services: Services, read: Callable[[LoadedModel, dict], Reply],
+                     streams: Callable[[dict], bool] = wants_stream, notice: bytes | None = LOADING_COMMENT) -> None:
+    """read(model, body) → the Reply; the cycle runs around it. `streams(body)`: whether the
+    client asked for a stream; `notice`: what such a stream hears while its model loads (None:
+    silence, for a stream with no comment line, as NDJSON)."""
+    models = services.ready()
+    body = exchange.json()
+    stream = streams(body)
+
+    def serve(model: LoadedModel) -> None:
+        reply = read(model, body)
+        gen = submit(model, reply.request)
+        handed_over = None
+        with cancel_on_error(gen), superseding(reply.supersede, gen):
+            if reply.deliver is not None:
+                handed_over = reply.deliver(gen)
+            elif stream:
+                assert reply.shape is not None
+                stream_job(exchange, reply.shape(gen), gen, services.prefill_keepalive)
+            else:
+                assert reply.whole is not None
+                exchange.send_json(reply.whole(wait_for_output(exchange.writer, gen)))
+        if handed_over is not None:
+            exchange.send_json(handed_over)
+
+    serve_with_model(exchange, models, body, serve, notice=notice if stream else None)
