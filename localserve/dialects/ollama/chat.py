@@ -37,17 +37,18 @@ def handle(services: Services, exchange: Exchange) -> None:
     label = f"ollama chat {exchange.request_id}"
 
     def build(model: LoadedModel, options: Options) -> GenerationRequest:
-        with format_named():
-            return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
-                                      stop=options.stop, label=label)
+        return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
+                                  stop=options.stop, label=label)
 
-    serve_ollama(services, exchange, answer, label, build)
+    serve_ollama(services, exchange, answer, label, build, "messages")
 
 
 def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: str,
-                 build: Callable[[LoadedModel, Options], GenerationRequest], supersede: str | None = None) -> None:
+                 build: Callable[[LoadedModel, Options], GenerationRequest], prompt_param: str,
+                 supersede: str | None = None) -> None:
     """/api/chat's and /api/generate's turn in the one request cycle: build(model, options) makes
-    the job once the model is there; the answer is NDJSON lines or one object. A model's load is
+    the job once the model is there (a prompt too long for the context is a 400 naming
+    `prompt_param`); the answer is NDJSON lines or one object. A model's load is
     silence on an NDJSON stream (it has no comment line). `supersede`: an editor's completion
     (request_cycle.Reply's)."""
     body = exchange.json()
@@ -56,7 +57,7 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
     def read(model: LoadedModel, body: dict) -> Reply:
         answer.model_ready()
         options = read_options(body, model.chat.engine.n_vocab, label)
-        with prompt_refusals():
+        with format_named(), prompt_refusals(prompt_param):
             request = build(model, options)
         return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole, supersede=supersede)
 

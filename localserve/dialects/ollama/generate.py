@@ -23,7 +23,7 @@ from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
 from ..fim import client_key, fim_prompt
 from ..services import Services
-from .chat import format_named, serve_ollama
+from .chat import serve_ollama
 from .lifecycle import load_or_unload
 from .messages import read_chat
 from .names import requested_name
@@ -61,16 +61,15 @@ def handle(services: Services, exchange: Exchange) -> None:
     label = f"ollama generate {exchange.request_id}"
 
     def build(model: LoadedModel, options: Options) -> GenerationRequest:
-        with format_named():
-            if suffix:
-                return fill_request(model, prompt, suffix, chat, options, label)
-            if raw:
-                return raw_request(model.chat.engine, prompt, chat, options, label)
-            return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
-                                      stop=options.stop, label=label)
+        if suffix:
+            return fill_request(model, prompt, suffix, chat, options, label)
+        if raw:
+            return raw_request(model.chat.engine, prompt, chat, options, label)
+        return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
+                                  stop=options.stop, label=label)
 
     # an editor's completion (Continue's): a newer one from the same client cancels it
-    serve_ollama(services, exchange, answer, label, build, supersede=client_key(exchange) if suffix else None)
+    serve_ollama(services, exchange, answer, label, build, "prompt", supersede=client_key(exchange) if suffix else None)
 
 
 def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:

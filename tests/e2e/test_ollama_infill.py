@@ -1,0 +1,74 @@
+"""Ollama's /api/generate with `suffix` (fill-in-the-middle, as Continue's Ollama provider asks)
+and `insert` among /api/show's capabilities, through the official `ollama` client on tiny models
+with and without FIM tokens: the real engine, forced middles through the real sampler."""
+
+from __future__ import annotations
+
+import json
+
+import ollama
+import pytest
+
+from clients import ollama_client
+from conftest import ServerProcess
+from rawhttp import post_json, request
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+
+
+@pytest.fixture(scope="module")
+def fim_server(tmp_path_factory):
+    models = tmp_path_factory.mktemp("ollama-fim-models")
+    write_tiny_gguf(models / "coder.gguf", chat_template=CHATML_TEMPLATE, fim="repo")
+    write_tiny_gguf(models / "plain.gguf", chat_template=CHATML_TEMPLATE)
+    srv = ServerProcess(None, "--models-dir", str(models), "--slots", "1", "--no-store")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(fim_server):
+    return ollama_client(fim_server)
+
+
+def forced(text: str) -> dict:
+    return {"grammar": "root ::= " + json.dumps(text), "num_predict": 16}
+
+
+def test_a_suffix_fills_the_middle(client):
+    reply = client.generate(model="coder", prompt="def add(a, b):\n    return ", suffix="\n",
+                            options=forced("a + b"), stream=False)
+    assert reply.response == "a + b" and reply.done and reply.done_reason == "stop"
+
+
+def test_a_suffix_streamed(client):
+    pieces = list(client.generate(model="coder:latest", prompt="x = [", suffix="]\n", options=forced("1, 2"),
+                                  stream=True))
+    assert "".join(p.response for p in pieces) == "1, 2"
+    assert pieces[-1].done and not any(p.done for p in pieces[:-1])
+
+
+def test_the_prompt_is_the_fim_layout(fim_server, client):
+    """The tokens /infill builds for the same prefix and suffix, not the chat template's turn."""
+    reply = client.generate(model="coder", prompt="abc", suffix="xyz", options={"num_predict": 1}, stream=False)
+    infill = request(fim_server.port, post_json("/infill", {"model": "coder", "input_prefix": "abc",
+                                                            "input_suffix": "xyz", "n_predict": 0})).json()
+    assert reply.prompt_eval_count == infill["tokens_evaluated"]
+    chat_turn = client.generate(model="coder", prompt="abc", options={"num_predict": 1}, stream=False)
+    assert chat_turn.prompt_eval_count != reply.prompt_eval_count
+
+
+def test_a_suffix_on_a_model_without_fim_tokens_is_a_400_in_ollamas_shape(fim_server, client):
+    resp = request(fim_server.port, post_json("/api/generate", {"model": "plain", "prompt": "a", "suffix": "b",
+                                                                "stream": False}))
+    assert resp.status == 400
+    error = resp.json()
+    assert list(error) == ["error"] and "'plain'" in error["error"] and "fill in the middle" in error["error"]
+    with pytest.raises(ollama.ResponseError) as caught:       # streamed too: the 400 comes before any line
+        list(client.generate(model="plain", prompt="a", suffix="b", stream=True))
+    assert caught.value.status_code == 400 and "'plain'" in caught.value.error
+
+
+def test_show_says_insert_for_a_model_with_fim_tokens(client):
+    assert "insert" in client.show("coder").capabilities
+    assert "insert" not in client.show("plain:latest").capabilities
+    assert "completion" in client.show("plain").capabilities
