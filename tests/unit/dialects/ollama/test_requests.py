@@ -3,7 +3,6 @@ format, names with tags; every bad field a 400 naming it."""
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
