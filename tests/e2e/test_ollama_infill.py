@@ -11,7 +11,7 @@ import pytest
 
 from clients import ollama_client
 from conftest import ServerProcess
-from rawhttp import post_json, request
+from rawhttp import RawConnection, post_json, request
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
 
 
@@ -66,6 +66,33 @@ def test_a_suffix_on_a_model_without_fim_tokens_is_a_400_in_ollamas_shape(fim_se
     with pytest.raises(ollama.ResponseError) as caught:       # streamed too: the 400 comes before any line
         list(client.generate(model="plain", prompt="a", suffix="b", stream=True))
     assert caught.value.status_code == 400 and "'plain'" in caught.value.error
+
+
+def test_a_newer_fill_from_the_same_client_cancels_the_older(fim_server, client):
+    """One slot: the older fill (a long forced middle, streamed) is cancelled by the newer one
+    with the same User-Agent, which gets the slot instead of waiting behind it."""
+    older = RawConnection(fim_server.port, timeout=60)
+    try:
+        older.send(post_json("/api/generate", {"model": "coder", "prompt": "a", "suffix": "b",
+                                               "options": {**forced("y" * 1500), "num_predict": 1500}},
+                             "User-Agent: editor-test/1\r\n"))
+        seen = b""
+        while b'"response"' not in seen:
+            seen += older.sock.recv(4096)       # the older one is generating
+        newer = request(fim_server.port, post_json("/api/generate", {
+            "model": "coder", "prompt": "a", "suffix": "b", "stream": False, "options": forced("ok")},
+            "User-Agent: editor-test/1\r\n"), timeout=60)
+        assert newer.json()["response"] == "ok"
+        while b'"done":true' not in seen:
+            data = older.sock.recv(65536)
+            assert data, "the older stream ended without its last line"
+            seen += data
+        line = [line for line in seen.split(b"\n") if b'"done":true' in line][0]
+        last = json.loads(line[line.index(b"{"):])         # the chunk's size may come before it
+        assert last["eval_count"] < 1500
+    finally:
+        older.close()
+    assert fim_server.wait_log("superseded by a newer completion from the same client")
 
 
 def test_show_says_insert_for_a_model_with_fim_tokens(client):
