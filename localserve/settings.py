@@ -22,7 +22,6 @@ DEFAULT_IDLE_TIMEOUT = 60.0        # a keep-alive connection may sit idle this l
 DEFAULT_DRAIN_TIMEOUT = 30.0       # SIGTERM: how long in-flight requests may finish
 DEFAULT_MAX_CONNECTIONS = 1024     # open connections (a thread each); beyond it: 503 and close
 INFLIGHT_BODIES = 4                # --max-inflight-bytes default: this many largest bodies at once
-MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
 DEFAULT_SLOTS = 4
 DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill

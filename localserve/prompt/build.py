@@ -21,10 +21,12 @@ from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..parsing.tools import marker_prompt_opened
-from ..settings import MAX_TOKENIZE_BYTES
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
+
+
+MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
 
 
 @dataclass(frozen=True)
