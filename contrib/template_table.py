@@ -10,6 +10,7 @@ test_template_corpus.py asserts the same).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -18,8 +19,11 @@ sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from agent_conversations import CHECKS, CONVERSATIONS, TOOLS, problems  # noqa: E402
 
-from localserve.errors import ApiError  # noqa: E402
-from localserve.prompt.build import ChatInput, function_definitions, render_chat  # noqa: E402
+from localserve.dialects.function_tools import function_definitions  # noqa: E402
+from localserve.dialects.openai.chat_input import read_messages  # noqa: E402
+from localserve.generation import PromptRefused  # noqa: E402
+from localserve.models.loaded import detect_chat_family  # noqa: E402
+from localserve.prompt.build import ChatInput, render_chat  # noqa: E402
 from localserve.prompt.probe import TemplateCaps  # noqa: E402
 from localserve.prompt.templates import ChatTemplate  # noqa: E402
 
@@ -61,13 +65,14 @@ def polyfills(caps: TemplateCaps) -> str:
 
 def row(name: str, text: str) -> list[str]:
     template = ChatTemplate(name, text, "<s>", "</s>")
+    template = dataclasses.replace(template, calls_family=detect_chat_family(template))   # as a model is served
     cells = [name, polyfills(template.caps)]
     for check in CHECKS:
         messages = CONVERSATIONS[check]
+        chat = ChatInput(messages=read_messages({"messages": messages}), tools=function_definitions(TOOLS))
         try:
-            prompt = render_chat(template, ChatInput(messages=messages, tools=function_definitions(TOOLS)))
-            cells.append("ok" if not problems(prompt, messages) else "FAIL")
-        except ApiError:
+            cells.append("ok" if not problems(render_chat(template, chat), messages) else "FAIL")
+        except PromptRefused:
             cells.append("error")
     return cells
 
