@@ -30,17 +30,24 @@ class StreamResult:
         return (self.completion_tokens - 1) / decode_time if decode_time > 0 else 0.0
 
 
-def stream_completion(port: int, body: dict, path: str = "/v1/completions", collect_text: bool = False) -> StreamResult:
-    texts = body.pop("text_prompts", None)
-    if texts is not None:         # a server that takes only text: send the prompt's text
-        body = {**body, "prompt": texts.get(tuple(body["prompt"])) or _text_of(body["prompt"], texts)}
-    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+def post_streaming(port: int, path: str, body: dict) -> tuple[socket.socket, float]:
+    """A JSON POST on a connection of its own, its answer left to read from the socket, and when it
+    was sent (perf_counter): the streaming figures are read straight off the wire."""
     payload = json.dumps(body).encode()
     head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
     sock = socket.create_connection(("127.0.0.1", port), timeout=600)
     started = time.perf_counter()
     sock.sendall(head + payload)
+    return sock, started
+
+
+def stream_completion(port: int, body: dict, path: str = "/v1/completions", collect_text: bool = False) -> StreamResult:
+    texts = body.pop("text_prompts", None)
+    if texts is not None:         # a server that takes only text: send the prompt's text
+        body = {**body, "prompt": texts.get(tuple(body["prompt"])) or _text_of(body["prompt"], texts)}
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    sock, started = post_streaming(port, path, body)
     buffer, first, usage = b"", None, None
     while True:
         data = sock.recv(65536)

@@ -18,19 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
 
 from llama_cpp import llama_cpp as ll
 
-from localserve.engine import cpu_weights
+from localserve.engine import cpu_weights, file_facts
 from localserve.engine.facade import FimTokens
 from localserve.prompt.fim import ExtraFile, FimInput, build_fim_prompt
 from localserve.runtime.promptcache import common_prefix
 
 from .bare import BareEngine
+from .client import post_streaming
 from .demo import model_or_demo
 from .server import LlamaServer, RunningServer
 from .table import print_table
@@ -66,6 +66,8 @@ class BareVocab:
                              rep=token(ll.llama_vocab_fim_rep), sep=token(ll.llama_vocab_fim_sep))
         bos = ll.llama_vocab_bos(vocab)
         self.prompt_start = [bos] if ll.llama_vocab_get_add_bos(vocab) and bos >= 0 else []
+        # what the server's engine reads: how far a text in characters can run before it is cut
+        self.max_piece_bytes = file_facts.longest_piece(("bench", id(vocab)), vocab, engine.n_vocab)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True, limit=None) -> list[int]:
         data = text.encode()
@@ -88,12 +90,7 @@ def keystrokes(n_file_tokens_hint: int = 2000) -> tuple[list[ExtraFile], list[di
 
 def infill_stream(port: int, body: dict) -> tuple[float, float, int]:
     """(seconds to the first content, seconds to the end, tokens predicted) of a streamed /infill."""
-    payload = json.dumps({**body, "stream": True}).encode()
-    head = (f"POST /infill HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
-    sock = socket.create_connection(("127.0.0.1", port), timeout=600)
-    started = time.perf_counter()
-    sock.sendall(head + payload)
+    sock, started = post_streaming(port, "/infill", {**body, "stream": True})
     pending, first, last = b"", None, None
     while last is None:
         data = sock.recv(65536)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import statistics
 import threading
 import time
 
-from .client import StreamResult
+from .client import StreamResult, post_streaming
 from .server import RunningServer
 from .table import print_table
 
@@ -89,14 +88,9 @@ def chat_stream(port: int, path: str, base: dict) -> StreamResult:
             "messages": [{"role": "user", "content": f"[{next(_markers)}] {MESSAGE}"}]}
     if not ollama:
         body["stream_options"] = {"include_usage": True}
-    payload = json.dumps(body).encode()
-    head = (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode()
     first_text = b'"content":"' if ollama else b'"delta":{"content":"'
     end_mark = b'"done":true' if ollama else b"data: [DONE]"
-    sock = socket.create_connection(("127.0.0.1", port), timeout=600)
-    started = time.perf_counter()
-    sock.sendall(head + payload)
+    sock, started = post_streaming(port, path, body)
     buffer, first = b"", None
     while True:
         data = sock.recv(65536)
