@@ -71,6 +71,9 @@ class GenerationRequest:
     # ends at its next line break; a line indented less than min_indent ends it before that line.
     line_time_limit: float | None = None
     min_indent: int = 0
+    # A fill-in-the-middle completion (every FIM route marks its own): with every slot busy it
+    # parks a running chat rather than wait behind it (runtime/preempt.py).
+    editor_completion: bool = False
 
 
 # ---- events, one queue per job -------------------------------------------------

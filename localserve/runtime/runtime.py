@@ -27,6 +27,7 @@ from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
 from .outcome import attach_logprobs, finished_output
 from .pending_sample import abandoned_running
+from .preempt import Parking
 from .promptcache import PromptCache
 from .take_token import take_token
 from .token_choice import SAMPLE_GRACE, Chosen, TokenChooser, TooSlow
@@ -61,6 +62,7 @@ class Runtime:
         self.cache = PromptCache(cache_bytes)
         self.kv = SlotKeeper(engine, self.cache)
         self.scheduler = Scheduler(slots, max_queue)
+        self.parking = Parking(engine, self.kv, self.scheduler)   # jobs set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
@@ -142,7 +144,7 @@ class Runtime:
         while True:
             with self.cond:
                 while (not self.stopping and not self.scheduler.waiting and not self._active()
-                       and not self.embeddings.pending):
+                       and not self.parking.parked and not self.embeddings.pending):
                     self.cond.wait()
                 if self.stopping:
                     break
@@ -160,7 +162,7 @@ class Runtime:
                     self._fail(job, GenerationFailure("internal error in the runtime"))
             finally:
                 self.outbox.deliver()
-        for job in self._active():
+        for job in self._active() + self.parking.take_all():
             self._retire(job, "cancelled")
         self.outbox.deliver()
         self.embeddings.stop()
@@ -225,6 +227,8 @@ class Runtime:
         self.outbox.put(gen, event)
 
     def _admit(self) -> None:
+        if self.parking.parked or self.scheduler.waiting:      # editor completions first (preempt.py)
+            self.parking.admit_editors(self._start_admitted, self._end_cancelled)
         if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
             return
         for gen in self.scheduler.drop_cancelled_waiting():
@@ -234,15 +238,18 @@ class Runtime:
             if slot is None:
                 self._end_cancelled_waiting(gen)
                 continue
-            try:
-                self._start(gen, slot)
-            except Exception:       # this job alone fails; the others and the slot go on
-                log.exception("could not start job %s (%s)", gen.id, gen.request.label)
-                if slot.job is not None and slot.job.gen is gen:
-                    self._fail(slot.job, GenerationFailure("internal error while starting this request"))
-                else:
-                    self.kv.clear(slot)
-                    self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
+            self._start_admitted(gen, slot)
+
+    def _start_admitted(self, gen: ActiveGeneration, slot: Slot) -> None:
+        try:
+            self._start(gen, slot)
+        except Exception:       # this job alone fails; the others and the slot go on
+            log.exception("could not start job %s (%s)", gen.id, gen.request.label)
+            if slot.job is not None and slot.job.gen is gen:
+                self._fail(slot.job, GenerationFailure("internal error while starting this request"))
+            else:
+                self.kv.clear(slot)
+                self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
@@ -365,9 +372,13 @@ class Runtime:
         self._emit(job.gen, Finished(output))
 
     def _cancel(self, job: Job) -> None:
+        self.kv.clear(job.slot)
+        self._end_cancelled(job)
+
+    def _end_cancelled(self, job: Job) -> None:
+        """A cancelled job's answer; its slot's sequence is already dealt with (a parked job has none)."""
         log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
                  job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
-        self.kv.clear(job.slot)
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         self._emit(job.gen, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),

@@ -105,6 +105,15 @@ class Scheduler:
             return gen, None
         return gen, choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
 
+    def first_waiting(self, wanted: Callable[[ActiveGeneration], bool]) -> ActiveGeneration | None:
+        """The first waiting job `wanted` picks, to admit out of its turn (an editor completion: preempt.py)."""
+        with self.cond:
+            return next((gen for gen in self.waiting if wanted(gen)), None)
+
+    def withdraw(self, gen: ActiveGeneration) -> None:
+        with self.cond:
+            self.waiting.remove(gen)
+
     # ---- the step ----------------------------------------------------------------------
 
     def cancelled(self) -> list[Job]:

@@ -87,7 +87,9 @@ def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, 
     tokens = fim_prompt(engine, model.model_id, FimInput(prefix=prefix, suffix=suffix), "suffix")
     check_fits(engine, tokens)
     options.stop = options.stop + fim_stop_strings(engine)
-    return tokens_request(engine, tokens, chat, options, label)
+    request = tokens_request(engine, tokens, chat, options, label)
+    request.editor_completion = True
+    return request
 
 
 def tokens_request(engine: EngineFacade, tokens: list[int], chat: ChatInput, options: Options,

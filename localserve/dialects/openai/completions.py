@@ -71,6 +71,7 @@ def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str
     request = read_request(model, body, request_id, tokens)
     if suffix:
         request.stop += fim_stop_strings(model.engine)
+        request.editor_completion = True
     if not echo:
         return request, ""
     return request, prompt_text if prompt_text is not None else _prompt_text(model.engine, body["prompt"], tokens)
