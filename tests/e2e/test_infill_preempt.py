@@ -18,6 +18,7 @@ from conftest import ServerProcess
 from rawhttp import post_json, request
 from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny_gguf
 
+PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
 CONTEXT = 4096
 CHAT_TOKENS = 3000      # long enough that the completion, sent after its first chunk, lands mid-chat
 
@@ -98,6 +99,10 @@ EDITOR_REQUESTS = {
     "completions": ("/v1/completions", {"prompt": "def f(x):\n    ", "suffix": "\n", "max_tokens": 8,
                                         "grammar": 'root ::= "return x"', "temperature": 0},
                     lambda a: a["choices"][0]["text"]),
+    # Continue's OpenAI provider: its own FIM template in a plain prompt (test_infill_continue.py)
+    "completions-fim-prompt": ("/v1/completions", {"prompt": f"{PRE}def f(x):\n    {SUF}\n{MID}", "max_tokens": 8,
+                                                   "grammar": 'root ::= "return x"', "temperature": 0},
+                               lambda a: a["choices"][0]["text"]),
     "ollama": ("/api/generate", {"prompt": "def f(x):\n    ", "suffix": "\n", "stream": False,
                                  "options": {"num_predict": 8, "temperature": 0, "grammar": 'root ::= "return x"'}},
                lambda a: a["response"]),
