@@ -29,7 +29,7 @@ from ..engine.engine import Engine
 from ..generation import ActiveGeneration
 from .jobs import Job, JobStatus, Slot
 from .kvslots import SlotKeeper
-from .scheduler import Scheduler
+from .scheduler import Scheduler, choose_slot
 
 log = logging.getLogger("localserve.runtime")
 
@@ -69,7 +69,7 @@ class Parking:
             end_cancelled(job)
         slots = self.scheduler.slots
         while (gen := self.scheduler.first_waiting(may_preempt)) is not None:
-            slot = self.slot_for_editor(slots)
+            slot = self.slot_for_editor(slots, gen)
             if slot is None:
                 break
             self.scheduler.withdraw(gen)
@@ -80,11 +80,12 @@ class Parking:
     def jobs(self) -> list[Job]:
         return [p.job for p in self.parked]
 
-    def slot_for_editor(self, slots: list[Slot]) -> Slot | None:
-        """A free slot, else one emptied by parking its job; None when every job must stay."""
+    def slot_for_editor(self, slots: list[Slot], gen: ActiveGeneration) -> Slot | None:
+        """A free slot (the one the scheduler would choose), else one emptied by parking its job;
+        None when every job must stay."""
         free = [s for s in slots if s.job is None]
         if free:
-            return free[0]
+            return choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
         candidates = [s for s in slots if may_be_parked(s.job)]
         if not candidates:
             return None
@@ -95,10 +96,11 @@ class Parking:
     def resume(self, slots: list[Slot]) -> list[Job]:
         """Parked jobs back into free slots, first parked first; those resumed."""
         resumed = []
-        for slot in [s for s in slots if s.job is None]:
-            if not self.parked:
-                break
-            self._restore(self.parked.pop(0), slot)
+        while self.parked and (free := [s for s in slots if s.job is None]):
+            parked = self.parked.pop(0)
+            held = parked.job.slot          # what it holds while parked: its tokens, its cache key
+            slot = choose_slot(free, held.tokens, held.cache_key)
+            self._restore(parked, slot)
             resumed.append(slot.job)
         return resumed
 

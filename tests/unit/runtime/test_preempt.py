@@ -153,3 +153,18 @@ def test_what_the_completion_left_goes_to_the_ram_cache_for_the_next_keystroke()
     rt.submit(request(prompt=keystroke + [4], editor_completion=True, max_tokens=1))
     rt.step()                               # the next keystroke parks the chat and finds its prefix
     assert engine.calls[-1] == ("restore", 0, b"state of 0") and rt.cache.hits == 1
+
+
+def test_an_editor_completion_takes_the_free_slot_holding_its_last_keystroke():
+    rt = Runtime(RecordingEngine(), slots=2, max_queue=4)
+    rt.submit(request(max_tokens=1))
+    run_until_idle(rt)                      # slot 0 holds a finished chat
+    first = [1, 3, 4, 5, 6]
+    rt.submit(request(prompt=first, editor_completion=True, max_tokens=1))
+    run_until_idle(rt)                      # slot 1, the empty one, holds the first keystroke
+    assert rt.slots[1].tokens[:len(first)] == first
+    nxt = rt.submit(request(prompt=first + [7], editor_completion=True, max_tokens=2))
+    rt.step()
+    assert rt.slots[1].job.gen is nxt
+    run_until_idle(rt)
+    assert drained(nxt)[-1].output.cached_tokens == len(first)
