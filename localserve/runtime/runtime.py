@@ -110,7 +110,8 @@ class Runtime:
 
     @property
     def queue_depth(self) -> int:
-        return len(self.scheduler.waiting)
+        """Jobs waiting for a slot: queued, or parked for an editor completion (preempt.py)."""
+        return len(self.scheduler.waiting) + len(self.parking.parked)
 
     @property
     def abandoned_samples(self) -> int:

@@ -168,3 +168,12 @@ def test_an_editor_completion_takes_the_free_slot_holding_its_last_keystroke():
     assert rt.slots[1].job.gen is nxt
     run_until_idle(rt)
     assert drained(nxt)[-1].output.cached_tokens == len(first)
+
+
+def test_a_parked_job_counts_as_waiting_so_its_model_is_not_idle():
+    rt = Runtime(RecordingEngine(), slots=1, max_queue=4)
+    rt.submit(request(max_tokens=50))
+    rt.step()
+    rt.submit(editor(max_tokens=1))
+    rt.step()                               # the completion ran and ended; the chat is still parked
+    assert rt.busy_slots == 0 and rt.queue_depth == 1
