@@ -71,6 +71,7 @@ class GenerationRequest:
     # ends at its next line break; a line indented less than min_indent ends it before that line.
     line_time_limit: float | None = None
     min_indent: int = 0
+    images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
 
 
 # ---- events, one queue per job -------------------------------------------------
