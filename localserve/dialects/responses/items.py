@@ -30,7 +30,6 @@ ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
-DETAILS = ("auto", "low", "high")      # accepted; the projector reads every image at its own size
 MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
 
 
@@ -136,8 +135,8 @@ def _content(content: Any, where: str, *, images: bool = False) -> list[str | di
 def _input_image(part: dict, where: str) -> dict:
     """{"type": "input_image", "image_url": "data:...", "detail"?}, checked, as it is listed."""
     detail = part.get("detail")
-    if detail is not None and detail not in DETAILS:
-        raise invalid(f"{where}.detail", f"expected one of {', '.join(DETAILS)}")
+    if detail is not None and not isinstance(detail, str):     # any level: the projector reads its own size
+        raise invalid(f"{where}.detail", "expected a string (auto, low, high)")
     if part.get("file_id") is not None and part.get("image_url") is None:
         raise refused(where, "file_id needs the Files API, which this server does not have; send the image "
                              "inline as a base64 data: URL in image_url", "unsupported_image_source")

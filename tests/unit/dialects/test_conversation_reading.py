@@ -64,7 +64,7 @@ def test_chat_reads_image_parts_in_user_turns_in_both_forms():
     ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {
         "url": imagefiles.data_url(imagefiles.WEBP, "image/webp")}}]}, "messages[0].content[1]",
      "unsupported_image_format"),
-    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG, "detail": "max"}}]},
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG, "detail": 2}}]},
      "messages[0].content[0].image_url.detail", "invalid_value"),
     ({"role": "user", "content": [{"type": "image_url"}]}, "messages[0].content[0].image_url", "invalid_value"),
     ({"role": "assistant", "content": [{"type": "image_url", "image_url": PNG}]}, "messages[0].content[0]",
@@ -206,7 +206,7 @@ def test_responses_reads_input_images_in_user_messages_and_call_outputs():
     ({"type": "input_image", "image_url": "https://x.test/a.png"}, "input[0].content[0]", "remote_image_url"),
     ({"type": "input_image", "image_url": imagefiles.data_url(imagefiles.HEIC, "image/heic")},
      "input[0].content[0]", "unsupported_image_format"),
-    ({"type": "input_image", "image_url": PNG, "detail": "x"}, "input[0].content[0].detail", "invalid_value"),
+    ({"type": "input_image", "image_url": PNG, "detail": ["high"]}, "input[0].content[0].detail", "invalid_value"),
 ])
 def test_responses_a_bad_input_image_is_a_400_naming_it(part, param, code):
     with pytest.raises(ApiError) as info:
