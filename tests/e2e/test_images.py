@@ -75,6 +75,17 @@ def test_chat_an_earlier_image_is_a_placeholder_and_the_answer_says_so(server, s
     assert server.wait_log("image(s) shown as text: the model has no vision projector")
 
 
+def test_chat_an_image_sent_beside_tool_results_is_what_the_tool_saw(server):
+    """Chat Completions' tool messages take no image: clients send it in a user message after them."""
+    raw = openai_sdk(server).chat.completions.with_raw_response.create(model="tiny", max_tokens=1, messages=[
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "saved"},
+        {"role": "user", "content": [{"type": "text", "text": "The screenshot:"}, image_url()]}])
+    assert raw.headers[HEADER] == "1" and raw.parse().choices[0].finish_reason in ("length", "stop")
+
+
 def test_apply_template_shows_the_placeholder_where_the_image_was(server):
     resp = request(server.port, post_json("/apply-template", {"messages": CHAT_EARLIER}))
     assert resp.status == 200 and resp.header(HEADER) == "1"
