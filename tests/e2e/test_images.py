@@ -17,7 +17,6 @@ import pytest
 import imagefiles
 from clients import anthropic_sdk, ollama_client, openai_sdk
 from rawhttp import post_json, request
-from sse import parse_sse
 from tinymodel import NO_EOG
 
 PLACEHOLDER = "[image omitted: this model has no vision]"
@@ -158,7 +157,9 @@ def test_anthropic_an_image_in_the_newest_user_turn_is_a_400(server, stream):
 def test_anthropic_a_tool_result_image_is_a_placeholder_and_counted_as_one(server, stream):
     client = anthropic_sdk(server)
     messages = read_tool_turns([{"type": "text", "text": "shot.png"}, anthropic_image()])
-    counted = client.messages.count_tokens(model="tiny", messages=messages).input_tokens
+    counting = client.messages.with_raw_response.count_tokens(model="tiny", messages=messages)
+    assert counting.headers[HEADER] == "1"
+    counted = counting.parse().input_tokens
     as_text = read_tool_turns([{"type": "text", "text": "shot.png"}, {"type": "text", "text": PLACEHOLDER}])
     assert counted == client.messages.count_tokens(model="tiny", messages=as_text).input_tokens
     raw = client.messages.with_raw_response.create(model="tiny", max_tokens=4, stream=stream, messages=messages,
