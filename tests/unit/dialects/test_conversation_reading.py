@@ -145,6 +145,14 @@ def test_anthropic_a_bad_image_block_is_a_400_naming_it(block, param, code):
     assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
 
 
+@pytest.mark.parametrize("body", [{"system": [_anthropic_image()], "messages": [{"role": "user", "content": "x"}]},
+                                  {"messages": [{"role": "assistant", "content": [_anthropic_image()]}]}])
+def test_anthropic_an_image_outside_user_turns_is_a_400(body):
+    with pytest.raises(ApiError) as info:
+        read_anthropic(body, KEY)
+    assert "image blocks are taken in user messages and tool results only" in info.value.message
+
+
 # ---- Responses ----------------------------------------------------------------------------
 
 def test_responses_items_become_turns_with_the_call_ids_and_tool_names():
