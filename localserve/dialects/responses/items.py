@@ -241,10 +241,14 @@ def item_text(item: dict) -> str:
     return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
 
 
-def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0) -> list[Message]:
+def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0,
+                images: dict[tuple[str, str], Image] | None = None) -> list[Message]:
     """Normalized items → the conversation. Consecutive function calls (and the assistant text
     before them) become one assistant turn; a reasoning item goes with the next one. inputs:
-    how many of the last items are the request's `input` (an image names its place there)."""
+    how many of the last items are the request's `input` (an image names its place there);
+    images: the images already decoded, by place and URL (a truncated history is turned into
+    messages a few times over; each image is decoded and hashed once)."""
+    images = {} if images is None else images
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
@@ -254,7 +258,7 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
         if kind == "reasoning":
             reasoning = item_text(item) or None
         elif kind == "message" and item["role"] != "assistant":
-            messages.append(Message(item["role"], _parts(item["content"], f"{where}.content")))
+            messages.append(Message(item["role"], _parts(item["content"], f"{where}.content", images)))
         elif kind == "message":
             messages.append(Message("assistant", (Text(item_text(item)), *_reasoning_part(reasoning))))
             reasoning = None
@@ -269,15 +273,23 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
                 reasoning = None
         elif kind in OUTPUT_TYPES:
             output = item["output"]
-            content = output if isinstance(output, str) else _parts(output, f"{where}.output")
+            content = output if isinstance(output, str) else _parts(output, f"{where}.output", images)
             messages.append(Message("tool", (ToolResult(item["call_id"], content, name=names.get(item["call_id"])),)))
     return messages
 
 
-def _parts(parts: list[dict], where: str) -> tuple[Text | Image, ...]:
+def _parts(parts: list[dict], where: str, images: dict[tuple[str, str], Image]) -> tuple[Text | Image, ...]:
     """Normalized content parts as the conversation's (images were checked when read)."""
-    return tuple(image_from_url(p["image_url"], f"{where}[{k}]") if p["type"] == "input_image"
-                 else Text(p.get("text") or p.get("refusal") or "") for k, p in enumerate(parts))
+    out: list[Text | Image] = []
+    for k, part in enumerate(parts):
+        if part["type"] == "input_image":
+            key = (f"{where}[{k}]", part["image_url"])
+            if key not in images:
+                images[key] = image_from_url(part["image_url"], key[0])
+            out.append(images[key])
+        else:
+            out.append(Text(part.get("text") or part.get("refusal") or ""))
+    return tuple(out)
 
 
 def call_of(item: dict) -> ToolCall:

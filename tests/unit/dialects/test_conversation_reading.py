@@ -207,6 +207,11 @@ def test_responses_reads_input_images_in_user_messages_and_call_outputs():
     assert messages[0] == Message("user", (Text("look"), image))
     assert messages[2] == Message("tool", (ToolResult("call_a", (image,), name="view_image"),))
     assert messages[0].parts[1].where == "input[0].content[1]"
+    # a truncated history is made into messages again: its images are decoded once
+    decoded: dict = {}
+    first = to_messages(items, inputs=3, images=decoded)
+    again = to_messages(items[1:], inputs=3, images=decoded)
+    assert again[-1].parts[0].content[0] is first[-1].parts[0].content[0] and len(decoded) == 2
 
 
 @pytest.mark.parametrize("part, param, code", [
