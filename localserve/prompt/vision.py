@@ -38,10 +38,11 @@ def fit_images(model: ChatModel, chat: ChatInput) -> None:
         return
     answered = chat.messages[answered_from(chat.messages):]
     asked = [] if any(m.of(ToolResult) for m in answered) else images_in(answered, results=False)
-    for image in asked:
-        raise PromptRefused(f"invalid '{image.where}': model '{model.name}' has no vision projector, so it "
-                            f"cannot read images; use a model with one, or send text", code="model_has_no_vision",
-                            param=image.where or "messages")
+    if asked:
+        where = asked[0].where
+        raise PromptRefused(f"invalid '{where}': model '{model.name}' has no vision projector, so it cannot read "
+                            f"images; use a model with one, or send text", code="model_has_no_vision",
+                            param=where or "messages")
     chat.messages = [without_images(message) for message in chat.messages]
     chat.images_omitted = len(images)
 
