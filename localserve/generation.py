@@ -74,6 +74,7 @@ class GenerationRequest:
     # A fill-in-the-middle completion (every FIM route marks its own): with every slot busy it
     # parks a running chat rather than wait behind it (runtime/preempt.py).
     editor_completion: bool = False
+    images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
 
 
 # ---- events, one queue per job -------------------------------------------------

@@ -52,7 +52,7 @@ def test_a_participant_name_is_kept():
 
 def test_an_image_is_no_template_s_yet():
     with pytest.raises(TemplateError):
-        template_messages([Message("user", (Text("look"), Image("image/png", b"\x89PNG")))])
+        template_messages([Message("user", (Text("look"), Image(b"\x89PNG", "image/png")))])
 
 
 def test_tools_read_as_openai_function_objects_without_strict():
