@@ -37,6 +37,8 @@ log = logging.getLogger("localserve.engine")
 
 
 class Engine:
+    projector = None        # the model's vision projector (vision.py), attached once both are loaded
+
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
@@ -375,7 +377,14 @@ class Engine:
         tokens = self.tokenize(f"<{text}>", add_special=False, parse_special=True)
         return tokens[0] if len(tokens) == 1 else None
 
+    def evaluate_image(self, chunk: object, n_past: int, seq_id: int) -> float:
+        """An image chunk's embeddings into the sequence from n_past (vision.py); the seconds taken."""
+        return self.projector.evaluate(self.ctx, chunk, n_past, seq_id, self.n_batch)
+
     def close(self) -> None:
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.ctx:
             self._batch.free()
             ll.llama_free(self.ctx)

@@ -21,6 +21,7 @@ from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..parsing.tools import marker_prompt_opened
+from .media import images_in_order, tokenize_with_images
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
@@ -126,10 +127,14 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     """`text`: the chat already rendered by the caller (render_chat), to render it once."""
     if text is None:
         text = render_chat(model.template, chat)
-    tokens = tokenize_prompt(model.engine, text, fit=True)
+    images = images_in_order(chat.messages)
+    if images:
+        tokens, chunks = tokenize_with_images(model.engine, text, images)
+    else:
+        tokens, chunks = tokenize_prompt(model.engine, text, fit=True), []
     check_fits(model.engine, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
-                                logprobs=logprobs, top_logprobs=top_logprobs, label=label)
+                                logprobs=logprobs, top_logprobs=top_logprobs, label=label, images=chunks)
     fmt = detect_reasoning(model.template.text, text) or model.default_reasoning
     # A grammar forced on a prompt that opened the reasoning block first closes it:
     # otherwise the whole constrained answer would land inside the reasoning.

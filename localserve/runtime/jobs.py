@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..generation import ActiveGeneration, GenerationRequest
+from ..generation import ActiveGeneration, GenerationRequest, ImageChunk
 from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
@@ -114,3 +114,17 @@ class Job:
     @property
     def prompt_left(self) -> int:
         return len(self.prompt) - self.n_past
+
+    @property
+    def image_here(self) -> ImageChunk | None:
+        """The image its prompt reaches next, when the cache holds everything before it."""
+        for image in self.request.images:
+            if image.start == self.n_past:
+                return image
+        return None
+
+    @property
+    def text_left(self) -> int:
+        """Prompt tokens it can decode as tokens before its next image (or the prompt's end)."""
+        ahead = [image.start for image in self.request.images if image.start >= self.n_past]
+        return (min(ahead) if ahead else len(self.prompt)) - self.n_past

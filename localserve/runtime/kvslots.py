@@ -5,6 +5,7 @@ sequence that shares more with the new prompt is restored instead."""
 from __future__ import annotations
 
 from ..engine.engine import Engine
+from ..generation import ImageChunk, outside_images
 from .jobs import Slot
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 
@@ -14,10 +15,12 @@ class SlotKeeper:
         self.engine = engine
         self.cache = cache
 
-    def prepare(self, slot: Slot, prompt: list[int]) -> int:
-        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept."""
+    def prepare(self, slot: Slot, prompt: list[int], images: list[ImageChunk] = ()) -> int:
+        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept (never
+        part of an image: its chunk is evaluated whole)."""
         shared = self._reuse_cache(slot, prompt)
         keep = max(0, min(shared, len(prompt) - 1))     # the last prompt token is always decoded
+        keep = outside_images(images, keep)
         return keep if self._truncate(slot, keep) else 0
 
     def clear(self, slot: Slot) -> None:

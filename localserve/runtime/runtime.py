@@ -21,6 +21,7 @@ from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure
                          GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
                          RuntimeStopped, SamplingTooSlow)
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
+from .images import ImageWork, text_tokens
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
@@ -67,6 +68,7 @@ class Runtime:
         self.outbox = Outbox()          # a step's events go out together, after the step
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
+        self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -185,6 +187,8 @@ class Runtime:
         for job in self.scheduler.cancelled():
             self._cancel(job)
         self._take_decided(self.choice.take_ready())
+        for job, error in self.images.evaluate(self.scheduler.runnable()):
+            self._fail(job, error)
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
@@ -193,7 +197,8 @@ class Runtime:
         drafts = None
         if self.speculator.on:
             drafts = self.speculator.propose(jobs, draft_room(jobs, self.engine.n_batch), self.engine.n_ctx_seq)
-        return self.scheduler.plan(jobs, self.engine.n_batch, drafts)
+        plan = self.scheduler.plan(jobs, self.engine.n_batch, drafts)
+        return plan if plan.entries else None      # every job is at an image: evaluated next step
 
     def _postprocess(self, plan: BatchPlan) -> None:
         self.metrics.record_prefill(sum(row.n_tokens for row in plan.rows if row.job in plan.prefill_jobs))
@@ -249,14 +254,14 @@ class Runtime:
         self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
-        keep = self.kv.prepare(slot, gen.request.prompt_tokens)
+        keep = self.kv.prepare(slot, gen.request.prompt_tokens, gen.request.images)
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
             self._fail_unstarted(gen, InvalidGrammar(str(exc)))
             return
         job = Job(gen, slot, sampler, keep)
-        job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
+        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
         job.start()
         self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
 

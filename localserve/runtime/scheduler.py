@@ -124,7 +124,7 @@ def draft_room(jobs: list[Job], n_batch: int) -> int:
     have theirs: a step full of prefill has none (a draft there would only slow the prompts)."""
     decoding = sum(1 for j in jobs if j.status is JobStatus.DECODING)
     chunk_limit = SHARED_PREFILL_CHUNK if decoding else n_batch
-    prefill = sum(min(j.prompt_left, chunk_limit) for j in jobs if j.prefilling)
+    prefill = sum(min(j.text_left, chunk_limit) for j in jobs if j.prefilling)
     return n_batch - decoding - prefill
 
 
@@ -165,7 +165,9 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
     for job in jobs:
         if not job.prefilling or budget <= 0:
             continue
-        n = min(job.prompt_left, budget, chunk_limit)
+        n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
+        if n <= 0:
+            continue
         last = n == job.prompt_left
         for i in range(n):
             pos = job.n_past + i
