@@ -113,6 +113,7 @@ class GenerationRequest:
     line_time_limit: float | None = None
     min_indent: int = 0
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
+    images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
 
 
 # ---- events, one queue per job -------------------------------------------------

@@ -6,6 +6,8 @@ from functools import partial
 from typing import Any
 
 from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from ..prompt.vision import fit_images
+from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
 from .fields import invalid, read_bool
@@ -73,6 +75,8 @@ def apply_template(services: Services, exchange: Exchange) -> None:
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
+        fit_images(model.chat, chat)
+        report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}")
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 
 
@@ -82,4 +86,5 @@ def _apply_responses_template(services: Services, exchange: Exchange, body: dict
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
                          signing_key=services.signing_key, store=services.store)
         tokens = plan.generation.prompt_tokens
+        report_omitted(exchange, plan.generation.images_omitted, f"apply-template {exchange.request_id}")
         exchange.send_json({"prompt": model.chat.engine.detokenize(tokens), "prompt_tokens": len(tokens)})

@@ -111,7 +111,7 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
     try:
         engine.projector = _projector(engine, settings, threads)
         watch.lap("vision projector")
-        chat = _chat_model(engine, settings)
+        chat = _chat_model(engine, settings, entry.name)
         watch.lap("chat template")
         spec = spec_for(engine, settings.pooling, settings.batch_size)
         draft_model = _draft_model(engine, settings, threads)
@@ -159,7 +159,7 @@ def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel
         raise LoadFailed(str(exc), usage=True) from None
 
 
-def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
+def _chat_model(engine: Engine, settings: Settings, name: str) -> ChatModel:
     info = engine.info
     try:
         template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
@@ -173,7 +173,8 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
     family = named_family(settings.tool_syntax) if settings.tool_syntax else detect_chat_family(template)
     template = replace(template, calls_family=family)   # calls shown as text in its words
     return ChatModel(EngineFacade(engine), template, tool_syntax=family.name, tool_family=family,
-                     default_reasoning=REASONING_FORMATS["think"] if thinks else None)
+                     default_reasoning=REASONING_FORMATS["think"] if thinks else None, name=name,
+                     vision=engine.projector is not None)
 
 
 def detect_chat_family(template: ChatTemplate) -> ToolSyntax:

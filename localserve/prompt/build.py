@@ -38,6 +38,8 @@ class ChatModel:
     tool_syntax: str = "json"                          # the family's name (the model's meta)
     tool_family: ToolSyntax | None = None              # the family itself, when derived from the template
     default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
+    name: str = ""                                     # the model's name, as refusals name it
+    vision: bool = False                               # it has a vision projector: it reads images (vision.py)
 
 
 @dataclass
@@ -57,6 +59,7 @@ class ChatInput:
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
     add_generation_prompt: bool = True                   # False: a history only (/apply-template)
+    images_omitted: int = 0                              # images shown as text: the model has no vision (vision.py)
 
     @property
     def strict_tools(self) -> frozenset[str]:
@@ -134,7 +137,8 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
         tokens, chunks = tokenize_prompt(model.engine, text, fit=True), []
     check_fits(model.engine, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
-                                logprobs=logprobs, top_logprobs=top_logprobs, label=label, images=chunks)
+                                logprobs=logprobs, top_logprobs=top_logprobs, label=label, images=chunks,
+                                images_omitted=chat.images_omitted)
     fmt = detect_reasoning(model.template.text, text) or model.default_reasoning
     # A grammar forced on a prompt that opened the reasoning block first closes it:
     # otherwise the whole constrained answer would land inside the reasoning.

@@ -12,8 +12,6 @@ different one, and the runtime evaluates the chunk when its sequence reaches it.
 
 from __future__ import annotations
 
-import hashlib
-
 from ..conversation import Image, Message, ToolResult
 from ..engine.facade import EngineFacade, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
@@ -65,11 +63,8 @@ def _text_tokens(engine: EngineFacade, text: str, fit: bool, *, first: bool) -> 
 
 
 def _add_image(engine: EngineFacade, image: Image, tokens: list[int], chunks: list[ImageChunk]) -> None:
-    where = getattr(image, "where", "") or "messages"
-    if image.data is None:
-        raise PromptRefused(f"invalid '{where}': only images sent as data are read", code="invalid_image",
-                            param=where)
-    digest = hashlib.sha256(image.data).hexdigest()
+    where = image.where or "messages"
+    digest = image.digest
     try:
         segments = engine.image_segments(image.data)
     except ImageUnreadable as exc:

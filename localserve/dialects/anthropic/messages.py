@@ -40,6 +40,7 @@ from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
 from ..services import Services
 from ..failures import prompt_refusals
+from ..image_parts import report_omitted
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
 from .prompt import MessagesPrompt, cache_usage, read_prompt
@@ -97,6 +98,7 @@ def handle_count_tokens(services: Services, exchange: Exchange) -> None:
     with use_model(models, body, LoadWait(exchange)) as model, prompt_refusals():
         prompt = read_prompt(model.chat, services.signing_key, body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
+        report_omitted(exchange, prompt.chat.images_omitted, f"count_tokens {exchange.request_id}")
         tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
         answer: dict[str, Any] = {"input_tokens": len(tokens)}
     if prompt.edits is not None:

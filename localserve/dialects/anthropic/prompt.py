@@ -20,6 +20,7 @@ from typing import Callable
 from ...conversation import Message, Text, ToolResult
 from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
 from ...prompt.messages import result_text
+from ...prompt.vision import fit_images
 from .edits import EditResult, apply_edits, read_edits
 from .input import MessagesInput, read_input
 
@@ -50,6 +51,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     check_client raises when the client has left (between context edits, before the render)."""
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
+    fit_images(model, chat)         # before any render: count_tokens counts what /v1/messages runs
     edit_list = read_edits(body)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens

@@ -5,7 +5,9 @@ Each item is validated and normalized to the shape the API returns when it lists
 (`GET /v1/responses/{id}/input_items`, conversation items): an id, `type`, `status`, and
 content as typed parts. Stored items, chained items and conversation items are all in that
 shape, so one function turns any run of them into the conversation (localserve/conversation.py)
-that prompt.build_chat_request renders.
+that prompt.build_chat_request renders. A user message's `input_image` parts (a base64 data:
+URL in `image_url`; a `file_id` is refused: there is no Files API) are checked as they are
+read and kept as sent; so are those of a function call's output given as an array of parts.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any
 
 import orjson
 
-from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
+from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
+from ..image_parts import image_from_url, refused
 from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
@@ -27,6 +30,7 @@ ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
+DETAILS = ("auto", "low", "high")      # accepted; the projector reads every image at its own size
 MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
 
 
@@ -96,31 +100,49 @@ def _message(item: dict, where: str) -> dict:
     role = item.get("role")
     if role not in MESSAGE_ROLES:
         raise invalid(f"{where}.role", f"expected one of {', '.join(MESSAGE_ROLES)}, got {role!r}")
-    texts = _texts(item.get("content"), f"{where}.content")
+    parts = _content(item.get("content"), f"{where}.content", images=role == "user")
     out = message_item(role, "", _item_id(item, where, "message"))
     template = out["content"][0]
-    out["content"] = [{**template, "text": text} for text in texts]
+    out["content"] = [part if isinstance(part, dict) else {**template, "text": part} for part in parts]
     return out
 
 
-def _texts(content: Any, where: str) -> list[str]:
+def _content(content: Any, where: str, *, images: bool = False) -> list[str | dict]:
+    """Content parts: each text part's text; an image part (where `images` takes them) as the
+    normalized input_image part."""
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
         raise invalid(where, "expected a string or an array of content parts")
-    texts = []
+    parts: list[str | dict] = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
+            parts.append(part["text"])
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
+            parts.append(part["refusal"])
         elif kind in TEXT_PARTS or kind == "refusal":
             raise invalid(f"{where}[{i}]", "a text part needs a string 'text'")
+        elif kind == "input_image" and images:
+            parts.append(_input_image(part, f"{where}[{i}]"))
+        elif kind == "input_image":
+            raise invalid(f"{where}[{i}]", "image parts are taken in user messages and function call outputs only")
         else:
             raise unsupported(f"{where}[{i}].type", f"content part type '{kind}' is not supported; "
-                                                    f"this server takes text only")
-    return texts
+                                                    f"this server takes text and input_image parts")
+    return parts
+
+
+def _input_image(part: dict, where: str) -> dict:
+    """{"type": "input_image", "image_url": "data:...", "detail"?}, checked, as it is listed."""
+    detail = part.get("detail")
+    if detail is not None and detail not in DETAILS:
+        raise invalid(f"{where}.detail", f"expected one of {', '.join(DETAILS)}")
+    if part.get("file_id") is not None and part.get("image_url") is None:
+        raise refused(where, "file_id needs the Files API, which this server does not have; send the image "
+                             "inline as a base64 data: URL in image_url", "unsupported_image_source")
+    image_from_url(part.get("image_url"), where)
+    return {"type": "input_image", "image_url": part["image_url"], "detail": detail or "auto", "file_id": None}
 
 
 def _required_str(item: dict, key: str, where: str) -> str:
@@ -176,9 +198,11 @@ def _local_shell_call(item: dict, where: str) -> dict:
 def _call_output(item: dict, where: str, kind: str) -> dict:
     output = item.get("output")
     if isinstance(output, list):
-        output = "\n".join(_texts(output, f"{where}.output"))
-    if not isinstance(output, str):
-        raise invalid(f"{where}.output", "expected a string or an array of text parts")
+        parts = _content(output, f"{where}.output", images=True)
+        output = [p if isinstance(p, dict) else {"type": "input_text", "text": p} for p in parts] \
+            if any(isinstance(p, dict) for p in parts) else "\n".join(parts)
+    if not isinstance(output, (str, list)):
+        raise invalid(f"{where}.output", "expected a string or an array of text and image parts")
     if kind == "local_shell_call_output":   # its `id` is the call's id
         call_id = item.get("call_id") or item.get("id")
         if not isinstance(call_id, str) or not call_id:
@@ -218,18 +242,20 @@ def item_text(item: dict) -> str:
     return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
 
 
-def to_messages(items: list[dict], instructions: str | None = None) -> list[Message]:
+def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0) -> list[Message]:
     """Normalized items → the conversation. Consecutive function calls (and the assistant text
-    before them) become one assistant turn; a reasoning item goes with the next one."""
+    before them) become one assistant turn; a reasoning item goes with the next one. inputs:
+    how many of the last items are the request's `input` (an image names its place there)."""
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
-    for item in items:
+    for j, item in enumerate(items):
         kind = item["type"]
+        where = f"input[{j - len(items) + inputs}]" if j >= len(items) - inputs else "previous_response_id"
         if kind == "reasoning":
             reasoning = item_text(item) or None
         elif kind == "message" and item["role"] != "assistant":
-            messages.append(text_message(item["role"], item_text(item)))
+            messages.append(Message(item["role"], _parts(item["content"], f"{where}.content")))
         elif kind == "message":
             messages.append(Message("assistant", (Text(item_text(item)), *_reasoning_part(reasoning))))
             reasoning = None
@@ -243,9 +269,16 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[Mess
                 messages.append(Message("assistant", (Text(""), *_reasoning_part(reasoning), call)))
                 reasoning = None
         elif kind in OUTPUT_TYPES:
-            messages.append(Message("tool", (ToolResult(item["call_id"], item["output"],
-                                                        name=names.get(item["call_id"])),)))
+            output = item["output"]
+            content = output if isinstance(output, str) else _parts(output, f"{where}.output")
+            messages.append(Message("tool", (ToolResult(item["call_id"], content, name=names.get(item["call_id"])),)))
     return messages
+
+
+def _parts(parts: list[dict], where: str) -> tuple[Text | Image, ...]:
+    """Normalized content parts as the conversation's (images were checked when read)."""
+    return tuple(image_from_url(p["image_url"], f"{where}[{k}]") if p["type"] == "input_image"
+                 else Text(p.get("text") or p.get("refusal") or "") for k, p in enumerate(parts))
 
 
 def call_of(item: dict) -> ToolCall:

@@ -17,6 +17,7 @@ from ...errors import ApiError
 from ..limits import MAX_PROMPT_ITEMS
 from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
+from ...prompt.vision import fit_images
 from ..failures import api_error, context_overflow
 from ..signing import seal, unseal
 from ...store.store import Store, new_id
@@ -113,7 +114,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     rendered = open_reasoning(signing_key, context, "previous_response_id") + \
         open_reasoning(signing_key, items, "input")
     generation = build_prompt(model, rendered, instructions, chat, sampling, truncation=truncation,
-                              check_client=check_client, max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
+                              check_client=check_client, inputs=len(items), max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
                               top_logprobs=top_logprobs, label=f"responses {request_id}")
     if generation.tools is not None:
         # Collect every call the model makes: with parallel_tool_calls false a second call
@@ -206,10 +207,12 @@ def context_items(store: Store | None, previous_id: str | None, conversation_id:
 
 def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
                  sampling: SamplingParams, *, truncation: str, check_client: Callable[[], None],
-                 **options: Any) -> GenerationRequest:
-    """Render and tokenize; with truncation "auto", the newest items that fit."""
+                 inputs: int = 0, **options: Any) -> GenerationRequest:
+    """Render and tokenize; with truncation "auto", the newest items that fit. `inputs`: how
+    many of the last items are the request's own input."""
     def build(kept: list[dict]) -> GenerationRequest:
-        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions))
+        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs))
+        fit_images(model, attempt)
         return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
 
     try:
