@@ -151,3 +151,17 @@ def test_bytes_that_are_no_image_are_refused_before_the_runtime(model):
 def test_text_that_looks_like_a_marker_is_only_text(model):
     request, _ = run(model, [Message("user", (Text("<__media__> <__image__>"),))])
     assert request.images == [] and min(request.prompt_tokens) >= 0
+
+
+def test_an_image_conversation_evicted_from_its_slot_comes_back_from_the_ram_cache(model):
+    conversation = ask(PNG, "a long look at this screenshot, please")
+    request, first = run(model, conversation)
+    encoded = images_encoded(model)
+    # two other conversations take both slots: the image's sequence goes to the RAM cache
+    for text in ("x " * 40, "y " * 40):
+        run(model, [Message("user", (Text(text),))])
+    assert len(model.runtime.cache) >= 1
+    _, again = run(model, conversation)
+    assert again.content == first.content
+    assert again.cached_tokens >= request.images[0].end
+    assert images_encoded(model) == encoded
