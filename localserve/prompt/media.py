@@ -53,6 +53,15 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
     return tokens, chunks
 
 
+def shown_prompt(engine: EngineFacade, tokens: list[int], images: list[ImageChunk]) -> str:
+    """The prompt as text, each image the media marker (never its placeholder ids detokenized)."""
+    parts, at = [], 0
+    for image in images:
+        parts += [engine.detokenize(tokens[at:image.start]), MEDIA_MARKER]
+        at = image.end
+    return "".join(parts) + engine.detokenize(tokens[at:])
+
+
 def _text_tokens(engine: EngineFacade, text: str, fit: bool, *, first: bool) -> list[int]:
     if not text and not first:
         return []

@@ -14,15 +14,16 @@ import logging
 
 from ..engine.engine import Engine
 from ..generation import GenerationFailure, GenerationRequest
+from ..ops.metrics import ServerMetrics
 from .jobs import Job
 
 log = logging.getLogger("localserve.runtime")
 
 
 class ImageWork:
-    def __init__(self, engine: Engine, metrics):
+    def __init__(self, engine: Engine, metrics: ServerMetrics):
         self.engine = engine
-        self.metrics = metrics          # ops/metrics.py's ModelMetrics (record_image)
+        self.metrics = metrics          # the model's (ModelMetrics), which records as ServerMetrics does
 
     def evaluate(self, jobs: list[Job]) -> list[tuple[Job, GenerationFailure]]:
         """Each prefilling job whose sequence reached an image gets it evaluated; the jobs that

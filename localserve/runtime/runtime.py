@@ -171,7 +171,7 @@ class Runtime:
 
     def step(self) -> None:
         plan = self._schedule()
-        if plan is None:
+        if plan is None or not plan.entries:        # none, or every job at an image (images.py)
             return
         try:
             self.engine.decode(plan.entries, plan.abort_check())
@@ -197,8 +197,7 @@ class Runtime:
         drafts = None
         if self.speculator.on:
             drafts = self.speculator.propose(jobs, draft_room(jobs, self.engine.n_batch), self.engine.n_ctx_seq)
-        plan = self.scheduler.plan(jobs, self.engine.n_batch, drafts)
-        return plan if plan.entries else None      # every job is at an image: evaluated next step
+        return self.scheduler.plan(jobs, self.engine.n_batch, drafts)
 
     def _postprocess(self, plan: BatchPlan) -> None:
         self.metrics.record_prefill(sum(row.n_tokens for row in plan.rows if row.job in plan.prefill_jobs))

@@ -165,3 +165,15 @@ def test_an_image_conversation_evicted_from_its_slot_comes_back_from_the_ram_cac
     assert again.content == first.content
     assert again.cached_tokens >= request.images[0].end
     assert images_encoded(model) == encoded
+
+
+def test_with_a_draft_model_an_image_prompt_answers_as_the_bare_engine(files, bare):
+    path, mmproj = files
+    settings = Settings(model=path, mmproj=mmproj, ctx_size=512, slots=1, speculative="draft", draft_model=path)
+    drafting = load(ModelEntry("drafting", path), settings, ServerMetrics(), threads=1)
+    try:
+        messages = ask(PNG, "drafted?")
+        _, output = run(drafting, messages)
+        assert output.content == drafting.chat.engine.detokenize(bare_tokens(drafting, bare, messages)[0])
+    finally:
+        drafting.close().close()

@@ -116,6 +116,16 @@ def test_two_images_answer_differently_and_the_same_image_next_turn_comes_from_t
     assert metric(server, "localserve_image_seconds_total") > 0
 
 
+def test_apply_template_shows_the_marker_where_an_image_stands_in_both_shapes(server):
+    chat = request(server.port, post_json("/apply-template", {"messages": ASK})).json()["prompt"]
+    responses = request(server.port, post_json("/apply-template", {"input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
+                                     {"type": "input_image", "image_url": imagefiles.data_url(PNG)}]}]})).json()
+    assert len(SERVER_MARKER.findall(chat)) == 1
+    assert SERVER_MARKER.findall(responses["prompt"]) == SERVER_MARKER.findall(chat)
+    assert responses["prompt_tokens"] > IMAGE_TOKENS
+
+
 def anthropic_image(data: bytes) -> dict:
     return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": imagefiles.b64(data)}}
 
