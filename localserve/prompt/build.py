@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..conversation import Message, ToolDefinition
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
-from ..generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
+from ..generation import MEDIA_MARKER, ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.content_markup import detect_content_markup
@@ -99,6 +99,15 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
     if fit:
         return tokenize_to_fit(engine, text, add_special=True, parse_special=True)
     return tokenize_capped(engine, text, param, add_special=True, parse_special=True)
+
+
+def tokenize_shown(engine: EngineFacade, text: str, messages: list[Message], *, fit: bool = False) -> list[int]:
+    """The tokens of a rendered chat, or of its start, counted as the runtime would run them: each
+    media marker in it as its image's positions (the messages' images, in order)."""
+    images = images_in_order(messages)[:text.count(MEDIA_MARKER)]
+    if not images:
+        return tokenize_prompt(engine, text, fit=fit)
+    return tokenize_with_images(engine, text, images, fit=fit, text_after=False)[0]
 
 
 def tokenize_to_fit(engine: EngineFacade, text: str, **options: bool) -> list[int]:

@@ -30,11 +30,12 @@ def images_in_order(messages: list[Message]) -> list[Image]:
     return found
 
 
-def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *,
-                         fit: bool = True) -> tuple[list[int], list[ImageChunk]]:
+def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *, fit: bool = True,
+                         text_after: bool = True) -> tuple[list[int], list[ImageChunk]]:
     """The prompt's tokens with each image's placeholder ids, and its image chunks. fit: the
-    prompt must fit the context (ContextOverflow). PromptRefused for an image the projector
-    cannot read, or a template that did not show each image once."""
+    prompt must fit the context (ContextOverflow); text_after: it must not end with an image
+    (a prompt to run; a count need not). PromptRefused for an image the projector cannot read,
+    or a template that did not show each image once."""
     pieces = text.split(MEDIA_MARKER)
     if len(pieces) - 1 != len(images):
         raise PromptRefused(f"the chat template showed {len(pieces) - 1} image(s) of the {len(images)} the "
@@ -46,7 +47,7 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
         tokens += _text_tokens(engine, piece, fit, first=False)
     if fit and len(tokens) >= engine.n_ctx:
         raise ContextOverflow(len(tokens), engine.n_ctx)
-    if chunks and chunks[-1].end == len(tokens):
+    if text_after and chunks and chunks[-1].end == len(tokens):
         # the runtime reads the next token's logits off the prompt's last token: it must be text
         raise PromptRefused("the prompt ends with an image: put text (or the generation prompt) after it",
                             code="invalid_image", param="messages")

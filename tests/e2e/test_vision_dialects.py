@@ -145,7 +145,10 @@ def test_anthropic_an_image_is_answered_as_the_bare_engine_answers_it(server, ba
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, anthropic_image(PNG)]}]
     client = anthropic_sdk(server)
     assert anthropic_text(client, stream, messages=messages, extra_body={"logit_bias": NO_EOG}) == expected
-    assert client.messages.count_tokens(model="tiny", messages=messages).input_tokens > IMAGE_TOKENS
+    counted = client.messages.count_tokens(model="tiny", messages=messages).input_tokens
+    usage = client.messages.create(model="tiny", max_tokens=1, messages=messages).usage
+    assert counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    assert counted == chat(server, ASK).usage.prompt_tokens      # the same prompt, its image's positions counted
 
 
 def test_anthropic_an_image_in_a_tool_result_reaches_the_model(server):
