@@ -193,3 +193,15 @@ def test_ollama_images_are_answered_as_the_bare_engine_answers_them(server, bare
                         messages=[{"role": "user", "content": "hi", "images": [imagefiles.b64(PNG)]}])
     text = "".join(part.message.content for part in reply) if stream else reply.message.content
     assert text == expected
+
+
+def test_responses_an_image_in_a_function_call_output_reaches_the_model(server):
+    """Codex's view_image: the picture comes back as a function call's output parts."""
+    def loop(data: bytes) -> str:
+        items = [{"role": "user", "content": "look at the screen"},
+                 {"type": "function_call", "call_id": "call_1", "name": "view_image", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "call_1", "output": [
+                     {"type": "input_image", "image_url": imagefiles.data_url(data)}]}]
+        return openai_sdk(server).responses.create(model="tiny", input=items, max_output_tokens=N, temperature=0,
+                                                   store=False, extra_body={"logit_bias": NO_EOG}).output_text
+    assert loop(PNG) != loop(OTHER)
