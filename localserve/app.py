@@ -356,8 +356,9 @@ def check(settings: Settings) -> int:
             print(f"localserve: model {entry.name}: {exc}", file=sys.stderr)
             bad += 1
             continue
+        projector = entry.settings(settings).mmproj
         print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
-              f"{shape.file_bytes // (1024 * 1024)} MiB")
+              f"{shape.file_bytes // (1024 * 1024)} MiB" + (f", vision projector {projector}" if projector else ""))
     for model in app.models.loaded_models():
         info = model.engine.info
         print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "

@@ -116,6 +116,8 @@ class Projector:
         if kind != CHUNK_IMAGE:
             raise ImageUnreadable("libmtmd read the data as audio, not an image")
         copy = mtmd.mtmd_input_chunk_copy(chunk)
+        if not copy:
+            raise ImageUnreadable("libmtmd could not keep the image's chunk")
         return MediaChunk(copy, mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk))
 
     # ---- the runtime thread ------------------------------------------------------------
