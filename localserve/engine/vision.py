@@ -115,10 +115,13 @@ class Projector:
             return [tokens[i] for i in range(n.value)]
         if kind != CHUNK_IMAGE:
             raise ImageUnreadable("libmtmd read the data as audio, not an image")
+        n_tokens, n_pos = mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk)
+        if n_pos != n_tokens:       # M-RoPE's positions: refused at load, so never here
+            raise ImageUnreadable(f"an image of {n_tokens} tokens at {n_pos} positions is not run here")
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             raise ImageUnreadable("libmtmd could not keep the image's chunk")
-        return MediaChunk(copy, mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk))
+        return MediaChunk(copy, n_tokens, n_pos)
 
     # ---- the runtime thread ------------------------------------------------------------
 
