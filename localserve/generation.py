@@ -78,10 +78,22 @@ class ImageChunk:
     def end(self) -> int:
         return self.start + self.n_tokens
 
+    @property
+    def saved_positions(self) -> int:
+        """Positions it takes fewer than tokens: 0, but for M-RoPE (Qwen2-VL), where an image of
+        w x h tokens takes max(w, h) positions."""
+        return self.n_tokens - self.handle.n_pos
+
 
 def placeholder_id(digest: str) -> int:
     """The id every position of an image holds in prompt_tokens: negative, never a real token."""
     return -1 - int(digest[:8], 16) % (2 ** 31 - 2)
+
+
+def position_of(images: list[ImageChunk], index: int) -> int:
+    """The KV position of prompt_tokens[index] (never inside an image): its index, less what the
+    images before it saved (M-RoPE)."""
+    return index - sum(image.saved_positions for image in images if image.end <= index)
 
 
 def outside_images(images: list[ImageChunk], n: int) -> int:

@@ -70,12 +70,9 @@ class Projector:
         if not mtmd.mtmd_support_vision(self.ctx):
             self.close()
             raise ModelLoadError(f"{path} is a projector without vision (audio only?): not served")
-        if mtmd.mtmd_decode_use_mrope(self.ctx):
-            # Its positions are not one per token (M-RoPE, the Qwen2-VL family): the runtime keeps
-            # one position per prompt token, so these models are refused rather than run wrong.
-            self.close()
-            raise ModelLoadError(f"{path}: this projector's model places image tokens by M-RoPE (the Qwen2-VL "
-                                 f"family), which localserve does not run yet")
+        # M-RoPE (the Qwen2-VL family): an image of w x h tokens takes max(w, h) positions; the
+        # runtime places the tokens after it accordingly (generation.position_of)
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))
 
     def close(self) -> None:
         if self.ctx:
@@ -116,8 +113,6 @@ class Projector:
         if kind != CHUNK_IMAGE:
             raise ImageUnreadable("libmtmd read the data as audio, not an image")
         n_tokens, n_pos = mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk)
-        if n_pos != n_tokens:       # M-RoPE's positions: refused at load, so never here
-            raise ImageUnreadable(f"an image of {n_tokens} tokens at {n_pos} positions is not run here")
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             raise ImageUnreadable("libmtmd could not keep the image's chunk")

@@ -34,7 +34,7 @@ class ImageWork:
             if image is None:
                 continue
             try:
-                seconds = self.engine.evaluate_image(image.handle, job.n_past, job.slot.seq_id)
+                seconds = self.engine.evaluate_image(image.handle, job.position(job.n_past), job.slot.seq_id)
             except RuntimeError as exc:
                 log.error("job %s (%s): %s", job.gen.id, job.request.label, exc)
                 failed.append((job, GenerationFailure("the vision projector failed to evaluate an image")))

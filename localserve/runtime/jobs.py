@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..generation import ActiveGeneration, GenerationRequest, ImageChunk
+from ..generation import ActiveGeneration, GenerationRequest, ImageChunk, position_of
 from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
@@ -114,6 +114,11 @@ class Job:
     @property
     def prompt_left(self) -> int:
         return len(self.prompt) - self.n_past
+
+    def position(self, index: int) -> int:
+        """Where its token `index` sits in its KV sequence: the index, unless an M-RoPE image
+        before it took fewer positions than tokens."""
+        return position_of(self.request.images, index) if self.request.images else index
 
     @property
     def image_here(self) -> ImageChunk | None:

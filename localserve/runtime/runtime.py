@@ -273,7 +273,7 @@ class Runtime:
                 if job.gen.cancelled:
                     self._cancel(job)
                 else:
-                    self.engine.seq_remove(job.slot.seq_id, job.n_past, -1)
+                    self.engine.seq_remove(job.slot.seq_id, job.position(job.n_past), -1)
             return
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
@@ -354,7 +354,7 @@ class Runtime:
             return
         self.speculator.record(job, drafted, accepted)
         self.metrics.record_drafts(drafted, accepted)
-        self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)
+        self.engine.seq_remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)
 
     # ---- endings -------------------------------------------------------------------
 

@@ -35,7 +35,8 @@ import numpy as np
 
 from tinymodel import write_gguf  # tests/support/
 
-__all__ = ["IMAGE_TOKENS", "bmp_bytes", "checkerboard", "png_bytes", "solid", "write_tiny_mmproj"]
+__all__ = ["IMAGE_TOKENS", "QWEN2VL_TEXT", "bmp_bytes", "checkerboard", "png_bytes", "solid", "write_tiny_mmproj",
+           "write_tiny_qwen2vl_mmproj"]
 
 #: Embedding positions every image takes with the default projector (a 4×4 grid of patches).
 IMAGE_TOKENS = 16
@@ -110,6 +111,62 @@ def write_tiny_mmproj(
         ("mm.0.weight", rand(n_embd_text, n_embd, std=proj)), ("mm.0.bias", zeros(n_embd_text)),
         ("mm.2.weight", rand(n_embd_text, n_embd_text, std=2.0 / np.sqrt(n_embd_text))),
         ("mm.2.bias", zeros(n_embd_text)),
+    ]
+    write_gguf(path, "clip", meta, tensors)
+    return Path(path)
+
+
+#: write_tiny_gguf(**QWEN2VL_TEXT): a text model that places tokens by M-RoPE, as Qwen2-VL's does
+#: (rope sections over its 16-wide heads' 8 rotated pairs).
+QWEN2VL_TEXT = {"arch": "qwen2vl", "extra_metadata": {"qwen2vl.rope.dimension_sections": [2, 3, 3, 0]}}
+
+
+def write_tiny_qwen2vl_mmproj(path: str | os.PathLike[str], *, n_embd_text: int = 64, n_embd: int = 32,
+                              n_head: int = 2, n_ff: int = 48, n_layer: int = 1, patch_size: int = 14,
+                              seed: int = 0) -> Path:
+    """A tiny Qwen2-VL projector (``qwen2vl_merger``): M-RoPE inside the ViT, 2x2 patches merged
+    into one token, and an image of w x h tokens at max(w, h) positions in the text model (pair
+    it with a QWEN2VL_TEXT model). The picture keeps its aspect: its token count depends on its
+    size. clip.cpp's graph (tools/mtmd/models/qwen2vl.cpp) needs two patch convolutions (the
+    second for a video's next frame), q/k/v with biases, and ``mm.0`` / ``mm.2`` over four
+    merged patches; no position embeddings."""
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape: int, std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def zeros(n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.float32)
+
+    meta: dict[str, Any] = {
+        "general.name": "tiny-random-qwen2vl-mmproj", "general.file_type": 0,
+        "clip.has_vision_encoder": True, "clip.projector_type": "qwen2vl_merger", "clip.use_gelu": True,
+        "clip.vision.embedding_length": n_embd, "clip.vision.attention.head_count": n_head,
+        "clip.vision.feed_forward_length": n_ff, "clip.vision.block_count": n_layer,
+        "clip.vision.projection_dim": n_embd_text, "clip.vision.attention.layer_norm_epsilon": 1e-6,
+        "clip.vision.image_size": 560, "clip.vision.patch_size": patch_size,
+        "clip.vision.image_mean": [0.5, 0.5, 0.5], "clip.vision.image_std": [0.5, 0.5, 0.5],
+    }
+    kernel = 1.0 / (patch_size * 4)
+    tensors: list[tuple[str, np.ndarray]] = [
+        ("v.patch_embd.weight", rand(n_embd, 3, patch_size, patch_size, std=kernel)),
+        ("v.patch_embd.weight.1", rand(n_embd, 3, patch_size, patch_size, std=kernel)),
+    ]
+    proj = 1.0 / np.sqrt(n_embd)
+    for i in range(n_layer):
+        b = f"v.blk.{i}"
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            tensors += [(f"{b}.{name}.weight", rand(n_embd, n_embd, std=proj)), (f"{b}.{name}.bias", zeros(n_embd))]
+        tensors += [
+            (f"{b}.ln1.weight", np.ones(n_embd, dtype=np.float32)), (f"{b}.ln1.bias", zeros(n_embd)),
+            (f"{b}.ln2.weight", np.ones(n_embd, dtype=np.float32)), (f"{b}.ln2.bias", zeros(n_embd)),
+            (f"{b}.ffn_up.weight", rand(n_ff, n_embd, std=proj)), (f"{b}.ffn_up.bias", zeros(n_ff)),
+            (f"{b}.ffn_down.weight", rand(n_embd, n_ff, std=1.0 / np.sqrt(n_ff))), (f"{b}.ffn_down.bias", zeros(n_embd)),
+        ]
+    merged = 4 * n_embd
+    tensors += [
+        ("mm.0.weight", rand(merged, merged, std=1.0 / np.sqrt(merged))), ("mm.0.bias", zeros(merged)),
+        ("mm.2.weight", rand(n_embd_text, merged, std=2.0 / np.sqrt(merged))), ("mm.2.bias", zeros(n_embd_text)),
     ]
     write_gguf(path, "clip", meta, tensors)
     return Path(path)

@@ -66,3 +66,17 @@ def test_a_kept_prefix_never_ends_inside_an_image():
 def test_drafts_never_see_an_image_s_placeholders():
     request = prompt_with_image(b"x")
     assert text_tokens(request) == [1, 10, 11, 12, 13]
+
+
+class MropeChunk:
+    """An M-RoPE image of 2 x 3 tokens: max(2, 3) positions."""
+    n_tokens, n_pos = 6, 3
+
+
+def test_after_an_mrope_image_a_token_sits_at_its_index_less_the_positions_the_image_saved():
+    image = ImageChunk(2, 6, digest(b"m"), MropeChunk())
+    request = GenerationRequest(prompt_tokens=[1, 10, *[placeholder_id(image.digest)] * 6, 12, 13], images=[image])
+    job = job_for(request)
+    assert [job.position(i) for i in (0, 1, 2, 8, 9)] == [0, 1, 2, 5, 6]
+    job.decoded(2 + 6)                      # the text before it, then the image (3 positions)
+    assert plan_batch([job], n_batch=64).entries == [(12, 5, 0, False), (13, 6, 0, True)]
