@@ -8,7 +8,10 @@ one); then, on the typed conversation, :func:`fit_images`:
   what it is asked about, so the request is a 400 naming the model, as OpenAI answers for a
   text-only model. An image in an earlier turn or inside a tool result becomes the text
   IMAGE_OMITTED instead, so an agent loop that read a screenshot goes on; the count goes on
-  the request (GenerationRequest.images_omitted) and the dialects say so in a header.
+  the request (GenerationRequest.images_omitted) and the dialects say so in a header. A
+  turn that answers tool calls is a tool loop going on, its images what the tools saw:
+  clients put them in a user message beside the results where the dialect has no image
+  in a tool result (Chat Completions), so those are shown as text too.
 """
 
 from __future__ import annotations
@@ -33,10 +36,13 @@ def fit_images(model: ChatModel, chat: ChatInput) -> None:
                             param=extra.where or "messages")
     if model.vision or not images:
         return
-    for image in images_in(chat.messages[answered_from(chat.messages):], results=False):
-        raise PromptRefused(f"invalid '{image.where}': model '{model.name}' has no vision projector, so it "
-                            f"cannot read images; use a model with one, or send text", code="model_has_no_vision",
-                            param=image.where or "messages")
+    answered = chat.messages[answered_from(chat.messages):]
+    asked = [] if any(m.of(ToolResult) for m in answered) else images_in(answered, results=False)
+    if asked:
+        where = asked[0].where
+        raise PromptRefused(f"invalid '{where}': model '{model.name}' has no vision projector, so it cannot read "
+                            f"images; use a model with one, or send text", code="model_has_no_vision",
+                            param=where or "messages")
     chat.messages = [without_images(message) for message in chat.messages]
     chat.images_omitted = len(images)
 

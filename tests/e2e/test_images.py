@@ -17,7 +17,6 @@ import pytest
 import imagefiles
 from clients import anthropic_sdk, ollama_client, openai_sdk
 from rawhttp import post_json, request
-from sse import parse_sse
 from tinymodel import NO_EOG
 
 PLACEHOLDER = "[image omitted: this model has no vision]"
@@ -73,6 +72,17 @@ def test_chat_an_earlier_image_is_a_placeholder_and_the_answer_says_so(server, s
     else:
         assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 3
     assert server.wait_log("image(s) shown as text: the model has no vision projector")
+
+
+def test_chat_an_image_sent_beside_tool_results_is_what_the_tool_saw(server):
+    """Chat Completions' tool messages take no image: clients send it in a user message after them."""
+    raw = openai_sdk(server).chat.completions.with_raw_response.create(model="tiny", max_tokens=1, messages=[
+        {"role": "user", "content": "Take a screenshot."},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "saved"},
+        {"role": "user", "content": [{"type": "text", "text": "The screenshot:"}, image_url()]}])
+    assert raw.headers[HEADER] == "1" and raw.parse().choices[0].finish_reason in ("length", "stop")
 
 
 def test_apply_template_shows_the_placeholder_where_the_image_was(server):
@@ -147,7 +157,9 @@ def test_anthropic_an_image_in_the_newest_user_turn_is_a_400(server, stream):
 def test_anthropic_a_tool_result_image_is_a_placeholder_and_counted_as_one(server, stream):
     client = anthropic_sdk(server)
     messages = read_tool_turns([{"type": "text", "text": "shot.png"}, anthropic_image()])
-    counted = client.messages.count_tokens(model="tiny", messages=messages).input_tokens
+    counting = client.messages.with_raw_response.count_tokens(model="tiny", messages=messages)
+    assert counting.headers[HEADER] == "1"
+    counted = counting.parse().input_tokens
     as_text = read_tool_turns([{"type": "text", "text": "shot.png"}, {"type": "text", "text": PLACEHOLDER}])
     assert counted == client.messages.count_tokens(model="tiny", messages=as_text).input_tokens
     raw = client.messages.with_raw_response.create(model="tiny", max_tokens=4, stream=stream, messages=messages,

@@ -114,6 +114,15 @@ def test_data_urls_must_be_base64_and_remote_urls_are_not_fetched():
     with pytest.raises(ImageRefused, match="expected a data: URL string"):
         from_url(None)
     assert from_url("data:;base64," + b64(imagefiles.bmp())).media_type == "image/bmp"
+    assert from_url("DATA:image/gif;name=a.gif;base64," + b64(imagefiles.gif())).media_type == "image/gif"
+
+
+def test_a_data_url_s_head_is_read_only_so_far():
+    """Where the comma should end the head: a megabyte of parameters is refused, not parsed."""
+    with pytest.raises(ImageRefused, match="expected a data: URL"):
+        from_url("data:image/png" + ";base64" * 1_000_000 + "," + b64(imagefiles.png()))
+    long_head = "data:image/png;" + "x" * (images.MAX_DATA_URL_HEAD - 30) + ";base64,"
+    assert from_url(long_head + b64(imagefiles.png())).media_type == "image/png"
 
 
 def test_the_byte_limit_is_named_and_checked_before_decoding(monkeypatch):

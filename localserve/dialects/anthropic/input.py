@@ -38,7 +38,7 @@ from ..fields import invalid, read_template_kwargs
 from ..image_parts import image_from_base64, refused
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
 
-TEXT_ONLY = "this server takes text and images"
+TAKEN = "this server takes text and images"
 
 
 @dataclass
@@ -340,4 +340,6 @@ def _text_of(block: Any, where: str) -> str:
 
 
 def _unsupported(kind: str, where: str):
-    return invalid(where, f"content blocks of type '{kind}' are not supported; {TEXT_ONLY}")
+    if kind == "image":
+        return invalid(where, "image blocks are taken in user messages and tool results only")
+    return invalid(where, f"content blocks of type '{kind}' are not supported; {TAKEN}")

@@ -30,7 +30,6 @@ ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
-DETAILS = ("auto", "low", "high")      # accepted; the projector reads every image at its own size
 MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
 
 
@@ -136,8 +135,8 @@ def _content(content: Any, where: str, *, images: bool = False) -> list[str | di
 def _input_image(part: dict, where: str) -> dict:
     """{"type": "input_image", "image_url": "data:...", "detail"?}, checked, as it is listed."""
     detail = part.get("detail")
-    if detail is not None and detail not in DETAILS:
-        raise invalid(f"{where}.detail", f"expected one of {', '.join(DETAILS)}")
+    if detail is not None and not isinstance(detail, str):     # any level: the projector reads its own size
+        raise invalid(f"{where}.detail", "expected a string (auto, low, high)")
     if part.get("file_id") is not None and part.get("image_url") is None:
         raise refused(where, "file_id needs the Files API, which this server does not have; send the image "
                              "inline as a base64 data: URL in image_url", "unsupported_image_source")
@@ -242,10 +241,14 @@ def item_text(item: dict) -> str:
     return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
 
 
-def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0) -> list[Message]:
+def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0,
+                images: dict[tuple[str, str], Image] | None = None) -> list[Message]:
     """Normalized items → the conversation. Consecutive function calls (and the assistant text
     before them) become one assistant turn; a reasoning item goes with the next one. inputs:
-    how many of the last items are the request's `input` (an image names its place there)."""
+    how many of the last items are the request's `input` (an image names its place there);
+    images: the images already decoded, by place and URL (a truncated history is turned into
+    messages a few times over; each image is decoded and hashed once)."""
+    images = {} if images is None else images
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
@@ -255,7 +258,7 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
         if kind == "reasoning":
             reasoning = item_text(item) or None
         elif kind == "message" and item["role"] != "assistant":
-            messages.append(Message(item["role"], _parts(item["content"], f"{where}.content")))
+            messages.append(Message(item["role"], _parts(item["content"], f"{where}.content", images)))
         elif kind == "message":
             messages.append(Message("assistant", (Text(item_text(item)), *_reasoning_part(reasoning))))
             reasoning = None
@@ -270,15 +273,23 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
                 reasoning = None
         elif kind in OUTPUT_TYPES:
             output = item["output"]
-            content = output if isinstance(output, str) else _parts(output, f"{where}.output")
+            content = output if isinstance(output, str) else _parts(output, f"{where}.output", images)
             messages.append(Message("tool", (ToolResult(item["call_id"], content, name=names.get(item["call_id"])),)))
     return messages
 
 
-def _parts(parts: list[dict], where: str) -> tuple[Text | Image, ...]:
+def _parts(parts: list[dict], where: str, images: dict[tuple[str, str], Image]) -> tuple[Text | Image, ...]:
     """Normalized content parts as the conversation's (images were checked when read)."""
-    return tuple(image_from_url(p["image_url"], f"{where}[{k}]") if p["type"] == "input_image"
-                 else Text(p.get("text") or p.get("refusal") or "") for k, p in enumerate(parts))
+    out: list[Text | Image] = []
+    for k, part in enumerate(parts):
+        if part["type"] == "input_image":
+            key = (f"{where}[{k}]", part["image_url"])
+            if key not in images:
+                images[key] = image_from_url(part["image_url"], key[0])
+            out.append(images[key])
+        else:
+            out.append(Text(part.get("text") or part.get("refusal") or ""))
+    return tuple(out)
 
 
 def call_of(item: dict) -> ToolCall:

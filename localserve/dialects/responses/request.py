@@ -210,8 +210,10 @@ def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, 
                  inputs: int = 0, **options: Any) -> GenerationRequest:
     """Render and tokenize; with truncation "auto", the newest items that fit. `inputs`: how
     many of the last items are the request's own input."""
+    images: dict = {}
+
     def build(kept: list[dict]) -> GenerationRequest:
-        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs))
+        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs, images))
         fit_images(model, attempt)
         return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
 

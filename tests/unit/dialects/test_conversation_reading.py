@@ -64,7 +64,7 @@ def test_chat_reads_image_parts_in_user_turns_in_both_forms():
     ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {
         "url": imagefiles.data_url(imagefiles.WEBP, "image/webp")}}]}, "messages[0].content[1]",
      "unsupported_image_format"),
-    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG, "detail": "max"}}]},
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG, "detail": 2}}]},
      "messages[0].content[0].image_url.detail", "invalid_value"),
     ({"role": "user", "content": [{"type": "image_url"}]}, "messages[0].content[0].image_url", "invalid_value"),
     ({"role": "assistant", "content": [{"type": "image_url", "image_url": PNG}]}, "messages[0].content[0]",
@@ -145,6 +145,14 @@ def test_anthropic_a_bad_image_block_is_a_400_naming_it(block, param, code):
     assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
 
 
+@pytest.mark.parametrize("body", [{"system": [_anthropic_image()], "messages": [{"role": "user", "content": "x"}]},
+                                  {"messages": [{"role": "assistant", "content": [_anthropic_image()]}]}])
+def test_anthropic_an_image_outside_user_turns_is_a_400(body):
+    with pytest.raises(ApiError) as info:
+        read_anthropic(body, KEY)
+    assert "image blocks are taken in user messages and tool results only" in info.value.message
+
+
 # ---- Responses ----------------------------------------------------------------------------
 
 def test_responses_items_become_turns_with_the_call_ids_and_tool_names():
@@ -199,6 +207,11 @@ def test_responses_reads_input_images_in_user_messages_and_call_outputs():
     assert messages[0] == Message("user", (Text("look"), image))
     assert messages[2] == Message("tool", (ToolResult("call_a", (image,), name="view_image"),))
     assert messages[0].parts[1].where == "input[0].content[1]"
+    # a truncated history is made into messages again: its images are decoded once
+    decoded: dict = {}
+    first = to_messages(items, inputs=3, images=decoded)
+    again = to_messages(items[1:], inputs=3, images=decoded)
+    assert again[-1].parts[0].content[0] is first[-1].parts[0].content[0] and len(decoded) == 2
 
 
 @pytest.mark.parametrize("part, param, code", [
@@ -206,7 +219,7 @@ def test_responses_reads_input_images_in_user_messages_and_call_outputs():
     ({"type": "input_image", "image_url": "https://x.test/a.png"}, "input[0].content[0]", "remote_image_url"),
     ({"type": "input_image", "image_url": imagefiles.data_url(imagefiles.HEIC, "image/heic")},
      "input[0].content[0]", "unsupported_image_format"),
-    ({"type": "input_image", "image_url": PNG, "detail": "x"}, "input[0].content[0].detail", "invalid_value"),
+    ({"type": "input_image", "image_url": PNG, "detail": ["high"]}, "input[0].content[0].detail", "invalid_value"),
 ])
 def test_responses_a_bad_input_image_is_a_400_naming_it(part, param, code):
     with pytest.raises(ApiError) as info:

@@ -52,6 +52,17 @@ def test_a_tool_result_image_in_the_turn_being_answered_is_shown_as_text_too():
     assert chat.images_omitted == 1
 
 
+def test_images_beside_tool_results_are_what_the_tools_saw_and_shown_as_text():
+    """Chat Completions has no image in a tool message: clients send it in a user message after it."""
+    chat = ChatInput([text_message("user", "take a screenshot"),
+                      Message("assistant", (Text(""), ToolCall("t1", "screenshot", {}))),
+                      Message("tool", (ToolResult("t1", "saved"),)),
+                      Message("user", (Text("the screenshot:"), image("messages[3].content[1]")))])
+    fit_images(TEXT_ONLY, chat)
+    assert chat.messages[-1] == Message("user", (Text("the screenshot:"), Text(IMAGE_OMITTED)))
+    assert chat.images_omitted == 1
+
+
 def test_a_model_with_vision_keeps_its_images_and_text_only_chats_are_untouched():
     messages = [Message("user", (image(), Text("look")))]
     chat = ChatInput(list(messages))
