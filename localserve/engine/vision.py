@@ -18,7 +18,6 @@ it is Python's business (a finalizer), never the request's.
 from __future__ import annotations
 
 import ctypes
-import logging
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -30,8 +29,6 @@ from ..generation import MEDIA_MARKER
 from . import model_load
 from .facade import ImageUnreadable
 from .model_load import ModelLoadError
-
-log = logging.getLogger("localserve.engine")
 
 CHUNK_TEXT = 0
 CHUNK_IMAGE = 1
@@ -70,9 +67,8 @@ class Projector:
         if not mtmd.mtmd_support_vision(self.ctx):
             self.close()
             raise ModelLoadError(f"{path} is a projector without vision (audio only?): not served")
-        # M-RoPE (the Qwen2-VL family): an image of w x h tokens takes max(w, h) positions; the
-        # runtime places the tokens after it accordingly (generation.position_of)
-        self.mrope = bool(mtmd.mtmd_decode_use_mrope(self.ctx))
+        # M-RoPE (the Qwen2-VL family) needs nothing here: an image of w x h tokens says it takes
+        # max(w, h) positions (MediaChunk.n_pos), and the runtime places what follows accordingly
 
     def close(self) -> None:
         if self.ctx:
