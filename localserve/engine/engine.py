@@ -377,10 +377,6 @@ class Engine:
         tokens = self.tokenize(f"<{text}>", add_special=False, parse_special=True)
         return tokens[0] if len(tokens) == 1 else None
 
-    def evaluate_image(self, chunk: object, n_past: int, seq_id: int) -> float:
-        """An image chunk's embeddings into the sequence from n_past (vision.py); the seconds taken."""
-        return self.projector.evaluate(self.ctx, chunk, n_past, seq_id, self.n_batch)
-
     def close(self) -> None:
         if self.projector is not None:
             self.projector.close()

@@ -8,8 +8,11 @@ The projector loads beside its text model, as part of that model's load, on the 
   returns the tokens the model wraps an image in (Gemma 3's <start_of_image> ...) around one
   image chunk. That reads the projector's fixed settings and the vocabulary, never the
   llama context, so it is safe off the runtime thread;
-- the runtime thread evaluates an image chunk into a sequence (evaluate): the encoder's
-  output decoded into the sequence's KV at its positions, between two decode steps.
+- the runtime thread evaluates an image chunk into a sequence, between two decode steps:
+  whole (evaluate: libmtmd's helper, M-RoPE positions and both-ways attention included), or,
+  where the model allows (causal attention, a position per token), encoded once (encode) and
+  its embeddings decoded into the sequence part by part (decode_part), as a long prompt is
+  fed in chunks, so the other streams keep stepping.
 
 The prompt carries the chunk as an opaque MediaChunk (generation.ImageChunk.handle); freeing
 it is Python's business (a finalizer), never the request's.
@@ -46,10 +49,18 @@ class MediaChunk:
         self._free = weakref.finalize(self, mtmd.mtmd_input_chunk_free, ctypes.c_void_p(self.pointer))
 
 
-class Projector:
-    """The loaded projector of one model."""
+@dataclass(eq=False)
+class EncodedImage:
+    """An image's embeddings, copied out of libmtmd, while its parts are decoded step by step."""
+    values: ctypes.Array
+    n_tokens: int
+    seconds: float          # spent on it so far: the encode and the parts decoded
 
-    def __init__(self, path: str, model: int, *, threads: int, use_gpu: bool):
+
+class Projector:
+    """The loaded projector of one model, on that model's llama context."""
+
+    def __init__(self, path: str, model: int, llama_ctx: int, *, n_batch: int, threads: int, use_gpu: bool):
         model_load.check_model_file(path)
         model_load.route_mtmd_logs(mtmd)
         params = mtmd.mtmd_context_params_default()
@@ -64,6 +75,10 @@ class Projector:
         if not self.ctx:
             raise ModelLoadError(f"libmtmd could not load the vision projector {path}: {model_load.native_reason()}")
         self.path = path
+        self.llama_ctx = llama_ctx
+        self.n_embd = ll.llama_model_n_embd(model)
+        self.n_batch = n_batch
+        self._part_batch = None         # made when a first image is decoded in parts
         if not mtmd.mtmd_support_vision(self.ctx):
             self.close()
             raise ModelLoadError(f"{path} is a projector without vision (audio only?): not served")
@@ -71,6 +86,9 @@ class Projector:
         # max(w, h) positions (MediaChunk.n_pos), and the runtime places what follows accordingly
 
     def close(self) -> None:
+        if self._part_batch is not None:
+            ll.llama_batch_free(self._part_batch)
+            self._part_batch = None
         if self.ctx:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
@@ -116,13 +134,52 @@ class Projector:
 
     # ---- the runtime thread ------------------------------------------------------------
 
-    def evaluate(self, llama_ctx: int, chunk: MediaChunk, n_past: int, seq_id: int, n_batch: int) -> float:
-        """Encode the image and decode its embeddings into `seq_id` from position `n_past`; the
+    def evaluate(self, chunk: MediaChunk, position: int, seq_id: int) -> float:
+        """Encode the image and decode its embeddings into `seq_id` from `position`, whole; the
         seconds it took. RuntimeError when libmtmd fails."""
         started = time.perf_counter()
-        new_n_past = ll.llama_pos(n_past)
-        status = mtmd.mtmd_helper_eval_chunk_single(self.ctx, llama_ctx, ctypes.c_void_p(chunk.pointer), n_past,
-                                                    seq_id, n_batch, False, ctypes.byref(new_n_past))
+        new_n_past = ll.llama_pos(position)
+        status = mtmd.mtmd_helper_eval_chunk_single(self.ctx, self.llama_ctx, ctypes.c_void_p(chunk.pointer),
+                                                    position, seq_id, self.n_batch, False, ctypes.byref(new_n_past))
         if status != 0:
             raise RuntimeError(f"libmtmd failed to evaluate an image (status {status})")
         return time.perf_counter() - started
+
+    def splits(self, chunk: MediaChunk) -> bool:
+        """Its embeddings may be decoded part by part: causal attention over them, a position each
+        (not M-RoPE, not Gemma 3's both-ways attention over an image)."""
+        pointer = ctypes.c_void_p(chunk.pointer)
+        return (chunk.n_pos == chunk.n_tokens and not mtmd.mtmd_decode_use_mrope(self.ctx)
+                and not mtmd.mtmd_decode_use_non_causal(self.ctx, pointer))
+
+    def encode(self, chunk: MediaChunk) -> EncodedImage:
+        """The image through the vision tower and projector; its embeddings kept for decode_part."""
+        started = time.perf_counter()
+        status = mtmd.mtmd_encode_chunk(self.ctx, ctypes.c_void_p(chunk.pointer))
+        if status != 0:
+            raise RuntimeError(f"libmtmd failed to encode an image (status {status})")
+        n = chunk.n_tokens * self.n_embd
+        values = (ctypes.c_float * n)()
+        ctypes.memmove(values, mtmd.mtmd_get_output_embd(self.ctx), n * ctypes.sizeof(ctypes.c_float))
+        return EncodedImage(values, chunk.n_tokens, time.perf_counter() - started)
+
+    def decode_part(self, image: EncodedImage, start: int, count: int, position: int, seq_id: int) -> None:
+        """Embeddings start..start+count of the image into `seq_id` from `position` (no logits)."""
+        if count > self.n_batch:
+            raise ValueError("a part is at most a batch")
+        started = time.perf_counter()
+        if self._part_batch is None:
+            self._part_batch = ll.llama_batch_init(self.n_batch, self.n_embd, 1)
+        batch = self._part_batch
+        width = self.n_embd * ctypes.sizeof(ctypes.c_float)
+        ctypes.memmove(batch.embd, ctypes.addressof(image.values) + start * width, count * width)
+        for i in range(count):
+            batch.pos[i] = position + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = False
+        batch.n_tokens = count
+        status = ll.llama_decode(self.llama_ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed on an image's embeddings (status {status})")
+        image.seconds += time.perf_counter() - started

@@ -142,7 +142,8 @@ def _projector(engine: Engine, settings: Settings, threads: int) -> Projector | 
     if not settings.mmproj:
         return None
     try:
-        return Projector(settings.mmproj, engine.model, threads=threads, use_gpu=engine.gpu_layers > 0)
+        return Projector(settings.mmproj, engine.model, engine.ctx, n_batch=engine.n_batch, threads=threads,
+                         use_gpu=engine.gpu_layers > 0)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc), usage=True) from None
 

@@ -67,6 +67,7 @@ class Job:
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)
         self.call_refused: int | None = None     # the block of calls whose text its grammar refused
         self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
+        self.image_in_parts = None  # vision.EncodedImage: an image encoded, decoded part by part (images.py)
 
     # ---- its state, moved by the runtime step alone ------------------------------------
 
@@ -122,14 +123,16 @@ class Job:
 
     @property
     def image_here(self) -> ImageChunk | None:
-        """The image its prompt reaches next, when the cache holds everything before it."""
+        """The image its prefill is at: reached, or decoded in part (runtime/images.py)."""
         for image in self.request.images:
-            if image.start == self.n_past:
+            if image.start <= self.n_past < image.end:
                 return image
         return None
 
     @property
     def text_left(self) -> int:
         """Prompt tokens it can decode as tokens before its next image (or the prompt's end)."""
+        if self.image_here is not None:
+            return 0
         ahead = [image.start for image in self.request.images if image.start >= self.n_past]
         return (min(ahead) if ahead else len(self.prompt)) - self.n_past

@@ -177,3 +177,27 @@ def test_with_a_draft_model_an_image_prompt_answers_as_the_bare_engine(files, ba
         assert output.content == drafting.chat.engine.detokenize(bare_tokens(drafting, bare, messages)[0])
     finally:
         drafting.close().close()
+
+
+def test_a_large_image_is_decoded_in_parts_and_answers_as_the_bare_engine(tmp_path):
+    """576 positions with --batch-size 64: the image is encoded once and its embeddings decoded in
+    nine parts, a step each (runtime/images.py); the answer is libmtmd's own, token for token."""
+    path = str(write_tiny_gguf(tmp_path / "tiny.gguf", chat_template=CHATML_TEMPLATE, context_length=4096))
+    mmproj = str(write_tiny_mmproj(tmp_path / "mmproj-large.gguf", n_embd=64, n_head=2, n_ff=96, n_layer=2,
+                                   image_size=336, patch_size=14))
+    metrics = ServerMetrics()
+    large = load(ModelEntry("large", path), Settings(model=path, mmproj=mmproj, ctx_size=2048, slots=1,
+                                                     batch_size=64), metrics, threads=1)
+    bare = BareVision(path, mmproj, n_ctx=2048, marker=MEDIA_MARKER)
+    try:
+        assert large.engine.projector.splits(large.engine.projector.image_segments(PNG)[0])
+        messages = ask(PNG, "a large look")
+        request, output = run(large, messages)
+        assert request.images[0].n_tokens == 576
+        tokens, logits = bare_tokens(large, bare, messages)
+        assert output.content == large.chat.engine.detokenize(tokens)
+        assert output.logprobs[0]["logprob"] == pytest.approx(log_softmax(logits)[tokens[0]], abs=1e-3)
+        assert sum(v for _, v in metrics.images_encoded.samples_by_key()) == 1
+    finally:
+        bare.close()
+        large.close().close()

@@ -80,3 +80,10 @@ def test_after_an_mrope_image_a_token_sits_at_its_index_less_the_positions_the_i
     assert [job.position(i) for i in (0, 1, 2, 8, 9)] == [0, 1, 2, 5, 6]
     job.decoded(2 + 6)                      # the text before it, then the image (3 positions)
     assert plan_batch([job], n_batch=64).entries == [(12, 5, 0, False), (13, 6, 0, True)]
+
+
+def test_inside_an_image_decoded_in_parts_there_is_no_text_to_plan():
+    job = job_for(prompt_with_image(b"x"))
+    job.decoded(3 + 2)                      # the text, then two of the image's four embeddings
+    assert job.image_here is job.request.images[0] and job.text_left == 0
+    assert plan_batch([job], n_batch=64).entries == []
