@@ -18,6 +18,7 @@ from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
     from ..engine.sampler import Sampler
+    from ..engine.vision import EncodedImage
     from .pending_sample import PendingSample, SampleWorker
 
 
@@ -67,7 +68,7 @@ class Job:
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)
         self.call_refused: int | None = None     # the block of calls whose text its grammar refused
         self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
-        self.image_in_parts = None  # vision.EncodedImage: an image encoded, decoded part by part (images.py)
+        self.image_in_parts: EncodedImage | None = None   # an image encoded, decoded part by part (images.py)
 
     # ---- its state, moved by the runtime step alone ------------------------------------
 
