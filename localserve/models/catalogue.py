@@ -94,6 +94,9 @@ class Catalogue:
 
 
 def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogue:
+    if settings.mmproj and not settings.model and (settings.models or settings.models_dir):
+        raise CatalogueError("--mmproj is --model's vision projector; with --models-dir or [models.NAME] tables, "
+                             "give each model its own (mmproj in its table, or an mmproj*.gguf named after it)")
     entries: list[ModelEntry] = []
     if settings.model:
         entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model))

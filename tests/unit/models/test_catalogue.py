@@ -183,3 +183,10 @@ def test_mmproj_is_the_model_s_own_and_a_models_table_s(tmp_path):
     assert catalogue.find("m").settings(settings).mmproj == "/x/mmproj.gguf"
     assert catalogue.find("other").settings(settings).mmproj is None       # --mmproj is --model's alone
     assert catalogue.find("seeing").settings(settings).mmproj == str(tmp_path / "p.gguf")
+
+
+def test_mmproj_without_model_beside_a_catalogue_is_a_usage_error(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    settings = settings_from(tmp_path, "", "--models-dir", str(tmp_path), "--mmproj", "/x/mmproj.gguf")
+    with pytest.raises(CatalogueError, match="--mmproj is --model's vision projector"):
+        read_catalogue(settings, no_demo)
