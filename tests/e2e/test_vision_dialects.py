@@ -205,3 +205,15 @@ def test_responses_an_image_in_a_function_call_output_reaches_the_model(server):
         return openai_sdk(server).responses.create(model="tiny", input=items, max_output_tokens=N, temperature=0,
                                                    store=False, extra_body={"logit_bias": NO_EOG}).output_text
     assert loop(PNG) != loop(OTHER)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_image_libmtmd_cannot_decode_is_a_400_naming_its_part_and_the_server_goes_on(server, stream):
+    broken = PNG[:60] + bytes(len(PNG) - 60)         # a sound header, its pixel data zeroed
+    resp = request(server.port, post_json("/v1/chat/completions", {
+        "stream": stream, "max_tokens": 2, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "look"}, url(broken)]}]}))
+    assert resp.status == 400, resp.body
+    error = resp.json()["error"]
+    assert error["param"] == "messages[0].content[1]" and error["code"] == "invalid_image"
+    assert chat(server, ASK).choices[0].finish_reason == "length"
