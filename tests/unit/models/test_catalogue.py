@@ -190,3 +190,12 @@ def test_mmproj_without_model_beside_a_catalogue_is_a_usage_error(tmp_path):
     settings = settings_from(tmp_path, "", "--models-dir", str(tmp_path), "--mmproj", "/x/mmproj.gguf")
     with pytest.raises(CatalogueError, match="--mmproj is --model's vision projector"):
         read_catalogue(settings, no_demo)
+
+
+def test_a_projector_goes_to_every_quantisation_of_its_model(tmp_path):
+    for name in ("gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-gemma-3-4b-it-f16.gguf",
+                 "qwen3-8b.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    paired = {e.name: dict(e.overrides)["mmproj"] for e in scan_dir(str(tmp_path))}
+    projector = str(tmp_path / "mmproj-gemma-3-4b-it-f16.gguf")
+    assert paired == {"gemma-3-4b-it-Q4_K_M": projector, "gemma-3-4b-it-Q8_0": projector, "qwen3-8b": None}
