@@ -59,6 +59,7 @@ def default_inflight_bytes(max_body_bytes: int) -> int:
 class Settings:
     model: str | None = None
     model_id: str | None = None
+    mmproj: str | None = None                      # the model's vision projector (an mmproj GGUF)
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     ollama_listen: str | None = None               # a second address ("127.0.0.1:11434"), the same app

@@ -127,6 +127,8 @@ LOOSE = (_duration, _size)     # a config file may give these as a number or a s
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
+    Option("mmproj", str, None, "vision projector (an mmproj GGUF) for --model: images in prompts "
+           "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
     Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
            "first use", "DIR"),
     Option("max-models", positive_int, None, "models loaded at once; the least recently used idle one is "

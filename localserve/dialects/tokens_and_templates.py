@@ -6,6 +6,7 @@ from functools import partial
 from typing import Any
 
 from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from ..prompt.media import shown_prompt
 from ..prompt.vision import fit_images
 from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
@@ -87,4 +88,5 @@ def _apply_responses_template(services: Services, exchange: Exchange, body: dict
                          signing_key=services.signing_key, store=services.store)
         tokens = plan.generation.prompt_tokens
         report_omitted(exchange, plan.generation.images_omitted, f"apply-template {exchange.request_id}")
-        exchange.send_json({"prompt": model.chat.engine.detokenize(tokens), "prompt_tokens": len(tokens)})
+        exchange.send_json({"prompt": shown_prompt(model.chat.engine, tokens, plan.generation.images),
+                            "prompt_tokens": len(tokens)})

@@ -109,6 +109,10 @@ class ServerMetrics:
         self.prefilled_tokens = r.counter("localserve_prefilled_tokens_total", "Prompt tokens run through the "
                                           "model, cancelled generations included (a prefill cut short counts "
                                           "none of its interrupted batch)")
+        self.images_encoded = r.counter("localserve_images_encoded_total", "Images encoded by a vision "
+                                        "projector and decoded into a sequence (a cached image counts none)")
+        self.image_seconds = r.counter("localserve_image_seconds_total", "Seconds spent encoding images and "
+                                       "decoding their embeddings")
         self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason "
                                      "(error: the generation failed)", ("finish_reason",))
         self.cancellations = r.counter("localserve_cancellations_total", "Generations cancelled (the client "
@@ -229,6 +233,11 @@ class ServerMetrics:
         """Prompt tokens one decode step ran through the model."""
         self.prefilled_tokens.inc(tokens)
 
+    def record_image(self, seconds: float) -> None:
+        """One image evaluated into a sequence: encoded, its embeddings decoded."""
+        self.images_encoded.inc()
+        self.image_seconds.inc(seconds)
+
     def record_embedding(self, endpoint: str, inputs: int, tokens: int, model: str) -> None:
         """One answered embeddings ("embeddings") or rerank ("rerank") call to `model`."""
         self.embedding_requests.inc(endpoint=endpoint)
@@ -301,6 +310,9 @@ class ModelMetrics:
 
     def record_prefill(self, tokens: int) -> None:
         self.server.record_prefill(tokens)
+
+    def record_image(self, seconds: float) -> None:
+        self.server.record_image(seconds)
 
     def record_drafts(self, drafted: int, accepted: int) -> None:
         self.server.record_drafts(drafted, accepted)

@@ -5,6 +5,7 @@ sequence that shares more with the new prompt is restored instead."""
 from __future__ import annotations
 
 from ..engine.engine import Engine
+from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Slot
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 
@@ -14,11 +15,13 @@ class SlotKeeper:
         self.engine = engine
         self.cache = cache
 
-    def prepare(self, slot: Slot, prompt: list[int]) -> int:
-        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept."""
+    def prepare(self, slot: Slot, prompt: list[int], images: list[ImageChunk] = ()) -> int:
+        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept (never
+        part of an image: its chunk is evaluated whole)."""
         shared = self._reuse_cache(slot, prompt)
         keep = max(0, min(shared, len(prompt) - 1))     # the last prompt token is always decoded
-        return keep if self._truncate(slot, keep) else 0
+        keep = outside_images(images, keep)
+        return keep if self._truncate(slot, keep, position_of(images, keep)) else 0
 
     def clear(self, slot: Slot) -> None:
         self.engine.seq_remove(slot.seq_id)
@@ -41,12 +44,13 @@ class SlotKeeper:
         slot.tokens = entry.tokens
         return cached
 
-    def _truncate(self, slot: Slot, keep: int) -> bool:
-        """Drop the sequence's cache past `keep` tokens; False when the cache cannot be cut there."""
+    def _truncate(self, slot: Slot, keep: int, position: int) -> bool:
+        """Drop the sequence's cache past `keep` tokens (at KV `position`: fewer past an M-RoPE
+        image); False when the cache cannot be cut there."""
         if keep <= 0:
             self.clear(slot)
             return True
-        ok = self.engine.can_extend(slot.seq_id, keep) and self.engine.seq_remove(slot.seq_id, keep, -1)
+        ok = self.engine.can_extend(slot.seq_id, position) and self.engine.seq_remove(slot.seq_id, position, -1)
         if not ok:
             self.clear(slot)
             return False

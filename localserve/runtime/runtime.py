@@ -21,6 +21,7 @@ from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure
                          GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
                          RuntimeStopped, SamplingTooSlow)
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
+from .images import ImageWork, text_tokens
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
 from .mailbox import Outbox
@@ -69,6 +70,7 @@ class Runtime:
         self.outbox = Outbox()          # a step's events go out together, after the step
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
+        self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -172,7 +174,7 @@ class Runtime:
 
     def step(self) -> None:
         plan = self._schedule()
-        if plan is None:
+        if plan is None or not plan.entries:        # none, or every job at an image (images.py)
             return
         try:
             self.engine.decode(plan.entries, plan.abort_check())
@@ -188,6 +190,8 @@ class Runtime:
         for job in self.scheduler.cancelled():
             self._cancel(job)
         self._take_decided(self.choice.take_ready())
+        for job, error in self.images.evaluate(self.scheduler.runnable()):
+            self._fail(job, error)
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
@@ -257,14 +261,14 @@ class Runtime:
         self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
 
     def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
-        keep = self.kv.prepare(slot, gen.request.prompt_tokens)
+        keep = self.kv.prepare(slot, gen.request.prompt_tokens, gen.request.images)
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
             self._fail_unstarted(gen, InvalidGrammar(str(exc)))
             return
         job = Job(gen, slot, sampler, keep)
-        job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
+        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
         job.start()
         self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
 
@@ -277,7 +281,7 @@ class Runtime:
                 if job.gen.cancelled:
                     self._cancel(job)
                 else:
-                    self.engine.seq_remove(job.slot.seq_id, job.n_past, -1)
+                    self.engine.seq_remove(job.slot.seq_id, job.position(job.n_past), -1)
             return
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
@@ -358,7 +362,7 @@ class Runtime:
             return
         self.speculator.record(job, drafted, accepted)
         self.metrics.record_drafts(drafted, accepted)
-        self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)
+        self.engine.seq_remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)
 
     # ---- endings -------------------------------------------------------------------
 

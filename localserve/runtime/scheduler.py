@@ -133,7 +133,7 @@ def draft_room(jobs: list[Job], n_batch: int) -> int:
     have theirs: a step full of prefill has none (a draft there would only slow the prompts)."""
     decoding = sum(1 for j in jobs if j.status is JobStatus.DECODING)
     chunk_limit = SHARED_PREFILL_CHUNK if decoding else n_batch
-    prefill = sum(min(j.prompt_left, chunk_limit) for j in jobs if j.prefilling)
+    prefill = sum(min(j.text_left, chunk_limit) for j in jobs if j.prefilling)
     return n_batch - decoding - prefill
 
 
@@ -166,19 +166,22 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
     for job in decoding:
         draft = drafts.get(id(job), []) if drafts else []
         plan.rows.append(Row(job, len(plan.entries), 1, draft))
-        plan.entries.append((job.next_token, job.n_past, job.slot.seq_id, True))
+        at = job.position(job.n_past)
+        plan.entries.append((job.next_token, at, job.slot.seq_id, True))
         for i, token in enumerate(draft, start=1):
-            plan.entries.append((token, job.n_past + i, job.slot.seq_id, True))
+            plan.entries.append((token, at + i, job.slot.seq_id, True))
     budget = n_batch - len(plan.entries)
     chunk_limit = SHARED_PREFILL_CHUNK if decoding else budget
     for job in jobs:
         if not job.prefilling or budget <= 0:
             continue
-        n = min(job.prompt_left, budget, chunk_limit)
+        n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
+        if n <= 0:
+            continue
         last = n == job.prompt_left
+        at = job.position(job.n_past)
         for i in range(n):
-            pos = job.n_past + i
-            plan.entries.append((job.prompt[pos], pos, job.slot.seq_id, last and i == n - 1))
+            plan.entries.append((job.prompt[job.n_past + i], at + i, job.slot.seq_id, last and i == n - 1))
         plan.rows.append(Row(job, len(plan.entries) - 1 if last else None, n))
         budget -= n
         plan.prefill_jobs.append(job)

@@ -33,7 +33,7 @@ from ...errors import ApiError
 from .errors import ANTHROPIC_ERRORS, anthropic_error_body
 from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, GenerationRequest,
                           ToolCall, ToolCallDelta, ToolCallStart)
-from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
+from ...prompt.build import ChatModel, build_chat_request, tokenize_shown
 from ..loading import LoadWait, use_model
 from ..pump import PREFILL_COMMENT, sse
 from ..request_cycle import Reply, serve_generation
@@ -99,7 +99,8 @@ def handle_count_tokens(services: Services, exchange: Exchange) -> None:
         prompt = read_prompt(model.chat, services.signing_key, body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
         report_omitted(exchange, prompt.chat.images_omitted, f"count_tokens {exchange.request_id}")
-        tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
+        tokens = (prompt.tokens if prompt.tokens is not None
+                  else tokenize_shown(model.chat.engine, prompt.text, prompt.chat.messages))
         answer: dict[str, Any] = {"input_tokens": len(tokens)}
     if prompt.edits is not None:
         original = prompt.edits.original_tokens

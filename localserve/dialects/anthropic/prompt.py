@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...conversation import Message, Text, ToolResult
-from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
+from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_shown
 from ...prompt.messages import result_text
 from ...prompt.vision import fit_images
 from .edits import EditResult, apply_edits, read_edits
@@ -58,7 +58,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     if edit_list is not None:
         def count(messages: list[Message]) -> int:
             text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
-            counted.append((messages, text, tokenize_prompt(model.engine, text)))
+            counted.append((messages, text, tokenize_shown(model.engine, text, messages)))
             return len(counted[-1][2])
         edits = apply_edits(edit_list, chat.messages, count, check_client)
         # the breakpoint keeps its index: edits change messages, never add or drop one
@@ -85,7 +85,7 @@ def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str)
         return 0
     # a part of the prompt, which must fit the context as the whole must (a prompt too long for
     # it is context_length_exceeded, whatever its size, not a text too long to count)
-    return len(tokenize_prompt(model.engine, marked_text[:cut], fit=True))
+    return len(tokenize_shown(model.engine, marked_text[:cut], chat.messages, fit=True))
 
 
 def _with_mark(message: Message) -> Message:

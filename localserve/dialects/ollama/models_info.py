@@ -108,6 +108,8 @@ def capabilities(model: LoadedModel) -> list[str]:
         found.append("thinking")
     if not model.chat.engine.fim.missing():      # /api/generate's suffix fills a hole
         found.append("insert")
+    if model.chat.engine.has_vision:
+        found.append("vision")
     return found
 
 
