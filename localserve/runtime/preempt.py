@@ -40,7 +40,9 @@ def may_preempt(gen: ActiveGeneration) -> bool:
 
 
 def may_be_parked(job: Job) -> bool:
-    return (not job.request.editor_completion and job.pending is None
+    # A job with images stays: if its saved sequence could not be placed again, its image
+    # positions hold placeholder ids that cannot be decoded as tokens.
+    return (not job.request.editor_completion and job.pending is None and not job.request.images
             and job.status in (JobStatus.PREFILLING, JobStatus.DECODING))
 
 
