@@ -187,3 +187,31 @@ def test_context_management_is_checked(server):
     assert bad.status == 400 and bad.json()["error"]["param"] == "context_management[0].compact_threshold"
     bad = post(server.port, "/v1/responses", {"model": "scripted", "input": [{"type": "compaction"}]})
     assert bad.status == 400 and bad.json()["error"]["param"] == "input[0].encrypted_content"
+
+
+def test_a_conversation_longer_than_the_context_is_compacted_in_pieces(server):
+    """Past the context even for the summarisation: the oldest turns are summarised first, then the
+    rest with that summary; the user turns kept are the newest that fit a quarter of the context."""
+    before = compactions(server.port)
+    turns = [{"role": "user", "content": LONG * 6}, {"role": "assistant", "content": ANSWER},
+             {"role": "user", "content": LONG * 6}, {"role": "assistant", "content": ANSWER},
+             {"role": "user", "content": "Short question?"}]
+    answer = post(server.port, "/v1/responses/compact", {"model": "scripted", "input": turns})
+    assert answer.status == 200, answer.body
+    body = answer.json()
+    assert compactions(server.port) == before + 2 and body["usage"]["output_tokens"] == 2
+    assert [item["type"] for item in body["output"]] == ["message", "compaction"]
+    assert body["output"][0]["content"][0]["text"] == "Short question?"
+
+
+def test_conversation_items_take_compactions_but_no_trigger(server):
+    c = openai_sdk(server)
+    item = post(server.port, "/v1/responses/compact", {"model": "scripted", "input": history()}).json()["output"][-1]
+    conversation = c.conversations.create(items=[item])
+    answer = c.responses.create(model="scripted", input="Go on.", conversation=conversation.id)
+    assert answer.output_text == ANSWER
+    prompt = rendered(server.port, {"input": "Again.", "conversation": conversation.id})["prompt"]
+    assert SUMMARY in prompt and prompt.index(SUMMARY) < prompt.index("Go on.")
+    with pytest.raises(openai.BadRequestError) as failed:
+        c.conversations.items.create(conversation.id, items=[{"type": "compaction_trigger"}])
+    assert failed.value.param == "items[0].type"
