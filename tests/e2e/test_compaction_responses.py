@@ -12,7 +12,7 @@ import pytest
 from clients import openai_sdk
 from conftest import ServerProcess
 from rawhttp import post_json, request
-from responses_support import check_event_stream, get_json
+from responses_support import check_event_stream, get_json, wait_status
 from scripted_model import write_scripted_gguf
 from sse import parse_sse
 
@@ -215,3 +215,13 @@ def test_conversation_items_take_compactions_but_no_trigger(server):
     with pytest.raises(openai.BadRequestError) as failed:
         c.conversations.items.create(conversation.id, items=[{"type": "compaction_trigger"}])
     assert failed.value.param == "items[0].type"
+
+
+def test_a_background_compaction_trigger_is_stored_and_chained(server):
+    c = openai_sdk(server)
+    started = c.responses.create(model="scripted", input=trigger_input(), background=True)
+    assert started.status in ("queued", "in_progress")
+    done = wait_status(c, started.id, ("completed",))
+    assert [item.type for item in done.output] == ["compaction"]
+    follow = c.responses.create(model="scripted", input="Next.", previous_response_id=done.id)
+    assert follow.output_text == ANSWER and follow.usage.input_tokens < 200
