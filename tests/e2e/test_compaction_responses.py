@@ -225,3 +225,18 @@ def test_a_background_compaction_trigger_is_stored_and_chained(server):
     assert [item.type for item in done.output] == ["compaction"]
     follow = c.responses.create(model="scripted", input="Next.", previous_response_id=done.id)
     assert follow.output_text == ANSWER and follow.usage.input_tokens < 200
+
+
+def test_compact_max_tokens_bounds_the_summary(models_dir, tmp_path):
+    path = write_scripted_gguf(models_dir / "compaction-long-summary.gguf", [[ANSWER]],
+                               summary=["First part.", " Second part.", " Third part.", " Fourth part."])
+    srv = ServerProcess(path, "--model-id", "scripted", "--compact-max-tokens", "2", "--no-store")
+    try:
+        c = openai_sdk(srv)
+        cut = c.responses.create(model="scripted", input=trigger_input(), store=False)
+        assert [item.type for item in cut.output] == ["compaction"] and cut.status == "completed"
+        assert cut.usage.output_tokens == 2
+        prompt = rendered(srv.port, {"input": [cut.output[0].model_dump(exclude_none=True), {"role": "user", "content": "Go on."}]})["prompt"]
+        assert "First part. Second part." in prompt and "Third" not in prompt
+    finally:
+        srv.stop()
