@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from clients import openai_sdk
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model
 from rawhttp import post_json, request
 from responses_support import check_event_stream, get_json, wait_status
 from scripted_model import write_scripted_gguf
@@ -240,3 +240,22 @@ def test_compact_max_tokens_bounds_the_summary(models_dir, tmp_path):
         assert "First part. Second part." in prompt and "Third" not in prompt
     finally:
         srv.stop()
+
+
+def test_a_stream_hears_keepalives_while_its_input_is_compacted(models_dir):
+    """The compaction before a streamed response's own job is waited for before the response
+    exists: its head goes out with the first `: compacting` comment, one every --prefill-keepalive."""
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive",
+                        "0.2", "--slots", "1", "--no-store", "--compact-max-tokens", "4")
+    try:
+        body = {"model": "slow", "input": "hello world " * 1500, "stream": True, "store": False,
+                "max_output_tokens": 2, **management(100)}
+        answer = request(srv.port, post_json("/v1/responses", body), timeout=120)
+    finally:
+        srv.stop()
+    assert answer.status == 200
+    assert answer.body.index(b": compacting\n\n") < answer.body.index(b"event: response.created")
+    events = parse_sse(answer.body)
+    check_event_stream(events)
+    final = events[-1][1]["response"]
+    assert [item["type"] for item in final["output"]] == ["compaction", "message"]
