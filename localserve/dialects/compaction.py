@@ -29,6 +29,7 @@ from ..errors import ApiError
 from ..generation import Compacted, Finished, GenerationOutput, GenerationRequest, SamplingParams
 from ..prompt.build import ChatInput
 from ..prompt.compaction import CompactionStep, build_compaction, replace_head
+from ..settings import DEFAULT_COMPACT_MAX_TOKENS
 from .exchange import Exchange
 from .failures import prompt_refusals
 from .jobs import cancel_on_error, error_from, job_events, submit
@@ -72,7 +73,7 @@ class LastPiece:
 @dataclass
 class CompactionOptions:
     instructions: str | None = None     # instead of SUMMARY_PROMPT, where the API lets the client say
-    max_tokens: int = 1024              # --compact-max-tokens
+    max_tokens: int = DEFAULT_COMPACT_MAX_TOKENS     # --compact-max-tokens
     sampling: SamplingParams | None = None
     label: str = "compaction"
     param: str = "input"                # the request field a too-long conversation is blamed on
