@@ -6,7 +6,6 @@ compaction items as input (sealed, opened, rendered as the summary), and a long 
 from __future__ import annotations
 
 import openai
-import orjson
 import pytest
 
 from clients import openai_sdk
