@@ -118,6 +118,9 @@ class GenerationRequest:
     content_markup: ContentMarkup | None = None   # the template's own markup around the answer, dropped
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
+    # A compaction: the model writes a summary of the conversation (prompt/compaction.py); its
+    # text ends the job as a Compacted event, before Finished, and counts as a compaction.
+    compaction: bool = False
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
     # Editor completions (llama-server's /infill): past this many seconds of generation the answer
@@ -159,6 +162,13 @@ class ToolCallStart:
 class ToolCallDelta:
     index: int
     fragment: str
+
+
+@dataclass
+class Compacted:
+    """A compaction job's summary, whole (sent once, just before its Finished); each dialect
+    turns it into its own item or block (dialects/compaction.py)."""
+    summary: str
 
 
 @dataclass
@@ -208,7 +218,7 @@ class Finished:
     error: GenerationFailure | None = None
 
 
-Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
+Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Compacted, Finished]
 
 
 # ---- why a job was refused or failed -------------------------------------------------

@@ -18,6 +18,7 @@ import orjson
 
 from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
+from ...prompt.compaction import join_user_turn, summary_message
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
@@ -26,7 +27,8 @@ from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
-              "custom_tool_call_output", "local_shell_call", "local_shell_call_output")
+              "custom_tool_call_output", "local_shell_call", "local_shell_call_output", "compaction",
+              "compaction_trigger")
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -54,7 +56,11 @@ def read_items(value: Any, param: str = "items", *, required: bool = False) -> l
         raise invalid(param, "expected a non-empty array of items" if required else "expected an array of items")
     if len(value) > MAX_ITEMS:
         raise invalid(param, f"at most {MAX_ITEMS} items can be added at a time")
-    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    items = [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    for i, item in enumerate(items):
+        if item["type"] == "compaction_trigger":     # a request to compact, not a turn to keep
+            raise unsupported(f"{param}[{i}].type", "a compaction_trigger belongs in a response's input")
+    return items
 
 
 def message_item(role: str, text: str, item_id: str | None = None) -> dict:
@@ -80,6 +86,11 @@ def normalize_item(item: Any, where: str) -> dict:
         return _custom_tool_call(item, where)
     if kind == "local_shell_call":
         return _local_shell_call(item, where)
+    if kind == "compaction":
+        return {"id": _item_id(item, where, "compaction"), "type": "compaction",
+                "encrypted_content": _required_str(item, "encrypted_content", where)}
+    if kind == "compaction_trigger":
+        return {"id": _item_id(item, where, "compaction_trigger"), "type": "compaction_trigger"}
     if kind is None:
         raise invalid(where, "an item needs a 'type' (or a 'role' for a message)")
     raise unsupported(f"{where}.type", f"item type '{kind}' is not supported; this server takes "
@@ -252,11 +263,14 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
+    after_summary = False          # a user turn next joins the summary's (turns alternate)
     for j, item in enumerate(items):
         kind = item["type"]
         where = f"input[{j - len(items) + inputs}]" if j >= len(items) - inputs else "previous_response_id"
         if kind == "reasoning":
             reasoning = item_text(item) or None
+        elif kind == "message" and item["role"] == "user" and after_summary:
+            messages[:] = join_user_turn(messages, Message("user", _parts(item["content"], f"{where}.content", images)))
         elif kind == "message" and item["role"] != "assistant":
             messages.append(Message(item["role"], _parts(item["content"], f"{where}.content", images)))
         elif kind == "message":
@@ -275,6 +289,9 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
             output = item["output"]
             content = output if isinstance(output, str) else _parts(output, f"{where}.output", images)
             messages.append(Message("tool", (ToolResult(item["call_id"], content, name=names.get(item["call_id"])),)))
+        elif kind == "compaction":        # opened (responses/compacting.py): the summary it seals
+            messages[:] = join_user_turn(messages, summary_message(item.get("summary", "")))
+        after_summary = kind == "compaction" or (after_summary and kind == "message" and item["role"] == "user")
     return messages
 
 
