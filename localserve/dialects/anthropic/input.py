@@ -12,6 +12,8 @@
   arguments), its `thinking` blocks a Reasoning part (the template decides whether to show it) once
   their signatures verify: a thinking block this server did not sign is a 400. A block
   that comes back with its text left out (display "omitted") gets it from the signature.
+- A `compaction` block (compaction.py) ends what is read of the history before it: the last
+  one with a summary stands for every message and block before it, as a user turn.
 - `tools` (`input_schema`) become tool definitions (server tools such as web search are
   left out, and named in a response header); `tool_choice` any/tool/none map to
   required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
@@ -33,6 +35,7 @@ from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text
 from ...prompt.build import ChatInput
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
+from .compaction import find_cut, read_summary, summary_turn
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
 
 TEXT_ONLY = "this server takes text only"
@@ -127,12 +130,20 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
     out: list[Turn] = []
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
                     default=-1)
+    cut = find_cut(messages)        # a compaction block: what came before it is its summary
+    if cut is not None:
+        out.append(Turn(summary_turn(cut.summary), cut.marked))
     for i, message in enumerate(messages):
+        if cut is not None and i < cut.message:
+            continue
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid(where, "expected an object")
         role = message.get("role")
         content = message.get("content")
+        first = cut.block + 1 if cut is not None and i == cut.message else 0   # the blocks after the summary
+        if first and first == len(content):     # the turn held the summary alone (paused there)
+            continue
         if isinstance(content, str):
             blocks: list = [{"type": "text", "text": content}]
         elif isinstance(content, list):
@@ -144,7 +155,7 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         if role == "user":
             converted = _user_turn(blocks, f"{where}.content")
         elif role == "assistant":
-            converted = [_assistant_turn(blocks, f"{where}.content", signing_key)]
+            converted = [_assistant_turn(blocks, f"{where}.content", signing_key, first)]
         elif role == "system":
             # clear_at "next_user_message": shown only until a user turn follows it
             shown = message.get("clear_at") != "next_user_message" or i > last_user
@@ -153,7 +164,7 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         else:
             raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
         turns = [Turn(m) for m in converted]
-        if turns and any(_marked(b) for b in blocks):
+        if turns and any(_marked(b) for b in blocks[first:]):
             turns[-1].marked = True
         for turn in turns:
             _append(out, turn)
@@ -190,7 +201,7 @@ def _user_turn(blocks: list, where: str) -> list[Message]:
             texts.append(_text_of(block, f"{where}[{j}]"))
         elif kind == "tool_result":
             results.append(Message("tool", (_tool_result(block, f"{where}[{j}]"),)))
-        elif kind in ("tool_use", "thinking", "redacted_thinking"):
+        elif kind in ("tool_use", "thinking", "redacted_thinking", "compaction"):
             raise invalid(f"{where}[{j}]", f"a {kind} block belongs in an assistant message")
         else:
             raise _unsupported(kind, f"{where}[{j}]")
@@ -227,11 +238,12 @@ def _tool_result(block: dict, where: str) -> ToolResult:
     return ToolResult(call_id, text, is_error=bool(is_error))
 
 
-def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
+def _assistant_turn(blocks: list, where: str, signing_key: bytes, first: int = 0) -> Message:
+    """The turn from blocks[first] on (the blocks after a compaction block)."""
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
-    for j, block in enumerate(blocks):
+    for j, block in enumerate(blocks[first:], start=first):
         at = f"{where}[{j}]"
         kind = _block_type(block, at)
         if kind == "text":
@@ -244,6 +256,8 @@ def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
             calls.append(_tool_use(block, at))
         elif kind == "tool_result":
             raise invalid(at, "a tool_result block belongs in a user message")
+        elif kind == "compaction":      # after the last summary: a failed compaction's (null), no-op
+            read_summary(block, at)
         else:
             raise _unsupported(kind, at)
     # the turn's text blocks are one text, as Anthropic joins them; its thinking blocks one reasoning

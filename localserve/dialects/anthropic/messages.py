@@ -13,7 +13,9 @@ and the runtime's events become Anthropic content blocks:
   which count_tokens reports;
 - with thinking display "omitted", thinking blocks carry an empty text and the signature
   (which seals the text); with context_management, the edits applied
-  (`context_management.applied_edits`, in the message and in message_delta).
+  (`context_management.applied_edits`, in the message and in message_delta);
+- with a compaction (compaction.py), its `compaction` block first, usage.iterations, and
+  with pause_after_compaction nothing after it (stop_reason "compaction").
 A stream is message_start (once the job is admitted and its cache hit is known), a ping,
 then per block content_block_start / _delta* / _stop with indices 0, 1, 2…, a
 signature_delta closing every thinking block, message_delta with the stop reason and the
@@ -42,6 +44,7 @@ from ..services import Services
 from ..failures import prompt_refusals
 from ..signing import sign
 from ...parsing.tool_families import new_call_id
+from .compaction import Compaction, compaction_block, compaction_events, with_iterations
 from .prompt import MessagesPrompt, cache_usage, read_prompt
 from .tools_and_thinking import check_budget_below_max_tokens
 from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_dict, read_int, read_sampling, read_stop,
@@ -63,10 +66,16 @@ class MessageMeta:
     omit_thinking: bool = False               # thinking.display "omitted"
     cache_breakpoint_tokens: int = 0          # where the last cache_control falls in the prompt
     context_management: dict | None = None    # {"applied_edits": [...]} when the request asked for edits
+    compaction: Compaction | None = None      # the summary written before the answer, once it is
 
     def usage(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
         return {**cache_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
                 "output_tokens": output_tokens}
+
+    def with_context_management(self, fields: dict) -> dict:
+        if self.context_management is not None:
+            fields["context_management"] = self.context_management
+        return fields
 
 
 def handle_messages(services: Services, exchange: Exchange) -> None:
@@ -162,11 +171,12 @@ def message_shell(meta: MessageMeta, content: list, stop: str | None, stop_seque
 
 
 def final_usage(output: GenerationOutput, meta: MessageMeta) -> dict:
-    return meta.usage(output.prompt_tokens, output.cached_tokens, output.completion_tokens)
+    answer = meta.usage(output.prompt_tokens, output.cached_tokens, output.completion_tokens)
+    return answer if meta.compaction is None else with_iterations(meta.compaction, answer)
 
 
 def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
-    content: list[dict] = []
+    content: list[dict] = [] if meta.compaction is None else [compaction_block(meta.compaction.summary)]
     if output.reasoning:
         # display "omitted": the text travels only sealed in the signature, and comes back so
         content.append({"type": "thinking", "thinking": "" if meta.omit_thinking else output.reasoning,
@@ -179,9 +189,13 @@ def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
     reason = stop_reason(output)
     message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
                             final_usage(output, meta))
-    if meta.context_management is not None:
-        message["context_management"] = meta.context_management
-    return message
+    return meta.with_context_management(message)
+
+
+def paused_response(meta: MessageMeta, compaction: Compaction) -> dict:
+    """pause_after_compaction: the summary alone."""
+    return meta.with_context_management(message_shell(meta, [compaction_block(compaction.summary)], "compaction",
+                                                      None, with_iterations(compaction, None)))
 
 
 # ---- streams ------------------------------------------------------------------------
@@ -237,6 +251,11 @@ class BlockStream:
             return []
         return [self._delta({"type": "input_json_delta", "partial_json": delta.fragment})]
 
+    def compaction(self, summary: str) -> list[bytes]:
+        out = self.close() + compaction_events(self.next_index, summary)
+        self.next_index += 1
+        return out
+
     def close(self) -> list[bytes]:
         self.pending = ""
         if self.open is None:
@@ -269,9 +288,13 @@ def message_start(meta: MessageMeta, prompt_tokens: int, cached_tokens: int) -> 
 def message_end(output: GenerationOutput, meta: MessageMeta) -> list[bytes]:
     reason = stop_reason(output)
     delta = {"stop_reason": reason, "stop_sequence": output.stop_sequence if reason == "stop_sequence" else None}
-    fields: dict[str, Any] = {"delta": delta, "usage": final_usage(output, meta)}
-    if meta.context_management is not None:
-        fields["context_management"] = meta.context_management
+    fields = meta.with_context_management({"delta": delta, "usage": final_usage(output, meta)})
+    return [event("message_delta", **fields), event("message_stop")]
+
+
+def paused_end(meta: MessageMeta, compaction: Compaction) -> list[bytes]:
+    delta = {"stop_reason": "compaction", "stop_sequence": None}
+    fields = meta.with_context_management({"delta": delta, "usage": with_iterations(compaction, None)})
     return [event("message_delta", **fields), event("message_stop")]
 
 

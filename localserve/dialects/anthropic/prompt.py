@@ -20,7 +20,8 @@ from typing import Callable
 from ...conversation import Message, Text, ToolResult
 from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
 from ...prompt.messages import result_text
-from .edits import EditResult, apply_edits, read_edits
+from .compaction import Compact
+from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
 
 # Appended to the marked message's text in a second rendering only, to find where the
@@ -35,6 +36,7 @@ class MessagesPrompt:
     edits: EditResult | None          # None: the request has no context_management
     cache_breakpoint_tokens: int = 0  # prompt tokens up to the last breakpoint (0: none)
     tokens: list[int] | None = None   # the prompt's tokens, when the edits counted them already
+    compact: Compact | None = None    # a compact_20260112 edit, for the handler to run
 
     @property
     def chat(self) -> ChatInput:
@@ -50,7 +52,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     check_client raises when the client has left (between context edits, before the render)."""
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
-    edit_list = read_edits(body)
+    edit_list = read_edits(body, model.engine.n_ctx)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
@@ -66,7 +68,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))
     prompt = MessagesPrompt(messages_input, render_chat(model.template, chat) if text is None else text, edits,
-                            tokens=tokens)
+                            tokens=tokens, compact=compact_edit(edit_list))
     if breakpoints and messages_input.cache_breakpoint is not None:
         prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, prompt.text)
     return prompt
