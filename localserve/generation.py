@@ -71,6 +71,9 @@ class GenerationRequest:
     # ends at its next line break; a line indented less than min_indent ends it before that line.
     line_time_limit: float | None = None
     min_indent: int = 0
+    # A compaction: the model writes a summary of the conversation (prompt/compaction.py); its
+    # text ends the job as a Compacted event, before Finished, and counts as a compaction.
+    compaction: bool = False
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -101,6 +104,13 @@ class ToolCallStart:
 class ToolCallDelta:
     index: int
     fragment: str
+
+
+@dataclass
+class Compacted:
+    """A compaction job's summary, whole (sent once, just before its Finished); each dialect
+    turns it into its own item or block (dialects/compaction.py)."""
+    summary: str
 
 
 @dataclass
@@ -150,7 +160,7 @@ class Finished:
     error: GenerationFailure | None = None
 
 
-Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
+Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Compacted, Finished]
 
 
 # ---- why a job was refused or failed -------------------------------------------------

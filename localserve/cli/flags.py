@@ -185,6 +185,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
            "seconds one request may take to choose one token (a costly grammar); then it fails, "
            "the others go on", "SECONDS"),
+    Option("compact-max-tokens", positive_int, defaults.DEFAULT_COMPACT_MAX_TOKENS,
+           "the longest summary a context compaction writes, in tokens (README: Long sessions)", "N"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),

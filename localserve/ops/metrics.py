@@ -111,6 +111,8 @@ class ServerMetrics:
                                           "none of its interrupted batch)")
         self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason "
                                      "(error: the generation failed)", ("finish_reason",))
+        self.compactions = r.counter("localserve_compactions_total", "Context compactions: summaries the model "
+                                     "wrote of a conversation (each piece of a long one counts)")
         self.cancellations = r.counter("localserve_cancellations_total", "Generations cancelled (the client "
                                        "went away or asked), running or still queued")
         self.ttft = r.histogram("localserve_time_to_first_token_seconds", "Time from submission (queue wait "
@@ -159,6 +161,8 @@ class ServerMetrics:
                                              "generations, by model", ("model",))
         self.model_generated_tokens = r.counter("localserve_model_generated_tokens_total", "Tokens generated, "
                                                 "by model", ("model",))
+        self.model_compactions = r.counter("localserve_model_compactions_total", "Context compactions, by model",
+                                           ("model",))
         self.model_draft_tokens = r.counter("localserve_model_draft_tokens_total", "Tokens drafted by speculative "
                                             "decoding and verified, by model", ("model",))
         self.model_draft_accepted = r.counter("localserve_model_draft_accepted_tokens_total", "Drafted tokens the "
@@ -236,6 +240,10 @@ class ServerMetrics:
         self.embedding_tokens.inc(tokens, endpoint=endpoint)
         self.model_embedding_tokens.inc(tokens, model=model, endpoint=endpoint)
 
+    def record_compaction(self) -> None:
+        """A compaction job ended with its summary (its tokens count as a generation's too)."""
+        self.compactions.inc()
+
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()
         self.generations.inc(finish_reason="cancelled")
@@ -301,6 +309,10 @@ class ModelMetrics:
 
     def record_prefill(self, tokens: int) -> None:
         self.server.record_prefill(tokens)
+
+    def record_compaction(self) -> None:
+        self.server.record_compaction()
+        self.server.model_compactions.inc(model=self.model)
 
     def record_drafts(self, drafted: int, accepted: int) -> None:
         self.server.record_drafts(drafted, accepted)

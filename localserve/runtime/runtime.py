@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure, GenerationOutput,
+from ..generation import (ActiveGeneration, Compacted, Context, Finished, GenerationFailure, GenerationOutput,
                          GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
                          RuntimeStopped, SamplingTooSlow)
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
@@ -362,6 +362,9 @@ class Runtime:
         output = finished_output(job, reason, time.monotonic())
         self._release(job)
         self.metrics.record_generation(output)
+        if job.request.compaction:
+            self.metrics.record_compaction()
+            self._emit(job.gen, Compacted(output.content))
         self._emit(job.gen, Finished(output))
 
     def _cancel(self, job: Job) -> None:
