@@ -206,7 +206,7 @@ MUTANTS = [
            "    held: list[str] = []\n    yield from read_arguments(cur, held.append)\n"
            "    yield from cur.closing(\"<|call|>\")\n    calls.add_arguments(\"\".join(held))\n",
            ("tests/e2e/test_tool_streaming.py::test_arguments_stream_as_generated_for_every_family_in_every_dialect",)),
-    Mutant("Anthropic stream silent while queued", "localserve/dialects/anthropic/messages.py",
+    Mutant("Anthropic stream silent while queued", "localserve/dialects/anthropic/replies.py",
            "return [PING if self.started else PREFILL_COMMENT]", "return [PING] if self.started else []",
            ("tests/e2e/test_stream_keepalive.py::test_keepalives_while_queued_then_the_freed_slot",)),
     Mutant("a chain gives each response's output before its input", "localserve/store/store.py",
