@@ -7,8 +7,9 @@
   Anthropic's trigger defaults to 150,000 tokens and may not be under 50,000, on a 200,000-token
   context; a local model's context is a few thousand, so both are shares of the model's context.
 - The `compaction` block a client sends back (first in an assistant turn, as this server wrote
-  it): everything before it is left out, and its summary is shown to the model as a user turn,
-  so the prompt starts from a short prefix the prompt cache keeps. A block whose content is null
+  it): everything before it is left out, and its summary is shown to the model as a user turn
+  (prompt/compaction.py's summary_message, as for every dialect), so the prompt starts from a
+  short prefix the prompt cache keeps. A block whose content is null
   (a compaction that failed) changes nothing; an empty summary is a 400.
 - The block in an answer: first in `content`, `{"type": "compaction", "content": summary}`; in a
   stream its own content_block_start, one `compaction_delta` with the whole summary, and
@@ -24,16 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...conversation import Message, text_message
 from ..fields import invalid
 from ..pump import sse
 
 COMPACT = "compact_20260112"
 DEFAULT_TRIGGER_SHARE = 0.75    # of the model's context: Anthropic's 150,000 of 200,000
 MIN_TRIGGER_SHARE = 0.25        # its minimum, 50,000 of 200,000
-
-# How a summary sent back is shown to the model: the turn that opens what is left of the session.
-SUMMARY_OPENING = "This session continues from an earlier part that was compacted. Its summary:\n\n"
 
 
 @dataclass(frozen=True)
@@ -114,10 +111,6 @@ def read_summary(block: dict, where: str) -> str | None:
     if not isinstance(content, str) or not content:
         raise invalid(f"{where}.content", "expected the summary this server wrote (a non-empty string), or null")
     return content
-
-
-def summary_turn(summary: str) -> Message:
-    return text_message("user", SUMMARY_OPENING + summary)
 
 
 # ---- the block in an answer ----------------------------------------------------------------

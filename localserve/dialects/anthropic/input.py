@@ -33,9 +33,10 @@ from typing import Any
 
 from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...prompt.build import ChatInput
+from ...prompt.compaction import summary_message
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
-from .compaction import find_cut, read_summary, summary_turn
+from .compaction import find_cut, read_summary
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
 
 TEXT_ONLY = "this server takes text only"
@@ -132,7 +133,7 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
                     default=-1)
     cut = find_cut(messages)        # a compaction block: what came before it is its summary
     if cut is not None:
-        out.append(Turn(summary_turn(cut.summary), cut.marked))
+        out.append(Turn(summary_message(cut.summary), cut.marked))
     for i, message in enumerate(messages):
         if cut is not None and i < cut.message:
             continue

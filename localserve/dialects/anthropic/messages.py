@@ -11,13 +11,14 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...generation import GenerationRequest
-from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
+from ...prompt.build import ChatModel, tokenize_prompt
 from ..loading import LoadWait, use_model
-from ..request_cycle import Reply, serve_generation
+from ..request_cycle import Reply, serve_generation, wants_stream
 from ..exchange import Exchange
 from ..services import Services
 from ..failures import prompt_refusals
 from ...parsing.tool_families import new_call_id
+from .compacting import AnswerJob, compacting_reply
 from .prompt import MessagesPrompt, read_prompt
 from .replies import MessageMeta, final_response, message_stream
 from .tools_and_thinking import check_budget_below_max_tokens
@@ -37,15 +38,21 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
 def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
     name = read_model(body, model.model_id)
     with prompt_refusals():
-        gen_request, prompt = read_request(model.chat, services.signing_key, body, exchange.request_id,
-                                           check_client=exchange.raise_if_gone,
-                                           betas=exchange.request.header("anthropic-beta"))
+        gen_request, prompt, answer = read_request(model.chat, services.signing_key, body, exchange.request_id,
+                                                   check_client=exchange.raise_if_gone,
+                                                   betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     meta = MessageMeta(new_call_id("msg_"), name, services.signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
+    if gen_request is None:         # past its compaction trigger: summarised first
+        assert prompt.compact is not None
+        return compacting_reply(exchange, model, prompt.chat, answer, meta, instructions=prompt.compact.instructions,
+                                pause=prompt.compact.pause, stream=wants_stream(body),
+                                max_tokens=services.settings.compact_max_tokens,
+                                keepalive=services.prefill_keepalive)
     return Reply(gen_request, shape=lambda gen: message_stream(meta, gen),
                  whole=lambda output: final_response(output, meta))
 
@@ -75,8 +82,10 @@ def read_model(body: dict, model_id: str) -> str:
 
 def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str,
                  check_client: Callable[[], None] = lambda: None,
-                 betas: str | None = None) -> tuple[GenerationRequest, MessagesPrompt]:
-    """betas: the anthropic-beta header (interleaved thinking lifts the budget's limit)."""
+                 betas: str | None = None) -> tuple[GenerationRequest | None, MessagesPrompt, AnswerJob]:
+    """The answer's job, and how to make it again for a compacted conversation; no job when the
+    prompt passes its compaction trigger. betas: the anthropic-beta header (interleaved thinking
+    lifts the budget's limit)."""
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
@@ -85,6 +94,16 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
     sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
-    request = build_chat_request(model, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,
-                                 label=f"messages {request_id}", text=prompt.text)
-    return request, prompt
+    answer = AnswerJob(model, sampling, max_tokens, stop, f"messages {request_id}")
+    if compaction_due(model, prompt):
+        return None, prompt, answer
+    return answer.build(prompt.chat, prompt.text), prompt, answer
+
+
+def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
+    """The prompt passes its compact edit's trigger, or is too long for the context (compacted,
+    it may fit)."""
+    if prompt.compact is None:
+        return False
+    tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.engine, prompt.text)
+    return len(tokens) > prompt.compact.trigger or len(tokens) >= model.engine.n_ctx
