@@ -202,3 +202,13 @@ def test_bad_edits_and_blocks_are_400_in_anthropics_shape(server, body, param):
         error = resp.json()
         assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
         assert param in error["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_what_the_answer_would_refuse_is_refused_before_the_summary(server, stream):
+    before = compactions(server)
+    body = {"model": "m", "max_tokens": 20, "messages": history(), "stream": stream, "grammar": "root ::= (",
+            "context_management": compact_edit()}
+    resp = request(server.port, post_json("/v1/messages", body))
+    assert resp.status == 400 and resp.json()["error"]["type"] == "invalid_request_error", resp.body
+    assert compactions(server) == before

@@ -56,10 +56,11 @@ def compacted(chat: ChatInput, summary: str) -> ChatInput:
                                                summary_message(summary)])
 
 
-def check_not_cancelled(output: GenerationOutput) -> None:
+def cancelled(output: GenerationOutput) -> ApiError | None:
     """A summary job the runtime cancelled (the server is stopping) wrote no whole summary."""
-    if output.finish_reason == "cancelled":
-        raise ApiError(503, "the compaction was cancelled: the server is stopping", code="server_shutting_down")
+    if output.finish_reason != "cancelled":
+        return None
+    return ApiError(503, "the compaction was cancelled: the server is stopping", code="server_shutting_down")
 
 
 @dataclass
@@ -106,7 +107,9 @@ class CompactingRun:
 
     def whole(self, gen: ActiveGeneration) -> dict:
         output = wait_for_output(self.exchange.writer, gen)
-        check_not_cancelled(output)
+        failure = cancelled(output)
+        if failure is not None:
+            raise failure
         self.usage.add(output)
         compaction = self.summarised(output.content)      # the text its Compacted event carries
         if self.pause:
@@ -135,18 +138,17 @@ class CompactingRun:
             if isinstance(event, Compacted):
                 summary = event.summary
             elif isinstance(event, Finished) and event.error is None:
-                try:
-                    check_not_cancelled(event.output)
-                except ApiError as error:
-                    yield StreamFailure(error)
+                failure = cancelled(event.output)
+                if failure is not None:
+                    yield StreamFailure(failure)
                     return
                 self.usage.add(event.output)
                 yield self.summarised(summary)
                 break
             elif not isinstance(event, (Chunk, ToolCallStart, ToolCallDelta)):
-                yield event
+                yield event          # Context, KEEPALIVE, or a failed Finished (which ends the stream)
         else:
-            return
+            return                   # the summary job failed
         if self.pause:
             return
         try:

@@ -18,7 +18,7 @@ from ..exchange import Exchange
 from ..services import Services
 from ..failures import prompt_refusals
 from ...parsing.tool_families import new_call_id
-from .compacting import AnswerJob, compacting_reply
+from .compacting import AnswerJob, compacted, compacting_reply
 from .prompt import MessagesPrompt, read_prompt
 from .replies import MessageMeta, final_response, message_stream
 from .tools_and_thinking import check_budget_below_max_tokens
@@ -96,6 +96,7 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     stop = read_stop(body, "stop_sequences")
     answer = AnswerJob(model, sampling, max_tokens, stop, f"messages {request_id}")
     if compaction_due(model, prompt):
+        answer.build(compacted(prompt.chat, ""))     # what the answer's job would refuse, refused before the summary
         return None, prompt, answer
     return answer.build(prompt.chat, prompt.text), prompt, answer
 
