@@ -130,6 +130,23 @@ def test_a_conversation_past_the_context_is_compacted_in_pieces(server):
     assert message.usage.iterations[0].input_tokens + message.usage.iterations[0].cache_read_input_tokens > CONTEXT
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_compaction_parameter_only_compacts_and_its_block_may_open_the_next_request(server, stream):
+    client = anthropic_sdk(server)
+    short = [{"role": "user", "content": "Hi"}]
+    before = compactions(server)
+    message = create(client, stream, model="m", max_tokens=50, messages=short, compaction={"type": "summarize"})
+    assert compactions(server) == before + 1                      # however short the conversation
+    assert message.stop_reason == "compaction"
+    assert [b.model_dump(exclude_none=True) for b in message.content] == [{"type": "compaction", "content": SUMMARY}]
+    # sent first in the next request's messages, in a user turn
+    follow = create(client, stream, model="m", max_tokens=50, messages=[
+        {"role": "user", "content": [message.content[0].model_dump(exclude_none=True), {"type": "text", "text": "Go on."}]}])
+    assert follow.content[0].text == ANSWER
+    assert client.beta.messages.count_tokens(model="m", messages=short, compaction={"type": "summarize"},
+                                             betas=[BETA]).input_tokens < 20      # counted as sent
+
+
 def test_the_stream_holds_the_compaction_block_in_its_own_events(server):
     body = {"model": "m", "max_tokens": 50, "messages": history(), "stream": True,
             "context_management": compact_edit()}
@@ -191,12 +208,16 @@ def test_blocks_before_a_compaction_block_are_left_out(server):
      "context_management.edits"),
     ({"messages": [{"role": "assistant", "content": [{"type": "compaction", "content": ""}]}]},
      "messages[0].content[0].content"),
-    ({"messages": [{"role": "user", "content": [{"type": "compaction", "content": SUMMARY}]}]},
-     "messages[0].content[0]"),
+    ({"messages": [{"role": "user", "content": [{"type": "compaction", "content": 3}]}]},
+     "messages[0].content[0].content"),
+    ({"compaction": {"type": "summarize"}, "context_management": compact_edit()}, "compaction"),
+    ({"compaction": {"type": "compact"}}, "compaction"),
+    ({"compaction": {"type": "summarize", "instructions": 1}}, "compaction.instructions"),
 ])
 def test_bad_edits_and_blocks_are_400_in_anthropics_shape(server, body, param):
     full = {"model": "m", "max_tokens": 20, "messages": [{"role": "user", "content": "Hi"}], **body}
-    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+    # count_tokens ignores the compaction parameter
+    for path in ("/v1/messages",) + (("/v1/messages/count_tokens",) if "compaction" not in body else ()):
         resp = request(server.port, post_json(path, full))
         assert resp.status == 400, resp.body
         error = resp.json()

@@ -6,8 +6,11 @@
   add to it before the model goes on), `instructions` (replace the summarisation prompt).
   Anthropic's trigger defaults to 150,000 tokens and may not be under 50,000, on a 200,000-token
   context; a local model's context is a few thousand, so both are shares of the model's context.
+- The top-level `compaction` parameter ({"type": "summarize", "instructions"?}): the request
+  only compacts, whatever its prompt's size, and the answer is the block alone (as a paused
+  compaction's); count_tokens ignores it; with context_management it is a 400.
 - The `compaction` block a client sends back (first in an assistant turn, as this server wrote
-  it): everything before it is left out, and its summary is shown to the model as a user turn
+  it, or in a user turn): everything before it is left out, and its summary is shown to the model as a user turn
   (prompt/compaction.py's summary_message, as for every dialect), so the prompt starts from a
   short prefix the prompt cache keeps. A block whose content is null
   (a compaction that failed) changes nothing; an empty summary is a 400.
@@ -67,10 +70,27 @@ def read_compact(edit: dict, where: str, n_ctx: int) -> Compact:
     pause = edit.get("pause_after_compaction")
     if pause is not None and not isinstance(pause, bool):
         raise invalid(f"{where}.pause_after_compaction", "expected a boolean")
+    return Compact(tokens, bool(pause), _instructions(edit, f"{where}.instructions"))
+
+
+def read_summarize(body: dict) -> Compact | None:
+    """The top-level `compaction` parameter, as a compaction due at once that pauses after it."""
+    value = body.get("compaction")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") != "summarize":
+        raise invalid("compaction", 'expected {"type": "summarize", "instructions": "..."?}')
+    if body.get("context_management") is not None:
+        raise invalid("compaction", "cannot be combined with context_management")
+    return Compact(0, True, _instructions(value, "compaction.instructions"))
+
+
+def _instructions(edit: dict, where: str) -> str | None:
+    """Instructions that replace the summarisation prompt; blank ones count as none."""
     instructions = edit.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
-        raise invalid(f"{where}.instructions", "expected a string")
-    return Compact(tokens, bool(pause), instructions if instructions and instructions.strip() else None)
+        raise invalid(where, "expected a string")
+    return instructions if instructions and instructions.strip() else None
 
 
 # ---- compaction blocks sent back ------------------------------------------------------------
@@ -86,12 +106,13 @@ class Cut:
 
 
 def find_cut(messages: list) -> Cut | None:
-    """The last compaction block with a summary, anywhere in an assistant turn; the blocks
-    before it are never read (what a client sends back there is left out, checked or not)."""
+    """The last compaction block with a summary, in an assistant turn (where this server answers
+    it) or a user turn; the blocks before it are never read (what a client sends back there is
+    left out, checked or not)."""
     for i in reversed(range(len(messages))):
         message = messages[i]
         content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(content, list) or message.get("role") != "assistant":
+        if not isinstance(content, list) or message.get("role") not in ("assistant", "user"):
             continue
         for j in reversed(range(len(content))):
             block = content[j]

@@ -13,7 +13,8 @@
   their signatures verify: a thinking block this server did not sign is a 400. A block
   that comes back with its text left out (display "omitted") gets it from the signature.
 - A `compaction` block (compaction.py) ends what is read of the history before it: the last
-  one with a summary stands for every message and block before it, as a user turn.
+  one with a summary (in an assistant turn, as this server answers it, or a user turn) stands
+  for every message and block before it, as a user turn.
 - `tools` (`input_schema`) become tool definitions (server tools such as web search are
   left out, and named in a response header); `tool_choice` any/tool/none map to
   required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
@@ -154,7 +155,7 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         else:
             raise invalid(f"{where}.content", "expected a string or an array of content blocks")
         if role == "user":
-            converted = _user_turn(blocks, f"{where}.content")
+            converted = _user_turn(blocks, f"{where}.content", first)
         elif role == "assistant":
             converted = [_assistant_turn(blocks, f"{where}.content", signing_key, first)]
         elif role == "system":
@@ -192,17 +193,20 @@ def _system_turn(blocks: list, where: str) -> Message:
     return text_message("system", "\n".join(texts))
 
 
-def _user_turn(blocks: list, where: str) -> list[Message]:
-    """A user turn's tool results, each a tool message (first, in order), then its text."""
+def _user_turn(blocks: list, where: str, first: int = 0) -> list[Message]:
+    """A user turn's tool results, each a tool message (first, in order), then its text; from
+    blocks[first] on (the blocks after a compaction block)."""
     results: list[Message] = []
     texts: list[str] = []
-    for j, block in enumerate(blocks):
+    for j, block in enumerate(blocks[first:], start=first):
         kind = _block_type(block, f"{where}[{j}]")
         if kind == "text":
             texts.append(_text_of(block, f"{where}[{j}]"))
         elif kind == "tool_result":
             results.append(Message("tool", (_tool_result(block, f"{where}[{j}]"),)))
-        elif kind in ("tool_use", "thinking", "redacted_thinking", "compaction"):
+        elif kind == "compaction":      # after the last summary: a failed compaction's (null), no-op
+            read_summary(block, f"{where}[{j}]")
+        elif kind in ("tool_use", "thinking", "redacted_thinking"):
             raise invalid(f"{where}[{j}]", f"a {kind} block belongs in an assistant message")
         else:
             raise _unsupported(kind, f"{where}[{j}]")

@@ -19,6 +19,7 @@ from ..services import Services
 from ..failures import prompt_refusals
 from ...parsing.tool_families import new_call_id
 from .compacting import AnswerJob, compacted, compacting_reply
+from .compaction import read_summarize
 from .prompt import MessagesPrompt, read_prompt
 from .replies import MessageMeta, final_response, message_stream
 from .tools_and_thinking import check_budget_below_max_tokens
@@ -91,6 +92,7 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
     prompt = read_prompt(model, signing_key, body, check_client=check_client)
+    prompt.compact = read_summarize(body) or prompt.compact       # count_tokens ignores `compaction`
     check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
     sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")

@@ -59,6 +59,14 @@ def test_a_paused_turn_of_the_block_alone_leaves_the_summary_to_answer():
     assert read_input(body, KEY).chat.messages == [summary_message(SUMMARY)]
 
 
+def test_a_summary_may_open_a_user_turn_too():
+    body = {"messages": [{"role": "user", "content": "Old."},
+                         {"role": "user", "content": [{"type": "compaction", "content": SUMMARY},
+                                                      {"type": "text", "text": "Go on."}]}]}
+    # the user turn after the summary joins it, as consecutive user turns do
+    assert read_input(body, KEY).chat.messages == [text_message("user", summary_message(SUMMARY).text + "\nGo on.")]
+
+
 def test_the_last_summary_wins_and_a_failed_one_is_no_op():
     body = {"messages": [
         {"role": "assistant", "content": [{"type": "compaction", "content": "older"}]},
