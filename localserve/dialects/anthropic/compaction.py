@@ -10,10 +10,10 @@
   only compacts, whatever its prompt's size, and the answer is the block alone (as a paused
   compaction's); count_tokens ignores it; with context_management it is a 400.
 - The `compaction` block a client sends back (first in an assistant turn, as this server wrote
-  it, or in a user turn): everything before it is left out, and its summary is shown to the model as a user turn
-  (prompt/compaction.py's summary_message, as for every dialect), so the prompt starts from a
-  short prefix the prompt cache keeps. A block whose content is null
-  (a compaction that failed) changes nothing; an empty summary is a 400.
+  it, or in a user turn): everything before it is left out, and its summary is shown to the
+  model as a user turn (prompt/compaction.py's summary_message, as for every dialect), so the
+  prompt starts from a short prefix the prompt cache keeps. A block whose content is null (a
+  compaction that failed) changes nothing; an empty summary is a 400.
 - The block in an answer: first in `content`, `{"type": "compaction", "content": summary}`; in a
   stream its own content_block_start, one `compaction_delta` with the whole summary, and
   content_block_stop (the SDK takes the delta's content as the block's, not a fragment of it).
