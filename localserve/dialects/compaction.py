@@ -75,6 +75,7 @@ class CompactionOptions:
     sampling: SamplingParams | None = None
     label: str = "compaction"
     param: str = "input"                # the request field a too-long conversation is blamed on
+    cache_key: str | None = None        # prompt_cache_key: the slot its conversation last used
 
 
 def compact_pieces(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> LastPiece:
@@ -105,8 +106,10 @@ def compact(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: Co
 def _step(model: LoadedModel, chat: ChatInput, options: CompactionOptions,
           check_client: Callable[[], None]) -> CompactionStep:
     with prompt_refusals(options.param):
-        return build_compaction(model.chat, chat, instructions=options.instructions, max_tokens=options.max_tokens,
+        step = build_compaction(model.chat, chat, instructions=options.instructions, max_tokens=options.max_tokens,
                                 sampling=options.sampling, label=options.label, check_client=check_client)
+    step.request.cache_key = options.cache_key
+    return step
 
 
 @dataclass

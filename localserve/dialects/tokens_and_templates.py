@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from ..errors import ApiError
 from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
@@ -81,5 +82,9 @@ def _apply_responses_template(services: Services, exchange: Exchange, body: dict
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
                          signing_key=services.signing_key, store=services.store)
+        if plan.generation is None:     # a compaction's, or an input only a compaction would fit: none yet
+            raise ApiError(400, "this input renders only once it is compacted, when the response runs (a "
+                                "compaction_trigger, or context_management on an input that does not fit)",
+                           param="input", code="compaction_required")
         tokens = plan.generation.prompt_tokens
         exchange.send_json({"prompt": model.chat.engine.detokenize(tokens), "prompt_tokens": len(tokens)})

@@ -16,6 +16,7 @@ import orjson
 
 from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
+from ...prompt.compaction import summary_message
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
@@ -23,7 +24,8 @@ from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
-              "custom_tool_call_output", "local_shell_call", "local_shell_call_output")
+              "custom_tool_call_output", "local_shell_call", "local_shell_call_output", "compaction",
+              "compaction_trigger")
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -77,6 +79,11 @@ def normalize_item(item: Any, where: str) -> dict:
         return _custom_tool_call(item, where)
     if kind == "local_shell_call":
         return _local_shell_call(item, where)
+    if kind == "compaction":
+        return {"id": _item_id(item, where, "compaction"), "type": "compaction",
+                "encrypted_content": _required_str(item, "encrypted_content", where)}
+    if kind == "compaction_trigger":
+        return {"id": _item_id(item, where, "compaction_trigger"), "type": "compaction_trigger"}
     if kind is None:
         raise invalid(where, "an item needs a 'type' (or a 'role' for a message)")
     raise unsupported(f"{where}.type", f"item type '{kind}' is not supported; this server takes "
@@ -245,6 +252,8 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[Mess
         elif kind in OUTPUT_TYPES:
             messages.append(Message("tool", (ToolResult(item["call_id"], item["output"],
                                                         name=names.get(item["call_id"])),)))
+        elif kind == "compaction":        # opened (responses/compacting.py): the summary it seals
+            messages.append(summary_message(item.get("summary", "")))
     return messages
 
 
