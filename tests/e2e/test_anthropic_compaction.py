@@ -147,6 +147,20 @@ def test_the_compaction_parameter_only_compacts_and_its_block_may_open_the_next_
                                              betas=[BETA]).input_tokens < 20      # counted as sent
 
 
+def test_a_summary_alone_is_not_compacted_again(server):
+    """A paused compaction's block sent back, with a system prompt past the trigger on its own:
+    summarising the summary would shorten nothing, and every turn would compact."""
+    client = anthropic_sdk(server)
+    messages = [{"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": [{"type": "compaction", "content": SUMMARY}]}]
+    counted = client.beta.messages.count_tokens(model="m", system=LONG, messages=messages, betas=[BETA]).input_tokens
+    assert counted > TRIGGER["value"]
+    before = compactions(server)
+    message = create(client, False, model="m", max_tokens=50, system=LONG, messages=messages,
+                     context_management=compact_edit())
+    assert [b.type for b in message.content] == ["text"] and compactions(server) == before
+
+
 def test_the_stream_holds_the_compaction_block_in_its_own_events(server):
     body = {"model": "m", "max_tokens": 50, "messages": history(), "stream": True,
             "context_management": compact_edit()}

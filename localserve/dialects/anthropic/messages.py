@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...generation import GenerationRequest
 from ...prompt.build import ChatModel, tokenize_prompt
+from ...prompt.compaction import is_summary, leading_system
 from ..loading import LoadWait, use_model
 from ..request_cycle import Reply, serve_generation, wants_stream
 from ..exchange import Exchange
@@ -49,6 +50,7 @@ def read_reply(services: Services, exchange: Exchange, body: dict, model: Loaded
     meta = MessageMeta(new_call_id("msg_"), name, services.signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
     if gen_request is None:         # past its compaction trigger: summarised first
+        log.info("messages %s: compacting the conversation before the answer", exchange.request_id)
         assert prompt.compact is not None
         return compacting_reply(exchange, model, prompt.chat, answer, meta, instructions=prompt.compact.instructions,
                                 pause=prompt.compact.pause, stream=wants_stream(body),
@@ -105,8 +107,15 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
 
 def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
     """The prompt passes its compact edit's trigger, or is too long for the context (compacted,
-    it may fit)."""
-    if prompt.compact is None:
+    it may fit). Not when the conversation is a summary already and nothing else (a paused
+    compaction's block sent back, the system prompt and tools past the trigger on their own):
+    its summary would shorten nothing, and every turn would compact again."""
+    compact = prompt.compact
+    if compact is None:
         return False
-    tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.engine, prompt.text)
-    return len(tokens) > prompt.compact.trigger or len(tokens) >= model.engine.n_ctx
+    tokens = len(prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.engine, prompt.text))
+    if tokens >= model.engine.n_ctx:
+        return True
+    messages = prompt.chat.messages[leading_system(prompt.chat.messages):]
+    asked = compact.trigger == 0          # the compaction parameter: the compaction is the answer
+    return tokens > compact.trigger and (asked or not all(is_summary(m) for m in messages))
