@@ -28,7 +28,7 @@ from ..failures import prompt_refusals
 from ..jobs import cancel_on_error, job_events, submit, wait_for_output
 from ..pump import pump
 from ..request_cycle import Reply
-from .compaction import Compaction
+from .compaction import Compact, Compaction
 from .replies import MessageMeta, MessageStream, final_response, message_start, paused_end, paused_response
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
@@ -70,12 +70,13 @@ class StreamFailure:
 
 
 def compacting_reply(exchange: Exchange, model: LoadedModel, chat: ChatInput, answer: AnswerJob, meta: MessageMeta,
-                     *, instructions: str | None, pause: bool, stream: bool, max_tokens: int,
-                     keepalive: float) -> Reply:
-    options = CompactionOptions(instructions=instructions, max_tokens=max_tokens, label=f"{answer.label} compaction",
-                                param="messages")
+                     compact: Compact, *, stream: bool, max_tokens: int, keepalive: float) -> Reply:
+    """The request's job is the (last) summary's; the answer's follows it. max_tokens: the
+    summary's (--compact-max-tokens)."""
+    options = CompactionOptions(instructions=compact.instructions, max_tokens=max_tokens,
+                                label=f"{answer.label} compaction", param="messages")
     last = compact_pieces(exchange, model, chat, options)
-    run = CompactingRun(exchange, model, chat, answer, meta, pause, last.usage, keepalive)
+    run = CompactingRun(exchange, model, chat, answer, meta, compact.pause, last.usage, keepalive)
     return Reply(last.step.request, deliver=run.stream if stream else run.whole)
 
 

@@ -52,10 +52,8 @@ def read_reply(services: Services, exchange: Exchange, body: dict, model: Loaded
     if gen_request is None:         # past its compaction trigger: summarised first
         log.info("messages %s: compacting the conversation before the answer", exchange.request_id)
         assert prompt.compact is not None
-        return compacting_reply(exchange, model, prompt.chat, answer, meta, instructions=prompt.compact.instructions,
-                                pause=prompt.compact.pause, stream=wants_stream(body),
-                                max_tokens=services.settings.compact_max_tokens,
-                                keepalive=services.prefill_keepalive)
+        return compacting_reply(exchange, model, prompt.chat, answer, meta, prompt.compact, stream=wants_stream(body),
+                                max_tokens=services.settings.compact_max_tokens, keepalive=services.prefill_keepalive)
     return Reply(gen_request, shape=lambda gen: message_stream(meta, gen),
                  whole=lambda output: final_response(output, meta))
 
