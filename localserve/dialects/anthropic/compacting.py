@@ -7,8 +7,8 @@ request's own job, so a stream's head and pings go out while it runs). The summa
 answer's compaction block; the answer is then generated from the compacted prompt, the system
 turns and the summary, which is what the next request renders when the client sends the block
 back (a short prefix, still in the prompt cache). With pause_after_compaction the answer is the
-block alone, stop_reason "compaction". The summary's jobs and the answer's are each an entry of
-usage.iterations.
+block alone, stop_reason "compaction". usage.iterations has the summary's jobs, summed, as one
+entry and the answer's as another.
 """
 
 from __future__ import annotations
