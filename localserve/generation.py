@@ -65,15 +65,15 @@ class GenerationRequest:
     content_markup: ContentMarkup | None = None   # the template's own markup around the answer, dropped
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
+    # A compaction: the model writes a summary of the conversation (prompt/compaction.py); its
+    # text ends the job as a Compacted event, before Finished, and counts as a compaction.
+    compaction: bool = False
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
     # Editor completions (llama-server's /infill): past this many seconds of generation the answer
     # ends at its next line break; a line indented less than min_indent ends it before that line.
     line_time_limit: float | None = None
     min_indent: int = 0
-    # A compaction: the model writes a summary of the conversation (prompt/compaction.py); its
-    # text ends the job as a Compacted event, before Finished, and counts as a compaction.
-    compaction: bool = False
 
 
 # ---- events, one queue per job -------------------------------------------------

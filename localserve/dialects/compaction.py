@@ -19,6 +19,7 @@ another key sealed, is a 400 invalid_encrypted_content.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ from ..errors import ApiError
 from ..generation import Compacted, Finished, GenerationOutput, GenerationRequest, SamplingParams
 from ..prompt.build import ChatInput
 from ..prompt.compaction import CompactionStep, build_compaction, replace_head
+from ..settings import DEFAULT_COMPACT_MAX_TOKENS
 from .exchange import Exchange
 from .failures import prompt_refusals
 from .jobs import cancel_on_error, error_from, job_events, submit
@@ -71,11 +73,15 @@ class LastPiece:
 @dataclass
 class CompactionOptions:
     instructions: str | None = None     # instead of SUMMARY_PROMPT, where the API lets the client say
-    max_tokens: int = 1024              # --compact-max-tokens
+    max_tokens: int = DEFAULT_COMPACT_MAX_TOKENS     # --compact-max-tokens
     sampling: SamplingParams | None = None
     label: str = "compaction"
     param: str = "input"                # the request field a too-long conversation is blamed on
     cache_key: str | None = None        # prompt_cache_key: the slot its conversation last used
+    # Called every wait_interval seconds while a job runs here (a stream's keepalive: the summary
+    # is never streamed, so its client would otherwise hear nothing for the whole compaction).
+    on_wait: Callable[[], None] | None = None
+    wait_interval: float = 0.0
 
 
 def compact_pieces(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> LastPiece:
@@ -88,7 +94,7 @@ def compact_pieces(exchange: Exchange, model: LoadedModel, chat: ChatInput, opti
         step = _step(model, dataclasses.replace(chat, messages=messages), options, exchange.raise_if_gone)
         if step.whole:
             return LastPiece(step, usage)
-        compaction = run_compaction_job(exchange, model, step.request)
+        compaction = run_compaction_job(exchange, model, step.request, options)
         usage.add(compaction.output)
         messages = replace_head(messages, step.covered, compaction.summary)
     raise ApiError(400, f"invalid '{options.param}': the conversation could not be compacted in "
@@ -98,7 +104,7 @@ def compact_pieces(exchange: Exchange, model: LoadedModel, chat: ChatInput, opti
 def compact(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> Compaction:
     """The whole compaction, run and waited for: the summary and every job's usage."""
     last = compact_pieces(exchange, model, chat, options)
-    job = run_compaction_job(exchange, model, last.step.request)
+    job = run_compaction_job(exchange, model, last.step.request, options)
     last.usage.add(job.output)
     return Compaction(job.summary, last.usage)
 
@@ -118,12 +124,19 @@ class JobSummary:
     output: GenerationOutput
 
 
-def run_compaction_job(exchange: Exchange, model: LoadedModel, request: GenerationRequest) -> JobSummary:
+def run_compaction_job(exchange: Exchange, model: LoadedModel, request: GenerationRequest,
+                       options: CompactionOptions | None = None) -> JobSummary:
     """One summarisation job, waited for (a client that leaves cancels it: ClientGone)."""
+    on_wait = options.on_wait if options is not None and options.wait_interval > 0 else None
+    interval = options.wait_interval if on_wait is not None else 0.0
     gen = submit(model, request)
     summary = ""
+    next_wait = time.monotonic() + interval
     with cancel_on_error(gen):
-        for event in job_events(exchange.writer, gen, 0):
+        for event in job_events(exchange.writer, gen, interval):
+            if on_wait is not None and time.monotonic() >= next_wait:     # prefill's ticks, and decode's too
+                on_wait()
+                next_wait = time.monotonic() + interval
             if isinstance(event, Compacted):
                 summary = event.summary
             elif isinstance(event, Finished):

@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..conversation import Message, Text, text_message
+from ..conversation import Message, text_message
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams
 from .build import ChatInput, ChatModel, ToolChoice, build_chat_request
 
@@ -131,9 +131,3 @@ def replace_head(messages: list[Message], covered: int, summary: str) -> list[Me
     """The conversation once its first `covered` messages are summarised (system turns kept)."""
     keep = leading_system(messages)
     return [*messages[:keep], summary_message(summary), *messages[covered:]]
-
-
-def is_summary(message: Message) -> bool:
-    """A turn that shows a compaction's summary (summary_message)."""
-    return message.role == "user" and len(message.parts) == 1 and isinstance(message.parts[0], Text) \
-        and message.parts[0].text.startswith(SUMMARY_HEADING)

@@ -362,9 +362,9 @@ class Runtime:
         output = finished_output(job, reason, time.monotonic())
         self._release(job)
         self.metrics.record_generation(output)
-        if job.request.compaction:
+        if job.request.compaction:     # a model that only thought still leaves its thoughts as the summary
             self.metrics.record_compaction()
-            self._emit(job.gen, Compacted(output.content))
+            self._emit(job.gen, Compacted(output.content.strip() or output.reasoning.strip()))
         self._emit(job.gen, Finished(output))
 
     def _cancel(self, job: Job) -> None:

@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from clients import openai_sdk
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model
 from rawhttp import post_json, request
-from responses_support import check_event_stream, get_json
+from responses_support import check_event_stream, get_json, wait_status
 from scripted_model import write_scripted_gguf
 from sse import parse_sse
 
@@ -187,3 +187,75 @@ def test_context_management_is_checked(server):
     assert bad.status == 400 and bad.json()["error"]["param"] == "context_management[0].compact_threshold"
     bad = post(server.port, "/v1/responses", {"model": "scripted", "input": [{"type": "compaction"}]})
     assert bad.status == 400 and bad.json()["error"]["param"] == "input[0].encrypted_content"
+
+
+def test_a_conversation_longer_than_the_context_is_compacted_in_pieces(server):
+    """Past the context even for the summarisation: the oldest turns are summarised first, then the
+    rest with that summary; the user turns kept are the newest that fit a quarter of the context."""
+    before = compactions(server.port)
+    turns = [{"role": "user", "content": LONG * 6}, {"role": "assistant", "content": ANSWER},
+             {"role": "user", "content": LONG * 6}, {"role": "assistant", "content": ANSWER},
+             {"role": "user", "content": "Short question?"}]
+    answer = post(server.port, "/v1/responses/compact", {"model": "scripted", "input": turns})
+    assert answer.status == 200, answer.body
+    body = answer.json()
+    assert compactions(server.port) == before + 2 and body["usage"]["output_tokens"] == 2
+    assert [item["type"] for item in body["output"]] == ["message", "compaction"]
+    assert body["output"][0]["content"][0]["text"] == "Short question?"
+
+
+def test_conversation_items_take_compactions_but_no_trigger(server):
+    c = openai_sdk(server)
+    item = post(server.port, "/v1/responses/compact", {"model": "scripted", "input": history()}).json()["output"][-1]
+    conversation = c.conversations.create(items=[item])
+    answer = c.responses.create(model="scripted", input="Go on.", conversation=conversation.id)
+    assert answer.output_text == ANSWER
+    prompt = rendered(server.port, {"input": "Again.", "conversation": conversation.id})["prompt"]
+    assert SUMMARY in prompt and prompt.index(SUMMARY) < prompt.index("Go on.")
+    with pytest.raises(openai.BadRequestError) as failed:
+        c.conversations.items.create(conversation.id, items=[{"type": "compaction_trigger"}])
+    assert failed.value.param == "items[0].type"
+
+
+def test_a_background_compaction_trigger_is_stored_and_chained(server):
+    c = openai_sdk(server)
+    started = c.responses.create(model="scripted", input=trigger_input(), background=True)
+    assert started.status in ("queued", "in_progress")
+    done = wait_status(c, started.id, ("completed",))
+    assert [item.type for item in done.output] == ["compaction"]
+    follow = c.responses.create(model="scripted", input="Next.", previous_response_id=done.id)
+    assert follow.output_text == ANSWER and follow.usage.input_tokens < 200
+
+
+def test_compact_max_tokens_bounds_the_summary(models_dir, tmp_path):
+    path = write_scripted_gguf(models_dir / "compaction-long-summary.gguf", [[ANSWER]],
+                               summary=["First part.", " Second part.", " Third part.", " Fourth part."])
+    srv = ServerProcess(path, "--model-id", "scripted", "--compact-max-tokens", "2", "--no-store")
+    try:
+        c = openai_sdk(srv)
+        cut = c.responses.create(model="scripted", input=trigger_input(), store=False)
+        assert [item.type for item in cut.output] == ["compaction"] and cut.status == "completed"
+        assert cut.usage.output_tokens == 2
+        prompt = rendered(srv.port, {"input": [cut.output[0].model_dump(exclude_none=True), {"role": "user", "content": "Go on."}]})["prompt"]
+        assert "First part. Second part." in prompt and "Third" not in prompt
+    finally:
+        srv.stop()
+
+
+def test_a_stream_hears_keepalives_while_its_input_is_compacted(models_dir):
+    """The compaction before a streamed response's own job is waited for before the response
+    exists: its head goes out with the first `: compacting` comment, one every --prefill-keepalive."""
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--prefill-keepalive",
+                        "0.2", "--slots", "1", "--no-store", "--compact-max-tokens", "4")
+    try:
+        body = {"model": "slow", "input": "hello world " * 1500, "stream": True, "store": False,
+                "max_output_tokens": 2, **management(100)}
+        answer = request(srv.port, post_json("/v1/responses", body), timeout=120)
+    finally:
+        srv.stop()
+    assert answer.status == 200
+    assert answer.body.index(b": compacting\n\n") < answer.body.index(b"event: response.created")
+    events = parse_sse(answer.body)
+    check_event_stream(events)
+    final = events[-1][1]["response"]
+    assert [item["type"] for item in final["output"]] == ["compaction", "message"]

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from localserve.prompt.compaction import SUMMARY_REQUEST_END
+from localserve.prompt.compaction import SUMMARY_HEADING, SUMMARY_REQUEST_END
 from tinymodel import tiny_vocab, write_gguf
 
 __all__ = ["MAX_STEPS", "SCRIPTED_TEMPLATE", "SUMMARY_TOKEN", "Script", "step_token", "tool_call_piece",
@@ -64,7 +64,15 @@ _COMPACTING = """
 """
 
 
-def _template(render_system: bool) -> str:
+def _user_step(summary_step: int) -> str:
+    """The step a user turn starts: 0, or summary_step after a compaction's summary (a user turn
+    that holds localserve's SUMMARY_HEADING: the server may have merged other turns into it), so a
+    script can end after a compaction."""
+    heading = json.dumps(SUMMARY_HEADING)
+    return f"({summary_step} if message.content is string and {heading} in message.content else 0)"
+
+
+def _template(render_system: bool, summary_step: int = 0) -> str:
     system = ('{{- "<|im_start|>system\\n" + (message.content or "") + "<|im_end|>\\n" }}'
               if render_system else "")
     return """\
@@ -92,7 +100,7 @@ def _template(render_system: bool) -> str:
     {%- elif message.role == "system" %}
         """ + system + """
     {%- else %}
-        {%- set ns.step = 0 %}
+        {%- set ns.step = """ + _user_step(summary_step) + """ %}
         {{- "<|im_start|>" + message.role + "\\n" + (message.content or "") + "<|im_end|>\\n" }}
     {%- endif %}
 {%- endfor %}
@@ -113,7 +121,7 @@ _STEP_AFTER_GENERATION_PROMPT = """
     {%- set scripted = namespace(step=0) %}
     {%- for message in messages %}
         {%- if message.role == "user" %}
-            {%- set scripted.step = 0 %}
+            {%- set scripted.step = USER_STEP %}
         {%- elif message.role == "tool" and (loop.first or loop.previtem.role != "tool") %}
             {%- set scripted.step = scripted.step + 1 %}
         {%- endif %}
@@ -123,9 +131,9 @@ _STEP_AFTER_GENERATION_PROMPT = """
 """
 
 
-def with_step_token(real_template: str) -> str:
+def with_step_token(real_template: str, summary_step: int = 0) -> str:
     """A real chat template with the script's step token after its generation prompt."""
-    return real_template + _STEP_AFTER_GENERATION_PROMPT
+    return real_template + _STEP_AFTER_GENERATION_PROMPT.replace("USER_STEP", _user_step(summary_step))
 
 
 def _compact(value: Any) -> str:
@@ -179,11 +187,12 @@ def _chains(script: Script, summary: Sequence[str] | None = None) -> list[list[s
 
 def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_system: bool = True,
                         context_length: int = 65536, real_template: str | None = None,
-                        summary: Sequence[str] | None = None) -> Path:
+                        summary: Sequence[str] | None = None, summary_step: int = 0) -> Path:
     """Write a model that, with the generation prompt at step K, writes ``script[K]`` then ends
     its turn. Returns the path. ``real_template``: a real model's chat template to serve with
     instead of the scripted one (the step token appended after its generation prompt).
-    ``summary``: what it writes when asked for a compaction's summary."""
+    ``summary``: what it writes when asked for a compaction's summary; ``summary_step``: the step
+    it is at after a summary turn (a script that ends once the conversation was compacted)."""
     chains = _chains(script, summary)
     base = {text for text, _, _ in tiny_vocab()}
     special: list[Any] = [(step_token(k), "control") for k in range(MAX_STEPS)] + [(SUMMARY_TOKEN, "control")]
@@ -209,7 +218,8 @@ def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_
         embd[token] = 0.0
         embd[token, dim] = 1.0
         out[following, dim] = _MARGIN
-    template = with_step_token(real_template) if real_template is not None else _template(render_system)
+    template = with_step_token(real_template, summary_step) if real_template is not None \
+        else _template(render_system, summary_step)
     return _write(Path(path), vocab, embd, out, template, context_length)
 
 

@@ -57,7 +57,8 @@ def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, mod
         ignored = ignored_tools_value(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
-    compact_as_planned(exchange, model, plan, services.signing_key, services.settings.compact_max_tokens)
+    compact_as_planned(exchange, model, plan, services.signing_key, services.settings.compact_max_tokens,
+                       services.prefill_keepalive)
     return Reply(plan.generation, deliver=lambda gen: deliver(responses, exchange, plan, gen))
 
 

@@ -53,7 +53,11 @@ def read_items(value: Any, param: str = "items", *, required: bool = False) -> l
         raise invalid(param, "expected a non-empty array of items" if required else "expected an array of items")
     if len(value) > MAX_ITEMS:
         raise invalid(param, f"at most {MAX_ITEMS} items can be added at a time")
-    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    items = [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    for i, item in enumerate(items):
+        if item["type"] == "compaction_trigger":     # a request to compact, not a turn to keep
+            raise unsupported(f"{param}[{i}].type", "a compaction_trigger belongs in a response's input")
+    return items
 
 
 def message_item(role: str, text: str, item_id: str | None = None) -> dict:

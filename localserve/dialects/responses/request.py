@@ -65,10 +65,6 @@ class Plan:
     compaction_usage: Any = None      # the tokens the compaction took (dialects/compaction.CompactionUsage)
     seal_compaction: Callable[[str], dict] | None = None     # a summary → its compaction item
 
-    @property
-    def compacts_on_overflow(self) -> bool:
-        return self.management.compact_threshold is not None or self.truncation == "auto"
-
 
 def storage_off(what: str) -> ApiError:
     return ApiError(400, f"{what} needs stored state, but storage is off on this server (--no-store)",
