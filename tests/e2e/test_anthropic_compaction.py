@@ -115,7 +115,8 @@ def test_pause_after_compaction_stops_with_the_block_alone(server, stream):
     assert [b.type for b in follow.content] == ["text"] and follow.content[0].text == ANSWER
 
 
-def test_a_conversation_past_the_context_is_compacted_in_pieces(server):
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_conversation_past_the_context_is_compacted_in_pieces(server, stream):
     client = anthropic_sdk(server)
     turn = LONG[:len(LONG) // 2]
     messages = [{"role": role, "content": f"{n}: {turn}"} for n, role in enumerate(["user", "assistant"] * 4)]
@@ -124,7 +125,7 @@ def test_a_conversation_past_the_context_is_compacted_in_pieces(server):
         client.beta.messages.create(model="m", max_tokens=50, messages=messages, betas=[BETA])
     assert "context" in info.value.message
     before = compactions(server)
-    message = create(client, False, model="m", max_tokens=50, messages=messages, context_management=compact_edit())
+    message = create(client, stream, model="m", max_tokens=50, messages=messages, context_management=compact_edit())
     assert compactions(server) >= before + 2                   # a piece, then the rest with its summary
     assert [b.type for b in message.content] == ["compaction", "text"] and message.content[1].text == ANSWER
     assert message.usage.iterations[0].input_tokens + message.usage.iterations[0].cache_read_input_tokens > CONTEXT

@@ -13,6 +13,7 @@ entry and the answer's as another.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
@@ -25,8 +26,8 @@ from ...prompt.compaction import leading_system, summary_message
 from ..compaction import CompactionOptions, CompactionUsage, compact_pieces
 from ..exchange import Exchange
 from ..failures import prompt_refusals
-from ..jobs import cancel_on_error, job_events, submit, wait_for_output
-from ..pump import pump
+from ..jobs import error_from, job_events, submit
+from ..pump import PREFILL_COMMENT, open_stream, pump
 from ..request_cycle import Reply
 from .compaction import Compact, Compaction
 from .replies import MessageMeta, MessageStream, final_response, message_start, paused_end, paused_response
@@ -64,8 +65,8 @@ def cancelled(output: GenerationOutput) -> ApiError | None:
 
 
 @dataclass
-class StreamFailure:
-    """The compaction or the answer could not go on after the stream's head went out."""
+class RunFailure:
+    """The compaction or the answer could not go on (in a stream: after its head went out)."""
     error: ApiError
 
 
@@ -75,9 +76,23 @@ def compacting_reply(exchange: Exchange, model: LoadedModel, chat: ChatInput, an
     summary's (--compact-max-tokens)."""
     options = CompactionOptions(instructions=compact.instructions, max_tokens=max_tokens,
                                 label=f"{answer.label} compaction", param="messages")
-    last = compact_pieces(exchange, model, chat, options)
+    if stream:      # pieces summarised before the request's own job: the head and comments go out meanwhile
+        options.on_wait, options.wait_interval = lambda: _keepalive(exchange), keepalive
+    opened_before = exchange.stream_open       # by a load notice: then loading.py answers an error in-band
+    try:
+        last = compact_pieces(exchange, model, chat, options)
+    except ApiError as error:
+        if not opened_before and exchange.stream_open and not exchange.writer.finished:
+            exchange.writer.stream(exchange.errors.stream_frame(error))
+            exchange.writer.end_stream()
+        raise
     run = CompactingRun(exchange, model, chat, answer, meta, compact.pause, last.usage, keepalive)
     return Reply(last.step.request, deliver=run.stream if stream else run.whole)
+
+
+def _keepalive(exchange: Exchange) -> None:
+    open_stream(exchange)
+    exchange.writer.stream(PREFILL_COMMENT)
 
 
 @dataclass
@@ -107,41 +122,49 @@ class CompactingRun:
         return self.current
 
     def whole(self, gen: ActiveGeneration) -> dict:
-        output = wait_for_output(self.exchange.writer, gen)
-        failure = cancelled(output)
-        if failure is not None:
-            raise failure
-        self.usage.add(output)
-        compaction = self.summarised(output.content)      # the text its Compacted event carries
-        if self.pause:
-            return paused_response(self.meta, compaction)
-        answer = self.submit_answer(compaction.summary)
-        with cancel_on_error(answer):
-            return final_response(wait_for_output(self.exchange.writer, answer), self.meta)
+        self.current = gen
+        with self.cancelling():
+            for event in self.events(gen, keepalive=0):
+                if isinstance(event, RunFailure):
+                    raise event.error
+                if isinstance(event, Compaction) and self.pause:
+                    return paused_response(self.meta, event)
+                if isinstance(event, Finished):
+                    if event.error is not None:
+                        raise error_from(event)
+                    return final_response(event.output, self.meta)
+        raise AssertionError("the events end with a Finished, a failure or a paused compaction")
 
     def stream(self, gen: ActiveGeneration) -> None:
         self.current = gen
         shape = CompactingStream(self.meta, len(gen.request.prompt_tokens), self.pause)
-        try:
-            pump(self.exchange, shape, self.events(gen), job=self, idle=lambda: self.current.events.empty())
-        except BaseException:
-            self.cancel("the request failed while its job ran")
-            raise
+        with self.cancelling():
+            pump(self.exchange, shape, self.events(gen, self.keepalive), job=self,
+                 idle=lambda: self.current is None or self.current.events.empty())
 
     def cancel(self, reason: str) -> None:
         if self.current is not None:
             self.current.cancel(reason)
 
-    def events(self, gen: ActiveGeneration) -> Iterator[object]:
+    @contextlib.contextmanager
+    def cancelling(self) -> Iterator[None]:
+        """Whatever fails while the run goes on cancels the job it is at, the summary's or the answer's."""
+        try:
+            yield
+        except BaseException as exc:
+            self.cancel(f"the request failed while its job ran ({type(exc).__name__})")
+            raise
+
+    def events(self, gen: ActiveGeneration, keepalive: float) -> Iterator[object]:
         """The summary job's events (its text held back), its end as a Compaction, then the answer's."""
         summary = ""
-        for event in job_events(self.exchange.writer, gen, self.keepalive):
+        for event in job_events(self.exchange.writer, gen, keepalive):
             if isinstance(event, Compacted):
                 summary = event.summary
             elif isinstance(event, Finished) and event.error is None:
                 failure = cancelled(event.output)
                 if failure is not None:
-                    yield StreamFailure(failure)
+                    yield RunFailure(failure)
                     return
                 self.usage.add(event.output)
                 yield self.summarised(summary)
@@ -155,9 +178,9 @@ class CompactingRun:
         try:
             answer = self.submit_answer(summary)
         except ApiError as error:
-            yield StreamFailure(error)
+            yield RunFailure(error)
             return
-        yield from job_events(self.exchange.writer, answer, self.keepalive)
+        yield from job_events(self.exchange.writer, answer, keepalive)
 
 
 class CompactingStream(MessageStream):
@@ -168,7 +191,7 @@ class CompactingStream(MessageStream):
         self.pause = pause
 
     def feed(self, ev: object) -> list[bytes]:
-        if isinstance(ev, StreamFailure):
+        if isinstance(ev, RunFailure):
             self.done = True
             return self.fail(ev.error)
         if not isinstance(ev, Compaction):

@@ -28,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ...conversation import Message
+from ...prompt.compaction import SUMMARY_HEADING
 from ..fields import invalid
 from ..pump import sse
 
@@ -132,6 +134,11 @@ def read_summary(block: dict, where: str) -> str | None:
     if not isinstance(content, str) or not content:
         raise invalid(f"{where}.content", "expected the summary this server wrote (a non-empty string), or null")
     return content
+
+
+def is_summary(message: Message) -> bool:
+    """A turn that shows a summary sent back (summary_message), with what a user added to it."""
+    return message.role == "user" and message.text.startswith(SUMMARY_HEADING)
 
 
 # ---- the block in an answer ----------------------------------------------------------------

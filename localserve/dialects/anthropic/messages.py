@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...generation import GenerationRequest
 from ...prompt.build import ChatModel, tokenize_prompt
-from ...prompt.compaction import is_summary, leading_system
+from ...prompt.compaction import leading_system
 from ..loading import LoadWait, use_model
 from ..request_cycle import Reply, serve_generation, wants_stream
 from ..exchange import Exchange
@@ -20,7 +20,7 @@ from ..services import Services
 from ..failures import prompt_refusals
 from ...parsing.tool_families import new_call_id
 from .compacting import AnswerJob, compacted, compacting_reply
-from .compaction import read_summarize
+from .compaction import is_summary, read_summarize
 from .prompt import MessagesPrompt, read_prompt
 from .replies import MessageMeta, final_response, message_stream
 from .tools_and_thinking import check_budget_below_max_tokens
