@@ -73,7 +73,8 @@ def post(port: int, path: str, body: dict) -> tuple[float, float, dict | None]:
         raise RuntimeError(f"{path}: {head.splitlines()[0].decode()} {payload[:300]!r}")
     if not body.get("stream"):
         return end - started, end - started, json.loads(_unchunked(head, payload))
-    completed = [line for line in buffer.split(b"\n") if line.startswith(b"data: {") and b'"response.completed"' in line]
+    completed = [line for line in buffer.split(b"\n")
+                 if line.startswith(b"data: {") and b'"response.completed"' in line]
     final = json.loads(completed[-1][6:])["response"] if completed else None
     return (first or end) - started, end - started, final
 
@@ -130,7 +131,8 @@ def second_turn_ttft(port: int, args) -> tuple[float, float, float]:
         history = conversation(next(_markers), args.turn_repeat)
         options = {"model": "bench", "stream": True, "store": False, "max_output_tokens": 8, "temperature": 0}
         post(port, "/v1/responses", {**options, "input": history})               # turn 1: its prefix cached
-        ttft, _, _ = post(port, "/v1/responses", {**options, "input": [*history, {"role": "user", "content": FOLLOW_UP}]})
+        follow_up = [*history, {"role": "user", "content": FOLLOW_UP}]
+        ttft, _, _ = post(port, "/v1/responses", {**options, "input": follow_up})
         without.append(ttft)
         _, _, compact = post(port, "/v1/responses/compact", {"model": "bench", "input": history})
         short = [*compact["output"], {"role": "user", "content": FOLLOW_UP}]

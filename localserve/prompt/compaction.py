@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..conversation import Message, text_message
+from ..conversation import Message, Text, text_message
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams
 from .build import ChatInput, ChatModel, ToolChoice, build_chat_request
 
@@ -45,6 +45,20 @@ def summary_request_text(instructions: str | None = None) -> str:
 def summary_message(summary: str) -> Message:
     """A summary as the model is shown it in the turns after a compaction."""
     return text_message("user", f"{SUMMARY_HEADING}\n\n{summary}")
+
+
+def join_user_turn(messages: list[Message], message: Message) -> list[Message]:
+    """messages, then `message` (a user turn of text): joined to a last user turn of text alone, so
+    that a summary, or the request for one, never makes two user turns in a row (the templates that
+    insist turns alternate refuse them)."""
+    last = messages[-1] if messages else None
+    if last is not None and last.role == "user" and _text_only(last) and _text_only(message):
+        return [*messages[:-1], text_message("user", f"{last.text}\n\n{message.text}")]
+    return [*messages, message]
+
+
+def _text_only(message: Message) -> bool:
+    return all(isinstance(part, Text) for part in message.parts)
 
 
 def summary_room(n_ctx: int, max_tokens: int) -> int:
@@ -72,7 +86,8 @@ def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | N
     messages = chat.messages
 
     def build(covered: int) -> GenerationRequest:
-        attempt = ChatInput(messages=[*messages[:covered], text_message("user", summary_request_text(instructions))],
+        request = text_message("user", summary_request_text(instructions))
+        attempt = ChatInput(messages=join_user_turn(messages[:covered], request),
                             tools=chat.tools, tool_choice=ToolChoice("auto"), template_kwargs=chat.template_kwargs,
                             reasoning_budget=chat.reasoning_budget)
         request = build_chat_request(model, attempt, dataclasses.replace(sampling or SamplingParams()),
@@ -129,5 +144,6 @@ def head_cuts(messages: list[Message]) -> list[int]:
 
 def replace_head(messages: list[Message], covered: int, summary: str) -> list[Message]:
     """The conversation once its first `covered` messages are summarised (system turns kept)."""
-    keep = leading_system(messages)
-    return [*messages[:keep], summary_message(summary), *messages[covered:]]
+    joined = join_user_turn(messages[:leading_system(messages)], summary_message(summary))
+    rest = messages[covered:]
+    return [*join_user_turn(joined, rest[0]), *rest[1:]] if rest and rest[0].role == "user" else [*joined, *rest]

@@ -6,7 +6,6 @@ compaction items as input (sealed, opened, rendered as the summary), and a long 
 from __future__ import annotations
 
 import openai
-import orjson
 import pytest
 
 from clients import openai_sdk
@@ -236,7 +235,8 @@ def test_compact_max_tokens_bounds_the_summary(models_dir, tmp_path):
         cut = c.responses.create(model="scripted", input=trigger_input(), store=False)
         assert [item.type for item in cut.output] == ["compaction"] and cut.status == "completed"
         assert cut.usage.output_tokens == 2
-        prompt = rendered(srv.port, {"input": [cut.output[0].model_dump(exclude_none=True), {"role": "user", "content": "Go on."}]})["prompt"]
+        handed_back = [cut.output[0].model_dump(exclude_none=True), {"role": "user", "content": "Go on."}]
+        prompt = rendered(srv.port, {"input": handed_back})["prompt"]
         assert "First part. Second part." in prompt and "Third" not in prompt
     finally:
         srv.stop()

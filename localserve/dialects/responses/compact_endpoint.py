@@ -35,7 +35,8 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 def compact_conversation(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     body = exchange.json()
-    serve_with_model(exchange, models, body, lambda model: exchange.send_json(compacted(services, exchange, model, body)))
+    serve_with_model(exchange, models, body,
+                     lambda model: exchange.send_json(compacted(services, exchange, model, body)))
 
 
 def compacted(services: Services, exchange: Exchange, model: LoadedModel, body: dict) -> dict:

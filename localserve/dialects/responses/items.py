@@ -16,7 +16,7 @@ import orjson
 
 from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
-from ...prompt.compaction import summary_message
+from ...prompt.compaction import join_user_turn, summary_message
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
@@ -235,10 +235,13 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[Mess
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
+    after_summary = False          # a user turn next joins the summary's (turns alternate)
     for item in items:
         kind = item["type"]
         if kind == "reasoning":
             reasoning = item_text(item) or None
+        elif kind == "message" and item["role"] == "user" and after_summary:
+            messages[:] = join_user_turn(messages, text_message("user", item_text(item)))
         elif kind == "message" and item["role"] != "assistant":
             messages.append(text_message(item["role"], item_text(item)))
         elif kind == "message":
@@ -257,7 +260,8 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[Mess
             messages.append(Message("tool", (ToolResult(item["call_id"], item["output"],
                                                         name=names.get(item["call_id"])),)))
         elif kind == "compaction":        # opened (responses/compacting.py): the summary it seals
-            messages.append(summary_message(item.get("summary", "")))
+            messages[:] = join_user_turn(messages, summary_message(item.get("summary", "")))
+        after_summary = kind == "compaction" or (after_summary and kind == "message" and item["role"] == "user")
     return messages
 
 

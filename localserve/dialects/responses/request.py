@@ -18,6 +18,7 @@ from ..limits import MAX_PROMPT_ITEMS
 from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
 from ..failures import api_error, context_overflow
+from ..compaction import CompactionUsage
 from ..signing import seal, unseal
 from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
@@ -62,7 +63,7 @@ class Plan:
     n_context: int = 0                # where this request's own input starts in rendered
     rebuild: Callable[[list[dict], str], GenerationRequest] | None = None    # items, truncation → request
     compaction: dict | None = None    # the compaction item the output opens with, once compacted
-    compaction_usage: Any = None      # the tokens the compaction took (dialects/compaction.CompactionUsage)
+    compaction_usage: CompactionUsage | None = None     # the tokens the compaction took
     seal_compaction: Callable[[str], dict] | None = None     # a summary → its compaction item
 
 

@@ -14,10 +14,10 @@ import copy
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ...generation import Chunk, Compacted, Context, GenerationOutput, ToolCallDelta, ToolCallStart
 from ...store.store import new_id
+from ..compaction import CompactionUsage
 from ..function_tools import openai_call_id
 from .custom_input import InputDecoder, custom_input
 from .tools import LOCAL_SHELL, ToolKind, shell_action
@@ -26,8 +26,8 @@ PARALLEL_VIOLATION = "the model made more than one function call while parallel_
 CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
 
 
-def usage(output: GenerationOutput, compaction: Any = None) -> dict:
-    """compaction: a dialects/compaction.CompactionUsage whose jobs count too."""
+def usage(output: GenerationOutput, compaction: CompactionUsage | None = None) -> dict:
+    """compaction: the tokens of the compaction jobs the response ran before its own, counted too."""
     prompt, cached = output.prompt_tokens, min(output.cached_tokens, output.prompt_tokens)
     completion = output.completion_tokens
     if compaction is not None:
@@ -50,7 +50,7 @@ class Compaction:
     opening_item: dict | None = None
     triggered: bool = False
     item_of: Callable[[str], dict] | None = None
-    usage: Any = None
+    usage: CompactionUsage | None = None
 
 
 class ResponseEvents:

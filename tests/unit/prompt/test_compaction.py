@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from localserve.conversation import Message, ToolCall, ToolResult, text_message
 from localserve.prompt.compaction import (SUMMARY_HEADING, SUMMARY_PROMPT, SUMMARY_REQUEST_END, head_cuts,
-                                          replace_head, summary_request_text, summary_room)
+                                          join_user_turn, replace_head, summary_request_text, summary_room)
 
 
 def conversation() -> list[Message]:
@@ -40,3 +40,16 @@ def test_a_summary_takes_at_most_a_quarter_of_the_context():
     assert summary_room(8192, 1024) == 1024
     assert summary_room(2048, 1024) == 512
     assert summary_room(2, 1024) == 1
+
+
+def test_a_summary_or_its_request_never_makes_two_user_turns_in_a_row():
+    messages = [text_message("system", "Be brief."), text_message("user", "one"), text_message("assistant", "two"),
+                text_message("user", "three"), text_message("assistant", "four"), text_message("user", "five")]
+    rest = replace_head(messages, 3, "S")       # the head ends before "three": the summary joins it
+    assert [m.role for m in rest] == ["system", "user", "assistant", "user"]
+    assert rest[1].text == f"{SUMMARY_HEADING}\n\nS\n\nthree"
+    asked = join_user_turn(messages, text_message("user", summary_request_text()))
+    assert [m.role for m in asked] == [m.role for m in messages] and asked[-1].text.startswith("five\n\n")
+    assert asked[-1].text.endswith(SUMMARY_REQUEST_END)
+    after_tool = join_user_turn([Message("tool", (ToolResult("c1", "a b"),))], text_message("user", "x"))
+    assert [m.role for m in after_tool] == ["tool", "user"]
