@@ -1,18 +1,31 @@
 """Anthropic compaction read from the wire: the compact_20260112 edit (its trigger a share of the
 model's context) and a compaction block sent back (what comes before it is left out; the
-summary is the turn the rest starts from). The runs themselves: tests/e2e/test_anthropic_compaction.py."""
+summary is the turn the rest starts from), rendered by every real chat template. The runs
+themselves: tests/e2e/test_anthropic_compaction.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+from pathlib import Path
+
 import pytest
 
-from localserve.conversation import Message, Text, ToolCall, text_message
-from localserve.dialects.anthropic.compaction import (Compact, default_trigger, min_trigger, read_compact,
-                                                      with_iterations, Compaction)
-from localserve.dialects.anthropic.edits import read_edits
-from localserve.dialects.anthropic.input import read_input
-from localserve.errors import ApiError
-from localserve.prompt.compaction import summary_message
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+from template_corpus import corpus_names, corpus_templates  # noqa: E402
+
+from localserve.conversation import Message, Text, ToolCall, text_message  # noqa: E402
+from localserve.dialects.anthropic.compacting import compacted  # noqa: E402
+from localserve.dialects.anthropic.compaction import (Compact, Compaction, default_trigger, min_trigger,  # noqa: E402
+                                                      read_compact, with_iterations)
+from localserve.dialects.anthropic.edits import read_edits  # noqa: E402
+from localserve.dialects.anthropic.input import read_input  # noqa: E402
+from localserve.errors import ApiError  # noqa: E402
+from localserve.models.loaded import detect_chat_family  # noqa: E402
+from localserve.prompt.build import render_chat  # noqa: E402
+from localserve.prompt.compaction import summary_message  # noqa: E402
+from localserve.prompt.templates import ChatTemplate  # noqa: E402
 
 N_CTX = 8192
 KEY = b"k" * 32
@@ -86,3 +99,21 @@ def test_usage_iterations_leave_the_summary_out_of_the_top_level():
         "iterations": [{"type": "compaction", "input_tokens": 900, "output_tokens": 40},
                        {"type": "message", "input_tokens": 60, "output_tokens": 5}]}
     assert with_iterations(compaction, None)["output_tokens"] == 0
+
+
+# ---- every real template renders what Anthropic compaction gives it ---------------------------
+
+@pytest.mark.parametrize("name", corpus_names())
+def test_every_real_template_renders_a_conversation_from_a_summary(name):
+    """The compacted answer's prompt (system, the summary), and the next request's (the summary,
+    the answer after the block, a new user turn)."""
+    template = ChatTemplate(f"corpus:{name}", corpus_templates()[name], "<s>", "</s>")
+    template = dataclasses.replace(template, calls_family=detect_chat_family(template))
+    answered = read_input({"system": "Be brief.", "messages": [
+        {"role": "user", "content": "Name a tea."},
+        {"role": "assistant", "content": [{"type": "compaction", "content": SUMMARY},
+                                          {"type": "text", "text": "Sencha."}]},
+        {"role": "user", "content": "And a coffee?"}]}, KEY).chat
+    prompt = render_chat(template, answered)
+    assert SUMMARY in prompt and "Sencha." in prompt and "And a coffee?" in prompt and "Name a tea." not in prompt
+    assert SUMMARY in render_chat(template, compacted(answered, SUMMARY))
