@@ -113,6 +113,8 @@ def check_wire(events: list[tuple[str | None, dict | None]]) -> list[dict]:
             assert set(kinds[:-1]) <= {"thinking_delta"}
         elif block["type"] == "text":
             assert set(kinds) <= {"text_delta"}
+        elif block["type"] == "compaction":              # the whole summary in one delta
+            assert kinds == ["compaction_delta"]
         else:
             assert block["type"] == "tool_use" and set(kinds) <= {"input_json_delta"}
     return blocks

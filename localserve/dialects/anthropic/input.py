@@ -14,6 +14,9 @@
   arguments), its `thinking` blocks a Reasoning part (the template decides whether to show it) once
   their signatures verify: a thinking block this server did not sign is a 400. A block
   that comes back with its text left out (display "omitted") gets it from the signature.
+- A `compaction` block (compaction.py) ends what is read of the history before it: the last
+  one with a summary (in an assistant turn, as this server answers it, or a user turn) stands
+  for every message and block before it, as a user turn.
 - `tools` (`input_schema`) become tool definitions (server tools such as web search are
   left out, and named in a response header); `tool_choice` any/tool/none map to
   required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
@@ -33,9 +36,11 @@ from typing import Any
 
 from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...prompt.build import ChatInput
+from ...prompt.compaction import summary_message
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
 from ..image_parts import image_from_base64, refused
+from .compaction import find_cut, read_summary
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
 
 TAKEN = "this server takes text and images"
@@ -130,12 +135,20 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
     out: list[Turn] = []
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
                     default=-1)
+    cut = find_cut(messages)        # a compaction block: what came before it is its summary
+    if cut is not None:
+        out.append(Turn(summary_message(cut.summary), cut.marked))
     for i, message in enumerate(messages):
+        if cut is not None and i < cut.message:
+            continue
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid(where, "expected an object")
         role = message.get("role")
         content = message.get("content")
+        first = cut.block + 1 if cut is not None and i == cut.message else 0   # the blocks after the summary
+        if first and first == len(content):     # the turn held the summary alone (paused there)
+            continue
         if isinstance(content, str):
             blocks: list = [{"type": "text", "text": content}]
         elif isinstance(content, list):
@@ -145,9 +158,9 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         else:
             raise invalid(f"{where}.content", "expected a string or an array of content blocks")
         if role == "user":
-            converted = _user_turn(blocks, f"{where}.content")
+            converted = _user_turn(blocks, f"{where}.content", first)
         elif role == "assistant":
-            converted = [_assistant_turn(blocks, f"{where}.content", signing_key)]
+            converted = [_assistant_turn(blocks, f"{where}.content", signing_key, first)]
         elif role == "system":
             # clear_at "next_user_message": shown only until a user turn follows it
             shown = message.get("clear_at") != "next_user_message" or i > last_user
@@ -156,7 +169,7 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         else:
             raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
         turns = [Turn(m) for m in converted]
-        if turns and any(_marked(b) for b in blocks):
+        if turns and any(_marked(b) for b in blocks[first:]):
             turns[-1].marked = True
         for turn in turns:
             _append(out, turn)
@@ -190,13 +203,13 @@ def _system_turn(blocks: list, where: str) -> Message:
     return text_message("system", "\n".join(texts))
 
 
-def _user_turn(blocks: list, where: str) -> list[Message]:
+def _user_turn(blocks: list, where: str, first: int = 0) -> list[Message]:
     """A user turn's tool results, each a tool message (first, in order), then its text and
-    images (in their order)."""
+    images (in their order); from blocks[first] on (the blocks after a compaction block)."""
     results: list[Message] = []
     texts: list[str] = []
     content: list[Text | Image] = []
-    for j, block in enumerate(blocks):
+    for j, block in enumerate(blocks[first:], start=first):
         kind = _block_type(block, f"{where}[{j}]")
         if kind == "text":
             texts.append(_text_of(block, f"{where}[{j}]"))
@@ -205,6 +218,8 @@ def _user_turn(blocks: list, where: str) -> list[Message]:
             content.append(_image(block, f"{where}[{j}]"))
         elif kind == "tool_result":
             results.append(Message("tool", (_tool_result(block, f"{where}[{j}]"),)))
+        elif kind == "compaction":      # after the last summary: a failed compaction's (null), no-op
+            read_summary(block, f"{where}[{j}]")
         elif kind in ("tool_use", "thinking", "redacted_thinking"):
             raise invalid(f"{where}[{j}]", f"a {kind} block belongs in an assistant message")
         else:
@@ -272,11 +287,12 @@ def _result_content(content: list, where: str) -> str | tuple[Text | Image, ...]
     return "\n".join(p.text for p in parts if isinstance(p, Text))
 
 
-def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
+def _assistant_turn(blocks: list, where: str, signing_key: bytes, first: int = 0) -> Message:
+    """The turn from blocks[first] on (the blocks after a compaction block)."""
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
-    for j, block in enumerate(blocks):
+    for j, block in enumerate(blocks[first:], start=first):
         at = f"{where}[{j}]"
         kind = _block_type(block, at)
         if kind == "text":
@@ -289,6 +305,8 @@ def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
             calls.append(_tool_use(block, at))
         elif kind == "tool_result":
             raise invalid(at, "a tool_result block belongs in a user message")
+        elif kind == "compaction":      # after the last summary: a failed compaction's (null), no-op
+            read_summary(block, at)
         else:
             raise _unsupported(kind, at)
     # the turn's text blocks are one text, as Anthropic joins them; its thinking blocks one reasoning

@@ -21,7 +21,8 @@ from ...conversation import Message, Text, ToolResult
 from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_shown
 from ...prompt.messages import result_text
 from ...prompt.vision import fit_images
-from .edits import EditResult, apply_edits, read_edits
+from .compaction import Compact
+from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
 
 # Appended to the marked message's text in a second rendering only, to find where the
@@ -36,6 +37,7 @@ class MessagesPrompt:
     edits: EditResult | None          # None: the request has no context_management
     cache_breakpoint_tokens: int = 0  # prompt tokens up to the last breakpoint (0: none)
     tokens: list[int] | None = None   # the prompt's tokens, when the edits counted them already
+    compact: Compact | None = None    # a compact_20260112 edit, for the handler to run
 
     @property
     def chat(self) -> ChatInput:
@@ -52,7 +54,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
     fit_images(model, chat)         # before any render: count_tokens counts what /v1/messages runs
-    edit_list = read_edits(body)
+    edit_list = read_edits(body, model.engine.n_ctx)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
@@ -68,7 +70,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))
     prompt = MessagesPrompt(messages_input, render_chat(model.template, chat) if text is None else text, edits,
-                            tokens=tokens)
+                            tokens=tokens, compact=compact_edit(edit_list))
     if breakpoints and messages_input.cache_breakpoint is not None:
         prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, prompt.text)
     return prompt
