@@ -23,7 +23,7 @@ Measures, on the demo model unless --model is given:
   second turn with the same image against the first (vision.py; a synthetic projector unless
   --mmproj names the model's own);
 - code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
-  (editor.py; a model with FIM tokens only).
+  (editor.py; a model without FIM tokens, as the demo model, on a stand-in copy).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
