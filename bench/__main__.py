@@ -23,7 +23,9 @@ Measures, on the demo model unless --model is given:
   second turn with the same image against the first (vision.py; a synthetic projector unless
   --mmproj names the model's own);
 - code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
-  (editor.py; a model without FIM tokens, as the demo model, on a stand-in copy).
+  (editor.py; a model without FIM tokens, as the demo model, on a stand-in copy);
+- compaction: POST /v1/responses/compact against one generation as long as its summary, and
+  the turns after it against the same turns without it (compaction.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -37,7 +39,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import decode, editor, embeddings, latency, models, ollama_chat, speculative, vision, weights
+from . import compaction, decode, editor, embeddings, latency, models, ollama_chat, speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -109,6 +111,7 @@ def main() -> int:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
         editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
+        compaction.run(model, args)     # a compaction against one generation, and the turns after it (bench/compaction.py)
     return 0 if decode_ok else 1
 
 

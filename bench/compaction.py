@@ -9,8 +9,8 @@
   the compact output (the kept user messages and the compaction item) then the same message, and
   a third turn on that short prefix, now cached.
 
-Run alone with ``python -m bench.compaction [--model PATH] [--repeat N] [--tokens N]``; its figures
-are not part of ``make bench``'s table yet.
+Part of ``make bench`` (after the main table); run alone with
+``python -m bench.compaction [--model PATH] [--repeat N] [--tokens N]``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=128, help="--compact-max-tokens: the longest summary")
     parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement (medians reported)")
     parser.add_argument("--ctx-size", type=int, default=4096)
-    parser.add_argument("--turn-repeat", type=int, default=4, help="copies of the turn text in each turn")
+    parser.add_argument("--turn-repeat", type=int, default=TURN_REPEAT, help="copies of the turn text in each turn")
     return parser.parse_args()
 
 
@@ -145,7 +145,11 @@ def second_turn_ttft(port: int, args) -> tuple[float, float, float]:
     return statistics.median(without), statistics.median(after), statistics.median(third)
 
 
+TURN_REPEAT = 4        # copies of the turn text in each turn (--turn-repeat)
+
+
 def run(model: str, args) -> None:
+    args = argparse.Namespace(**{"turn_repeat": TURN_REPEAT, **vars(args)})
     with RunningServer(model, "--model-id", "bench", "--threads", str(args.threads), "--ctx-size",
                        str(args.ctx_size), "--slots", "1", "--compact-max-tokens", str(args.tokens),
                        "--no-store") as server:
