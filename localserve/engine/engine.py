@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights, file_facts, model_load
+from . import cpu_weights, file_facts, kv_share, model_load
 from ..generation import SamplingParams
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
@@ -40,7 +40,7 @@ class Engine:
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
-                 draft_max: int = 0, stopwatch: Stopwatch | None = None):
+                 draft_max: int = 0, stopwatch: Stopwatch | None = None, share_prefixes: bool = True):
         watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
         self._file = key = file_facts.file_key(path)
@@ -81,13 +81,17 @@ class Engine:
         cparams = ll.llama_context_default_params()
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
+        # One pool of cells for all sequences, so that one can own another's prefix (kv_share.py).
+        self.unified_kv = share_prefixes
+        if share_prefixes:
+            cparams.n_ctx, self.n_ctx_seq = kv_share.context_sizes(self.n_ctx_seq, n_seq)
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
-        cparams.kv_unified = False
+        cparams.kv_unified = share_prefixes
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
         cparams.swa_full = False
@@ -109,9 +113,12 @@ class Engine:
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
         watch.lap("context")
-        self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
+        if not share_prefixes and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
+            self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
+        # why this model's sequences cannot share a prefix (None: they can)
+        self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else "prefix sharing is off"
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))
@@ -294,6 +301,16 @@ class Engine:
         if keep <= 0 or self.n_swa <= 0:
             return True
         return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
+
+    def can_copy(self, src: int, n: int) -> bool:
+        """Whether src's first n positions can be handed to another sequence (a sliding window
+        that moved past them has dropped what they attend to)."""
+        return self.copy_blocker is None and self.seq_length(src) >= n and self.can_extend(src, n)
+
+    def seq_copy(self, src: int, dst: int, n: int) -> None:
+        """dst, emptied first, owns src's first n positions too: their cells are shared, not copied."""
+        ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
+        ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
 
     def save_sequence(self, seq_id: int) -> bytes:
         """A copy of one sequence's KV state, to restore later into any sequence."""

@@ -23,6 +23,8 @@ from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
+from .prefix_share import Placement
+from .sharing import PrefixSharing
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
 from .outcome import attach_logprobs, finished_output
@@ -60,7 +62,9 @@ class Runtime:
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
         self.kv = SlotKeeper(engine, self.cache)
-        self.scheduler = Scheduler(slots, max_queue)
+        self.sharing = PrefixSharing(engine)
+        self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy if self.sharing.on else None,
+                                   wait_for_prefixes=self.sharing.waits)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
@@ -121,7 +125,7 @@ class Runtime:
     def slot_state(self) -> dict:
         return {
             "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens),
-                       "kv_positions": s.kv_length} for s in self.slots],
+                       "kv_positions": s.kv_length, "prefix": self.kv.prefix_json(s.seq_id)} for s in self.slots],
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
@@ -230,12 +234,13 @@ class Runtime:
         for gen in self.scheduler.drop_cancelled_waiting():
             self._end_cancelled_waiting(gen)
         while (admission := self.scheduler.next_admission()) is not None:
-            gen, slot = admission
-            if slot is None:
+            gen, placement = admission
+            if placement is None:
                 self._end_cancelled_waiting(gen)
                 continue
+            slot = placement.slot
             try:
-                self._start(gen, slot)
+                self._start(gen, placement)
             except Exception:       # this job alone fails; the others and the slot go on
                 log.exception("could not start job %s (%s)", gen.id, gen.request.label)
                 if slot.job is not None and slot.job.gen is gen:
@@ -248,8 +253,11 @@ class Runtime:
         self.metrics.record_cancellation()
         self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
 
-    def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
-        keep = self.kv.prepare(slot, gen.request.prompt_tokens)
+    def _start(self, gen: ActiveGeneration, placement: Placement) -> None:
+        slot = placement.slot
+        origin = self.kv.prepare(placement, gen.request.prompt_tokens)
+        self.sharing.record(self.metrics, origin, placement.waited)
+        keep = origin.tokens
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
@@ -367,7 +375,10 @@ class Runtime:
     def _cancel(self, job: Job) -> None:
         log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
                  job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
-        self.kv.clear(job.slot)
+        if job.prefilling:      # what it computed of its prompt stays, for a job that shares it
+            self.kv.keep_computed(job.slot, job.prompt[:job.n_past])
+        else:
+            self.kv.clear(job.slot)
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         self._emit(job.gen, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),

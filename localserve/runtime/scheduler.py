@@ -1,18 +1,20 @@
 """Which jobs run in the next step, and how: the waiting queue, admission into free slots, slot
-choice (prompt_cache_key affinity, prefix reuse), the batch plan with chunked prefill, and which
-jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it calls no llama.cpp, so its rules
+choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, prefix_share.py), the batch
+plan with chunked prefill, and which jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it calls no llama.cpp, so its rules
 are tested alone (tests/unit/runtime/test_scheduler.py).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
 from ..generation import ActiveGeneration, QueueFull, RuntimeStopped
 from .jobs import Job, JobStatus, Slot
+from .prefix_share import Held, Placement, place, waits_for
 from .promptcache import common_prefix
 
 # While other jobs are decoding, a prompt is fed in chunks this large so their
@@ -53,12 +55,18 @@ class BatchPlan:
 
 
 class Scheduler:
-    def __init__(self, slots: int, max_queue: int):
+    def __init__(self, slots: int, max_queue: int, can_copy: Callable[[int, int], bool] | None = None,
+                 wait_for_prefixes: bool = False):
         self.slots = [Slot(i) for i in range(slots)]
         self.max_queue = max_queue
         self.waiting: collections.deque[ActiveGeneration] = collections.deque()
         self.cond = threading.Condition()     # guards waiting and stopping; wakes the runtime
         self.stopping = False
+        # prefix sharing (prefix_share.py): whether a sequence's first n positions can be handed
+        # on (None: sharing is off), and whether a job waits for a head another is prefilling
+        self.can_copy = can_copy
+        self.wait_for_prefixes = wait_for_prefixes and can_copy is not None
+        self.prefix_waiters: set[int] = set()     # ids of waiting jobs that waited for a shared head
 
     # ---- the queue (connection threads) -------------------------------------------------
 
@@ -88,22 +96,58 @@ class Scheduler:
             if not any(gen.cancelled for gen in self.waiting):
                 return []
             dropped = [gen for gen in self.waiting if gen.cancelled]
+            self.prefix_waiters.difference_update(id(gen) for gen in dropped)
             kept = [gen for gen in self.waiting if not gen.cancelled]
             self.waiting.clear()
             self.waiting.extend(kept)
         return dropped
 
-    def next_admission(self) -> tuple[ActiveGeneration, Slot | None] | None:
-        """The next waiting job and the free slot it takes (None for a cancelled one); None when
-        nothing waits or no slot is free."""
+    def next_admission(self) -> tuple[ActiveGeneration, Placement | None] | None:
+        """The next waiting job that can start and where (None for a cancelled one); None when no
+        slot is free or every waiting job waits (for a slot, or for a head another is prefilling)."""
         with self.cond:
             free = [s for s in self.slots if s.job is None]
             if not free or not self.waiting:
                 return None
-            gen = self.waiting.popleft()
+            held = self.held() if self.can_copy is not None else []
+            for gen in self.waiting:
+                if gen.cancelled or not self._waits(gen, held):
+                    break
+            else:
+                return None
+            self.waiting.remove(gen)
+            waited = id(gen) in self.prefix_waiters
+            self.prefix_waiters.discard(id(gen))
         if gen.cancelled:
             return gen, None
-        return gen, choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
+        prompt, key = gen.request.prompt_tokens, gen.request.cache_key
+        if self.can_copy is None:
+            return gen, Placement(choose_slot(free, prompt, key))
+        placement = place(free, held, prompt, key, self.can_copy, lambda: choose_slot(free, prompt, key))
+        return gen, dataclasses.replace(placement, waited=waited)
+
+    def held(self) -> list[Held]:
+        """Every sequence with tokens in its KV cache; a prefilling job's with the prompt it is
+        on its way to holding (its slot's token list is brought up to date only when it ends)."""
+        held = []
+        for slot in self.slots:
+            job = slot.job
+            if job is not None and job.prefilling:
+                held.append(Held(slot.seq_id, job.prompt[:job.n_past], job.prompt))
+            elif slot.tokens:
+                held.append(Held(slot.seq_id, slot.tokens))
+        return held
+
+    def _waits(self, gen: ActiveGeneration, held: list[Held]) -> bool:
+        """Whether this job waits for a head of its prompt that another job is prefilling now."""
+        if not self.wait_for_prefixes:
+            return False
+        prompt = gen.request.prompt_tokens
+        available = max((common_prefix(h.tokens, prompt) for h in held), default=0)
+        if waits_for(prompt, held, available) is None:
+            return False
+        self.prefix_waiters.add(id(gen))
+        return True
 
     # ---- the step ----------------------------------------------------------------------
 

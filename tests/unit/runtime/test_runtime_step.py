@@ -40,6 +40,8 @@ class ScriptedEngine:
     """What the runtime calls on the engine, answering from a script; it records each batch."""
     n_batch = 64
     n_ctx_seq = 256
+    copy_blocker = "prefix sharing is off"     # the scripted cache holds nothing to share
+    n_swa = 0
 
     def __init__(self, answer=(10, 11, 12)):
         self.answer = answer
