@@ -53,9 +53,11 @@ def place(free: list[Slot], held: list[Held], prompt: Sequence[int], key: str | 
     whether that sequence's first n positions can be handed on; `pick_without_copy` is the choice
     made when nothing can be copied (scheduler.choose_slot)."""
     usable = len(prompt) - 1        # the last prompt token is always decoded: its logits are needed
-    offers = sorted(((min(common_prefix(h.tokens, prompt), usable), h.seq_id) for h in held), reverse=True)
-    offers = [(n, seq_id) for n, seq_id in offers if n > 0 and can_copy(seq_id, n)]
-    if not offers:
+    offers = sorted(((whole_run(prompt, min(common_prefix(h.tokens, prompt), usable)), h.seq_id) for h in held),
+                    reverse=True)
+    shared = [(n, seq_id) for n, seq_id in offers if n > 0]
+    offers = [(n, seq_id) for n, seq_id in shared if can_copy(seq_id, n)]
+    if shared and not offers:       # what it shares cannot be handed on: a slot's own prefix is all it can use
         return Placement(pick_without_copy())
     own = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
     keyed = [s for s in free if key is not None and s.cache_key == key and own[s.seq_id] > 0]
@@ -69,18 +71,28 @@ def place(free: list[Slot], held: list[Held], prompt: Sequence[int], key: str | 
     return Placement(slot, source, n)
 
 
-def waits_for(prompt: Sequence[int], held: list[Held], available: int) -> int | None:
+def waits_for(prompt: Sequence[int], held: list[Held]) -> int | None:
     """The prefilling sequence on its way to holding a head of this prompt at least MIN_WAIT_TOKENS
-    longer than any sequence holds now (`available`); None when computing it here is as good."""
+    longer than any other sequence holds; None when computing it here is as good. Once waiting, a
+    job waits until that head is whole: the part the other job has computed counts for nothing."""
     usable = len(prompt) - 1
-    best, best_n = None, available + MIN_WAIT_TOKENS - 1
+    best, best_n = None, 0
     for h in held:
         if not h.coming:
             continue
         n = min(common_prefix(h.coming, prompt), usable)
-        if n > best_n and len(h.tokens) < n:
+        elsewhere = max((common_prefix(o.tokens, prompt) for o in held if o.seq_id != h.seq_id), default=0)
+        if n - elsewhere >= MIN_WAIT_TOKENS and len(h.tokens) < n and n > best_n:
             best, best_n = h.seq_id, n
     return best
+
+
+def whole_run(prompt: Sequence[int], n: int) -> int:
+    """n, moved back to the start of a run of one repeated token it would end inside: an image's
+    positions are such a run (one placeholder id per image), and an image is computed whole."""
+    while 0 < n < len(prompt) and prompt[n - 1] == prompt[n]:
+        n -= 1
+    return n
 
 
 def _best_offer(offers: list[tuple[int, int]], taker: int) -> tuple[int, int | None]:

@@ -142,9 +142,7 @@ class Scheduler:
         """Whether this job waits for a head of its prompt that another job is prefilling now."""
         if not self.wait_for_prefixes:
             return False
-        prompt = gen.request.prompt_tokens
-        available = max((common_prefix(h.tokens, prompt) for h in held), default=0)
-        if waits_for(prompt, held, available) is None:
+        if waits_for(gen.request.prompt_tokens, held) is None:
             return False
         self.prefix_waiters.add(id(gen))
         return True
