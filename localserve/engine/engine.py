@@ -101,7 +101,14 @@ class Engine:
         cparams.n_outputs_max = n_seq * (1 + max(0, draft_max))
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
-        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        model_load.whole_cache_context.on = share_prefixes
+        try:
+            self.ctx = ll.llama_init_from_model(self.model, cparams)
+        finally:
+            model_load.whole_cache_context.on = False
+        if share_prefixes and self.ctx and 0 < n_ctx_train < self.n_ctx_seq:
+            log.warning("each sequence's context (%d) passes the model's training context (%d)", self.n_ctx_seq,
+                        n_ctx_train)
         if self.ctx and not ll.llama_get_memory(self.ctx):
             # No KV cache: an encoder (BERT family), which outputs every token it runs (llama.cpp
             # asserts room for them all): made again with room for a whole batch. It only embeds.
