@@ -310,9 +310,8 @@ class Engine:
         return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
 
     def can_copy(self, src: int, n: int) -> bool:
-        """Whether src's first n positions can be handed to another sequence (a sliding window
-        that moved past them has dropped what they attend to)."""
-        return self.copy_blocker is None and self.seq_length(src) >= n and self.can_extend(src, n)
+        """Whether src's first n positions can be handed to another sequence."""
+        return self.copy_blocker is None and self.seq_length(src) >= n
 
     def seq_copy(self, src: int, dst: int, n: int) -> None:
         """dst, emptied first, owns src's first n positions too: their cells are shared, not copied."""

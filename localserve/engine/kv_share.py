@@ -29,9 +29,14 @@ def copy_blocker(model) -> str | None:
     """Why no prefix of this model's sequences can be copied into another, or None when it can.
 
     A recurrent layer keeps one state per sequence, the sum of every token so far: there is no
-    state for "the first n tokens" to hand on, and llama.cpp copies only the whole of it."""
+    state for "the first n tokens" to hand on, and llama.cpp copies only the whole of it. Such a
+    model's sequences each compute their own prompt, as they do with sharing off."""
     if ll.llama_model_is_recurrent(model):
         return "its recurrent state cannot be copied in part"
     if ll.llama_model_is_hybrid(model):
         return "its recurrent layers' state cannot be copied in part"
+    if ll.llama_model_n_swa(model) > 0:
+        # llama.cpp reuses a sliding-window cell once its one owner's window has moved past it;
+        # a cell two sequences own is never reused, so shared window cells would fill that cache
+        return "its sliding-window layers cannot share cells between sequences"
     return None

@@ -63,8 +63,7 @@ class Runtime:
         self.cache = PromptCache(cache_bytes)
         self.kv = SlotKeeper(engine, self.cache)
         self.sharing = PrefixSharing(engine)
-        self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy if self.sharing.on else None,
-                                   wait_for_prefixes=self.sharing.waits)
+        self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)

@@ -89,3 +89,15 @@ def test_the_demo_model_drafts_for_itself():
         assert srv.proc.poll() is None
     finally:
         srv.stop()
+
+
+def test_a_sliding_window_model_says_once_that_it_shares_no_prefix(demo_server, client):
+    """Gemma 3's sliding-window layers cannot share KV cells between sequences (runtime/prefix_share.py):
+    one log line at load says so, and a conversation still reuses its own slot's prefix as before."""
+    messages = [{"role": "system", "content": "You are a terse assistant. " * 20},
+                {"role": "user", "content": "Hi"}]
+    for _ in range(2):
+        reply = client.chat.completions.create(model="x", max_tokens=2, temperature=0, messages=messages)
+    assert reply.usage.prompt_tokens_details.cached_tokens > 100
+    lines = [line for line in demo_server.log.splitlines() if "prefix sharing is off for this model" in line]
+    assert len(lines) == 1 and "sliding-window" in lines[0]

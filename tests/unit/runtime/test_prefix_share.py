@@ -79,7 +79,7 @@ def test_nothing_copyable_falls_back_to_todays_choice():
     assert p.slot is choose_slot(free, HEAD + [7])
 
 
-def test_a_sliding_window_refusal_of_the_longest_offer_takes_the_next():
+def test_a_holder_that_cannot_hand_its_prefix_on_leaves_the_offer_to_the_next():
     a = slot(0, HEAD + [1, 2, 3])
     b = slot(1, HEAD[:50] + [5])
     p = chosen([slot(2)], HEAD + [9], busy=[a, b], can_copy=lambda src, n: src != 0)

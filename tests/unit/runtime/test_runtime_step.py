@@ -41,7 +41,6 @@ class ScriptedEngine:
     n_batch = 64
     n_ctx_seq = 256
     copy_blocker = "prefix sharing is off"     # the scripted cache holds nothing to share
-    n_swa = 0
 
     def __init__(self, answer=(10, 11, 12)):
         self.answer = answer
