@@ -126,6 +126,7 @@ class Engine:
         self.n_swa = ll.llama_model_n_swa(self.model)
         # why this model's sequences cannot share a prefix (None: they can)
         self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else "prefix sharing is off"
+        self._shares_cells = kv_share.shares_cells(self.model)
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))
@@ -310,13 +311,22 @@ class Engine:
         return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
 
     def can_copy(self, src: int, n: int) -> bool:
-        """Whether src's first n positions can be handed to another sequence."""
-        return self.copy_blocker is None and self.seq_length(src) >= n
+        """Whether src's first n positions can be handed to another sequence (kv_share.py)."""
+        return (self.copy_blocker is None and self.seq_length(src) >= n
+                and (self._shares_cells or self.can_extend(src, n)))
 
-    def seq_copy(self, src: int, dst: int, n: int) -> None:
-        """dst, emptied first, owns src's first n positions too: their cells are shared, not copied."""
-        ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
-        ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+    def seq_copy(self, src: int, dst: int, n: int) -> bool:
+        """dst, emptied first, holds src's first n positions: their cells shared, or (sliding window)
+        copied as data and cut at n. False when that failed (dst is empty then)."""
+        if self._shares_cells:
+            ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
+            ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+            return True
+        if self.restore_sequence(dst, self.save_sequence(src)) and self.can_extend(dst, n) \
+                and self.seq_remove(dst, n, -1):
+            return True
+        self.seq_remove(dst)
+        return False
 
     def save_sequence(self, seq_id: int) -> bytes:
         """A copy of one sequence's KV state, to restore later into any sequence."""

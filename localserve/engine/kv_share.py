@@ -35,8 +35,12 @@ def copy_blocker(model) -> str | None:
         return "its recurrent state cannot be copied in part"
     if ll.llama_model_is_hybrid(model):
         return "its recurrent layers' state cannot be copied in part"
-    if ll.llama_model_n_swa(model) > 0:
-        # llama.cpp reuses a sliding-window cell once its one owner's window has moved past it;
-        # a cell two sequences own is never reused, so shared window cells would fill that cache
-        return "its sliding-window layers cannot share cells between sequences"
     return None
+
+
+def shares_cells(model) -> bool:
+    """Whether two sequences may own the same cells. llama.cpp reuses a sliding-window cell once its
+    one owner's window has moved past it; a cell two sequences own is never reused, so shared window
+    cells would fill that cache. A sliding-window model's prefix is copied as data instead
+    (llama_state_seq_get/set_data), and only while its holder's window still covers the prefix's end."""
+    return ll.llama_model_n_swa(model) <= 0

@@ -83,7 +83,9 @@ class SlotKeeper:
 
     def _copy(self, slot: Slot, prompt: list[int], source: int, n: int) -> PrefixOrigin:
         n = min(n, len(prompt) - 1)
-        self.engine.seq_copy(source, slot.seq_id, n)
+        if not self.engine.seq_copy(source, slot.seq_id, n):
+            slot.tokens, slot.kv_length = [], 0
+            return PrefixOrigin(0, "own")
         slot.tokens = list(prompt[:n])
         slot.kv_length = n
         return PrefixOrigin(n, "slot", source)

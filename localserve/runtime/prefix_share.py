@@ -71,10 +71,12 @@ def place(free: list[Slot], held: list[Held], prompt: Sequence[int], key: str | 
     return Placement(slot, source, n)
 
 
-def waits_for(prompt: Sequence[int], held: list[Held]) -> int | None:
-    """The prefilling sequence on its way to holding a head of this prompt at least MIN_WAIT_TOKENS
-    longer than any other sequence holds; None when computing it here is as good. Once waiting, a
-    job waits until that head is whole: the part the other job has computed counts for nothing."""
+def waits_for(prompt: Sequence[int], held: list[Held]) -> tuple[int, int] | None:
+    """(seq_id, length) of the head of this prompt a prefilling sequence is on its way to holding,
+    at least MIN_WAIT_TOKENS longer than any other sequence holds; None when computing it here is
+    as good. Once waiting, a job waits until that head is whole: the part the other job has
+    computed counts for nothing. The holder's prefill stops at the head's end for a step
+    (Scheduler.stops), so a sliding window still covers it when the copy is made."""
     usable = len(prompt) - 1
     best, best_n = None, 0
     for h in held:
@@ -84,7 +86,7 @@ def waits_for(prompt: Sequence[int], held: list[Held]) -> int | None:
         elsewhere = max((common_prefix(o.tokens, prompt) for o in held if o.seq_id != h.seq_id), default=0)
         if n - elsewhere >= MIN_WAIT_TOKENS and len(h.tokens) < n and n > best_n:
             best, best_n = h.seq_id, n
-    return best
+    return (best, best_n) if best is not None else None
 
 
 def whole_run(prompt: Sequence[int], n: int) -> int:

@@ -67,6 +67,7 @@ class Scheduler:
         self.can_copy = can_copy
         self.wait_for_prefixes = wait_for_prefixes and can_copy is not None
         self.prefix_waiters: set[int] = set()     # ids of waiting jobs that waited for a shared head
+        self.stops: dict[int, int] = {}           # seq_id: where its prefill pauses, a head others wait for
 
     # ---- the queue (connection threads) -------------------------------------------------
 
@@ -107,6 +108,7 @@ class Scheduler:
         slot is free or every waiting job waits (for a slot, or for a head another is prefilling)."""
         with self.cond:
             free = [s for s in self.slots if s.job is None]
+            self.stops = {}
             if not free or not self.waiting:
                 return None
             held = self.held() if self.can_copy is not None else []
@@ -142,8 +144,11 @@ class Scheduler:
         """Whether this job waits for a head of its prompt that another job is prefilling now."""
         if not self.wait_for_prefixes:
             return False
-        if waits_for(gen.request.prompt_tokens, held) is None:
+        head = waits_for(gen.request.prompt_tokens, held)
+        if head is None:
             return False
+        seq_id, n = head
+        self.stops[seq_id] = min(n, self.stops.get(seq_id, n))
         self.prefix_waiters.add(id(gen))
         return True
 
@@ -158,7 +163,7 @@ class Scheduler:
         return [job for job in self.active() if job.pending is None]
 
     def plan(self, jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None) -> BatchPlan:
-        return plan_batch(jobs, n_batch, drafts)
+        return plan_batch(jobs, n_batch, drafts, self.stops)
 
 
 def draft_room(jobs: list[Job], n_batch: int) -> int:
@@ -192,8 +197,10 @@ def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> 
     return min(free, key=lambda s: s.last_used)
 
 
-def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None) -> BatchPlan:
-    """One batch: a token (and its draft) per decoding job, then prompt chunks within the batch budget."""
+def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None,
+               stops: dict[int, int] | None = None) -> BatchPlan:
+    """One batch: a token (and its draft) per decoding job, then prompt chunks within the batch budget;
+    a chunk ends at its sequence's stop (a head other jobs wait to copy) when it would pass it."""
     plan = BatchPlan(list(jobs))
     decoding = [j for j in jobs if j.status is JobStatus.DECODING]
     for job in decoding:
@@ -208,6 +215,9 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
         if not job.prefilling or budget <= 0:
             continue
         n = min(job.prompt_left, budget, chunk_limit)
+        stop = (stops or {}).get(job.slot.seq_id, 0)
+        if job.n_past < stop < job.n_past + n:
+            n = stop - job.n_past
         last = n == job.prompt_left
         for i in range(n):
             pos = job.n_past + i

@@ -106,9 +106,9 @@ def test_a_copy_never_ends_inside_a_run_of_one_token():
 
 def test_a_job_waits_for_a_long_head_another_is_prefilling():
     coming = Held(0, HEAD[:40], HEAD + [1, 2])
-    assert waits_for(HEAD + [3, 4], [coming]) == 0
+    assert waits_for(HEAD + [3, 4], [coming]) == (0, len(HEAD))
     almost = Held(0, HEAD[:-3], HEAD + [1, 2])     # a few tokens short: still worth the wait
-    assert waits_for(HEAD + [3, 4], [almost]) == 0
+    assert waits_for(HEAD + [3, 4], [almost]) == (0, len(HEAD))
 
 
 def test_no_wait_for_a_short_head_or_one_already_held():
@@ -137,6 +137,8 @@ def test_the_scheduler_admits_others_past_a_job_waiting_for_a_head_then_hands_it
     assert got is unrelated                 # the second waits for the head the first computes
     Job(got, placement.slot, sampler=None, n_cached=0).start()
     assert s.next_admission() is None and list(s.waiting) == [second]
+    plan = s.plan([running], n_batch=512)   # the first's prefill pauses where the shared head ends
+    assert [row.n_tokens for row in plan.rows] == [len(HEAD)]
     running.decoded(len(HEAD))              # the first has prefilled the shared head
     got, placement = s.next_admission()
     assert got is second
