@@ -20,7 +20,10 @@ Measures, on the demo model unless --model is given:
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py);
 - code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
-  (editor.py; a model with FIM tokens only).
+  (editor.py; a model with FIM tokens only);
+- agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
+  and the time to the last first token, against sharing off, the bare engine copying the head
+  and llama-server (agents.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -34,7 +37,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import decode, editor, embeddings, latency, models, ollama_chat, speculative, weights
+from . import agents, decode, editor, embeddings, latency, models, ollama_chat, speculative, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -104,6 +107,7 @@ def main() -> int:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
         editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
+        agents.run(model, args.threads)  # a shared 4,000-token head, 4 conversations at once (bench/agents.py)
     return 0 if decode_ok else 1
 
 

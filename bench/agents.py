@@ -96,41 +96,31 @@ def bare_floor(engine: BareEngine, shared: list[int], user: list[list[list[int]]
     return len(shared) + suffixes, wall
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(prog="bench.agents")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--tokens", type=int, default=32, help="tokens generated per turn")
-    parser.add_argument("--head", type=int, default=HEAD_TOKENS, help="tokens of the shared head")
-    parser.add_argument("--smoke", action="store_true", help="localserve alone, a short head: does it run")
-    args = parser.parse_args()
-    model = model_or_demo(args.model)
-    if model is None:
-        return 2
-    ctx = args.head + 2048
-    engine = BareEngine(model, n_ctx=ctx, threads=args.threads, n_seq=CONVERSATIONS, unified=True,
+def run(model: str, threads: int, n_new: int = 32, head_tokens: int = HEAD_TOKENS, smoke: bool = False) -> None:
+    ctx = head_tokens + 2048
+    engine = BareEngine(model, n_ctx=ctx, threads=threads, n_seq=CONVERSATIONS, unified=True,
                         weights=cpu_weights.plan(model, "auto"))
 
     def tokenize(text: str) -> list[int]:       # an answer's text, as the next turn's prompt has it
         return engine.tokenize(text)[1:]
 
-    shared = head(engine, 256 if args.smoke else args.head)
+    shared = head(engine, head_tokens)
     user = [[engine.tokenize(USER.format(c=c, t=t))[1:] for t in range(TURNS)] for c in range(CONVERSATIONS)]
     one_conversation = len(shared) + sum(len(u) for u in user[0])
+    ban = engine.ban.tolist()
     rows = {}
     runs = [("localserve", ()), ("localserve, sharing off", ("--no-prefix-sharing",))]
-    for name, extra in runs[:1] if args.smoke else runs:
-        with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(ctx), "--slots",
+    for name, extra in runs[:1] if smoke else runs:
+        with RunningServer(model, "--threads", str(threads), "--ctx-size", str(ctx), "--slots",
                            str(CONVERSATIONS), "--no-store", *extra) as server:
-            rows[name] = run_conversations(server.port, shared, user, args.tokens, engine.ban.tolist(), tokenize)
-    if LlamaServer.available() and not args.smoke:
-        with LlamaServer(model, args.threads, ctx, slots=CONVERSATIONS) as server:
-            rows["llama-server"] = run_conversations(server.port, shared, user, args.tokens, engine.ban.tolist(),
-                                                     tokenize)
+            rows[name] = run_conversations(server.port, shared, user, n_new, ban, tokenize)
+    if LlamaServer.available() and not smoke:
+        with LlamaServer(model, threads, ctx, slots=CONVERSATIONS) as server:
+            rows["llama-server"] = run_conversations(server.port, shared, user, n_new, ban, tokenize)
     bare_tokens, bare_wall = bare_floor(engine, shared, user)
     engine.close()
     print(f"agent workload: {len(shared)}-token head, {CONVERSATIONS} conversations x {TURNS} turns, "
-          f"{args.tokens} tokens per answer; one conversation's prompt tokens: {one_conversation}")
+          f"{n_new} tokens per answer; one conversation's prompt tokens: {one_conversation}")
     table = [("bare engine (head once, seq_cp)", str(bare_tokens), "", f"{bare_wall:.2f}", "", "")]
     for name, (computed, last_first, total) in rows.items():
         table.append((name, str(computed), f"{computed / one_conversation:.2f} x", f"{last_first:.2f}",
@@ -138,7 +128,21 @@ def main() -> int:
     print_table(("contender", "prompt tokens computed", "vs one conversation", "s to last first token",
                  "vs bare", "s in all"), table)
     print(f"targets: tokens computed <= {TOKENS_TARGET} x one conversation's; "
-          f"time to the last first token <= {WALL_TARGET} x the bare engine's")
+          f"time to the last first token <= {WALL_TARGET} x the bare engine's", flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench.agents")
+    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--tokens", type=int, default=32, help="tokens generated per turn")
+    parser.add_argument("--head", type=int, default=HEAD_TOKENS, help="tokens of the shared head")
+    parser.add_argument("--smoke", action="store_true", help="localserve alone, a 256-token head: does it run")
+    args = parser.parse_args()
+    model = model_or_demo(args.model)
+    if model is None:
+        return 2
+    run(model, args.threads, args.tokens, 256 if args.smoke else args.head, args.smoke)
     return 0
 
 
