@@ -89,12 +89,31 @@ def test_a_warm_head_is_copied_into_every_concurrent_conversation(shared):
     port, system = shared.port, head("warm")
     bodies = [body(system, user) for user in ("alpha one", "bravo two", "charlie three", "delta four")]
     chat(port, body(system, "zulu warms it"))
+    before = scrape(port)
     answers = run_concurrently(chat, [(port, b) for b in bodies])
+    after = scrape(port)
     prompts = [tokens(port, b) for b in [body(system, "zulu warms it"), *bodies]]
     assert [a["usage"]["prompt_tokens"] for a in answers] == [len(p) for p in prompts[1:]]
     shared_head = common(*prompts)
     assert shared_head > 1000
     assert [cached(a) for a in answers] == [shared_head] * 4
+
+    def moved(source):
+        name = "localserve_prompt_tokens_reused_total"
+        return after.value(name, source=source) - before.value(name, source=source)
+
+    # three take the empty slots and are handed the head; the last continues the warm slot's own
+    assert (moved("slot"), moved("own"), moved("ram")) == (3 * shared_head, shared_head, 0)
+
+
+def test_anthropic_cache_read_counts_a_copied_head(shared):
+    port, system = shared.port, head("anthropic")
+    chat(port, body(system, "zulu warms it"))
+    message = {"model": "tiny", "max_tokens": 4, "system": system,
+               "messages": [{"role": "user", "content": "alpha one"}]}
+    usage = request(port, post_json("/v1/messages", message), timeout=300).json()["usage"]
+    shared_head = common(tokens(port, body(system, "zulu warms it")), tokens(port, body(system, "alpha one")))
+    assert usage["cache_read_input_tokens"] == shared_head
 
 
 def test_concurrent_cold_requests_compute_their_shared_head_once(models_dir):
