@@ -57,6 +57,14 @@ def test_a_recent_conversation_is_not_destroyed_for_a_prompt_sharing_its_head():
     assert p.copied == 0 or p.source == 0       # its own head is as long as the other's: no copy needed
 
 
+def test_the_slot_with_least_to_lose_goes_before_the_least_recently_used():
+    """A prompt sharing the head: the older slot holds 400 tokens of a conversation no one else has,
+    the newer one 2; handing the head to either costs nothing, so the newer one's 2 tokens go."""
+    older = slot(0, HEAD + list(range(500, 900)), last_used=1.0)
+    newer = slot(1, HEAD + [1, 2], last_used=8.0)
+    assert chosen([older, newer], HEAD + [3, 4]).slot.seq_id == 1
+
+
 def test_a_slot_whose_tokens_another_holds_too_loses_nothing_and_goes_first():
     original = slot(0, HEAD + [1, 2, 3], last_used=1.0)
     duplicate = slot(1, HEAD, last_used=9.0)                 # all of it is in slot 0 as well
