@@ -25,6 +25,7 @@ from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
+from .sequences import SequenceOps
 from .stopwatch import Stopwatch
 from ..grammar.scan import token_refs
 
@@ -36,7 +37,7 @@ __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoad
 log = logging.getLogger("localserve.engine")
 
 
-class Engine:
+class Engine(SequenceOps):
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
@@ -289,60 +290,6 @@ class Engine:
 
     def valid_token(self, token: int) -> bool:
         return 0 <= token < self.n_vocab
-
-    # ---- sequences -----------------------------------------------------------------
-
-    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
-        """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
-        return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
-
-    def seq_length(self, seq_id: int) -> int:
-        """Positions the sequence holds in the KV cache (its highest position + 1; 0 when empty)."""
-        return ll.llama_memory_seq_pos_max(self.memory, seq_id) + 1
-
-    def can_extend(self, seq_id: int, keep: int) -> bool:
-        """Whether a sequence cut at `keep` still holds what new tokens must attend to.
-
-        A sliding-window cache keeps only the last window of positions: a prefix
-        can be reused only if the window before `keep` is still there.
-        """
-        if keep <= 0 or self.n_swa <= 0:
-            return True
-        return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
-
-    def can_copy(self, src: int, n: int) -> bool:
-        """Whether src's first n positions can be handed to another sequence (kv_share.py)."""
-        return (self.copy_blocker is None and self.seq_length(src) >= n
-                and (self._shares_cells or self.can_extend(src, n)))
-
-    def seq_copy(self, src: int, dst: int, n: int) -> bool:
-        """dst, emptied first, holds src's first n positions: their cells shared, or (sliding window)
-        copied as data and cut at n. False when that failed (dst is empty then)."""
-        if self._shares_cells:
-            ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
-            ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
-            return True
-        if self.restore_sequence(dst, self.save_sequence(src)) and self.can_extend(dst, n) \
-                and self.seq_remove(dst, n, -1):
-            return True
-        self.seq_remove(dst)
-        return False
-
-    def save_sequence(self, seq_id: int) -> bytes:
-        """A copy of one sequence's KV state, to restore later into any sequence."""
-        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
-        buf = (ctypes.c_uint8 * size)()
-        written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
-        # string_at copies the bytes in one go; bytes(buf[:n]) would build a list of n ints
-        return ctypes.string_at(buf, written)
-
-    def restore_sequence(self, seq_id: int, state: bytes) -> bool:
-        self.seq_remove(seq_id)
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if ll.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) == 0:
-            self.seq_remove(seq_id)
-            return False
-        return True
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.memory, True)
