@@ -239,7 +239,7 @@ class Runtime:
                 continue
             slot = placement.slot
             try:
-                self._start(gen, placement)
+                self._start(gen, slot, placement)
             except Exception:       # this job alone fails; the others and the slot go on
                 log.exception("could not start job %s (%s)", gen.id, gen.request.label)
                 if slot.job is not None and slot.job.gen is gen:
@@ -252,9 +252,9 @@ class Runtime:
         self.metrics.record_cancellation()
         self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
 
-    def _start(self, gen: ActiveGeneration, placement: Placement) -> None:
-        slot = placement.slot
-        origin = self.kv.prepare(placement, gen.request.prompt_tokens)
+    def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
+        """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
+        origin = self.kv.prepare(placement or Placement(slot), gen.request.prompt_tokens)
         self.sharing.record(self.metrics, origin, placement.waited)
         keep = origin.tokens
         try:
