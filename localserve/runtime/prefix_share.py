@@ -102,7 +102,7 @@ def _best_offer(offers: list[tuple[int, int]], taker: int) -> tuple[int, int | N
     return next(((n, seq_id) for n, seq_id in offers if seq_id != taker), (0, None))
 
 
-def _worth(slot: Slot, own: int, offered: int, held: list[Held]) -> tuple[int, int, bool, float]:
+def _worth(slot: Slot, own: int, offered: int, held: list[Held]) -> tuple[int, bool, bool, float]:
     """How good taking this free slot is, as a sort key: prompt tokens it brings less the slot's
     own tokens lost (those no other sequence holds too); then, alike, one whose own prefix needs
     no copy; then an empty one; then the least recently used."""

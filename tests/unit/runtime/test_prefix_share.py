@@ -7,6 +7,7 @@ from __future__ import annotations
 from localserve.generation import ActiveGeneration, GenerationRequest
 from localserve.runtime.jobs import Job, Slot
 from localserve.runtime.prefix_share import MIN_WAIT_TOKENS, Held, place, waits_for, whole_run
+from localserve.runtime.promptcache import common_prefix
 from localserve.runtime.scheduler import Scheduler, choose_slot
 
 HEAD = list(range(100, 300))         # a 200-token system prompt shared by every conversation
@@ -162,3 +163,13 @@ def test_with_sharing_off_nothing_waits_and_nothing_is_copied():
     Job(got, placement.slot, sampler=None, n_cached=0).start()
     got, placement = s.next_admission()
     assert got is second and placement.source is None
+
+
+def test_common_prefix_finds_the_first_difference_anywhere():
+    import random
+    rng = random.Random(7)
+    for _ in range(300):
+        a = [rng.randrange(3) for _ in range(rng.randrange(40))]
+        b = a[:rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(10))]
+        expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        assert common_prefix(a, b) == expected == common_prefix(b, a) == common_prefix(tuple(a), b)
