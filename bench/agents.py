@@ -7,7 +7,8 @@ message, streamed through /v1/completions as token ids. Measured per contender: 
 computed in all (what the server did not take from its cache) and the wall time until the last
 of the 4 first turns had its first token (the cold head: computed once, or 4 times).
 
-Contenders: localserve (prefix sharing on), localserve --no-prefix-sharing, the bare engine
+Contenders: localserve (prefix sharing on: heads copied as data between KV streams), the same with
+--kv-unified (heads' cells owned together), localserve --no-prefix-sharing, the bare engine
 computing the head once and copying it into the 4 sequences (llama_memory_seq_cp on a unified
 KV cache, then the 4 first-turn suffixes in one batch: the floor), and llama-server with 4 slots
 when it is on PATH. Targets: tokens computed <= 1.1 x one conversation's, the wall time <= 1.2 x
@@ -109,7 +110,8 @@ def run(model: str, threads: int, n_new: int = 32, head_tokens: int = HEAD_TOKEN
     one_conversation = len(shared) + sum(len(u) for u in user[0])
     ban = engine.ban.tolist()
     rows = {}
-    runs = [("localserve", ()), ("localserve, sharing off", ("--no-prefix-sharing",))]
+    runs = [("localserve", ()), ("localserve --kv-unified", ("--kv-unified",)),
+            ("localserve, sharing off", ("--no-prefix-sharing",))]
     for name, extra in runs[:1] if smoke else runs:
         with RunningServer(model, "--threads", str(threads), "--ctx-size", str(ctx), "--slots",
                            str(CONVERSATIONS), "--no-store", *extra) as server:

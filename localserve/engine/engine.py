@@ -41,7 +41,8 @@ class Engine(SequenceOps):
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
-                 draft_max: int = 0, stopwatch: Stopwatch | None = None, share_prefixes: bool = True):
+                 draft_max: int = 0, stopwatch: Stopwatch | None = None, share_prefixes: bool = True,
+                 kv_unified: bool = False):
         watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
         self._file = key = file_facts.file_key(path)
@@ -82,9 +83,9 @@ class Engine(SequenceOps):
         cparams = ll.llama_context_default_params()
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
-        # One pool of cells for all sequences, so that one can own another's prefix (kv_share.py).
-        self.unified_kv = share_prefixes
-        if share_prefixes:
+        # --kv-unified: one pool of cells for all sequences, so that one can own another's prefix
+        # (kv_share.py); by default a stream per sequence, and a prefix is copied as data.
+        if kv_unified:
             cparams.n_ctx, self.n_ctx_seq = kv_share.context_sizes(self.n_ctx_seq, n_seq)
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
@@ -92,7 +93,7 @@ class Engine(SequenceOps):
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
-        cparams.kv_unified = share_prefixes
+        cparams.kv_unified = kv_unified
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
         cparams.swa_full = False
@@ -102,12 +103,12 @@ class Engine(SequenceOps):
         cparams.n_outputs_max = n_seq * (1 + max(0, draft_max))
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
-        model_load.whole_cache_context.on = share_prefixes
+        model_load.whole_cache_context.on = kv_unified
         try:
             self.ctx = ll.llama_init_from_model(self.model, cparams)
         finally:
             model_load.whole_cache_context.on = False
-        if share_prefixes and self.ctx and 0 < n_ctx_train < self.n_ctx_seq:
+        if kv_unified and self.ctx and 0 < n_ctx_train < self.n_ctx_seq:
             log.warning("each sequence's context (%d) passes the model's training context (%d)", self.n_ctx_seq,
                         n_ctx_train)
         if self.ctx and not ll.llama_get_memory(self.ctx):
@@ -121,13 +122,13 @@ class Engine(SequenceOps):
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
         watch.lap("context")
-        if not share_prefixes and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
+        if not kv_unified and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
             self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
         # why this model's sequences cannot share a prefix (None: they can)
         self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else "prefix sharing is off"
-        self._shares_cells = kv_share.shares_cells(self.model)
+        self._shares_cells = kv_unified and kv_share.shares_cells(self.model)
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))

@@ -1,10 +1,12 @@
-"""How the KV cache is laid out so sequences can share a prefix, and which models cannot.
+"""How one sequence is handed another's prefix, and which models cannot be.
 
-With a unified KV cache every sequence lives in one pool of cells, and llama_memory_seq_cp
-lets a second sequence own the cells of a first one's prefix: a metadata change, nothing is
-computed or copied (llama.cpp's kv cache, "both sequences are in the same stream"). Without it,
-each sequence has a stream of its own and llama.cpp copies only whole streams (it asserts on a
-partial copy), so prefix sharing needs the unified cache, as llama-server's default does.
+By default each sequence has a KV stream of its own: the prefix is copied as data
+(llama_state_seq_get_data from the holder, set_data into the taker, cut at the prefix's end),
+some milliseconds of memory copying where computing it takes seconds, and a sequence's logits
+never depend on the others' cells. llama_memory_seq_cp copies only whole streams across streams
+(it asserts on a partial copy). With --kv-unified every sequence lives in one pool of cells and
+seq_cp lets the taker own the holder's prefix cells: nothing copied, the prefix's memory held
+once; but every step's attention then spans the cells of all sequences, idle ones included.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ class SequenceOps:
                 and (self._shares_cells or self.can_extend(src, n)))
 
     def seq_copy(self, src: int, dst: int, n: int) -> bool:
-        """dst, emptied first, holds src's first n positions: their cells shared, or (sliding window)
-        copied as data and cut at n. False when that failed (dst is empty then)."""
+        """dst, emptied first, holds src's first n positions: their cells shared (a unified cache), or
+        copied as data and cut at n (a stream per sequence; a sliding window). False when that
+        failed (dst is empty then)."""
         if self._shares_cells:
             ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
             ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)

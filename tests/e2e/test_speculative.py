@@ -34,10 +34,7 @@ TEXT_ONLY = {**NO_EOG, **{str(byte_token_id(b)): -100 for b in range(256)}}
 
 @pytest.fixture(scope="module")
 def plain(tiny_model):
-    # a split KV cache: each sequence's logits do not depend on where the others' cells lie (prefix sharing
-    # shares one pool of cells, where they may differ in the last bits), so drafts must change nothing
-    srv = ServerProcess(tiny_model, "--speculative", "off", "--slots", "4", "--no-store", "--tool-syntax", "hermes",
-                        "--no-prefix-sharing")
+    srv = ServerProcess(tiny_model, "--speculative", "off", "--slots", "4", "--no-store", "--tool-syntax", "hermes")
     yield srv
     srv.stop()
 
@@ -45,7 +42,7 @@ def plain(tiny_model):
 @pytest.fixture(scope="module")
 def spec(tiny_model):
     srv = ServerProcess(tiny_model, "--speculative", "ngram", "--draft-max", "8", "--slots", "4", "--no-store",
-                        "--tool-syntax", "hermes", "--no-prefix-sharing")
+                        "--tool-syntax", "hermes")
     yield srv
     srv.stop()
 
