@@ -254,7 +254,8 @@ class Runtime:
 
     def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
         """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
-        origin = self.kv.prepare(placement or Placement(slot), gen.request.prompt_tokens)
+        placement = placement or Placement(slot)
+        origin = self.kv.prepare(placement, gen.request.prompt_tokens)
         self.sharing.record(self.metrics, origin, placement.waited)
         keep = origin.tokens
         try:

@@ -1,7 +1,7 @@
 """Which jobs run in the next step, and how: the waiting queue, admission into free slots, slot
 choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, prefix_share.py), the batch
-plan with chunked prefill, and which jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it calls no llama.cpp, so its rules
-are tested alone (tests/unit/runtime/test_scheduler.py).
+plan with chunked prefill, and which jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it
+calls no llama.cpp, so its rules are tested alone (tests/unit/runtime/test_scheduler.py).
 """
 
 from __future__ import annotations
