@@ -173,3 +173,24 @@ def test_common_prefix_finds_the_first_difference_anywhere():
         b = a[:rng.randrange(len(a) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(10))]
         expected = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
         assert common_prefix(a, b) == expected == common_prefix(b, a) == common_prefix(tuple(a), b)
+
+
+class Model:
+    def __init__(self, blocker):
+        self.copy_blocker = blocker
+
+    def can_copy(self, src, n):
+        return True
+
+
+def test_a_model_that_cannot_copy_says_so_once_and_nothing_is_shared(caplog):
+    import logging
+    from localserve.runtime.sharing import PrefixSharing
+    with caplog.at_level(logging.INFO, logger="localserve.runtime"):
+        recurrent = PrefixSharing(Model("its recurrent state cannot be copied in part"))
+        off = PrefixSharing(Model("prefix sharing is off"))
+        on = PrefixSharing(Model(None))
+    said = [r.getMessage() for r in caplog.records if "prefix sharing is off for this model" in r.getMessage()]
+    assert len(said) == 1 and "recurrent" in said[0]
+    assert (recurrent.on, recurrent.can_copy, off.on, off.can_copy) == (False, None, False, None)
+    assert on.on and on.can_copy is not None
