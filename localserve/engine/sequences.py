@@ -8,6 +8,13 @@ import ctypes
 
 from llama_cpp import llama_cpp as ll
 
+# A copy as data moves every position the holder has, not only the prefix wanted: it is made for
+# at least this many tokens (not a template's header that every prompt shares) ...
+MIN_DATA_COPY_TOKENS = 16
+# ... and only from a holder at most this many times longer than the prefix (a position copied
+# costs microseconds, one computed on a CPU a millisecond or more; on a GPU the gap is smaller).
+DATA_COPY_SPAN = 64
+
 
 class SequenceOps:
     """Engine's sequence operations. The engine sets: ctx and memory (llama.cpp's), n_swa (the
@@ -38,9 +45,14 @@ class SequenceOps:
         return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
 
     def can_copy(self, src: int, n: int) -> bool:
-        """Whether src's first n positions can be handed to another sequence (kv_share.py)."""
-        return (self.copy_blocker is None and self.seq_length(src) >= n
-                and (self._shares_cells or self.can_extend(src, n)))
+        """Whether src's first n positions can be handed to another sequence, and are worth it
+        (kv_share.py)."""
+        length = self.seq_length(src)
+        if self.copy_blocker is not None or length < n:
+            return False
+        if self._shares_cells:
+            return True
+        return n >= MIN_DATA_COPY_TOKENS and n * DATA_COPY_SPAN >= length and self.can_extend(src, n)
 
     def seq_copy(self, src: int, dst: int, n: int) -> bool:
         """dst, emptied first, holds src's first n positions: their cells shared (a unified cache), or
