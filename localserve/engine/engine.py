@@ -127,7 +127,7 @@ class Engine(SequenceOps):
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
         # why this model's sequences cannot share a prefix (None: they can)
-        self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else "prefix sharing is off"
+        self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else kv_share.SHARING_OFF
         self._shares_cells = kv_unified and kv_share.shares_cells(self.model)
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from llama_cpp import llama_cpp as ll
 
+SHARING_OFF = "--no-prefix-sharing"    # the copy blocker when the user turned sharing off
 CELL_PAD = 256      # llama.cpp pads the context (and each stream of a split cache) to this many cells
 
 

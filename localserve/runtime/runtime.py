@@ -256,7 +256,7 @@ class Runtime:
         """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
         placement = placement or Placement(slot)
         origin = self.kv.prepare(placement, gen.request.prompt_tokens)
-        self.sharing.record(self.metrics, origin, placement.waited)
+        self.metrics.record_prefix(origin.source, origin.tokens, placement.waited)
         keep = origin.tokens
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)

@@ -185,10 +185,11 @@ class Model:
 
 def test_a_model_that_cannot_copy_says_so_once_and_nothing_is_shared(caplog):
     import logging
+    from localserve.engine.kv_share import SHARING_OFF
     from localserve.runtime.sharing import PrefixSharing
     with caplog.at_level(logging.INFO, logger="localserve.runtime"):
         recurrent = PrefixSharing(Model("its recurrent state cannot be copied in part"))
-        off = PrefixSharing(Model("prefix sharing is off"))
+        off = PrefixSharing(Model(SHARING_OFF))
         on = PrefixSharing(Model(None))
     said = [r.getMessage() for r in caplog.records if "prefix sharing is off for this model" in r.getMessage()]
     assert len(said) == 1 and "recurrent" in said[0]
