@@ -19,6 +19,9 @@ Measures, on the demo model unless --model is given:
   same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py);
+- images: an image's encode and prefill through the API against libmtmd's own calls, and a
+  second turn with the same image against the first (vision.py; a synthetic projector unless
+  --mmproj names the model's own);
 - code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
   (editor.py; a model with FIM tokens only);
 - agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
@@ -37,7 +40,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, decode, editor, embeddings, latency, models, ollama_chat, speculative, weights
+from . import agents, decode, editor, embeddings, latency, models, ollama_chat, speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -48,6 +51,7 @@ from .table import print_table
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench")
     parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--mmproj", help="the model's vision projector for the images figure (default: a synthetic one)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per stream")
     parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement (medians reported)")
@@ -103,6 +107,7 @@ def main() -> int:
     engine.close()
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
     embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
+    vision.run(model, args, args.mmproj)    # an image through the API against bare libmtmd (bench/vision.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)

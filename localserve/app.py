@@ -313,10 +313,11 @@ def log_serving(app: App, host: str, port: int) -> None:
         model = loaded[0]
         engine = model.engine
         log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
-                 "chat template %s, tool syntax %s, %s, weights in %s", engine.info.path, engine.info.architecture,
+                 "chat template %s, tool syntax %s, %s, weights in %s%s", engine.info.path, engine.info.architecture,
                  human_count(engine.info.n_params), model.model_id, host, port, engine.n_ctx_seq, settings.slots,
                  settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
-                 offload_summary(engine), describe_buffers(engine.weight_buffers))
+                 offload_summary(engine), describe_buffers(engine.weight_buffers),
+                 f", vision projector {engine.projector.path}" if engine.projector is not None else "")
         return
     log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
              host, port, ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
@@ -329,7 +330,8 @@ def models_summary(app: App) -> str:
     catalogue = app.models.catalogue
     if catalogue.any_name:
         return "any model name answered by the one model"
-    return f"catalogue {', '.join(catalogue.names())}" + "".join(f", {x}" for x in limits if x)
+    names = [f"{e.name} (+ vision)" if e.settings(s).mmproj else e.name for e in catalogue]
+    return f"catalogue {', '.join(names)}" + "".join(f", {x}" for x in limits if x)
 
 
 def check(settings: Settings) -> int:
@@ -354,8 +356,9 @@ def check(settings: Settings) -> int:
             print(f"localserve: model {entry.name}: {exc}", file=sys.stderr)
             bad += 1
             continue
+        projector = entry.settings(settings).mmproj
         print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
-              f"{shape.file_bytes // (1024 * 1024)} MiB")
+              f"{shape.file_bytes // (1024 * 1024)} MiB" + (f", vision projector {projector}" if projector else ""))
     for model in app.models.loaded_models():
         info = model.engine.info
         print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "

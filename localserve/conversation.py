@@ -12,6 +12,7 @@ ToolResult), and OpenAI's legacy ``function``.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 
@@ -40,11 +41,18 @@ class ToolCall:
 
 @dataclass(frozen=True, slots=True)
 class Image:
-    """An image in a prompt: bytes with their media type, or a URL (``data:`` or not). No
-    dialect takes images yet (each answers its 400 for them); this is where one will live."""
-    media_type: str | None = None
-    data: bytes | None = None
-    url: str | None = None
+    """An image in a prompt: its bytes, already checked (localserve/images.py: a format the
+    projector's loader reads, within the limits), their media type, and the bytes' sha256 (hex),
+    which is what two images are compared by (the prompt cache keys an image by it).
+    where: the request part it came from (``messages[2].content[1]``), named in a refusal."""
+    data: bytes = field(repr=False, compare=False)
+    media_type: str
+    digest: str = ""               # sha256 of data, hex; computed when not given
+    where: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            object.__setattr__(self, "digest", hashlib.sha256(self.data).hexdigest())
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,11 +11,12 @@ on parsing's floor, not below it.
 from __future__ import annotations
 
 import queue
+import secrets
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Protocol, Union
 
 from .parsing.content_markup import ContentMarkup
 from .parsing.reasoning import ReasoningFormat
@@ -51,6 +52,58 @@ class ToolSpec:
     starts_inside: bool = False      # the prompt ends with the family's start marker (functionary v3.2's >>>)
 
 
+# Where an image stands in a rendered prompt: prompt/ writes it, libmtmd (engine/vision.py) reads
+# it. Random per process, as llama-server's is: no client's text can forge one.
+MEDIA_MARKER = f"<__media_{secrets.token_hex(8)}__>"
+
+
+class MediaHandle(Protocol):
+    """The engine's image chunk (engine/vision.py's MediaChunk), as the prompt carries it."""
+    n_tokens: int
+    n_pos: int
+
+
+@dataclass(frozen=True)
+class ImageChunk:
+    """An image's positions in a prompt: prompt_tokens[start:end] all hold placeholder_id(digest),
+    a negative id made from the hash of its bytes, so prefix matching (slots, the RAM cache) tells
+    two images apart and reuses a repeated one. handle: the engine's chunk (engine/vision.py),
+    read by the engine alone."""
+    start: int
+    n_tokens: int
+    digest: str                                  # sha256 of the image's bytes, hex
+    handle: MediaHandle = field(compare=False, repr=False)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+    @property
+    def saved_positions(self) -> int:
+        """Positions it takes fewer than tokens: 0, but for M-RoPE (Qwen2-VL), where an image of
+        w x h tokens takes max(w, h) positions."""
+        return self.n_tokens - self.handle.n_pos
+
+
+def placeholder_id(digest: str) -> int:
+    """The id every position of an image holds in prompt_tokens: negative, never a real token."""
+    return -1 - int(digest[:8], 16) % (2 ** 31 - 2)
+
+
+def position_of(images: list[ImageChunk], index: int) -> int:
+    """The KV position of prompt_tokens[index] (never inside an image): its index, less what the
+    images before it saved (M-RoPE)."""
+    return index - sum(image.saved_positions for image in images if image.end <= index)
+
+
+def outside_images(images: list[ImageChunk], n: int) -> int:
+    """n, or the start of the image it would end inside: a cached prefix never ends mid-image."""
+    for image in images:
+        if image.start < n < image.end:
+            return image.start
+    return n
+
+
 @dataclass
 class GenerationRequest:
     prompt_tokens: list[int]
@@ -65,12 +118,20 @@ class GenerationRequest:
     content_markup: ContentMarkup | None = None   # the template's own markup around the answer, dropped
     tools: ToolSpec | None = None
     label: str = ""                  # for logs: endpoint and request id
+    # A compaction: the model writes a summary of the conversation (prompt/compaction.py); its
+    # text ends the job as a Compacted event, before Finished, and counts as a compaction.
+    compaction: bool = False
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
     # Editor completions (llama-server's /infill): past this many seconds of generation the answer
     # ends at its next line break; a line indented less than min_indent ends it before that line.
     line_time_limit: float | None = None
     min_indent: int = 0
+    # A fill-in-the-middle completion (every FIM route marks its own): with every slot busy it
+    # parks a running chat rather than wait behind it (runtime/preempt.py).
+    editor_completion: bool = False
+    images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
+    images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -101,6 +162,13 @@ class ToolCallStart:
 class ToolCallDelta:
     index: int
     fragment: str
+
+
+@dataclass
+class Compacted:
+    """A compaction job's summary, whole (sent once, just before its Finished); each dialect
+    turns it into its own item or block (dialects/compaction.py)."""
+    summary: str
 
 
 @dataclass
@@ -150,7 +218,7 @@ class Finished:
     error: GenerationFailure | None = None
 
 
-Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Finished]
+Event = Union[Context, Chunk, ToolCallStart, ToolCallDelta, Compacted, Finished]
 
 
 # ---- why a job was refused or failed -------------------------------------------------

@@ -29,6 +29,7 @@ DEFAULT_MAX_EMBEDDING_INPUTS = 2048    # inputs one /v1/embeddings call may carr
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
+DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a compaction writes
 # Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
@@ -59,6 +60,7 @@ def default_inflight_bytes(max_body_bytes: int) -> int:
 class Settings:
     model: str | None = None
     model_id: str | None = None
+    mmproj: str | None = None                      # the model's vision projector (an mmproj GGUF)
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     ollama_listen: str | None = None               # a second address ("127.0.0.1:11434"), the same app
@@ -80,6 +82,7 @@ class Settings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     max_inflight_bytes: int | None = None          # None: the default for max_body_bytes, set at once
     sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT
+    compact_max_tokens: int = DEFAULT_COMPACT_MAX_TOKENS
     pooling: str | None = None                     # mean | last | cls; None: the GGUF's, else last
     embeddings_only: bool = False                  # the model answers embeddings (rerank), never chat
     max_embedding_inputs: int = DEFAULT_MAX_EMBEDDING_INPUTS

@@ -221,7 +221,7 @@ MUTANTS = [
            "    held: list[str] = []\n    yield from read_arguments(cur, held.append)\n"
            "    yield from cur.closing(\"<|call|>\")\n    calls.add_arguments(\"\".join(held))\n",
            ("tests/e2e/test_tool_streaming.py::test_arguments_stream_as_generated_for_every_family_in_every_dialect",)),
-    Mutant("Anthropic stream silent while queued", "localserve/dialects/anthropic/messages.py",
+    Mutant("Anthropic stream silent while queued", "localserve/dialects/anthropic/replies.py",
            "return [PING if self.started else PREFILL_COMMENT]", "return [PING] if self.started else []",
            ("tests/e2e/test_stream_keepalive.py::test_keepalives_while_queued_then_the_freed_slot",)),
     Mutant("a chain gives each response's output before its input", "localserve/store/store.py",
@@ -233,6 +233,12 @@ MUTANTS = [
            "    if False:",
            ("tests/unit/dialects/test_signing.py",
             "tests/e2e/test_responses_tools.py::test_a_tampered_or_foreign_blob_is_a_400_and_the_server_keeps_serving")),
+    Mutant("a compaction block sent back keeps the history before it", "localserve/dialects/anthropic/input.py",
+           "        if cut is not None and i < cut.message:\n            continue\n", "",
+           ("tests/e2e/test_anthropic_compaction.py::test_blocks_before_a_compaction_block_are_left_out",)),
+    Mutant("a summary alone compacts again", "localserve/dialects/anthropic/messages.py",
+           "(asked or not all(is_summary(m) for m in messages))", "True",
+           ("tests/e2e/test_anthropic_compaction.py::test_a_summary_alone_is_not_compacted_again",)),
 ]
 
 

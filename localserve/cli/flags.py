@@ -127,6 +127,8 @@ LOOSE = (_duration, _size)     # a config file may give these as a number or a s
 OPTIONS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
+    Option("mmproj", str, None, "vision projector (an mmproj GGUF) for --model: images in prompts "
+           "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
     Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
            "first use", "DIR"),
     Option("max-models", positive_int, None, "models loaded at once; the least recently used idle one is "
@@ -189,6 +191,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
            "seconds one request may take to choose one token (a costly grammar); then it fails, "
            "the others go on", "SECONDS"),
+    Option("compact-max-tokens", positive_int, defaults.DEFAULT_COMPACT_MAX_TOKENS,
+           "the longest summary a context compaction writes, in tokens (README: Long sessions)", "N"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),

@@ -34,6 +34,12 @@ def fim_prompt(engine: EngineFacade, model_id: str, fim_input: FimInput, param: 
                        code="model_not_supported") from None
 
 
+def writes_its_own_fim(engine: EngineFacade, tokens: list[int]) -> bool:
+    """A prompt the client laid out in the model's FIM format itself (Continue's OpenAI provider
+    renders its own template into a plain Completions prompt): it holds the middle token."""
+    return engine.fim.mid is not None and engine.fim.mid in tokens
+
+
 def client_key(exchange: Exchange) -> str | None:
     """Who sent this completion, as far as superseding goes (see the module's comment)."""
     who = exchange.request.header("x-client-id") or exchange.request.header("user-agent")

@@ -82,7 +82,8 @@ def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -
     request = GenerationRequest(
         prompt_tokens=tokens, sampling=sampling, max_tokens=None if n_predict < 0 else n_predict,
         stop=user_stops + fim_stop_strings(model.engine), label=f"infill {request_id}",
-        line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent)
+        line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent,
+        editor_completion=True)
     settings = {"n_predict": n_predict, "n_indent": n_indent, "t_max_predict_ms": t_max_predict_ms,
                 "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                 "min_p": sampling.min_p, "seed": sampling.seed, "stop": user_stops}

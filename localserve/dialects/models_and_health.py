@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ..models.record import Record
 
 SHOWN_SETTINGS = ("ctx_size", "slots", "n_gpu_layers", "threads", "batch_size", "cache_ram", "chat_template_file",
-                  "tool_syntax")
+                  "tool_syntax", "mmproj")
 
 
 def add_routes(table: RouteTable, services: Services) -> None:
@@ -109,6 +109,8 @@ def meta(model: Any) -> dict:
         "devices": [device.as_json() for device in engine.devices],
         "cpu_weights": engine.weight_plan.mode,
         "weight_buffers_mib": engine.weight_buffers,       # {"CPU_REPACK": 52.5, "CPU": 182.7}
+        "vision": engine.has_vision,                         # a projector is loaded: it reads images
+        "mmproj": settings.mmproj if engine.has_vision else None,
     }
 
 

@@ -17,6 +17,7 @@ from ..generation import ActiveGeneration, GenerationOutput, GenerationRequest
 from .exchange import Exchange
 from .fields import read_bool
 from .fim import superseding
+from .image_parts import report_omitted
 from .jobs import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
 from .pump import LOADING_COMMENT, StreamShape, stream_job
@@ -55,6 +56,8 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Loa
 
     def serve(model: LoadedModel) -> None:
         reply = read(model, body)
+        report_omitted(exchange, reply.request.images_omitted,
+                       reply.request.label or f"{exchange.request.path} {exchange.request_id}")
         gen = submit(model, reply.request)
         handed_over = None
         with cancel_on_error(gen), superseding(reply.supersede, gen):

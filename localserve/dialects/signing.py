@@ -8,6 +8,8 @@ so a block that comes back with its text left out (thinking display "omitted") s
 renders the prompt it was generated in. Signatures of the first version (an HMAC-SHA256
 of the text) still verify.
 
+Compaction items carry their summary sealed the same way (dialects/compaction.py).
+
 Responses reasoning items carry `encrypted_content` (`seal`): the reasoning text encrypted and
 authenticated, so a client that keeps no server state (store: false) can hand it back and the
 next prompt renders the reasoning exactly as it was generated.
@@ -109,6 +111,7 @@ def _hmac_signature(key: bytes, text: str) -> str:
 
 REASONING = b"responses reasoning"      # purposes: a blob sealed for one does not open for another
 THINKING = b"anthropic thinking"
+COMPACTION = b"compaction summary"      # a compaction's summary (dialects/compaction.py)
 SEAL_VERSION = b"\x01"
 NONCE_BYTES = 16
 TAG_BYTES = 32

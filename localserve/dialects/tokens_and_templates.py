@@ -5,7 +5,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+from ..errors import ApiError
 from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from ..prompt.media import shown_prompt
+from ..prompt.vision import fit_images
+from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
 from .fields import invalid, read_bool
@@ -73,6 +77,8 @@ def apply_template(services: Services, exchange: Exchange) -> None:
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
+        fit_images(model.chat, chat)
+        report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}")
         exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
 
 
@@ -81,5 +87,11 @@ def _apply_responses_template(services: Services, exchange: Exchange, body: dict
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
                          signing_key=services.signing_key, store=services.store)
+        if plan.generation is None:     # a compaction's, or an input only a compaction would fit: none yet
+            raise ApiError(400, "this input renders only once it is compacted, when the response runs (a "
+                                "compaction_trigger, or context_management on an input that does not fit)",
+                           param="input", code="compaction_required")
         tokens = plan.generation.prompt_tokens
-        exchange.send_json({"prompt": model.chat.engine.detokenize(tokens), "prompt_tokens": len(tokens)})
+        report_omitted(exchange, plan.generation.images_omitted, f"apply-template {exchange.request_id}")
+        exchange.send_json({"prompt": shown_prompt(model.chat.engine, tokens, plan.generation.images),
+                            "prompt_tokens": len(tokens)})

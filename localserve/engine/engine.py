@@ -38,6 +38,8 @@ log = logging.getLogger("localserve.engine")
 
 
 class Engine(SequenceOps):
+    projector = None        # the model's vision projector (vision.py), attached once both are loaded
+
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
@@ -357,6 +359,9 @@ class Engine(SequenceOps):
         return tokens[0] if len(tokens) == 1 else None
 
     def close(self) -> None:
+        if self.projector is not None:
+            self.projector.close()
+            self.projector = None
         if self.ctx:
             self._batch.free()
             ll.llama_free(self.ctx)

@@ -31,6 +31,16 @@ class GrammarError(ValueError):
     """llama.cpp cannot (or must not) run this grammar."""
 
 
+class ImageUnreadable(ValueError):
+    """The vision projector's loader (libmtmd) cannot read these bytes as an image."""
+
+
+class MediaSegments(Protocol):
+    """What the facade reads of the vision projector (vision.Projector)."""
+
+    def image_segments(self, data: bytes) -> list: ...
+
+
 @dataclass(frozen=True)
 class FimTokens:
     """The model's fill-in-the-middle tokens (None where its vocabulary has none): prefix,
@@ -78,6 +88,7 @@ class _LoadedEngine(Protocol):
     weight_buffers: dict[str, float]
     fim: FimTokens
     prompt_start: list[int]
+    projector: MediaSegments | None
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True,
                  limit: int | None = None) -> list[int]: ...
@@ -131,3 +142,15 @@ class EngineFacade:
     def check_grammar(self, grammar: str) -> frozenset[int]:
         """GrammarError unless llama.cpp parses the grammar and it is safe to run; the tokens it names whole."""
         return self._engine.check_grammar(grammar)
+
+    @property
+    def has_vision(self) -> bool:
+        """A vision projector is loaded with the model: it reads images."""
+        return self._engine.projector is not None
+
+    def image_segments(self, data: bytes) -> list:
+        """One image as prompt segments (token lists and one image chunk, vision.py);
+        ImageUnreadable when its bytes are no image the projector's loader reads."""
+        if self._engine.projector is None:
+            raise ImageUnreadable("this model has no vision projector")
+        return self._engine.projector.image_segments(data)

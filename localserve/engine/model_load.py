@@ -64,6 +64,13 @@ def quiet_llama_logs(level: int = logging.WARNING) -> None:
     ll.llama_log_set(callback, ctypes.c_void_p(0))
 
 
+def route_mtmd_logs(mtmd) -> None:
+    """libmtmd (the vision projector: vision.py) logs through the same callback as llama.cpp."""
+    if _log_callback is not None:
+        mtmd.mtmd_log_set(_log_callback, ctypes.c_void_p(0))
+        mtmd.mtmd_helper_log_set(_log_callback, ctypes.c_void_p(0))
+
+
 def layer_devices() -> dict[int, str]:
     """Which device llama.cpp put each layer on, from its load log (its "offloaded N
     layers to GPU" line counts layers it meant to offload even when no GPU exists)."""

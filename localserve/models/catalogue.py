@@ -3,7 +3,8 @@
 Three sources, read once at start:
 - `--model PATH` (named by --model-id, else the file's stem);
 - `--models-dir DIR`: every *.gguf in it, named by its stem; a model split in parts
-  (NAME-00001-of-00003.gguf ...) is one model, NAME, loaded from its first part;
+  (NAME-00001-of-00003.gguf ...) is one model, NAME, loaded from its first part; a file
+  named mmproj* is a vision projector, paired with the model it is named after (pairing.py);
 - `[models.NAME]` tables in the config file: `path`, `aliases` and per-model settings
   (cli/flags.py checks their types; here they become Settings overrides).
 `--model PATH` alone (or the demo model, with none of them) is today's server: one model,
@@ -21,13 +22,14 @@ from typing import Callable, Iterator
 
 from ..parsing.family_detection import FAMILY_NAMES
 from ..settings import Settings
+from .pairing import is_projector, pair_projectors
 
 SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})$")
 
 # Settings a [models.NAME] table may set for its model alone (attribute names)
 PER_MODEL = ("ctx_size", "slots", "n_gpu_layers", "threads", "chat_template_file", "tool_syntax", "cache_ram",
              "batch_size", "keep_alive", "pooling", "embeddings_only", "max_embedding_inputs",
-             "speculative", "draft_model", "draft_max", "no_prefix_sharing", "kv_unified")
+             "speculative", "draft_model", "draft_max", "no_prefix_sharing", "kv_unified", "mmproj")
 
 
 LATEST_TAG = ":latest"     # Ollama's tag for a name given without one
@@ -92,6 +94,9 @@ class Catalogue:
 
 
 def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogue:
+    if settings.mmproj and not settings.model and (settings.models or settings.models_dir):
+        raise CatalogueError("--mmproj is --model's vision projector; with --models-dir or [models.NAME] tables, "
+                             "give each model its own (mmproj in its table, or an mmproj*.gguf named after it)")
     entries: list[ModelEntry] = []
     if settings.model:
         entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model))
@@ -121,6 +126,10 @@ def config_entry(name: str, table: dict) -> ModelEntry:
     if not isinstance(path, str) or not path:
         raise CatalogueError(f"[models.{name}] needs a path")
     overrides = tuple((key, table[key]) for key in PER_MODEL if key in table)
+    if "mmproj" in table:
+        overrides = tuple((k, os.path.expanduser(v) if k == "mmproj" else v) for k, v in overrides)
+    else:       # --mmproj is --model's projector, not every model's
+        overrides += (("mmproj", None),)
     return ModelEntry(name, os.path.expanduser(path), tuple(table.get("aliases") or ()), overrides, "config")
 
 
@@ -130,13 +139,18 @@ def scan_dir(directory: str) -> list[ModelEntry]:
         files = sorted(f for f in os.listdir(directory) if f.endswith(".gguf"))
     except OSError as exc:
         raise CatalogueError(f"cannot read --models-dir {directory}: {exc.strerror}") from None
-    entries = []
+    models: dict[str, str] = {}
+    projectors = [os.path.join(directory, f) for f in files if is_projector(f)]
     for filename in files:
+        if is_projector(filename):
+            continue
         stem = filename[:-len(".gguf")]
         split = SPLIT_PART.match(stem)
         if split is not None:
             if int(split["part"]) != 1:
                 continue        # llama.cpp finds the other parts from the first
             stem = split["name"]
-        entries.append(ModelEntry(stem, os.path.join(directory, filename), source="models-dir"))
-    return entries
+        models[stem] = os.path.join(directory, filename)
+    paired = pair_projectors(models, projectors)
+    return [ModelEntry(stem, path, overrides=(("mmproj", paired.get(stem)),), source="models-dir")
+            for stem, path in models.items()]

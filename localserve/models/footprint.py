@@ -33,6 +33,8 @@ def estimate_bytes(path: str, settings: Settings) -> int:
     need = estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
                     reserve=COMPUTE_RESERVE_BYTES,
                     outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
+    if settings.mmproj and os.path.isfile(settings.mmproj):    # the vision projector: its weights, and
+        need += os.path.getsize(settings.mmproj) + COMPUTE_RESERVE_BYTES    # its encoder's compute
     if settings.speculative == "draft":     # the draft model's weights, KV and compute
         try:
             need += estimate(read_shape(settings.draft_model), n_ctx_seq=n_ctx_seq, n_seq=settings.slots,

@@ -20,6 +20,7 @@ from ..engine.engine import Engine
 from ..engine.facade import EngineFacade
 from ..engine.model_load import ModelLoadError
 from ..engine.stopwatch import Stopwatch
+from ..engine.vision import Projector
 from ..ops.metrics import ModelMetrics, ServerMetrics
 from ..parsing.family_detection import detect_family, named_family
 from ..parsing.reasoning import REASONING_FORMATS
@@ -109,7 +110,9 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
         raise LoadFailed(str(exc)) from None
     draft_model = None
     try:
-        chat = _chat_model(engine, settings)
+        engine.projector = _projector(engine, settings, threads)
+        watch.lap("vision projector")
+        chat = _chat_model(engine, settings, entry.name)
         watch.lap("chat template")
         spec = spec_for(engine, settings.pooling, settings.batch_size)
         draft_model = _draft_model(engine, settings, threads)
@@ -134,6 +137,18 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
     return loaded
 
 
+def _projector(engine: Engine, settings: Settings, threads: int) -> Projector | None:
+    """The model's vision projector (--mmproj, paired in --models-dir, or its [models] table's),
+    on the devices its weights are on; one that cannot be loaded is a configuration error."""
+    if not settings.mmproj:
+        return None
+    try:
+        return Projector(settings.mmproj, engine.model, engine.ctx, n_batch=engine.n_batch, threads=threads,
+                         use_gpu=engine.gpu_layers > 0)
+    except ModelLoadError as exc:
+        raise LoadFailed(str(exc), usage=True) from None
+
+
 def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel | None:
     """--speculative draft's model; one whose vocabulary differs is a configuration error (usage)."""
     if settings.speculative != "draft":
@@ -146,7 +161,7 @@ def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel
         raise LoadFailed(str(exc), usage=True) from None
 
 
-def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
+def _chat_model(engine: Engine, settings: Settings, name: str) -> ChatModel:
     info = engine.info
     try:
         template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
@@ -160,7 +175,8 @@ def _chat_model(engine: Engine, settings: Settings) -> ChatModel:
     family = named_family(settings.tool_syntax) if settings.tool_syntax else detect_chat_family(template)
     template = replace(template, calls_family=family)   # calls shown as text in its words
     return ChatModel(EngineFacade(engine), template, tool_syntax=family.name, tool_family=family,
-                     default_reasoning=REASONING_FORMATS["think"] if thinks else None)
+                     default_reasoning=REASONING_FORMATS["think"] if thinks else None, name=name,
+                     vision=engine.projector is not None)
 
 
 def detect_chat_family(template: ChatTemplate) -> ToolSyntax:
@@ -176,9 +192,10 @@ def _log_loaded(model: LoadedModel) -> None:
     say("weights: %s — --cpu-weights %s: %s (%s); warm-up decode %.0f ms", describe_buffers(engine.weight_buffers),
         plan.mode, plan.layout, plan.why, engine.warmup_seconds * 1000)
     log.info("loaded %s as '%s' in %.2fs (%s, %s params) — n_ctx %d per slot, %d slot(s), chat template %s, "
-             "tool syntax %s, %s", engine.info.path, model.name, model.load_seconds, engine.info.architecture,
+             "tool syntax %s, %s%s", engine.info.path, model.name, model.load_seconds, engine.info.architecture,
              human_count(engine.info.n_params), engine.n_ctx_seq, model.settings.slots, model.chat.template.source,
-             model.chat.tool_syntax, offload_summary(engine))
+             model.chat.tool_syntax, offload_summary(engine),
+             f", vision projector {engine.projector.path}" if engine.projector is not None else "")
     spec = model.embedding_spec
     log.info("'%s' embeds: pooling %s, %d %s per input, inputs up to %d tokens%s", model.name, spec.pooling,
              spec.n_out, "scores" if spec.ranks else "dimensions", spec.max_tokens,

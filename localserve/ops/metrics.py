@@ -115,8 +115,14 @@ class ServerMetrics:
                                        "ram (the RAM prompt cache)", ("source",))
         self.prefix_waits = r.counter("localserve_prefix_waits_total", "Generations that waited for another to "
                                       "prefill the prompt head they share, then copied it")
+        self.images_encoded = r.counter("localserve_images_encoded_total", "Images encoded by a vision "
+                                        "projector and decoded into a sequence (a cached image counts none)")
+        self.image_seconds = r.counter("localserve_image_seconds_total", "Seconds spent encoding images and "
+                                       "decoding their embeddings")
         self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason "
                                      "(error: the generation failed)", ("finish_reason",))
+        self.compactions = r.counter("localserve_compactions_total", "Context compactions: summaries the model "
+                                     "wrote of a conversation (each piece of a long one counts)")
         self.cancellations = r.counter("localserve_cancellations_total", "Generations cancelled (the client "
                                        "went away or asked), running or still queued")
         self.ttft = r.histogram("localserve_time_to_first_token_seconds", "Time from submission (queue wait "
@@ -165,6 +171,8 @@ class ServerMetrics:
                                              "generations, by model", ("model",))
         self.model_generated_tokens = r.counter("localserve_model_generated_tokens_total", "Tokens generated, "
                                                 "by model", ("model",))
+        self.model_compactions = r.counter("localserve_model_compactions_total", "Context compactions, by model",
+                                           ("model",))
         self.model_draft_tokens = r.counter("localserve_model_draft_tokens_total", "Tokens drafted by speculative "
                                             "decoding and verified, by model", ("model",))
         self.model_draft_accepted = r.counter("localserve_model_draft_accepted_tokens_total", "Drafted tokens the "
@@ -242,12 +250,21 @@ class ServerMetrics:
         if waited:
             self.prefix_waits.inc()
 
+    def record_image(self, seconds: float) -> None:
+        """One image evaluated into a sequence: encoded, its embeddings decoded."""
+        self.images_encoded.inc()
+        self.image_seconds.inc(seconds)
+
     def record_embedding(self, endpoint: str, inputs: int, tokens: int, model: str) -> None:
         """One answered embeddings ("embeddings") or rerank ("rerank") call to `model`."""
         self.embedding_requests.inc(endpoint=endpoint)
         self.embedding_inputs.inc(inputs, endpoint=endpoint)
         self.embedding_tokens.inc(tokens, endpoint=endpoint)
         self.model_embedding_tokens.inc(tokens, model=model, endpoint=endpoint)
+
+    def record_compaction(self) -> None:
+        """A compaction job ended with its summary (its tokens count as a generation's too)."""
+        self.compactions.inc()
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()
@@ -317,6 +334,13 @@ class ModelMetrics:
 
     def record_prefix(self, source: str, tokens: int, waited: bool) -> None:
         self.server.record_prefix(source, tokens, waited)
+
+    def record_image(self, seconds: float) -> None:
+        self.server.record_image(seconds)
+
+    def record_compaction(self) -> None:
+        self.server.record_compaction()
+        self.server.model_compactions.inc(model=self.model)
 
     def record_drafts(self, drafted: int, accepted: int) -> None:
         self.server.record_drafts(drafted, accepted)

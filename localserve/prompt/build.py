@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from ..conversation import Message, ToolDefinition
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
-from ..generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
+from ..generation import MEDIA_MARKER, ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
 from ..parsing.content_markup import detect_content_markup
@@ -21,6 +21,7 @@ from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..parsing.tools import marker_prompt_opened
+from .media import images_in_order, tokenize_with_images
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
@@ -37,6 +38,8 @@ class ChatModel:
     tool_syntax: str = "json"                          # the family's name (the model's meta)
     tool_family: ToolSyntax | None = None              # the family itself, when derived from the template
     default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
+    name: str = ""                                     # the model's name, as refusals name it
+    vision: bool = False                               # it has a vision projector: it reads images (vision.py)
 
 
 @dataclass
@@ -56,6 +59,7 @@ class ChatInput:
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
     add_generation_prompt: bool = True                   # False: a history only (/apply-template)
+    images_omitted: int = 0                              # images shown as text: the model has no vision (vision.py)
 
     @property
     def strict_tools(self) -> frozenset[str]:
@@ -97,6 +101,15 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
     return tokenize_capped(engine, text, param, add_special=True, parse_special=True)
 
 
+def tokenize_shown(engine: EngineFacade, text: str, messages: list[Message], *, fit: bool = False) -> list[int]:
+    """The tokens of a rendered chat, or of its start, counted as the runtime would run them: each
+    media marker in it as its image's positions (the messages' images, in order)."""
+    images = images_in_order(messages)[:text.count(MEDIA_MARKER)]
+    if not images:
+        return tokenize_prompt(engine, text, fit=fit)
+    return tokenize_with_images(engine, text, images, fit=fit, text_after=False)[0]
+
+
 def tokenize_to_fit(engine: EngineFacade, text: str, **options: bool) -> list[int]:
     """Tokens of a prompt that must fit the context: ContextOverflow otherwise."""
     try:
@@ -126,10 +139,15 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     """`text`: the chat already rendered by the caller (render_chat), to render it once."""
     if text is None:
         text = render_chat(model.template, chat)
-    tokens = tokenize_prompt(model.engine, text, fit=True)
+    images = images_in_order(chat.messages)
+    if images:
+        tokens, chunks = tokenize_with_images(model.engine, text, images)
+    else:
+        tokens, chunks = tokenize_prompt(model.engine, text, fit=True), []
     check_fits(model.engine, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
-                                logprobs=logprobs, top_logprobs=top_logprobs, label=label)
+                                logprobs=logprobs, top_logprobs=top_logprobs, label=label, images=chunks,
+                                images_omitted=chat.images_omitted)
     fmt = detect_reasoning(model.template.text, text) or model.default_reasoning
     # A grammar forced on a prompt that opened the reasoning block first closes it:
     # otherwise the whole constrained answer would land inside the reasoning.

@@ -15,6 +15,7 @@ from typing import Any, Callable
 import orjson
 
 from ..conversation import Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult
+from ..generation import MEDIA_MARKER
 from .jinja_env import TemplateError, tojson as _tojson
 
 __all__ = ["ToolArguments", "fold_system_turns", "has_later_system_turns", "join_text_parts",
@@ -58,7 +59,9 @@ def template_messages(messages: list[Message]) -> list[dict]:
     - calls as ``tool_calls`` with the client's ids, arguments a :class:`ToolArguments`;
     - a tool result as a ``tool`` turn (``tool_call_id``, ``name`` where known), an error
       result's text after "Error: ";
-    - an image: TemplateError (no template here is handed one yet).
+    - an image: the media marker (generation.MEDIA_MARKER) where it stands in the text, with no
+      line break around it (as llama.cpp joins them); libmtmd puts the image there
+      (prompt/media.py).
     """
     return [_template_message(m) for m in messages]
 
@@ -67,9 +70,6 @@ def _template_message(message: Message) -> dict:
     out: dict[str, Any] = {"role": message.role}
     if message.name is not None:
         out["name"] = message.name
-    for part in message.parts:
-        if isinstance(part, Image):
-            raise TemplateError("content part of type 'image' is not supported by this model")
     results = message.of(ToolResult)
     if results:
         result = results[0]
@@ -80,8 +80,8 @@ def _template_message(message: Message) -> dict:
         out["content"] = result_text(result)
         return out
     calls = message.of(ToolCall)
-    texts = message.of(Text)
-    out["content"] = "\n".join(t.text for t in texts) if texts else (None if calls else "")
+    shown = [p for p in message.parts if isinstance(p, (Text, Image))]
+    out["content"] = join_with_images(shown) if shown else (None if calls else "")
     reasoning = message.of(Reasoning)
     if reasoning:
         out["reasoning_content"] = "\n".join(r.text for r in reasoning)
@@ -108,11 +108,24 @@ def result_text(result: ToolResult) -> str:
     if isinstance(result.content, str):
         text = result.content
     else:
-        text = join_text_parts([{"type": "text", "text": p.text} if isinstance(p, Text) else {"type": "image"}
-                                for p in result.content])
+        text = join_with_images(result.content)
     if result.is_error:
         return f"Error: {text}" if text else "Error"
     return text
+
+
+def join_with_images(parts) -> str:
+    """Text parts joined by line breaks; an image is the media marker, with no break beside it."""
+    out = ""
+    joined = False          # a line break goes between two text parts only
+    for part in parts:
+        if isinstance(part, Image):
+            out += MEDIA_MARKER
+            joined = False
+        else:
+            out += ("\n" if joined else "") + part.text
+            joined = True
+    return out
 
 
 def template_tools(tools: list[ToolDefinition]) -> list[dict]:

@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..generation import ActiveGeneration, GenerationRequest
+from ..generation import ActiveGeneration, GenerationRequest, ImageChunk, position_of
 from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
     from ..engine.sampler import Sampler
+    from ..engine.vision import EncodedImage
     from .pending_sample import PendingSample, SampleWorker
 
 
@@ -67,6 +68,7 @@ class Job:
         self.pending_rows = None                      # its logits rows after the first, copied (logprobs)
         self.call_refused: int | None = None     # the block of calls whose text its grammar refused
         self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
+        self.image_in_parts: EncodedImage | None = None   # an image encoded, decoded part by part (images.py)
 
     # ---- its state, moved by the runtime step alone ------------------------------------
 
@@ -114,3 +116,24 @@ class Job:
     @property
     def prompt_left(self) -> int:
         return len(self.prompt) - self.n_past
+
+    def position(self, index: int) -> int:
+        """Where its token `index` sits in its KV sequence: the index, unless an M-RoPE image
+        before it took fewer positions than tokens."""
+        return position_of(self.request.images, index) if self.request.images else index
+
+    @property
+    def image_here(self) -> ImageChunk | None:
+        """The image its prefill is at: reached, or decoded in part (runtime/images.py)."""
+        for image in self.request.images:
+            if image.start <= self.n_past < image.end:
+                return image
+        return None
+
+    @property
+    def text_left(self) -> int:
+        """Prompt tokens it can decode as tokens before its next image (or the prompt's end)."""
+        if self.image_here is not None:
+            return 0
+        ahead = [image.start for image in self.request.images if image.start >= self.n_past]
+        return (min(ahead) if ahead else len(self.prompt)) - self.n_past

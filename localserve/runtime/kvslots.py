@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..engine.engine import Engine
-from .jobs import Slot
+from ..generation import ImageChunk, outside_images, position_of
+from .jobs import Job, Slot
 from .prefix_share import Placement
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
 
@@ -30,16 +31,16 @@ class SlotKeeper:
         self.cache = cache
         self.origins: dict[int, PrefixOrigin] = {}     # seq_id: where its last job's prefix came from
 
-    def prepare(self, placement: Placement, prompt: list[int]) -> PrefixOrigin:
-        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept, and whence."""
+    def prepare(self, placement: Placement, prompt: list[int], images: list[ImageChunk] = ()) -> PrefixOrigin:
+        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept (never
+        part of an image: its chunk is evaluated whole), and whence."""
         slot = placement.slot
-        origin = self._reuse(slot, prompt, placement)
-        if origin.source == "slot":
-            self.origins[slot.seq_id] = origin
-            return origin
-        keep = max(0, min(origin.tokens, len(prompt) - 1))     # the last prompt token is always decoded
-        kept = keep if self._truncate(slot, keep) else 0
-        origin = PrefixOrigin(kept, origin.source if kept else "own")
+        origin = self._reuse(slot, prompt, images, placement)
+        if origin.source != "slot":
+            keep = max(0, min(origin.tokens, len(prompt) - 1))     # the last prompt token is always decoded
+            keep = outside_images(images, keep)
+            kept = keep if self._truncate(slot, keep, position_of(images, keep)) else 0
+            origin = PrefixOrigin(kept, origin.source if kept else "own")
         self.origins[slot.seq_id] = origin
         return origin
 
@@ -53,16 +54,19 @@ class SlotKeeper:
         slot.tokens = []
         slot.kv_length = 0
 
-    def keep_computed(self, slot: Slot, tokens: list[int]) -> None:
-        """A job ended mid-prompt: what it computed stays for the next one that shares it."""
-        n = len(tokens)
-        if n and self.engine.can_extend(slot.seq_id, n) and self.engine.seq_remove(slot.seq_id, n, -1):
-            slot.tokens = list(tokens)
-            slot.kv_length = n
+    def keep_computed(self, job: Job) -> None:
+        """A job ended mid-prompt: what it computed stays for the next one that shares it (up to
+        its last whole image: one decoded in part is cut)."""
+        slot = job.slot
+        n = outside_images(job.request.images, job.n_past)
+        at = job.position(n)
+        if n and self.engine.can_extend(slot.seq_id, at) and self.engine.seq_remove(slot.seq_id, at, -1):
+            slot.tokens = job.prompt[:n]
+            slot.kv_length = at
         else:
             self.clear(slot)
 
-    def _reuse(self, slot: Slot, prompt: list[int], placement: Placement) -> PrefixOrigin:
+    def _reuse(self, slot: Slot, prompt: list[int], images: list[ImageChunk], placement: Placement) -> PrefixOrigin:
         """Save what the slot would lose; then the longest of its own shared prefix, the copy the
         placement offers, and a saved sequence, put in place."""
         shared = common_prefix(slot.tokens, prompt)
@@ -71,7 +75,7 @@ class SlotKeeper:
             self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
         key, cached = self.cache.best_match(prompt)
         if placement.source is not None and placement.copied > shared and placement.copied >= cached:
-            return self._copy(slot, prompt, placement.source, placement.copied)
+            return self._copy(slot, prompt, images, placement.source, placement.copied)
         if key is None or cached <= shared:
             return PrefixOrigin(shared, "own")
         entry = self.cache.take(key)
@@ -81,21 +85,25 @@ class SlotKeeper:
         slot.tokens = entry.tokens
         return PrefixOrigin(cached, "ram")
 
-    def _copy(self, slot: Slot, prompt: list[int], source: int, n: int) -> PrefixOrigin:
-        n = min(n, len(prompt) - 1)
-        if not self.engine.seq_copy(source, slot.seq_id, n):
-            slot.tokens, slot.kv_length = [], 0
+    def _copy(self, slot: Slot, prompt: list[int], images: list[ImageChunk], source: int, n: int) -> PrefixOrigin:
+        """Source's first n prompt tokens into the slot's sequence: never ending inside an image,
+        cut at its KV position (fewer than the tokens past an M-RoPE image)."""
+        n = outside_images(images, min(n, len(prompt) - 1))
+        at = position_of(images, n)
+        if n <= 0 or not self.engine.seq_copy(source, slot.seq_id, at):
+            self.clear(slot)
             return PrefixOrigin(0, "own")
         slot.tokens = list(prompt[:n])
-        slot.kv_length = n
+        slot.kv_length = at
         return PrefixOrigin(n, "slot", source)
 
-    def _truncate(self, slot: Slot, keep: int) -> bool:
-        """Drop the sequence's cache past `keep` tokens; False when the cache cannot be cut there."""
+    def _truncate(self, slot: Slot, keep: int, position: int) -> bool:
+        """Drop the sequence's cache past `keep` tokens (at KV `position`: fewer past an M-RoPE
+        image); False when the cache cannot be cut there."""
         if keep <= 0:
             self.clear(slot)
             return True
-        ok = self.engine.can_extend(slot.seq_id, keep) and self.engine.seq_remove(slot.seq_id, keep, -1)
+        ok = self.engine.can_extend(slot.seq_id, position) and self.engine.seq_remove(slot.seq_id, position, -1)
         if not ok:
             self.clear(slot)
             return False

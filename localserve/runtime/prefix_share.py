@@ -82,7 +82,7 @@ def waits_for(prompt: Sequence[int], held: list[Held]) -> tuple[int, int] | None
     for h in held:
         if not h.coming:
             continue
-        n = min(common_prefix(h.coming, prompt), usable)
+        n = whole_run(prompt, min(common_prefix(h.coming, prompt), usable))
         elsewhere = max((common_prefix(o.tokens, prompt) for o in held if o.seq_id != h.seq_id), default=0)
         if n - elsewhere >= MIN_WAIT_TOKENS and len(h.tokens) < n and n > best_n:
             best, best_n = h.seq_id, n

@@ -17,10 +17,11 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure, GenerationOutput,
+from ..generation import (ActiveGeneration, Compacted, Context, Finished, GenerationFailure, GenerationOutput,
                          GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
                          RuntimeStopped, SamplingTooSlow)
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
+from .images import ImageWork, text_tokens
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
 from .prefix_share import Placement
@@ -29,6 +30,7 @@ from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
 from .outcome import attach_logprobs, finished_output
 from .pending_sample import abandoned_running
+from .preempt import Parking
 from .promptcache import PromptCache
 from .take_token import take_token
 from .token_choice import SAMPLE_GRACE, Chosen, TokenChooser, TooSlow
@@ -64,12 +66,14 @@ class Runtime:
         self.kv = SlotKeeper(engine, self.cache)
         self.sharing = PrefixSharing(engine)
         self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
+        self.parking = Parking(engine, self.kv, self.scheduler)   # jobs set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
         self.outbox = Outbox()          # a step's events go out together, after the step
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
+        self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -111,7 +115,8 @@ class Runtime:
 
     @property
     def queue_depth(self) -> int:
-        return len(self.scheduler.waiting)
+        """Jobs waiting for a slot: queued, or parked for an editor completion (preempt.py)."""
+        return len(self.scheduler.waiting) + len(self.parking.parked)
 
     @property
     def abandoned_samples(self) -> int:
@@ -145,7 +150,7 @@ class Runtime:
         while True:
             with self.cond:
                 while (not self.stopping and not self.scheduler.waiting and not self._active()
-                       and not self.embeddings.pending):
+                       and not self.parking.parked and not self.embeddings.pending):
                     self.cond.wait()
                 if self.stopping:
                     break
@@ -163,7 +168,7 @@ class Runtime:
                     self._fail(job, GenerationFailure("internal error in the runtime"))
             finally:
                 self.outbox.deliver()
-        for job in self._active():
+        for job in self._active() + self.parking.take_all():
             self._retire(job, "cancelled")
         self.outbox.deliver()
         self.embeddings.stop()
@@ -172,7 +177,7 @@ class Runtime:
 
     def step(self) -> None:
         plan = self._schedule()
-        if plan is None:
+        if plan is None or not plan.entries:        # none, or every job at an image (images.py)
             return
         try:
             self.engine.decode(plan.entries, plan.abort_check())
@@ -188,6 +193,8 @@ class Runtime:
         for job in self.scheduler.cancelled():
             self._cancel(job)
         self._take_decided(self.choice.take_ready())
+        for job, error in self.images.evaluate(self.scheduler.runnable()):
+            self._fail(job, error)
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
@@ -228,6 +235,8 @@ class Runtime:
         self.outbox.put(gen, event)
 
     def _admit(self) -> None:
+        if self.parking.parked or self.scheduler.waiting:      # editor completions first (preempt.py)
+            self.parking.admit_editors(self._start_admitted, self._end_cancelled)
         if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
             return
         for gen in self.scheduler.drop_cancelled_waiting():
@@ -237,16 +246,18 @@ class Runtime:
             if placement is None:
                 self._end_cancelled_waiting(gen)
                 continue
-            slot = placement.slot
-            try:
-                self._start(gen, slot, placement)
-            except Exception:       # this job alone fails; the others and the slot go on
-                log.exception("could not start job %s (%s)", gen.id, gen.request.label)
-                if slot.job is not None and slot.job.gen is gen:
-                    self._fail(slot.job, GenerationFailure("internal error while starting this request"))
-                else:
-                    self.kv.clear(slot)
-                    self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
+            self._start_admitted(gen, placement.slot, placement)
+
+    def _start_admitted(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
+        try:
+            self._start(gen, slot, placement)
+        except Exception:       # this job alone fails; the others and the slot go on
+            log.exception("could not start job %s (%s)", gen.id, gen.request.label)
+            if slot.job is not None and slot.job.gen is gen:
+                self._fail(slot.job, GenerationFailure("internal error while starting this request"))
+            else:
+                self.kv.clear(slot)
+                self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
 
     def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
         self.metrics.record_cancellation()
@@ -255,7 +266,7 @@ class Runtime:
     def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
         """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
         placement = placement or Placement(slot)
-        origin = self.kv.prepare(placement, gen.request.prompt_tokens)
+        origin = self.kv.prepare(placement, gen.request.prompt_tokens, gen.request.images)
         self.metrics.record_prefix(origin.source, origin.tokens, placement.waited)
         keep = origin.tokens
         try:
@@ -264,7 +275,7 @@ class Runtime:
             self._fail_unstarted(gen, InvalidGrammar(str(exc)))
             return
         job = Job(gen, slot, sampler, keep)
-        job.drafts = self.speculator.start(gen.request.prompt_tokens, gen.request.prediction)
+        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
         job.start()
         self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
 
@@ -277,7 +288,7 @@ class Runtime:
                 if job.gen.cancelled:
                     self._cancel(job)
                 else:
-                    self.engine.seq_remove(job.slot.seq_id, job.n_past, -1)
+                    self.engine.seq_remove(job.slot.seq_id, job.position(job.n_past), -1)
             return
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
@@ -358,7 +369,7 @@ class Runtime:
             return
         self.speculator.record(job, drafted, accepted)
         self.metrics.record_drafts(drafted, accepted)
-        self.engine.seq_remove(job.slot.seq_id, len(job.slot.tokens), -1)
+        self.engine.seq_remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)
 
     # ---- endings -------------------------------------------------------------------
 
@@ -370,15 +381,22 @@ class Runtime:
         output = finished_output(job, reason, time.monotonic())
         self._release(job)
         self.metrics.record_generation(output)
+        if job.request.compaction:     # a model that only thought still leaves its thoughts as the summary
+            self.metrics.record_compaction()
+            self._emit(job.gen, Compacted(output.content.strip() or output.reasoning.strip()))
         self._emit(job.gen, Finished(output))
 
     def _cancel(self, job: Job) -> None:
-        log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
-                 job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
         if job.prefilling:      # what it computed of its prompt stays, for a job that shares it
-            self.kv.keep_computed(job.slot, job.prompt[:job.n_past])
+            self.kv.keep_computed(job)
         else:
             self.kv.clear(job.slot)
+        self._end_cancelled(job)
+
+    def _end_cancelled(self, job: Job) -> None:
+        """A cancelled job's answer; its slot's sequence is already dealt with (a parked job has none)."""
+        log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
+                 job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
         self.metrics.record_cancellation(len(job.generated))
         self._release(job)
         self._emit(job.gen, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),

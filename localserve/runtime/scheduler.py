@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..generation import ActiveGeneration, QueueFull, RuntimeStopped
+from ..generation import ActiveGeneration, QueueFull, RuntimeStopped, outside_images, position_of
 from .jobs import Job, JobStatus, Slot
 from .prefix_share import Held, Placement, place, waits_for
 from .promptcache import common_prefix
@@ -122,10 +122,12 @@ class Scheduler:
             self.prefix_waiters.discard(id(gen))
         if gen.cancelled:
             return gen, None
-        prompt, key = gen.request.prompt_tokens, gen.request.cache_key
+        prompt, key, images = gen.request.prompt_tokens, gen.request.cache_key, gen.request.images
         if self.can_copy is None:
             return gen, Placement(choose_slot(free, prompt, key))
-        placement = place(free, held, prompt, key, self.can_copy, lambda: choose_slot(free, prompt, key))
+        can_copy, pick = self.can_copy, lambda: choose_slot(free, prompt, key)
+        # place() counts prompt tokens; a sequence holds positions (fewer past an M-RoPE image)
+        placement = place(free, held, prompt, key, lambda seq_id, n: can_copy(seq_id, position_of(images, n)), pick)
         return gen, dataclasses.replace(placement, waited=waited)
 
     def held(self) -> list[Held]:
@@ -134,8 +136,8 @@ class Scheduler:
         held = []
         for slot in self.slots:
             job = slot.job
-            if job is not None and job.prefilling:
-                held.append(Held(slot.seq_id, job.prompt[:job.n_past], job.prompt))
+            if job is not None and job.prefilling:     # an image decoded in part counts from its end
+                held.append(Held(slot.seq_id, job.prompt[:outside_images(job.request.images, job.n_past)], job.prompt))
             elif slot.tokens:
                 held.append(Held(slot.seq_id, slot.tokens))
         return held
@@ -151,6 +153,15 @@ class Scheduler:
         self.stops[seq_id] = min(n, self.stops.get(seq_id, n))
         self.prefix_waiters.add(id(gen))
         return True
+
+    def first_waiting(self, wanted: Callable[[ActiveGeneration], bool]) -> ActiveGeneration | None:
+        """The first waiting job `wanted` picks, to admit out of its turn (an editor completion: preempt.py)."""
+        with self.cond:
+            return next((gen for gen in self.waiting if wanted(gen)), None)
+
+    def withdraw(self, gen: ActiveGeneration) -> None:
+        with self.cond:
+            self.waiting.remove(gen)
 
     # ---- the step ----------------------------------------------------------------------
 
@@ -171,7 +182,7 @@ def draft_room(jobs: list[Job], n_batch: int) -> int:
     have theirs: a step full of prefill has none (a draft there would only slow the prompts)."""
     decoding = sum(1 for j in jobs if j.status is JobStatus.DECODING)
     chunk_limit = SHARED_PREFILL_CHUNK if decoding else n_batch
-    prefill = sum(min(j.prompt_left, chunk_limit) for j in jobs if j.prefilling)
+    prefill = sum(min(j.text_left, chunk_limit) for j in jobs if j.prefilling)
     return n_batch - decoding - prefill
 
 
@@ -206,22 +217,25 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
     for job in decoding:
         draft = drafts.get(id(job), []) if drafts else []
         plan.rows.append(Row(job, len(plan.entries), 1, draft))
-        plan.entries.append((job.next_token, job.n_past, job.slot.seq_id, True))
+        at = job.position(job.n_past)
+        plan.entries.append((job.next_token, at, job.slot.seq_id, True))
         for i, token in enumerate(draft, start=1):
-            plan.entries.append((token, job.n_past + i, job.slot.seq_id, True))
+            plan.entries.append((token, at + i, job.slot.seq_id, True))
     budget = n_batch - len(plan.entries)
     chunk_limit = SHARED_PREFILL_CHUNK if decoding else budget
     for job in jobs:
         if not job.prefilling or budget <= 0:
             continue
-        n = min(job.prompt_left, budget, chunk_limit)
+        n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
         stop = (stops or {}).get(job.slot.seq_id, 0)
         if job.n_past < stop < job.n_past + n:
             n = stop - job.n_past
+        if n <= 0:
+            continue
         last = n == job.prompt_left
+        at = job.position(job.n_past)
         for i in range(n):
-            pos = job.n_past + i
-            plan.entries.append((job.prompt[pos], pos, job.slot.seq_id, last and i == n - 1))
+            plan.entries.append((job.prompt[job.n_past + i], at + i, job.slot.seq_id, last and i == n - 1))
         plan.rows.append(Row(job, len(plan.entries) - 1 if last else None, n))
         budget -= n
         plan.prefill_jobs.append(job)

@@ -243,6 +243,8 @@ class Speculator:
         return limit
 
     def _from_model(self, wanted: list[tuple[Job, int]]) -> dict[int, list[int]]:
+        # the draft model never saw a prompt's images (its sequence would hold their placeholder ids)
+        wanted = [(job, limit) for job, limit in wanted if not job.request.images]
         if self.mode != "draft" or self.draft_model is None or not wanted:
             return {}
         asked = [(job.slot.seq_id, job.slot.tokens + [job.next_token], limit, job.request.sampling.logit_bias)

@@ -113,6 +113,8 @@ def check_wire(events: list[tuple[str | None, dict | None]]) -> list[dict]:
             assert set(kinds[:-1]) <= {"thinking_delta"}
         elif block["type"] == "text":
             assert set(kinds) <= {"text_delta"}
+        elif block["type"] == "compaction":              # the whole summary in one delta
+            assert kinds == ["compaction_delta"]
         else:
             assert block["type"] == "tool_use" and set(kinds) <= {"input_json_delta"}
     return blocks
@@ -225,7 +227,8 @@ def anthropic_error(resp, status: int, kind: str) -> str:
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "x"}}]}]}, "document"),
     ({"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "image", "source": {}}]}]}]}, "image"),
+        {"type": "tool_result", "tool_use_id": "toolu_1", "content": [{"type": "image", "source": {}}]}]}]},
+     "messages[0].content[0].content[0].source"),
     ({"model": "m", "max_tokens": 5, "messages": USER, "tool_choice": {"type": "any"}}, "tool"),
     ({"model": "m", "max_tokens": 5, "messages": USER, "tools": [TIME],
       "tool_choice": {"type": "tool", "name": "nope"}}, "nope"),
@@ -240,9 +243,9 @@ def test_invalid_requests_are_400_invalid_request_error(server, body, needle):
 
 def test_unsupported_blocks_say_so(server):
     body = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [
-        {"type": "text", "text": "look"}, {"type": "image", "source": {}}]}]}
+        {"type": "text", "text": "look"}, {"type": "document", "source": {}}]}]}
     message = anthropic_error(request(server.port, post_json("/v1/messages", body)), 400, "invalid_request_error")
-    assert "not supported" in message and "text only" in message
+    assert "not supported" in message and "text and images" in message
 
 
 def test_a_prompt_of_megabytes_with_a_cache_breakpoint_is_too_long_for_the_context(server):

@@ -12,7 +12,8 @@ context_management, cache_control, metadata.user_id, its dozen-plus tools. The t
 block comes back with its text left out; the server restores it from the signature, so
 the second turn reads the whole first turn from the prompt cache; and a new session in the
 same project reads the system prompt and tools from it, the billing-header line that
-changes between sessions left out.
+changes between sessions left out. Claude Code's own `/compact` (a plain /v1/messages turn
+asking for an analysis and a summary) works here too, and the session goes on from the summary.
 """
 
 from __future__ import annotations
@@ -190,3 +191,62 @@ def test_claude_code_finishes_a_tool_loop_on_a_real_template(claude, real_templa
     assert len(turns) >= 2 and all(t.status == 200 for t in turns), [(t.status, t.response[:300]) for t in turns]
     assert any(b["type"] == "tool_result" for m in turns[-1].json()["messages"] if isinstance(m["content"], list)
                for b in m["content"])
+
+
+# ---- Claude Code's own compaction: a plain /v1/messages turn asking for a summary ----------------
+
+SESSION_SUMMARY = "The user said hello and was greeted."
+
+
+@pytest.fixture(scope="module")
+def summarising_server(models_dir, tmp_path_factory):
+    """A model whose every answer is in the shape Claude Code's compaction asks for (an analysis,
+    then the summary): a greeting in the session, the summary when it compacts."""
+    path = write_scripted_gguf(models_dir / "scripted-claude-code-compact.gguf",
+                               [["<analysis>A greeting.</analysis>", f"<summary>{SESSION_SUMMARY}</summary>"]])
+    srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",
+                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-compact-data")))
+    yield srv
+    srv.stop()
+
+
+def claude_print(claude, server, where: Path, *args: str) -> tuple[Wiretap, dict]:
+    """`claude -p ARGS` in where/work (HOME where/home): what it sent, and its JSON result."""
+    work, home = where / "work", where / "home"
+    work.mkdir(parents=True, exist_ok=True)
+    home.mkdir(exist_ok=True)
+    tap = Wiretap(server.port)
+    try:
+        done = subprocess.run([str(claude), "-p", *args, "--model", "claude-sonnet-4-5", "--output-format", "json"],
+                              cwd=work, env=offline_env(home, tap.base_url), capture_output=True, text=True,
+                              timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
+    finally:
+        tap.close()
+    assert done.returncode == 0, done.stdout + done.stderr + server.log[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not result.get("is_error"), result
+    return tap, result
+
+
+def text_of(message: dict) -> str:
+    content = message["content"]
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+
+
+def test_claude_codes_own_compact_command_summarises_through_messages(claude, summarising_server, tmp_path):
+    claude_print(claude, summarising_server, tmp_path, "Say hello")
+    tap, result = claude_print(claude, summarising_server, tmp_path, "/compact", "--continue")
+    assert result.get("local_command") == "compact"
+    [request_] = [t for t in message_posts(tap) if "<summary>" in text_of(t.json()["messages"][-1])]
+    assert request_.status == 200
+    texts = [d["delta"]["text"] for n, d in parse_sse(request_.response) if n == "content_block_delta"]
+    assert f"<summary>{SESSION_SUMMARY}</summary>" in "".join(texts)
+    _, compacting_prompt = usage_of(request_)
+
+    # the session goes on from the summary: Claude Code sends it in place of the turns it replaced
+    tap, _ = claude_print(claude, summarising_server, tmp_path, "And again", "--continue")
+    first = message_posts(tap)[0]
+    assert first.status == 200 and SESSION_SUMMARY in text_of(first.json()["messages"][0])
+    assert "Say hello" not in json.dumps(first.json()["messages"])
+    _, continued_prompt = usage_of(first)
+    assert continued_prompt < compacting_prompt

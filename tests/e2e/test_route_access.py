@@ -32,7 +32,9 @@ def route_paths() -> list[tuple[str, str, ErrorShape, tuple[str, ...]]]:
         path = route.pattern.replace("{", "").replace("}", "")      # /v1/responses/{response_id} → .../response_id
         _, _, errors, methods = by_pattern.get(route.pattern, (None, path, route.errors, ()))
         by_pattern[route.pattern] = (route.pattern, path, errors, methods + route.methods)
-    return list(by_pattern.values())
+    # the methods every route that matches the path serves (GET /v1/responses/compact is a retrieve)
+    return [(pattern, path, errors, tuple(m for route, _ in TABLE.router.match(path) for m in route.methods))
+            for pattern, path, errors, _ in by_pattern.values()]
 
 
 ROUTES = route_paths()

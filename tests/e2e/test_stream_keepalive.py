@@ -52,6 +52,7 @@ STREAMING = {
 }
 # POST routes that never answer with a stream
 NOT_STREAMING = {"/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detokenize", "/apply-template",
+                 "/v1/responses/compact",
                  "/models/load", "/models/unload", "/v1/responses/{response_id}/cancel", "/v1/conversations",
                  "/v1/conversations/{conversation_id}", "/v1/conversations/{conversation_id}/items",
                  "/v1/messages/count_tokens", "/api/show", "/api/embed", "/api/embeddings", "/api/push",

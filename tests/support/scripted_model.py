@@ -11,7 +11,10 @@ script does not cover ends the turn at once.
 The chat template (ChatML shaped, Hermes tool-call markers) ends the generation prompt with a
 control token ``<|step_K|>``, where K counts the tool-result turns since the last user message.
 So step 0 of a script is what the model writes when a user has just spoken ("call this tool"),
-step 1 what it writes after the first tool result ("final text"), and so on. Each step is a list
+step 1 what it writes after the first tool result ("final text"), and so on. A summarisation
+request (its last user turn ends with localserve's SUMMARY_REQUEST_END: a context compaction)
+ends the generation prompt with ``<|summarize|>`` instead, after which the model writes the
+``summary`` given to write_scripted_gguf (without one: its end of turn at once). Each step is a list
 of pieces; a piece that is not already one token becomes a user-defined token, so a whole tool
 call or a whole answer is one piece. The template renders an assistant turn back exactly as it
 was generated (``<|step_K|>``, ``<think>`` block, content, tool calls), so a client replaying the
@@ -35,13 +38,15 @@ from typing import Any
 
 import numpy as np
 
+from localserve.prompt.compaction import SUMMARY_HEADING, SUMMARY_REQUEST_END
 from tinymodel import tiny_vocab, write_gguf
 
-__all__ = ["MAX_STEPS", "SCRIPTED_TEMPLATE", "Script", "step_token", "tool_call_piece",
+__all__ = ["MAX_STEPS", "SCRIPTED_TEMPLATE", "SUMMARY_TOKEN", "Script", "step_token", "tool_call_piece",
            "tool_call_pieces", "tool_call_token", "tool_loop_script", "with_step_token", "write_scripted_gguf"]
 
 MAX_STEPS = 8
 END_OF_TURN = "<|im_end|>"
+SUMMARY_TOKEN = "<|summarize|>"
 _MARGIN = 50.0  # output weight: the scripted token leads every other by MARGIN * sqrt(n_embd)
 
 Script = Sequence[Sequence[str]]
@@ -51,7 +56,23 @@ def step_token(k: int) -> str:
     return f"<|step_{k}|>"
 
 
-def _template(render_system: bool) -> str:
+# Whether the conversation ends with a summarisation request (prompt/compaction.py's last line).
+_COMPACTING = """
+{%- set scripted_last = messages[-1] if messages else none %}
+{%- set compacting = scripted_last is not none and scripted_last.role == "user" and scripted_last.content is string
+    and scripted_last.content.endswith(""" + json.dumps(SUMMARY_REQUEST_END) + """) %}
+"""
+
+
+def _user_step(summary_step: int) -> str:
+    """The step a user turn starts: 0, or summary_step after a compaction's summary (a user turn
+    that holds localserve's SUMMARY_HEADING: the server may have merged other turns into it), so a
+    script can end after a compaction."""
+    heading = json.dumps(SUMMARY_HEADING)
+    return f"({summary_step} if message.content is string and {heading} in message.content else 0)"
+
+
+def _template(render_system: bool, summary_step: int = 0) -> str:
     system = ('{{- "<|im_start|>system\\n" + (message.content or "") + "<|im_end|>\\n" }}'
               if render_system else "")
     return """\
@@ -79,12 +100,12 @@ def _template(render_system: bool) -> str:
     {%- elif message.role == "system" %}
         """ + system + """
     {%- else %}
-        {%- set ns.step = 0 %}
+        {%- set ns.step = """ + _user_step(summary_step) + """ %}
         {{- "<|im_start|>" + message.role + "\\n" + (message.content or "") + "<|im_end|>\\n" }}
     {%- endif %}
 {%- endfor %}
-{%- if add_generation_prompt %}
-    {{- "<|im_start|>assistant\\n<|step_" + ns.step | string + "|>" }}
+{%- if add_generation_prompt %}""" + _COMPACTING + """
+    {{- "<|im_start|>assistant\\n" + ("<|summarize|>" if compacting else "<|step_" + ns.step | string + "|>") }}
 {%- endif %}
 """
 
@@ -96,23 +117,23 @@ SCRIPTED_TEMPLATE = _template(True)
 # tool-result turns since the last user turn), so every turn a client sends is rendered by the
 # real template and the script still knows where it is.
 _STEP_AFTER_GENERATION_PROMPT = """
-{%- if add_generation_prompt %}
+{%- if add_generation_prompt %}""" + _COMPACTING + """
     {%- set scripted = namespace(step=0) %}
     {%- for message in messages %}
         {%- if message.role == "user" %}
-            {%- set scripted.step = 0 %}
+            {%- set scripted.step = USER_STEP %}
         {%- elif message.role == "tool" and (loop.first or loop.previtem.role != "tool") %}
             {%- set scripted.step = scripted.step + 1 %}
         {%- endif %}
     {%- endfor %}
-    {{- "<|step_" ~ scripted.step ~ "|>" }}
+    {{- "<|summarize|>" if compacting else "<|step_" ~ scripted.step ~ "|>" }}
 {%- endif %}
 """
 
 
-def with_step_token(real_template: str) -> str:
+def with_step_token(real_template: str, summary_step: int = 0) -> str:
     """A real chat template with the script's step token after its generation prompt."""
-    return real_template + _STEP_AFTER_GENERATION_PROMPT
+    return real_template + _STEP_AFTER_GENERATION_PROMPT.replace("USER_STEP", _user_step(summary_step))
 
 
 def _compact(value: Any) -> str:
@@ -146,13 +167,13 @@ def tool_loop_script(name: str, arguments: dict, final_text: str, *,
     return [first, second]
 
 
-def _chains(script: Script) -> list[list[str]]:
+def _chains(script: Script, summary: Sequence[str] | None = None) -> list[list[str]]:
     if not 0 < len(script) <= MAX_STEPS:
         raise ValueError(f"a script has 1..{MAX_STEPS} steps")
     chains = []
     seen: set[str] = set()
-    for k, step in enumerate(script):
-        chain = [step_token(k), *step]
+    steps = [[step_token(k), *step] for k, step in enumerate(script)]
+    for chain in steps + ([[SUMMARY_TOKEN, *summary]] if summary else []):
         for piece in chain:
             if not isinstance(piece, str) or not piece:
                 raise ValueError("script pieces must be non-empty strings")
@@ -165,13 +186,16 @@ def _chains(script: Script) -> list[list[str]]:
 
 
 def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_system: bool = True,
-                        context_length: int = 65536, real_template: str | None = None) -> Path:
+                        context_length: int = 65536, real_template: str | None = None,
+                        summary: Sequence[str] | None = None, summary_step: int = 0) -> Path:
     """Write a model that, with the generation prompt at step K, writes ``script[K]`` then ends
     its turn. Returns the path. ``real_template``: a real model's chat template to serve with
-    instead of the scripted one (the step token appended after its generation prompt)."""
-    chains = _chains(script)
+    instead of the scripted one (the step token appended after its generation prompt).
+    ``summary``: what it writes when asked for a compaction's summary; ``summary_step``: the step
+    it is at after a summary turn (a script that ends once the conversation was compacted)."""
+    chains = _chains(script, summary)
     base = {text for text, _, _ in tiny_vocab()}
-    special: list[Any] = [(step_token(k), "control") for k in range(MAX_STEPS)]
+    special: list[Any] = [(step_token(k), "control") for k in range(MAX_STEPS)] + [(SUMMARY_TOKEN, "control")]
     for chain in chains:
         special += [(p, "user_defined") for p in chain[1:] if p not in base and _spm(p) not in base]
     vocab = tiny_vocab(_unique(special))
@@ -194,7 +218,8 @@ def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_
         embd[token] = 0.0
         embd[token, dim] = 1.0
         out[following, dim] = _MARGIN
-    template = with_step_token(real_template) if real_template is not None else _template(render_system)
+    template = with_step_token(real_template, summary_step) if real_template is not None \
+        else _template(render_system, summary_step)
     return _write(Path(path), vocab, embd, out, template, context_length)
 
 

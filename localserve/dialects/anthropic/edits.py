@@ -10,7 +10,9 @@ it out of the prompt, oldest first, and says what it left out in
   tool uses), every tool result but the last `keep` tool uses (default 3) becomes a
   placeholder, and with `clear_tool_inputs` (true, or a list of tool names) the call's
   input too; tools in `exclude_tools` are never cleared; when `clear_at_least` tokens
-  would not be freed, nothing is.
+  would not be freed, nothing is;
+- compact_20260112 (compaction.py): read here, but applied after the others by the handler,
+  since it takes a generation (the model writes the summary); at most one per request.
 Edits work on the conversation read (localserve/conversation.py), in the order given; each applied
 edit reports the tokens it freed, counted on the prompt before and after it. Edit types
 this server does not know are skipped, never an error. Weighing an edit can cost a render
@@ -29,6 +31,7 @@ from typing import Any, Callable, Union
 from ...conversation import Message, Part, Reasoning, ToolCall, ToolResult
 from ..limits import MAX_CONTEXT_EDITS
 from ..fields import invalid
+from .compaction import COMPACT, Compact, read_compact
 
 log = logging.getLogger("localserve.anthropic")
 
@@ -55,7 +58,7 @@ class ClearToolUses:
     clear_inputs: bool | frozenset[str] = False
 
 
-Edit = Union[ClearThinking, ClearToolUses]
+Edit = Union[ClearThinking, ClearToolUses, Compact]
 
 
 @dataclass
@@ -67,8 +70,9 @@ class EditResult:
 
 # ---- reading ------------------------------------------------------------------------
 
-def read_edits(body: dict) -> list[Edit] | None:
-    """The edits asked for; None when the request has no context_management."""
+def read_edits(body: dict, n_ctx: int) -> list[Edit] | None:
+    """The edits asked for; None when the request has no context_management. n_ctx: the
+    model's context, which a compaction's trigger is measured against."""
     value = body.get("context_management")
     if value is None:
         return None
@@ -91,9 +95,18 @@ def read_edits(body: dict) -> list[Edit] | None:
             found.append(ClearThinking(_thinking_keep(edit.get("keep"), f"{where}.keep")))
         elif edit["type"] == CLEAR_TOOL_USES:
             found.append(_tool_uses_edit(edit, where))
+        elif edit["type"] == COMPACT:
+            found.append(read_compact(edit, where, n_ctx))
         else:
             log.info("context edit %r is not supported here; skipped", edit["type"])
-    return [edit for i, edit in enumerate(found) if edit not in found[:i]]    # each distinct edit once
+    distinct = [edit for i, edit in enumerate(found) if edit not in found[:i]]    # each distinct edit once
+    if sum(isinstance(edit, Compact) for edit in distinct) > 1:
+        raise invalid("context_management.edits", f"at most one {COMPACT} edit is taken")
+    return distinct
+
+
+def compact_edit(edits: list[Edit] | None) -> Compact | None:
+    return next((edit for edit in edits or () if isinstance(edit, Compact)), None)
 
 
 def _thinking_keep(value: Any, where: str) -> int | None:
@@ -153,6 +166,8 @@ def apply_edits(edits: list[Edit], messages: list[Message], count: Callable[[lis
     tokens: int | None = None
     for edit in edits:
         check_client()
+        if isinstance(edit, Compact):      # the handler's, once the others are applied
+            continue
         if isinstance(edit, ClearThinking):
             candidate, cleared = _clear_thinking(result.messages, edit)
         else:

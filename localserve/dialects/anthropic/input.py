@@ -7,11 +7,16 @@
   "next_user_message"` is left out once a user turn follows it, and its
   `output_config.effort`, after the last user turn, is this turn's effort.
 - A user turn's `tool_result` blocks become role "tool" messages (in order, before the
-  turn's text), each a ToolResult with the tool_use's id, its text and is_error.
+  turn's text), each a ToolResult with the tool_use's id, its text and is_error. Image
+  blocks (`source` base64 with its media_type; a `url` source is refused, not fetched) are
+  taken in a user turn and inside a tool_result's content (dialects/image_parts.py).
 - An assistant turn's `tool_use` blocks become ToolCalls (their own ids, `input` as the
   arguments), its `thinking` blocks a Reasoning part (the template decides whether to show it) once
   their signatures verify: a thinking block this server did not sign is a 400. A block
   that comes back with its text left out (display "omitted") gets it from the signature.
+- A `compaction` block (compaction.py) ends what is read of the history before it: the last
+  one with a summary (in an assistant turn, as this server answers it, or a user turn) stands
+  for every message and block before it, as a user turn.
 - `tools` (`input_schema`) become tool definitions (server tools such as web search are
   left out, and named in a response header); `tool_choice` any/tool/none map to
   required/named/none; `thinking` (enabled with budget_tokens, adaptive, disabled) and
@@ -29,13 +34,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
+from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...prompt.build import ChatInput
+from ...prompt.compaction import summary_message
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
+from ..image_parts import image_from_base64, refused
+from .compaction import find_cut, read_summary
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
 
-TEXT_ONLY = "this server takes text only"
+TAKEN = "this server takes text and images"
 
 
 @dataclass
@@ -127,12 +135,20 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
     out: list[Turn] = []
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
                     default=-1)
+    cut = find_cut(messages)        # a compaction block: what came before it is its summary
+    if cut is not None:
+        out.append(Turn(summary_message(cut.summary), cut.marked))
     for i, message in enumerate(messages):
+        if cut is not None and i < cut.message:
+            continue
         where = f"messages[{i}]"
         if not isinstance(message, dict):
             raise invalid(where, "expected an object")
         role = message.get("role")
         content = message.get("content")
+        first = cut.block + 1 if cut is not None and i == cut.message else 0   # the blocks after the summary
+        if first and first == len(content):     # the turn held the summary alone (paused there)
+            continue
         if isinstance(content, str):
             blocks: list = [{"type": "text", "text": content}]
         elif isinstance(content, list):
@@ -142,9 +158,9 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         else:
             raise invalid(f"{where}.content", "expected a string or an array of content blocks")
         if role == "user":
-            converted = _user_turn(blocks, f"{where}.content")
+            converted = _user_turn(blocks, f"{where}.content", first)
         elif role == "assistant":
-            converted = [_assistant_turn(blocks, f"{where}.content", signing_key)]
+            converted = [_assistant_turn(blocks, f"{where}.content", signing_key, first)]
         elif role == "system":
             # clear_at "next_user_message": shown only until a user turn follows it
             shown = message.get("clear_at") != "next_user_message" or i > last_user
@@ -153,7 +169,7 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         else:
             raise invalid(f"{where}.role", f"expected user, assistant or system; got {role!r}")
         turns = [Turn(m) for m in converted]
-        if turns and any(_marked(b) for b in blocks):
+        if turns and any(_marked(b) for b in blocks[first:]):
             turns[-1].marked = True
         for turn in turns:
             _append(out, turn)
@@ -167,10 +183,17 @@ def _append(out: list[Turn], turn: Turn) -> None:
     same = last is not None and role == last.message.role and (
         role == "user" or (role == "system" and all(t.message.role == "system" for t in out)))
     if same:
-        text = "\n".join(t for t in (last.message.text, turn.message.text) if t)
-        out[-1] = Turn(text_message(role, text), last.marked or turn.marked)
+        out[-1] = Turn(_merged(last.message, turn.message), last.marked or turn.marked)
     else:
         out.append(turn)
+
+
+def _merged(first: Message, second: Message) -> Message:
+    """Two user (or system) turns as one: their texts joined by a line break, their images kept."""
+    if not first.of(Image) and not second.of(Image):
+        return text_message(first.role, "\n".join(t for t in (first.text, second.text) if t))
+    parts = [p for p in (*first.parts, *second.parts) if not isinstance(p, Text) or p.text]
+    return Message(first.role, tuple(parts))
 
 
 def _system_turn(blocks: list, where: str) -> Message:
@@ -180,23 +203,50 @@ def _system_turn(blocks: list, where: str) -> Message:
     return text_message("system", "\n".join(texts))
 
 
-def _user_turn(blocks: list, where: str) -> list[Message]:
-    """A user turn's tool results, each a tool message (first, in order), then its text."""
+def _user_turn(blocks: list, where: str, first: int = 0) -> list[Message]:
+    """A user turn's tool results, each a tool message (first, in order), then its text and
+    images (in their order); from blocks[first] on (the blocks after a compaction block)."""
     results: list[Message] = []
     texts: list[str] = []
-    for j, block in enumerate(blocks):
+    content: list[Text | Image] = []
+    for j, block in enumerate(blocks[first:], start=first):
         kind = _block_type(block, f"{where}[{j}]")
         if kind == "text":
             texts.append(_text_of(block, f"{where}[{j}]"))
+            content.append(Text(texts[-1]))
+        elif kind == "image":
+            content.append(_image(block, f"{where}[{j}]"))
         elif kind == "tool_result":
             results.append(Message("tool", (_tool_result(block, f"{where}[{j}]"),)))
+        elif kind == "compaction":      # after the last summary: a failed compaction's (null), no-op
+            read_summary(block, f"{where}[{j}]")
         elif kind in ("tool_use", "thinking", "redacted_thinking"):
             raise invalid(f"{where}[{j}]", f"a {kind} block belongs in an assistant message")
         else:
             raise _unsupported(kind, f"{where}[{j}]")
-    if texts or not results:
+    if len(content) > len(texts):        # images: the parts in order
+        results.append(Message("user", tuple(content)))
+    elif texts or not results:
         results.append(text_message("user", "\n".join(texts)))
     return results
+
+
+def _image(block: dict, where: str) -> Image:
+    """{"type": "image", "source": {"type": "base64", "media_type", "data"}}."""
+    source = block.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        media_type = source.get("media_type")
+        if not isinstance(media_type, str):
+            raise invalid(f"{where}.source.media_type", "expected the image's media type (image/png, ...)")
+        return image_from_base64(source.get("data"), media_type, where)
+    if kind == "url":
+        raise refused(where, "remote image URLs are not fetched: this server does not reach the network "
+                             "(air-gapped by design); send the image as a base64 source", "remote_image_url")
+    if kind == "file":
+        raise refused(where, "file sources need the Files API, which this server does not have; send the "
+                             "image as a base64 source", "unsupported_image_source")
+    raise invalid(f"{where}.source", 'expected {"type": "base64", "media_type": ..., "data": ...}')
 
 
 def _tool_result(block: dict, where: str) -> ToolResult:
@@ -205,33 +255,44 @@ def _tool_result(block: dict, where: str) -> ToolResult:
         raise invalid(f"{where}.tool_use_id", "expected the id of the tool_use this answers")
     content = block.get("content")
     if content is None:
-        text = ""
+        text: str | tuple[Text | Image, ...] = ""
     elif isinstance(content, str):
         text = content
     elif isinstance(content, list):
-        parts = []
-        for k, part in enumerate(content):
-            kind = _block_type(part, f"{where}.content[{k}]")
-            if kind == "tool_reference":     # tool search found a tool (every tool is rendered already)
-                parts.append(f"[tool available: {part.get('tool_name')}]")
-                continue
-            if kind != "text":
-                raise _unsupported(kind, f"{where}.content[{k}]")
-            parts.append(_text_of(part, f"{where}.content[{k}]"))
-        text = "\n".join(parts)
+        text = _result_content(content, f"{where}.content")
     else:
-        raise invalid(f"{where}.content", "expected a string or an array of text blocks")
+        raise invalid(f"{where}.content", "expected a string or an array of text and image blocks")
     is_error = block.get("is_error")
     if is_error is not None and not isinstance(is_error, bool):
         raise invalid(f"{where}.is_error", "expected a boolean")
     return ToolResult(call_id, text, is_error=bool(is_error))
 
 
-def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
+def _result_content(content: list, where: str) -> str | tuple[Text | Image, ...]:
+    """A tool_result's blocks: their text (joined by line breaks), or the parts in order when
+    it has images (a screenshot, an image file the tool read)."""
+    parts: list[Text | Image] = []
+    for k, part in enumerate(content):
+        kind = _block_type(part, f"{where}[{k}]")
+        if kind == "tool_reference":     # tool search found a tool (every tool is rendered already)
+            parts.append(Text(f"[tool available: {part.get('tool_name')}]"))
+        elif kind == "image":
+            parts.append(_image(part, f"{where}[{k}]"))
+        elif kind == "text":
+            parts.append(Text(_text_of(part, f"{where}[{k}]")))
+        else:
+            raise _unsupported(kind, f"{where}[{k}]")
+    if any(isinstance(p, Image) for p in parts):
+        return tuple(parts)
+    return "\n".join(p.text for p in parts if isinstance(p, Text))
+
+
+def _assistant_turn(blocks: list, where: str, signing_key: bytes, first: int = 0) -> Message:
+    """The turn from blocks[first] on (the blocks after a compaction block)."""
     texts: list[str] = []
     reasoning: list[str] = []
     calls: list[ToolCall] = []
-    for j, block in enumerate(blocks):
+    for j, block in enumerate(blocks[first:], start=first):
         at = f"{where}[{j}]"
         kind = _block_type(block, at)
         if kind == "text":
@@ -244,6 +305,8 @@ def _assistant_turn(blocks: list, where: str, signing_key: bytes) -> Message:
             calls.append(_tool_use(block, at))
         elif kind == "tool_result":
             raise invalid(at, "a tool_result block belongs in a user message")
+        elif kind == "compaction":      # after the last summary: a failed compaction's (null), no-op
+            read_summary(block, at)
         else:
             raise _unsupported(kind, at)
     # the turn's text blocks are one text, as Anthropic joins them; its thinking blocks one reasoning
@@ -295,4 +358,6 @@ def _text_of(block: Any, where: str) -> str:
 
 
 def _unsupported(kind: str, where: str):
-    return invalid(where, f"content blocks of type '{kind}' are not supported; {TEXT_ONLY}")
+    if kind == "image":
+        return invalid(where, "image blocks are taken in user messages and tool results only")
+    return invalid(where, f"content blocks of type '{kind}' are not supported; {TAKEN}")

@@ -1,48 +1,29 @@
 """Anthropic Messages: POST /v1/messages (whole or streamed) and /v1/messages/count_tokens.
 
-Input conversion lives in input.py; here the request becomes a GenerationRequest
-and the runtime's events become Anthropic content blocks:
-- thinking (the reasoning, signed with the app's key so it can come back in history),
-  text, and tool_use (id "toolu_…", input an object): a stream keeps the order they were
-  generated in, a whole response (whose output keeps no order) puts them in that order;
-  whitespace alone makes no text block;
-- stop_reason end_turn / max_tokens / stop_sequence (with stop_sequence) / tool_use;
-- usage as Anthropic counts it (prompt.cache_usage): cache_read_input_tokens are the
-  prompt tokens the prompt cache already held, cache_creation_input_tokens the rest up to
-  the last cache_control breakpoint, input_tokens what follows; they sum to the prompt,
-  which count_tokens reports;
-- with thinking display "omitted", thinking blocks carry an empty text and the signature
-  (which seals the text); with context_management, the edits applied
-  (`context_management.applied_edits`, in the message and in message_delta).
-A stream is message_start (once the job is admitted and its cache hit is known), a ping,
-then per block content_block_start / _delta* / _stop with indices 0, 1, 2…, a
-signature_delta closing every thinking block, message_delta with the stop reason and the
-cumulative usage, message_stop. While the prompt is queued the stream carries ": prefill"
-comments, and pings while it is prefilled; a failure after the headers is `event: error`.
+Input conversion lives in input.py and prompt.py; here the request becomes a GenerationRequest,
+answered in replies.py's shapes; a prompt past its compaction trigger is compacted first
+(compacting.py).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-import orjson
-
-from ...errors import ApiError
-from .errors import ANTHROPIC_ERRORS, anthropic_error_body
-from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, GenerationRequest,
-                          ToolCall, ToolCallDelta, ToolCallStart)
-from ...prompt.build import ChatModel, build_chat_request, tokenize_prompt
+from ...generation import GenerationRequest
+from ...prompt.build import ChatModel, tokenize_shown
+from ...prompt.compaction import leading_system
 from ..loading import LoadWait, use_model
-from ..pump import PREFILL_COMMENT, sse
-from ..request_cycle import Reply, serve_generation
+from ..request_cycle import Reply, serve_generation, wants_stream
 from ..exchange import Exchange
 from ..services import Services
 from ..failures import prompt_refusals
-from ..signing import sign
+from ..image_parts import report_omitted
 from ...parsing.tool_families import new_call_id
-from .prompt import MessagesPrompt, cache_usage, read_prompt
+from .compacting import AnswerJob, compacted, compacting_reply
+from .compaction import is_summary, read_summarize
+from .prompt import MessagesPrompt, read_prompt
+from .replies import MessageMeta, final_response, message_stream
 from .tools_and_thinking import check_budget_below_max_tokens
 from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_dict, read_int, read_sampling, read_stop,
                      read_str)
@@ -52,22 +33,6 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 
 log = logging.getLogger("localserve.anthropic")
 
-PING = sse({"type": "ping"}, "ping")
-
-
-@dataclass
-class MessageMeta:
-    id: str
-    model: str
-    signing_key: bytes = field(repr=False, default=b"")
-    omit_thinking: bool = False               # thinking.display "omitted"
-    cache_breakpoint_tokens: int = 0          # where the last cache_control falls in the prompt
-    context_management: dict | None = None    # {"applied_edits": [...]} when the request asked for edits
-
-    def usage(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
-        return {**cache_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
-                "output_tokens": output_tokens}
-
 
 def handle_messages(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model))
@@ -76,15 +41,20 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
 def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
     name = read_model(body, model.model_id)
     with prompt_refusals():
-        gen_request, prompt = read_request(model.chat, services.signing_key, body, exchange.request_id,
-                                           check_client=exchange.raise_if_gone,
-                                           betas=exchange.request.header("anthropic-beta"))
+        gen_request, prompt, answer = read_request(model.chat, services.signing_key, body, exchange.request_id,
+                                                   check_client=exchange.raise_if_gone,
+                                                   betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     meta = MessageMeta(new_call_id("msg_"), name, services.signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
+    if gen_request is None:         # past its compaction trigger: summarised first
+        log.info("messages %s: compacting the conversation before the answer", exchange.request_id)
+        assert prompt.compact is not None
+        return compacting_reply(exchange, model, prompt.chat, answer, meta, prompt.compact, stream=wants_stream(body),
+                                max_tokens=services.settings.compact_max_tokens, keepalive=services.prefill_keepalive)
     return Reply(gen_request, shape=lambda gen: message_stream(meta, gen),
                  whole=lambda output: final_response(output, meta))
 
@@ -97,7 +67,9 @@ def handle_count_tokens(services: Services, exchange: Exchange) -> None:
     with use_model(models, body, LoadWait(exchange)) as model, prompt_refusals():
         prompt = read_prompt(model.chat, services.signing_key, body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
-        tokens = prompt.tokens if prompt.tokens is not None else tokenize_prompt(model.chat.engine, prompt.text)
+        report_omitted(exchange, prompt.chat.images_omitted, f"count_tokens {exchange.request_id}")
+        tokens = (prompt.tokens if prompt.tokens is not None
+                  else tokenize_shown(model.chat.engine, prompt.text, prompt.chat.messages))
         answer: dict[str, Any] = {"input_tokens": len(tokens)}
     if prompt.edits is not None:
         original = prompt.edits.original_tokens
@@ -114,214 +86,38 @@ def read_model(body: dict, model_id: str) -> str:
 
 def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str,
                  check_client: Callable[[], None] = lambda: None,
-                 betas: str | None = None) -> tuple[GenerationRequest, MessagesPrompt]:
-    """betas: the anthropic-beta header (interleaved thinking lifts the budget's limit)."""
+                 betas: str | None = None) -> tuple[GenerationRequest | None, MessagesPrompt, AnswerJob]:
+    """The answer's job, and how to make it again for a compacted conversation; no job when the
+    prompt passes its compaction trigger. betas: the anthropic-beta header (interleaved thinking
+    lifts the budget's limit)."""
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
     prompt = read_prompt(model, signing_key, body, check_client=check_client)
+    prompt.compact = read_summarize(body) or prompt.compact       # count_tokens ignores `compaction`
     check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
     sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
-    request = build_chat_request(model, prompt.chat, sampling, max_tokens=max_tokens, stop=stop,
-                                 label=f"messages {request_id}", text=prompt.text)
-    return request, prompt
+    answer = AnswerJob(model, sampling, max_tokens, stop, f"messages {request_id}")
+    if compaction_due(model, prompt):
+        answer.build(compacted(prompt.chat, ""))     # what the answer's job would refuse, refused before the summary
+        return None, prompt, answer
+    return answer.build(prompt.chat, prompt.text), prompt, answer
 
 
-def tool_use_id(call: ToolCall | ToolCallStart) -> str:
-    """A generated call's id in Anthropic's shape: toolu_ and the random part minted for it, or
-    the model's own id (less an OpenAI-style call_ prefix)."""
-    return "toolu_" + (call.id if call.minted else call.id.removeprefix("call_"))
-
-
-# ---- whole responses ----------------------------------------------------------------
-
-def stop_reason(output: GenerationOutput) -> str:
-    if output.finish_reason == "tool_calls":
-        return "tool_use"
-    if output.finish_reason == "length":
-        return "max_tokens"
-    if output.stop_sequence is not None:
-        return "stop_sequence"
-    return "end_turn"
-
-
-def tool_input(arguments: str) -> dict:
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def message_shell(meta: MessageMeta, content: list, stop: str | None, stop_sequence: str | None,
-                  usage_: dict) -> dict:
-    return {"id": meta.id, "type": "message", "role": "assistant", "model": meta.model, "content": content,
-            "stop_reason": stop, "stop_sequence": stop_sequence, "usage": usage_}
-
-
-def final_usage(output: GenerationOutput, meta: MessageMeta) -> dict:
-    return meta.usage(output.prompt_tokens, output.cached_tokens, output.completion_tokens)
-
-
-def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
-    content: list[dict] = []
-    if output.reasoning:
-        # display "omitted": the text travels only sealed in the signature, and comes back so
-        content.append({"type": "thinking", "thinking": "" if meta.omit_thinking else output.reasoning,
-                        "signature": sign(meta.signing_key, output.reasoning)})
-    if output.content.strip():
-        content.append({"type": "text", "text": output.content})
-    for call in output.tool_calls:
-        content.append({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
-                        "input": tool_input(call.arguments)})
-    reason = stop_reason(output)
-    message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
-                            final_usage(output, meta))
-    if meta.context_management is not None:
-        message["context_management"] = meta.context_management
-    return message
-
-
-# ---- streams ------------------------------------------------------------------------
-
-def event(kind: str, **fields: Any) -> bytes:
-    return sse({"type": kind, **fields}, kind)
-
-
-class BlockStream:
-    """Turns generation events into content_block_* events, one open block at a time."""
-
-    def __init__(self, signing_key: bytes, omit_thinking: bool = False):
-        self.signing_key = signing_key
-        self.omit_thinking = omit_thinking
-        self.next_index = 0
-        self.open: str | None = None          # "thinking" | "text" | "tool_use"
-        self.open_call: int | None = None     # the runtime's call index of an open tool_use block
-        self.thinking: list[str] = []
-        self.pending = ""                     # whitespace held back until a text block opens
-
-    def chunk(self, reasoning: bool, text: str) -> list[bytes]:
-        kind = "thinking" if reasoning else "text"
-        if not reasoning and self.open != "text":
-            # Whitespace alone (say between two tool calls) opens no block: the whole
-            # response leaves out a whitespace-only text too.
-            text, self.pending = self.pending + text, ""
-            if not text.strip():
-                self.pending = text
-                return []
-        if not text:
-            return []
-        out: list[bytes] = []
-        if self.open != kind:
-            block = {"type": "thinking", "thinking": "", "signature": ""} if reasoning else {"type": "text", "text": ""}
-            out = self.close() + self._start(block)
-        if reasoning:
-            self.thinking.append(text)
-            if self.omit_thinking:          # the text goes out only in the closing signature
-                return out
-            delta = {"type": "thinking_delta", "thinking": text}
-        else:
-            delta = {"type": "text_delta", "text": text}
-        return out + [self._delta(delta)]
-
-    def tool_start(self, call: ToolCallStart) -> list[bytes]:
-        out = self.close() + self._start({"type": "tool_use", "id": tool_use_id(call), "name": call.name,
-                                          "input": {}})
-        self.open_call = call.index
-        return out
-
-    def tool_delta(self, delta: ToolCallDelta) -> list[bytes]:
-        if self.open != "tool_use" or self.open_call != delta.index or not delta.fragment:
-            return []
-        return [self._delta({"type": "input_json_delta", "partial_json": delta.fragment})]
-
-    def close(self) -> list[bytes]:
-        self.pending = ""
-        if self.open is None:
-            return []
-        out = []
-        index = self.next_index - 1
-        if self.open == "thinking":
-            signature = sign(self.signing_key, "".join(self.thinking))
-            out.append(self._delta({"type": "signature_delta", "signature": signature}))
-            self.thinking = []
-        out.append(event("content_block_stop", index=index))
-        self.open = None
-        self.open_call = None
-        return out
-
-    def _start(self, block: dict) -> list[bytes]:
-        self.open = block["type"]
-        self.next_index += 1
-        return [event("content_block_start", index=self.next_index - 1, content_block=block)]
-
-    def _delta(self, delta: dict) -> bytes:
-        return event("content_block_delta", index=self.next_index - 1, delta=delta)
-
-
-def message_start(meta: MessageMeta, prompt_tokens: int, cached_tokens: int) -> bytes:
-    start_usage = meta.usage(prompt_tokens, cached_tokens, 0)
-    return event("message_start", message=message_shell(meta, [], None, None, start_usage))
-
-
-def message_end(output: GenerationOutput, meta: MessageMeta) -> list[bytes]:
-    reason = stop_reason(output)
-    delta = {"stop_reason": reason, "stop_sequence": output.stop_sequence if reason == "stop_sequence" else None}
-    fields: dict[str, Any] = {"delta": delta, "usage": final_usage(output, meta)}
-    if meta.context_management is not None:
-        fields["context_management"] = meta.context_management
-    return [event("message_delta", **fields), event("message_stop")]
-
-
-def error_event(error: ApiError) -> bytes:
-    return sse(anthropic_error_body(error), "error")
-
-
-class MessageStream:
-    """Runtime events → message_start, content blocks, message_delta, message_stop."""
-    done = False
-
-    def __init__(self, meta: MessageMeta, prompt_tokens: int):
-        self.meta = meta
-        self.prompt_tokens = prompt_tokens
-        self.blocks = BlockStream(meta.signing_key, meta.omit_thinking)
-        self.started = False
-
-    def feed(self, ev: object) -> list[bytes]:
-        if isinstance(ev, Context):
-            if self.started:
-                return []
-            self.started = True
-            return [message_start(self.meta, self.prompt_tokens, ev.used), PING]
-        out = []
-        if isinstance(ev, (Chunk, ToolCallStart, ToolCallDelta)):
-            if not self.started:      # never expected: the runtime sends Context first
-                out.append(message_start(self.meta, self.prompt_tokens, 0))
-                self.started = True
-            if isinstance(ev, Chunk):
-                out += self.blocks.chunk(ev.reasoning, ev.text)
-            elif isinstance(ev, ToolCallStart):
-                out += self.blocks.tool_start(ev)
-            else:
-                out += self.blocks.tool_delta(ev)
-        elif isinstance(ev, Finished):
-            if not self.started:
-                out.append(message_start(self.meta, ev.output.prompt_tokens, ev.output.cached_tokens))
-            out += self.blocks.close() + message_end(ev.output, self.meta)
-        return out
-
-    def fail(self, error: ApiError) -> list[bytes]:
-        return [error_event(error)]
-
-    def keepalive(self) -> list[bytes]:
-        return [PING if self.started else PREFILL_COMMENT]
-
-    def end(self) -> list[bytes]:
-        return []
-
-
-
-def message_stream(meta: MessageMeta, gen: ActiveGeneration) -> MessageStream:
-    return MessageStream(meta, len(gen.request.prompt_tokens))
+def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
+    """The prompt passes its compact edit's trigger, or is too long for the context (compacted,
+    it may fit). Not when the conversation is a summary already and nothing else (a paused
+    compaction's block sent back, the system prompt and tools past the trigger on their own):
+    its summary would shorten nothing, and every turn would compact again."""
+    compact = prompt.compact
+    if compact is None:
+        return False
+    tokens = len(prompt.tokens if prompt.tokens is not None
+                 else tokenize_shown(model.engine, prompt.text, prompt.chat.messages))
+    if tokens >= model.engine.n_ctx:
+        return True
+    messages = prompt.chat.messages[leading_system(prompt.chat.messages):]
+    asked = compact.trigger == 0          # the compaction parameter: the compaction is the answer
+    return tokens > compact.trigger and (asked or not all(is_summary(m) for m in messages))

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...conversation import Message, Text, ToolResult
-from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_prompt
+from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_shown
 from ...prompt.messages import result_text
-from .edits import EditResult, apply_edits, read_edits
+from ...prompt.vision import fit_images
+from .compaction import Compact
+from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
 
 # Appended to the marked message's text in a second rendering only, to find where the
@@ -35,6 +37,7 @@ class MessagesPrompt:
     edits: EditResult | None          # None: the request has no context_management
     cache_breakpoint_tokens: int = 0  # prompt tokens up to the last breakpoint (0: none)
     tokens: list[int] | None = None   # the prompt's tokens, when the edits counted them already
+    compact: Compact | None = None    # a compact_20260112 edit, for the handler to run
 
     @property
     def chat(self) -> ChatInput:
@@ -50,13 +53,14 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     check_client raises when the client has left (between context edits, before the render)."""
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
-    edit_list = read_edits(body)
+    fit_images(model, chat)         # before any render: count_tokens counts what /v1/messages runs
+    edit_list = read_edits(body, model.engine.n_ctx)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
         def count(messages: list[Message]) -> int:
             text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
-            counted.append((messages, text, tokenize_prompt(model.engine, text)))
+            counted.append((messages, text, tokenize_shown(model.engine, text, messages)))
             return len(counted[-1][2])
         edits = apply_edits(edit_list, chat.messages, count, check_client)
         # the breakpoint keeps its index: edits change messages, never add or drop one
@@ -66,7 +70,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))
     prompt = MessagesPrompt(messages_input, render_chat(model.template, chat) if text is None else text, edits,
-                            tokens=tokens)
+                            tokens=tokens, compact=compact_edit(edit_list))
     if breakpoints and messages_input.cache_breakpoint is not None:
         prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, prompt.text)
     return prompt
@@ -83,7 +87,7 @@ def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str)
         return 0
     # a part of the prompt, which must fit the context as the whole must (a prompt too long for
     # it is context_length_exceeded, whatever its size, not a text too long to count)
-    return len(tokenize_prompt(model.engine, marked_text[:cut], fit=True))
+    return len(tokenize_shown(model.engine, marked_text[:cut], chat.messages, fit=True))
 
 
 def _with_mark(message: Message) -> Message:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import build_chat_request
+from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..failures import prompt_refusals
 from ..request_cycle import Reply, serve_generation
@@ -37,6 +38,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     label = f"ollama chat {exchange.request_id}"
 
     def build(model: LoadedModel, options: Options) -> GenerationRequest:
+        fit_images(model.chat, chat)
         return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                   stop=options.stop, label=label)
 

@@ -5,7 +5,8 @@ chat template, as Ollama renders it. Raw, the text goes to the model as it is. W
 `suffix`, the prompt is the text before the hole and the suffix the text after it: the
 model's fill-in-the-middle prompt (dialects/fim.py; a 400 for a model without FIM tokens),
 `system` and `raw` aside as Ollama leaves them. `template` (a Go template in Ollama) is
-ignored with a log line: this server renders the model's own Jinja template. `context`
+ignored with a log line: this server renders the model's own Jinja template. `images`
+(base64) go with the prompt's user turn (not raw, no suffix). `context`
 (deprecated: the tokens of an earlier answer) is ignored, and answered as an empty list.
 """
 
@@ -14,20 +15,21 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from ...conversation import text_message
+from ...conversation import Message, Text, text_message
 from ...engine.facade import EngineFacade
 from ...generation import GenerationRequest
 from ...prompt.build import ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput, fim_stop_strings
+from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
 from ..fim import client_key, fim_prompt
 from ..services import Services
 from .chat import serve_ollama
 from .lifecycle import load_or_unload
-from .messages import read_chat
+from .messages import read_chat, read_images
 from .names import requested_name
-from .options import Options, read_format, read_stream, read_think, refuse_images
+from .options import Options, read_format, read_stream, read_think
 from .replies import Answer
 
 if TYPE_CHECKING:
@@ -46,7 +48,9 @@ def handle(services: Services, exchange: Exchange) -> None:
     system = read_str(body, "system")
     raw = read_bool(body, "raw")
     read_format(body)
-    refuse_images(body.get("images"), "images")
+    images = read_images(body.get("images"), "images")
+    if images and (raw or suffix):
+        raise invalid("images", "images go through the chat template: not with raw or a suffix")
     if read_str(body, "template"):
         log.info("ollama generate %s: 'template' ignored: the model's own chat template renders the prompt",
                  exchange.request_id)
@@ -56,7 +60,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     if not prompt and not suffix:
         load_or_unload(services, exchange, body, answer, read_stream(body))
         return
-    messages = ([text_message("system", system)] if system else []) + [text_message("user", prompt)]
+    messages = ([text_message("system", system)] if system else []) + [Message("user", (*images, Text(prompt)))]
     chat = read_chat({"format": body.get("format")}, think, level, messages)
     label = f"ollama generate {exchange.request_id}"
 
@@ -65,6 +69,7 @@ def handle(services: Services, exchange: Exchange) -> None:
             return fill_request(model, prompt, suffix, chat, options, label)
         if raw:
             return raw_request(model.chat.engine, prompt, chat, options, label)
+        fit_images(model.chat, chat)
         return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                   stop=options.stop, label=label)
 
@@ -87,7 +92,9 @@ def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, 
     tokens = fim_prompt(engine, model.model_id, FimInput(prefix=prefix, suffix=suffix), "suffix")
     check_fits(engine, tokens)
     options.stop = options.stop + fim_stop_strings(engine)
-    return tokens_request(engine, tokens, chat, options, label)
+    request = tokens_request(engine, tokens, chat, options, label)
+    request.editor_completion = True
+    return request
 
 
 def tokens_request(engine: EngineFacade, tokens: list[int], chat: ChatInput, options: Options,

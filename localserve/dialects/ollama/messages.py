@@ -5,18 +5,20 @@ thinking?, tool_calls?: [{function: {name, arguments: object}}], tool_name?, too
 images?}. A call's arguments are data (an object; some clients send OpenAI's JSON text). Ollama
 matches a tool result to its call by order and name, not by id: a call the client sent without
 an id gets one of its own, and the tool result that follows it (the earliest open call of its
-`tool_name`) the same id.
+`tool_name`) the same id. A user or tool message's `images` (base64, the format found from
+the bytes) go before its text.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...conversation import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from ...conversation import Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
 from ...prompt.build import ChatInput, ToolChoice
 from ..fields import invalid, kind_of
 from ..function_tools import call_arguments, function_definitions
-from .options import read_format, refuse_images, template_kwargs
+from ..image_parts import image_from_base64
+from .options import read_format, template_kwargs
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -47,16 +49,16 @@ def read_messages(value: Any) -> list[Message]:
             content = ""
         if not isinstance(content, str):
             raise invalid(f"{param}.content", f"expected a string, got {kind_of(content)}")
-        refuse_images(message.get("images"), f"{param}.images")
+        images = read_images(message.get("images"), f"{param}.images", role in ("user", "tool"))
         thinking = message.get("thinking")
         if thinking is not None and not isinstance(thinking, str):
             raise invalid(f"{param}.thinking", f"expected a string, got {kind_of(thinking)}")
         if role == "tool":
             name = read_optional_str(message, "tool_name", param)
             call_id = read_optional_str(message, "tool_call_id", param) or take_call(open_calls, name)
-            out.append(Message(role, (ToolResult(call_id, (Text(content),), name=name),)))
+            out.append(Message(role, (ToolResult(call_id, (*images, Text(content)), name=name),)))
             continue
-        parts: list[Part] = [Text(content)]
+        parts: list[Part] = [*images, Text(content)]
         if thinking and role == "assistant":
             parts.append(Reasoning(thinking))
         if role == "assistant" and message.get("tool_calls") is not None:
@@ -65,6 +67,17 @@ def read_messages(value: Any) -> list[Message]:
             open_calls = [(call.name, call.id) for call in calls]
         out.append(Message(role, tuple(parts)))
     return out
+
+
+def read_images(value: Any, param: str, allowed: bool = True) -> list[Image]:
+    """`images`: base64 strings (the ollama clients encode bytes and files so)."""
+    if value is None or value == []:
+        return []
+    if not allowed:
+        raise invalid(param, "images are taken on user and tool messages only")
+    if not isinstance(value, list):
+        raise invalid(param, f"expected an array of base64 images, got {kind_of(value)}")
+    return [image_from_base64(data, None, f"{param}[{k}]") for k, data in enumerate(value)]
 
 
 def read_calls(value: Any, param: str, turn: int) -> list[ToolCall]:

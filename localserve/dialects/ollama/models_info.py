@@ -63,17 +63,29 @@ def tag_entry(record: Record) -> dict:
 
 
 def show_body(model: LoadedModel) -> dict:
-    template = model.chat.template
     return {
         "license": "",
         "modelfile": f"# served by localserve from its catalogue\nFROM {os.path.basename(model.entry.path)}\n",
         "parameters": "",
-        "template": template.text,
+        "template": shown_template(model),
         "details": details(model),
         "model_info": model_info(model),
         "capabilities": capabilities(model),
         "modified_at": modified_at(model.entry.path),
     }
+
+
+def shown_template(model: LoadedModel) -> str:
+    """The chat template; for a model with FIM tokens, behind the branch Ollama's own templates for
+    such models open with, in Ollama's template language: a request with a suffix is laid out
+    around the FIM tokens (as prompt/fim.py lays it out). Continue sends `suffix` only to a model
+    whose template mentions `.Suffix`; else it renders its own guess at the model's FIM format."""
+    text = model.chat.template.text
+    engine = model.chat.engine
+    if engine.fim.missing():
+        return text
+    pre, suf, mid = (engine.piece(t).decode(errors="replace") for t in (engine.fim.pre, engine.fim.suf, engine.fim.mid))
+    return "{{- if .Suffix }}" + pre + "{{ .Prompt }}" + suf + "{{ .Suffix }}" + mid + "{{- else }}" + text + "{{- end }}"
 
 
 def model_info(model: LoadedModel) -> dict:
@@ -96,6 +108,8 @@ def capabilities(model: LoadedModel) -> list[str]:
         found.append("thinking")
     if not model.chat.engine.fim.missing():      # /api/generate's suffix fills a hole
         found.append("insert")
+    if model.chat.engine.has_vision:
+        found.append("vision")
     return found
 
 

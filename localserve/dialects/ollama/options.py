@@ -109,8 +109,3 @@ def read_format(body: dict) -> tuple[bool, dict | None]:
     if isinstance(value, dict):
         return False, value
     raise invalid("format", f'expected "json" or a JSON Schema object, got {kind_of(value)}')
-
-
-def refuse_images(value: Any, param: str) -> None:
-    if value:
-        raise invalid(param, "images are not supported yet: this server takes text only")

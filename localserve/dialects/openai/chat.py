@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
 from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
+from ...prompt.vision import fit_images
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
@@ -36,14 +37,16 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
                  supersede: str | None = None) -> None:
     """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
     job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
-    stream; `supersede`: the client key under which a newer completion cancels this one."""
+    stream; `supersede`: the client key under which a newer editor completion cancels this one
+    (a request that is no editor completion takes no part)."""
     def reply(model: LoadedModel, body: dict) -> Reply:
         with prompt_refusals():
             gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
         return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
-                     whole=lambda output: final(output, meta, gen_request.logprobs), supersede=supersede)
+                     whole=lambda output: final(output, meta, gen_request.logprobs),
+                     supersede=supersede if gen_request.editor_completion else None)
 
     serve_generation(exchange, services, reply)
 
@@ -68,6 +71,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
+    fit_images(model, chat)
     sampling = read_sampling(body, model.engine.n_vocab)
     cache_key = read_str(body, "prompt_cache_key")
     request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),

@@ -1,6 +1,8 @@
 """Chat Completions messages read into the conversation (localserve/conversation.py).
 
-Content is a string or text parts (``text``, ``input_text``); an assistant turn's
+Content is a string or text parts (``text``, ``input_text``), and in a user turn image parts
+(``image_url``: a base64 data: URL, as an object with ``url`` and ``detail`` or as the bare
+string some clients send; dialects/image_parts.py checks it); an assistant turn's
 ``reasoning_content`` and ``tool_calls`` (arguments a JSON string, or an object) and a tool
 turn's ``tool_call_id`` are kept with the client's ids; ``name`` too. Other fields of a
 message are not read.
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...conversation import Message, Part, Reasoning, Text, ToolCall, ToolResult
+from ...conversation import Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
 from ..fields import invalid, kind_of
 from ..function_tools import call_arguments
+from ..image_parts import image_from_url
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 TEXT_PARTS = ("text", "input_text")
@@ -31,14 +34,14 @@ def read_message(message: Any, where: str) -> Message:
     role = message.get("role")
     if role not in ROLES:
         raise invalid(f"{where}.role", f"expected one of {', '.join(ROLES)}")
-    texts = _texts(message.get("content"), f"{where}.content")
+    content = _content(message.get("content"), f"{where}.content", images=role == "user")
     calls = read_tool_calls(message, f"{where}.tool_calls")
     name = message.get("name") if isinstance(message.get("name"), str) else None
     if role == "tool":
         call_id = message.get("tool_call_id")
-        result = ToolResult(call_id if isinstance(call_id, str) else None, tuple(texts), name=name)
+        result = ToolResult(call_id if isinstance(call_id, str) else None, tuple(content), name=name)
         return Message(role, (result,))
-    parts: list[Part] = list(texts)
+    parts: list[Part] = list(content)
     reasoning = message.get("reasoning_content")
     if isinstance(reasoning, str):
         parts.append(Reasoning(reasoning))
@@ -46,18 +49,40 @@ def read_message(message: Any, where: str) -> Message:
     return Message(role, tuple(parts), name=name)
 
 
-def _texts(content: Any, where: str) -> list[Text]:
+def _content(content: Any, where: str, *, images: bool) -> list[Text | Image]:
+    """A message's content as parts; images: image parts are taken (a user turn's)."""
     if content is None:
         return []
     if isinstance(content, str):
         return [Text(content)]
     if not isinstance(content, list):
         raise invalid(where, "expected a string or an array of content parts")
-    for part in content:
+    parts: list[Text | Image] = []
+    for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind not in TEXT_PARTS:
-            raise invalid(where, f"content part type '{kind}' is not supported; this server takes text only")
-    return [Text(str(part.get("text") or "")) for part in content]
+        if kind in TEXT_PARTS:
+            parts.append(Text(str(part.get("text") or "")))
+        elif kind == "image_url" and images:
+            parts.append(_image(part, f"{where}[{i}]"))
+        elif kind == "image_url":
+            raise invalid(f"{where}[{i}]", "image parts are taken in user messages only")
+        else:
+            raise invalid(where, f"content part type '{kind}' is not supported; this server takes text and "
+                                 f"image_url parts")
+    return parts
+
+
+def _image(part: dict, where: str) -> Image:
+    """{"type": "image_url", "image_url": {"url": "data:...", "detail"?}} or {"image_url": "data:..."}."""
+    value = part.get("image_url")
+    if isinstance(value, dict):
+        detail = value.get("detail")
+        if detail is not None and not isinstance(detail, str):     # any level: the projector reads its own size
+            raise invalid(f"{where}.image_url.detail", "expected a string (auto, low, high)")
+        return image_from_url(value.get("url"), where)
+    if isinstance(value, str):
+        return image_from_url(value, where)
+    raise invalid(f"{where}.image_url", 'expected {"url": "data:image/png;base64,..."}')
 
 
 def read_tool_calls(message: dict, param: str) -> list[ToolCall]:

@@ -8,7 +8,7 @@ from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput, fim_stop_strings
-from ..fim import client_key, fim_prompt
+from ..fim import client_key, fim_prompt, writes_its_own_fim
 from ..pump import sse
 from ..exchange import Exchange
 from ..services import Services
@@ -32,8 +32,8 @@ def handle(services: Services, exchange: Exchange) -> None:
     def chunks(meta: dict, include_usage: bool) -> CompletionChunks:
         return CompletionChunks(meta, include_usage, echoed[0])
 
-    fills = bool(exchange.json().get("suffix"))     # an editor's completion: a newer one cancels it
-    serve_openai(services, exchange, read, "cmpl-", final, chunks, supersede=client_key(exchange) if fills else None)
+    # an editor's completion (a suffix, or a FIM prompt of its own): a newer one cancels it
+    serve_openai(services, exchange, read, "cmpl-", final, chunks, supersede=client_key(exchange))
 
 
 def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
@@ -71,6 +71,7 @@ def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str
     request = read_request(model, body, request_id, tokens)
     if suffix:
         request.stop += fim_stop_strings(model.engine)
+    request.editor_completion = bool(suffix) or writes_its_own_fim(model.engine, tokens)
     if not echo:
         return request, ""
     return request, prompt_text if prompt_text is not None else _prompt_text(model.engine, body["prompt"], tokens)

@@ -22,6 +22,7 @@ from ..jobs import KEEPALIVE, error_from, job_events
 from ..pump import PREFILL_COMMENT, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
+from .compaction_steps import compact_as_planned
 from .items import list_page, read_page_query
 from .request import Plan, read_plan
 from .runs import ACTIVE, ResponseRun, ResponseRuns
@@ -56,6 +57,8 @@ def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, mod
         ignored = ignored_tools_value(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
+    compact_as_planned(exchange, model, plan, services.signing_key, services.settings.compact_max_tokens,
+                       services.prefill_keepalive)
     return Reply(plan.generation, deliver=lambda gen: deliver(responses, exchange, plan, gen))
 
 

@@ -5,7 +5,9 @@ Each item is validated and normalized to the shape the API returns when it lists
 (`GET /v1/responses/{id}/input_items`, conversation items): an id, `type`, `status`, and
 content as typed parts. Stored items, chained items and conversation items are all in that
 shape, so one function turns any run of them into the conversation (localserve/conversation.py)
-that prompt.build_chat_request renders.
+that prompt.build_chat_request renders. A user message's `input_image` parts (a base64 data:
+URL in `image_url`; a `file_id` is refused: there is no Files API) are checked as they are
+read and kept as sent; so are those of a function call's output given as an array of parts.
 """
 
 from __future__ import annotations
@@ -14,16 +16,19 @@ from typing import Any
 
 import orjson
 
-from ...conversation import Message, Reasoning, Text, ToolCall, ToolResult, text_message
+from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
+from ...prompt.compaction import join_user_turn, summary_message
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
+from ..image_parts import image_from_url, refused
 from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "custom_tool_call",
-              "custom_tool_call_output", "local_shell_call", "local_shell_call_output")
+              "custom_tool_call_output", "local_shell_call", "local_shell_call_output", "compaction",
+              "compaction_trigger")
 CALL_TYPES = ("function_call", "custom_tool_call", "local_shell_call")
 OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_call_output")
 TEXT_PARTS = ("input_text", "output_text", "text")
@@ -51,7 +56,11 @@ def read_items(value: Any, param: str = "items", *, required: bool = False) -> l
         raise invalid(param, "expected a non-empty array of items" if required else "expected an array of items")
     if len(value) > MAX_ITEMS:
         raise invalid(param, f"at most {MAX_ITEMS} items can be added at a time")
-    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    items = [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    for i, item in enumerate(items):
+        if item["type"] == "compaction_trigger":     # a request to compact, not a turn to keep
+            raise unsupported(f"{param}[{i}].type", "a compaction_trigger belongs in a response's input")
+    return items
 
 
 def message_item(role: str, text: str, item_id: str | None = None) -> dict:
@@ -77,6 +86,11 @@ def normalize_item(item: Any, where: str) -> dict:
         return _custom_tool_call(item, where)
     if kind == "local_shell_call":
         return _local_shell_call(item, where)
+    if kind == "compaction":
+        return {"id": _item_id(item, where, "compaction"), "type": "compaction",
+                "encrypted_content": _required_str(item, "encrypted_content", where)}
+    if kind == "compaction_trigger":
+        return {"id": _item_id(item, where, "compaction_trigger"), "type": "compaction_trigger"}
     if kind is None:
         raise invalid(where, "an item needs a 'type' (or a 'role' for a message)")
     raise unsupported(f"{where}.type", f"item type '{kind}' is not supported; this server takes "
@@ -96,31 +110,49 @@ def _message(item: dict, where: str) -> dict:
     role = item.get("role")
     if role not in MESSAGE_ROLES:
         raise invalid(f"{where}.role", f"expected one of {', '.join(MESSAGE_ROLES)}, got {role!r}")
-    texts = _texts(item.get("content"), f"{where}.content")
+    parts = _content(item.get("content"), f"{where}.content", images=role == "user")
     out = message_item(role, "", _item_id(item, where, "message"))
     template = out["content"][0]
-    out["content"] = [{**template, "text": text} for text in texts]
+    out["content"] = [part if isinstance(part, dict) else {**template, "text": part} for part in parts]
     return out
 
 
-def _texts(content: Any, where: str) -> list[str]:
+def _content(content: Any, where: str, *, images: bool = False) -> list[str | dict]:
+    """Content parts: each text part's text; an image part (where `images` takes them) as the
+    normalized input_image part."""
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
         raise invalid(where, "expected a string or an array of content parts")
-    texts = []
+    parts: list[str | dict] = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in TEXT_PARTS and isinstance(part.get("text"), str):
-            texts.append(part["text"])
+            parts.append(part["text"])
         elif kind == "refusal" and isinstance(part.get("refusal"), str):
-            texts.append(part["refusal"])
+            parts.append(part["refusal"])
         elif kind in TEXT_PARTS or kind == "refusal":
             raise invalid(f"{where}[{i}]", "a text part needs a string 'text'")
+        elif kind == "input_image" and images:
+            parts.append(_input_image(part, f"{where}[{i}]"))
+        elif kind == "input_image":
+            raise invalid(f"{where}[{i}]", "image parts are taken in user messages and function call outputs only")
         else:
             raise unsupported(f"{where}[{i}].type", f"content part type '{kind}' is not supported; "
-                                                    f"this server takes text only")
-    return texts
+                                                    f"this server takes text and input_image parts")
+    return parts
+
+
+def _input_image(part: dict, where: str) -> dict:
+    """{"type": "input_image", "image_url": "data:...", "detail"?}, checked, as it is listed."""
+    detail = part.get("detail")
+    if detail is not None and not isinstance(detail, str):     # any level: the projector reads its own size
+        raise invalid(f"{where}.detail", "expected a string (auto, low, high)")
+    if part.get("file_id") is not None and part.get("image_url") is None:
+        raise refused(where, "file_id needs the Files API, which this server does not have; send the image "
+                             "inline as a base64 data: URL in image_url", "unsupported_image_source")
+    image_from_url(part.get("image_url"), where)
+    return {"type": "input_image", "image_url": part["image_url"], "detail": detail or "auto", "file_id": None}
 
 
 def _required_str(item: dict, key: str, where: str) -> str:
@@ -176,9 +208,11 @@ def _local_shell_call(item: dict, where: str) -> dict:
 def _call_output(item: dict, where: str, kind: str) -> dict:
     output = item.get("output")
     if isinstance(output, list):
-        output = "\n".join(_texts(output, f"{where}.output"))
-    if not isinstance(output, str):
-        raise invalid(f"{where}.output", "expected a string or an array of text parts")
+        parts = _content(output, f"{where}.output", images=True)
+        output = [p if isinstance(p, dict) else {"type": "input_text", "text": p} for p in parts] \
+            if any(isinstance(p, dict) for p in parts) else "\n".join(parts)
+    if not isinstance(output, (str, list)):
+        raise invalid(f"{where}.output", "expected a string or an array of text and image parts")
     if kind == "local_shell_call_output":   # its `id` is the call's id
         call_id = item.get("call_id") or item.get("id")
         if not isinstance(call_id, str) or not call_id:
@@ -218,18 +252,27 @@ def item_text(item: dict) -> str:
     return "\n".join(p.get("text") or p.get("refusal") or "" for p in parts)
 
 
-def to_messages(items: list[dict], instructions: str | None = None) -> list[Message]:
+def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0,
+                images: dict[tuple[str, str], Image] | None = None) -> list[Message]:
     """Normalized items → the conversation. Consecutive function calls (and the assistant text
-    before them) become one assistant turn; a reasoning item goes with the next one."""
+    before them) become one assistant turn; a reasoning item goes with the next one. inputs:
+    how many of the last items are the request's `input` (an image names its place there);
+    images: the images already decoded, by place and URL (a truncated history is turned into
+    messages a few times over; each image is decoded and hashed once)."""
+    images = {} if images is None else images
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
     reasoning: str | None = None
-    for item in items:
+    after_summary = False          # a user turn next joins the summary's (turns alternate)
+    for j, item in enumerate(items):
         kind = item["type"]
+        where = f"input[{j - len(items) + inputs}]" if j >= len(items) - inputs else "previous_response_id"
         if kind == "reasoning":
             reasoning = item_text(item) or None
+        elif kind == "message" and item["role"] == "user" and after_summary:
+            messages[:] = join_user_turn(messages, Message("user", _parts(item["content"], f"{where}.content", images)))
         elif kind == "message" and item["role"] != "assistant":
-            messages.append(text_message(item["role"], item_text(item)))
+            messages.append(Message(item["role"], _parts(item["content"], f"{where}.content", images)))
         elif kind == "message":
             messages.append(Message("assistant", (Text(item_text(item)), *_reasoning_part(reasoning))))
             reasoning = None
@@ -243,9 +286,27 @@ def to_messages(items: list[dict], instructions: str | None = None) -> list[Mess
                 messages.append(Message("assistant", (Text(""), *_reasoning_part(reasoning), call)))
                 reasoning = None
         elif kind in OUTPUT_TYPES:
-            messages.append(Message("tool", (ToolResult(item["call_id"], item["output"],
-                                                        name=names.get(item["call_id"])),)))
+            output = item["output"]
+            content = output if isinstance(output, str) else _parts(output, f"{where}.output", images)
+            messages.append(Message("tool", (ToolResult(item["call_id"], content, name=names.get(item["call_id"])),)))
+        elif kind == "compaction":        # opened (responses/compacting.py): the summary it seals
+            messages[:] = join_user_turn(messages, summary_message(item.get("summary", "")))
+        after_summary = kind == "compaction" or (after_summary and kind == "message" and item["role"] == "user")
     return messages
+
+
+def _parts(parts: list[dict], where: str, images: dict[tuple[str, str], Image]) -> tuple[Text | Image, ...]:
+    """Normalized content parts as the conversation's (images were checked when read)."""
+    out: list[Text | Image] = []
+    for k, part in enumerate(parts):
+        if part["type"] == "input_image":
+            key = (f"{where}[{k}]", part["image_url"])
+            if key not in images:
+                images[key] = image_from_url(part["image_url"], key[0])
+            out.append(images[key])
+        else:
+            out.append(Text(part.get("text") or part.get("refusal") or ""))
+    return tuple(out)
 
 
 def call_of(item: dict) -> ToolCall:

@@ -17,12 +17,16 @@ from ...errors import ApiError
 from ..limits import MAX_PROMPT_ITEMS
 from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
+from ...prompt.vision import fit_images
 from ..failures import api_error, context_overflow
+from ..compaction import CompactionUsage
 from ..signing import seal, unseal
 from ...store.store import Store, new_id
 from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str, \
     read_template_kwargs
 from .runs import ACTIVE
+from .compacting import ContextManagement, open_compactions, read_context_management, since_last_compaction, \
+    split_trigger
 from .items import cut_points, read_input, to_messages, unsupported
 from .tools import ToolKind, constrain, read_tool_choice, read_tools
 
@@ -36,7 +40,7 @@ ENCRYPTED_REASONING_INCLUDE = "reasoning.encrypted_content"
 @dataclass
 class Plan:
     response: dict                    # the Response object, status and output still to come
-    generation: GenerationRequest
+    generation: GenerationRequest | None   # None until compacted (below)
     input_items: list[dict]           # this request's own input, normalized, with ids
     request: dict                     # the body, as stored beside the response
     stream: bool = False
@@ -49,6 +53,19 @@ class Plan:
     tool_kinds: dict[str, ToolKind] = dataclasses.field(default_factory=dict)
     ignored_tools: list[str] = dataclasses.field(default_factory=list)   # hosted tool types left out
     seal: Any = None                  # seals reasoning text into encrypted_content, when included
+    # Compaction (compacting.py): a compaction_trigger makes the response a compaction; a
+    # threshold or truncation "auto" may compact before the model runs. generation is None
+    # until then when the response is a compaction, or its input did not fit.
+    triggered: bool = False
+    management: ContextManagement = dataclasses.field(default_factory=ContextManagement)
+    truncation: str = "disabled"
+    chat: ChatInput | None = None     # the tools and options, for a compaction of `rendered`
+    rendered: list[dict] = dataclasses.field(default_factory=list)    # context + input, opened
+    n_context: int = 0                # where this request's own input starts in rendered
+    rebuild: Callable[[list[dict], str], GenerationRequest] | None = None    # items, truncation → request
+    compaction: dict | None = None    # the compaction item the output opens with, once compacted
+    compaction_usage: CompactionUsage | None = None     # the tokens the compaction took
+    seal_compaction: Callable[[str], dict] | None = None     # a summary → its compaction item
 
 
 def storage_off(what: str) -> ApiError:
@@ -82,8 +99,8 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
         raise unsupported("prompt", "stored prompt templates are not supported; send input and instructions")
 
     instructions = read_str(body, "instructions")
-    items = read_input(body.get("input", []))
-    context = context_items(store, previous_id, conversation_id)
+    items, triggered = split_trigger(read_input(body.get("input", [])))
+    context = since_last_compaction(context_items(store, previous_id, conversation_id))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
     if len(items) + len(context) > MAX_PROMPT_ITEMS:
@@ -110,16 +127,32 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     read_dict(body, "client_metadata")   # accepted (Codex sends it); it has no effect here
     cache_key = read_str(body, "prompt_cache_key")
 
-    rendered = open_reasoning(signing_key, context, "previous_response_id") + \
-        open_reasoning(signing_key, items, "input")
-    generation = build_prompt(model, rendered, instructions, chat, sampling, truncation=truncation,
-                              check_client=check_client, max_tokens=max_output, stop=read_stop(body), logprobs=logprobs,
-                              top_logprobs=top_logprobs, label=f"responses {request_id}")
-    if generation.tools is not None:
-        # Collect every call the model makes: with parallel_tool_calls false a second call
-        # fails the response rather than being silently dropped (the original's rule).
-        generation.tools.parallel = True
-    generation.cache_key = cache_key
+    management = read_context_management(body)
+    rendered = open_compactions(signing_key, open_reasoning(signing_key, context, "previous_response_id"),
+                                "previous_response_id") + \
+        open_compactions(signing_key, open_reasoning(signing_key, items, "input"), "input")
+    stop = read_stop(body)
+
+    def rebuild(kept: list[dict], truncation_mode: str) -> GenerationRequest:
+        generation = build_prompt(model, kept, instructions, chat, sampling, truncation=truncation_mode,
+                                  check_client=check_client, inputs=min(len(items), len(kept)), max_tokens=max_output,
+                                  stop=stop, logprobs=logprobs,
+                                  top_logprobs=top_logprobs, label=f"responses {request_id}")
+        if generation.tools is not None:
+            # Collect every call the model makes: with parallel_tool_calls false a second call
+            # fails the response rather than being silently dropped (the original's rule).
+            generation.tools.parallel = True
+        generation.cache_key = cache_key
+        return generation
+
+    compacting = management.compact_threshold is not None or truncation == "auto"
+    generation = None
+    if not triggered:
+        try:
+            generation = rebuild(rendered, "disabled" if compacting else truncation)
+        except ApiError as error:
+            if not compacting or error.code != "context_length_exceeded":
+                raise
     response = {
         "id": new_id("resp"), "object": "response", "created_at": int(time.time()),
         "status": "queued" if background else "in_progress", "background": background,
@@ -139,7 +172,9 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
                 background=background, store=stored, conversation_id=conversation_id,
                 summary=reasoning["summary"] is not None, parallel_tool_calls=parallel, logprobs=logprobs,
                 tool_kinds=tools.kinds, ignored_tools=tools.ignored,
-                seal=_sealer(signing_key) if ENCRYPTED_REASONING_INCLUDE in include else None)
+                seal=_sealer(signing_key) if ENCRYPTED_REASONING_INCLUDE in include else None,
+                triggered=triggered, management=management, truncation=truncation, chat=chat, rendered=rendered,
+                n_context=len(context), rebuild=rebuild)
 
 
 def _sealer(key: bytes):
@@ -206,10 +241,14 @@ def context_items(store: Store | None, previous_id: str | None, conversation_id:
 
 def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
                  sampling: SamplingParams, *, truncation: str, check_client: Callable[[], None],
-                 **options: Any) -> GenerationRequest:
-    """Render and tokenize; with truncation "auto", the newest items that fit."""
+                 inputs: int = 0, **options: Any) -> GenerationRequest:
+    """Render and tokenize; with truncation "auto", the newest items that fit. `inputs`: how
+    many of the last items are the request's own input."""
+    images: dict = {}
+
     def build(kept: list[dict]) -> GenerationRequest:
-        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions))
+        attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs, images))
+        fit_images(model, attempt)
         return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
 
     try:

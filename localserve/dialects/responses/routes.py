@@ -6,13 +6,14 @@ from functools import partial
 
 from ..exchange import RouteTable
 from ..services import Services
-from . import conversations, handlers
+from . import compact_endpoint, conversations, handlers
 from .runs import ResponseRuns
 
 
 def add_routes(table: RouteTable, services: Services, runs: ResponseRuns) -> None:
     responses = handlers.ResponsesServices(services, runs)
     table.add("/v1/responses", "POST", partial(handlers.create, responses))
+    table.add("/v1/responses/compact", "POST", partial(compact_endpoint.compact_conversation, services))
     table.add("/v1/responses/{response_id}", "GET", partial(handlers.retrieve, responses))
     table.add("/v1/responses/{response_id}", "DELETE", partial(handlers.delete, responses))
     table.add("/v1/responses/{response_id}/cancel", "POST", partial(handlers.cancel, responses))

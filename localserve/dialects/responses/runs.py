@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from ...generation import ActiveGeneration, Finished
-from .stream import ResponseEvents
+from .stream import Compaction, ResponseEvents
 
 log = logging.getLogger("localserve.responses")
 
@@ -38,7 +38,9 @@ class ResponseRun:
         self.gen = gen
         self.store = store if plan.store else None
         self.shaper = ResponseEvents(plan.response, summary=plan.summary, parallel=plan.parallel_tool_calls,
-                                     logprobs=plan.logprobs, tool_kinds=plan.tool_kinds, seal=plan.seal)
+                                     logprobs=plan.logprobs, tool_kinds=plan.tool_kinds, seal=plan.seal,
+                                     compaction=Compaction(plan.compaction, plan.triggered, plan.seal_compaction,
+                                                           plan.compaction_usage))
         self.events: list[dict] = []        # events[i]["sequence_number"] == i
         self.saved = 0                      # events already in the store
         self.cond = threading.Condition()

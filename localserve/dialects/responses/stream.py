@@ -13,9 +13,11 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from ...generation import Chunk, Context, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...generation import Chunk, Compacted, Context, GenerationOutput, ToolCallDelta, ToolCallStart
 from ...store.store import new_id
+from ..compaction import CompactionUsage
 from ..function_tools import openai_call_id
 from .custom_input import InputDecoder, custom_input
 from .tools import LOCAL_SHELL, ToolKind, shell_action
@@ -24,22 +26,40 @@ PARALLEL_VIOLATION = "the model made more than one function call while parallel_
 CALL_ITEMS = ("function_call", "custom_tool_call", "local_shell_call")
 
 
-def usage(output: GenerationOutput) -> dict:
-    cached = min(output.cached_tokens, output.prompt_tokens)
+def usage(output: GenerationOutput, compaction: CompactionUsage | None = None) -> dict:
+    """compaction: the tokens of the compaction jobs the response ran before its own, counted too."""
+    prompt, cached = output.prompt_tokens, min(output.cached_tokens, output.prompt_tokens)
+    completion = output.completion_tokens
+    if compaction is not None:
+        prompt, cached = prompt + compaction.prompt_tokens, cached + compaction.cached_tokens
+        completion += compaction.completion_tokens
     return {
-        "input_tokens": output.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": output.prompt_tokens - cached},
-        "output_tokens": output.completion_tokens,
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": prompt - cached},
+        "output_tokens": completion,
         "output_tokens_details": {"reasoning_tokens": output.reasoning_tokens},
-        "total_tokens": output.prompt_tokens + output.completion_tokens,
+        "total_tokens": prompt + completion,
     }
+
+
+@dataclass
+class Compaction:
+    """A response's compaction (compacting.py): the item its output opens with (compacted before
+    the model ran), or the job is the compaction itself (a trigger: its summary becomes the one
+    output item, sealed by `item_of`); the tokens its earlier jobs took."""
+    opening_item: dict | None = None
+    triggered: bool = False
+    item_of: Callable[[str], dict] | None = None
+    usage: CompactionUsage | None = None
 
 
 class ResponseEvents:
     def __init__(self, response: dict, *, summary: bool = False, parallel: bool = True,
                  logprobs: bool = False, tool_kinds: dict[str, ToolKind] | None = None,
-                 seal: Callable[[str], str] | None = None):
+                 seal: Callable[[str], str] | None = None, compaction: Compaction | None = None):
         self.response = response
+        self.compaction = compaction or Compaction()
+        self.summary_item: dict | None = None    # a trigger's compaction item, once its summary samples
         self.tool_kinds = tool_kinds or {}   # the name the model calls -> the tool it stands for
         self.seal = seal                     # seals reasoning into encrypted_content, when asked for
         self.summary = summary
@@ -74,7 +94,10 @@ class ResponseEvents:
         """response.created, then response.queued (background) or response.in_progress."""
         events = [self.event("response.created", response=self.snapshot())]
         kind = "response.queued" if self.status == "queued" else "response.in_progress"
-        return events + [self.event(kind, response=self.snapshot())]
+        events.append(self.event(kind, response=self.snapshot()))
+        if self.compaction.opening_item is not None:
+            events += self._whole_item(self.compaction.opening_item)
+        return events
 
     def started(self) -> list[dict]:
         """The runtime took the job: a queued response is now in progress."""
@@ -88,6 +111,8 @@ class ResponseEvents:
             return []
         if isinstance(event, Context):
             return self.started()
+        if self.compaction.triggered:
+            return self._compacting(event)
         if isinstance(event, Chunk):
             if not event.text:
                 return []
@@ -105,13 +130,13 @@ class ResponseEvents:
             return []
         if not self.parallel and len(output.tool_calls) > 1:
             return self.fail(PARALLEL_VIOLATION)
-        incomplete = output.finish_reason == "length"
+        incomplete = output.finish_reason == "length" and not self.compaction.triggered   # a summary cut short is one
         final_arguments = {openai_call_id(call): call.arguments for call in output.tool_calls}
         for item in self.items:
             if item["type"] in CALL_ITEMS and item["call_id"] not in final_arguments:
                 self.dropped.add(item["id"])
         events = self.started()
-        if not self.items:          # nothing generated: still answer with an (empty) message
+        if not self.items and not self.compaction.triggered:    # nothing generated: an (empty) message
             events += self._text("", None)
         if self.current is not None and self.current["type"] in CALL_ITEMS:
             call_id = self.current["call_id"]
@@ -124,7 +149,7 @@ class ResponseEvents:
         self.response.update(
             status="incomplete" if incomplete else "completed",
             output=[copy.deepcopy(i) for i in self.items if i["id"] not in self.dropped],
-            usage=usage(output),
+            usage=usage(output, self.compaction.usage),
             incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
             completed_at=None if incomplete else int(time.time()),
         )
@@ -151,6 +176,34 @@ class ResponseEvents:
         return events
 
     # ---- items ----------------------------------------------------------------------
+
+    def _whole_item(self, item: dict) -> list[dict]:
+        """An item that is whole when it appears (a compaction): added and done at once."""
+        events = self._close("completed")
+        self.items.append(item)
+        where = {"output_index": len(self.items) - 1}
+        return events + [self.event("response.output_item.added", **where, item=copy.deepcopy(item)),
+                         self.event("response.output_item.done", **where, item=copy.deepcopy(item))]
+
+    def _compacting(self, event: object) -> list[dict]:
+        """A trigger's job: its text is the summary, never shown; the compaction item opens as it
+        samples (response.compaction.compacting) and is done, sealed, with the whole summary."""
+        if isinstance(event, Chunk) and self.summary_item is None:
+            self.summary_item = {"id": new_id("cmp"), "type": "compaction", "encrypted_content": ""}
+            self.items.append(self.summary_item)
+            return [self.event("response.output_item.added", output_index=len(self.items) - 1,
+                               item=copy.deepcopy(self.summary_item))]
+        if isinstance(event, Chunk):
+            return [self.event("response.compaction.compacting", item_id=self.summary_item["id"],
+                               output_index=len(self.items) - 1)]
+        if not isinstance(event, Compacted):
+            return []
+        whole = self.compaction.item_of(event.summary)
+        if self.summary_item is None:
+            return self._whole_item(whole)
+        self.summary_item["encrypted_content"] = whole["encrypted_content"]
+        return [self.event("response.output_item.done", output_index=len(self.items) - 1,
+                           item=copy.deepcopy(self.summary_item))]
 
     def _open(self, item: dict) -> list[dict]:
         events = self._close("completed")

@@ -8,7 +8,7 @@ import socket
 import threading
 
 from localserve.conversation import Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult, text_message
-from localserve.dialects.anthropic import messages as messages_api
+from localserve.dialects.anthropic import replies
 from localserve.dialects.anthropic import routes as anthropic_routes
 from localserve.dialects.anthropic.input import read_chat, read_input
 from localserve.dialects.exchange import Exchange
@@ -160,7 +160,7 @@ def test_failure_mid_stream_is_an_error_event():
     for ev in (Context(0, 64, None), Chunk(False, "Hi"),
                Finished(error=GenerationFailure("the engine failed to decode (status -1)"))):
         gen.events.put(ev)
-    stream_job(exchange, messages_api.message_stream(messages_api.MessageMeta("msg_1", "m", b"k"), gen), gen, 0.0)
+    stream_job(exchange, replies.message_stream(replies.MessageMeta("msg_1", "m", b"k"), gen), gen, 0.0)
     exchange.writer.sock.close()
     text = _read_all(theirs).decode()
     assert "event: message_start" in text and "event: content_block_delta" in text

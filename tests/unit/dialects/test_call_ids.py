@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import orjson
 
-from localserve.dialects.anthropic.messages import MessageMeta, final_response as anthropic_final, tool_use_id
+from localserve.dialects.anthropic.replies import MessageMeta, final_response as anthropic_final, tool_use_id
 from localserve.dialects.openai.chat import ChatChunks, final_response as chat_final
 from localserve.dialects.responses.stream import ResponseEvents
 from localserve.generation import GenerationOutput, ToolCall, ToolCallStart

@@ -10,6 +10,8 @@ from localserve.dialects.anthropic.edits import ClearToolUses, apply_edits, read
 from localserve.errors import ApiError, ClientGone
 from localserve.dialects.limits import MAX_CONTEXT_EDITS
 
+N_CTX = 4096      # the model's context, which only a compaction's trigger reads
+
 # never clears enough: each copy once cost a whole render and tokenize
 STUBBORN = {"type": "clear_tool_uses_20250919", "trigger": {"type": "tool_uses", "value": 0},
             "keep": {"type": "tool_uses", "value": 0}, "clear_at_least": {"type": "input_tokens", "value": 10**9}}
@@ -34,13 +36,13 @@ def counter():
 
 def test_more_edits_than_the_cap_is_400_naming_it():
     with pytest.raises(ApiError) as info:
-        read_edits({"context_management": {"edits": [STUBBORN] * (MAX_CONTEXT_EDITS + 1)}})
+        read_edits({"context_management": {"edits": [STUBBORN] * (MAX_CONTEXT_EDITS + 1)}}, N_CTX)
     assert info.value.status == 400 and info.value.param == "context_management.edits"
     assert "MAX_CONTEXT_EDITS" in info.value.message
 
 
 def test_copies_of_an_edit_are_weighed_once():
-    edits = read_edits({"context_management": {"edits": [STUBBORN] * MAX_CONTEXT_EDITS}})
+    edits = read_edits({"context_management": {"edits": [STUBBORN] * MAX_CONTEXT_EDITS}}, N_CTX)
     assert len(edits) == 1 and isinstance(edits[0], ClearToolUses)
     count, calls = counter()
     result = apply_edits(edits, tool_history(5), count)
@@ -49,14 +51,15 @@ def test_copies_of_an_edit_are_weighed_once():
 
 def test_distinct_edits_are_each_kept_in_order():
     other = {**STUBBORN, "keep": {"type": "tool_uses", "value": 1}}
-    edits = read_edits({"context_management": {"edits": [STUBBORN, other, STUBBORN, {"type": "clear_thinking_20251015"}]}})
+    edits = read_edits({"context_management": {"edits": [STUBBORN, other, STUBBORN,
+                                                         {"type": "clear_thinking_20251015"}]}}, N_CTX)
     assert [type(e).__name__ for e in edits] == ["ClearToolUses", "ClearToolUses", "ClearThinking"]
     assert edits[1].keep == 1
 
 
 def test_a_departed_client_stops_the_edits():
     edits = read_edits({"context_management": {"edits": [
-        {**STUBBORN, "keep": {"type": "tool_uses", "value": n}} for n in range(MAX_CONTEXT_EDITS)]}})
+        {**STUBBORN, "keep": {"type": "tool_uses", "value": n}} for n in range(MAX_CONTEXT_EDITS)]}}, N_CTX)
     count, calls = counter()
     checks = []
 

@@ -1,11 +1,14 @@
 """Each dialect reads its request into the typed conversation (localserve/conversation.py): the
-client's own ids, arguments as data, results, reasoning; an image is still each dialect's 400."""
+client's own ids, arguments as data, results, reasoning, images (each checked, a bad one a 400
+naming its part)."""
 
 from __future__ import annotations
 
 import pytest
 
-from localserve.conversation import Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult, text_message
+import imagefiles  # tests/support/
+
+from localserve.conversation import Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult, text_message
 from localserve.dialects.anthropic.input import read_input as read_anthropic
 from localserve.dialects.function_tools import function_definitions
 from localserve.dialects.openai.chat_input import read_messages
@@ -16,7 +19,8 @@ from localserve.dialects.signing import seal
 from localserve.errors import ApiError
 
 KEY = b"k" * 32
-PNG = "data:image/png;base64,iVBORw0KGgo="
+PNG_BYTES = imagefiles.png()
+PNG = imagefiles.data_url(PNG_BYTES)
 
 
 # ---- Chat Completions -------------------------------------------------------------------
@@ -45,11 +49,32 @@ def test_chat_messages_keep_their_ids_text_reasoning_and_arguments_as_data():
     ]
 
 
-def test_chat_refuses_an_image_part_as_before():
-    body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG}}]}]}
+def test_chat_reads_image_parts_in_user_turns_in_both_forms():
+    messages = read_messages({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": PNG, "detail": "low"}},
+        {"type": "image_url", "image_url": PNG}]}]})
+    image = Image(PNG_BYTES, "image/png")
+    assert messages == [Message("user", (Text("look"), image, image))]
+    assert [p.where for p in messages[0].of(Image)] == ["messages[0].content[1]", "messages[0].content[2]"]
+
+
+@pytest.mark.parametrize("message, param, code", [
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]},
+     "messages[0].content[0]", "remote_image_url"),
+    ({"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "image_url", "image_url": {
+        "url": imagefiles.data_url(imagefiles.WEBP, "image/webp")}}]}, "messages[0].content[1]",
+     "unsupported_image_format"),
+    ({"role": "user", "content": [{"type": "image_url", "image_url": {"url": PNG, "detail": 2}}]},
+     "messages[0].content[0].image_url.detail", "invalid_value"),
+    ({"role": "user", "content": [{"type": "image_url"}]}, "messages[0].content[0].image_url", "invalid_value"),
+    ({"role": "assistant", "content": [{"type": "image_url", "image_url": PNG}]}, "messages[0].content[0]",
+     "invalid_value"),
+])
+def test_chat_a_bad_image_part_is_a_400_naming_it(message, param, code):
     with pytest.raises(ApiError) as info:
-        read_messages(body)
-    assert info.value.status == 400 and "content part type 'image_url' is not supported" in info.value.message
+        read_messages({"messages": [message]})
+    assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
+    assert f"'{param}'" in info.value.message
 
 
 def test_function_tools_become_definitions_with_strict():
@@ -81,11 +106,51 @@ def test_anthropic_tool_use_input_is_data_and_results_keep_is_error():
     assert chat.tools == [ToolDefinition("f", "", {"type": "object"}, strict=True)]
 
 
-def test_anthropic_refuses_an_image_block_as_before():
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+def _anthropic_image(data: bytes = PNG_BYTES, media_type: str = "image/png") -> dict:
+    return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": imagefiles.b64(data)}}
+
+
+def test_anthropic_reads_images_in_user_turns_and_tool_results():
+    image = Image(PNG_BYTES, "image/png")
+    chat = read_anthropic({"messages": [
+        {"role": "user", "content": [_anthropic_image(), {"type": "text", "text": "what is it?"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [
+            {"type": "text", "text": "the file"}, _anthropic_image()]}]},
+        {"role": "user", "content": "and now?"},
+    ]}, KEY).chat
+    assert chat.messages == [
+        Message("user", (image, Text("what is it?"))),
+        Message("assistant", (Text(""), ToolCall("toolu_1", "Read", {}))),
+        Message("tool", (ToolResult("toolu_1", (Text("the file"), image)),)),
+        text_message("user", "and now?"),
+    ]
+    assert chat.messages[2].parts[0].content[1].where == "messages[2].content[0].content[1]"
+
+
+@pytest.mark.parametrize("block, param, code", [
+    (_anthropic_image(imagefiles.jpeg(), "image/png"), "messages[0].content[0]", "image_media_type_mismatch"),
+    (_anthropic_image(b"not an image"), "messages[0].content[0]", "invalid_image"),
+    ({"type": "image", "source": {"type": "url", "url": "https://x.test/a.png"}}, "messages[0].content[0]",
+     "remote_image_url"),
+    ({"type": "image", "source": {"type": "base64", "data": "AAAA"}}, "messages[0].content[0].source.media_type",
+     "invalid_value"),
+    ({"type": "image", "source": {}}, "messages[0].content[0].source", "invalid_value"),
+    ({"type": "tool_result", "tool_use_id": "t", "content": [_anthropic_image(imagefiles.TIFF, "image/tiff")]},
+     "messages[0].content[0].content[0]", "unsupported_image_format"),
+])
+def test_anthropic_a_bad_image_block_is_a_400_naming_it(block, param, code):
     with pytest.raises(ApiError) as info:
-        read_anthropic({"messages": [{"role": "user", "content": [image]}]}, KEY)
-    assert info.value.status == 400 and "content blocks of type 'image' are not supported" in info.value.message
+        read_anthropic({"messages": [{"role": "user", "content": [block]}]}, KEY)
+    assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
+
+
+@pytest.mark.parametrize("body", [{"system": [_anthropic_image()], "messages": [{"role": "user", "content": "x"}]},
+                                  {"messages": [{"role": "assistant", "content": [_anthropic_image()]}]}])
+def test_anthropic_an_image_outside_user_turns_is_a_400(body):
+    with pytest.raises(ApiError) as info:
+        read_anthropic(body, KEY)
+    assert "image blocks are taken in user messages and tool results only" in info.value.message
 
 
 # ---- Responses ----------------------------------------------------------------------------
@@ -129,7 +194,36 @@ def test_responses_namespaced_and_custom_tools_are_definitions_under_qualified_n
     assert tools.definitions[1].parameters["required"] == ["input"]
 
 
-def test_responses_refuses_an_image_part_as_before():
+def test_responses_reads_input_images_in_user_messages_and_call_outputs():
+    items = read_items([
+        {"role": "user", "content": [{"type": "input_text", "text": "look"}, {"type": "input_image", "image_url": PNG}]},
+        {"type": "function_call", "call_id": "call_a", "name": "view_image", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_a", "output": [
+            {"type": "input_image", "image_url": PNG, "detail": "high"}]},
+    ])
+    assert items[0]["content"][1] == {"type": "input_image", "image_url": PNG, "detail": "auto", "file_id": None}
+    image = Image(PNG_BYTES, "image/png")
+    messages = to_messages(items, inputs=3)
+    assert messages[0] == Message("user", (Text("look"), image))
+    assert messages[2] == Message("tool", (ToolResult("call_a", (image,), name="view_image"),))
+    assert messages[0].parts[1].where == "input[0].content[1]"
+    # a truncated history is made into messages again: its images are decoded once
+    decoded: dict = {}
+    first = to_messages(items, inputs=3, images=decoded)
+    again = to_messages(items[1:], inputs=3, images=decoded)
+    assert again[-1].parts[0].content[0] is first[-1].parts[0].content[0] and len(decoded) == 2
+
+
+@pytest.mark.parametrize("part, param, code", [
+    ({"type": "input_image", "file_id": "file-abc"}, "input[0].content[0]", "unsupported_image_source"),
+    ({"type": "input_image", "image_url": "https://x.test/a.png"}, "input[0].content[0]", "remote_image_url"),
+    ({"type": "input_image", "image_url": imagefiles.data_url(imagefiles.HEIC, "image/heic")},
+     "input[0].content[0]", "unsupported_image_format"),
+    ({"type": "input_image", "image_url": PNG, "detail": ["high"]}, "input[0].content[0].detail", "invalid_value"),
+])
+def test_responses_a_bad_input_image_is_a_400_naming_it(part, param, code):
     with pytest.raises(ApiError) as info:
-        read_items([{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}])
-    assert info.value.status == 400 and info.value.code == "unsupported_value"
+        read_items([{"role": "user", "content": [part]}], "input")
+    assert (info.value.status, info.value.param, info.value.code) == (400, param, code)
+    if code == "unsupported_image_source":
+        assert "Files API" in info.value.message

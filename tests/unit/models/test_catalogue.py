@@ -147,3 +147,55 @@ def test_the_gguf_header_gives_the_memory_estimate(tmp_path):
     (tmp_path / "cut.gguf").write_bytes(Path(path).read_bytes()[:200])
     with pytest.raises(ModelLoadError, match="not a valid GGUF"):
         read_shape(str(tmp_path / "cut.gguf"))
+
+
+# ---- vision projectors (models/pairing.py) ---------------------------------------------------
+
+def test_a_projector_is_no_model_and_pairs_with_the_model_it_is_named_after(tmp_path):
+    for name in ("SmolVLM-256M-Instruct-Q8_0.gguf", "mmproj-SmolVLM-256M-Instruct-f16.gguf",
+                 "gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-mmproj-f16.gguf", "qwen3-0.6b.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    entries = {e.name: dict(e.overrides)["mmproj"] for e in scan_dir(str(tmp_path))}
+    assert entries == {"SmolVLM-256M-Instruct-Q8_0": str(tmp_path / "mmproj-SmolVLM-256M-Instruct-f16.gguf"),
+                       "gemma-3-4b-it-Q4_K_M": str(tmp_path / "gemma-3-4b-it-mmproj-f16.gguf"),
+                       "qwen3-0.6b": None}
+
+
+def test_a_projector_beside_the_only_model_is_its_whatever_its_name(tmp_path):
+    for name in ("model.gguf", "mmproj.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    [entry] = scan_dir(str(tmp_path))
+    assert entry.name == "model" and dict(entry.overrides)["mmproj"] == str(tmp_path / "mmproj.gguf")
+
+
+def test_a_projector_named_after_no_model_is_left_unused(tmp_path):
+    for name in ("alpha.gguf", "beta.gguf", "mmproj-zeta.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    assert all(dict(e.overrides)["mmproj"] is None for e in scan_dir(str(tmp_path)))
+
+
+def test_mmproj_is_the_model_s_own_and_a_models_table_s(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    toml = f'[models.other]\npath = "{tmp_path / "m.gguf"}"\n[models.seeing]\npath = "{tmp_path / "m.gguf"}"\n' \
+           f'mmproj = "{tmp_path / "p.gguf"}"\n'
+    settings = settings_from(tmp_path, toml, "--model", str(tmp_path / "m.gguf"), "--mmproj", "/x/mmproj.gguf")
+    catalogue = read_catalogue(settings, no_demo)
+    assert catalogue.find("m").settings(settings).mmproj == "/x/mmproj.gguf"
+    assert catalogue.find("other").settings(settings).mmproj is None       # --mmproj is --model's alone
+    assert catalogue.find("seeing").settings(settings).mmproj == str(tmp_path / "p.gguf")
+
+
+def test_mmproj_without_model_beside_a_catalogue_is_a_usage_error(tmp_path):
+    (tmp_path / "m.gguf").write_bytes(b"GGUF")
+    settings = settings_from(tmp_path, "", "--models-dir", str(tmp_path), "--mmproj", "/x/mmproj.gguf")
+    with pytest.raises(CatalogueError, match="--mmproj is --model's vision projector"):
+        read_catalogue(settings, no_demo)
+
+
+def test_a_projector_goes_to_every_quantisation_of_its_model(tmp_path):
+    for name in ("gemma-3-4b-it-Q4_K_M.gguf", "gemma-3-4b-it-Q8_0.gguf", "mmproj-gemma-3-4b-it-f16.gguf",
+                 "qwen3-8b.gguf"):
+        (tmp_path / name).write_bytes(b"GGUF")
+    paired = {e.name: dict(e.overrides)["mmproj"] for e in scan_dir(str(tmp_path))}
+    projector = str(tmp_path / "mmproj-gemma-3-4b-it-f16.gguf")
+    assert paired == {"gemma-3-4b-it-Q4_K_M": projector, "gemma-3-4b-it-Q8_0": projector, "qwen3-8b": None}

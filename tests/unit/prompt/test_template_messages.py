@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from localserve.conversation import Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult
+from localserve.generation import MEDIA_MARKER
 from localserve.prompt.build import ChatInput, render_chat
 from localserve.prompt.messages import ToolArguments, template_messages, template_tools
 from localserve.prompt.templates import BUILTIN_TEMPLATES, ChatTemplate, TemplateError
@@ -50,9 +51,16 @@ def test_a_participant_name_is_kept():
         {"role": "user", "name": "ann", "content": "hi"}]
 
 
-def test_an_image_is_no_template_s_yet():
-    with pytest.raises(TemplateError):
-        template_messages([Message("user", (Text("look"), Image("image/png", b"\x89PNG")))])
+def test_an_image_is_the_media_marker_with_no_line_break_beside_it():
+    png = Image(media_type="image/png", data=b"\x89PNG")
+    [shown] = template_messages([Message("user", (Text("look"), png, Text("and"), Text("this"), png))])
+    assert shown["content"] == f"look{MEDIA_MARKER}and\nthis{MEDIA_MARKER}"
+    [result] = template_messages([Message("tool", (ToolResult("call_1", (png, Text("a screenshot"))),))])
+    assert result["content"] == f"{MEDIA_MARKER}a screenshot"
+
+
+def test_the_media_marker_is_no_text_a_client_could_guess():
+    assert MEDIA_MARKER.startswith("<__media_") and len(MEDIA_MARKER) > 20
 
 
 def test_tools_read_as_openai_function_objects_without_strict():

@@ -1,0 +1,185 @@
+"""A model's vision projector (an mmproj GGUF) through llama.cpp's libmtmd.
+
+The projector loads beside its text model, as part of that model's load, on the same devices
+(--n-gpu-layers 0 keeps it on the CPU). Two sides, as the engine has:
+
+- connection threads turn one image's bytes into prompt segments (image_segments): libmtmd
+  decodes the picture (PNG, JPEG, GIF, BMP ... through its own loader), preprocesses it and
+  returns the tokens the model wraps an image in (Gemma 3's <start_of_image> ...) around one
+  image chunk. That reads the projector's fixed settings and the vocabulary, never the
+  llama context, so it is safe off the runtime thread;
+- the runtime thread evaluates an image chunk into a sequence, between two decode steps:
+  whole (evaluate: libmtmd's helper, M-RoPE positions and both-ways attention included), or,
+  where the model allows (causal attention, a position per token), encoded once (encode) and
+  its embeddings decoded into the sequence part by part (decode_part), as a long prompt is
+  fed in chunks, so the other streams keep stepping.
+
+The prompt carries the chunk as an opaque MediaChunk (generation.ImageChunk.handle); freeing
+it is Python's business (a finalizer), never the request's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import time
+import weakref
+from dataclasses import dataclass, field
+
+from llama_cpp import llama_cpp as ll
+from llama_cpp import mtmd_cpp as mtmd
+
+from ..generation import MEDIA_MARKER
+from . import model_load
+from .facade import ImageUnreadable
+from .model_load import ModelLoadError
+
+CHUNK_TEXT = 0
+CHUNK_IMAGE = 1
+
+
+@dataclass(eq=False)
+class MediaChunk:
+    """One image chunk of libmtmd (a copy this object owns): its token count and positions."""
+    pointer: int
+    n_tokens: int
+    n_pos: int
+    _free: weakref.finalize = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._free = weakref.finalize(self, mtmd.mtmd_input_chunk_free, ctypes.c_void_p(self.pointer))
+
+
+@dataclass(eq=False)
+class EncodedImage:
+    """An image's embeddings, copied out of libmtmd, while its parts are decoded step by step."""
+    values: ctypes.Array
+    n_tokens: int
+    seconds: float          # spent on it so far: the encode and the parts decoded
+
+
+class Projector:
+    """The loaded projector of one model, on that model's llama context."""
+
+    def __init__(self, path: str, model: int, llama_ctx: int, *, n_batch: int, threads: int, use_gpu: bool):
+        model_load.check_model_file(path)
+        model_load.route_mtmd_logs(mtmd)
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = threads
+        params.print_timings = False
+        params.warmup = True
+        self._marker = MEDIA_MARKER.encode()
+        params.media_marker = self._marker        # referenced for the context's life
+        model_load.recent_native_errors.clear()
+        self.ctx = mtmd.mtmd_init_from_file(path.encode(), model, params)
+        if not self.ctx:
+            raise ModelLoadError(f"libmtmd could not load the vision projector {path}: {model_load.native_reason()}")
+        self.path = path
+        self.llama_ctx = llama_ctx
+        self.n_embd = ll.llama_model_n_embd(model)
+        self.n_batch = n_batch
+        self._part_batch = None         # made when a first image is decoded in parts
+        if not mtmd.mtmd_support_vision(self.ctx):
+            self.close()
+            raise ModelLoadError(f"{path} is a projector without vision (audio only?): not served")
+        # M-RoPE (the Qwen2-VL family) needs nothing here: an image of w x h tokens says it takes
+        # max(w, h) positions (MediaChunk.n_pos), and the runtime places what follows accordingly
+
+    def close(self) -> None:
+        if self._part_batch is not None:
+            ll.llama_batch_free(self._part_batch)
+            self._part_batch = None
+        if self.ctx:
+            mtmd.mtmd_free(self.ctx)
+            self.ctx = None
+
+    # ---- connection threads ----------------------------------------------------------
+
+    def image_segments(self, data: bytes) -> list[list[int] | MediaChunk]:
+        """One image as prompt segments, in order: token lists (the model's own wrapping) and its
+        image chunk. ImageUnreadable when libmtmd cannot decode the bytes."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
+        if not bitmap:
+            raise ImageUnreadable("libmtmd could not decode the image")
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            text = mtmd.mtmd_input_text()
+            text.text = self._marker
+            text.text_len = len(self._marker)
+            text.add_special, text.parse_special = False, True
+            bitmaps = (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap)
+            status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), bitmaps, 1)
+            if status != 0:
+                raise ImageUnreadable(f"libmtmd could not prepare the image (status {status})")
+            return [segment for i in range(mtmd.mtmd_input_chunks_size(chunks))
+                    if (segment := self._segment(mtmd.mtmd_input_chunks_get(chunks, i)))]
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+            mtmd.mtmd_bitmap_free(bitmap)
+
+    def _segment(self, chunk: int) -> list[int] | MediaChunk:
+        kind = mtmd.mtmd_input_chunk_get_type(chunk)
+        if kind == CHUNK_TEXT:
+            n = ctypes.c_size_t(0)
+            tokens = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+            return [tokens[i] for i in range(n.value)]
+        if kind != CHUNK_IMAGE:
+            raise ImageUnreadable("libmtmd read the data as audio, not an image")
+        n_tokens, n_pos = mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk)
+        copy = mtmd.mtmd_input_chunk_copy(chunk)
+        if not copy:
+            raise ImageUnreadable("libmtmd could not keep the image's chunk")
+        return MediaChunk(copy, n_tokens, n_pos)
+
+    # ---- the runtime thread ------------------------------------------------------------
+
+    def evaluate(self, chunk: MediaChunk, position: int, seq_id: int) -> float:
+        """Encode the image and decode its embeddings into `seq_id` from `position`, whole; the
+        seconds it took. RuntimeError when libmtmd fails."""
+        started = time.perf_counter()
+        new_n_past = ll.llama_pos(position)
+        status = mtmd.mtmd_helper_eval_chunk_single(self.ctx, self.llama_ctx, ctypes.c_void_p(chunk.pointer),
+                                                    position, seq_id, self.n_batch, False, ctypes.byref(new_n_past))
+        if status != 0:
+            raise RuntimeError(f"libmtmd failed to evaluate an image (status {status})")
+        return time.perf_counter() - started
+
+    def splits(self, chunk: MediaChunk) -> bool:
+        """Its embeddings may be decoded part by part: causal attention over them, a position each
+        (not M-RoPE, not Gemma 3's both-ways attention over an image)."""
+        pointer = ctypes.c_void_p(chunk.pointer)
+        return (chunk.n_pos == chunk.n_tokens and not mtmd.mtmd_decode_use_mrope(self.ctx)
+                and not mtmd.mtmd_decode_use_non_causal(self.ctx, pointer))
+
+    def encode(self, chunk: MediaChunk) -> EncodedImage:
+        """The image through the vision tower and projector; its embeddings kept for decode_part."""
+        started = time.perf_counter()
+        status = mtmd.mtmd_encode_chunk(self.ctx, ctypes.c_void_p(chunk.pointer))
+        if status != 0:
+            raise RuntimeError(f"libmtmd failed to encode an image (status {status})")
+        n = chunk.n_tokens * self.n_embd
+        values = (ctypes.c_float * n)()
+        ctypes.memmove(values, mtmd.mtmd_get_output_embd(self.ctx), n * ctypes.sizeof(ctypes.c_float))
+        return EncodedImage(values, chunk.n_tokens, time.perf_counter() - started)
+
+    def decode_part(self, image: EncodedImage, start: int, count: int, position: int, seq_id: int) -> None:
+        """Embeddings start..start+count of the image into `seq_id` from `position` (no logits)."""
+        if count > self.n_batch:
+            raise ValueError("a part is at most a batch")
+        started = time.perf_counter()
+        if self._part_batch is None:
+            self._part_batch = ll.llama_batch_init(self.n_batch, self.n_embd, 1)
+        batch = self._part_batch
+        width = self.n_embd * ctypes.sizeof(ctypes.c_float)
+        ctypes.memmove(batch.embd, ctypes.addressof(image.values) + start * width, count * width)
+        for i in range(count):
+            batch.pos[i] = position + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq_id
+            batch.logits[i] = False
+        batch.n_tokens = count
+        status = ll.llama_decode(self.llama_ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed on an image's embeddings (status {status})")
+        image.seconds += time.perf_counter() - started

@@ -1,0 +1,223 @@
+"""Images a request carries, read from what clients send and checked before anything decodes them.
+
+A client sends an image inline: a ``data:`` URL (OpenAI's ``image_url``, Responses'
+``input_image``) or base64 with a declared media type (Anthropic's ``source``, Ollama's
+``images``). Here that text becomes a :class:`~localserve.conversation.Image` or an
+:class:`ImageRefused` saying why not, from the bytes' own header alone (stdlib only: the
+pixels are decoded later, by libmtmd's stb loader, which reads PNG, JPEG, GIF and BMP):
+
+- the format is sniffed from the magic bytes; a declared media type must agree with them;
+- a format the loader cannot read (WebP, HEIC/AVIF, TIFF, SVG, ...) is refused by its name;
+- the pixel size is read from the header (PNG IHDR, JPEG SOF, GIF screen, BMP DIB) and
+  held to MAX_IMAGE_PIXELS, the decoded bytes to MAX_IMAGE_BYTES (checked before decoding);
+- a remote ``http(s)`` URL is refused, never fetched: the server is meant to run with no
+  network at all, and a fetch on a client's behalf would be a request forgery.
+The caller names the request part (``messages[2].content[1]``) in the error it makes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+
+from .conversation import Image
+
+MAX_IMAGE_BYTES = 20 * 1024 * 1024     # one image's decoded bytes (OpenAI's and Anthropic's order of size)
+MAX_IMAGE_PIXELS = 8192 * 4096         # width × height of one image: 32 megapixels (the loader decodes to RGB)
+MAX_IMAGES_PER_REQUEST = 100           # images in one request's conversation, as Anthropic's API allows
+
+# The formats libmtmd's loader reads, by media type.
+ACCEPTED = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/bmp": "BMP"}
+ACCEPTED_NAMES = "PNG, JPEG, GIF or BMP"
+MEDIA_TYPE_ALIASES = {"image/jpg": "image/jpeg", "image/x-png": "image/png", "image/x-bmp": "image/bmp",
+                      "image/x-ms-bmp": "image/bmp", "image/pjpeg": "image/jpeg"}
+
+MAX_DATA_URL_HEAD = 256               # "data:<media type>;<parameters>," before the data: a header, not a body
+_WHITESPACE = re.compile(rb"[ \t\r\n]+")
+
+
+class ImageRefused(ValueError):
+    """Why an image is not taken; code: invalid_image, unsupported_image_format,
+    image_media_type_mismatch, image_too_large, remote_image_url, too_many_images."""
+
+    def __init__(self, message: str, code: str = "invalid_image"):
+        super().__init__(message)
+        self.code = code
+
+
+def from_url(url: str, where: str = "") -> Image:
+    """An image from an ``image_url``: a base64 ``data:`` URL; anything else is refused."""
+    if not isinstance(url, str):
+        raise ImageRefused("expected a data: URL string")
+    scheme = url[:8].lower()
+    if scheme.startswith(("http://", "https://")):
+        raise ImageRefused("remote image URLs are not fetched: this server does not reach the network "
+                           "(air-gapped by design); send the image inline as a base64 data: URL", "remote_image_url")
+    comma = url.find(",", 0, MAX_DATA_URL_HEAD)
+    if not url[:5].lower() == "data:" or comma < 0:
+        raise ImageRefused("expected a data: URL (data:image/png;base64,...)")
+    media_type, *params = url[5:comma].split(";")
+    if "base64" not in (p.strip().lower() for p in params):
+        raise ImageRefused("a data: URL of an image must be base64 (data:image/png;base64,...)")
+    return from_base64(url[comma + 1:], media_type.strip() or None, where)
+
+
+def from_base64(data: str | bytes, media_type: str | None = None, where: str = "") -> Image:
+    """An image from base64 text and the media type the client declared (None: none declared)."""
+    if not isinstance(data, (str, bytes)):
+        raise ImageRefused("expected base64 image data as a string")
+    raw = _WHITESPACE.sub(b"", data.encode("ascii", "replace") if isinstance(data, str) else data)
+    if len(raw) * 3 // 4 > MAX_IMAGE_BYTES:      # refused before it is decoded
+        raise _too_large(len(raw) * 3 // 4)
+    try:
+        decoded = base64.b64decode(raw + b"=" * (-len(raw) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise ImageRefused("the image data is not valid base64") from None
+    return from_bytes(decoded, media_type, where)
+
+
+def from_bytes(data: bytes, media_type: str | None = None, where: str = "") -> Image:
+    """An image from its bytes: a format the loader reads, agreeing with the declared media
+    type, within the byte and pixel limits."""
+    if len(data) > MAX_IMAGE_BYTES:
+        raise _too_large(len(data))
+    if not data:
+        raise ImageRefused("the image is empty")
+    found = sniff(data)
+    if found is None:
+        raise ImageRefused(f"the data is not an image: its first bytes match no image format; accepted formats "
+                           f"are {ACCEPTED_NAMES}")
+    if found not in ACCEPTED:
+        raise ImageRefused(f"the image is {found}, which is not read here; accepted formats are {ACCEPTED_NAMES}",
+                           "unsupported_image_format")
+    if media_type is not None:
+        declared = media_type.strip().lower()
+        declared = MEDIA_TYPE_ALIASES.get(declared, declared)
+        if declared != found:
+            raise ImageRefused(f"the media type says {media_type[:100]!r} but the bytes are {ACCEPTED[found]} ({found})",
+                               "image_media_type_mismatch")
+    width, height = dimensions(data, found)
+    if width <= 0 or height <= 0:
+        raise ImageRefused(f"the {ACCEPTED[found]} image has no pixels ({width}x{height})")
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ImageRefused(f"the image is {width}x{height} pixels, more than MAX_IMAGE_PIXELS "
+                           f"({MAX_IMAGE_PIXELS}) allows", "image_too_large")
+    return Image(data, found, where=where)
+
+
+def _too_large(size: int) -> ImageRefused:
+    return ImageRefused(f"the image is {size} bytes, more than MAX_IMAGE_BYTES ({MAX_IMAGE_BYTES}) allows",
+                        "image_too_large")
+
+
+def count_refusal(count: int) -> ImageRefused:
+    return ImageRefused(f"the request carries {count} images, more than MAX_IMAGES_PER_REQUEST "
+                        f"({MAX_IMAGES_PER_REQUEST}) allows", "too_many_images")
+
+
+# ---- formats ----------------------------------------------------------------------------
+
+_HEIF_BRANDS = {b"heic": "HEIC", b"heix": "HEIC", b"hevc": "HEIC", b"heim": "HEIC", b"heis": "HEIC",
+                b"mif1": "HEIF", b"msf1": "HEIF", b"avif": "AVIF", b"avis": "AVIF"}
+
+
+def sniff(data: bytes) -> str | None:
+    """The media type the magic bytes say (an accepted one), a name for another format, or None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data.startswith(b"BM") and len(data) >= 18:
+        return "image/bmp"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "WebP (image/webp)"
+    if data[4:8] == b"ftyp" and data[8:12] in _HEIF_BRANDS:
+        name = _HEIF_BRANDS[data[8:12]]
+        return f"{name} (image/{name.lower()})"
+    if data.startswith((b"II*\x00", b"MM\x00*")):
+        return "TIFF (image/tiff)"
+    if data.startswith(b"\x00\x00\x01\x00"):
+        return "ICO (image/x-icon)"
+    if data.startswith(b"8BPS"):
+        return "PSD (image/vnd.adobe.photoshop)"
+    if data.startswith(b"\xff\x0a") or data.startswith(b"\x00\x00\x00\x0cJXL "):
+        return "JPEG XL (image/jxl)"
+    if data.startswith(b"%PDF"):
+        return "PDF (application/pdf)"
+    head = data[:1024].lstrip(b"\xef\xbb\xbf \t\r\n").lower()
+    if head.startswith(b"<") and b"<svg" in head:
+        return "SVG (image/svg+xml)"
+    return None
+
+
+def dimensions(data: bytes, media_type: str) -> tuple[int, int]:
+    """(width, height) from the header of an accepted format; ImageRefused when it is cut short."""
+    try:
+        return _READERS[media_type](data)
+    except struct.error:
+        raise ImageRefused(f"the {ACCEPTED[media_type]} image is truncated: its header is incomplete") from None
+
+
+def _png(data: bytes) -> tuple[int, int]:
+    if data[12:16] != b"IHDR":
+        raise ImageRefused("the PNG image is truncated or malformed: no IHDR header")
+    return struct.unpack_from(">II", data, 16)
+
+
+def _gif(data: bytes) -> tuple[int, int]:
+    return struct.unpack_from("<HH", data, 6)
+
+
+def _bmp(data: bytes) -> tuple[int, int]:
+    (header_size,) = struct.unpack_from("<I", data, 14)
+    if header_size == 12:        # OS/2 BITMAPCOREHEADER: 16-bit sizes
+        return struct.unpack_from("<HH", data, 18)
+    width, height, _, _, compression = struct.unpack_from("<iiHHI", data, 18)
+    if compression not in (0, 3, 6):     # RGB, bit fields: what the loader reads (not RLE, JPEG, PNG)
+        raise ImageRefused(f"the BMP image is compressed (method {compression}); accepted BMPs are uncompressed",
+                           "unsupported_image_format")
+    return width, abs(height)    # a negative height is a top-down bitmap
+
+
+# Start-of-frame markers: baseline, extended and progressive Huffman are what the loader reads.
+_SOF_READ = {0xC0, 0xC1, 0xC2}
+_SOF_OTHER = {0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
+
+
+def _jpeg(data: bytes) -> tuple[int, int]:
+    """Walk the segments to the first start-of-frame: its height and width."""
+    at = 2
+    while True:
+        if data[at] != 0xFF:
+            raise ImageRefused("the JPEG image is malformed: a segment does not start with 0xFF")
+        marker = data[at + 1]
+        if marker == 0xFF:           # fill byte
+            at += 1
+            continue
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:     # markers without a length
+            at += 2
+            continue
+        if marker in (0xD9, 0xDA):
+            raise ImageRefused("the JPEG image is truncated or malformed: no frame header before its data")
+        (length,) = struct.unpack_from(">H", data, at + 2)
+        if marker in _SOF_READ or marker in _SOF_OTHER:
+            if marker in _SOF_OTHER:
+                raise ImageRefused("the JPEG image is lossless, hierarchical or arithmetic-coded; accepted JPEGs "
+                                   "are baseline or progressive", "unsupported_image_format")
+            height, width = struct.unpack_from(">HH", data, at + 5)
+            return width, height
+        at += 2 + length
+
+
+def _read_jpeg(data: bytes) -> tuple[int, int]:
+    try:
+        return _jpeg(data)
+    except IndexError:
+        raise struct.error("cut short") from None
+
+
+_READERS = {"image/png": _png, "image/jpeg": _read_jpeg, "image/gif": _gif, "image/bmp": _bmp}

@@ -1,0 +1,87 @@
+"""A prompt with images: each media marker in the rendered text becomes the image's chunk.
+
+The template renders an image as generation.MEDIA_MARKER (messages.py), in the conversation's
+order. Here the text between markers is tokenized as any prompt is (the first piece with the
+model's start tokens), and each image goes through the vision projector (libmtmd: decoded,
+preprocessed, wrapped in the tokens its model expects around an image) into an image chunk of
+n positions. The prompt's tokens hold, at those n positions, the image's placeholder id (made
+from the hash of its bytes), and GenerationRequest.images says where each chunk starts:
+prefix matching in the slots and the RAM cache then reuses a repeated image and stops at a
+different one, and the runtime evaluates the chunk when its sequence reaches it.
+"""
+
+from __future__ import annotations
+
+from ..conversation import Image, Message, ToolResult
+from ..engine.facade import EngineFacade, ImageUnreadable, TooManyTokens
+from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
+
+
+def images_in_order(messages: list[Message]) -> list[Image]:
+    """The conversation's images in the order a template shows them: each message's own parts,
+    a tool result's inside it."""
+    found: list[Image] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, Image):
+                found.append(part)
+            elif isinstance(part, ToolResult) and not isinstance(part.content, str):
+                found.extend(p for p in part.content if isinstance(p, Image))
+    return found
+
+
+def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *, fit: bool = True,
+                         text_after: bool = True) -> tuple[list[int], list[ImageChunk]]:
+    """The prompt's tokens with each image's placeholder ids, and its image chunks. fit: the
+    prompt must fit the context (ContextOverflow); text_after: it must not end with an image
+    (a prompt to run; a count need not). PromptRefused for an image the projector cannot read,
+    or a template that did not show each image once."""
+    pieces = text.split(MEDIA_MARKER)
+    if len(pieces) - 1 != len(images):
+        raise PromptRefused(f"the chat template showed {len(pieces) - 1} image(s) of the {len(images)} the "
+                            f"conversation has: it cannot place them", code="template_error", param="messages")
+    tokens = _text_tokens(engine, pieces[0], fit, first=True)
+    chunks: list[ImageChunk] = []
+    for image, piece in zip(images, pieces[1:]):
+        _add_image(engine, image, tokens, chunks)
+        tokens += _text_tokens(engine, piece, fit, first=False)
+    if fit and len(tokens) >= engine.n_ctx:
+        raise ContextOverflow(len(tokens), engine.n_ctx)
+    if text_after and chunks and chunks[-1].end == len(tokens):
+        # the runtime reads the next token's logits off the prompt's last token: it must be text
+        raise PromptRefused("the prompt ends with an image: put text (or the generation prompt) after it",
+                            code="invalid_image", param="messages")
+    return tokens, chunks
+
+
+def shown_prompt(engine: EngineFacade, tokens: list[int], images: list[ImageChunk]) -> str:
+    """The prompt as text, each image the media marker (never its placeholder ids detokenized)."""
+    parts, at = [], 0
+    for image in images:
+        parts += [engine.detokenize(tokens[at:image.start]), MEDIA_MARKER]
+        at = image.end
+    return "".join(parts) + engine.detokenize(tokens[at:])
+
+
+def _text_tokens(engine: EngineFacade, text: str, fit: bool, *, first: bool) -> list[int]:
+    if not text and not first:
+        return []
+    try:
+        return engine.tokenize(text, add_special=first, parse_special=True, limit=engine.n_ctx if fit else None)
+    except TooManyTokens as exc:
+        raise ContextOverflow(exc.at_least, engine.n_ctx, at_least=True) from None
+
+
+def _add_image(engine: EngineFacade, image: Image, tokens: list[int], chunks: list[ImageChunk]) -> None:
+    where = image.where or "messages"
+    digest = image.digest
+    try:
+        segments = engine.image_segments(image.data)
+    except ImageUnreadable as exc:
+        raise PromptRefused(f"invalid '{where}': {exc}", code="invalid_image", param=where) from None
+    for segment in segments:
+        if isinstance(segment, list):
+            tokens += segment
+            continue
+        chunks.append(ImageChunk(len(tokens), segment.n_tokens, digest, segment))
+        tokens += [placeholder_id(digest)] * segment.n_tokens

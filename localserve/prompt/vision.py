@@ -1,0 +1,83 @@
+"""Images in a conversation, and what a model without a vision projector makes of them.
+
+Every dialect reads its image parts into conversation.Image (localserve/images.py checks each
+one); then, on the typed conversation, :func:`fit_images`:
+- holds the whole conversation to MAX_IMAGES_PER_REQUEST;
+- for a model with no vision projector (ChatModel.vision False), refuses an image in the
+  turn being answered (the user turns after the last assistant turn): the model cannot read
+  what it is asked about, so the request is a 400 naming the model, as OpenAI answers for a
+  text-only model. An image in an earlier turn or inside a tool result becomes the text
+  IMAGE_OMITTED instead, so an agent loop that read a screenshot goes on; the count goes on
+  the request (GenerationRequest.images_omitted) and the dialects say so in a header. A
+  turn that answers tool calls is a tool loop going on, its images what the tools saw:
+  clients put them in a user message beside the results where the dialect has no image
+  in a tool result (Chat Completions), so those are shown as text too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..conversation import Image, Message, Text, ToolResult
+from ..generation import PromptRefused
+from ..images import count_refusal, MAX_IMAGES_PER_REQUEST
+from .build import ChatInput, ChatModel
+
+IMAGE_OMITTED = "[image omitted: this model has no vision]"
+
+
+def fit_images(model: ChatModel, chat: ChatInput) -> None:
+    """chat.messages as `model` can take them (chat.images_omitted: how many became text), or
+    PromptRefused naming the image's part."""
+    images = images_in(chat.messages)
+    if len(images) > MAX_IMAGES_PER_REQUEST:
+        extra = images[MAX_IMAGES_PER_REQUEST]
+        raise PromptRefused(f"invalid '{extra.where}': {count_refusal(len(images))}", code="too_many_images",
+                            param=extra.where or "messages")
+    if model.vision or not images:
+        return
+    answered = chat.messages[answered_from(chat.messages):]
+    asked = [] if any(m.of(ToolResult) for m in answered) else images_in(answered, results=False)
+    if asked:
+        where = asked[0].where
+        raise PromptRefused(f"invalid '{where}': model '{model.name}' has no vision projector, so it cannot read "
+                            f"images; use a model with one, or send text", code="model_has_no_vision",
+                            param=where or "messages")
+    chat.messages = [without_images(message) for message in chat.messages]
+    chat.images_omitted = len(images)
+
+
+def answered_from(messages: list[Message]) -> int:
+    """Where the turn being answered starts: after the last assistant message."""
+    for i in reversed(range(len(messages))):
+        if messages[i].role == "assistant":
+            return i + 1
+    return 0
+
+
+def images_in(messages: list[Message], *, results: bool = True) -> list[Image]:
+    """The images of the messages, in order; results: those inside tool results too."""
+    found = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, Image):
+                found.append(part)
+            elif results and isinstance(part, ToolResult) and not isinstance(part.content, str):
+                found.extend(p for p in part.content if isinstance(p, Image))
+    return found
+
+
+def without_images(message: Message) -> Message:
+    """The message with each image (its own, its tool results') as the IMAGE_OMITTED text."""
+    if not images_in([message]):
+        return message
+    return dataclasses.replace(message, parts=tuple(_text_for_images(part) for part in message.parts))
+
+
+def _text_for_images(part):
+    if isinstance(part, Image):
+        return Text(IMAGE_OMITTED)
+    if isinstance(part, ToolResult) and not isinstance(part.content, str):
+        return dataclasses.replace(part, content=tuple(Text(IMAGE_OMITTED) if isinstance(p, Image) else p
+                                                       for p in part.content))
+    return part

@@ -1,0 +1,157 @@
+"""Editor completions before long chats: with every slot busy, a completion takes the slot of a
+running job, which waits parked until a slot is free again.
+
+Who may preempt: a request marked `editor_completion` (the fill-in-the-middle routes mark theirs:
+/infill, Completions with a `suffix`, Ollama's generate with a `suffix`) that asks for tokens; a
+warm-up (n_predict 0) only fills the cache and waits its turn. Who may be parked: any other job
+in a slot, unless a grammar is choosing its next token on another thread at that moment. An
+editor completion never parks another: a client's newer completion supersedes its older one
+(dialects/fim.py), and two editors take turns.
+
+Parking copies the job's KV sequence to RAM (llama_state_seq_get_data, as the prompt cache does)
+and empties the slot. The Job keeps the rest as it was (its sampler with its RNG and grammar
+state, the text held back by its pipeline, the token it decodes next), so once resumed its
+stream goes on as if nothing happened: no token lost, none repeated, the same greedy text. A
+parked job goes back into the first free slot before any queued job (a queued editor
+completion still goes first); what the completion left in that slot goes to the RAM prompt
+cache, where the next keystroke finds it. Where llama.cpp cannot place the saved sequence (a
+fragmented cache) the job's tokens are decoded again instead. Parked jobs' copies take RAM as
+their sequences took KV cells: at most every slot's but one.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Callable
+
+from ..engine.engine import Engine
+from ..generation import ActiveGeneration
+from .jobs import Job, JobStatus, Slot
+from .kvslots import SlotKeeper
+from .scheduler import Scheduler, choose_slot
+
+log = logging.getLogger("localserve.runtime")
+
+
+def may_preempt(gen: ActiveGeneration) -> bool:
+    """An editor's completion that asks for tokens (see the module's comment)."""
+    return gen.request.editor_completion and gen.request.max_tokens != 0 and not gen.cancelled
+
+
+def may_be_parked(job: Job) -> bool:
+    # A job with images stays: if its saved sequence could not be placed again, its image
+    # positions hold placeholder ids that cannot be decoded as tokens.
+    return (not job.request.editor_completion and job.pending is None and not job.request.images
+            and job.status in (JobStatus.PREFILLING, JobStatus.DECODING))
+
+
+@dataclass
+class ParkedJob:
+    job: Job
+    state: bytes                # its KV sequence, as llama_state_seq_get_data wrote it
+    in_kv: list[int]            # the tokens that sequence holds, to decode again if it cannot be restored
+
+
+class Parking:
+    """Jobs set aside for editor completions, in the order they were parked."""
+
+    def __init__(self, engine: Engine, kv: SlotKeeper, scheduler: Scheduler):
+        self.engine = engine
+        self.kv = kv
+        self.scheduler = scheduler
+        self.parked: list[ParkedJob] = []
+
+    def admit_editors(self, start: Callable[[ActiveGeneration, Slot], None],
+                      end_cancelled: Callable[[Job], None]) -> None:
+        """Queued editor completions take a slot (`start` starts one), parking a job if none is
+        free; then parked jobs take free slots back before anything else queued. Parked jobs whose
+        clients left are ended first (`end_cancelled`)."""
+        for job in self.take_cancelled():
+            end_cancelled(job)
+        slots = self.scheduler.slots
+        while (gen := self.scheduler.first_waiting(may_preempt)) is not None:
+            slot = self.slot_for_editor(slots, gen)
+            if slot is None:
+                break
+            self.scheduler.withdraw(gen)
+            start(gen, slot)
+        self.resume(slots)
+
+    @property
+    def jobs(self) -> list[Job]:
+        return [p.job for p in self.parked]
+
+    def slot_for_editor(self, slots: list[Slot], gen: ActiveGeneration) -> Slot | None:
+        """A free slot (the one the scheduler would choose), else one emptied by parking its job;
+        None when every job must stay."""
+        free = [s for s in slots if s.job is None]
+        if free:
+            return choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
+        candidates = [s for s in slots if may_be_parked(s.job)]
+        if not candidates:
+            return None
+        slot = min(candidates, key=lambda s: s.job.n_past)     # the smallest sequence: the cheapest copy
+        self._park(slot)
+        return slot
+
+    def resume(self, slots: list[Slot]) -> list[Job]:
+        """Parked jobs back into free slots, first parked first; those resumed."""
+        resumed = []
+        while self.parked and (free := [s for s in slots if s.job is None]):
+            parked = self.parked.pop(0)
+            held = parked.job.slot          # what it holds while parked: its tokens, its cache key
+            slot = choose_slot(free, held.tokens, held.cache_key)
+            self._restore(parked, slot)
+            resumed.append(slot.job)
+        return resumed
+
+    def take_cancelled(self) -> list[Job]:
+        """Parked jobs whose clients left: their copies are dropped; the runtime ends them."""
+        gone = [p.job for p in self.parked if p.job.gen.cancelled]
+        self.parked = [p for p in self.parked if not p.job.gen.cancelled]
+        return gone
+
+    def take_all(self) -> list[Job]:
+        jobs, self.parked = self.jobs, []
+        return jobs
+
+    def _park(self, slot: Slot) -> None:
+        job = slot.job
+        # a prefilling job's sequence holds the prompt so far; slot.tokens lists it once decoding
+        in_kv = list(slot.tokens) if job.status is JobStatus.DECODING else job.prompt[:job.n_past]
+        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv)
+        log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
+                 job.gen.id, job.request.label, len(job.generated), slot.seq_id)
+        # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
+        job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key)
+        slot.job = None
+        self.kv.clear(slot)
+        self.parked.append(parked)
+
+    def _restore(self, parked: ParkedJob, slot: Slot) -> None:
+        self._vacate(slot)
+        job, held = parked.job, parked.job.slot
+        # in its slot first: should the restore fail, the runtime fails it as any running job
+        slot.tokens, slot.cache_key, slot.last_used = held.tokens, held.cache_key, held.last_used
+        slot.job, job.slot = job, slot
+        if parked.in_kv and not self.engine.restore_sequence(slot.seq_id, parked.state):
+            log.info("job %s's saved sequence could not be placed: decoding its %d tokens again",
+                     job.gen.id, len(parked.in_kv))
+            self._decode_again(slot.seq_id, parked.in_kv)
+        slot.kv_length = self.engine.seq_length(slot.seq_id)
+        log.info("resumed job %s (%s) in slot %d", job.gen.id, job.request.label, slot.seq_id)
+
+    def _vacate(self, slot: Slot) -> None:
+        """What the slot holds (the completion that ran there) goes to the RAM cache if worth it."""
+        cache = self.kv.cache
+        if cache.worth_saving(slot.tokens):
+            cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
+        self.kv.clear(slot)
+
+    def _decode_again(self, seq_id: int, tokens: list[int]) -> None:
+        self.engine.seq_remove(seq_id)
+        step = self.engine.n_batch
+        for start in range(0, len(tokens), step):
+            chunk = tokens[start:start + step]
+            self.engine.decode([(t, start + i, seq_id, False) for i, t in enumerate(chunk)])

@@ -1,0 +1,158 @@
+"""With one slot, an editor's completion does not wait behind a long chat: it parks the chat
+(runtime/preempt.py), runs, and the chat resumes where it was, its text unchanged.
+
+The order is read from the streams, never from the clock: the completion's whole answer arrives
+while the chat is still streaming (the chat's chunks received by then are fewer than its
+max_tokens, and its last chunk comes after), and the server's log says where the chat was
+parked. The chat's text is compared with the same chat run alone, greedily."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+
+import pytest
+
+from conftest import ServerProcess
+from rawhttp import post_json, request
+from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny_gguf
+
+PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
+CONTEXT = 4096
+CHAT_TOKENS = 3000      # long enough that the completion, sent after its first chunk, lands mid-chat
+
+
+@pytest.fixture(scope="module")
+def one_slot(tmp_path_factory):
+    path = write_tiny_gguf(tmp_path_factory.mktemp("preempt-model") / "coder.gguf", chat_template=CHATML_TEMPLATE,
+                           fim="repo", context_length=CONTEXT)
+    srv = ServerProcess(path, "--slots", "1", "--ctx-size", str(CONTEXT), "--speculative", "off", "--no-store")
+    yield srv
+    srv.stop()
+
+
+def no_end_bias() -> dict[str, int]:
+    """A job runs to its max_tokens: no end-of-generation token, no FIM token (they end completions)."""
+    ids = token_ids(list(FIM_TOKENS.values()))
+    return {**NO_EOG, **{str(ids[text]): -100 for text in FIM_TOKENS.values()}}
+
+
+def chat_body(prompt: str) -> dict:
+    return {"messages": [{"role": "user", "content": prompt}], "max_tokens": CHAT_TOKENS, "temperature": 0,
+            "logit_bias": no_end_bias(), "stream": True}
+
+
+class StreamedChat:
+    """A chat streamed on its own thread: its text pieces, counted as they arrive, and its request id."""
+
+    def __init__(self, port: int, body: dict):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        self.response = self.conn.getresponse()
+        assert self.response.status == 200
+        self.request_id = self.response.getheader("x-request-id")
+        self.pieces: list[str] = []
+        self.finish_reason: str | None = None
+        self.first_chunk = threading.Event()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            for line in iter(self.response.readline, b""):
+                if line.startswith(b"data: {"):
+                    self._take(json.loads(line[len(b"data: "):]))
+        except (OSError, http.client.HTTPException):
+            pass            # the test closed the connection itself
+        finally:
+            self.conn.close()
+
+    def _take(self, chunk: dict) -> None:
+        for choice in chunk["choices"]:
+            if choice["delta"].get("content"):
+                self.pieces.append(choice["delta"]["content"])
+                self.first_chunk.set()
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def text(self) -> str:
+        self.thread.join(timeout=120)
+        assert not self.thread.is_alive()
+        return "".join(self.pieces)
+
+
+def chat_alone(port: int, prompt: str) -> str:
+    chat = StreamedChat(port, chat_body(prompt))
+    return chat.text()
+
+
+def parked_after(server: ServerProcess, request_id: str) -> int:
+    """How many tokens the chat had written when the runtime parked it (its log line)."""
+    assert server.wait_log(f" {request_id}) after "), server.log
+    line = next(line for line in server.lines if "parked job" in line and f" {request_id}) " in line)
+    return int(line.split(") after ")[1].split()[0])
+
+
+EDITOR_REQUESTS = {
+    "infill": ("/infill", {"input_prefix": "def f(x):\n    ", "input_suffix": "\n", "n_predict": 8,
+                           "grammar": 'root ::= "return x"', "temperature": 0}, lambda a: a["content"]),
+    "completions": ("/v1/completions", {"prompt": "def f(x):\n    ", "suffix": "\n", "max_tokens": 8,
+                                        "grammar": 'root ::= "return x"', "temperature": 0},
+                    lambda a: a["choices"][0]["text"]),
+    # Continue's OpenAI provider: its own FIM template in a plain prompt (test_infill_continue.py)
+    "completions-fim-prompt": ("/v1/completions", {"prompt": f"{PRE}def f(x):\n    {SUF}\n{MID}", "max_tokens": 8,
+                                                   "grammar": 'root ::= "return x"', "temperature": 0},
+                               lambda a: a["choices"][0]["text"]),
+    "ollama": ("/api/generate", {"prompt": "def f(x):\n    ", "suffix": "\n", "stream": False,
+                                 "options": {"num_predict": 8, "temperature": 0, "grammar": 'root ::= "return x"'}},
+               lambda a: a["response"]),
+}
+
+
+@pytest.mark.parametrize("route", sorted(EDITOR_REQUESTS))
+def test_a_completion_parks_a_long_chat_which_then_goes_on_unchanged(one_slot, route):
+    port = one_slot.port
+    prompt = f"write me a long story ({route})"
+    alone = chat_alone(port, prompt)
+    assert len(alone) > CHAT_TOKENS // 2          # a real, long text: "" == "" would prove nothing
+
+    chat = StreamedChat(port, chat_body(prompt))
+    assert chat.first_chunk.wait(60)
+    path, body, answer_text = EDITOR_REQUESTS[route]
+    answer = request(port, post_json(path, {"model": "coder", **body}), timeout=60)
+    received_by_then = len(chat.pieces)
+    finished_by_then = chat.finish_reason is not None
+
+    assert answer.status == 200, answer.body
+    assert answer_text(answer.json()) == "return x"
+    assert not finished_by_then and received_by_then < CHAT_TOKENS
+    assert 0 < parked_after(one_slot, chat.request_id) < CHAT_TOKENS
+    assert chat.text() == alone and chat.finish_reason == "length"
+
+
+def test_a_warm_up_waits_its_turn(one_slot):
+    """n_predict 0 only fills the cache: it parks nothing."""
+    port = one_slot.port
+    chat = StreamedChat(port, chat_body("a chat the warm-up waits for"))
+    assert chat.first_chunk.wait(60)
+    warm = request(port, post_json("/infill", {"input_prefix": "x", "input_suffix": "y", "n_predict": 0}), timeout=60)
+    assert warm.status == 200
+    assert len(chat.text()) > CHAT_TOKENS // 2
+    assert not [line for line in one_slot.lines if "parked job" in line and f" {chat.request_id}) " in line]
+
+
+def test_a_parked_chat_whose_client_leaves_is_cancelled(one_slot):
+    port = one_slot.port
+    chat = StreamedChat(port, chat_body("a chat that is dropped while parked"))
+    assert chat.first_chunk.wait(60)
+    completion = threading.Thread(target=request, args=(port, post_json("/infill", {
+        "input_prefix": "a", "input_suffix": "b", "n_predict": 2000, "logit_bias": no_end_bias()}), 60))
+    completion.start()
+    assert parked_after(one_slot, chat.request_id) >= 0
+    chat.conn.sock.shutdown(2)       # the client goes away while its chat is parked
+    completion.join(60)
+    assert one_slot.wait_cancelled(chat.request_id, "client went away")
+    # it ended while parked: it never came back into the slot
+    assert not [line for line in one_slot.lines if "resumed job" in line and f" {chat.request_id}) " in line]
+    slots = request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
+    assert not any(s["busy"] for s in slots["slots"]) and slots["queue_depth"] == 0

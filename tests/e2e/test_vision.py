@@ -1,0 +1,203 @@
+"""Images through the real engine and the tiny vision projector (tests/support/tinyvision.py),
+below the dialects: the model loads with --mmproj's projector (models/loaded.py), a conversation
+with an image part renders through the chat template to the media marker, the prompt becomes
+text and image chunks (prompt/media.py), and the runtime evaluates the image between decode
+steps (runtime/images.py). The reference is bench/bare_vision.py: libmtmd's own tokenize and
+eval of the same prompt text, greedy token for token."""
+
+from __future__ import annotations
+
+import math
+import queue
+
+import numpy as np
+import pytest
+
+from bench.bare_vision import BareVision
+from localserve.conversation import Image, Message, Text, ToolCall, ToolResult
+from localserve.generation import MEDIA_MARKER, Finished, GenerationRequest, PromptRefused, SamplingParams
+from localserve.models.catalogue import ModelEntry
+from localserve.models.loaded import load
+from localserve.ops.metrics import ServerMetrics
+from localserve.prompt.build import ChatInput, build_chat_request, render_chat
+from localserve.settings import Settings
+from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, NO_EOG, token_ids, write_tiny_gguf  # tests/support/
+from tinyvision import IMAGE_TOKENS, checkerboard, png_bytes, solid, write_tiny_mmproj
+
+N_TOKENS = 10
+PNG = png_bytes(checkerboard(20, 12))
+OTHER_PNG = png_bytes(solid(20, 12, (200, 30, 30)))
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("vision")
+    return (str(write_tiny_gguf(d / "tiny.gguf", chat_template=CHATML_TEMPLATE)),
+            str(write_tiny_mmproj(d / "mmproj-tiny.gguf")))
+
+
+@pytest.fixture(scope="module")
+def model(files):
+    path, mmproj = files
+    settings = Settings(model=path, mmproj=mmproj, ctx_size=512, slots=2, cache_ram=64)
+    metrics = ServerMetrics()
+    loaded = load(ModelEntry("tiny", path), settings, metrics, threads=1)
+    loaded.metrics = metrics
+    yield loaded
+    loaded.close().close()
+
+
+@pytest.fixture(scope="module")
+def bare(files):
+    b = BareVision(*files, n_ctx=512, marker=MEDIA_MARKER)
+    yield b
+    b.close()
+
+
+def ask(image: bytes, text: str = "what is this?") -> list[Message]:
+    return [Message("user", (Text(text), Image(media_type="image/png", data=image)))]
+
+
+def run(model, messages: list[Message]):
+    request = build_chat_request(model.chat, ChatInput(messages), greedy(), max_tokens=N_TOKENS, stop=[],
+                                 logprobs=True, top_logprobs=1)
+    gen = model.runtime.submit(request)
+    while True:
+        event = gen.events.get(timeout=60)
+        if isinstance(event, Finished):
+            assert event.error is None, event.error
+            return request, event.output
+
+
+def greedy() -> SamplingParams:
+    return SamplingParams(temperature=0, logit_bias={int(k): v for k, v in NO_EOG.items()})
+
+
+def bare_tokens(model, bare, messages: list[Message]) -> tuple[list[int], np.ndarray]:
+    text = render_chat(model.chat.template, ChatInput(messages))
+    images = [p.data for m in messages for p in m.parts if isinstance(p, Image)]
+    banned = {token_ids()[t] for t in EOG_TEXTS}
+    tokens = bare.greedy(text, images, N_TOKENS, banned)
+    bare.prefill(text, images)
+    return tokens, bare.logits()
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max()
+    return shifted - math.log(np.exp(shifted).sum())
+
+
+def images_encoded(model) -> float:
+    return sum(v for _, v in model.metrics.images_encoded.samples_by_key())
+
+
+def test_the_projector_loads_with_its_model(model):
+    assert model.chat.engine.has_vision
+    assert model.engine.projector.path.endswith("mmproj-tiny.gguf")
+
+
+def test_an_image_gives_the_bare_engine_s_tokens_and_logprobs(model, bare):
+    messages = ask(PNG)
+    request, output = run(model, messages)
+    [image] = request.images
+    assert image.n_tokens == IMAGE_TOKENS and request.prompt_tokens[image.start] < 0
+    tokens, logits = bare_tokens(model, bare, messages)
+    assert output.content == model.chat.engine.detokenize(tokens)
+    first = output.logprobs[0]
+    assert first["logprob"] == pytest.approx(log_softmax(logits)[tokens[0]], abs=1e-3)
+    assert output.prompt_tokens == len(request.prompt_tokens)     # image positions counted
+
+
+def test_two_images_give_different_answers(model, bare):
+    _, a = run(model, ask(PNG, "compare"))
+    _, b = run(model, ask(OTHER_PNG, "compare"))
+    assert [e["logprob"] for e in a.logprobs] != [e["logprob"] for e in b.logprobs]
+    assert model.chat.engine.detokenize(bare_tokens(model, bare, ask(OTHER_PNG, "compare"))[0]) == b.content
+
+
+def test_the_next_turn_with_the_same_image_reuses_its_positions_without_encoding_it(model, bare):
+    first_turn = ask(PNG, "a screenshot")
+    request, first = run(model, first_turn)
+    encoded = images_encoded(model)
+    second_turn = first_turn + [Message("assistant", (Text(first.content),)), Message("user", (Text("and?"),))]
+    request2, second = run(model, second_turn)
+    assert images_encoded(model) == encoded               # served from the slot's KV
+    assert second.cached_tokens >= request.images[0].end
+    tokens, _ = bare_tokens(model, bare, second_turn)
+    assert second.content == model.chat.engine.detokenize(tokens)
+    # the same conversation again: the same answer, from the cache
+    _, again = run(model, second_turn)
+    assert again.content == second.content and again.cached_tokens == len(request2.prompt_tokens) - 1
+
+
+def test_an_image_in_a_tool_result_is_read_too(model, bare):
+    messages = [Message("user", (Text("take a screenshot"),)),
+                Message("assistant", (ToolCall("call_1", "screenshot", {}),)),
+                Message("tool", (ToolResult("call_1", (Image(media_type="image/png", data=OTHER_PNG),
+                                                       Text("the screen"))),))]
+    request, output = run(model, messages)
+    assert len(request.images) == 1
+    text = render_chat(model.chat.template, ChatInput(messages))
+    tokens = bare.greedy(text, [OTHER_PNG], N_TOKENS, {token_ids()[t] for t in EOG_TEXTS})
+    assert output.content == model.chat.engine.detokenize(tokens)
+
+
+def test_bytes_that_are_no_image_are_refused_before_the_runtime(model):
+    with pytest.raises(PromptRefused) as caught:
+        build_chat_request(model.chat, ChatInput(ask(b"GIF89a not really")), greedy(), max_tokens=1, stop=[])
+    assert caught.value.code == "invalid_image"
+
+
+def test_text_that_looks_like_a_marker_is_only_text(model):
+    request, _ = run(model, [Message("user", (Text("<__media__> <__image__>"),))])
+    assert request.images == [] and min(request.prompt_tokens) >= 0
+
+
+def test_an_image_conversation_evicted_from_its_slot_comes_back_from_the_ram_cache(model):
+    conversation = ask(PNG, "a long look at this screenshot, please")
+    request, first = run(model, conversation)
+    encoded = images_encoded(model)
+    # two other conversations take both slots: the image's sequence goes to the RAM cache
+    for text in ("x " * 40, "y " * 40):
+        run(model, [Message("user", (Text(text),))])
+    assert len(model.runtime.cache) >= 1
+    _, again = run(model, conversation)
+    assert again.content == first.content
+    assert again.cached_tokens >= request.images[0].end
+    assert images_encoded(model) == encoded
+
+
+def test_with_a_draft_model_an_image_prompt_answers_as_the_bare_engine(files, bare):
+    path, mmproj = files
+    settings = Settings(model=path, mmproj=mmproj, ctx_size=512, slots=1, speculative="draft", draft_model=path)
+    drafting = load(ModelEntry("drafting", path), settings, ServerMetrics(), threads=1)
+    try:
+        messages = ask(PNG, "drafted?")
+        _, output = run(drafting, messages)
+        assert output.content == drafting.chat.engine.detokenize(bare_tokens(drafting, bare, messages)[0])
+    finally:
+        drafting.close().close()
+
+
+def test_a_large_image_is_decoded_in_parts_and_answers_as_the_bare_engine(tmp_path):
+    """576 positions with --batch-size 64: the image is encoded once and its embeddings decoded in
+    nine parts, a step each (runtime/images.py); the answer is libmtmd's own, token for token."""
+    path = str(write_tiny_gguf(tmp_path / "tiny.gguf", chat_template=CHATML_TEMPLATE, context_length=4096))
+    mmproj = str(write_tiny_mmproj(tmp_path / "mmproj-large.gguf", n_embd=64, n_head=2, n_ff=96, n_layer=2,
+                                   image_size=336, patch_size=14))
+    metrics = ServerMetrics()
+    large = load(ModelEntry("large", path), Settings(model=path, mmproj=mmproj, ctx_size=2048, slots=1,
+                                                     batch_size=64), metrics, threads=1)
+    bare = BareVision(path, mmproj, n_ctx=2048, marker=MEDIA_MARKER)
+    try:
+        assert large.engine.projector.splits(large.engine.projector.image_segments(PNG)[0])
+        messages = ask(PNG, "a large look")
+        request, output = run(large, messages)
+        assert request.images[0].n_tokens == 576
+        tokens, logits = bare_tokens(large, bare, messages)
+        assert output.content == large.chat.engine.detokenize(tokens)
+        assert output.logprobs[0]["logprob"] == pytest.approx(log_softmax(logits)[tokens[0]], abs=1e-3)
+        assert sum(v for _, v in metrics.images_encoded.samples_by_key()) == 1
+    finally:
+        bare.close()
+        large.close().close()

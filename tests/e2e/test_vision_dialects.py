@@ -1,0 +1,219 @@
+"""Images through every dialect on the tiny model with the tiny vision projector (--mmproj), with
+the official SDKs strict, both streaming modes: the answer is the bare engine's (bench/bare_vision.py:
+libmtmd's own tokenize and eval of the prompt /apply-template shows, greedy token for token),
+two images answer differently, and the next turn with the same image is served from the cache
+(cached_tokens) with an identical answer and no second encode (/metrics)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import imagefiles
+from bench.bare_vision import BareVision
+from clients import anthropic_sdk, ollama_client, openai_sdk
+from conftest import ServerProcess
+from rawhttp import post_json, request
+from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+from tinyvision import IMAGE_TOKENS, write_tiny_mmproj
+
+N = 8
+PNG = imagefiles.png(24, 16, seed=1)
+OTHER = imagefiles.png(24, 16, seed=2)
+SERVER_MARKER = re.compile(r"<__media_[0-9a-f]+__>")
+BANNED = {token_ids()[t] for t in EOG_TEXTS}
+
+
+@pytest.fixture(scope="module")
+def mmproj(tmp_path_factory):
+    return write_tiny_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-tiny.gguf")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, mmproj, tmp_path_factory):
+    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", "2", "--mmproj", str(mmproj),
+                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def bare(tiny_model, mmproj):
+    b = BareVision(str(tiny_model), str(mmproj), n_ctx=1024)
+    yield b
+    b.close()
+
+
+def url(data: bytes) -> dict:
+    return {"type": "image_url", "image_url": {"url": imagefiles.data_url(data)}}
+
+
+def bare_answer(server, bare, messages: list[dict], images: list[bytes]) -> str:
+    """What the bare engine answers to the prompt the server renders for these chat messages (the
+    server's own marker, random per process, given as libmtmd's default one)."""
+    shown = request(server.port, post_json("/apply-template", {"messages": messages}))
+    assert shown.status == 200, shown.body
+    prompt, n = SERVER_MARKER.subn(bare.marker.decode(), shown.json()["prompt"])
+    assert n == len(images)
+    tokens = bare.greedy(prompt, images, N, BANNED)
+    return b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace")
+
+
+def metric(server, name: str) -> float:
+    body = request(server.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").body
+    found = re.search(rf"^{name} ([0-9.e+]+)$", body.decode(), re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def chat(server, messages: list[dict], stream: bool = False):
+    client = openai_sdk(server)
+    if not stream:
+        return client.chat.completions.create(model="tiny", messages=messages, max_tokens=N, temperature=0,
+                                              logit_bias=NO_EOG)
+    chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_tokens=N, temperature=0,
+                                                 logit_bias=NO_EOG, stream=True,
+                                                 stream_options={"include_usage": True}))
+    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].usage
+
+
+ASK = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, url(PNG)]}]
+
+
+def test_the_projector_is_said_at_start_in_the_model_list_and_in_ollama_s_capabilities(server, mmproj):
+    assert f"vision projector {mmproj}" in server.log
+    model = openai_sdk(server, strict=False).models.retrieve("tiny")
+    assert model.meta["vision"] is True and model.meta["mmproj"] == str(mmproj)
+    assert "vision" in ollama_client(server).show("tiny").capabilities
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_an_image_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
+    expected = bare_answer(server, bare, ASK, [PNG])
+    if stream:
+        content, usage = chat(server, ASK, stream=True)
+    else:
+        reply = chat(server, ASK)
+        content, usage = reply.choices[0].message.content, reply.usage
+    assert content == expected
+    assert usage.prompt_tokens > IMAGE_TOKENS       # the image's positions count
+
+
+def test_two_images_answer_differently_and_the_same_image_next_turn_comes_from_the_cache(server, bare):
+    first = chat(server, [{"role": "user", "content": [{"type": "text", "text": "one"}, url(OTHER)]}])
+    other = chat(server, [{"role": "user", "content": [{"type": "text", "text": "one"}, url(PNG)]}])
+    assert first.choices[0].message.content != other.choices[0].message.content
+    encoded = metric(server, "localserve_images_encoded_total")
+    turn = [{"role": "user", "content": [{"type": "text", "text": "one"}, url(OTHER)]},
+            {"role": "assistant", "content": first.choices[0].message.content},
+            {"role": "user", "content": "and now?"}]
+    second = chat(server, turn)
+    assert second.usage.prompt_tokens_details.cached_tokens > IMAGE_TOKENS
+    assert metric(server, "localserve_images_encoded_total") == encoded     # not encoded again
+    assert second.choices[0].message.content == bare_answer(server, bare, turn, [OTHER])
+    again = chat(server, turn)
+    assert again.choices[0].message.content == second.choices[0].message.content
+    assert metric(server, "localserve_image_seconds_total") > 0
+
+
+def test_apply_template_shows_the_marker_where_an_image_stands_in_both_shapes(server):
+    chat = request(server.port, post_json("/apply-template", {"messages": ASK})).json()["prompt"]
+    responses = request(server.port, post_json("/apply-template", {"input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
+                                     {"type": "input_image", "image_url": imagefiles.data_url(PNG)}]}]})).json()
+    assert len(SERVER_MARKER.findall(chat)) == 1
+    assert SERVER_MARKER.findall(responses["prompt"]) == SERVER_MARKER.findall(chat)
+    assert responses["prompt_tokens"] > IMAGE_TOKENS
+
+
+def anthropic_image(data: bytes) -> dict:
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": imagefiles.b64(data)}}
+
+
+def anthropic_text(client, stream: bool, **kwargs) -> str:
+    kwargs["extra_body"] = {"temperature": 0, **kwargs.get("extra_body", {})}     # not in this SDK's signature
+    kwargs = dict(model="tiny", max_tokens=N, **kwargs)
+    if stream:
+        with client.messages.stream(**kwargs) as events:
+            return "".join(events.text_stream)
+    return "".join(b.text for b in client.messages.create(**kwargs).content if b.type == "text")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_an_image_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
+    expected = bare_answer(server, bare, ASK, [PNG])
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, anthropic_image(PNG)]}]
+    client = anthropic_sdk(server)
+    assert anthropic_text(client, stream, messages=messages, extra_body={"logit_bias": NO_EOG}) == expected
+    counted = client.messages.count_tokens(model="tiny", messages=messages).input_tokens
+    usage = client.messages.create(model="tiny", max_tokens=1, messages=messages).usage
+    assert counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
+    assert counted == chat(server, ASK).usage.prompt_tokens      # the same prompt, its image's positions counted
+
+
+def test_anthropic_an_image_in_a_tool_result_reaches_the_model(server):
+    """Claude Code's Read tool on a PNG: the image comes back inside a tool_result."""
+    def loop(data: bytes) -> str:
+        messages = [{"role": "user", "content": "look at the screen"},
+                    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read",
+                                                       "input": {"file_path": "/tmp/shot.png"}}]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                                  "content": [anthropic_image(data)]}]}]
+        tools = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}}]
+        return anthropic_text(anthropic_sdk(server), False, messages=messages, tools=tools,
+                              extra_body={"logit_bias": NO_EOG}, tool_choice={"type": "none"})
+    assert loop(PNG) != loop(OTHER)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_input_image_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
+    expected = bare_answer(server, bare, ASK, [PNG])
+    client = openai_sdk(server)
+    item = [{"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
+                                         {"type": "input_image", "image_url": imagefiles.data_url(PNG)}]}]
+    if stream:
+        events = list(client.responses.create(model="tiny", input=item, max_output_tokens=N, temperature=0,
+                                              stream=True, extra_body={"logit_bias": NO_EOG}))
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    else:
+        text = client.responses.create(model="tiny", input=item, max_output_tokens=N, temperature=0,
+                                       extra_body={"logit_bias": NO_EOG}).output_text
+    assert text == expected
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_ollama_images_are_answered_as_the_bare_engine_answers_them(server, bare, stream):
+    # Ollama's images stand before the message's text
+    expected = bare_answer(server, bare, [{"role": "user", "content": [url(PNG), {"type": "text", "text": "hi"}]}],
+                           [PNG])
+    client = ollama_client(server)
+    options = {"temperature": 0, "num_predict": N}
+    bias = {"logit_bias": {int(k): v for k, v in NO_EOG.items()}}
+    reply = client.chat(model="tiny", stream=stream, options={**options, **bias},
+                        messages=[{"role": "user", "content": "hi", "images": [imagefiles.b64(PNG)]}])
+    text = "".join(part.message.content for part in reply) if stream else reply.message.content
+    assert text == expected
+
+
+def test_responses_an_image_in_a_function_call_output_reaches_the_model(server):
+    """Codex's view_image: the picture comes back as a function call's output parts."""
+    def loop(data: bytes) -> str:
+        items = [{"role": "user", "content": "look at the screen"},
+                 {"type": "function_call", "call_id": "call_1", "name": "view_image", "arguments": "{}"},
+                 {"type": "function_call_output", "call_id": "call_1", "output": [
+                     {"type": "input_image", "image_url": imagefiles.data_url(data)}]}]
+        return openai_sdk(server).responses.create(model="tiny", input=items, max_output_tokens=N, temperature=0,
+                                                   store=False, extra_body={"logit_bias": NO_EOG}).output_text
+    assert loop(PNG) != loop(OTHER)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_image_libmtmd_cannot_decode_is_a_400_naming_its_part_and_the_server_goes_on(server, stream):
+    broken = PNG[:60] + bytes(len(PNG) - 60)         # a sound header, its pixel data zeroed
+    resp = request(server.port, post_json("/v1/chat/completions", {
+        "stream": stream, "max_tokens": 2, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "look"}, url(broken)]}]}))
+    assert resp.status == 400, resp.body
+    error = resp.json()["error"]
+    assert error["param"] == "messages[0].content[1]" and error["code"] == "invalid_image"
+    assert chat(server, ASK).choices[0].finish_reason == "length"

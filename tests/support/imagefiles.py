@@ -1,0 +1,88 @@
+"""Small real image files made by the tests themselves (no Pillow): PNG, JPEG, GIF and BMP that
+stb's loader (libmtmd's) decodes, plus headers of the formats the server refuses.
+
+Each writer takes a size and a colour seed: two different seeds give different pixels (a test
+with a projector can tell two images apart). The JPEG is baseline, grayscale, one flat 8×8
+block after another (DC coefficients only), which is all a decoder needs to read it.
+"""
+
+from __future__ import annotations
+
+import base64
+import struct
+import zlib
+
+
+def png(width: int = 8, height: int = 8, seed: int = 0) -> bytes:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = b"".join(b"\x00" + bytes((x * 31 + y * 17 + seed * 101 + c * 53) % 256
+                                    for x in range(width) for c in range(3)) for y in range(height))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def bmp(width: int = 8, height: int = 8, seed: int = 0) -> bytes:
+    stride = (width * 3 + 3) // 4 * 4
+    rows = b"".join(bytes((x * 29 + y * 13 + seed * 97 + c * 41) % 256 for x in range(width) for c in range(3))
+                    .ljust(stride, b"\x00") for y in range(height))
+    dib = struct.pack("<IiiHHIIiiII", 40, width, height, 1, 24, 0, len(rows), 2835, 2835, 0, 0)
+    return b"BM" + struct.pack("<IHHI", 14 + len(dib) + len(rows), 0, 0, 14 + len(dib)) + dib + rows
+
+
+def gif(width: int = 8, height: int = 8, seed: int = 0) -> bytes:
+    """128 colours, LZW codes kept 8 bits wide by a clear code every 100 pixels."""
+    palette = bytes((i * 2 + seed * 37 + c * 85) % 256 for i in range(128) for c in range(3))
+    pixels = [(x + y * 3 + seed) % 128 for y in range(height) for x in range(width)]
+    codes = []
+    for start in range(0, len(pixels), 100):
+        codes += [128] + pixels[start:start + 100]
+    codes.append(129)
+    data = bytes(codes)          # every code is 8 bits: the bit stream is the bytes themselves
+    blocks = b"".join(bytes((len(data[i:i + 255]),)) + data[i:i + 255] for i in range(0, len(data), 255)) + b"\x00"
+    screen = struct.pack("<HHBBB", width, height, 0xF6, 0, 0)       # global table of 128 colours
+    image = b"," + struct.pack("<HHHHB", 0, 0, width, height, 0) + b"\x07" + blocks
+    return b"GIF89a" + screen + palette + image + b";"
+
+
+def jpeg(width: int = 8, height: int = 8, seed: int = 0) -> bytes:
+    """A baseline grayscale JPEG whose 8×8 blocks are flat grays (DC only)."""
+    blocks_x, blocks_y = (width + 7) // 8, (height + 7) // 8
+    levels = [((bx * 3 + by * 5 + seed * 7) % 15 - 7) * 64 for by in range(blocks_y) for bx in range(blocks_x)]
+    bits, previous = "", 0
+    for level in levels:
+        diff, previous = level - previous, level
+        size = abs(diff).bit_length()
+        bits += format(size, "04b")          # DC table: categories 0..11, each a 4-bit code
+        if size:
+            bits += format(diff if diff > 0 else diff + (1 << size) - 1, f"0{size}b")
+        bits += "0"                          # AC table: end of block, a 1-bit code
+    bits += "1" * (-len(bits) % 8)
+    scan = bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8)).replace(b"\xff", b"\xff\x00")
+
+    def segment(marker: int, data: bytes) -> bytes:
+        return bytes((0xFF, marker)) + struct.pack(">H", len(data) + 2) + data
+    dc_table = b"\x00" + bytes((0, 0, 0, 12) + (0,) * 12) + bytes(range(12))
+    ac_table = b"\x10" + bytes((1,) + (0,) * 15) + b"\x00"
+    return (b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
+            + segment(0xC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + segment(0xC4, dc_table) + segment(0xC4, ac_table)
+            + segment(0xDA, b"\x01\x01\x00\x00\x3f\x00") + scan + b"\xff\xd9")
+
+
+WRITERS = {"image/png": png, "image/jpeg": jpeg, "image/gif": gif, "image/bmp": bmp}
+
+# Headers of formats libmtmd's loader cannot read (enough for the server to name them).
+WEBP = b"RIFF\x24\x00\x00\x00WEBPVP8 " + b"\x00" * 24
+HEIC = b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic"
+AVIF = b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1miaf"
+TIFF = b"II*\x00\x08\x00\x00\x00" + b"\x00" * 16
+SVG = b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg" width="8" height="8"></svg>'
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def data_url(data: bytes, media_type: str = "image/png") -> str:
+    return f"data:{media_type};base64,{b64(data)}"

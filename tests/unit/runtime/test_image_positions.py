@@ -1,0 +1,89 @@
+"""A prompt's images as the scheduler and the slots see them, without llama.cpp: a prompt chunk
+stops at an image (the runtime evaluates it apart, runtime/images.py), a kept prefix never ends
+inside one, and an image's placeholder ids tell two images apart and find a repeated one."""
+
+from __future__ import annotations
+
+import hashlib
+
+from localserve.generation import ActiveGeneration, GenerationRequest, ImageChunk, outside_images, placeholder_id
+from localserve.runtime.images import text_tokens
+from localserve.runtime.jobs import Job, Slot
+from localserve.runtime.promptcache import common_prefix
+from localserve.runtime.scheduler import plan_batch
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class Chunk:
+    n_tokens, n_pos = 4, 4
+
+
+def prompt_with_image(data: bytes, before=(1, 10, 11), after=(12, 13)) -> GenerationRequest:
+    image = ImageChunk(len(before), 4, digest(data), Chunk())
+    tokens = [*before, *[placeholder_id(image.digest)] * 4, *after]
+    return GenerationRequest(prompt_tokens=tokens, images=[image])
+
+
+def job_for(request: GenerationRequest, n_cached: int = 0) -> Job:
+    slot = Slot(0)
+    job = Job(ActiveGeneration(request), slot, sampler=None, n_cached=n_cached)
+    slot.job = job
+    return job
+
+
+def test_placeholders_are_never_real_tokens_and_differ_by_image():
+    a, b = placeholder_id(digest(b"a")), placeholder_id(digest(b"b"))
+    assert a < 0 and b < 0 and a != b
+    assert placeholder_id(digest(b"a")) == a
+
+
+def test_the_same_image_is_a_shared_prefix_and_another_stops_it_at_the_image():
+    first = prompt_with_image(b"screenshot").prompt_tokens
+    assert common_prefix(first, prompt_with_image(b"screenshot", after=(12, 99)).prompt_tokens) == 8
+    assert common_prefix(first, prompt_with_image(b"another").prompt_tokens) == 3
+
+
+def test_a_prompt_chunk_stops_at_an_image_and_goes_on_after_it():
+    job = job_for(prompt_with_image(b"x"))
+    plan = plan_batch([job], n_batch=64)
+    assert plan.entries == [(1, 0, 0, False), (10, 1, 0, False), (11, 2, 0, False)]
+    job.decoded(3)
+    assert job.image_here is job.request.images[0]
+    assert plan_batch([job], n_batch=64).entries == []      # the image is the runtime's to evaluate
+    job.decoded(4)                                           # ... as runtime/images.py does
+    assert job.image_here is None
+    assert plan_batch([job], n_batch=64).entries == [(12, 7, 0, False), (13, 8, 0, True)]
+
+
+def test_a_kept_prefix_never_ends_inside_an_image():
+    images = prompt_with_image(b"x").images
+    assert [outside_images(images, n) for n in range(10)] == [0, 1, 2, 3, 3, 3, 3, 7, 8, 9]
+
+
+def test_drafts_never_see_an_image_s_placeholders():
+    request = prompt_with_image(b"x")
+    assert text_tokens(request) == [1, 10, 11, 12, 13]
+
+
+class MropeChunk:
+    """An M-RoPE image of 2 x 3 tokens: max(2, 3) positions."""
+    n_tokens, n_pos = 6, 3
+
+
+def test_after_an_mrope_image_a_token_sits_at_its_index_less_the_positions_the_image_saved():
+    image = ImageChunk(2, 6, digest(b"m"), MropeChunk())
+    request = GenerationRequest(prompt_tokens=[1, 10, *[placeholder_id(image.digest)] * 6, 12, 13], images=[image])
+    job = job_for(request)
+    assert [job.position(i) for i in (0, 1, 2, 8, 9)] == [0, 1, 2, 5, 6]
+    job.decoded(2 + 6)                      # the text before it, then the image (3 positions)
+    assert plan_batch([job], n_batch=64).entries == [(12, 5, 0, False), (13, 6, 0, True)]
+
+
+def test_inside_an_image_decoded_in_parts_there_is_no_text_to_plan():
+    job = job_for(prompt_with_image(b"x"))
+    job.decoded(3 + 2)                      # the text, then two of the image's four embeddings
+    assert job.image_here is job.request.images[0] and job.text_left == 0
+    assert plan_batch([job], n_batch=64).entries == []
