@@ -29,11 +29,15 @@ def history(count: int) -> list[dict]:
 
 
 def test_truncation_auto_keeps_the_newest_items_that_fit(srv):
-    body = {"model": "tiny", "input": history(600), "max_output_tokens": 1}
+    """truncation "auto" compacts first (test_compaction_responses); when not even a summary can be
+    written (the oldest turn alone is past the context), it keeps the newest items that fit."""
+    body = {"model": "tiny", "input": [{"role": "user", "content": "word " * 3000}, *history(600)],
+            "max_output_tokens": 1}
     refused = request(srv.port, post_json("/v1/responses", body), timeout=60)
     assert refused.status == 400 and refused.json()["error"]["code"] == "context_length_exceeded"
     resp = request(srv.port, post_json("/v1/responses", {**body, "truncation": "auto"}), timeout=60)
     assert resp.status == 200, resp.body
+    assert [item["type"] for item in resp.json()["output"]] == ["message"]     # nothing compacted
     used = resp.json()["usage"]["input_tokens"]
     # the longest tail that fits: one more item (about 20 tokens) would not have fitted
     assert 2048 - 60 < used < 2048
