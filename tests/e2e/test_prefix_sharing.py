@@ -10,10 +10,20 @@ import time
 
 import pytest
 
+from bench.bare_vision import BareVision
 from conftest import CHATML_TEMPLATE, TINY_MODEL_SPECIAL_TOKENS, ServerProcess, slow_model
+from localserve.conversation import Image, Message, Text
+from localserve.generation import MEDIA_MARKER
+from localserve.models.catalogue import ModelEntry
+from localserve.models.loaded import load
+from localserve.ops.metrics import ServerMetrics
+from localserve.settings import Settings
 from promtext import parse
 from rawhttp import RawConnection, chat_text, post_json, request, run_concurrently
+from test_vision import images_encoded, run
+from test_vision_mrope import same_as_bare
 from tinymodel import NO_EOG, write_tiny_gguf
+from tinyvision import QWEN2VL_TEXT, checkerboard, png_bytes, solid, write_tiny_mmproj, write_tiny_qwen2vl_mmproj
 
 
 @pytest.fixture(scope="module")
@@ -257,3 +267,47 @@ def test_cancelling_the_first_of_jobs_waiting_on_its_head_still_serves_the_other
         assert computed < 1.5 * shared_head      # the head was computed once, the cancelled part not again
     finally:
         srv.stop()
+
+
+# ---- images: a head's image travels with it ------------------------------------------------------
+
+VISION = {"plain": ({}, write_tiny_mmproj, png_bytes(checkerboard(20, 12))),
+          "mrope": (QWEN2VL_TEXT, write_tiny_qwen2vl_mmproj, png_bytes(checkerboard(100, 40, cell=6)))}
+
+
+@pytest.mark.parametrize("kind", VISION)
+def test_a_head_with_an_image_is_copied_and_answers_as_computed_from_scratch(kind, tmp_path):
+    """The image's placeholder ids carry its hash: a head holding it is copied into another slot's
+    sequence, the image whole and not encoded again, cut at its KV position (on M-RoPE fewer than
+    its tokens); the answer is libmtmd's own from scratch (bench/bare_vision.py). A different image
+    shares only the text before it."""
+    text_model, write_projector, png = VISION[kind]
+    path = str(write_tiny_gguf(tmp_path / "tiny.gguf", chat_template=CHATML_TEMPLATE, **text_model))
+    mmproj = str(write_projector(tmp_path / "mmproj.gguf"))
+    metrics = ServerMetrics()
+    model = load(ModelEntry(kind, path), Settings(model=path, mmproj=mmproj, ctx_size=1024, slots=2), metrics,
+                 threads=1)
+    model.metrics = metrics
+    bare = BareVision(path, mmproj, n_ctx=1024, marker=MEDIA_MARKER)
+    try:
+        system = Message("system", (Text(head("vision", 3)),))
+        first = [system, Message("user", (Image(data=png, media_type="image/png"), Text("what is in it?")))]
+        request, _ = run(model, first)
+        [image] = request.images
+        encoded = images_encoded(model)
+        second = [system, Message("user", (Image(data=png, media_type="image/png"), Text("and its colours?")))]
+        request2, copied = run(model, second)
+        shared_head = common(request.prompt_tokens, request2.prompt_tokens)
+        assert shared_head >= image.end and copied.cached_tokens == shared_head
+        assert images_encoded(model) == encoded
+        origins = [s["prefix"] for s in model.runtime.slot_state()["slots"]]
+        assert {"tokens": shared_head, "source": "slot", "slot": 0} in origins
+        same_as_bare(model, bare, second, copied)
+        other = [system, Message("user", (Image(data=png_bytes(solid(20, 12, (200, 30, 30))), media_type="image/png"),
+                                          Text("what is in it?")))]
+        _, answer = run(model, other)
+        assert answer.cached_tokens == image.start and images_encoded(model) == encoded + 1
+        same_as_bare(model, bare, other, answer)
+    finally:
+        bare.close()
+        model.close().close()
