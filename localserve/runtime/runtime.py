@@ -15,16 +15,16 @@ import threading
 import time
 from typing import Callable
 
-from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
+from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Compacted, Context, Finished, GenerationFailure, GenerationOutput,
-                         GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
-                         RuntimeStopped, SamplingTooSlow)
+from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure, GenerationOutput,
+                         GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
+                         SamplingTooSlow)
+from .admission import Admission
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
-from .images import ImageWork, text_tokens
+from .images import ImageWork
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
-from .prefix_share import Placement
 from .sharing import PrefixSharing
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
@@ -52,7 +52,7 @@ class EngineFailure(Exception):
     """The engine keeps failing: the runtime cannot go on."""
 
 
-class Runtime:
+class Runtime(Admission):
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
                  on_fatal: Callable[[str], None] = exit_engine_failed,
@@ -233,51 +233,6 @@ class Runtime:
     def _emit(self, gen: ActiveGeneration, event: object) -> None:
         """Every event, a job's that never got a slot included, waits for the step's end."""
         self.outbox.put(gen, event)
-
-    def _admit(self) -> None:
-        if self.parking.parked or self.scheduler.waiting:      # editor completions first (preempt.py)
-            self.parking.admit_editors(self._start_admitted, self._end_cancelled)
-        if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
-            return
-        for gen in self.scheduler.drop_cancelled_waiting():
-            self._end_cancelled_waiting(gen)
-        while (admission := self.scheduler.next_admission()) is not None:
-            gen, placement = admission
-            if placement is None:
-                self._end_cancelled_waiting(gen)
-                continue
-            self._start_admitted(gen, placement.slot, placement)
-
-    def _start_admitted(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
-        try:
-            self._start(gen, slot, placement)
-        except Exception:       # this job alone fails; the others and the slot go on
-            log.exception("could not start job %s (%s)", gen.id, gen.request.label)
-            if slot.job is not None and slot.job.gen is gen:
-                self._fail(slot.job, GenerationFailure("internal error while starting this request"))
-            else:
-                self.kv.clear(slot)
-                self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
-
-    def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
-        self.metrics.record_cancellation()
-        self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
-
-    def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
-        """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
-        placement = placement or Placement(slot)
-        origin = self.kv.prepare(placement, gen.request.prompt_tokens, gen.request.images)
-        self.metrics.record_prefix(origin.source, origin.tokens, placement.waited)
-        keep = origin.tokens
-        try:
-            sampler = self.engine.new_sampler(gen.request.sampling)
-        except GrammarError as exc:
-            self._fail_unstarted(gen, InvalidGrammar(str(exc)))
-            return
-        job = Job(gen, slot, sampler, keep)
-        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
-        job.start()
-        self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
 
     def _decode_failed(self, exc: DecodeError, plan: BatchPlan) -> None:
         jobs = plan.jobs
