@@ -4,7 +4,7 @@ job is prefilling. The real engine runs the copies end to end in tests/e2e/test_
 
 from __future__ import annotations
 
-from localserve.generation import ActiveGeneration, GenerationRequest
+from localserve.generation import ActiveGeneration, GenerationRequest, ImageChunk, placeholder_id
 from localserve.runtime.jobs import Job, Slot
 from localserve.runtime.prefix_share import MIN_WAIT_TOKENS, Held, place, waits_for, whole_run
 from localserve.runtime.promptcache import common_prefix
@@ -195,3 +195,34 @@ def test_a_model_that_cannot_copy_says_so_once_and_nothing_is_shared(caplog):
     assert len(said) == 1 and "recurrent" in said[0]
     assert (recurrent.on, recurrent.can_copy, off.on, off.can_copy) == (False, None, False, None)
     assert on.on and on.can_copy is not None
+
+
+class MropeImage:
+    """An image's engine chunk as an M-RoPE model has it: 16 tokens in 4 positions."""
+    n_tokens, n_pos = 16, 4
+
+
+def test_a_head_with_an_image_is_offered_whole_and_asked_for_in_positions():
+    image = ImageChunk(len(HEAD), 16, "ab" * 32, MropeImage())
+    tokens = HEAD + [placeholder_id(image.digest)] * 16
+
+    def with_image(*rest):
+        return ActiveGeneration(GenerationRequest(prompt_tokens=tokens + list(rest), images=[image]))
+
+    asked = []
+    s = Scheduler(slots=3, max_queue=8, can_copy=lambda src, n: asked.append(n) or True)
+    s.enqueue(with_image(1, 2, 3))
+    got, placement = s.next_admission()
+    holder = Job(got, placement.slot, sampler=None, n_cached=0)
+    holder.start()
+    holder.decoded(len(HEAD) + 5)           # the image decoded in part: the head before it is all it holds
+    assert s.held()[0].tokens == HEAD
+    s.enqueue(with_image(1, 9))
+    got, placement = s.next_admission()
+    Job(got, placement.slot, sampler=None, n_cached=0).start()
+    assert (placement.source, placement.copied, asked[-1]) == (0, len(HEAD), len(HEAD))
+    holder.decoded(11 + 1)                  # the image whole, and one token past it
+    s.enqueue(with_image(1, 7))
+    _, placement = s.next_admission()
+    # 217 tokens, the image's 16 in 4 positions: the sequence is asked for 205
+    assert (placement.source, placement.copied, asked[-1]) == (0, len(HEAD) + 17, len(HEAD) + 5)
