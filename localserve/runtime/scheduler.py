@@ -162,6 +162,7 @@ class Scheduler:
     def withdraw(self, gen: ActiveGeneration) -> None:
         with self.cond:
             self.waiting.remove(gen)
+            self.prefix_waiters.discard(id(gen))    # once it is gone, a later job may get its id
 
     # ---- the step ----------------------------------------------------------------------
 

@@ -226,3 +226,16 @@ def test_a_head_with_an_image_is_offered_whole_and_asked_for_in_positions():
     _, placement = s.next_admission()
     # 217 tokens, the image's 16 in 4 positions: the sequence is asked for 205
     assert (placement.source, placement.copied, asked[-1]) == (0, len(HEAD) + 17, len(HEAD) + 5)
+
+
+def test_a_job_taken_out_of_its_turn_is_no_longer_counted_as_waiting_for_a_head():
+    """An editor completion withdrawn from the queue (preempt.py) while it waited for a head."""
+    s = Scheduler(slots=2, max_queue=8, can_copy=anything, wait_for_prefixes=True)
+    first, editor = gen(HEAD + [1]), gen(HEAD + [2])
+    s.enqueue(first)
+    s.enqueue(editor)
+    got, placement = s.next_admission()
+    Job(got, placement.slot, sampler=None, n_cached=0).start()
+    assert s.next_admission() is None and id(editor) in s.prefix_waiters
+    s.withdraw(editor)
+    assert not s.prefix_waiters and not s.waiting
