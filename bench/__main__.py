@@ -25,7 +25,10 @@ Measures, on the demo model unless --model is given:
 - code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
   (editor.py; a model without FIM tokens, as the demo model, on a stand-in copy);
 - compaction: POST /v1/responses/compact against one generation as long as its summary, and
-  the turns after it against the same turns without it (compaction.py).
+  the turns after it against the same turns without it (compaction.py);
+- agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
+  and the time to the last first token, against sharing off, the bare engine copying the head
+  and llama-server (agents.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -39,7 +42,8 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import compaction, decode, editor, embeddings, latency, models, ollama_chat, speculative, vision, weights
+from . import agents, compaction, decode, editor, embeddings, latency, models, ollama_chat, speculative, vision, \
+    weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -112,6 +116,7 @@ def main() -> int:
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
         editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
         compaction.run(model, args)     # a compaction against one generation, and the turns after it (bench/compaction.py)
+        agents.run(model, args.threads)  # a shared 4,000-token head, 4 conversations at once (bench/agents.py)
     return 0 if decode_ok else 1
 
 

@@ -16,7 +16,8 @@ from llama_cpp import llama_cpp as ll
 
 
 class BareEngine:
-    def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512, n_seq: int = 4, weights=None):
+    def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512, n_seq: int = 4, weights=None,
+                 unified: bool = False):
         ll.llama_backend_init()
         self._silence()
         mparams = ll.llama_model_default_params()
@@ -26,8 +27,9 @@ class BareEngine:
         params = ll.llama_context_default_params()
         # The server's layout (localserve/engine/engine.py builds its context the same way): n_seq
         # sequences of n_ctx each, one KV stream per sequence, sliding-window layers holding only
-        # their window, and logits rows for one token per sequence per step.
-        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, False
+        # their window, and logits rows for one token per sequence per step. `unified`: one pool of
+        # cells for all sequences, as prefix sharing has it (bench/agents.py copies a prefix in it).
+        params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, unified
         params.n_batch, params.n_ubatch = n_batch, n_batch
         params.swa_full = False
         params.n_outputs_max = n_seq

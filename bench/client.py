@@ -63,6 +63,8 @@ def stream_completion(port: int, body: dict, path: str = "/v1/completions", coll
     for line in buffer.split(b"\n"):
         if line.startswith(b"data: {") and b'"usage"' in line and b'"choices":[]' in line:
             usage = json.loads(line[6:])["usage"]
+        elif usage is None and line.startswith(b"data: {") and b'"usage":{' in line:
+            usage = json.loads(line[6:])["usage"]       # llama-server: on the last chunk, beside its choice
     if usage is None:       # a server without stream_options.include_usage: one chunk per token
         chunks = sum(1 for line in buffer.split(b"\n")
                      if line.startswith(b"data: {") and any(c.get("text") for c in json.loads(line[6:])["choices"]))

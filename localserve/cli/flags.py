@@ -164,6 +164,10 @@ OPTIONS: tuple[Option, ...] = (
            "inputs one /v1/embeddings call (documents one /v1/rerank call) may carry", "N"),
     Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
            "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
+    Option("no-prefix-sharing", _flag, False, "let no sequence start from a prompt head another holds or is "
+           "computing", "BOOL"),
+    Option("kv-unified", _flag, False, "one pool of KV cells for all slots: a shared prompt head is held "
+           "once instead of copied (each step then attends over every slot's cells)", "BOOL"),
     Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
            "seconds between ': prefill' SSE comments while a prompt is processed", "SECONDS"),
     Option("max-body-bytes", positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),

@@ -18,13 +18,14 @@ from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights, file_facts, model_load
+from . import cpu_weights, file_facts, kv_share, model_load
 from ..generation import SamplingParams
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
+from .sequences import SequenceOps
 from .stopwatch import Stopwatch
 from ..grammar.scan import token_refs
 
@@ -36,13 +37,14 @@ __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoad
 log = logging.getLogger("localserve.engine")
 
 
-class Engine:
+class Engine(SequenceOps):
     projector = None        # the model's vision projector (vision.py), attached once both are loaded
 
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
-                 draft_max: int = 0, stopwatch: Stopwatch | None = None):
+                 draft_max: int = 0, stopwatch: Stopwatch | None = None, share_prefixes: bool = True,
+                 kv_unified: bool = False):
         watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
         self._file = key = file_facts.file_key(path)
@@ -83,13 +85,17 @@ class Engine:
         cparams = ll.llama_context_default_params()
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
+        # --kv-unified: one pool of cells for all sequences, so that one can own another's prefix
+        # (kv_share.py); by default a stream per sequence, and a prefix is copied as data.
+        if kv_unified:
+            cparams.n_ctx, self.n_ctx_seq = kv_share.context_sizes(self.n_ctx_seq, n_seq)
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
         self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
-        cparams.kv_unified = False
+        cparams.kv_unified = kv_unified
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
         cparams.swa_full = False
@@ -99,7 +105,14 @@ class Engine:
         cparams.n_outputs_max = n_seq * (1 + max(0, draft_max))
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
-        self.ctx = ll.llama_init_from_model(self.model, cparams)
+        model_load.whole_cache_context.on = kv_unified
+        try:
+            self.ctx = ll.llama_init_from_model(self.model, cparams)
+        finally:
+            model_load.whole_cache_context.on = False
+        if kv_unified and self.ctx and 0 < n_ctx_train < self.n_ctx_seq:
+            log.warning("each sequence's context (%d) passes the model's training context (%d)", self.n_ctx_seq,
+                        n_ctx_train)
         if self.ctx and not ll.llama_get_memory(self.ctx):
             # No KV cache: an encoder (BERT family), which outputs every token it runs (llama.cpp
             # asserts room for them all): made again with room for a whole batch. It only embeds.
@@ -111,9 +124,13 @@ class Engine:
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
         watch.lap("context")
-        self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx) if hasattr(ll, "llama_n_ctx_seq") else self.n_ctx_seq
+        if not kv_unified and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
+            self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
+        # why this model's sequences cannot share a prefix (None: they can)
+        self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else kv_share.SHARING_OFF
+        self._shares_cells = kv_unified and kv_share.shares_cells(self.model)
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))
@@ -276,42 +293,6 @@ class Engine:
 
     def valid_token(self, token: int) -> bool:
         return 0 <= token < self.n_vocab
-
-    # ---- sequences -----------------------------------------------------------------
-
-    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
-        """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
-        return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
-
-    def seq_length(self, seq_id: int) -> int:
-        """Positions the sequence holds in the KV cache (its highest position + 1; 0 when empty)."""
-        return ll.llama_memory_seq_pos_max(self.memory, seq_id) + 1
-
-    def can_extend(self, seq_id: int, keep: int) -> bool:
-        """Whether a sequence cut at `keep` still holds what new tokens must attend to.
-
-        A sliding-window cache keeps only the last window of positions: a prefix
-        can be reused only if the window before `keep` is still there.
-        """
-        if keep <= 0 or self.n_swa <= 0:
-            return True
-        return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
-
-    def save_sequence(self, seq_id: int) -> bytes:
-        """A copy of one sequence's KV state, to restore later into any sequence."""
-        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
-        buf = (ctypes.c_uint8 * size)()
-        written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
-        # string_at copies the bytes in one go; bytes(buf[:n]) would build a list of n ints
-        return ctypes.string_at(buf, written)
-
-    def restore_sequence(self, seq_id: int, state: bytes) -> bool:
-        self.seq_remove(seq_id)
-        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
-        if ll.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) == 0:
-            self.seq_remove(seq_id)
-            return False
-        return True
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.memory, True)

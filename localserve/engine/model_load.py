@@ -27,6 +27,10 @@ _log_callback = None
 recent_native_errors: collections.deque[str] = collections.deque(maxlen=16)
 capture_only = threading.local()
 load_messages: list[str] = []          # llama.cpp's log of the current model load
+# A unified KV cache's "n_ctx_seq" is the whole cache's: llama.cpp's warning that it passes the
+# training context is about the sum of all sequences then, not one (the engine checks its own).
+whole_cache_context = threading.local()
+_WHOLE_CACHE_WARNING = "n_ctx_train"
 _LAYER_DEVICE = re.compile(r"layer\s+(\d+) assigned to device ([^,\s]+)")
 
 
@@ -44,6 +48,8 @@ def quiet_llama_logs(level: int = logging.WARNING) -> None:
         # ggml levels: 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the last line
         message = text.decode("utf-8", "replace").rstrip()
         if not message:
+            return
+        if getattr(whole_cache_context, "on", False) and _WHOLE_CACHE_WARNING in message:
             return
         if getattr(capture_only, "on", False):
             load_messages.append(message)

@@ -29,7 +29,7 @@ SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})$")
 # Settings a [models.NAME] table may set for its model alone (attribute names)
 PER_MODEL = ("ctx_size", "slots", "n_gpu_layers", "threads", "chat_template_file", "tool_syntax", "cache_ram",
              "batch_size", "keep_alive", "pooling", "embeddings_only", "max_embedding_inputs",
-             "speculative", "draft_model", "draft_max", "mmproj")
+             "speculative", "draft_model", "draft_max", "no_prefix_sharing", "kv_unified", "mmproj")
 
 
 LATEST_TAG = ":latest"     # Ollama's tag for a name given without one

@@ -104,7 +104,8 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
                         threads=threads, n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc),
                         tensor_split=rpc.split_proportions(settings.tensor_split) if settings.tensor_split else None,
                         max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights,
-                        draft_max=settings.draft_max if drafting else 0, stopwatch=watch)
+                        draft_max=settings.draft_max if drafting else 0, stopwatch=watch,
+                        share_prefixes=not settings.no_prefix_sharing, kv_unified=settings.kv_unified)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc)) from None
     draft_model = None

@@ -109,6 +109,12 @@ class ServerMetrics:
         self.prefilled_tokens = r.counter("localserve_prefilled_tokens_total", "Prompt tokens run through the "
                                           "model, cancelled generations included (a prefill cut short counts "
                                           "none of its interrupted batch)")
+        self.reused_tokens = r.counter("localserve_prompt_tokens_reused_total", "Prompt tokens a generation "
+                                       "started with instead of prefilling them, by where they came from: own "
+                                       "(its slot's sequence), slot (a prefix copied from another sequence), "
+                                       "ram (the RAM prompt cache)", ("source",))
+        self.prefix_waits = r.counter("localserve_prefix_waits_total", "Generations that waited for another to "
+                                      "prefill the prompt head they share, then copied it")
         self.images_encoded = r.counter("localserve_images_encoded_total", "Images encoded by a vision "
                                         "projector and decoded into a sequence (a cached image counts none)")
         self.image_seconds = r.counter("localserve_image_seconds_total", "Seconds spent encoding images and "
@@ -237,6 +243,13 @@ class ServerMetrics:
         """Prompt tokens one decode step ran through the model."""
         self.prefilled_tokens.inc(tokens)
 
+    def record_prefix(self, source: str, tokens: int, waited: bool) -> None:
+        """Where a started generation's cached prompt tokens came from (runtime/kvslots.py)."""
+        if tokens:
+            self.reused_tokens.inc(tokens, source=source)
+        if waited:
+            self.prefix_waits.inc()
+
     def record_image(self, seconds: float) -> None:
         """One image evaluated into a sequence: encoded, its embeddings decoded."""
         self.images_encoded.inc()
@@ -318,6 +331,9 @@ class ModelMetrics:
 
     def record_prefill(self, tokens: int) -> None:
         self.server.record_prefill(tokens)
+
+    def record_prefix(self, source: str, tokens: int, waited: bool) -> None:
+        self.server.record_prefix(source, tokens, waited)
 
     def record_image(self, seconds: float) -> None:
         self.server.record_image(seconds)

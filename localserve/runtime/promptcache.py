@@ -73,8 +73,19 @@ class PromptCache:
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens a and b share. Slot choice compares every sequence with every other
+    on each admission (prefix_share.py): slices are compared in C, halving the span where they
+    first differ, not token by token in Python (10,000-token heads)."""
+    if type(a) is not type(b):
+        a, b = list(a), list(b)
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    if a[:n] == b[:n]:
+        return n
+    same, differs = 0, n        # a[:same] == b[:same]; a[:differs] != b[:differs]
+    while differs - same > 1:
+        mid = (same + differs) // 2
+        if a[same:mid] == b[same:mid]:
+            same = mid
+        else:
+            differs = mid
+    return same

@@ -15,15 +15,17 @@ import threading
 import time
 from typing import Callable
 
-from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, GrammarError, NoLegalToken
+from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Compacted, Context, Finished, GenerationFailure, GenerationOutput,
-                         GenerationRequest, GrammarBacklog, InvalidGrammar, NoAllowedToken, QueueFull,
-                         RuntimeStopped, SamplingTooSlow)
+from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure, GenerationOutput,
+                         GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
+                         SamplingTooSlow)
+from .admission import Admission
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
-from .images import ImageWork, text_tokens
+from .images import ImageWork
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
+from .sharing import PrefixSharing
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
 from .outcome import attach_logprobs, finished_output
@@ -50,7 +52,7 @@ class EngineFailure(Exception):
     """The engine keeps failing: the runtime cannot go on."""
 
 
-class Runtime:
+class Runtime(Admission):
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
                  on_fatal: Callable[[str], None] = exit_engine_failed,
@@ -62,7 +64,8 @@ class Runtime:
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
         self.kv = SlotKeeper(engine, self.cache)
-        self.scheduler = Scheduler(slots, max_queue)
+        self.sharing = PrefixSharing(engine)
+        self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
         self.parking = Parking(engine, self.kv, self.scheduler)   # jobs set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
@@ -126,7 +129,7 @@ class Runtime:
     def slot_state(self) -> dict:
         return {
             "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens),
-                       "kv_positions": s.kv_length} for s in self.slots],
+                       "kv_positions": s.kv_length, "prefix": self.kv.prefix_json(s.seq_id)} for s in self.slots],
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
@@ -230,47 +233,6 @@ class Runtime:
     def _emit(self, gen: ActiveGeneration, event: object) -> None:
         """Every event, a job's that never got a slot included, waits for the step's end."""
         self.outbox.put(gen, event)
-
-    def _admit(self) -> None:
-        if self.parking.parked or self.scheduler.waiting:      # editor completions first (preempt.py)
-            self.parking.admit_editors(self._start_admitted, self._end_cancelled)
-        if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
-            return
-        for gen in self.scheduler.drop_cancelled_waiting():
-            self._end_cancelled_waiting(gen)
-        while (admission := self.scheduler.next_admission()) is not None:
-            gen, slot = admission
-            if slot is None:
-                self._end_cancelled_waiting(gen)
-                continue
-            self._start_admitted(gen, slot)
-
-    def _start_admitted(self, gen: ActiveGeneration, slot: Slot) -> None:
-        try:
-            self._start(gen, slot)
-        except Exception:       # this job alone fails; the others and the slot go on
-            log.exception("could not start job %s (%s)", gen.id, gen.request.label)
-            if slot.job is not None and slot.job.gen is gen:
-                self._fail(slot.job, GenerationFailure("internal error while starting this request"))
-            else:
-                self.kv.clear(slot)
-                self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
-
-    def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
-        self.metrics.record_cancellation()
-        self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
-
-    def _start(self, gen: ActiveGeneration, slot: Slot) -> None:
-        keep = self.kv.prepare(slot, gen.request.prompt_tokens, gen.request.images)
-        try:
-            sampler = self.engine.new_sampler(gen.request.sampling)
-        except GrammarError as exc:
-            self._fail_unstarted(gen, InvalidGrammar(str(exc)))
-            return
-        job = Job(gen, slot, sampler, keep)
-        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
-        job.start()
-        self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
 
     def _decode_failed(self, exc: DecodeError, plan: BatchPlan) -> None:
         jobs = plan.jobs
@@ -380,7 +342,10 @@ class Runtime:
         self._emit(job.gen, Finished(output))
 
     def _cancel(self, job: Job) -> None:
-        self.kv.clear(job.slot)
+        if job.prefilling:      # what it computed of its prompt stays, for a job that shares it
+            self.kv.keep_computed(job)
+        else:
+            self.kv.clear(job.slot)
         self._end_cancelled(job)
 
     def _end_cancelled(self, job: Job) -> None:

@@ -1,18 +1,20 @@
 """Which jobs run in the next step, and how: the waiting queue, admission into free slots, slot
-choice (prompt_cache_key affinity, prefix reuse), the batch plan with chunked prefill, and which
-jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it calls no llama.cpp, so its rules
-are tested alone (tests/unit/runtime/test_scheduler.py).
+choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, prefix_share.py), the batch
+plan with chunked prefill, and which jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it
+calls no llama.cpp, so its rules are tested alone (tests/unit/runtime/test_scheduler.py).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..generation import ActiveGeneration, QueueFull, RuntimeStopped
+from ..generation import ActiveGeneration, QueueFull, RuntimeStopped, outside_images, position_of
 from .jobs import Job, JobStatus, Slot
+from .prefix_share import Held, Placement, place, waits_for
 from .promptcache import common_prefix
 
 # While other jobs are decoding, a prompt is fed in chunks this large so their
@@ -53,12 +55,19 @@ class BatchPlan:
 
 
 class Scheduler:
-    def __init__(self, slots: int, max_queue: int):
+    def __init__(self, slots: int, max_queue: int, can_copy: Callable[[int, int], bool] | None = None,
+                 wait_for_prefixes: bool = False):
         self.slots = [Slot(i) for i in range(slots)]
         self.max_queue = max_queue
         self.waiting: collections.deque[ActiveGeneration] = collections.deque()
         self.cond = threading.Condition()     # guards waiting and stopping; wakes the runtime
         self.stopping = False
+        # prefix sharing (prefix_share.py): whether a sequence's first n positions can be handed
+        # on (None: sharing is off), and whether a job waits for a head another is prefilling
+        self.can_copy = can_copy
+        self.wait_for_prefixes = wait_for_prefixes and can_copy is not None
+        self.prefix_waiters: set[int] = set()     # ids of waiting jobs that waited for a shared head
+        self.stops: dict[int, int] = {}           # seq_id: where its prefill pauses, a head others wait for
 
     # ---- the queue (connection threads) -------------------------------------------------
 
@@ -88,22 +97,62 @@ class Scheduler:
             if not any(gen.cancelled for gen in self.waiting):
                 return []
             dropped = [gen for gen in self.waiting if gen.cancelled]
+            self.prefix_waiters.difference_update(id(gen) for gen in dropped)
             kept = [gen for gen in self.waiting if not gen.cancelled]
             self.waiting.clear()
             self.waiting.extend(kept)
         return dropped
 
-    def next_admission(self) -> tuple[ActiveGeneration, Slot | None] | None:
-        """The next waiting job and the free slot it takes (None for a cancelled one); None when
-        nothing waits or no slot is free."""
+    def next_admission(self) -> tuple[ActiveGeneration, Placement | None] | None:
+        """The next waiting job that can start and where (None for a cancelled one); None when no
+        slot is free or every waiting job waits (for a slot, or for a head another is prefilling)."""
         with self.cond:
             free = [s for s in self.slots if s.job is None]
+            self.stops = {}
             if not free or not self.waiting:
                 return None
-            gen = self.waiting.popleft()
+            held = self.held() if self.can_copy is not None else []
+            for gen in self.waiting:
+                if gen.cancelled or not self._waits(gen, held):
+                    break
+            else:
+                return None
+            self.waiting.remove(gen)
+            waited = id(gen) in self.prefix_waiters
+            self.prefix_waiters.discard(id(gen))
         if gen.cancelled:
             return gen, None
-        return gen, choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
+        prompt, key, images = gen.request.prompt_tokens, gen.request.cache_key, gen.request.images
+        if self.can_copy is None:
+            return gen, Placement(choose_slot(free, prompt, key))
+        can_copy, pick = self.can_copy, lambda: choose_slot(free, prompt, key)
+        # place() counts prompt tokens; a sequence holds positions (fewer past an M-RoPE image)
+        placement = place(free, held, prompt, key, lambda seq_id, n: can_copy(seq_id, position_of(images, n)), pick)
+        return gen, dataclasses.replace(placement, waited=waited)
+
+    def held(self) -> list[Held]:
+        """Every sequence with tokens in its KV cache; a prefilling job's with the prompt it is
+        on its way to holding (its slot's token list is brought up to date only when it ends)."""
+        held = []
+        for slot in self.slots:
+            job = slot.job
+            if job is not None and job.prefilling:     # an image decoded in part counts from its end
+                held.append(Held(slot.seq_id, job.prompt[:outside_images(job.request.images, job.n_past)], job.prompt))
+            elif slot.tokens:
+                held.append(Held(slot.seq_id, slot.tokens))
+        return held
+
+    def _waits(self, gen: ActiveGeneration, held: list[Held]) -> bool:
+        """Whether this job waits for a head of its prompt that another job is prefilling now."""
+        if not self.wait_for_prefixes:
+            return False
+        head = waits_for(gen.request.prompt_tokens, held)
+        if head is None:
+            return False
+        seq_id, n = head
+        self.stops[seq_id] = min(n, self.stops.get(seq_id, n))
+        self.prefix_waiters.add(id(gen))
+        return True
 
     def first_waiting(self, wanted: Callable[[ActiveGeneration], bool]) -> ActiveGeneration | None:
         """The first waiting job `wanted` picks, to admit out of its turn (an editor completion: preempt.py)."""
@@ -113,6 +162,7 @@ class Scheduler:
     def withdraw(self, gen: ActiveGeneration) -> None:
         with self.cond:
             self.waiting.remove(gen)
+            self.prefix_waiters.discard(id(gen))    # once it is gone, a later job may get its id
 
     # ---- the step ----------------------------------------------------------------------
 
@@ -125,7 +175,7 @@ class Scheduler:
         return [job for job in self.active() if job.pending is None]
 
     def plan(self, jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None) -> BatchPlan:
-        return plan_batch(jobs, n_batch, drafts)
+        return plan_batch(jobs, n_batch, drafts, self.stops)
 
 
 def draft_room(jobs: list[Job], n_batch: int) -> int:
@@ -159,8 +209,10 @@ def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> 
     return min(free, key=lambda s: s.last_used)
 
 
-def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None) -> BatchPlan:
-    """One batch: a token (and its draft) per decoding job, then prompt chunks within the batch budget."""
+def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | None = None,
+               stops: dict[int, int] | None = None) -> BatchPlan:
+    """One batch: a token (and its draft) per decoding job, then prompt chunks within the batch budget;
+    a chunk ends at its sequence's stop (a head other jobs wait to copy) when it would pass it."""
     plan = BatchPlan(list(jobs))
     decoding = [j for j in jobs if j.status is JobStatus.DECODING]
     for job in decoding:
@@ -176,6 +228,9 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
         if not job.prefilling or budget <= 0:
             continue
         n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
+        stop = (stops or {}).get(job.slot.seq_id, 0)
+        if job.n_past < stop < job.n_past + n:
+            n = stop - job.n_past
         if n <= 0:
             continue
         last = n == job.prompt_left

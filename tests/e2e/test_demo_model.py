@@ -89,3 +89,22 @@ def test_the_demo_model_drafts_for_itself():
         assert srv.proc.poll() is None
     finally:
         srv.stop()
+
+
+def test_a_sliding_window_model_computes_a_head_two_concurrent_requests_share_once(demo_server):
+    """Gemma 3's sliding-window layers cannot share KV cells: the second request waits while the first
+    computes the shared head, whose prefill pauses at the head's end, and is copied it as data there."""
+    from rawhttp import post_json, request, run_concurrently
+    system = "You are a terse assistant who answers in one short sentence and never digresses. " * 40
+
+    def ask(user):
+        body = {"messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+                "max_tokens": 2, "temperature": 0}
+        return request(demo_server.port, post_json("/v1/chat/completions", body), timeout=300).json()["usage"]
+
+    usages = run_concurrently(ask, [("Name a colour.",), ("Name a river.",)])
+    cached = sorted(u["prompt_tokens_details"]["cached_tokens"] for u in usages)
+    assert cached[1] > 600            # past Gemma 3's 512-token window: the copy held what it attends to
+    metrics = request(demo_server.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode()
+    assert "localserve_prefix_waits_total 1" in metrics
+    assert "prefix sharing is off" not in demo_server.log

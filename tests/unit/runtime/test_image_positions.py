@@ -9,7 +9,8 @@ import hashlib
 from localserve.generation import ActiveGeneration, GenerationRequest, ImageChunk, outside_images, placeholder_id
 from localserve.runtime.images import text_tokens
 from localserve.runtime.jobs import Job, Slot
-from localserve.runtime.promptcache import common_prefix
+from localserve.runtime.kvslots import SlotKeeper
+from localserve.runtime.promptcache import PromptCache, common_prefix
 from localserve.runtime.scheduler import plan_batch
 
 
@@ -87,3 +88,31 @@ def test_inside_an_image_decoded_in_parts_there_is_no_text_to_plan():
     job.decoded(3 + 2)                      # the text, then two of the image's four embeddings
     assert job.image_here is job.request.images[0] and job.text_left == 0
     assert plan_batch([job], n_batch=64).entries == []
+
+
+class Sequences:
+    """The engine's sequence calls a SlotKeeper makes, recorded: every cut succeeds."""
+    def __init__(self):
+        self.cuts = []
+
+    def can_extend(self, seq_id, keep):
+        return True
+
+    def seq_remove(self, seq_id, start=0, end=-1):
+        self.cuts.append((seq_id, start, end))
+        return True
+
+
+def test_a_cancelled_prefill_keeps_its_whole_images_cut_at_their_kv_position():
+    image = ImageChunk(2, 6, digest(b"m"), MropeChunk())
+    request = GenerationRequest(prompt_tokens=[1, 10, *[placeholder_id(image.digest)] * 6, 12, 13], images=[image])
+    engine = Sequences()
+    keeper = SlotKeeper(engine, PromptCache(0))
+    past_it, inside_it = job_for(request), job_for(request)
+    past_it.decoded(2 + 6 + 1)              # the text, the image (3 positions), one token more
+    keeper.keep_computed(past_it)
+    assert engine.cuts[-1] == (0, 6, -1) and past_it.slot.tokens == request.prompt_tokens[:9]
+    assert past_it.slot.kv_length == 6
+    inside_it.decoded(2 + 4)                # the image decoded in part: cut where it starts
+    keeper.keep_computed(inside_it)
+    assert engine.cuts[-1] == (0, 2, -1) and inside_it.slot.tokens == [1, 10]

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 
 from localserve.engine.engine import GrammarError
-from localserve.generation import Chunk, Context, GenerationRequest, InvalidGrammar, SamplingParams
+from localserve.generation import ActiveGeneration, Chunk, Context, GenerationRequest, InvalidGrammar, SamplingParams
 from localserve.runtime.jobs import JobStatus
 from localserve.runtime.runtime import Runtime
 
@@ -40,6 +40,7 @@ class ScriptedEngine:
     """What the runtime calls on the engine, answering from a script; it records each batch."""
     n_batch = 64
     n_ctx_seq = 256
+    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (kv_share.SHARING_OFF)
 
     def __init__(self, answer=(10, 11, 12)):
         self.answer = answer
@@ -188,3 +189,12 @@ def test_a_grammar_job_s_tokens_are_chosen_on_one_thread_for_its_whole_life():
     [worker] = sampler.threads
     worker.join(5)
     assert not worker.is_alive(), "the job's sample thread outlived the job"
+
+
+def test_a_job_started_in_a_slot_chosen_elsewhere_starts_with_its_own_prefix():
+    """A slot picked outside admission (an editor's preemption) starts a job with no placement."""
+    rt = Runtime(ScriptedEngine(), slots=1, max_queue=4)
+    gen = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3]))
+    rt._start(gen, rt.slots[0])
+    assert rt.slots[0].job is not None and rt.slots[0].job.n_cached == 0
+    assert rt.kv.prefix_json(0) == {"tokens": 0, "source": "own", "slot": None}

@@ -62,10 +62,12 @@ def test_admission_in_order_into_free_slots_then_none():
     first, second, third = gen([1]), gen([2]), gen([3])
     for g in (first, second, third):
         s.enqueue(g)
-    got, slot = s.next_admission()
+    got, placement = s.next_admission()
+    slot = placement.slot
     assert got is first and slot.job is None
     slot.job = Job(got, slot, sampler=None, n_cached=0)
-    got, slot2 = s.next_admission()
+    got, placement = s.next_admission()
+    slot2 = placement.slot
     assert got is second and slot2 is not slot
     slot2.job = Job(got, slot2, sampler=None, n_cached=0)
     assert s.next_admission() is None       # no slot free: the third keeps its place

@@ -1,0 +1,85 @@
+"""The KV cache's sequences, as the engine works on them: cut, measure, copy a prefix from one to
+another, save and restore one (the RAM prompt cache). Part of Engine (engine.py), which owns the
+context; kept apart so the engine's module stays one screenful of loading and decoding."""
+
+from __future__ import annotations
+
+import ctypes
+
+from llama_cpp import llama_cpp as ll
+
+# A copy as data moves every position the holder has, not only the prefix wanted: it is made for
+# at least this many tokens (not a template's header that every prompt shares) ...
+MIN_DATA_COPY_TOKENS = 16
+# ... and only from a holder at most this many times longer than the prefix (a position copied
+# costs microseconds, one computed on a CPU a millisecond or more; on a GPU the gap is smaller).
+DATA_COPY_SPAN = 64
+
+
+class SequenceOps:
+    """Engine's sequence operations. The engine sets: ctx and memory (llama.cpp's), n_swa (the
+    model's sliding window, 0 for none), copy_blocker (why no prefix may be copied, or None) and
+    _shares_cells (whether two sequences may own one cell: kv_share.shares_cells)."""
+    ctx: object
+    memory: object
+    n_swa: int
+    copy_blocker: str | None
+    _shares_cells: bool
+
+    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
+        """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
+        return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
+
+    def seq_length(self, seq_id: int) -> int:
+        """Positions the sequence holds in the KV cache (its highest position + 1; 0 when empty)."""
+        return ll.llama_memory_seq_pos_max(self.memory, seq_id) + 1
+
+    def can_extend(self, seq_id: int, keep: int) -> bool:
+        """Whether a sequence cut at `keep` still holds what new tokens must attend to.
+
+        A sliding-window cache keeps only the last window of positions: a prefix
+        can be reused only if the window before `keep` is still there.
+        """
+        if keep <= 0 or self.n_swa <= 0:
+            return True
+        return ll.llama_memory_seq_pos_min(self.memory, seq_id) <= max(0, keep - self.n_swa)
+
+    def can_copy(self, src: int, n: int) -> bool:
+        """Whether src's first n positions can be handed to another sequence, and are worth it
+        (kv_share.py)."""
+        length = self.seq_length(src)
+        if self.copy_blocker is not None or length < n:
+            return False
+        if self._shares_cells:
+            return True
+        return n >= MIN_DATA_COPY_TOKENS and n * DATA_COPY_SPAN >= length and self.can_extend(src, n)
+
+    def seq_copy(self, src: int, dst: int, n: int) -> bool:
+        """dst, emptied first, holds src's first n positions: their cells shared (a unified cache), or
+        copied as data and cut at n (a stream per sequence; a sliding window). False when that
+        failed (dst is empty then)."""
+        if self._shares_cells:
+            ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
+            ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
+            return True
+        if self.restore_sequence(dst, self.save_sequence(src)) and self.can_extend(dst, n) \
+                and self.seq_remove(dst, n, -1):
+            return True
+        self.seq_remove(dst)
+        return False
+
+    def save_sequence(self, seq_id: int) -> bytes:
+        """A copy of one sequence's KV state, to restore later into any sequence."""
+        size = ll.llama_state_seq_get_size(self.ctx, seq_id)
+        buf = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq_id)
+        # string_at copies the bytes in one go; bytes(buf[:n]) would build a list of n ints
+        return ctypes.string_at(buf, written)
+
+    def restore_sequence(self, seq_id: int, state: bytes) -> bool:
+        self.seq_remove(seq_id)
+        buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if ll.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) == 0:
+            self.seq_remove(seq_id)
+            return False
+        return True
