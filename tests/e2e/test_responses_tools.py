@@ -324,6 +324,16 @@ def test_everything_codex_sends_is_accepted(server):
 
 # ---- prompt_cache_key: slot affinity ---------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def unshared(tiny_model, tmp_path_factory):
+    """The session's server as it was before prefix sharing: a prompt's head is reused only from
+    the slot it lands on, so which slot a key picks shows in cached_tokens."""
+    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", "2", "--no-prefix-sharing",
+                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("unshared"))})
+    yield srv
+    srv.stop()
+
+
 def affinity_run(server, ask, tag: str, key_a: str | None, key_b: str | None) -> int:
     """Conversation B, then A, then A again with a rewritten tail (the shared prefix is well under
     half of what A's slot holds). Without a key the least recently used slot (B's) is taken;
@@ -334,31 +344,38 @@ def affinity_run(server, ask, tag: str, key_a: str | None, key_b: str | None) ->
     return ask(shared + "second tail " + "five six seven " * 20, key_a)
 
 
-def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_responses(server):
-    client = openai_sdk(server)
+def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_responses(server, unshared):
+    def asker(srv):
+        client = openai_sdk(srv)
 
-    def ask(text: str, key: str | None) -> int:
-        options = {"prompt_cache_key": key} if key else {}
-        response = client.responses.create(model="tiny", input=text, max_output_tokens=1, **options)
-        return response.usage.input_tokens_details.cached_tokens
+        def ask(text: str, key: str | None) -> int:
+            options = {"prompt_cache_key": key} if key else {}
+            response = client.responses.create(model="tiny", input=text, max_output_tokens=1, **options)
+            return response.usage.input_tokens_details.cached_tokens
+        return ask
 
-    unkeyed = affinity_run(server, ask, "resp-plain", None, None)
-    keyed = affinity_run(server, ask, "resp-keyed", "conv-a", "conv-b")
+    unkeyed = affinity_run(unshared, asker(unshared), "resp-plain", None, None)
+    keyed = affinity_run(unshared, asker(unshared), "resp-keyed", "conv-a", "conv-b")
     assert keyed > 150 > unkeyed
+    # with prefix sharing (the default) the head is copied into whichever slot A lands on
+    assert affinity_run(server, asker(server), "resp-shared", None, None) > 150
 
 
-def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_chat(server):
-    client = openai_sdk(server)
+def test_prompt_cache_key_keeps_a_conversation_on_its_slot_in_chat(server, unshared):
+    def asker(srv):
+        client = openai_sdk(srv)
 
-    def ask(text: str, key: str | None) -> int:
-        options = {"prompt_cache_key": key} if key else {}
-        reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}],
-                                               max_tokens=1, **options)
-        return reply.usage.prompt_tokens_details.cached_tokens
+        def ask(text: str, key: str | None) -> int:
+            options = {"prompt_cache_key": key} if key else {}
+            reply = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": text}],
+                                                   max_tokens=1, **options)
+            return reply.usage.prompt_tokens_details.cached_tokens
+        return ask
 
-    unkeyed = affinity_run(server, ask, "chat-plain", None, None)
-    keyed = affinity_run(server, ask, "chat-keyed", "conv-c", "conv-d")
+    unkeyed = affinity_run(unshared, asker(unshared), "chat-plain", None, None)
+    keyed = affinity_run(unshared, asker(unshared), "chat-keyed", "conv-c", "conv-d")
     assert keyed > 150 > unkeyed
+    assert affinity_run(server, asker(server), "chat-shared", None, None) > 150
 
 
 def test_a_namespace_without_a_description_echoes_as_the_sdk_expects(agent):
