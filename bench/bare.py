@@ -31,7 +31,9 @@ class BareEngine:
         # cells for all sequences, as prefix sharing has it (bench/agents.py copies a prefix in it).
         params.n_ctx, params.n_seq_max, params.kv_unified = n_ctx * n_seq, n_seq, unified
         params.n_batch, params.n_ubatch = n_batch, n_batch
-        params.swa_full = False
+        # a copied prefix's cells are owned by several sequences, which a window-sized cache never
+        # frees: with `unified` the sliding-window layers keep the whole context (llama-server's --swa-full)
+        params.swa_full = unified
         params.n_outputs_max = n_seq
         params.n_threads = params.n_threads_batch = threads
         params.no_perf = True
