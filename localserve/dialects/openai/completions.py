@@ -8,6 +8,7 @@ from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput, fim_stop_strings
+from .completion_images import is_object_prompt, read_object_prompt
 from ..fim import client_key, fim_prompt, writes_its_own_fim
 from ..pump import sse
 from ..exchange import Exchange
@@ -51,7 +52,8 @@ def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
         return list(prompt)
     if isinstance(prompt, list) and len(prompt) > 1:
         raise invalid("prompt", "only one prompt per request is supported")
-    raise invalid("prompt", "expected a string or an array of token ids")
+    raise invalid("prompt", "expected a string, an array of token ids, or an object with prompt_string "
+                            "and multimodal_data (images)")
 
 
 def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str) -> tuple[GenerationRequest, str]:
@@ -60,8 +62,12 @@ def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str
     if "prompt" not in body:
         raise invalid("prompt", "is required")
     suffix = read_str(body, "suffix")
+    images = []
     if suffix:          # an empty suffix is no hole: the prompt is continued as it is
         tokens, prompt_text = read_fim_prompt(model, model_id, body["prompt"], suffix)
+    elif is_object_prompt(body["prompt"]):      # llama-server's {prompt_string, multimodal_data}
+        multimodal = read_object_prompt(model, body["prompt"], lambda text: read_prompt_tokens(model.engine, text))
+        tokens, images, prompt_text = multimodal.tokens, multimodal.images, multimodal.text
     else:
         tokens = read_prompt_tokens(model.engine, body["prompt"])
         prompt_text = None
@@ -69,6 +75,7 @@ def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str
     if echo and read_int(body, "logprobs", low=0, high=20) is not None:
         raise invalid("echo", "echo with logprobs (the prompt's own logprobs) is not supported")
     request = read_request(model, body, request_id, tokens)
+    request.images = images
     if suffix:
         request.stop += fim_stop_strings(model.engine)
     request.editor_completion = bool(suffix) or writes_its_own_fim(model.engine, tokens)

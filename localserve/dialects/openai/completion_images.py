@@ -1,0 +1,67 @@
+"""Images in a legacy completion, as llama-server's /completion takes them: the prompt is an
+object ``{"prompt_string": text, "multimodal_data": [base64, ...]}`` whose text holds libmtmd's
+default marker ``<__media__>`` once per image, in order. Each image is checked as every
+dialect's is (localserve/images.py); the markers then become the per-process media marker, so
+the prompt goes down the same tokenization path as a chat's rendered prompt (prompt/media.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...generation import MEDIA_MARKER, ImageChunk, PromptRefused
+from ...images import MAX_IMAGES_PER_REQUEST, count_refusal
+from ...prompt.build import ChatModel
+from ...prompt.media import tokenize_with_images
+from ..fields import invalid
+from ..image_parts import image_from_base64, refused
+
+# What llama-server's clients write where an image stands (libmtmd's mtmd_default_marker()).
+LIBMTMD_MARKER = "<__media__>"
+TEXT_FIELD = "prompt.prompt_string"
+IMAGES_FIELD = "prompt.multimodal_data"
+
+
+@dataclass
+class MultimodalPrompt:
+    text: str                                   # the prompt as the client wrote it (what echo returns)
+    tokens: list[int] = field(default_factory=list)
+    images: list[ImageChunk] = field(default_factory=list)
+
+
+def is_object_prompt(prompt: Any) -> bool:
+    """llama-server's object prompt, alone or as a batch of one."""
+    return isinstance(prompt, dict) or (isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], dict))
+
+
+def read_object_prompt(model: ChatModel, prompt: Any, text_tokens) -> MultimodalPrompt:
+    """The prompt's tokens and image chunks; text_tokens(text) tokenizes a prompt with no
+    images, as a plain string prompt is."""
+    if isinstance(prompt, list):
+        prompt = prompt[0]
+    text = prompt.get("prompt_string")
+    if not isinstance(text, str):
+        raise invalid(TEXT_FIELD, "expected a string (the prompt's text) beside multimodal_data")
+    if "multimodal_data" not in prompt:       # as llama-server: the text alone, markers and all
+        return MultimodalPrompt(text, text_tokens(text))
+    data = prompt["multimodal_data"]
+    if not isinstance(data, list):
+        raise invalid(IMAGES_FIELD, "expected an array of base64 images")
+    if len(data) > MAX_IMAGES_PER_REQUEST:
+        where = f"{IMAGES_FIELD}[{MAX_IMAGES_PER_REQUEST}]"
+        raise refused(where, str(count_refusal(len(data))), "too_many_images")
+    images = [image_from_base64(item, None, f"{IMAGES_FIELD}[{i}]") for i, item in enumerate(data)]
+    markers = text.count(LIBMTMD_MARKER)
+    if markers != len(images):
+        raise invalid(TEXT_FIELD, f"holds {markers} {LIBMTMD_MARKER} marker(s) for the {len(images)} image(s) "
+                                  f"of multimodal_data: put one where each image stands, in order")
+    if not images:
+        return MultimodalPrompt(text, text_tokens(text))
+    if not model.vision:
+        raise PromptRefused(f"invalid '{IMAGES_FIELD}[0]': model '{model.name}' has no vision projector, so it "
+                            f"cannot read images; use a model with one, or send text",
+                            code="model_has_no_vision", param=f"{IMAGES_FIELD}[0]")
+    if text.endswith(LIBMTMD_MARKER):     # the next token's logits are read off the prompt's last token
+        raise invalid(TEXT_FIELD, "ends with an image: put text after the last marker")
+    tokens, chunks = tokenize_with_images(model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)
+    return MultimodalPrompt(text, tokens, chunks)
