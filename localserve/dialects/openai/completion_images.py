@@ -7,7 +7,7 @@ the prompt goes down the same tokenization path as a chat's rendered prompt (pro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ...generation import MEDIA_MARKER, ImageChunk, PromptRefused
 from ...images import MAX_IMAGES_PER_REQUEST, count_refusal
@@ -34,7 +34,7 @@ def is_object_prompt(prompt: Any) -> bool:
     return isinstance(prompt, dict) or (isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], dict))
 
 
-def read_object_prompt(model: ChatModel, prompt: Any, text_tokens) -> MultimodalPrompt:
+def read_object_prompt(model: ChatModel, prompt: Any, text_tokens: Callable[[str], list[int]]) -> MultimodalPrompt:
     """The prompt's tokens and image chunks; text_tokens(text) tokenizes a prompt with no
     images, as a plain string prompt is."""
     if isinstance(prompt, list):
