@@ -178,6 +178,13 @@ def test_context_overflow_is_400_with_counts(server):
     error = resp.json()["error"]
     assert error["code"] == "context_length_exceeded"
     assert error["n_prompt_tokens"] > error["n_ctx"] > 0
+    assert error["param"] == "messages"
+
+
+def test_completions_context_overflow_names_the_prompt(server):
+    resp = request(server.port, post_json("/v1/completions", {"prompt": "word " * 5000}))
+    error = resp.json()["error"]
+    assert resp.status == 400 and error["code"] == "context_length_exceeded" and error["param"] == "prompt"
 
 
 def test_template_error_is_400(tiny_model, tmp_path):

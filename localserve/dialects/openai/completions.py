@@ -34,7 +34,8 @@ def handle(services: Services, exchange: Exchange) -> None:
         return CompletionChunks(meta, include_usage, echoed[0])
 
     # an editor's completion (a suffix, or a FIM prompt of its own): a newer one cancels it
-    serve_openai(services, exchange, read, "cmpl-", final, chunks, supersede=client_key(exchange))
+    serve_openai(services, exchange, read, "cmpl-", final, chunks, supersede=client_key(exchange),
+                 param="prompt")
 
 
 def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
