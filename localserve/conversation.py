@@ -94,3 +94,16 @@ class ToolDefinition:
 
 def text_message(role: str, text: str) -> Message:
     return Message(role, (Text(text),))
+
+
+def images_in(messages: list[Message], *, results: bool = True) -> list[Image]:
+    """The images of the messages in the order a template shows them (each message's own parts,
+    a tool result's inside it); results=False leaves out those inside tool results."""
+    found: list[Image] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, Image):
+                found.append(part)
+            elif results and isinstance(part, ToolResult) and not isinstance(part.content, str):
+                found.extend(p for p in part.content if isinstance(p, Image))
+    return found

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..conversation import Message, ToolDefinition
+from ..conversation import Message, ToolDefinition, images_in
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
@@ -21,7 +21,7 @@ from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_
 from ..parsing.call_format import CallFormat
 from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..parsing.tools import marker_prompt_opened
-from .media import images_in_order, tokenize_with_images
+from .media import tokenize_with_images
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
                         normalize_messages, shows_every_system_turn)
@@ -104,7 +104,7 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
 def tokenize_shown(engine: EngineFacade, text: str, messages: list[Message], *, fit: bool = False) -> list[int]:
     """The tokens of a rendered chat, or of its start, counted as the runtime would run them: each
     media marker in it as its image's positions (the messages' images, in order)."""
-    images = images_in_order(messages)[:text.count(MEDIA_MARKER)]
+    images = images_in(messages)[:text.count(MEDIA_MARKER)]
     if not images:
         return tokenize_prompt(engine, text, fit=fit)
     return tokenize_with_images(engine, text, images, fit=fit, text_after=False)[0]
@@ -139,7 +139,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     """`text`: the chat already rendered by the caller (render_chat), to render it once."""
     if text is None:
         text = render_chat(model.template, chat)
-    images = images_in_order(chat.messages)
+    images = images_in(chat.messages)
     if images:
         tokens, chunks = tokenize_with_images(model.engine, text, images)
     else:

@@ -12,22 +12,9 @@ different one, and the runtime evaluates the chunk when its sequence reaches it.
 
 from __future__ import annotations
 
-from ..conversation import Image, Message, ToolResult
+from ..conversation import Image
 from ..engine.facade import EngineFacade, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
-
-
-def images_in_order(messages: list[Message]) -> list[Image]:
-    """The conversation's images in the order a template shows them: each message's own parts,
-    a tool result's inside it."""
-    found: list[Image] = []
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, Image):
-                found.append(part)
-            elif isinstance(part, ToolResult) and not isinstance(part.content, str):
-                found.extend(p for p in part.content if isinstance(p, Image))
-    return found
 
 
 def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *, fit: bool = True,

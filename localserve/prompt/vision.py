@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..conversation import Image, Message, Text, ToolResult
+from ..conversation import Image, Message, Text, ToolResult, images_in
 from ..generation import PromptRefused
 from ..images import count_refusal, MAX_IMAGES_PER_REQUEST
 from .build import ChatInput, ChatModel
@@ -53,18 +53,6 @@ def answered_from(messages: list[Message]) -> int:
         if messages[i].role == "assistant":
             return i + 1
     return 0
-
-
-def images_in(messages: list[Message], *, results: bool = True) -> list[Image]:
-    """The images of the messages, in order; results: those inside tool results too."""
-    found = []
-    for message in messages:
-        for part in message.parts:
-            if isinstance(part, Image):
-                found.append(part)
-            elif results and isinstance(part, ToolResult) and not isinstance(part.content, str):
-                found.extend(p for p in part.content if isinstance(p, Image))
-    return found
 
 
 def without_images(message: Message) -> Message:
