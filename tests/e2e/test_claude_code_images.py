@@ -11,8 +11,6 @@ tests/e2e/test_claude_code.py's.
 
 from __future__ import annotations
 
-import json
-import subprocess
 
 import pytest
 
@@ -20,8 +18,7 @@ import imagefiles
 from agent_clis import claude_binary
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
-from test_claude_code import CONTEXT, RUN_TIMEOUT, message_posts, offline_env
-from wiretap import Wiretap
+from test_claude_code import CONTEXT, claude_print, message_posts
 
 FINAL = "The picture shows a gradient."
 
@@ -47,19 +44,8 @@ def server(models_dir, work, tmp_path_factory):
 
 def test_claude_code_reads_a_png_and_the_loop_finishes_without_vision(server, work):
     claude = claude_binary()
-    home = work.parent / "home"
-    home.mkdir(exist_ok=True)
-    tap = Wiretap(server.port)
-    try:
-        done = subprocess.run([str(claude), "-p", "What is in shot.png?", "--model", "claude-sonnet-4-5",
-                               "--allowedTools", "Read", "--output-format", "json"],
-                              cwd=work, env=offline_env(home, tap.base_url), capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
-    finally:
-        tap.close()
-    assert done.returncode == 0, done.stdout + done.stderr + server.log[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["result"] == FINAL and not result.get("is_error"), result
+    tap, result = claude_print(claude, server, work.parent, "What is in shot.png?", "--allowedTools", "Read")
+    assert result["result"] == FINAL, result
 
     turns = message_posts(tap)
     assert len(turns) >= 2 and all(t.status == 200 for t in turns), [(t.status, t.response[:300]) for t in turns]

@@ -9,9 +9,7 @@ test_claude_code_images.py (the same loop without a projector).
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 
 import pytest
 
@@ -20,9 +18,8 @@ from agent_clis import claude_binary
 from conftest import ServerProcess
 from rawhttp import request
 from scripted_model import tool_loop_script, write_scripted_gguf
-from test_claude_code import CONTEXT, RUN_TIMEOUT, message_posts, offline_env
+from test_claude_code import CONTEXT, claude_print, message_posts
 from tinyvision import write_tiny_mmproj
-from wiretap import Wiretap
 
 from localserve.engine.gguf_meta import read_shape
 
@@ -58,19 +55,8 @@ def images_encoded(server) -> float:
 
 def test_claude_code_reads_a_png_and_the_loop_finishes_with_vision(server, work):
     claude = claude_binary()
-    home = work.parent / "home"
-    home.mkdir(exist_ok=True)
-    tap = Wiretap(server.port)
-    try:
-        done = subprocess.run([str(claude), "-p", "What is in shot.png?", "--model", "claude-sonnet-4-5",
-                               "--allowedTools", "Read", "--output-format", "json"],
-                              cwd=work, env=offline_env(home, tap.base_url), capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
-    finally:
-        tap.close()
-    assert done.returncode == 0, done.stdout + done.stderr + server.log[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["result"] == FINAL and not result.get("is_error"), result
+    tap, result = claude_print(claude, server, work.parent, "What is in shot.png?", "--allowedTools", "Read")
+    assert result["result"] == FINAL, result
     last = message_posts(tap)[-1]
     assert last.status == 200 and "x-localserve-images-omitted" not in last.response_headers
     assert images_encoded(server) >= 1
