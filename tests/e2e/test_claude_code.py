@@ -113,23 +113,31 @@ def usage_of(exchange) -> tuple[dict, int]:
     return usage, prompt
 
 
-def run_claude(claude, server, where, prompt: str, model: str) -> tuple[Wiretap, Path]:
-    """One `claude -p` session in where/work (HOME where/home); the tap holds what it sent."""
+def claude_print(claude, server, where: Path, *args: str, model: str = "claude-sonnet-4-5") -> tuple[Wiretap, dict]:
+    """`claude -p ARGS` in where/work (HOME where/home): what it sent, and its JSON result."""
     work, home = where / "work", where / "home"
     work.mkdir(parents=True, exist_ok=True)
     home.mkdir(exist_ok=True)
-    (work / "made.txt").unlink(missing_ok=True)
     tap = Wiretap(server.port)
     try:
-        done = subprocess.run([str(claude), "-p", prompt, "--model", model,
-                               "--allowedTools", "Bash", "--output-format", "json"],
+        done = subprocess.run([str(claude), "-p", *args, "--model", model, "--output-format", "json"],
                               cwd=work, env=offline_env(home, tap.base_url), capture_output=True, text=True,
                               timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
     finally:
         tap.close()
     assert done.returncode == 0, done.stdout + done.stderr + server.log[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["result"] == FINAL and not result.get("is_error")
+    assert not result.get("is_error"), result
+    return tap, result
+
+
+def run_claude(claude, server, where, prompt: str, model: str) -> tuple[Wiretap, Path]:
+    """One `claude -p` session in where/work (HOME where/home) that must run a Bash call; the tap
+    holds what it sent."""
+    work = where / "work"
+    (work / "made.txt").unlink(missing_ok=True)
+    tap, result = claude_print(claude, server, where, prompt, "--allowedTools", "Bash", model=model)
+    assert result["result"] == FINAL
     assert (work / "made.txt").exists()                       # Claude Code ran the Bash call
     return tap, work
 
@@ -208,24 +216,6 @@ def summarising_server(models_dir, tmp_path_factory):
                         "--data-dir", str(tmp_path_factory.mktemp("claude-code-compact-data")))
     yield srv
     srv.stop()
-
-
-def claude_print(claude, server, where: Path, *args: str) -> tuple[Wiretap, dict]:
-    """`claude -p ARGS` in where/work (HOME where/home): what it sent, and its JSON result."""
-    work, home = where / "work", where / "home"
-    work.mkdir(parents=True, exist_ok=True)
-    home.mkdir(exist_ok=True)
-    tap = Wiretap(server.port)
-    try:
-        done = subprocess.run([str(claude), "-p", *args, "--model", "claude-sonnet-4-5", "--output-format", "json"],
-                              cwd=work, env=offline_env(home, tap.base_url), capture_output=True, text=True,
-                              timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL)
-    finally:
-        tap.close()
-    assert done.returncode == 0, done.stdout + done.stderr + server.log[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert not result.get("is_error"), result
-    return tap, result
 
 
 def text_of(message: dict) -> str:
