@@ -11,12 +11,11 @@ import re
 import pytest
 
 import imagefiles
-from bench.bare_vision import BareVision
 from clients import anthropic_sdk, ollama_client, openai_sdk
-from conftest import ServerProcess
 from rawhttp import post_json, request
 from tinymodel import EOG_TEXTS, NO_EOG, token_ids
-from tinyvision import IMAGE_TOKENS, write_tiny_mmproj
+from tinyvision import IMAGE_TOKENS
+from vision_server import bare, mmproj, vision_server  # noqa: F401  (module fixtures)
 
 N = 8
 PNG = imagefiles.png(24, 16, seed=1)
@@ -26,23 +25,8 @@ BANNED = {token_ids()[t] for t in EOG_TEXTS}
 
 
 @pytest.fixture(scope="module")
-def mmproj(tmp_path_factory):
-    return write_tiny_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-tiny.gguf")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model, mmproj, tmp_path_factory):
-    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", "2", "--mmproj", str(mmproj),
-                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def bare(tiny_model, mmproj):
-    b = BareVision(str(tiny_model), str(mmproj), n_ctx=1024)
-    yield b
-    b.close()
+def server(vision_server):
+    return vision_server
 
 
 def url(data: bytes) -> dict:
