@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 
 # generated text in a chunk, with or without a space after the colon (servers differ)
@@ -42,24 +43,33 @@ def post_streaming(port: int, path: str, body: dict) -> tuple[socket.socket, flo
     return sock, started
 
 
-def stream_completion(port: int, body: dict, path: str = "/v1/completions", collect_text: bool = False) -> StreamResult:
-    texts = body.pop("text_prompts", None)
-    if texts is not None:         # a server that takes only text: send the prompt's text
-        body = {**body, "prompt": texts.get(tuple(body["prompt"])) or _text_of(body["prompt"], texts)}
-    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
-    sock, started = post_streaming(port, path, body)
-    buffer, first, usage = b"", None, None
+def read_stream(sock: socket.socket, started: float, first_text: Callable[[bytes], bool],
+                end_mark: bytes | None = None) -> tuple[bytes, float, float]:
+    """Read a streamed answer to its end (end_mark seen, or the connection closed) and close it: the
+    bytes, and the seconds from `started` to the first output text (first_text(bytes so far) turned
+    true; the end when it never did) and to the end."""
+    buffer, first = b"", None
     while True:
         data = sock.recv(65536)
         if not data:
             break
         buffer += data
-        if first is None and FIRST_TEXT.search(buffer):
+        if first is None and first_text(buffer):
             first = time.perf_counter()
-        if b"data: [DONE]" in buffer:
+        if end_mark is not None and end_mark in buffer:
             break
     end = time.perf_counter()
     sock.close()
+    return buffer, (first or end) - started, end - started
+
+
+def stream_completion(port: int, body: dict, path: str = "/v1/completions", collect_text: bool = False) -> StreamResult:
+    texts = body.pop("text_prompts", None)
+    if texts is not None:         # a server that takes only text: send the prompt's text
+        body = {**body, "prompt": texts.get(tuple(body["prompt"])) or _text_of(body["prompt"], texts)}
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    buffer, ttft, total = read_stream(*post_streaming(port, path, body), FIRST_TEXT.search, b"data: [DONE]")
+    usage = None
     for line in buffer.split(b"\n"):
         if line.startswith(b"data: {") and b'"usage"' in line and b'"choices":[]' in line:
             usage = json.loads(line[6:])["usage"]
@@ -73,7 +83,7 @@ def stream_completion(port: int, body: dict, path: str = "/v1/completions", coll
     details = usage.get("completion_tokens_details") or {}
     text = "".join(c.get("text") or "" for line in buffer.split(b"\n") if line.startswith(b"data: {")
                    for c in json.loads(line[6:])["choices"]) if collect_text else ""
-    return StreamResult(first - started if first else end - started, end - started, usage["completion_tokens"],
+    return StreamResult(ttft, total, usage["completion_tokens"],
                         cached, details.get("accepted_prediction_tokens") or 0,
                         details.get("rejected_prediction_tokens") or 0, text)
 

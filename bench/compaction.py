@@ -21,9 +21,8 @@ import json
 import os
 import statistics
 import sys
-import time
 
-from .client import post_streaming
+from .client import post_streaming, read_stream
 from .demo import model_or_demo
 from .server import RunningServer
 from .table import print_table
@@ -57,26 +56,17 @@ def conversation(marker: int, repeat: int) -> list[dict]:
 def post(port: int, path: str, body: dict) -> tuple[float, float, dict | None]:
     """(seconds to the first output text or the end, seconds to the end, the final JSON or the last
     Responses object streamed)."""
-    sock, started = post_streaming(port, path, body)
-    buffer, first = b"", None
-    while True:
-        data = sock.recv(65536)
-        if not data:
-            break
-        buffer += data
-        if first is None and b"response.output_text.delta" in buffer:
-            first = time.perf_counter()
-    end = time.perf_counter()
-    sock.close()
+    buffer, first, total = read_stream(*post_streaming(port, path, body),
+                                       lambda seen: b"response.output_text.delta" in seen)
     head, _, payload = buffer.partition(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
         raise RuntimeError(f"{path}: {head.splitlines()[0].decode()} {payload[:300]!r}")
     if not body.get("stream"):
-        return end - started, end - started, json.loads(_unchunked(head, payload))
+        return total, total, json.loads(_unchunked(head, payload))
     completed = [line for line in buffer.split(b"\n")
                  if line.startswith(b"data: {") and b'"response.completed"' in line]
     final = json.loads(completed[-1][6:])["response"] if completed else None
-    return (first or end) - started, end - started, final
+    return first, total, final
 
 
 def _unchunked(head: bytes, payload: bytes) -> bytes:

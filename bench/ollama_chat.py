@@ -15,7 +15,7 @@ import statistics
 import threading
 import time
 
-from .client import StreamResult, post_streaming
+from .client import StreamResult, post_streaming, read_stream
 from .server import RunningServer
 from .table import print_table
 
@@ -90,21 +90,10 @@ def chat_stream(port: int, path: str, base: dict) -> StreamResult:
         body["stream_options"] = {"include_usage": True}
     first_text = b'"content":"' if ollama else b'"delta":{"content":"'
     end_mark = b'"done":true' if ollama else b"data: [DONE]"
-    sock, started = post_streaming(port, path, body)
-    buffer, first = b"", None
-    while True:
-        data = sock.recv(65536)
-        if not data:
-            break
-        buffer += data
-        if first is None and has_text(buffer, first_text):
-            first = time.perf_counter()
-        if end_mark in buffer:
-            break
-    end = time.perf_counter()
-    sock.close()
+    buffer, ttft, total = read_stream(*post_streaming(port, path, body), lambda seen: has_text(seen, first_text),
+                                      end_mark)
     tokens = eval_count(buffer) if ollama else usage_tokens(buffer)
-    return StreamResult(first - started if first else end - started, end - started, tokens, 0)
+    return StreamResult(ttft, total, tokens, 0)
 
 
 def has_text(buffer: bytes, marker: bytes) -> bool:
