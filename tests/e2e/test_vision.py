@@ -7,24 +7,16 @@ eval of the same prompt text, greedy token for token."""
 
 from __future__ import annotations
 
-import math
-import queue
-
-import numpy as np
 import pytest
 
-from bench.bare_vision import BareVision
 from localserve.conversation import Image, Message, Text, ToolCall, ToolResult
-from localserve.generation import MEDIA_MARKER, Finished, GenerationRequest, PromptRefused, SamplingParams
-from localserve.models.catalogue import ModelEntry
-from localserve.models.loaded import load
-from localserve.ops.metrics import ServerMetrics
+from localserve.generation import PromptRefused
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
-from localserve.settings import Settings
-from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, NO_EOG, token_ids, write_tiny_gguf  # tests/support/
+from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, token_ids, write_tiny_gguf  # tests/support/
 from tinyvision import IMAGE_TOKENS, checkerboard, png_bytes, solid, write_tiny_mmproj
+from vision_engine import (N_TOKENS, ask, assert_same_as_bare, bare_reference, bare_tokens, greedy,
+                           images_encoded, loaded_with_projector, run)
 
-N_TOKENS = 10
 PNG = png_bytes(checkerboard(20, 12))
 OTHER_PNG = png_bytes(solid(20, 12, (200, 30, 30)))
 
@@ -38,57 +30,14 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(files):
-    path, mmproj = files
-    settings = Settings(model=path, mmproj=mmproj, ctx_size=512, slots=2, cache_ram=64)
-    metrics = ServerMetrics()
-    loaded = load(ModelEntry("tiny", path), settings, metrics, threads=1)
-    loaded.metrics = metrics
-    yield loaded
-    loaded.close().close()
+    with loaded_with_projector("tiny", *files, ctx_size=512, slots=2, cache_ram=64) as loaded:
+        yield loaded
 
 
 @pytest.fixture(scope="module")
 def bare(files):
-    b = BareVision(*files, n_ctx=512, marker=MEDIA_MARKER)
-    yield b
-    b.close()
-
-
-def ask(image: bytes, text: str = "what is this?") -> list[Message]:
-    return [Message("user", (Text(text), Image(media_type="image/png", data=image)))]
-
-
-def run(model, messages: list[Message]):
-    request = build_chat_request(model.chat, ChatInput(messages), greedy(), max_tokens=N_TOKENS, stop=[],
-                                 logprobs=True, top_logprobs=1)
-    gen = model.runtime.submit(request)
-    while True:
-        event = gen.events.get(timeout=60)
-        if isinstance(event, Finished):
-            assert event.error is None, event.error
-            return request, event.output
-
-
-def greedy() -> SamplingParams:
-    return SamplingParams(temperature=0, logit_bias={int(k): v for k, v in NO_EOG.items()})
-
-
-def bare_tokens(model, bare, messages: list[Message]) -> tuple[list[int], np.ndarray]:
-    text = render_chat(model.chat.template, ChatInput(messages))
-    images = [p.data for m in messages for p in m.parts if isinstance(p, Image)]
-    banned = {token_ids()[t] for t in EOG_TEXTS}
-    tokens = bare.greedy(text, images, N_TOKENS, banned)
-    bare.prefill(text, images)
-    return tokens, bare.logits()
-
-
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    shifted = logits - logits.max()
-    return shifted - math.log(np.exp(shifted).sum())
-
-
-def images_encoded(model) -> float:
-    return sum(v for _, v in model.metrics.images_encoded.samples_by_key())
+    with bare_reference(*files, n_ctx=512) as reference:
+        yield reference
 
 
 def test_the_projector_loads_with_its_model(model):
@@ -101,10 +50,7 @@ def test_an_image_gives_the_bare_engine_s_tokens_and_logprobs(model, bare):
     request, output = run(model, messages)
     [image] = request.images
     assert image.n_tokens == IMAGE_TOKENS and request.prompt_tokens[image.start] < 0
-    tokens, logits = bare_tokens(model, bare, messages)
-    assert output.content == model.chat.engine.detokenize(tokens)
-    first = output.logprobs[0]
-    assert first["logprob"] == pytest.approx(log_softmax(logits)[tokens[0]], abs=1e-3)
+    assert_same_as_bare(model, bare, messages, output)
     assert output.prompt_tokens == len(request.prompt_tokens)     # image positions counted
 
 
@@ -168,15 +114,11 @@ def test_an_image_conversation_evicted_from_its_slot_comes_back_from_the_ram_cac
 
 
 def test_with_a_draft_model_an_image_prompt_answers_as_the_bare_engine(files, bare):
-    path, mmproj = files
-    settings = Settings(model=path, mmproj=mmproj, ctx_size=512, slots=1, speculative="draft", draft_model=path)
-    drafting = load(ModelEntry("drafting", path), settings, ServerMetrics(), threads=1)
-    try:
+    with loaded_with_projector("drafting", *files, ctx_size=512, slots=1, speculative="draft",
+                               draft_model=files[0]) as drafting:
         messages = ask(PNG, "drafted?")
         _, output = run(drafting, messages)
         assert output.content == drafting.chat.engine.detokenize(bare_tokens(drafting, bare, messages)[0])
-    finally:
-        drafting.close().close()
 
 
 def test_a_large_image_is_decoded_in_parts_and_answers_as_the_bare_engine(tmp_path):
@@ -185,19 +127,11 @@ def test_a_large_image_is_decoded_in_parts_and_answers_as_the_bare_engine(tmp_pa
     path = str(write_tiny_gguf(tmp_path / "tiny.gguf", chat_template=CHATML_TEMPLATE, context_length=4096))
     mmproj = str(write_tiny_mmproj(tmp_path / "mmproj-large.gguf", n_embd=64, n_head=2, n_ff=96, n_layer=2,
                                    image_size=336, patch_size=14))
-    metrics = ServerMetrics()
-    large = load(ModelEntry("large", path), Settings(model=path, mmproj=mmproj, ctx_size=2048, slots=1,
-                                                     batch_size=64), metrics, threads=1)
-    bare = BareVision(path, mmproj, n_ctx=2048, marker=MEDIA_MARKER)
-    try:
+    with loaded_with_projector("large", path, mmproj, ctx_size=2048, slots=1, batch_size=64) as large, \
+            bare_reference(path, mmproj, n_ctx=2048) as bare:
         assert large.engine.projector.splits(large.engine.projector.image_segments(PNG)[0])
         messages = ask(PNG, "a large look")
         request, output = run(large, messages)
         assert request.images[0].n_tokens == 576
-        tokens, logits = bare_tokens(large, bare, messages)
-        assert output.content == large.chat.engine.detokenize(tokens)
-        assert output.logprobs[0]["logprob"] == pytest.approx(log_softmax(logits)[tokens[0]], abs=1e-3)
-        assert sum(v for _, v in metrics.images_encoded.samples_by_key()) == 1
-    finally:
-        bare.close()
-        large.close().close()
+        assert_same_as_bare(large, bare, messages, output)
+        assert images_encoded(large) == 1

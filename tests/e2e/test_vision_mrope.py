@@ -10,16 +10,10 @@ from __future__ import annotations
 import llama_cpp.mtmd_cpp as mtmd
 import pytest
 
-from bench.bare_vision import BareVision
 from localserve.conversation import Image, Message, Text
-from localserve.generation import MEDIA_MARKER
-from localserve.models.catalogue import ModelEntry
-from localserve.models.loaded import load
-from localserve.ops.metrics import ServerMetrics
-from localserve.settings import Settings
-from test_vision import ask, bare_tokens, images_encoded, log_softmax, run
-from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # tests/support/
 from tinyvision import QWEN2VL_TEXT, checkerboard, png_bytes, solid, write_tiny_qwen2vl_mmproj
+from vision_engine import ask, assert_same_as_bare, bare_reference, images_encoded, loaded_with_projector, run
 
 WIDE = png_bytes(checkerboard(100, 40, cell=6))         # not square: more tokens than positions
 TALL = png_bytes(solid(30, 90, (20, 200, 90)))
@@ -34,20 +28,14 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(files):
-    path, mmproj = files
-    metrics = ServerMetrics()
-    loaded = load(ModelEntry("qwen", path), Settings(model=path, mmproj=mmproj, ctx_size=1024, slots=2,
-                                                     cache_ram=64), metrics, threads=1)
-    loaded.metrics = metrics
-    yield loaded
-    loaded.close().close()
+    with loaded_with_projector("qwen", *files, ctx_size=1024, slots=2, cache_ram=64) as loaded:
+        yield loaded
 
 
 @pytest.fixture(scope="module")
 def bare(files):
-    b = BareVision(*files, n_ctx=1024, marker=MEDIA_MARKER)
-    yield b
-    b.close()
+    with bare_reference(*files, n_ctx=1024) as reference:
+        yield reference
 
 
 def test_the_projector_places_images_by_mrope_with_fewer_positions_than_tokens(model):
@@ -57,17 +45,10 @@ def test_the_projector_places_images_by_mrope_with_fewer_positions_than_tokens(m
     assert image.saved_positions > 0
 
 
-def same_as_bare(model, bare, messages, output) -> None:
-    """Token for token, and the first token's logprob (a position off shows there first)."""
-    tokens, logits = bare_tokens(model, bare, messages)
-    assert output.content == model.chat.engine.detokenize(tokens)
-    assert output.logprobs[0]["logprob"] == pytest.approx(log_softmax(logits)[tokens[0]], abs=1e-4)
-
-
 def test_an_image_mid_prompt_is_answered_as_libmtmd_answers_it(model, bare):
     messages = ask(WIDE, "what is this?")
     _, output = run(model, messages)
-    same_as_bare(model, bare, messages, output)
+    assert_same_as_bare(model, bare, messages, output, tolerance=1e-4)
 
 
 def test_two_images_in_one_prompt(model, bare):
@@ -75,7 +56,7 @@ def test_two_images_in_one_prompt(model, bare):
                                  Image(data=TALL, media_type="image/png"), Text("compare them")))]
     request, output = run(model, messages)
     assert len(request.images) == 2
-    same_as_bare(model, bare, messages, output)
+    assert_same_as_bare(model, bare, messages, output, tolerance=1e-4)
 
 
 def test_the_next_turn_continues_the_cached_sequence_past_the_image(model, bare):
@@ -85,4 +66,4 @@ def test_the_next_turn_continues_the_cached_sequence_past_the_image(model, bare)
     follow = turn + [Message("assistant", (Text(first.content),)), Message("user", (Text("and?"),))]
     _, second = run(model, follow)
     assert second.cached_tokens > request.images[0].end and images_encoded(model) == encoded
-    same_as_bare(model, bare, follow, second)
+    assert_same_as_bare(model, bare, follow, second, tolerance=1e-4)
