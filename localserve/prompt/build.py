@@ -23,7 +23,7 @@ from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..parsing.tools import marker_prompt_opened
 from .media import tokenize_with_images
 from .messages import template_messages, template_tools
-from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns,
+from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns, has_user_runs,
                         normalize_messages, shows_every_system_turn)
 
 
@@ -70,7 +70,8 @@ class ChatInput:
 def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
     """The prompt text. System turns after the first message are kept where the template
     shows them; a template that refuses them, or leaves one out, gets them merged into the
-    user turns around them instead (so the prefix before them, and its cache, stays)."""
+    user turns around them instead (so the prefix before them, and its cache, stays). User turns
+    in a row that a template refuses are joined into one the same way."""
     tools = template_tools(chat.tools) if chat.tools and chat.tool_choice.mode != "none" else None
 
     def render(messages: list[dict]) -> str:
@@ -82,7 +83,8 @@ def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
         try:
             text = render(messages)
         except TemplateError:
-            if not has_later_system_turns(messages):
+            # Mistral's templates insist that turns alternate; Codex sends two user turns in a row
+            if not has_later_system_turns(messages) and not has_user_runs(messages):
                 raise
         else:
             if not has_later_system_turns(messages) or shows_every_system_turn(messages, render):

@@ -227,6 +227,11 @@ def has_later_system_turns(messages: list[dict]) -> bool:
     return any(m.get("role") in ("system", "developer") for m in messages[1:])
 
 
+def has_user_runs(messages: list[dict]) -> bool:
+    """Whether two user messages follow each other (fold_system_turns joins them)."""
+    return any(a.get("role") == b.get("role") == "user" for a, b in zip(messages, messages[1:]))
+
+
 def shows_every_system_turn(messages: list[dict], render: Callable[[list[dict]], str]) -> bool:
     """Whether `render` shows every system message: with a private-use mark in place of each one's
     text (which could appear elsewhere in the conversation), the prompt holds every mark."""

@@ -22,11 +22,11 @@ from ..parsing.tool_families import ToolSyntax
 from .jinja_env import TEMPLATES_CACHED, TemplateError, compile_template, render, tojson
 from .polyfill import fit_to_template
 from .probe import TemplateCaps, probe
-from .messages import (ToolArguments, fold_system_turns, has_later_system_turns, normalize_messages,
-                       shows_every_system_turn)
+from .messages import (ToolArguments, fold_system_turns, has_later_system_turns, has_user_runs,
+                       normalize_messages, shows_every_system_turn)
 
 __all__ = ["BUILTIN_TEMPLATES", "ChatTemplate", "TemplateError", "ToolArguments",
-           "choose_template", "fold_system_turns", "has_later_system_turns", "normalize_messages",
+           "choose_template", "fold_system_turns", "has_later_system_turns", "has_user_runs", "normalize_messages",
            "shows_every_system_turn"]
 
 _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token",

@@ -54,6 +54,9 @@ CONVERSATIONS: dict[str, list[dict]] = {
     "second_system": [SYSTEM, ASK, {"role": "assistant", "content": "Sunny (answer-a1)"},
                       {"role": "system", "content": "Now answer in French (sys-s2)."},
                       {"role": "user", "content": "And Lyon? (user-u2)"}],
+    # Codex: its environment context and the request as two user turns in a row
+    "user_turns_in_a_row": [SYSTEM, {"role": "user", "content": "<environment_context>cwd (env-e1)</environment_context>"},
+                            ASK, _call_turn(None, WEATHER_CALL), WEATHER_RESULT],
 }
 CHECKS = tuple(CONVERSATIONS)
 
