@@ -12,7 +12,8 @@ Contenders: localserve (prefix sharing on: heads copied as data between KV strea
 computing the head once and copying it into the 4 sequences (llama_memory_seq_cp on a unified
 KV cache, then the 4 first-turn suffixes in one batch: the floor), and llama-server with 4 slots
 when it is on PATH. Targets: tokens computed <= 1.1 x one conversation's, the wall time <= 1.2 x
-the bare engine's.
+the bare engine's. A shared machine drifts by more than that gap, so the floor (warmed up first)
+runs right before and after each contender and the contender's ratio is to their mean.
 
     python -m bench.agents [--model PATH] [--threads N] [--tokens N] [--head N] [--smoke | --quick]
 """
