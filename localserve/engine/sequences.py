@@ -62,11 +62,19 @@ class SequenceOps:
             ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
             ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
             return True
-        if self.restore_sequence(dst, self.save_sequence(src)) and self.can_extend(dst, n) \
-                and self.seq_remove(dst, n, -1):
+        if self._copy_state(src, dst) and self.can_extend(dst, n) and self.seq_remove(dst, n, -1):
             return True
         self.seq_remove(dst)
         return False
+
+    def _copy_state(self, src: int, dst: int) -> bool:
+        """dst holds all of src's positions: its KV state read into one buffer and written from
+        it (no bytes object in between: a head's state is tens of megabytes)."""
+        size = ll.llama_state_seq_get_size(self.ctx, src)
+        buf = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data(self.ctx, buf, size, src)
+        self.seq_remove(dst)
+        return bool(written) and ll.llama_state_seq_set_data(self.ctx, buf, written, dst) != 0
 
     def save_sequence(self, seq_id: int) -> bytes:
         """A copy of one sequence's KV state, to restore later into any sequence."""
