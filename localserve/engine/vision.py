@@ -163,7 +163,8 @@ class Projector:
 
     def evaluate(self, chunk: MediaChunk, position: int, seq_id: int) -> float:
         """Encode the image and decode its embeddings into `seq_id` from `position`, whole; the
-        seconds it took. RuntimeError when libmtmd fails."""
+        seconds it took. RuntimeError when libmtmd fails. An image that attends both ways is at
+        most a batch (image_segments refuses a larger one), so libmtmd decodes it in one."""
         started = time.perf_counter()
         new_n_past = ll.llama_pos(position)
         status = mtmd.mtmd_helper_eval_chunk_single(self.ctx, self.llama_ctx, ctypes.c_void_p(chunk.pointer),
