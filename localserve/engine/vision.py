@@ -137,8 +137,9 @@ class Projector:
         return MediaChunk(copy, n_tokens, n_pos)
 
     def one_batch_image_tokens(self) -> int | None:
-        """The tokens of an image when the projector decodes every image in one batch (attention
-        both ways) and sizes them all alike, measured on a small blank picture; else None."""
+        """When the projector decodes each image in one batch (attention both ways): the tokens
+        of a small blank picture, the fewest an image takes (every image's, for Gemma 3's
+        fixed size); else None."""
         if not mtmd.mtmd_decode_use_non_causal(self.ctx, None):
             return None
         side = 8

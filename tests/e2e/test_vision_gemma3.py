@@ -55,7 +55,7 @@ def small_batch_server(files, tmp_path_factory):
 
 
 def test_the_server_warns_at_load_that_its_batch_cannot_hold_an_image(small_batch_server):
-    assert small_batch_server.wait_log(f"its images take {GEMMA3_IMAGE_TOKENS} tokens each")
+    assert small_batch_server.wait_log(f"its images take at least {GEMMA3_IMAGE_TOKENS} tokens each")
     assert f"--batch-size {GEMMA3_IMAGE_TOKENS} or more" in small_batch_server.log
 
 
