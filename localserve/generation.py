@@ -268,7 +268,8 @@ class JobCancelled(GenerationFailure):
 class PromptRefused(GenerationFailure):
     """The request's prompt cannot be built from what the client sent: the template fails on it,
     a text is too long to count, a grammar or schema cannot be used. code: what went wrong
-    (template_error, text_too_long, invalid_grammar, grammar_too_costly, invalid_schema);
+    (template_error, text_too_long, invalid_grammar, grammar_too_costly, invalid_schema,
+    invalid_image, image_too_large_for_batch);
     param: the request field at fault, as the caller named it."""
 
     def __init__(self, message: str, *, code: str, param: str):

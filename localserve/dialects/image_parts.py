@@ -1,14 +1,21 @@
 """Image parts as the dialects read them: localserve/images.py's checks, each refusal a 400
-naming the request part (``messages[2].content[1]``) in the route's own error shape."""
+naming the request part (``messages[2].content[1]``) in the route's own error shape.
+
+MAX_IMAGES_PER_REQUEST is held before any image is decoded: each dialect lists where its
+body's image parts are (their places, found by their type alone) and hold_image_count refuses
+a request with too many, so a body of thousands of tiny images costs no base64 decoding and
+sniffing before its 400. (prompt/vision.py counts again on the whole conversation, stored
+turns included.)"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..conversation import Image
 from ..errors import ApiError
-from ..images import ImageRefused, from_base64, from_url
+from ..images import MAX_IMAGES_PER_REQUEST, ImageRefused, count_refusal, from_base64, from_url
 from .exchange import Exchange
 
 # Says how many images a prompt showed as text because the model has no vision projector.
@@ -35,6 +42,22 @@ def image_from_base64(data: Any, media_type: str | None, where: str) -> Image:
         return from_base64(data, media_type, where)
     except ImageRefused as exc:
         raise refused(where, str(exc), exc.code) from None
+
+
+def hold_image_count(places: Iterable[str]) -> None:
+    """A 400 (too_many_images) naming the first image part beyond MAX_IMAGES_PER_REQUEST, from
+    the places of a body's image parts, before any is read."""
+    places = list(places)
+    if len(places) > MAX_IMAGES_PER_REQUEST:
+        raise refused(places[MAX_IMAGES_PER_REQUEST], str(count_refusal(len(places))), "too_many_images")
+
+
+def typed_parts(parts: Any, where: str, kind: str) -> Iterator[str]:
+    """The places of the parts of type `kind` in a list of content parts (anything else: none)."""
+    if isinstance(parts, list):
+        for i, part in enumerate(parts):
+            if isinstance(part, dict) and part.get("type") == kind:
+                yield f"{where}[{i}]"
 
 
 def report_omitted(exchange: Exchange, omitted: int, label: str) -> None:

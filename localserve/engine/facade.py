@@ -35,6 +35,18 @@ class ImageUnreadable(ValueError):
     """The vision projector's loader (libmtmd) cannot read these bytes as an image."""
 
 
+class ImageTooLargeForBatch(ValueError):
+    """The projector decodes an image with attention both ways (Gemma 3): its embeddings must go
+    into one decode batch, and this image takes more tokens than the server's batch holds."""
+
+    def __init__(self, n_tokens: int, n_batch: int):
+        super().__init__(f"the image takes {n_tokens} tokens, which this model decodes with attention both ways, "
+                         f"in one batch of at most --batch-size ({n_batch}) tokens: start the server with "
+                         f"--batch-size {n_tokens} or more to read it")
+        self.n_tokens = n_tokens
+        self.n_batch = n_batch
+
+
 class MediaSegments(Protocol):
     """What the facade reads of the vision projector (vision.Projector)."""
 
@@ -150,7 +162,8 @@ class EngineFacade:
 
     def image_segments(self, data: bytes) -> list:
         """One image as prompt segments (token lists and one image chunk, vision.py);
-        ImageUnreadable when its bytes are no image the projector's loader reads."""
+        ImageUnreadable when its bytes are no image the projector's loader reads,
+        ImageTooLargeForBatch when it must be decoded in one batch and the batch is too small."""
         if self._engine.projector is None:
             raise ImageUnreadable("this model has no vision projector")
         return self._engine.projector.image_segments(data)

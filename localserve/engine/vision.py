@@ -30,7 +30,7 @@ from llama_cpp import mtmd_cpp as mtmd
 
 from ..generation import MEDIA_MARKER
 from . import model_load
-from .facade import ImageUnreadable
+from .facade import ImageTooLargeForBatch, ImageUnreadable
 from .model_load import ModelLoadError
 
 CHUNK_TEXT = 0
@@ -127,16 +127,45 @@ class Projector:
         if kind != CHUNK_IMAGE:
             raise ImageUnreadable("libmtmd read the data as audio, not an image")
         n_tokens, n_pos = mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk)
+        if n_tokens > self.n_batch and mtmd.mtmd_decode_use_non_causal(self.ctx, chunk):
+            # libmtmd would decode it in batches, each attending only to those before it and
+            # itself: a silently different image from the one the model was trained to see
+            raise ImageTooLargeForBatch(n_tokens, self.n_batch)
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             raise ImageUnreadable("libmtmd could not keep the image's chunk")
         return MediaChunk(copy, n_tokens, n_pos)
 
+    def one_batch_image_tokens(self) -> int | None:
+        """When the projector decodes each image in one batch (attention both ways): the tokens
+        of a small blank picture, the fewest an image takes (every image's, for Gemma 3's
+        fixed size); else None."""
+        if not mtmd.mtmd_decode_use_non_causal(self.ctx, None):
+            return None
+        side = 8
+        pixels = (ctypes.c_uint8 * (side * side * 3))()
+        bitmap = mtmd.mtmd_bitmap_init(side, side, pixels)
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            text = mtmd.mtmd_input_text()
+            text.text, text.text_len = self._marker, len(self._marker)
+            text.add_special, text.parse_special = False, True
+            if mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), (mtmd.mtmd_bitmap_p_ctypes * 1)(bitmap), 1):
+                return None
+            sizes = [mtmd.mtmd_input_chunk_get_n_tokens(mtmd.mtmd_input_chunks_get(chunks, i))
+                     for i in range(mtmd.mtmd_input_chunks_size(chunks))
+                     if mtmd.mtmd_input_chunk_get_type(mtmd.mtmd_input_chunks_get(chunks, i)) == CHUNK_IMAGE]
+            return max(sizes, default=None)
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+            mtmd.mtmd_bitmap_free(bitmap)
+
     # ---- the runtime thread ------------------------------------------------------------
 
     def evaluate(self, chunk: MediaChunk, position: int, seq_id: int) -> float:
         """Encode the image and decode its embeddings into `seq_id` from `position`, whole; the
-        seconds it took. RuntimeError when libmtmd fails."""
+        seconds it took. RuntimeError when libmtmd fails. An image that attends both ways is at
+        most a batch (image_segments refuses a larger one), so libmtmd decodes it in one."""
         started = time.perf_counter()
         new_n_past = ll.llama_pos(position)
         status = mtmd.mtmd_helper_eval_chunk_single(self.ctx, self.llama_ctx, ctypes.c_void_p(chunk.pointer),

@@ -143,10 +143,17 @@ def _projector(engine: Engine, settings: Settings, threads: int) -> Projector | 
     if not settings.mmproj:
         return None
     try:
-        return Projector(settings.mmproj, engine.model, engine.ctx, n_batch=engine.n_batch, threads=threads,
-                         use_gpu=engine.gpu_layers > 0)
+        projector = Projector(settings.mmproj, engine.model, engine.ctx, n_batch=engine.n_batch, threads=threads,
+                              use_gpu=engine.gpu_layers > 0)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc), usage=True) from None
+    image_tokens = projector.one_batch_image_tokens()
+    if image_tokens is not None and image_tokens > engine.n_batch:
+        log.warning("%s: its images take at least %d tokens each, decoded in one batch (attention both ways), "
+                    "more than --batch-size %d: every image will be refused; start with --batch-size %d or more "
+                    "to read them",
+                    settings.mmproj, image_tokens, engine.n_batch, image_tokens)
+    return projector
 
 
 def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel | None:

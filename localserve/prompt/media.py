@@ -13,7 +13,7 @@ different one, and the runtime evaluates the chunk when its sequence reaches it.
 from __future__ import annotations
 
 from ..conversation import Image
-from ..engine.facade import EngineFacade, ImageUnreadable, TooManyTokens
+from ..engine.facade import EngineFacade, ImageTooLargeForBatch, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
 
 
@@ -21,8 +21,9 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
                          text_after: bool = True) -> tuple[list[int], list[ImageChunk]]:
     """The prompt's tokens with each image's placeholder ids, and its image chunks. fit: the
     prompt must fit the context (ContextOverflow); text_after: it must not end with an image
-    (a prompt to run; a count need not). PromptRefused for an image the projector cannot read,
-    or a template that did not show each image once."""
+    (a prompt to run; a count need not). PromptRefused for an image the projector cannot read
+    or must decode in one batch larger than the server's (image_too_large_for_batch), or a
+    template that did not show each image once."""
     pieces = text.split(MEDIA_MARKER)
     if len(pieces) - 1 != len(images):
         raise PromptRefused(f"the chat template showed {len(pieces) - 1} image(s) of the {len(images)} the "
@@ -66,6 +67,8 @@ def _add_image(engine: EngineFacade, image: Image, tokens: list[int], chunks: li
         segments = engine.image_segments(image.data)
     except ImageUnreadable as exc:
         raise PromptRefused(f"invalid '{where}': {exc}", code="invalid_image", param=where) from None
+    except ImageTooLargeForBatch as exc:
+        raise PromptRefused(f"invalid '{where}': {exc}", code="image_too_large_for_batch", param=where) from None
     for segment in segments:
         if isinstance(segment, list):
             tokens += segment

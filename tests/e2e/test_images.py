@@ -269,3 +269,25 @@ def test_too_many_images_is_a_400_naming_the_limit(server):
     assert resp.status == 400
     error = resp.json()["error"]
     assert "MAX_IMAGES_PER_REQUEST (100)" in error["message"] and error["param"] == "messages[0].content[100]"
+
+
+UNREADABLE = "not base64!"      # read, it would be a 400 of its own (invalid_image)
+
+
+@pytest.mark.parametrize("path, body, where", [
+    ("/v1/chat/completions", {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{UNREADABLE}"}}] * 101}]},
+     "messages[0].content[100]"),
+    ("/v1/messages", {"model": "tiny", "max_tokens": 1, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": UNREADABLE}}] * 101}]},
+     "messages[0].content[100]"),
+], ids=["chat", "anthropic"])
+def test_one_image_too_many_is_refused_before_any_is_read(server, path, body, where):
+    resp = request(server.port, post_json(path, body))
+    assert resp.status == 400, resp.body
+    message = error_message(resp.json())
+    assert f"'{where}'" in message and "carries 101 images" in message and "MAX_IMAGES_PER_REQUEST (100)" in message
+    if path == "/v1/messages":
+        assert resp.json()["type"] == "error" and resp.json()["error"]["type"] == "invalid_request_error"
+    else:
+        assert (resp.json()["error"]["code"], resp.json()["error"]["param"]) == ("too_many_images", where)

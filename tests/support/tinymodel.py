@@ -281,6 +281,9 @@ def write_tiny_gguf(
     negative), float (FLOAT32), str, list (array), or an explicit
     ``(value, gguf.GGUFValueType)`` pair; ``None`` removes a default key.
 
+    ``arch``: the architecture the keys are named for; ``"gemma3"`` also gets Gemma 3's
+    per-layer norms (q and k per head, after attention, after the FFN) its loader requires.
+
     ``weight_type``: a ``gguf.GGMLQuantizationType`` (Q4_0, Q8_0, ...) for the
     layers' matrices, as a quantised model has them; the rest stays F32.
 
@@ -349,6 +352,10 @@ def write_tiny_gguf(
             (f"{b}.ffn_up.weight", rand(n_ff, n_embd, std=proj)),
             (f"{b}.ffn_down.weight", rand(n_embd, n_ff, std=1.0 / np.sqrt(n_ff))),
         ]
+        if arch == "gemma3":     # Gemma 3's extra norms: q and k per head, and after attention and FFN
+            tensors += [(f"{b}.{name}.weight", np.ones(size, dtype=np.float32))
+                        for name, size in (("attn_q_norm", head_dim), ("attn_k_norm", head_dim),
+                                           ("post_attention_norm", n_embd), ("post_ffw_norm", n_embd))]
     # Logits come out with a standard deviation of about 2: varied, not degenerate.
     tensors.append(("output.weight", rand(n_vocab, n_embd, std=2.0 * proj)))
 

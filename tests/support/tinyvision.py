@@ -35,8 +35,8 @@ import numpy as np
 
 from tinymodel import write_gguf  # tests/support/
 
-__all__ = ["IMAGE_TOKENS", "QWEN2VL_TEXT", "bmp_bytes", "checkerboard", "png_bytes", "solid", "write_tiny_mmproj",
-           "write_tiny_qwen2vl_mmproj"]
+__all__ = ["GEMMA3_TEXT", "IMAGE_TOKENS", "QWEN2VL_TEXT", "bmp_bytes", "checkerboard", "png_bytes", "solid", "write_tiny_mmproj",
+           "write_tiny_gemma3_mmproj", "write_tiny_qwen2vl_mmproj"]
 
 #: Embedding positions every image takes with the default projector (a 4×4 grid of patches).
 IMAGE_TOKENS = 16
@@ -167,6 +167,69 @@ def write_tiny_qwen2vl_mmproj(path: str | os.PathLike[str], *, n_embd_text: int 
     tensors += [
         ("mm.0.weight", rand(merged, merged, std=1.0 / np.sqrt(merged))), ("mm.0.bias", zeros(merged)),
         ("mm.2.weight", rand(n_embd_text, merged, std=2.0 / np.sqrt(merged))), ("mm.2.bias", zeros(n_embd_text)),
+    ]
+    write_gguf(path, "clip", meta, tensors)
+    return Path(path)
+
+
+#: write_tiny_gguf(**GEMMA3_TEXT): a Gemma 3 text model (sliding-window layers, the image's
+#: wrapping tokens in its vocabulary) for write_tiny_gemma3_mmproj's projector.
+GEMMA3_TEXT = {"arch": "gemma3", "special_tokens": ["<start_of_image>", "<end_of_image>"],
+               "extra_metadata": {"gemma3.attention.sliding_window": 512}}
+
+
+def write_tiny_gemma3_mmproj(path: str | os.PathLike[str], *, n_embd_text: int = 64, n_embd: int = 32,
+                             n_head: int = 2, n_ff: int = 48, n_layer: int = 1, image_size: int = 64,
+                             patch_size: int = 4, merge: int = 2, seed: int = 0) -> Path:
+    """A tiny Gemma 3 projector (``gemma3``): a SigLIP ViT over ``image_size``² cut into
+    ``patch_size``² patches, average-pooled ``merge`` × ``merge`` (clip.cpp reads the pool's size
+    from ``clip.vision.projector.scale_factor``; real Gemma 3 pools 4 × 4), then an RMS norm
+    (``mm.soft_emb_norm``) and a projection (``mm.input_projection``, stored as the text model's
+    width × the ViT's). An image is ``(image_size // patch_size // merge) ** 2`` tokens (64 by
+    default) whatever its size, and libmtmd decodes them with attention both ways
+    (mtmd_decode_use_non_causal): in one batch."""
+    side = image_size // patch_size
+    if image_size % patch_size or side % merge:
+        raise ValueError("image_size must be a multiple of patch_size * merge")
+    rng = np.random.default_rng(seed)
+
+    def rand(*shape: int, std: float) -> np.ndarray:
+        return (rng.standard_normal(shape) * std).astype(np.float32)
+
+    def zeros(n: int) -> np.ndarray:
+        return np.zeros(n, dtype=np.float32)
+
+    meta: dict[str, Any] = {
+        "general.name": "tiny-random-gemma3-mmproj", "general.file_type": 0,
+        "clip.has_vision_encoder": True, "clip.projector_type": "gemma3", "clip.use_gelu": True,
+        "clip.vision.embedding_length": n_embd, "clip.vision.attention.head_count": n_head,
+        "clip.vision.feed_forward_length": n_ff, "clip.vision.block_count": n_layer,
+        "clip.vision.projection_dim": n_embd_text, "clip.vision.attention.layer_norm_epsilon": 1e-6,
+        "clip.vision.image_size": image_size, "clip.vision.patch_size": patch_size,
+        "clip.vision.projector.scale_factor": merge,
+        "clip.vision.image_mean": [0.5, 0.5, 0.5], "clip.vision.image_std": [0.5, 0.5, 0.5],
+    }
+    proj = 1.0 / np.sqrt(n_embd)
+    tensors: list[tuple[str, np.ndarray]] = [
+        ("v.patch_embd.weight", rand(n_embd, 3, patch_size, patch_size, std=1.0 / patch_size)),
+        ("v.patch_embd.bias", zeros(n_embd)),
+        ("v.position_embd.weight", rand(side * side, n_embd, std=0.1)),
+    ]
+    for i in range(n_layer):
+        b = f"v.blk.{i}"
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            tensors += [(f"{b}.{name}.weight", rand(n_embd, n_embd, std=proj)), (f"{b}.{name}.bias", zeros(n_embd))]
+        tensors += [
+            (f"{b}.ln1.weight", np.ones(n_embd, dtype=np.float32)), (f"{b}.ln1.bias", zeros(n_embd)),
+            (f"{b}.ln2.weight", np.ones(n_embd, dtype=np.float32)), (f"{b}.ln2.bias", zeros(n_embd)),
+            (f"{b}.ffn_up.weight", rand(n_ff, n_embd, std=proj)), (f"{b}.ffn_up.bias", zeros(n_ff)),
+            (f"{b}.ffn_down.weight", rand(n_embd, n_ff, std=1.0 / np.sqrt(n_ff))), (f"{b}.ffn_down.bias", zeros(n_embd)),
+        ]
+    tensors += [
+        ("v.post_ln.weight", np.ones(n_embd, dtype=np.float32)), ("v.post_ln.bias", zeros(n_embd)),
+        ("mm.soft_emb_norm.weight", np.ones(n_embd, dtype=np.float32)),
+        # (ViT width, text width) in numpy: ggml's ne0 is the text width, as clip.cpp reads it
+        ("mm.input_projection.weight", rand(n_embd, n_embd_text, std=proj)),
     ]
     write_gguf(path, "clip", meta, tensors)
     return Path(path)

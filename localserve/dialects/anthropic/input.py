@@ -31,6 +31,7 @@ Fields this module does not read are ignored, never an error.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ from ...prompt.build import ChatInput
 from ...prompt.compaction import summary_message
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
-from ..image_parts import image_from_base64, refused
+from ..image_parts import hold_image_count, image_from_base64, refused, typed_parts
 from .compaction import find_cut, read_summary
 from .tools_and_thinking import Thinking, read_output_config, read_thinking, read_tool_choice, read_tools
 
@@ -132,6 +133,7 @@ def read_system(system: Any) -> list[Turn]:
 def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "expected a non-empty array of messages")
+    hold_image_count(_image_places(messages))
     out: list[Turn] = []
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "user"),
                     default=-1)
@@ -174,6 +176,18 @@ def read_messages(messages: Any, signing_key: bytes) -> list[Turn]:
         for turn in turns:
             _append(out, turn)
     return out
+
+
+def _image_places(messages: list) -> Iterator[str]:
+    """Where the image blocks are: in a message's content and in its tool results' content."""
+    for i, message in enumerate(messages):
+        blocks = message.get("content") if isinstance(message, dict) else None
+        for j, block in enumerate(blocks if isinstance(blocks, list) else ()):
+            kind = block.get("type") if isinstance(block, dict) else None
+            if kind == "image":
+                yield f"messages[{i}].content[{j}]"
+            elif kind == "tool_result":
+                yield from typed_parts(block.get("content"), f"messages[{i}].content[{j}].content", "image")
 
 
 def _append(out: list[Turn], turn: Turn) -> None:

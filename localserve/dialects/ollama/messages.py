@@ -17,7 +17,7 @@ from ...conversation import Image, Message, Part, Reasoning, Text, ToolCall, Too
 from ...prompt.build import ChatInput, ToolChoice
 from ..fields import invalid, kind_of
 from ..function_tools import call_arguments, function_definitions
-from ..image_parts import image_from_base64
+from ..image_parts import hold_image_count, image_from_base64
 from .options import read_format, template_kwargs
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -35,6 +35,9 @@ def read_chat(body: dict, think: bool | None, level: str | None, messages: list[
 def read_messages(value: Any) -> list[Message]:
     if not isinstance(value, list):
         raise invalid("messages", f"expected an array of messages, got {kind_of(value)}")
+    hold_image_count(f"messages[{i}].images[{k}]" for i, message in enumerate(value)
+                     if isinstance(message, dict) and isinstance(message.get("images"), list)
+                     for k in range(len(message["images"])))
     out: list[Message] = []
     open_calls: list[tuple[str, str]] = []       # (name, id) of calls whose results have not come yet
     for i, message in enumerate(value):
@@ -77,6 +80,7 @@ def read_images(value: Any, param: str, allowed: bool = True) -> list[Image]:
         raise invalid(param, "images are taken on user and tool messages only")
     if not isinstance(value, list):
         raise invalid(param, f"expected an array of base64 images, got {kind_of(value)}")
+    hold_image_count(f"{param}[{k}]" for k in range(len(value)))
     return [image_from_base64(data, None, f"{param}[{k}]") for k, data in enumerate(value)]
 
 

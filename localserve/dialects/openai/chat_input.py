@@ -15,7 +15,7 @@ from typing import Any
 from ...conversation import Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
 from ..fields import invalid, kind_of
 from ..function_tools import call_arguments
-from ..image_parts import image_from_url
+from ..image_parts import hold_image_count, image_from_url, typed_parts
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 TEXT_PARTS = ("text", "input_text")
@@ -25,6 +25,8 @@ def read_messages(body: dict) -> list[Message]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise invalid("messages", "expected a non-empty array of messages")
+    hold_image_count(place for i, message in enumerate(messages) if isinstance(message, dict)
+                     for place in typed_parts(message.get("content"), f"messages[{i}].content", "image_url"))
     return [read_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
 
 

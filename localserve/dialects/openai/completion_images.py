@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ...generation import MEDIA_MARKER, ImageChunk, PromptRefused
-from ...images import MAX_IMAGES_PER_REQUEST, count_refusal
 from ...prompt.build import ChatModel
 from ...prompt.media import tokenize_with_images
 from ..fields import invalid
-from ..image_parts import image_from_base64, refused
+from ..image_parts import hold_image_count, image_from_base64
 
 # What llama-server's clients write where an image stands (libmtmd's mtmd_default_marker()).
 LIBMTMD_MARKER = "<__media__>"
@@ -47,9 +46,7 @@ def read_object_prompt(model: ChatModel, prompt: Any, text_tokens: Callable[[str
     data = prompt["multimodal_data"]
     if not isinstance(data, list):
         raise invalid(IMAGES_FIELD, "expected an array of base64 images")
-    if len(data) > MAX_IMAGES_PER_REQUEST:
-        where = f"{IMAGES_FIELD}[{MAX_IMAGES_PER_REQUEST}]"
-        raise refused(where, str(count_refusal(len(data))), "too_many_images")
+    hold_image_count(f"{IMAGES_FIELD}[{i}]" for i in range(len(data)))
     images = [image_from_base64(item, None, f"{IMAGES_FIELD}[{i}]") for i, item in enumerate(data)]
     markers = text.count(LIBMTMD_MARKER)
     if markers != len(images):

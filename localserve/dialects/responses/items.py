@@ -12,6 +12,7 @@ read and kept as sent; so are those of a function call's output given as an arra
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -22,7 +23,7 @@ from ...prompt.compaction import join_user_turn, summary_message
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
-from ..image_parts import image_from_url, refused
+from ..image_parts import hold_image_count, image_from_url, refused, typed_parts
 from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
 MESSAGE_ROLES = ("user", "system", "developer", "assistant")
@@ -45,6 +46,7 @@ def read_input(value: Any, param: str = "input") -> list[dict]:
         return [message_item("user", value)]
     if not isinstance(value, list):
         raise invalid(param, "expected a string or an array of input items")
+    hold_image_count(_image_places(value, param))
     return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
 
 
@@ -56,11 +58,20 @@ def read_items(value: Any, param: str = "items", *, required: bool = False) -> l
         raise invalid(param, "expected a non-empty array of items" if required else "expected an array of items")
     if len(value) > MAX_ITEMS:
         raise invalid(param, f"at most {MAX_ITEMS} items can be added at a time")
+    hold_image_count(_image_places(value, param))
     items = [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
     for i, item in enumerate(items):
         if item["type"] == "compaction_trigger":     # a request to compact, not a turn to keep
             raise unsupported(f"{param}[{i}].type", "a compaction_trigger belongs in a response's input")
     return items
+
+
+def _image_places(items: list, param: str) -> Iterator[str]:
+    """Where the input_image parts are: in a message's content and in a call output's output."""
+    for i, item in enumerate(items):
+        if isinstance(item, dict):
+            yield from typed_parts(item.get("content"), f"{param}[{i}].content", "input_image")
+            yield from typed_parts(item.get("output"), f"{param}[{i}].output", "input_image")
 
 
 def message_item(role: str, text: str, item_id: str | None = None) -> dict:

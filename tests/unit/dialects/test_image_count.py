@@ -1,0 +1,90 @@
+"""MAX_IMAGES_PER_REQUEST is held before any image is read (dialects/image_parts.py): each dialect
+counts its body's image parts by their type and refuses one too many, naming the first beyond the
+limit, before a single one is base64-decoded. The images here are undecodable on purpose: read
+first, the first of them would be the 400 (invalid_image) instead."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from localserve.dialects.anthropic.input import read_messages as read_anthropic
+from localserve.dialects.ollama.messages import read_images as read_ollama_images
+from localserve.dialects.ollama.messages import read_messages as read_ollama
+from localserve.dialects.openai.chat_input import read_messages as read_chat
+from localserve.dialects.responses.items import read_input as read_responses
+from localserve.dialects.responses.items import read_items as read_conversation_items
+from localserve.errors import ApiError
+from localserve.images import MAX_IMAGES_PER_REQUEST as MAX
+
+BAD = "not base64!"          # decoding it is a 400 of its own
+URL = f"data:image/png;base64,{BAD}"
+
+
+def chat(n: int) -> Callable[[], object]:
+    parts = [{"type": "image_url", "image_url": {"url": URL}} for _ in range(n)]
+    return lambda: read_chat({"messages": [{"role": "user", "content": "look"},
+                                           {"role": "user", "content": parts}]})
+
+
+def anthropic_image() -> dict:
+    return {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": BAD}}
+
+
+def anthropic(n: int) -> Callable[[], object]:
+    """Half the images in a tool result, the rest beside it."""
+    inside = n // 2
+    blocks = [{"type": "tool_result", "tool_use_id": "t", "content": [anthropic_image() for _ in range(inside)]},
+              *(anthropic_image() for _ in range(n - inside))]
+    return lambda: read_anthropic([{"role": "user", "content": blocks}], b"k" * 32)
+
+
+def responses(n: int) -> Callable[[], object]:
+    inside = n // 2
+    items = [{"type": "function_call_output", "call_id": "c", "output": [
+                 {"type": "input_image", "image_url": URL} for _ in range(inside)]},
+             {"role": "user", "content": [{"type": "input_image", "image_url": URL} for _ in range(n - inside)]}]
+    return lambda: read_responses(items)
+
+
+def conversation_items(n: int) -> Callable[[], object]:
+    items = [{"role": "user", "content": [{"type": "input_image", "image_url": URL} for _ in range(n)]}]
+    return lambda: read_conversation_items(items)
+
+
+def ollama(n: int) -> Callable[[], object]:
+    return lambda: read_ollama([{"role": "user", "content": "a", "images": [BAD] * (n - 1)},
+                                {"role": "user", "content": "b", "images": [BAD]}])
+
+
+def ollama_generate(n: int) -> Callable[[], object]:
+    return lambda: read_ollama_images([BAD] * n, "images")
+
+
+BEYOND = {  # the place of the first image past the limit, for MAX + 1 images
+    chat: "messages[1].content[100]",
+    anthropic: "messages[0].content[51]",
+    responses: "input[1].content[50]",
+    conversation_items: "items[0].content[100]",
+    ollama: "messages[1].images[0]",
+    ollama_generate: "images[100]",
+}
+
+
+@pytest.mark.parametrize("body", BEYOND, ids=lambda f: f.__name__)
+def test_one_image_too_many_is_refused_before_any_is_read(body):
+    assert MAX == 100        # the places below count on it
+    with pytest.raises(ApiError) as info:
+        body(MAX + 1)()
+    error = info.value
+    assert (error.status, error.code, error.param) == (400, "too_many_images", BEYOND[body])
+    assert f"carries {MAX + 1} images" in error.message and f"MAX_IMAGES_PER_REQUEST ({MAX})" in error.message
+    assert f"'{BEYOND[body]}'" in error.message
+
+
+@pytest.mark.parametrize("body", BEYOND, ids=lambda f: f.__name__)
+def test_as_many_images_as_the_limit_are_each_read(body):
+    with pytest.raises(ApiError) as info:
+        body(MAX)()
+    assert info.value.code == "invalid_image"
