@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from .jobs import JobStatus
 from .ngram import NgramIndex
 
 if TYPE_CHECKING:
@@ -234,7 +235,7 @@ class Speculator:
             if draft:
                 drafts[key] = draft
         if self.equal_rows:
-            drafts = lined_up(drafts, [id(job) for job in jobs if job.next_token is not None])
+            drafts = lined_up(drafts, [id(job) for job in jobs if job.status is JobStatus.DECODING])
         return drafts
 
     def _room(self, job: Job, limit: int, n_ctx_seq: int) -> int:
