@@ -64,6 +64,8 @@ def parse_args() -> argparse.Namespace:
                         help="only speculative decoding's figures (bench/speculative.py)")
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
+    parser.add_argument("--scene", help="plain decoding: only the configurations whose label holds this "
+                                        "(e.g. 'n-gram')")
     parser.add_argument("--ollama-only", action="store_true",
                         help="only /api/chat against /v1/chat/completions (bench/ollama_chat.py)")
     return parser.parse_args()

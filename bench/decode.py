@@ -56,6 +56,8 @@ def run(model: str, engine, work, args) -> bool:
     common = ("--threads", str(args.threads), "--ctx-size", str(args.ctx_size), "--slots", "4", "--no-store")
     results = []
     for scene in SCENES:
+        if args.scene and args.scene not in scene.label:
+            continue
         scene_args = argparse.Namespace(**{**vars(args), "quick": args.quick or not scene.with_streams})
         bare = BareRuns(engine, work, scene_args, scene.sampling)
         with RunningServer(model, *common, *scene.server_flags) as server:

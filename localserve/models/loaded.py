@@ -121,7 +121,8 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
                           cache_bytes=max(0, settings.cache_ram) * 1024 * 1024,
                           metrics=ModelMetrics(metrics, entry.name), sample_time_limit=settings.sample_time_limit,
                           make_embedder=lambda: Embedder(engine, spec),
-                          speculator=Speculator(settings.speculative, settings.draft_max, engine, draft_model))
+                          speculator=Speculator(settings.speculative, settings.draft_max, engine, draft_model,
+                                                 equal_rows=not settings.kv_unified))
     except BaseException:
         if draft_model is not None:
             draft_model.close()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from .jobs import JobStatus
 from .ngram import NgramIndex
 
 if TYPE_CHECKING:
@@ -187,8 +188,10 @@ class JobDrafts:
 class Speculator:
     """The runtime's drafting: which jobs draft in a step, and how much."""
 
-    def __init__(self, mode: str, draft_max: int, engine, draft_model: DraftSource | None = None):
+    def __init__(self, mode: str, draft_max: int, engine, draft_model: DraftSource | None = None,
+                 equal_rows: bool = False):
         self.mode = mode if draft_max > 0 else "off"
+        self.equal_rows = equal_rows    # a KV stream per slot: see lined_up()
         self.draft_max = draft_max
         self.is_eog = engine.is_eog
         self.text = _Text(engine)
@@ -231,6 +234,8 @@ class Speculator:
             draft = self._before_end(draft)
             if draft:
                 drafts[key] = draft
+        if self.equal_rows:
+            drafts = lined_up(drafts, [id(job) for job in jobs if job.status is JobStatus.DECODING])
         return drafts
 
     def _room(self, job: Job, limit: int, n_ctx_seq: int) -> int:
@@ -268,6 +273,20 @@ class Speculator:
             job.drafts.record(drafted, accepted)
         self.drafted += drafted
         self.accepted += accepted
+
+
+def lined_up(drafts: dict[int, list[int]], decoding: list[int]) -> dict[int, list[int]]:
+    """The step's drafts cut to one length, or none when a decoding job has none.
+
+    With a KV stream per slot, llama.cpp splits a batch into passes of as many tokens for every
+    sequence (llama_batch_allocr::split_equal): drafts of 8, 0, 8 and 0 tokens beside four next
+    tokens cost three passes through the weights, where drafts of one length cost one."""
+    if len(decoding) < 2 or not drafts:
+        return drafts
+    if len(drafts) < len(decoding):
+        return {}
+    length = min(len(draft) for draft in drafts.values())
+    return {key: draft[:length] for key, draft in drafts.items()}
 
 
 class _Text:

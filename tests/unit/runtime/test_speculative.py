@@ -179,3 +179,17 @@ def test_a_copy_is_followed_on_where_a_repeated_line_would_mislead_the_latest_ma
     assert cursor.draft(index, index.tokens, 3) == [4, 8, 5]     # the place being copied
     index.extend([7, 7])                        # the output strays: the lookup takes over
     assert cursor.draft(index, index.tokens, 3) == []
+
+
+def test_with_a_kv_stream_per_slot_a_steps_drafts_are_cut_to_one_length_or_dropped():
+    from localserve.runtime.speculative import lined_up
+    assert lined_up({1: [5, 6, 7], 2: [5, 6]}, [1, 2]) == {1: [5, 6], 2: [5, 6]}
+    assert lined_up({1: [5, 6, 7]}, [1, 2]) == {}                  # job 2 has none: one pass without drafts
+    assert lined_up({1: [5, 6, 7]}, [1]) == {1: [5, 6, 7]}          # alone, any length is one pass
+    speculator = Speculator("ngram", 4, Text(), equal_rows=True)
+    slots = [Slot(i) for i in range(3)]
+    echo = [10, 11, 50, 12, 13, 14, 15, 16, 11]
+    jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
+    for job in jobs:
+        job.drafts = speculator.start(job.prompt, None)
+    assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {id(job): [12] for job in jobs}
