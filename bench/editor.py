@@ -12,7 +12,7 @@ Needs a model with fill-in-the-middle tokens (a coding model: `--model`). A mode
 named its FIM tokens. Its completions mean nothing, but prefill and decode cost what the model
 costs, which is what the figures compare.
 
-    python -m bench.editor [--model PATH] [--threads N] [--ctx-size N]
+    python -m bench.editor [--model PATH] [--threads N] [--ctx-size N] [--no-llama-server]
 """
 
 from __future__ import annotations
@@ -128,15 +128,16 @@ def measure_server(port: int, chunks: list[ExtraFile], steps: list[dict], ban: l
     extra = [{"filename": c.filename, "text": c.text} for c in chunks]
     common = {"input_extra": extra, "temperature": 0, "cache_prompt": True, "logit_bias": [[t, -100] for t in ban]}
     infill_stream(port, {**common, "input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0})
-    first, last, counts, prompts = [], [], [], []
+    first, last, counts, prompts, computed = [], [], [], [], []
     for step in steps:
         ttft, total, answer = infill_stream(port, {**common, **step, "n_predict": PREDICT})
         first.append(ttft)
         last.append(total)
         counts.append(answer.get("tokens_predicted", 0))
         prompts.append(answer.get("tokens_evaluated", 0))
+        computed.append(answer.get("timings", {}).get("prompt_n", 0))
     return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": min(counts),
-            "prompt": round(statistics.median(prompts))}
+            "prompt": round(statistics.median(prompts)), "computed": round(statistics.median(computed))}
 
 
 def measure_bare(engine: BareEngine, vocab: BareVocab, chunks: list[ExtraFile], steps: list[dict]) -> dict:
@@ -147,17 +148,18 @@ def measure_bare(engine: BareEngine, vocab: BareVocab, chunks: list[ExtraFile], 
                                                 prompt=fields["prompt"], extra=chunks))
     held = prompt({"input_prefix": "", "input_suffix": "", "prompt": ""})
     engine.run(held, 1)
-    first, last, prompts = [], [], []
+    first, last, prompts, computed = [], [], [], []
     for step in steps:
         tokens = prompt(step)
         prompts.append(len(tokens))
         keep = min(common_prefix(held, tokens), len(tokens) - 1)
+        computed.append(len(tokens) - keep)
         ttft, rate = engine.run(tokens, PREDICT, keep=keep)
         first.append(ttft)
         last.append(ttft + (PREDICT - 1) / rate)
         held = tokens
     return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": PREDICT,
-            "prompt": round(statistics.median(prompts))}
+            "prompt": round(statistics.median(prompts)), "computed": round(statistics.median(computed))}
 
 
 def llama_server_batch(n_ctx: int) -> int:
@@ -227,7 +229,7 @@ def _run(model: str, args) -> bool:
     with RunningServer(model, *flags) as server:
         ours = measure_server(server.port, chunks, steps, ban)
     others = {}
-    if LlamaServer.available():
+    if LlamaServer.available() and not getattr(args, "no_llama_server", False):
         # -n: its /infill leaves the extra context room for twice the server's n_predict (-1 by default)
         extra = ("-n", str(PREDICT), "-b", str(llama_server_batch(n_ctx)))
         with LlamaServer(model, args.threads, n_ctx, slots=1, extra=extra) as server:
@@ -244,7 +246,9 @@ def _run(model: str, args) -> bool:
              "", ""),
             # llama-server lays out its own window around the cursor: its prompts may be shorter
             ("prompt tokens (median)", bare["prompt"], ours["prompt"], *(o["prompt"] for o in others.values()),
-             "", "")]
+             "", ""),
+            ("prompt tokens computed (median)", bare["computed"], ours["computed"],
+             *(o["computed"] for o in others.values()), "", "")]
     print_table(("editor workload", "bare engine", "localserve", *others, "ratio", "target"), rows,
                 title=f"editor: {CHUNKS} chunks warmed, {KEYSTROKES} keystrokes of {PREDICT} tokens (medians)")
     return True
@@ -255,6 +259,7 @@ def main() -> int:
     parser.add_argument("--model", help="GGUF model with FIM tokens (default: the demo model, on a FIM stand-in)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ctx-size", type=int, default=8192)
+    parser.add_argument("--no-llama-server", action="store_true", help="leave llama-server's column out")
     args = parser.parse_args()
     model = model_or_demo(args.model)
     if model is None:
