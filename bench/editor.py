@@ -7,6 +7,16 @@ asking 32 tokens, streamed. Measured: the median time to the first token and to 
 against the bare engine doing the same prefill and decode with the prefix it already holds
 reused (target: TTFT <= 1.1 x the bare floor), and llama-server's /infill when it is on PATH.
 
+On a model with sliding-window layers (Gemma 3: a 512-token window) the floor's cache keeps only
+the window there, as the server's does. A keystroke cuts the sequence before the suffix, some
+500 tokens before its end; when the window has moved past that cut (at 8192 tokens of context
+here, not at 4096, where llama.cpp's window cache of n_swa + n_batch cells still holds it), the
+bare loop restores the window's state it saved at the last cut (WindowCheckpoints: llama.cpp's
+partial state calls, as the server's swa_checkpoints.py) and computes from there. Before, it
+prefilled on top of a window that had dropped positions the new tokens attend to: cheap and
+wrong. Its full-window alternative (swa_full) would attend over the whole context in every
+layer, a floor slower than the work a correct engine needs.
+
 Needs a model with fill-in-the-middle tokens (a coding model: `--model`). A model without them
 (the demo model) is measured as a stand-in: a copy whose unused control tokens (`<unused0>`…) are
 named its FIM tokens. Its completions mean nothing, but prefill and decode cost what the model
@@ -147,9 +157,10 @@ def checkpoints_restored(port: int) -> int | str:
     """How many keystrokes localserve served from a window checkpoint ("" for another server)."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/slots", timeout=5) as resp:
-            models = json.loads(resp.read()).get("models", {})
+            report = json.loads(resp.read())
     except (OSError, ValueError):
         return ""
+    models = report.get("models", {}) if isinstance(report, dict) else {}      # llama-server's is a list
     return sum(state.get("swa_checkpoints", {}).get("restored", 0) for state in models.values()) if models else ""
 
 
