@@ -111,6 +111,11 @@ class BareEngine:
             ll.llama_sampler_free(chain)
         return first - started, (n_new - 1) / (done - first)
 
+    def prefill(self, tokens: list[int]) -> None:
+        """Decode tokens after what sequence 0 holds, n_batch at a time (the caller times it)."""
+        for i in range(0, len(tokens), self.n_batch):
+            self._decode(tokens[i:i + self.n_batch], 0)
+
     def resident(self, seq: int, tokens: list[int]) -> None:
         """Prefill tokens into sequence seq (untimed): a conversation's first turn."""
         ll.llama_memory_seq_rm(self.memory, seq, 0, -1)

@@ -7,17 +7,28 @@ asking 32 tokens, streamed. Measured: the median time to the first token and to 
 against the bare engine doing the same prefill and decode with the prefix it already holds
 reused (target: TTFT <= 1.1 x the bare floor), and llama-server's /infill when it is on PATH.
 
+On a model with sliding-window layers (Gemma 3: a 512-token window) the floor's cache keeps only
+the window there, as the server's does. A keystroke cuts the sequence before the suffix, some
+500 tokens before its end; when the window has moved past that cut (at 8192 tokens of context
+here, not at 4096, where llama.cpp's window cache of n_swa + n_batch cells still holds it), the
+bare loop restores the window's state it saved at the last cut (WindowCheckpoints: llama.cpp's
+partial state calls, as the server's swa_checkpoints.py) and computes from there. Before, it
+prefilled on top of a window that had dropped positions the new tokens attend to: cheap and
+wrong. Its full-window alternative (swa_full) would attend over the whole context in every
+layer, a floor slower than the work a correct engine needs.
+
 Needs a model with fill-in-the-middle tokens (a coding model: `--model`). A model without them
 (the demo model) is measured as a stand-in: a copy whose unused control tokens (`<unused0>`…) are
 named its FIM tokens. Its completions mean nothing, but prefill and decode cost what the model
 costs, which is what the figures compare.
 
-    python -m bench.editor [--model PATH] [--threads N] [--ctx-size N]
+    python -m bench.editor [--model PATH] [--threads N] [--ctx-size N] [--no-llama-server]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -25,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 from llama_cpp import llama_cpp as ll
 
@@ -128,36 +140,106 @@ def measure_server(port: int, chunks: list[ExtraFile], steps: list[dict], ban: l
     extra = [{"filename": c.filename, "text": c.text} for c in chunks]
     common = {"input_extra": extra, "temperature": 0, "cache_prompt": True, "logit_bias": [[t, -100] for t in ban]}
     infill_stream(port, {**common, "input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0})
-    first, last, counts, prompts = [], [], [], []
+    first, last, counts, prompts, computed = [], [], [], [], []
     for step in steps:
         ttft, total, answer = infill_stream(port, {**common, **step, "n_predict": PREDICT})
         first.append(ttft)
         last.append(total)
         counts.append(answer.get("tokens_predicted", 0))
         prompts.append(answer.get("tokens_evaluated", 0))
+        computed.append(answer.get("timings", {}).get("prompt_n", 0))
     return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": min(counts),
-            "prompt": round(statistics.median(prompts))}
+            "prompt": round(statistics.median(prompts)), "computed": round(statistics.median(computed)),
+            "restored": checkpoints_restored(port)}
+
+
+def checkpoints_restored(port: int) -> int | str:
+    """How many keystrokes localserve served from a window checkpoint ("" for another server)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/slots", timeout=5) as resp:
+            report = json.loads(resp.read())
+    except (OSError, ValueError):
+        return ""
+    models = report.get("models", {}) if isinstance(report, dict) else {}      # llama-server's is a list
+    return sum(state.get("swa_checkpoints", {}).get("restored", 0) for state in models.values()) if models else ""
+
+
+class WindowCheckpoints:
+    """The floor's own context checkpoints, for a model with a sliding window: its cache keeps
+    only the window (as the server's does), so a keystroke that cuts the sequence further back
+    than the window still holds goes back to the window's state saved at the last cut (what
+    llama-server and localserve's swa_checkpoints.py do), and each cut is saved. Without them
+    the bare loop would prefill on top of a window that has dropped positions the new tokens
+    attend to: cheap, and wrong."""
+
+    KEPT = 4
+
+    def __init__(self, engine: BareEngine):
+        self.engine = engine
+        self.n_swa = ll.llama_model_n_swa(engine.model)
+        self.saved: list[tuple[list[int], object]] = []     # (tokens, window state), newest first
+        self.restored = 0
+
+    def cut(self, tokens: list[int], keep: int) -> int:
+        """Sequence 0 cut to a prefix of tokens: `keep` of them, or fewer when its window has moved
+        past `keep` and a checkpoint is restored (0 when none fits)."""
+        memory, ctx = self.engine.memory, self.engine.ctx
+        if self.n_swa <= 0 or ll.llama_memory_seq_pos_min(memory, 0) <= max(0, keep - self.n_swa):
+            ll.llama_memory_seq_rm(memory, 0, keep, -1)
+            return keep
+        fitting = [(held, state) for held, state in self.saved if len(held) <= keep and tokens[:len(held)] == held]
+        if not fitting:
+            ll.llama_memory_seq_rm(memory, 0, 0, -1)
+            return 0
+        held, state = max(fitting, key=lambda saved: len(saved[0]))
+        ll.llama_state_seq_set_data_ext(ctx, state, len(state), 0, ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY)
+        ll.llama_memory_seq_rm(memory, 0, len(held), -1)
+        self.restored += 1
+        return len(held)
+
+    def save(self, tokens: list[int]) -> None:
+        """Sequence 0 holds tokens: its window saved there."""
+        if self.n_swa <= 0 or any(held == tokens for held, _ in self.saved):
+            return
+        flags = ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY
+        size = ll.llama_state_seq_get_size_ext(self.engine.ctx, 0, flags)
+        state = (ctypes.c_uint8 * size)()
+        ll.llama_state_seq_get_data_ext(self.engine.ctx, state, size, 0, flags)
+        self.saved = [(list(tokens), state), *self.saved[:self.KEPT - 1]]
 
 
 def measure_bare(engine: BareEngine, vocab: BareVocab, chunks: list[ExtraFile], steps: list[dict]) -> dict:
     """The same prompts (prompt/fim.py on the bare engine's vocabulary), each prefilled on top of
-    what the sequence already holds, then 32 greedy tokens."""
+    what the sequence already holds (back to a window checkpoint where the window has moved on,
+    one saved at each cut: WindowCheckpoints), then 32 greedy tokens."""
     def prompt(fields: dict) -> list[int]:
         return build_fim_prompt(vocab, FimInput(prefix=fields["input_prefix"], suffix=fields["input_suffix"],
                                                 prompt=fields["prompt"], extra=chunks))
     held = prompt({"input_prefix": "", "input_suffix": "", "prompt": ""})
     engine.run(held, 1)
-    first, last, prompts = [], [], []
+    checkpoints = WindowCheckpoints(engine)
+    first, last, prompts, computed = [], [], [], []
     for step in steps:
         tokens = prompt(step)
         prompts.append(len(tokens))
         keep = min(common_prefix(held, tokens), len(tokens) - 1)
-        ttft, rate = engine.run(tokens, PREDICT, keep=keep)
+        started = time.perf_counter()
+        start = checkpoints.cut(tokens, keep)
+        engine.prefill(tokens[start:keep])
+        checkpoints.save(tokens[:keep])
+        engine.prefill(tokens[keep:])
+        token = engine.greedy(-1)
+        ttft = time.perf_counter() - started
+        for _ in range(PREDICT - 1):
+            engine.prefill([token])
+            token = engine.greedy(-1)
         first.append(ttft)
-        last.append(ttft + (PREDICT - 1) / rate)
+        last.append(time.perf_counter() - started)
+        computed.append(len(tokens) - start)
         held = tokens
     return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": PREDICT,
-            "prompt": round(statistics.median(prompts))}
+            "prompt": round(statistics.median(prompts)), "computed": round(statistics.median(computed)),
+            "restored": checkpoints.restored}
 
 
 def llama_server_batch(n_ctx: int) -> int:
@@ -227,7 +309,7 @@ def _run(model: str, args) -> bool:
     with RunningServer(model, *flags) as server:
         ours = measure_server(server.port, chunks, steps, ban)
     others = {}
-    if LlamaServer.available():
+    if LlamaServer.available() and not getattr(args, "no_llama_server", False):
         # -n: its /infill leaves the extra context room for twice the server's n_predict (-1 by default)
         extra = ("-n", str(PREDICT), "-b", str(llama_server_batch(n_ctx)))
         with LlamaServer(model, args.threads, n_ctx, slots=1, extra=extra) as server:
@@ -244,7 +326,11 @@ def _run(model: str, args) -> bool:
              "", ""),
             # llama-server lays out its own window around the cursor: its prompts may be shorter
             ("prompt tokens (median)", bare["prompt"], ours["prompt"], *(o["prompt"] for o in others.values()),
-             "", "")]
+             "", ""),
+            ("prompt tokens computed (median)", bare["computed"], ours["computed"],
+             *(o["computed"] for o in others.values()), "", ""),
+            ("keystrokes from a window checkpoint", bare["restored"], ours["restored"],
+             *(o["restored"] for o in others.values()), "", "")]
     print_table(("editor workload", "bare engine", "localserve", *others, "ratio", "target"), rows,
                 title=f"editor: {CHUNKS} chunks warmed, {KEYSTROKES} keystrokes of {PREDICT} tokens (medians)")
     return True
@@ -255,6 +341,7 @@ def main() -> int:
     parser.add_argument("--model", help="GGUF model with FIM tokens (default: the demo model, on a FIM stand-in)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ctx-size", type=int, default=8192)
+    parser.add_argument("--no-llama-server", action="store_true", help="leave llama-server's column out")
     args = parser.parse_args()
     model = model_or_demo(args.model)
     if model is None:

@@ -201,6 +201,8 @@ def infill_timings(output: GenerationOutput) -> dict:
         "predicted_ms": round(t.decode_ms, 3),
         "predicted_per_token_ms": round(t.decode_ms / predicted, 3) if predicted else 0.0,
         "predicted_per_second": round(predicted / (t.decode_ms / 1000), 3) if t.decode_ms > 0 else 0.0,
+        "draft_n": t.draft_n,                   # speculative decoding, named as llama-server names them
+        "draft_n_accepted": t.draft_n_accepted,
     }
 
 

@@ -91,3 +91,27 @@ class SequenceOps:
             self.seq_remove(seq_id)
             return False
         return True
+
+    def save_window(self, seq_id: int):
+        """The sliding-window layers' part of one sequence's state, as a ctypes buffer (kept as
+        is: no copy to bytes and back), for restore_window; None when llama.cpp wrote none. A
+        context checkpoint (runtime/swa_checkpoints.py): what the window held at this length."""
+        size = ll.llama_state_seq_get_size_ext(self.ctx, seq_id, ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY)
+        if size <= 0:
+            return None
+        buf = (ctypes.c_uint8 * size)()
+        written = ll.llama_state_seq_get_data_ext(self.ctx, buf, size, seq_id, ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY)
+        return buf if written == size else None
+
+    def restore_window(self, seq_id: int, state, length: int) -> bool:
+        """The sequence's sliding-window layers as save_window found them at `length` positions,
+        and its other layers cut there: it holds those `length` positions again. False (the
+        sequence emptied) when llama.cpp refused."""
+        if ll.llama_state_seq_set_data_ext(self.ctx, state, len(state), seq_id,
+                                           ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY) == 0:
+            self.seq_remove(seq_id)
+            return False
+        if self.seq_remove(seq_id, length, -1) and self.can_extend(seq_id, length):
+            return True
+        self.seq_remove(seq_id)
+        return False

@@ -69,6 +69,7 @@ class Job:
         self.call_refused: int | None = None     # the block of calls whose text its grammar refused
         self.drafts = None          # speculative.JobDrafts (which imports this module), when drafting is on
         self.image_in_parts: EncodedImage | None = None   # an image encoded, decoded part by part (images.py)
+        self.checkpoint_at = 0      # its prefill pauses at this many tokens for a window checkpoint (kvslots.py)
 
     # ---- its state, moved by the runtime step alone ------------------------------------
 

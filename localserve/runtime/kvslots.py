@@ -1,7 +1,9 @@
 """What a slot's KV-cache sequence keeps when a new job takes the slot: the shared prefix stays,
 the rest is cut; a sequence worth keeping is saved to the RAM prompt cache first, and a longer
 prefix held by another sequence is copied in (prefix_share.py), or a saved sequence that shares
-more with the new prompt is restored instead."""
+more with the new prompt is restored instead. A sliding-window model's sequence cut behind its
+window goes back to a context checkpoint (swa_checkpoints.py), taken here where a prompt stops
+sharing the slot's tokens and where it ends."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Job, Slot
 from .prefix_share import Placement
 from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
+from .swa_checkpoints import SwaCheckpoints
 
 
 @dataclass(frozen=True)
@@ -30,19 +33,43 @@ class SlotKeeper:
         self.engine = engine
         self.cache = cache
         self.origins: dict[int, PrefixOrigin] = {}     # seq_id: where its last job's prefix came from
+        self.checkpoints = SwaCheckpoints(engine)
+        self.wanted: dict[int, int] = {}    # seq_id: where the prepared job's prefill pauses for a checkpoint
 
     def prepare(self, placement: Placement, prompt: list[int], images: list[ImageChunk] = ()) -> PrefixOrigin:
         """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept (never
         part of an image: its chunk is evaluated whole), and whence."""
         slot = placement.slot
+        held, cut = len(slot.tokens), min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
         origin = self._reuse(slot, prompt, images, placement)
         if origin.source != "slot":
             keep = max(0, min(origin.tokens, len(prompt) - 1))     # the last prompt token is always decoded
             keep = outside_images(images, keep)
-            kept = keep if self._truncate(slot, keep, position_of(images, keep)) else 0
+            kept = self._truncate(slot, keep, position_of(images, keep), prompt if not images else None)
             origin = PrefixOrigin(kept, origin.source if kept else "own")
+        self.checkpoints.forget(slot.seq_id, origin.tokens)
+        # The prompt stops sharing the slot's tokens at `cut`: the next one may well cut there
+        # too (an editor's keystroke). Checkpointed now, or when the prefill reaches it (the
+        # sequence went back further: to an earlier checkpoint, or to nothing).
+        wanted = cut if self.checkpoints.on and 0 < cut < held and not images else 0
+        if wanted and origin.tokens == wanted:
+            self.checkpoints.take(slot.seq_id, slot.tokens)
+        self.wanted[slot.seq_id] = wanted if origin.tokens < wanted else 0
         self.origins[slot.seq_id] = origin
         return origin
+
+    def checkpoint_wanted(self, seq_id: int) -> int:
+        """Where the prefill of the job just prepared in this slot pauses for a checkpoint (0: nowhere)."""
+        return self.wanted.pop(seq_id, 0)
+
+    def prefill_reached(self, job: Job) -> None:
+        """The job's prompt is in its slot's sequence up to n_past: a checkpoint there when one is
+        wanted, or when the prompt is all in (not an editor's: its next prompt cuts before its
+        end), for a next prompt that renders this answer otherwise (a chat's)."""
+        if job.request.images:
+            return
+        if job.n_past == job.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
+            self.checkpoints.take(job.slot.seq_id, job.prompt[:job.n_past])
 
     def prefix_json(self, seq_id: int) -> dict | None:
         """Where the prompt of the slot's last job began (/slots): its own sequence, a copy, RAM."""
@@ -51,6 +78,7 @@ class SlotKeeper:
 
     def clear(self, slot: Slot) -> None:
         self.engine.seq_remove(slot.seq_id)
+        self.checkpoints.forget(slot.seq_id)
         slot.tokens = []
         slot.kv_length = 0
 
@@ -97,15 +125,19 @@ class SlotKeeper:
         slot.kv_length = at
         return PrefixOrigin(n, "slot", source)
 
-    def _truncate(self, slot: Slot, keep: int, position: int) -> bool:
+    def _truncate(self, slot: Slot, keep: int, position: int, prompt: list[int] | None) -> int:
         """Drop the sequence's cache past `keep` tokens (at KV `position`: fewer past an M-RoPE
-        image); False when the cache cannot be cut there."""
+        image); the tokens it holds then: `keep`, fewer when its sliding window has moved past
+        them and a checkpoint before them is restored (`prompt`: None with images), else 0."""
         if keep <= 0:
             self.clear(slot)
-            return True
-        ok = self.engine.can_extend(slot.seq_id, position) and self.engine.seq_remove(slot.seq_id, position, -1)
-        if not ok:
-            self.clear(slot)
-            return False
-        del slot.tokens[keep:]
-        return True
+            return 0
+        if self.engine.can_extend(slot.seq_id, position):
+            if self.engine.seq_remove(slot.seq_id, position, -1):
+                del slot.tokens[keep:]
+                return keep
+        elif prompt is not None and (restored := self.checkpoints.restore(slot.seq_id, prompt, keep)):
+            del slot.tokens[restored:]
+            return restored
+        self.clear(slot)
+        return 0

@@ -133,6 +133,7 @@ class Runtime(Admission):
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
+            "swa_checkpoints": self.kv.checkpoints.as_json(),
         }
 
     # ---- the loop ------------------------------------------------------------------
@@ -211,6 +212,8 @@ class Runtime(Admission):
         for row in plan.rows:
             job = row.job
             job.decoded(row.n_tokens)
+            if job.prefilling:
+                self.kv.prefill_reached(job)      # a window checkpoint where one is wanted
             if row.logits_row is None:
                 continue
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one

@@ -228,9 +228,9 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
         if not job.prefilling or budget <= 0:
             continue
         n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
-        stop = (stops or {}).get(job.slot.seq_id, 0)
-        if job.n_past < stop < job.n_past + n:
-            n = stop - job.n_past
+        for stop in ((stops or {}).get(job.slot.seq_id, 0), job.checkpoint_at):
+            if job.n_past < stop < job.n_past + n:
+                n = stop - job.n_past
         if n <= 0:
             continue
         last = n == job.prompt_left

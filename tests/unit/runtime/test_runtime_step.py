@@ -41,6 +41,7 @@ class ScriptedEngine:
     n_batch = 64
     n_ctx_seq = 256
     copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (kv_share.SHARING_OFF)
+    n_swa = 0                                   # no sliding window: no checkpoints (swa_checkpoints.py)
 
     def __init__(self, answer=(10, 11, 12)):
         self.answer = answer
