@@ -2,7 +2,7 @@
 behind the window the engine keeps is served from a checkpoint, and its greedy answer is the one
 the same prompt gets computed from scratch.
 
-The model (tiny_swa_model.py) has a 16-token window on layer 0; with --batch-size 32 llama.cpp
+The model (tinymodel.sliding_window) has a 16-token window on layer 0; with --batch-size 32 llama.cpp
 keeps 256 cells for it, so a sequence of 300 tokens no longer holds its first 40 positions'
 window. Prompts are token ids, so each count below is exact."""
 
@@ -12,8 +12,7 @@ import pytest
 
 from conftest import ServerProcess
 from rawhttp import post_json, request
-from tiny_swa_model import write_tiny_swa_gguf
-from tinymodel import NO_EOG
+from tinymodel import NO_EOG, sliding_window, write_tiny_gguf
 
 HEAD = [275 + (i * 7) % 90 for i in range(40)]         # printable characters' tokens
 SUFFIX = [275 + (i * 11) % 90 for i in range(300)]
@@ -21,7 +20,8 @@ SUFFIX = [275 + (i * 11) % 90 for i in range(300)]
 
 @pytest.fixture(scope="module")
 def swa_server(tmp_path_factory):
-    model = write_tiny_swa_gguf(tmp_path_factory.mktemp("swa") / "tiny-gemma3.gguf")
+    model = write_tiny_gguf(tmp_path_factory.mktemp("swa") / "tiny-gemma3.gguf", context_length=4096,
+                            **sliding_window(16))
     srv = ServerProcess(str(model), "--slots", "1", "--batch-size", "32", "--cache-ram", "0",
                         "--ctx-size", "1024", "--speculative", "off", "--no-store")
     yield srv

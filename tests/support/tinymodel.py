@@ -254,6 +254,14 @@ FIM_LAYOUTS = {
 }
 
 
+def sliding_window(n_swa: int = 16) -> dict[str, Any]:
+    """write_tiny_gguf(**sliding_window(n)): llama.cpp's gemma3 architecture with an n-token window
+    on layer 0 and full attention on layer 1, so what a sliding window changes in the KV cache (the
+    engine keeps only the window: runtime/swa_checkpoints.py) shows on prompts of a few hundred tokens."""
+    return {"arch": "gemma3", "extra_metadata": {"gemma3.attention.sliding_window": n_swa,
+                                                 "gemma3.attention.sliding_window_pattern": 2}}
+
+
 def write_tiny_gguf(
     path: str | os.PathLike[str],
     *,
