@@ -29,7 +29,7 @@ from localserve.prompt.templates import ChatTemplate  # noqa: E402
 
 SHORT = {"plain": "plain", "call_null_content": "call, null", "call_empty_content": 'call, ""',
          "parallel_calls": "parallel", "reasoning_in_history": "reasoning", "no_system": "no system",
-         "second_system": "2nd system"}
+         "second_system": "2nd system", "user_turns_in_a_row": "2 user turns"}
 
 
 def polyfills(caps: TemplateCaps) -> str:
