@@ -27,11 +27,6 @@ DEFAULT_MAX_QUEUE = 64
 DEFAULT_BATCH_SIZE = 512           # tokens per llama_decode call during prefill
 DEFAULT_MAX_EMBEDDING_INPUTS = 2048    # inputs one /v1/embeddings call may carry
 DEFAULT_CACHE_RAM_MB = 1024        # RAM for sequences evicted from slots (0 = off)
-# Context checkpoints of sliding-window models (runtime/swa_checkpoints.py): the window's state at
-# a prompt length, so a prompt cut further back than the window still holds is not recomputed whole
-SWA_CHECKPOINTS_PER_SLOT = 4       # the most kept per slot (the oldest goes first)
-SWA_CHECKPOINT_RAM_MB = 512        # the most all slots' checkpoints hold together
-SWA_CHECKPOINT_SPACING = 8         # none taken within this many tokens after one the slot has
 DEFAULT_CPU_WEIGHTS = "auto"       # --cpu-weights: auto | repack | plain | amx (cpu_weights.py)
 DEFAULT_SAMPLE_TIME_LIMIT = 2.0    # seconds one job may take to choose one token (grammar cost); then it fails
 DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a compaction writes

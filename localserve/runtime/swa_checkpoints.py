@@ -22,8 +22,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ..settings import SWA_CHECKPOINT_RAM_MB, SWA_CHECKPOINT_SPACING, SWA_CHECKPOINTS_PER_SLOT
 from .promptcache import common_prefix
+
+SWA_CHECKPOINTS_PER_SLOT = 4       # the most kept per slot (the oldest goes first)
+SWA_CHECKPOINT_RAM_MB = 512        # the most all slots' checkpoints hold together
+SWA_CHECKPOINT_SPACING = 8         # none taken within this many tokens after one the slot has
 
 
 @dataclass
