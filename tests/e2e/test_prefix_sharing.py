@@ -10,20 +10,13 @@ import time
 
 import pytest
 
-from bench.bare_vision import BareVision
 from conftest import CHATML_TEMPLATE, TINY_MODEL_SPECIAL_TOKENS, ServerProcess, slow_model
 from localserve.conversation import Image, Message, Text
-from localserve.generation import MEDIA_MARKER
-from localserve.models.catalogue import ModelEntry
-from localserve.models.loaded import load
-from localserve.ops.metrics import ServerMetrics
-from localserve.settings import Settings
 from promtext import parse
 from rawhttp import RawConnection, chat_text, post_json, request, run_concurrently
-from test_vision import images_encoded, run
-from test_vision_mrope import same_as_bare
 from tinymodel import NO_EOG, write_tiny_gguf
 from tinyvision import QWEN2VL_TEXT, checkerboard, png_bytes, solid, write_tiny_mmproj, write_tiny_qwen2vl_mmproj
+from vision_engine import assert_same_as_bare, bare_reference, images_encoded, loaded_with_projector, run
 
 
 @pytest.fixture(scope="module")
@@ -284,12 +277,8 @@ def test_a_head_with_an_image_is_copied_and_answers_as_computed_from_scratch(kin
     text_model, write_projector, png = VISION[kind]
     path = str(write_tiny_gguf(tmp_path / "tiny.gguf", chat_template=CHATML_TEMPLATE, **text_model))
     mmproj = str(write_projector(tmp_path / "mmproj.gguf"))
-    metrics = ServerMetrics()
-    model = load(ModelEntry(kind, path), Settings(model=path, mmproj=mmproj, ctx_size=1024, slots=2), metrics,
-                 threads=1)
-    model.metrics = metrics
-    bare = BareVision(path, mmproj, n_ctx=1024, marker=MEDIA_MARKER)
-    try:
+    with loaded_with_projector(kind, path, mmproj, ctx_size=1024, slots=2) as model, \
+            bare_reference(path, mmproj, n_ctx=1024) as bare:
         system = Message("system", (Text(head("vision", 3)),))
         first = [system, Message("user", (Image(data=png, media_type="image/png"), Text("what is in it?")))]
         request, _ = run(model, first)
@@ -302,12 +291,9 @@ def test_a_head_with_an_image_is_copied_and_answers_as_computed_from_scratch(kin
         assert images_encoded(model) == encoded
         origins = [s["prefix"] for s in model.runtime.slot_state()["slots"]]
         assert {"tokens": shared_head, "source": "slot", "slot": 0} in origins
-        same_as_bare(model, bare, second, copied)
+        assert_same_as_bare(model, bare, second, copied, tolerance=1e-4)
         other = [system, Message("user", (Image(data=png_bytes(solid(20, 12, (200, 30, 30))), media_type="image/png"),
                                           Text("what is in it?")))]
         _, answer = run(model, other)
         assert answer.cached_tokens == image.start and images_encoded(model) == encoded + 1
-        same_as_bare(model, bare, other, answer)
-    finally:
-        bare.close()
-        model.close().close()
+        assert_same_as_bare(model, bare, other, answer, tolerance=1e-4)
