@@ -13,7 +13,7 @@ from ..engine.engine import Engine
 from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Job, Slot
 from .prefix_share import Placement
-from .promptcache import MIN_TOKENS_WORTH_SAVING, PromptCache, common_prefix
+from .promptcache import PromptCache, common_prefix
 from .swa_checkpoints import SwaCheckpoints
 
 
@@ -98,8 +98,7 @@ class SlotKeeper:
         """Save what the slot would lose; then the longest of its own shared prefix, the copy the
         placement offers, and a saved sequence, put in place."""
         shared = common_prefix(slot.tokens, prompt)
-        lost = len(slot.tokens) - shared
-        if lost >= MIN_TOKENS_WORTH_SAVING and self.cache.worth_saving(slot.tokens):
+        if self.cache.worth_saving(slot.tokens, shared):
             self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
         key, cached = self.cache.best_match(prompt)
         if placement.source is not None and placement.copied > shared and placement.copied >= cached:

@@ -13,6 +13,11 @@ import collections
 from dataclasses import dataclass
 
 MIN_TOKENS_WORTH_SAVING = 32
+# A sequence whose new prompt keeps most of it (an editor's keystroke cuts the last few hundred
+# tokens of a few thousand; a regenerated answer) is not saved: its slot still holds what is kept,
+# and a save would copy the whole sequence to RAM for a tail that seldom comes back (every
+# keystroke would push a near-copy into the cache and evict conversations that do come back).
+MIN_SHARE_LOST_WORTH_SAVING = 0.25
 
 
 @dataclass
@@ -33,8 +38,11 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def worth_saving(self, tokens: list[int]) -> bool:
-        if self.limit_bytes <= 0 or len(tokens) < MIN_TOKENS_WORTH_SAVING:
+    def worth_saving(self, tokens: list[int], kept: int = 0) -> bool:
+        """Whether a slot's sequence of `tokens`, of which a new prompt keeps the first `kept`,
+        should be saved before it is cut."""
+        lost = len(tokens) - kept
+        if self.limit_bytes <= 0 or lost < MIN_TOKENS_WORTH_SAVING or lost < len(tokens) * MIN_SHARE_LOST_WORTH_SAVING:
             return False
         # a sequence already covered by a saved one (same or longer prefix) adds nothing
         return not any(len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
