@@ -66,7 +66,7 @@ class SlotKeeper:
         """The job's prompt is in its slot's sequence up to n_past: a checkpoint there when one is
         wanted, or when the prompt is all in (not an editor's: its next prompt cuts before its
         end), for a next prompt that renders this answer otherwise (a chat's)."""
-        if job.request.images:
+        if job.request.images or not self.checkpoints.on:      # no prompt copy for a model without a window
             return
         if job.n_past == job.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
             self.checkpoints.take(job.slot.seq_id, job.prompt[:job.n_past])
