@@ -42,6 +42,21 @@ __all__ = ["GEMMA3_TEXT", "IMAGE_TOKENS", "QWEN2VL_TEXT", "bmp_bytes", "checkerb
 IMAGE_TOKENS = 16
 
 
+def _vit_meta(name: str, projector: str, *, n_embd: int, n_head: int, n_ff: int, n_layer: int, n_embd_text: int,
+              image_size: int, patch_size: int, eps: float, **extra: Any) -> dict[str, Any]:
+    """The clip.* keys every tiny projector writes: its ViT's shape, the text model's width, the
+    picture's size and normalisation (``extra``: the projector's own keys)."""
+    return {
+        "general.name": name, "general.file_type": 0,
+        "clip.has_vision_encoder": True, "clip.projector_type": projector, "clip.use_gelu": True,
+        "clip.vision.embedding_length": n_embd, "clip.vision.attention.head_count": n_head,
+        "clip.vision.feed_forward_length": n_ff, "clip.vision.block_count": n_layer,
+        "clip.vision.projection_dim": n_embd_text, "clip.vision.attention.layer_norm_epsilon": eps,
+        "clip.vision.image_size": image_size, "clip.vision.patch_size": patch_size,
+        "clip.vision.image_mean": [0.5, 0.5, 0.5], "clip.vision.image_std": [0.5, 0.5, 0.5], **extra,
+    }
+
+
 def write_tiny_mmproj(
     path: str | os.PathLike[str],
     *,
@@ -69,23 +84,8 @@ def write_tiny_mmproj(
     def zeros(n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.float32)
 
-    meta: dict[str, Any] = {
-        "general.name": "tiny-random-mmproj",
-        "general.file_type": 0,
-        "clip.has_vision_encoder": True,
-        "clip.projector_type": "mlp",
-        "clip.use_gelu": True,
-        "clip.vision.embedding_length": n_embd,
-        "clip.vision.attention.head_count": n_head,
-        "clip.vision.feed_forward_length": n_ff,
-        "clip.vision.block_count": n_layer,
-        "clip.vision.projection_dim": n_embd_text,
-        "clip.vision.attention.layer_norm_epsilon": 1e-5,
-        "clip.vision.image_size": image_size,
-        "clip.vision.patch_size": patch_size,
-        "clip.vision.image_mean": [0.5, 0.5, 0.5],
-        "clip.vision.image_std": [0.5, 0.5, 0.5],
-    }
+    meta = _vit_meta("tiny-random-mmproj", "mlp", n_embd=n_embd, n_head=n_head, n_ff=n_ff, n_layer=n_layer,
+                     n_embd_text=n_embd_text, image_size=image_size, patch_size=patch_size, eps=1e-5)
     # numpy shapes are ggml's reversed: the convolution kernel is (out, in, h, w).
     proj = 1.0 / np.sqrt(n_embd)
     tensors: list[tuple[str, np.ndarray]] = [
@@ -138,15 +138,8 @@ def write_tiny_qwen2vl_mmproj(path: str | os.PathLike[str], *, n_embd_text: int 
     def zeros(n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.float32)
 
-    meta: dict[str, Any] = {
-        "general.name": "tiny-random-qwen2vl-mmproj", "general.file_type": 0,
-        "clip.has_vision_encoder": True, "clip.projector_type": "qwen2vl_merger", "clip.use_gelu": True,
-        "clip.vision.embedding_length": n_embd, "clip.vision.attention.head_count": n_head,
-        "clip.vision.feed_forward_length": n_ff, "clip.vision.block_count": n_layer,
-        "clip.vision.projection_dim": n_embd_text, "clip.vision.attention.layer_norm_epsilon": 1e-6,
-        "clip.vision.image_size": 560, "clip.vision.patch_size": patch_size,
-        "clip.vision.image_mean": [0.5, 0.5, 0.5], "clip.vision.image_std": [0.5, 0.5, 0.5],
-    }
+    meta = _vit_meta("tiny-random-qwen2vl-mmproj", "qwen2vl_merger", n_embd=n_embd, n_head=n_head, n_ff=n_ff,
+                     n_layer=n_layer, n_embd_text=n_embd_text, image_size=560, patch_size=patch_size, eps=1e-6)
     kernel = 1.0 / (patch_size * 4)
     tensors: list[tuple[str, np.ndarray]] = [
         ("v.patch_embd.weight", rand(n_embd, 3, patch_size, patch_size, std=kernel)),
@@ -199,16 +192,9 @@ def write_tiny_gemma3_mmproj(path: str | os.PathLike[str], *, n_embd_text: int =
     def zeros(n: int) -> np.ndarray:
         return np.zeros(n, dtype=np.float32)
 
-    meta: dict[str, Any] = {
-        "general.name": "tiny-random-gemma3-mmproj", "general.file_type": 0,
-        "clip.has_vision_encoder": True, "clip.projector_type": "gemma3", "clip.use_gelu": True,
-        "clip.vision.embedding_length": n_embd, "clip.vision.attention.head_count": n_head,
-        "clip.vision.feed_forward_length": n_ff, "clip.vision.block_count": n_layer,
-        "clip.vision.projection_dim": n_embd_text, "clip.vision.attention.layer_norm_epsilon": 1e-6,
-        "clip.vision.image_size": image_size, "clip.vision.patch_size": patch_size,
-        "clip.vision.projector.scale_factor": merge,
-        "clip.vision.image_mean": [0.5, 0.5, 0.5], "clip.vision.image_std": [0.5, 0.5, 0.5],
-    }
+    meta = _vit_meta("tiny-random-gemma3-mmproj", "gemma3", n_embd=n_embd, n_head=n_head, n_ff=n_ff,
+                     n_layer=n_layer, n_embd_text=n_embd_text, image_size=image_size, patch_size=patch_size,
+                     eps=1e-6, **{"clip.vision.projector.scale_factor": merge})
     proj = 1.0 / np.sqrt(n_embd)
     tensors: list[tuple[str, np.ndarray]] = [
         ("v.patch_embd.weight", rand(n_embd, 3, patch_size, patch_size, std=1.0 / patch_size)),
