@@ -6,6 +6,8 @@ few characters each time (llama.vim sends it as `prompt`, after the unchanged pr
 asking 32 tokens, streamed. Measured: the median time to the first token and to the 32nd,
 against the bare engine doing the same prefill and decode with the prefix it already holds
 reused (target: TTFT <= 1.1 x the bare floor), and llama-server's /infill when it is on PATH.
+The contenders run side by side and each keystroke is typed into each in turn (interleaved):
+the box's speed drifts by a fifth over minutes, more than the margin measured.
 
 On a model with sliding-window layers (Gemma 3: a 512-token window) the floor's cache keeps only
 the window there, as the server's does. A keystroke cuts the sequence before the suffix, some
@@ -37,6 +39,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass
 
 from llama_cpp import llama_cpp as ll
 
@@ -136,21 +140,36 @@ def infill_stream(port: int, body: dict) -> tuple[float, float, dict]:
     return (first or end) - started, end - started, last or {}
 
 
-def measure_server(port: int, chunks: list[ExtraFile], steps: list[dict], ban: list[int]) -> dict:
-    extra = [{"filename": c.filename, "text": c.text} for c in chunks]
-    common = {"input_extra": extra, "temperature": 0, "cache_prompt": True, "logit_bias": [[t, -100] for t in ban]}
-    infill_stream(port, {**common, "input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0})
-    first, last, counts, prompts, computed = [], [], [], [], []
-    for step in steps:
-        ttft, total, answer = infill_stream(port, {**common, **step, "n_predict": PREDICT})
-        first.append(ttft)
-        last.append(total)
-        counts.append(answer.get("tokens_predicted", 0))
-        prompts.append(answer.get("tokens_evaluated", 0))
-        computed.append(answer.get("timings", {}).get("prompt_n", 0))
-    return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": min(counts),
-            "prompt": round(statistics.median(prompts)), "computed": round(statistics.median(computed)),
-            "restored": checkpoints_restored(port)}
+@dataclass
+class Keystroke:
+    """One keystroke's figures: seconds to the first token and to the last, tokens answered,
+    the prompt's tokens and how many of them were computed."""
+    ttft: float
+    last: float
+    tokens: int
+    prompt: int
+    computed: int
+
+
+class ServerEditor:
+    """An editor typing against a server's /infill: the chunks warmed once, then keystrokes."""
+
+    def __init__(self, port: int, chunks: list[ExtraFile], ban: list[int]):
+        self.port = port
+        extra = [{"filename": c.filename, "text": c.text} for c in chunks]
+        self.common = {"input_extra": extra, "temperature": 0, "cache_prompt": True,
+                       "logit_bias": [[t, -100] for t in ban]}
+
+    def warm(self) -> None:
+        infill_stream(self.port, {**self.common, "input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0})
+
+    def keystroke(self, step: dict) -> Keystroke:
+        ttft, total, answer = infill_stream(self.port, {**self.common, **step, "n_predict": PREDICT})
+        return Keystroke(ttft, total, answer.get("tokens_predicted", 0), answer.get("tokens_evaluated", 0),
+                         answer.get("timings", {}).get("prompt_n", 0))
+
+    def restored(self) -> int | str:
+        return checkpoints_restored(self.port)
 
 
 def checkpoints_restored(port: int) -> int | str:
@@ -208,38 +227,68 @@ class WindowCheckpoints:
         self.saved = [(list(tokens), state), *self.saved[:self.KEPT - 1]]
 
 
-def measure_bare(engine: BareEngine, vocab: BareVocab, chunks: list[ExtraFile], steps: list[dict]) -> dict:
-    """The same prompts (prompt/fim.py on the bare engine's vocabulary), each prefilled on top of
-    what the sequence already holds (back to a window checkpoint where the window has moved on,
-    one saved at each cut: WindowCheckpoints), then 32 greedy tokens."""
-    def prompt(fields: dict) -> list[int]:
-        return build_fim_prompt(vocab, FimInput(prefix=fields["input_prefix"], suffix=fields["input_suffix"],
-                                                prompt=fields["prompt"], extra=chunks))
-    held = prompt({"input_prefix": "", "input_suffix": "", "prompt": ""})
-    engine.run(held, 1)
-    checkpoints = WindowCheckpoints(engine)
-    first, last, prompts, computed = [], [], [], []
-    for step in steps:
-        tokens = prompt(step)
-        prompts.append(len(tokens))
-        keep = min(common_prefix(held, tokens), len(tokens) - 1)
+class BareEditor:
+    """The floor: the same prompts (prompt/fim.py on the bare engine's vocabulary), each
+    prefilled on top of what the sequence already holds (back to a window checkpoint where the
+    window has moved on, one saved at each cut: WindowCheckpoints), then 32 greedy tokens."""
+
+    def __init__(self, engine: BareEngine, vocab: BareVocab, chunks: list[ExtraFile]):
+        self.engine, self.vocab, self.chunks = engine, vocab, chunks
+        self.checkpoints = WindowCheckpoints(engine)
+        self.held: list[int] = []
+
+    def _prompt(self, fields: dict) -> list[int]:
+        return build_fim_prompt(self.vocab, FimInput(prefix=fields["input_prefix"], suffix=fields["input_suffix"],
+                                                     prompt=fields["prompt"], extra=self.chunks))
+
+    def warm(self) -> None:
+        self.held = self._prompt({"input_prefix": "", "input_suffix": "", "prompt": ""})
+        self.engine.run(self.held, 1)
+
+    def keystroke(self, step: dict) -> Keystroke:
+        engine, tokens = self.engine, self._prompt(step)
+        keep = min(common_prefix(self.held, tokens), len(tokens) - 1)
         started = time.perf_counter()
-        start = checkpoints.cut(tokens, keep)
+        start = self.checkpoints.cut(tokens, keep)
         engine.prefill(tokens[start:keep])
-        checkpoints.save(tokens[:keep])
+        self.checkpoints.save(tokens[:keep])
         engine.prefill(tokens[keep:])
         token = engine.greedy(-1)
         ttft = time.perf_counter() - started
         for _ in range(PREDICT - 1):
             engine.prefill([token])
             token = engine.greedy(-1)
-        first.append(ttft)
-        last.append(time.perf_counter() - started)
-        computed.append(len(tokens) - start)
-        held = tokens
-    return {"ttft": statistics.median(first), "last": statistics.median(last), "tokens": PREDICT,
-            "prompt": round(statistics.median(prompts)), "computed": round(statistics.median(computed)),
-            "restored": checkpoints.restored}
+        self.held = tokens
+        return Keystroke(ttft, time.perf_counter() - started, PREDICT, len(tokens), len(tokens) - start)
+
+    def restored(self) -> int:
+        return self.checkpoints.restored
+
+
+def interleaved(editors: dict, steps: list[dict]) -> dict[str, dict]:
+    """Each editor warmed, then every keystroke typed into each in turn (the order rotating from
+    one keystroke to the next): the box's speed drifts by a fifth over minutes, and a floor
+    measured minutes apart from its contender would compare the drift. Medians per editor; a
+    server that refuses a keystroke is left out, with the reason."""
+    typed: dict[str, list[Keystroke]] = {name: [] for name in editors}
+
+    def type_into(name: str, action) -> None:
+        try:
+            action(editors[name])
+        except InfillRefused as exc:
+            print(f"editor workload: {name} refused a keystroke, left out: {exc}", flush=True)
+            del typed[name]
+    for name in list(typed):
+        type_into(name, lambda editor: editor.warm())
+    for k, step in enumerate(steps):
+        names = list(typed)
+        for name in names[k % len(names):] + names[:k % len(names)]:
+            type_into(name, lambda editor: typed[name].append(editor.keystroke(step)))
+    return {name: {"ttft": statistics.median(s.ttft for s in strokes), "last": statistics.median(s.last for s in strokes),
+                   "tokens": min(s.tokens for s in strokes), "prompt": round(statistics.median(s.prompt for s in strokes)),
+                   "computed": round(statistics.median(s.computed for s in strokes)),
+                   "restored": editors[name].restored()}
+            for name, strokes in typed.items()}
 
 
 def llama_server_batch(n_ctx: int) -> int:
@@ -303,20 +352,22 @@ def _run(model: str, args) -> bool:
         return False
     chunks, steps = keystrokes()
     ban = engine.eog_tokens()
-    bare = measure_bare(engine, vocab, chunks, steps)
-    engine.close()
+    editors = {"bare": BareEditor(engine, vocab, chunks)}
     flags = ("--threads", str(args.threads), "--ctx-size", str(n_ctx), "--slots", "1", "--no-store")
-    with RunningServer(model, *flags) as server:
-        ours = measure_server(server.port, chunks, steps, ban)
-    others = {}
-    if LlamaServer.available() and not getattr(args, "no_llama_server", False):
-        # -n: its /infill leaves the extra context room for twice the server's n_predict (-1 by default)
-        extra = ("-n", str(PREDICT), "-b", str(llama_server_batch(n_ctx)))
-        with LlamaServer(model, args.threads, n_ctx, slots=1, extra=extra) as server:
-            try:
-                others["llama-server"] = measure_server(server.port, chunks, steps, ban)
-            except InfillRefused as exc:
-                print(f"editor workload: llama-server refused a keystroke, left out: {exc}", flush=True)
+    with ExitStack() as running:
+        server = running.enter_context(RunningServer(model, *flags))
+        editors["localserve"] = ServerEditor(server.port, chunks, ban)
+        if LlamaServer.available() and not getattr(args, "no_llama_server", False):
+            # -n: its /infill leaves the extra context room for twice the server's n_predict (-1 by default)
+            extra = ("-n", str(PREDICT), "-b", str(llama_server_batch(n_ctx)))
+            other = running.enter_context(LlamaServer(model, args.threads, n_ctx, slots=1, extra=extra))
+            editors["llama-server"] = ServerEditor(other.port, chunks, ban)
+        figures = interleaved(editors, steps)
+    engine.close()
+    if "localserve" not in figures:
+        return False
+    bare, ours = figures.pop("bare"), figures.pop("localserve")
+    others = figures
     rows = [("time to first token, ms", f"{bare['ttft'] * 1000:.1f} (floor)", f"{ours['ttft'] * 1000:.1f}",
              *(f"{o['ttft'] * 1000:.1f}" for o in others.values()), f"{ours['ttft'] / bare['ttft']:.2f} x floor",
              f"<= {TARGET}"),
