@@ -37,6 +37,9 @@ FINAL = "The file made.txt is created."
 REASONING = "The user wants a file; touch makes it."
 CONTEXT = 65536           # Claude Code's system prompt and tools: ~30k tokens of the tiny vocabulary
 RUN_TIMEOUT = 300
+# The prefill of that prompt is most of these tests' time, and the CLI waits meanwhile: it gets
+# two threads (the conftest's servers run on one).
+PREFILL_THREADS = ("--threads", "2")
 
 
 def offline_env(home, base_url: str) -> dict[str, str]:
@@ -65,7 +68,7 @@ def server(models_dir, tmp_path_factory):
         "Bash", {"command": COMMAND, "description": "Create made.txt"}, FINAL,
         reasoning=REASONING, final_reasoning="It ran."))
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "2",
-                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-data")))
+                        *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-data")))
     yield srv
     srv.stop()
 
@@ -95,7 +98,7 @@ def real_template_server(request, models_dir, tmp_path_factory):
     path = write_scripted_gguf(models_dir / f"scripted-claude-code-{name}.gguf", REAL_TEMPLATE_SCRIPTS[name](),
                                real_template=corpus_templates()[name])
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(2 * CONTEXT), "--slots", "1",
-                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-real-template-data")))
+                        *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-real-template-data")))
     yield srv
     srv.stop()
 
@@ -213,7 +216,7 @@ def summarising_server(models_dir, tmp_path_factory):
     path = write_scripted_gguf(models_dir / "scripted-claude-code-compact.gguf",
                                [["<analysis>A greeting.</analysis>", f"<summary>{SESSION_SUMMARY}</summary>"]])
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",
-                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-compact-data")))
+                        *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-compact-data")))
     yield srv
     srv.stop()
 

@@ -18,7 +18,7 @@ import imagefiles
 from agent_clis import claude_binary
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
-from test_claude_code import CONTEXT, claude_print, message_posts
+from test_claude_code import CONTEXT, PREFILL_THREADS, claude_print, message_posts
 
 FINAL = "The picture shows a gradient."
 
@@ -37,7 +37,7 @@ def server(models_dir, work, tmp_path_factory):
     path = write_scripted_gguf(models_dir / "scripted-claude-code-read.gguf", tool_loop_script(
         "Read", {"file_path": str(work / "shot.png")}, FINAL))
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",
-                        "--data-dir", str(tmp_path_factory.mktemp("claude-code-images-data")))
+                        *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-images-data")))
     yield srv
     srv.stop()
 

@@ -18,7 +18,7 @@ from agent_clis import claude_binary
 from conftest import ServerProcess
 from rawhttp import request
 from scripted_model import tool_loop_script, write_scripted_gguf
-from test_claude_code import CONTEXT, claude_print, message_posts
+from test_claude_code import CONTEXT, PREFILL_THREADS, claude_print, message_posts
 from tinyvision import write_tiny_mmproj
 
 from localserve.engine.gguf_meta import read_shape
@@ -41,7 +41,7 @@ def server(models_dir, work, tmp_path_factory):
     mmproj = write_tiny_mmproj(models_dir / "mmproj-scripted-claude-code-vision.gguf",
                                n_embd_text=read_shape(str(path)).n_embd)
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",
-                        "--mmproj", str(mmproj),
+                        "--mmproj", str(mmproj), *PREFILL_THREADS,
                         "--data-dir", str(tmp_path_factory.mktemp("claude-code-vision-data")))
     yield srv
     srv.stop()

@@ -82,8 +82,9 @@ def serve(models_dir, tmp_path_factory):
     def start(name: str, script, real_template: str | None = None) -> Wiretap:
         path = write_scripted_gguf(models_dir / f"{name}.gguf", script, render_system=False,
                                    real_template=real_template)
-        # a real template writes Codex's instructions and tools into the prompt: room for them
-        room = ["--ctx-size", "65536"] if real_template is not None else []
+        # a real template writes Codex's instructions and tools into the prompt: room for them, and
+        # two threads for their prefill (most of such a test's time; Codex waits meanwhile)
+        room = ["--ctx-size", "65536", "--threads", "2"] if real_template is not None else []
         srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1", *room,
                             env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
         tap = Wiretap(srv.port)

@@ -183,31 +183,35 @@ def greedy_stream(server, marks: dict, max_tokens: int) -> str:
     return text
 
 
+STREAM_TOKENS = 600          # the greedy stream's length
+CALL_INPUTS = 1600           # the embedding call's inputs, a batch each: well over the stream's tokens
+
+
 def test_an_embedding_call_leaves_a_running_stream_unchanged(models_dir):
     """A large embedding call while a greedy stream runs: the stream's text is what it is alone, and
-    the stream is not held back by it. With --batch-size 16, each of the call's 4000 inputs is a batch;
-    one batch runs between two decode steps, so the stream's last 1400-odd tokens are done long before
+    the stream is not held back by it. With --batch-size 16, each of the call's 1600 inputs is a batch;
+    one batch runs between two decode steps, so the stream's last 590-odd tokens are done long before
     the call's last batch (were the call run whole first, the stream would still be going after it)."""
     path = slow_model(models_dir)
     srv = ServerProcess(path, "--no-store", "--slots", "2", "--pooling", "mean", "--batch-size", "16",
-                        "--max-embedding-inputs", "4000")
+                        "--max-embedding-inputs", str(CALL_INPUTS))
     try:
-        alone = greedy_stream(srv, {"chunks": 0}, 1500)
+        alone = greedy_stream(srv, {"chunks": 0}, STREAM_TOKENS)
         marks = {"chunks": 0}
         result: dict = {}
-        stream = threading.Thread(target=lambda: result.update(text=greedy_stream(srv, marks, 1500)))
+        stream = threading.Thread(target=lambda: result.update(text=greedy_stream(srv, marks, STREAM_TOKENS)))
         stream.start()
         while marks["chunks"] < 5 and stream.is_alive():
             threading.Event().wait(0.01)
-        inputs = [[5 + (i + j) % 200 for j in range(16)] for i in range(4000)]
-        # base64, as the openai SDK asks: 4000 vectors written as JSON floats take longer to write than
+        inputs = [[5 + (i + j) % 200 for j in range(16)] for i in range(CALL_INPUTS)]
+        # base64, as the openai SDK asks: the vectors written as JSON floats take longer to write than
         # the stream takes to finish, which would hide a call run whole; the limit is a hang check
         resp = request(srv.port, post_json("/v1/embeddings", {"input": inputs, "encoding_format": "base64"}),
                        timeout=180)
         slot_busy = [s["busy"] for s in request(srv.port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["slots"]]
         stream.join(120)
-        assert resp.status == 200 and len(resp.json()["data"]) == 4000
-        assert len(alone) > 500 and result["text"] == alone
+        assert resp.status == 200 and len(resp.json()["data"]) == CALL_INPUTS
+        assert len(alone) > STREAM_TOKENS // 3 and result["text"] == alone
         assert not any(slot_busy), "the stream was still running after the embedding call: it was held back"
     finally:
         srv.stop()

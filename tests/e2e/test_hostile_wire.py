@@ -183,14 +183,14 @@ def test_userinfo_in_an_absolute_target_is_400(stored):
 # ---- item 6: silent connections, refusals the client can read ---------------------------------
 
 def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(tiny_model):
-    srv = ServerProcess(tiny_model, "--header-timeout", "1", "--idle-timeout", "120")
+    srv = ServerProcess(tiny_model, "--header-timeout", "0.5", "--idle-timeout", "120")
     try:
         silent = RawConnection(srv.port)
         assert silent.is_closed(timeout=20)          # by --header-timeout, not --idle-timeout
         conn = RawConnection(srv.port)               # a keep-alive connection still idles on the idle clock
         conn.send(GET_HEALTH)
         assert conn.read_response().status == 200
-        assert not conn.is_closed(timeout=2)
+        assert not conn.is_closed(timeout=1)         # twice the header timeout
         conn.close()
     finally:
         srv.stop()

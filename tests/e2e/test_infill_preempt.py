@@ -109,14 +109,21 @@ EDITOR_REQUESTS = {
 }
 
 
-@pytest.mark.parametrize("route", sorted(EDITOR_REQUESTS))
-def test_a_completion_parks_a_long_chat_which_then_goes_on_unchanged(one_slot, route):
-    port = one_slot.port
-    prompt = f"write me a long story ({route})"
-    alone = chat_alone(port, prompt)
-    assert len(alone) > CHAT_TOKENS // 2          # a real, long text: "" == "" would prove nothing
+STORY_PROMPT = "write me a long story"
 
-    chat = StreamedChat(port, chat_body(prompt))
+
+@pytest.fixture(scope="module")
+def story_alone(one_slot) -> str:
+    """The chat's text run alone, once for every route: greedy, so each parked run must match it."""
+    alone = chat_alone(one_slot.port, STORY_PROMPT)
+    assert len(alone) > CHAT_TOKENS // 2          # a real, long text: "" == "" would prove nothing
+    return alone
+
+
+@pytest.mark.parametrize("route", sorted(EDITOR_REQUESTS))
+def test_a_completion_parks_a_long_chat_which_then_goes_on_unchanged(one_slot, story_alone, route):
+    port = one_slot.port
+    chat = StreamedChat(port, chat_body(STORY_PROMPT))
     assert chat.first_chunk.wait(60)
     path, body, answer_text = EDITOR_REQUESTS[route]
     answer = request(port, post_json(path, {"model": "coder", **body}), timeout=60)
@@ -127,7 +134,7 @@ def test_a_completion_parks_a_long_chat_which_then_goes_on_unchanged(one_slot, r
     assert answer_text(answer.json()) == "return x"
     assert not finished_by_then and received_by_then < CHAT_TOKENS
     assert 0 < parked_after(one_slot, chat.request_id) < CHAT_TOKENS
-    assert chat.text() == alone and chat.finish_reason == "length"
+    assert chat.text() == story_alone and chat.finish_reason == "length"
 
 
 def test_a_warm_up_waits_its_turn(one_slot):

@@ -56,7 +56,8 @@ class RawConnection:
         data, self.buffer = self.buffer[:n], self.buffer[n:]
         return data
 
-    def read_response(self, head_request: bool = False) -> RawResponse:
+    def read_response(self, head_request: bool = False, last: bool = False) -> RawResponse:
+        """The next response; last: no request follows it on this connection (see _expect_nothing_more)."""
         status_line = self._line()
         status = int(status_line.split()[1])
         headers: dict[str, str] = {}
@@ -69,7 +70,7 @@ class RawConnection:
         if status == 100:
             return RawResponse(status, headers, b"")
         if head_request or status in (204, 304):
-            self._expect_nothing_more(status)
+            self._expect_nothing_more(status, last)
             return RawResponse(status, headers, b"")
         if headers.get("transfer-encoding") == "chunked":
             body = b""
@@ -89,14 +90,21 @@ class RawConnection:
         body, self.buffer = self.buffer, b""
         return RawResponse(status, headers, body)
 
-    def _expect_nothing_more(self, status: int) -> None:
+    def _expect_nothing_more(self, status: int, last: bool = False) -> None:
         """A response without a body (HEAD, 204, 304) ends at its blank line: what follows on the
         connection can only be the next response (to a pipelined request).
 
-        Bytes that came with the head are in the buffer already; bytes written a little later
-        show up within NO_BODY_GRACE. A body sent anyway would be read as the next response.
+        Bytes that came with the head are in the buffer already. When no request follows (last),
+        this side closes its half of the connection, so the server, done with the response, reads
+        EOF and closes too: every byte it wrote after the head is read here, however late (no
+        fixed wait). Otherwise bytes written a little later show up within NO_BODY_GRACE. A body
+        sent anyway would be read as the next response.
         """
-        if not self.buffer:
+        if last:
+            self.sock.shutdown(socket.SHUT_WR)
+            while self._fill():
+                pass
+        elif not self.buffer:
             self.sock.settimeout(NO_BODY_GRACE)
             try:
                 self._fill()
@@ -126,7 +134,7 @@ def request(port: int, data: bytes, timeout: float = 10.0) -> RawResponse:
     conn = RawConnection(port, timeout)
     try:
         conn.send(data)
-        return conn.read_response(head_request=data.startswith(b"HEAD "))
+        return conn.read_response(head_request=data.startswith(b"HEAD "), last=True)
     finally:
         conn.close()
 
