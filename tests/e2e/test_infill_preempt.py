@@ -106,6 +106,11 @@ EDITOR_REQUESTS = {
     "ollama": ("/api/generate", {"prompt": "def f(x):\n    ", "suffix": "\n", "stream": False,
                                  "options": {"num_predict": 8, "temperature": 0, "grammar": 'root ::= "return x"'}},
                lambda a: a["response"]),
+    # Twinny (and Continue's fallback): its own FIM template sent raw to Ollama
+    "ollama-raw-fim": ("/api/generate", {"prompt": f"{PRE}def f(x):\n    {SUF}\n{MID}", "raw": True, "stream": False,
+                                         "options": {"num_predict": 8, "temperature": 0,
+                                                     "grammar": 'root ::= "return x"'}},
+                       lambda a: a["response"]),
 }
 
 
