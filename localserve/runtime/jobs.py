@@ -110,6 +110,11 @@ class Job:
         self.slot.last_used = time.monotonic()
         self.next_token = None
 
+    def progress_json(self) -> dict:
+        """How far it got (/slots): its request, its prompt processed, its tokens generated."""
+        return {"request": self.request.label, "status": self.status.value, "prompt_tokens": len(self.prompt),
+                "prompt_processed": min(self.n_past, len(self.prompt)), "generated_tokens": len(self.generated)}
+
     @property
     def prefilling(self) -> bool:
         return self.status is JobStatus.PREFILLING

@@ -11,11 +11,12 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 
 import pytest
 
 from conftest import ServerProcess
-from rawhttp import post_json, request
+from rawhttp import RawConnection, post_json, request
 from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny_gguf
 
 PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
@@ -159,5 +160,54 @@ def test_a_parked_chat_whose_client_leaves_is_cancelled(one_slot):
     assert one_slot.wait_cancelled(chat.request_id, "client went away")
     # it ended while parked: it never came back into the slot
     assert not [line for line in one_slot.lines if "resumed job" in line and f" {chat.request_id}) " in line]
-    slots = request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
-    assert not any(s["busy"] for s in slots["slots"]) and slots["queue_depth"] == 0
+    state = slots(port)
+    assert not any(s["busy"] for s in state["slots"]) and state["queue_depth"] == 0 and state["parked"] == []
+
+
+def slots(port: int) -> dict:
+    return request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
+
+
+def slots_once(port: int, shows, what: str) -> dict:
+    """/slots polled until shows(state) (a wait, not a timed assertion)."""
+    for _ in range(600):
+        state = slots(port)
+        if shows(state):
+            return state
+        time.sleep(0.05)
+    raise AssertionError(f"/slots never showed {what}: {state}")
+
+
+def test_slots_list_the_parked_chat_then_show_it_resumed(one_slot):
+    """While parked, the chat is listed under `parked` (its slot, how far it got) and the slot
+    shows the completion; once resumed, the slot shows the chat again, its own prefix too."""
+    port = one_slot.port
+    prompt = "a chat /slots follows"
+    chat_alone(port, prompt)            # the chat's run below finds its prompt in the slot: a prefix of its own
+    chat = StreamedChat(port, chat_body(prompt))
+    assert chat.first_chunk.wait(60)
+    label = f"chat {chat.request_id}"
+    before = slots(port)["slots"][0]
+    assert before["job"]["request"] == label and before["prefix"]["tokens"] > 0
+
+    completion = RawConnection(port, timeout=60)
+    try:
+        completion.send(post_json("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 3000,
+                                              "stream": True, "logit_bias": no_end_bias()}))
+        seen = b""
+        while b"data: " not in seen:
+            seen += completion.sock.recv(4096)        # the completion is generating: the chat is parked
+        during = slots(port)
+    finally:
+        completion.close()              # the editor moves on: its completion is cancelled, the chat resumes
+    [parked] = during["parked"]
+    assert parked["request"] == label and parked["slot"] == 0 and parked["model"] == "coder"
+    assert parked["generated_tokens"] == parked_after(one_slot, chat.request_id) > 0
+    assert parked["status"] == "decoding" and parked["prompt_processed"] == parked["prompt_tokens"] > 0
+    assert during["slots"][0]["job"]["request"].startswith("infill ") and during["queue_depth"] == 1
+
+    after = slots_once(port, lambda state: (state["slots"][0]["job"] or {}).get("request") == label, "the chat resumed")
+    assert after["parked"] == [] and after["queue_depth"] == 0
+    assert after["slots"][0]["prefix"] == before["prefix"]
+    assert after["slots"][0]["job"]["generated_tokens"] >= parked["generated_tokens"]
+    assert len(chat.text()) > CHAT_TOKENS // 2 and chat.finish_reason == "length"
