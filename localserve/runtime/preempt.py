@@ -22,6 +22,7 @@ their sequences took KV cells: at most every slot's but one.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -134,6 +135,7 @@ class Parking:
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
         # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
         job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key)
+        job.park(time.monotonic())
         slot.job = None
         self.kv.clear(slot)
         self.parked.append(parked)
@@ -151,6 +153,7 @@ class Parking:
                      job.gen.id, len(parked.in_kv))
             self._decode_again(slot.seq_id, parked.in_kv)
         slot.kv_length = self.engine.seq_length(slot.seq_id)
+        job.resume(time.monotonic())
         log.info("resumed job %s (%s) in slot %d", job.gen.id, job.request.label, slot.seq_id)
 
     def _vacate(self, slot: Slot) -> None:

@@ -211,3 +211,31 @@ def test_slots_list_the_parked_chat_then_show_it_resumed(one_slot):
     assert after["slots"][0]["prefix"] == before["prefix"]
     assert after["slots"][0]["job"]["generated_tokens"] >= parked["generated_tokens"]
     assert len(chat.text()) > CHAT_TOKENS // 2 and chat.finish_reason == "length"
+
+
+def test_a_parked_chats_timings_leave_the_pause_out(one_slot):
+    """The chat's timings count its pause apart (parked_ms): it covers the whole completion, and
+    prompt, predicted and parked time together fit in the chat's own round trip, so the pause is
+    counted once. Durations compared with each other, never with a limit."""
+    port = one_slot.port
+    answers = {}
+
+    def whole_chat() -> None:
+        sent = time.monotonic()
+        answers["chat"] = request(port, post_json("/v1/chat/completions", {**chat_body("a chat to time"),
+                                                                           "stream": False}), timeout=120)
+        answers["round_trip_ms"] = (time.monotonic() - sent) * 1000
+
+    chat = threading.Thread(target=whole_chat)
+    chat.start()
+    slots_once(port, lambda state: (state["slots"][0]["job"] or {}).get("generated_tokens", 0) > 0,
+               "the chat generating")
+    completion = request(port, post_json("/infill", {"input_prefix": "c", "input_suffix": "d", "n_predict": 1000,
+                                                     "logit_bias": no_end_bias()}), timeout=120)
+    chat.join(120)
+    assert completion.status == 200 and answers["chat"].status == 200
+    assert parked_after(one_slot, answers["chat"].header("x-request-id")) > 0
+    spent = completion.json()["timings"]
+    timings = answers["chat"].json()["timings"]
+    assert timings["parked_ms"] >= spent["prompt_ms"] + spent["predicted_ms"] > 0
+    assert timings["prompt_ms"] + timings["predicted_ms"] + timings["parked_ms"] <= answers["round_trip_ms"]
