@@ -155,3 +155,18 @@ def test_a_responses_input_image_is_decoded_once(model, monkeypatch):
     plan = read_plan(body, "req-1", model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
     assert len(plan.generation.images) == 2
     assert decoded == ["input[0].content[1]", "input[2].output[0]"]
+
+
+def test_a_template_that_writes_the_bos_is_answered_as_the_bare_engine(files, tmp_path):
+    """The template prints bos_token: the prompt holds one BOS, here and in the reference (which
+    takes the written one away, as llama-server's chat code does), so both answer alike."""
+    path = str(write_tiny_gguf(tmp_path / "writes-bos.gguf", chat_template="{{ bos_token }}" + CHATML_TEMPLATE))
+    with loaded_with_projector("writes-bos", path, files[1], ctx_size=512, slots=1) as model, \
+            bare_reference(path, files[1], n_ctx=512) as reference:
+        messages = ask(PNG)
+        request, output = run(model, messages)
+        bos = request.prompt_tokens[0]
+        assert bos == token_ids()["<s>"] and request.prompt_tokens[1] != bos
+        positions, _ = reference.prefill(render_chat(model.chat.template, ChatInput(messages)), [PNG])
+        assert positions == len(request.prompt_tokens)
+        assert_same_as_bare(model, reference, messages, output)
