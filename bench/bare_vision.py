@@ -37,6 +37,10 @@ class BareVision:
         self.ctx = ll.llama_init_from_model(self.model, params)
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
+        bos, eos = ll.llama_vocab_bos(self.vocab), ll.llama_vocab_eos(self.vocab)
+        # the texts of the BOS and EOS tokenizing adds itself (b"" where it adds none)
+        self._added_bos = self.piece(bos) if ll.llama_vocab_get_add_bos(self.vocab) and bos >= 0 else b""
+        self._added_eos = self.piece(eos) if ll.llama_vocab_get_add_eos(self.vocab) and eos >= 0 else b""
         self.n_batch = n_batch
         mp = mtmd.mtmd_context_params_default()
         mp.use_gpu, mp.n_threads, mp.print_timings = False, threads, False
@@ -65,7 +69,7 @@ class BareVision:
                 raise ValueError("libmtmd could not decode an image")
             bitmaps.append(bitmap)
         text = mtmd.mtmd_input_text()
-        text.text = prompt.encode()
+        text.text = self._without_added_specials(prompt.encode())
         text.text_len = len(text.text)
         text.add_special, text.parse_special = True, True
         chunks = mtmd.mtmd_input_chunks_init()
@@ -82,6 +86,15 @@ class BareVision:
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
         return n_past.value, time.perf_counter() - started
+
+    def _without_added_specials(self, prompt: bytes) -> bytes:
+        """The rendered prompt as llama-server's chat code hands it on (common/chat.cpp): a BOS
+        the template wrote goes when tokenizing adds one (an EOS likewise), so there is one."""
+        if self._added_bos and prompt.startswith(self._added_bos):
+            prompt = prompt[len(self._added_bos):]
+        if self._added_eos and prompt.endswith(self._added_eos):
+            prompt = prompt[:-len(self._added_eos)]
+        return prompt
 
     def logits(self) -> np.ndarray:
         return np.ctypeslib.as_array(ll.llama_get_logits_ith(self.ctx, -1), shape=(self.n_vocab,)).copy()

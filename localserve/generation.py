@@ -190,7 +190,8 @@ class ToolCall:
 class Timings:
     queued_ms: float = 0.0
     prefill_ms: float = 0.0
-    decode_ms: float = 0.0
+    decode_ms: float = 0.0          # neither counts the time the job was parked (runtime/preempt.py):
+    parked_ms: float = 0.0          # that is here
     draft_n: int = 0                # tokens drafted (speculative decoding), and how many were accepted
     draft_n_accepted: int = 0
 

@@ -36,7 +36,8 @@ def fim_prompt(engine: EngineFacade, model_id: str, fim_input: FimInput, param: 
 
 def writes_its_own_fim(engine: EngineFacade, tokens: list[int]) -> bool:
     """A prompt the client laid out in the model's FIM format itself (Continue's OpenAI provider
-    renders its own template into a plain Completions prompt): it holds the middle token."""
+    renders its own template into a plain Completions prompt; Twinny and Continue's fallback
+    send one raw to Ollama's /api/generate): it holds the middle token."""
     return engine.fim.mid is not None and engine.fim.mid in tokens
 
 

@@ -151,12 +151,13 @@ def get_model(services: Services, exchange: Exchange) -> None:
 
 
 def slots(services: Services, exchange: Exchange) -> None:
-    """Every loaded model's slots, each marked with its model; the queue and RAM cache summed,
-    and model by model under "models"."""
+    """Every loaded model's slots and parked jobs, each marked with its model; the queue and RAM
+    cache summed, and model by model under "models"."""
     per_model = {m.name: m.runtime.slot_state() for m in services.ready().loaded_models()}
     caches = [state["ram_cache"] for state in per_model.values()]
     exchange.send_json({
         "slots": [{**slot, "model": name} for name, state in per_model.items() for slot in state["slots"]],
+        "parked": [{**job, "model": name} for name, state in per_model.items() for job in state["parked"]],
         "queue_depth": sum(state["queue_depth"] for state in per_model.values()),
         "ram_cache": {key: sum(cache[key] for cache in caches)
                       for key in ("entries", "bytes", "limit_bytes", "hits")},

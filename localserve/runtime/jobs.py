@@ -61,6 +61,9 @@ class Job:
         self.budget_spent = False
         self.t_admitted = time.monotonic()
         self.t_first_token: float | None = None
+        self.t_parked: float | None = None      # when an editor completion parked it, while it waits (preempt.py)
+        self.parked_prefill_s = 0.0             # time parked before its first token, and after it
+        self.parked_decode_s = 0.0
         self.pending: PendingSample | None = None     # a grammar's token being chosen off-thread
         self.sample_worker: SampleWorker | None = None  # the thread that chooses it, for the job's life
         self.pending_logprobs: dict | None = None
@@ -103,12 +106,33 @@ class Job:
         """The token it decodes in the next step."""
         self.next_token = token
 
+    def park(self, now: float) -> None:
+        """Set aside for an editor completion (preempt.py): its clock stops."""
+        self.t_parked = now
+
+    def resume(self, now: float) -> None:
+        """Back in a slot: the pause counts neither as prefill nor as decoding (outcome.py)."""
+        prefill, decode = self.parked_seconds(now)
+        self.parked_prefill_s, self.parked_decode_s, self.t_parked = prefill, decode, None
+
+    def parked_seconds(self, now: float) -> tuple[float, float]:
+        """Its time parked before its first token and after, a pause going on at `now` included."""
+        pause = now - self.t_parked if self.t_parked is not None else 0.0
+        if self.t_first_token is None:
+            return self.parked_prefill_s + pause, self.parked_decode_s
+        return self.parked_prefill_s, self.parked_decode_s + pause
+
     def end(self) -> None:
         """Retired, cancelled or failed: its slot is free again."""
         self.status = JobStatus.FINISHED
         self.slot.job = None
         self.slot.last_used = time.monotonic()
         self.next_token = None
+
+    def progress_json(self) -> dict:
+        """How far it got (/slots): its request, its prompt processed, its tokens generated."""
+        return {"request": self.request.label, "status": self.status.value, "prompt_tokens": len(self.prompt),
+                "prompt_processed": min(self.n_past, len(self.prompt)), "generated_tokens": len(self.generated)}
 
     @property
     def prefilling(self) -> bool:

@@ -69,6 +69,7 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
     elif reason == "tool_calls":
         reason = "stop"
     first = job.t_first_token or now
+    parked_prefill, parked_decode = job.parked_seconds(now)     # a parked job's clock stood still (preempt.py)
     drafted, accepted = job.drafts.counts() if job.drafts is not None else (0, 0)
     predicted, predicted_accepted = job.drafts.prediction_counts() if job.drafts is not None else (0, 0)
     return GenerationOutput(
@@ -86,8 +87,9 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         logprobs=job.logprobs,
         timings=Timings(
             queued_ms=(job.t_admitted - job.gen.created) * 1000,
-            prefill_ms=(first - job.t_admitted) * 1000,
-            decode_ms=(now - first) * 1000,
+            prefill_ms=(first - job.t_admitted - parked_prefill) * 1000,
+            decode_ms=(now - first - parked_decode) * 1000,
+            parked_ms=(parked_prefill + parked_decode) * 1000,
             draft_n=drafted,
             draft_n_accepted=accepted,
         ),

@@ -2,11 +2,11 @@
 running job, which waits parked until a slot is free again.
 
 Who may preempt: a request marked `editor_completion` (the fill-in-the-middle routes mark theirs:
-/infill, Completions with a `suffix`, Ollama's generate with a `suffix`) that asks for tokens; a
-warm-up (n_predict 0) only fills the cache and waits its turn. Who may be parked: any other job
-in a slot, unless a grammar is choosing its next token on another thread at that moment. An
-editor completion never parks another: a client's newer completion supersedes its older one
-(dialects/fim.py), and two editors take turns.
+/infill, Completions with a `suffix`, Ollama's generate with a `suffix`, a prompt in the model's
+own FIM layout on either) that asks for tokens; a warm-up (n_predict 0) only fills the cache and
+waits its turn. Who may be parked: any other job in a slot, unless a grammar is choosing its next
+token on another thread at that moment. An editor completion never parks another: a client's
+newer completion supersedes its older one (dialects/fim.py), and two editors take turns.
 
 Parking copies the job's KV sequence to RAM (llama_state_seq_get_data, as the prompt cache does)
 and empties the slot. The Job keeps the rest as it was (its sampler with its RNG and grammar
@@ -22,13 +22,14 @@ their sequences took KV cells: at most every slot's but one.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable
 
 from ..engine.engine import Engine
 from ..generation import ActiveGeneration
 from .jobs import Job, JobStatus, Slot
-from .kvslots import SlotKeeper
+from .kvslots import PrefixOrigin, SlotKeeper
 from .scheduler import Scheduler, choose_slot
 
 log = logging.getLogger("localserve.runtime")
@@ -51,6 +52,11 @@ class ParkedJob:
     job: Job
     state: bytes                # its KV sequence, as llama_state_seq_get_data wrote it
     in_kv: list[int]            # the tokens that sequence holds, to decode again if it cannot be restored
+    origin: PrefixOrigin | None     # where its prompt's cached tokens came from, shown again once resumed
+
+    def as_json(self) -> dict:
+        """/slots: the slot it left, the tokens it saved, how far it got."""
+        return {"slot": self.job.slot.seq_id, "cached_tokens": len(self.in_kv), **self.job.progress_json()}
 
 
 class Parking:
@@ -81,6 +87,10 @@ class Parking:
     @property
     def jobs(self) -> list[Job]:
         return [p.job for p in self.parked]
+
+    def as_json(self) -> list[dict]:
+        """The parked jobs, first parked first (/slots)."""
+        return [p.as_json() for p in list(self.parked)]
 
     def slot_for_editor(self, slots: list[Slot], gen: ActiveGeneration) -> Slot | None:
         """A free slot (the one the scheduler would choose), else one emptied by parking its job;
@@ -120,11 +130,12 @@ class Parking:
         job = slot.job
         # a prefilling job's sequence holds the prompt so far; slot.tokens lists it once decoding
         in_kv = list(slot.tokens) if job.status is JobStatus.DECODING else job.prompt[:job.n_past]
-        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv)
+        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv, self.kv.origins.get(slot.seq_id))
         log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
         # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
         job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key)
+        job.park(time.monotonic())
         slot.job = None
         self.kv.clear(slot)
         self.parked.append(parked)
@@ -132,6 +143,8 @@ class Parking:
     def _restore(self, parked: ParkedJob, slot: Slot) -> None:
         self._vacate(slot)
         job, held = parked.job, parked.job.slot
+        if parked.origin is not None:       # /slots shows the resumed job's prefix, not the completion's
+            self.kv.origins[slot.seq_id] = parked.origin
         # in its slot first: should the restore fail, the runtime fails it as any running job
         slot.tokens, slot.cache_key, slot.last_used = held.tokens, held.cache_key, held.last_used
         slot.job, job.slot = job, slot
@@ -140,6 +153,7 @@ class Parking:
                      job.gen.id, len(parked.in_kv))
             self._decode_again(slot.seq_id, parked.in_kv)
         slot.kv_length = self.engine.seq_length(slot.seq_id)
+        job.resume(time.monotonic())
         log.info("resumed job %s (%s) in slot %d", job.gen.id, job.request.label, slot.seq_id)
 
     def _vacate(self, slot: Slot) -> None:

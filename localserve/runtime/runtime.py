@@ -128,13 +128,19 @@ class Runtime(Admission):
 
     def slot_state(self) -> dict:
         return {
-            "slots": [{"id": s.seq_id, "busy": s.job is not None, "cached_tokens": len(s.tokens),
-                       "kv_positions": s.kv_length, "prefix": self.kv.prefix_json(s.seq_id)} for s in self.slots],
+            "slots": [self._slot_json(slot) for slot in self.slots],
+            "parked": self.parking.as_json(),
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
             "swa_checkpoints": self.kv.checkpoints.as_json(),
         }
+
+    def _slot_json(self, slot: Slot) -> dict:
+        job = slot.job          # read once: the runtime thread may end it meanwhile
+        return {"id": slot.seq_id, "busy": job is not None, "cached_tokens": len(slot.tokens),
+                "kv_positions": slot.kv_length, "prefix": self.kv.prefix_json(slot.seq_id),
+                "job": job.progress_json() if job is not None else None}
 
     # ---- the loop ------------------------------------------------------------------
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import http.client
 import json
 import threading
+import time
 
 import pytest
 
 from conftest import ServerProcess
-from rawhttp import post_json, request
+from rawhttp import RawConnection, post_json, request
 from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny_gguf
 
 PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
@@ -106,6 +107,11 @@ EDITOR_REQUESTS = {
     "ollama": ("/api/generate", {"prompt": "def f(x):\n    ", "suffix": "\n", "stream": False,
                                  "options": {"num_predict": 8, "temperature": 0, "grammar": 'root ::= "return x"'}},
                lambda a: a["response"]),
+    # Twinny (and Continue's fallback): its own FIM template sent raw to Ollama
+    "ollama-raw-fim": ("/api/generate", {"prompt": f"{PRE}def f(x):\n    {SUF}\n{MID}", "raw": True, "stream": False,
+                                         "options": {"num_predict": 8, "temperature": 0,
+                                                     "grammar": 'root ::= "return x"'}},
+                       lambda a: a["response"]),
 }
 
 
@@ -161,5 +167,82 @@ def test_a_parked_chat_whose_client_leaves_is_cancelled(one_slot):
     assert one_slot.wait_cancelled(chat.request_id, "client went away")
     # it ended while parked: it never came back into the slot
     assert not [line for line in one_slot.lines if "resumed job" in line and f" {chat.request_id}) " in line]
-    slots = request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
-    assert not any(s["busy"] for s in slots["slots"]) and slots["queue_depth"] == 0
+    state = slots(port)
+    assert not any(s["busy"] for s in state["slots"]) and state["queue_depth"] == 0 and state["parked"] == []
+
+
+def slots(port: int) -> dict:
+    return request(port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
+
+
+def slots_once(port: int, shows, what: str) -> dict:
+    """/slots polled until shows(state) (a wait, not a timed assertion)."""
+    for _ in range(600):
+        state = slots(port)
+        if shows(state):
+            return state
+        time.sleep(0.05)
+    raise AssertionError(f"/slots never showed {what}: {state}")
+
+
+def test_slots_list_the_parked_chat_then_show_it_resumed(one_slot):
+    """While parked, the chat is listed under `parked` (its slot, how far it got) and the slot
+    shows the completion; once resumed, the slot shows the chat again, its own prefix too."""
+    port = one_slot.port
+    prompt = "a chat /slots follows"
+    chat_alone(port, prompt)            # the chat's run below finds its prompt in the slot: a prefix of its own
+    chat = StreamedChat(port, chat_body(prompt))
+    assert chat.first_chunk.wait(60)
+    label = f"chat {chat.request_id}"
+    before = slots(port)["slots"][0]
+    assert before["job"]["request"] == label and before["prefix"]["tokens"] > 0
+
+    completion = RawConnection(port, timeout=60)
+    try:
+        completion.send(post_json("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 3000,
+                                              "stream": True, "logit_bias": no_end_bias()}))
+        seen = b""
+        while b"data: " not in seen:
+            seen += completion.sock.recv(4096)        # the completion is generating: the chat is parked
+        during = slots(port)
+    finally:
+        completion.close()              # the editor moves on: its completion is cancelled, the chat resumes
+    [parked] = during["parked"]
+    assert parked["request"] == label and parked["slot"] == 0 and parked["model"] == "coder"
+    assert parked["generated_tokens"] == parked_after(one_slot, chat.request_id) > 0
+    assert parked["status"] == "decoding" and parked["prompt_processed"] == parked["prompt_tokens"] > 0
+    assert during["slots"][0]["job"]["request"].startswith("infill ") and during["queue_depth"] == 1
+
+    after = slots_once(port, lambda state: (state["slots"][0]["job"] or {}).get("request") == label, "the chat resumed")
+    assert after["parked"] == [] and after["queue_depth"] == 0
+    assert after["slots"][0]["prefix"] == before["prefix"]
+    assert after["slots"][0]["job"]["generated_tokens"] >= parked["generated_tokens"]
+    assert len(chat.text()) > CHAT_TOKENS // 2 and chat.finish_reason == "length"
+
+
+def test_a_parked_chats_timings_leave_the_pause_out(one_slot):
+    """The chat's timings count its pause apart (parked_ms): it covers the whole completion, and
+    prompt, predicted and parked time together fit in the chat's own round trip, so the pause is
+    counted once. Durations compared with each other, never with a limit."""
+    port = one_slot.port
+    answers = {}
+
+    def whole_chat() -> None:
+        sent = time.monotonic()
+        answers["chat"] = request(port, post_json("/v1/chat/completions", {**chat_body("a chat to time"),
+                                                                           "stream": False}), timeout=120)
+        answers["round_trip_ms"] = (time.monotonic() - sent) * 1000
+
+    chat = threading.Thread(target=whole_chat)
+    chat.start()
+    slots_once(port, lambda state: (state["slots"][0]["job"] or {}).get("generated_tokens", 0) > 0,
+               "the chat generating")
+    completion = request(port, post_json("/infill", {"input_prefix": "c", "input_suffix": "d", "n_predict": 1000,
+                                                     "logit_bias": no_end_bias()}), timeout=120)
+    chat.join(120)
+    assert completion.status == 200 and answers["chat"].status == 200
+    assert parked_after(one_slot, answers["chat"].header("x-request-id")) > 0
+    spent = completion.json()["timings"]
+    timings = answers["chat"].json()["timings"]
+    assert timings["parked_ms"] >= spent["prompt_ms"] + spent["predicted_ms"] > 0
+    assert timings["prompt_ms"] + timings["predicted_ms"] + timings["parked_ms"] <= answers["round_trip_ms"]

@@ -12,7 +12,9 @@ import pytest
 from clients import ollama_client
 from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request
-from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, write_tiny_gguf
+
+PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
 
 
 @pytest.fixture(scope="module")
@@ -68,19 +70,28 @@ def test_a_suffix_on_a_model_without_fim_tokens_is_a_400_in_ollamas_shape(fim_se
     assert caught.value.status_code == 400 and "'plain'" in caught.value.error
 
 
-def test_a_newer_fill_from_the_same_client_cancels_the_older(fim_server, client):
+# the hole as Ollama's clients send it: Continue's prompt and suffix, or Twinny's own FIM prompt sent raw
+FILL_BODIES = {
+    "ollama": {"prompt": "a", "suffix": "b"},
+    "ollama-raw-fim": {"prompt": f"{PRE}a{SUF}b{MID}", "raw": True},
+}
+
+
+@pytest.mark.parametrize("route", sorted(FILL_BODIES))
+def test_a_newer_fill_from_the_same_client_cancels_the_older(fim_server, route):
     """One slot: the older fill (a long forced middle, streamed) is cancelled by the newer one
     with the same User-Agent, which gets the slot instead of waiting behind it."""
+    fill = FILL_BODIES[route]
     older = RawConnection(fim_server.port, timeout=60)
     try:
-        older.send(post_json("/api/generate", {"model": "coder", "prompt": "a", "suffix": "b",
+        older.send(post_json("/api/generate", {"model": "coder", **fill,
                                                "options": {**forced("y" * 1500), "num_predict": 1500}},
                              "User-Agent: editor-test/1\r\n"))
         seen = b""
         while b'"response"' not in seen:
             seen += older.sock.recv(4096)       # the older one is generating
         newer = request(fim_server.port, post_json("/api/generate", {
-            "model": "coder", "prompt": "a", "suffix": "b", "stream": False, "options": forced("ok")},
+            "model": "coder", **fill, "stream": False, "options": forced("ok")},
             "User-Agent: editor-test/1\r\n"), timeout=60)
         assert newer.json()["response"] == "ok"
         while b'"done":true' not in seen:
@@ -93,6 +104,21 @@ def test_a_newer_fill_from_the_same_client_cancels_the_older(fim_server, client)
     finally:
         older.close()
     assert fim_server.wait_log("superseded by a newer completion from the same client")
+
+
+def test_a_raw_prompt_without_fim_tokens_is_no_editor_completion(fim_server):
+    """A plain raw continuation from the same client waits its turn: it cancels nothing."""
+    older = RawConnection(fim_server.port, timeout=60)
+    try:
+        older.send(post_json("/api/generate", {"model": "coder", "prompt": "a", "raw": True, "stream": False,
+                                               "options": forced("z" * 12)}, "User-Agent: raw-test/1\r\n"))
+        newer = request(fim_server.port, post_json("/api/generate", {
+            "model": "coder", "prompt": "a", "raw": True, "stream": False, "options": forced("ok")},
+            "User-Agent: raw-test/1\r\n"), timeout=60)
+        assert newer.json()["response"] == "ok"
+        assert older.read_response().json()["response"] == "z" * 12
+    finally:
+        older.close()
 
 
 def test_show_says_insert_for_a_model_with_fim_tokens(client):

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+import imagefiles
 from localserve.conversation import Image, Message, Text, ToolCall, ToolResult
 from localserve.generation import PromptRefused
+from localserve.dialects import image_parts
+from localserve.dialects.responses.request import read_plan
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, token_ids, write_tiny_gguf  # tests/support/
 from tinyvision import IMAGE_TOKENS, checkerboard, png_bytes, solid, write_tiny_mmproj
@@ -135,3 +138,35 @@ def test_a_large_image_is_decoded_in_parts_and_answers_as_the_bare_engine(tmp_pa
         assert request.images[0].n_tokens == 576
         assert_same_as_bare(large, bare, messages, output)
         assert images_encoded(large) == 1
+
+
+def test_a_responses_input_image_is_decoded_once(model, monkeypatch):
+    """Read (checked) and rendered, each image of a Responses input is decoded once: the data URL
+    decoder, wrapped, is called once per image, and the job holds both images."""
+    decoded = []
+    real = image_parts.from_url
+    monkeypatch.setattr(image_parts, "from_url", lambda url, where="": decoded.append(where) or real(url, where))
+    image = {"type": "input_image", "image_url": imagefiles.data_url(PNG)}
+    body = {"model": "tiny", "store": False, "max_output_tokens": 2, "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "look"}, image]},
+        {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": [{**image, "image_url": imagefiles.data_url(
+            OTHER_PNG)}]}]}
+    plan = read_plan(body, "req-1", model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
+    assert len(plan.generation.images) == 2
+    assert decoded == ["input[0].content[1]", "input[2].output[0]"]
+
+
+def test_a_template_that_writes_the_bos_is_answered_as_the_bare_engine(files, tmp_path):
+    """The template prints bos_token: the prompt holds one BOS, here and in the reference (which
+    takes the written one away, as llama-server's chat code does), so both answer alike."""
+    path = str(write_tiny_gguf(tmp_path / "writes-bos.gguf", chat_template="{{ bos_token }}" + CHATML_TEMPLATE))
+    with loaded_with_projector("writes-bos", path, files[1], ctx_size=512, slots=1) as model, \
+            bare_reference(path, files[1], n_ctx=512) as reference:
+        messages = ask(PNG)
+        request, output = run(model, messages)
+        bos = request.prompt_tokens[0]
+        assert bos == token_ids()["<s>"] and request.prompt_tokens[1] != bos
+        positions, _ = reference.prefill(render_chat(model.chat.template, ChatInput(messages)), [PNG])
+        assert positions == len(request.prompt_tokens)
+        assert_same_as_bare(model, reference, messages, output)

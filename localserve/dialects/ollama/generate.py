@@ -1,7 +1,9 @@
 """POST /api/generate: a prompt completed, through the chat template, `raw`, or as a hole to fill.
 
 Not raw, the prompt is one user turn (after `system`, when given) rendered by the model's own
-chat template, as Ollama renders it. Raw, the text goes to the model as it is. With a
+chat template, as Ollama renders it. Raw, the text goes to the model as it is; raw text in
+the model's own FIM layout (Twinny sends it so) is an editor's completion, as one with a
+suffix is: it parks a long chat, and a newer one from the same client cancels it. With a
 `suffix`, the prompt is the text before the hole and the suffix the text after it: the
 model's fill-in-the-middle prompt (dialects/fim.py; a 400 for a model without FIM tokens),
 `system` and `raw` aside as Ollama leaves them. `template` (a Go template in Ollama) is
@@ -23,7 +25,7 @@ from ...prompt.fim import FimInput, fim_stop_strings
 from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
-from ..fim import client_key, fim_prompt
+from ..fim import client_key, fim_prompt, writes_its_own_fim
 from ..services import Services
 from .chat import serve_ollama
 from .lifecycle import load_or_unload
@@ -73,15 +75,18 @@ def handle(services: Services, exchange: Exchange) -> None:
         return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                   stop=options.stop, label=label)
 
-    # an editor's completion (Continue's): a newer one from the same client cancels it
-    serve_ollama(services, exchange, answer, label, build, "prompt", supersede=client_key(exchange) if suffix else None)
+    # an editor's completion (a suffix, or a raw FIM prompt of its own): a newer one from the same client cancels it
+    serve_ollama(services, exchange, answer, label, build, "prompt", supersede=client_key(exchange))
 
 
 def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:
-    """The prompt's own tokens, no template; `format` still holds the answer to its grammar."""
+    """The prompt's own tokens, no template; `format` still holds the answer to its grammar. A
+    prompt in the model's FIM layout (Twinny's, Continue's fallback) is an editor's completion."""
     tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
     check_fits(engine, tokens)
-    return tokens_request(engine, tokens, chat, options, label)
+    request = tokens_request(engine, tokens, chat, options, label)
+    request.editor_completion = writes_its_own_fim(engine, tokens)
+    return request
 
 
 def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,

@@ -185,6 +185,7 @@ def timings(output: GenerationOutput) -> dict:
         "predicted_n": output.completion_tokens,
         "predicted_ms": round(t.decode_ms, 3),
         "predicted_per_second": round(decoded / (t.decode_ms / 1000), 3) if t.decode_ms > 0 else None,
+        "parked_ms": round(t.parked_ms, 3),     # ours: the time an editor completion held it back
         "draft_n": t.draft_n,                   # speculative decoding, named as llama-server names them
         "draft_n_accepted": t.draft_n_accepted,
     }

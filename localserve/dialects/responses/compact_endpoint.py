@@ -22,7 +22,7 @@ from ..fields import invalid, read_str, read_template_kwargs
 from ..loading import serve_with_model
 from .compacting import check_conversation, compaction_item, kept_user_items, open_compactions, \
     since_last_compaction, split_trigger
-from .items import read_input, to_messages
+from .items import DecodedImages, read_input, to_messages
 from .request import context_items, open_reasoning, storage_off
 from .stream import usage
 from .tools import read_tools
@@ -44,14 +44,16 @@ def compacted(services: Services, exchange: Exchange, model: LoadedModel, body: 
     previous_id = read_str(body, "previous_response_id")
     if previous_id and services.store is None:
         raise storage_off("previous_response_id")
-    items, _ = split_trigger(read_input(body.get("input", [])))
+    images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
+    items, _ = split_trigger(read_input(body.get("input", []), images=images))
     context = since_last_compaction(context_items(services.store, previous_id, None))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
     key = services.signing_key
     rendered = open_compactions(key, open_reasoning(key, context, "previous_response_id"), "previous_response_id") + \
         open_compactions(key, open_reasoning(key, items, "input"), "input")
-    chat = ChatInput(messages=to_messages(rendered, instructions), tools=read_tools(body).definitions,
+    chat = ChatInput(messages=to_messages(rendered, instructions, len(items), images),
+                     tools=read_tools(body).definitions,
                      template_kwargs=read_template_kwargs(body))
     check_conversation(chat.messages)
     options = CompactionOptions(max_tokens=services.settings.compact_max_tokens,

@@ -8,6 +8,7 @@ shape, so one function turns any run of them into the conversation (localserve/c
 that prompt.build_chat_request renders. A user message's `input_image` parts (a base64 data:
 URL in `image_url`; a `file_id` is refused: there is no Files API) are checked as they are
 read and kept as sent; so are those of a function call's output given as an array of parts.
+An image is decoded once: read_input keeps what it decoded (DecodedImages) for to_messages.
 """
 
 from __future__ import annotations
@@ -35,19 +36,23 @@ OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_
 TEXT_PARTS = ("input_text", "output_text", "text")
 MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
 
+# Images decoded, by their place in the request (input[0].content[1]) and their URL.
+DecodedImages = dict[tuple[str, str], Image]
+
 
 def unsupported(param: str, message: str) -> ApiError:
     return ApiError(400, f"invalid '{param}': {message}", param=param, code="unsupported_value")
 
 
-def read_input(value: Any, param: str = "input") -> list[dict]:
-    """A request's `input`: a string (one user message) or a list of items, normalized."""
+def read_input(value: Any, param: str = "input", images: DecodedImages | None = None) -> list[dict]:
+    """A request's `input`: a string (one user message) or a list of items, normalized; the
+    images checked on the way go into `images`, for to_messages."""
     if isinstance(value, str):
         return [message_item("user", value)]
     if not isinstance(value, list):
         raise invalid(param, "expected a string or an array of input items")
     hold_image_count(_image_places(value, param))
-    return [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
+    return [normalize_item(item, f"{param}[{i}]", images) for i, item in enumerate(value)]
 
 
 def read_items(value: Any, param: str = "items", *, required: bool = False) -> list[dict]:
@@ -81,16 +86,16 @@ def message_item(role: str, text: str, item_id: str | None = None) -> dict:
             "status": "completed"}
 
 
-def normalize_item(item: Any, where: str) -> dict:
+def normalize_item(item: Any, where: str, images: DecodedImages | None = None) -> dict:
     if not isinstance(item, dict):
         raise invalid(where, "expected an object")
     kind = item.get("type", "message" if "role" in item else None)
     if kind == "message":
-        return _message(item, where)
+        return _message(item, where, images)
     if kind == "function_call":
         return _function_call(item, where)
     if kind in OUTPUT_TYPES:
-        return _call_output(item, where, kind)
+        return _call_output(item, where, kind, images)
     if kind == "reasoning":
         return _reasoning(item, where)
     if kind == "custom_tool_call":
@@ -117,20 +122,20 @@ def _item_id(item: dict, where: str, kind: str) -> str:
     return value
 
 
-def _message(item: dict, where: str) -> dict:
+def _message(item: dict, where: str, images: DecodedImages | None) -> dict:
     role = item.get("role")
     if role not in MESSAGE_ROLES:
         raise invalid(f"{where}.role", f"expected one of {', '.join(MESSAGE_ROLES)}, got {role!r}")
-    parts = _content(item.get("content"), f"{where}.content", images=role == "user")
+    parts = _content(item.get("content"), f"{where}.content", images, takes_images=role == "user")
     out = message_item(role, "", _item_id(item, where, "message"))
     template = out["content"][0]
     out["content"] = [part if isinstance(part, dict) else {**template, "text": part} for part in parts]
     return out
 
 
-def _content(content: Any, where: str, *, images: bool = False) -> list[str | dict]:
-    """Content parts: each text part's text; an image part (where `images` takes them) as the
-    normalized input_image part."""
+def _content(content: Any, where: str, images: DecodedImages | None, *, takes_images: bool) -> list[str | dict]:
+    """Content parts: each text part's text; an image part (where they are taken) as the
+    normalized input_image part, its image decoded into `images`."""
     if isinstance(content, str):
         return [content]
     if not isinstance(content, list):
@@ -144,8 +149,8 @@ def _content(content: Any, where: str, *, images: bool = False) -> list[str | di
             parts.append(part["refusal"])
         elif kind in TEXT_PARTS or kind == "refusal":
             raise invalid(f"{where}[{i}]", "a text part needs a string 'text'")
-        elif kind == "input_image" and images:
-            parts.append(_input_image(part, f"{where}[{i}]"))
+        elif kind == "input_image" and takes_images:
+            parts.append(_input_image(part, f"{where}[{i}]", images))
         elif kind == "input_image":
             raise invalid(f"{where}[{i}]", "image parts are taken in user messages and function call outputs only")
         else:
@@ -154,15 +159,18 @@ def _content(content: Any, where: str, *, images: bool = False) -> list[str | di
     return parts
 
 
-def _input_image(part: dict, where: str) -> dict:
-    """{"type": "input_image", "image_url": "data:...", "detail"?}, checked, as it is listed."""
+def _input_image(part: dict, where: str, images: DecodedImages | None) -> dict:
+    """{"type": "input_image", "image_url": "data:...", "detail"?}, checked (decoded: kept in
+    `images` when given), as it is listed."""
     detail = part.get("detail")
     if detail is not None and not isinstance(detail, str):     # any level: the projector reads its own size
         raise invalid(f"{where}.detail", "expected a string (auto, low, high)")
     if part.get("file_id") is not None and part.get("image_url") is None:
         raise refused(where, "file_id needs the Files API, which this server does not have; send the image "
                              "inline as a base64 data: URL in image_url", "unsupported_image_source")
-    image_from_url(part.get("image_url"), where)
+    image = image_from_url(part.get("image_url"), where)
+    if images is not None:
+        images[(where, part["image_url"])] = image
     return {"type": "input_image", "image_url": part["image_url"], "detail": detail or "auto", "file_id": None}
 
 
@@ -216,10 +224,10 @@ def _local_shell_call(item: dict, where: str) -> dict:
             "action": {"type": "exec", "env": {}, **action}, "status": "completed"}
 
 
-def _call_output(item: dict, where: str, kind: str) -> dict:
+def _call_output(item: dict, where: str, kind: str, images: DecodedImages | None) -> dict:
     output = item.get("output")
     if isinstance(output, list):
-        parts = _content(output, f"{where}.output", images=True)
+        parts = _content(output, f"{where}.output", images, takes_images=True)
         output = [p if isinstance(p, dict) else {"type": "input_text", "text": p} for p in parts] \
             if any(isinstance(p, dict) for p in parts) else "\n".join(parts)
     if not isinstance(output, (str, list)):
@@ -264,12 +272,12 @@ def item_text(item: dict) -> str:
 
 
 def to_messages(items: list[dict], instructions: str | None = None, inputs: int = 0,
-                images: dict[tuple[str, str], Image] | None = None) -> list[Message]:
+                images: DecodedImages | None = None) -> list[Message]:
     """Normalized items → the conversation. Consecutive function calls (and the assistant text
     before them) become one assistant turn; a reasoning item goes with the next one. inputs:
     how many of the last items are the request's `input` (an image names its place there);
-    images: the images already decoded, by place and URL (a truncated history is turned into
-    messages a few times over; each image is decoded and hashed once)."""
+    images: the images already decoded, by place and URL (read_input's; a truncated history is
+    turned into messages a few times over; each image is decoded and hashed once)."""
     images = {} if images is None else images
     messages: list[Message] = [text_message("system", instructions)] if instructions else []
     names: dict[str, str] = {}
@@ -306,7 +314,7 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
     return messages
 
 
-def _parts(parts: list[dict], where: str, images: dict[tuple[str, str], Image]) -> tuple[Text | Image, ...]:
+def _parts(parts: list[dict], where: str, images: DecodedImages) -> tuple[Text | Image, ...]:
     """Normalized content parts as the conversation's (images were checked when read)."""
     out: list[Text | Image] = []
     for k, part in enumerate(parts):

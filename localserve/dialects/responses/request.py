@@ -27,7 +27,7 @@ from ..fields import invalid, read_bool, read_dict, read_int, read_sampling, rea
 from .runs import ACTIVE
 from .compacting import ContextManagement, open_compactions, read_context_management, since_last_compaction, \
     split_trigger
-from .items import cut_points, read_input, to_messages, unsupported
+from .items import DecodedImages, cut_points, read_input, to_messages, unsupported
 from .tools import ToolKind, constrain, read_tool_choice, read_tools
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
@@ -99,7 +99,8 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
         raise unsupported("prompt", "stored prompt templates are not supported; send input and instructions")
 
     instructions = read_str(body, "instructions")
-    items, triggered = split_trigger(read_input(body.get("input", [])))
+    images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
+    items, triggered = split_trigger(read_input(body.get("input", []), images=images))
     context = since_last_compaction(context_items(store, previous_id, conversation_id))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
@@ -135,7 +136,8 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
 
     def rebuild(kept: list[dict], truncation_mode: str) -> GenerationRequest:
         generation = build_prompt(model, kept, instructions, chat, sampling, truncation=truncation_mode,
-                                  check_client=check_client, inputs=min(len(items), len(kept)), max_tokens=max_output,
+                                  check_client=check_client, inputs=min(len(items), len(kept)), images=images,
+                                  max_tokens=max_output,
                                   stop=stop, logprobs=logprobs,
                                   top_logprobs=top_logprobs, label=f"responses {request_id}")
         if generation.tools is not None:
@@ -241,10 +243,10 @@ def context_items(store: Store | None, previous_id: str | None, conversation_id:
 
 def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
                  sampling: SamplingParams, *, truncation: str, check_client: Callable[[], None],
-                 inputs: int = 0, **options: Any) -> GenerationRequest:
+                 inputs: int = 0, images: DecodedImages | None = None, **options: Any) -> GenerationRequest:
     """Render and tokenize; with truncation "auto", the newest items that fit. `inputs`: how
-    many of the last items are the request's own input."""
-    images: dict = {}
+    many of the last items are the request's own input; `images`: those decoded already."""
+    images = {} if images is None else images
 
     def build(kept: list[dict]) -> GenerationRequest:
         attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs, images))

@@ -5,7 +5,9 @@ end in tests/e2e/test_infill_preempt.py."""
 
 from __future__ import annotations
 
-from localserve.runtime.jobs import JobStatus
+from localserve.generation import ActiveGeneration
+from localserve.runtime.jobs import Job, JobStatus, Slot
+from localserve.runtime.outcome import finished_output
 from localserve.runtime.runtime import Runtime
 
 from .test_runtime_step import ScriptedEngine, drained, request
@@ -177,3 +179,19 @@ def test_a_parked_job_counts_as_waiting_so_its_model_is_not_idle():
     rt.submit(editor(max_tokens=1))
     rt.step()                               # the completion ran and ended; the chat is still parked
     assert rt.busy_slots == 0 and rt.queue_depth == 1
+
+
+def test_a_parked_jobs_timings_leave_its_pauses_out():
+    """The clock is given: each pause counts apart (parked_ms), neither as prefill nor as decoding."""
+    job = Job(ActiveGeneration(request(max_tokens=4)), Slot(0), sampler=None, n_cached=0)
+    job.t_admitted = 100.0
+    job.park(101.0)
+    job.resume(105.0)                       # parked while prefilling: 4 s
+    job.t_first_token = 106.0
+    job.park(110.0)
+    job.resume(130.0)                       # parked while decoding: 20 s
+    t = finished_output(job, "length", 140.0).timings
+    assert (t.prefill_ms, t.decode_ms, t.parked_ms) == (2000.0, 14000.0, 24000.0)
+    job.park(150.0)                         # it ends while parked (its client left): that pause too
+    t = finished_output(job, "cancelled", 153.0).timings
+    assert (t.prefill_ms, t.decode_ms, t.parked_ms) == (2000.0, 24000.0, 27000.0)
