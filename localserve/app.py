@@ -48,6 +48,8 @@ from .engine.cpu_weights import describe as describe_buffers
 from .models.loaded import LoadFailed, human_count, offload_summary
 from .models.manager import ModelManager
 
+MAIN_LOOP_WAKE = 1.0    # seconds of one turn of the main loop's wait (a stop signal ends it at once)
+
 log = logging.getLogger("localserve")
 
 EXIT_LOAD_FAILED = 1
@@ -271,7 +273,7 @@ def serve(settings: Settings) -> int:
             log.info("also serving on http://%s:%d (--ollama-listen)", *each.address)
         systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
         watchdog = systemd.watchdog_interval()
-        while not signals.wait(watchdog or 1.0):
+        while not signals.wait(watchdog or MAIN_LOOP_WAKE):
             if watchdog:
                 systemd.notify("WATCHDOG=1")
         return drain(app, servers, settings)

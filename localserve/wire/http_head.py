@@ -76,6 +76,11 @@ class Request:
             return "close" not in options
         return "keep-alive" in options and "close" not in options
 
+    @property
+    def asks_for_websocket(self) -> bool:
+        """A WebSocket opening handshake (RFC 6455 §4.1): `Upgrade: websocket`, whatever else."""
+        return any(token.strip().lower() == "websocket" for v in self._values("upgrade") for token in v.split(","))
+
     def _values(self, name: str) -> list[str]:
         name = name.lower()
         return [value for key, value in self.headers if key == name]

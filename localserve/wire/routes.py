@@ -3,7 +3,8 @@
 A route is a path pattern (``{name}`` segments), the methods it serves, a handler
 and the ErrorShape its failures use (its dialect's, which the route carries: the
 router itself names no dialect). Unknown path → 404 in the shape of the family of
-paths it falls in; known path, other method → 405 with Allow; OPTIONS → 204 with Allow.
+paths it falls in; known path, other method → 405 with Allow; OPTIONS → 204 with Allow;
+a WebSocket handshake on a known path → 426 (this server speaks plain HTTP only).
 """
 
 from __future__ import annotations
@@ -116,6 +117,8 @@ class Router:
                             headers=[("Allow", allow)] + self.gate.preflight_headers(exchange, allow))
                 return
             method = "GET" if request.method == "HEAD" else request.method
+            if method == "GET" and request.asks_for_websocket:
+                raise websocket_refused(request.path)
             for route, params in matches:
                 if method in route.methods:
                     exchange.params = params
@@ -146,3 +149,11 @@ class Router:
         log.warning("error after the response started: %s", error.message)
         exchange.writer.close_after = True
 
+
+def websocket_refused(path: str) -> ApiError:
+    """The answer to a WebSocket handshake. 426 is the one refusal Codex's Responses client takes
+    as "use HTTP": it falls back at once and for the rest of its session, where a 404 or 405 is
+    retried with backoff (about 7 s) first. The Upgrade field names the protocol to use instead,
+    as RFC 9110 §15.5.22 asks of a 426."""
+    return ApiError(426, f"{path} does not speak WebSocket on this server; send the request over plain HTTP",
+                    code="websocket_not_supported", headers=[("Upgrade", "HTTP/1.1"), ("Connection", "Upgrade")])

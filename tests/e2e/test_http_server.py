@@ -137,6 +137,38 @@ def test_unknown_path_is_404(server):
     assert_openai_error(request(server.port, b"GET /v2/nothing HTTP/1.1\r\nHost: localhost\r\n\r\n"), 404)
 
 
+def websocket_handshake(path: str) -> bytes:
+    """What Codex's Responses client opens with (RFC 6455 §4.1)."""
+    return (f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+            "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Authorization: Bearer test-key\r\n\r\n").encode()
+
+
+def test_a_websocket_handshake_is_refused_with_426_and_the_connection_goes_on(server):
+    """426 is the answer Codex falls back to HTTP on at once (a 405 cost it ~7 s of retries)."""
+    conn = RawConnection(server.port)
+    conn.send(websocket_handshake("/v1/responses"))
+    resp = conn.read_response()
+    error = assert_openai_error(resp, 426)
+    assert error["code"] == "websocket_not_supported" and error["type"] == "invalid_request_error"
+    assert resp.header("upgrade") == "HTTP/1.1"
+    conn.send(GET_HEALTH)                      # a plain HTTP connection still, ready for the next request
+    assert conn.read_response().status == 200
+    conn.close()
+
+
+def test_the_websocket_refusal_leaves_plain_gets_of_responses_alone(server):
+    stored = request(server.port, post_json("/v1/responses", {"model": "tiny", "input": "hi", "max_output_tokens": 2}))
+    assert stored.status == 200, stored.body
+    path = f"/v1/responses/{stored.json()['id']}"
+    assert request(server.port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()).json()["id"] == \
+        stored.json()["id"]
+    assert_openai_error(request(server.port, websocket_handshake(path)), 426)
+    # without Upgrade the collection path keeps its 405; an unknown path stays 404 either way
+    assert_openai_error(request(server.port, b"GET /v1/responses HTTP/1.1\r\nHost: localhost\r\n\r\n"), 405)
+    assert_openai_error(request(server.port, websocket_handshake("/v2/nothing")), 404)
+
+
 def test_options_is_204_with_allow(server):
     resp = request(server.port, b"OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert resp.status == 204

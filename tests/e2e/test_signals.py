@@ -112,8 +112,8 @@ def stopped_at_line(tiny_model, line: int) -> tuple[int | None, str]:
 
 @pytest.fixture(scope="module")
 def runs_at_each_line(tiny_model):
-    """Every line's run, started together a few at a time: most of a run is the wait's 1 s turns
-    before its line comes, and the trace puts the signal at that line however busy the machine."""
+    """Every line's run, started together a few at a time: the trace puts the signal at its line
+    however busy the machine (the harness shortens the wait's turns, so later lines come soon)."""
     with ThreadPoolExecutor(PARALLEL_LINES) as pool:
         yield {line: pool.submit(stopped_at_line, tiny_model, line) for line in range(1, LINES + 1)}
 

@@ -18,6 +18,7 @@ OPENAI_ERROR_TYPES = {
     408: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    426: "invalid_request_error",
     429: "rate_limit_error",
     431: "invalid_request_error",
     501: "not_implemented_error",

@@ -482,6 +482,16 @@ def test_keep_alive(version: bytes, connection: bytes | None, expected: bool) ->
     assert parse(get(extra, version=version)).keep_alive is expected
 
 
+
+@pytest.mark.parametrize(
+    ("upgrade", "expected"),
+    [(None, False), (b"websocket", True), (b"WebSocket", True), (b"h2c, websocket", True), (b"h2c", False),
+     (b"websockets", False)],
+)
+def test_asks_for_websocket(upgrade: bytes | None, expected: bool) -> None:
+    extra = b"" if upgrade is None else b"Connection: Upgrade\r\nUpgrade: " + upgrade + b"\r\n"
+    assert parse(get(extra)).asks_for_websocket is expected
+
 # --- Responses --------------------------------------------------------------------------------
 def test_format_response() -> None:
     out = format_response(200, [("Content-Type", "application/json")], b'{"a":1}')
