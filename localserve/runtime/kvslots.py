@@ -71,6 +71,14 @@ class SlotKeeper:
         if job.n_past == job.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
             self.checkpoints.take(job.slot.seq_id, job.prompt[:job.n_past])
 
+    def origin(self, seq_id: int) -> PrefixOrigin | None:
+        """Where the prompt of the slot's last job began (a parked job keeps it for its resume)."""
+        return self.origins.get(seq_id)
+
+    def restore_origin(self, seq_id: int, origin: PrefixOrigin) -> None:
+        """A resumed job's own origin back in its slot, for /slots."""
+        self.origins[seq_id] = origin
+
     def prefix_json(self, seq_id: int) -> dict | None:
         """Where the prompt of the slot's last job began (/slots): its own sequence, a copy, RAM."""
         origin = self.origins.get(seq_id)

@@ -130,7 +130,7 @@ class Parking:
         job = slot.job
         # a prefilling job's sequence holds the prompt so far; slot.tokens lists it once decoding
         in_kv = list(slot.tokens) if job.status is JobStatus.DECODING else job.prompt[:job.n_past]
-        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv, self.kv.origins.get(slot.seq_id))
+        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv, self.kv.origin(slot.seq_id))
         log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
         # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
@@ -144,7 +144,7 @@ class Parking:
         self._vacate(slot)
         job, held = parked.job, parked.job.slot
         if parked.origin is not None:       # /slots shows the resumed job's prefix, not the completion's
-            self.kv.origins[slot.seq_id] = parked.origin
+            self.kv.restore_origin(slot.seq_id, parked.origin)
         # in its slot first: should the restore fail, the runtime fails it as any running job
         slot.tokens, slot.cache_key, slot.last_used = held.tokens, held.cache_key, held.last_used
         slot.job, job.slot = job, slot
