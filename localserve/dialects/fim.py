@@ -18,8 +18,8 @@ import threading
 
 from ..engine.facade import EngineFacade
 from ..errors import ApiError
-from ..generation import ActiveGeneration
-from ..prompt.fim import FimInput, NoFimTokens, build_fim_prompt
+from ..generation import ActiveGeneration, GenerationRequest
+from ..prompt.fim import FimInput, NoFimTokens, build_fim_prompt, fim_stop_strings
 from .exchange import Exchange
 
 SUPERSEDED = "superseded by a newer completion from the same client"
@@ -39,6 +39,15 @@ def writes_its_own_fim(engine: EngineFacade, tokens: list[int]) -> bool:
     renders its own template into a plain Completions prompt; Twinny and Continue's fallback
     send one raw to Ollama's /api/generate): it holds the middle token."""
     return engine.fim.mid is not None and engine.fim.mid in tokens
+
+
+def fills_the_middle(engine: EngineFacade, request: GenerationRequest) -> None:
+    """The request fills a hole, with a FIM prompt built here or one the client wrote itself:
+    its answer ends where the model would start another FIM section (fim_stop_strings; pad,
+    repository and file separator are end-of-generation tokens already), and it is an editor's
+    completion (it parks a long chat; a newer one from the same client cancels it)."""
+    request.stop = request.stop + fim_stop_strings(engine)     # a new list: the caller may keep the old
+    request.editor_completion = True
 
 
 def client_key(exchange: Exchange) -> str | None:

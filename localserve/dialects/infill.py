@@ -21,10 +21,10 @@ from ..errors import ApiError
 from .openai.errors import openai_error_body
 from ..generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ..prompt.build import ChatModel, check_fits, check_grammar
-from ..prompt.fim import ExtraFile, FimInput, fim_stop_strings
+from ..prompt.fim import ExtraFile, FimInput
 from .exchange import Exchange, RouteTable
 from .fields import invalid, kind_of, read_bool, read_int, read_sampling, read_stop, read_str
-from .fim import client_key, fim_prompt
+from .fim import client_key, fills_the_middle, fim_prompt
 from .pump import PREFILL_COMMENT, sse
 from .request_cycle import Reply, serve_generation
 from .services import Services
@@ -81,9 +81,9 @@ def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -
     check_fits(model.engine, tokens)
     request = GenerationRequest(
         prompt_tokens=tokens, sampling=sampling, max_tokens=None if n_predict < 0 else n_predict,
-        stop=user_stops + fim_stop_strings(model.engine), label=f"infill {request_id}",
-        line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent,
-        editor_completion=True)
+        stop=user_stops, label=f"infill {request_id}",
+        line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent)
+    fills_the_middle(model.engine, request)
     settings = {"n_predict": n_predict, "n_indent": n_indent, "t_max_predict_ms": t_max_predict_ms,
                 "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                 "min_p": sampling.min_p, "seed": sampling.seed, "stop": user_stops}

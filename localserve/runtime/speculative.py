@@ -79,10 +79,15 @@ class JobDrafts:
     """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
 
     def __init__(self, prompt: list[int], prediction: str | None, text: TextCodec, draft_max: int):
-        self.history = NgramIndex(prompt[-NGRAM_PROMPT_WINDOW:])
+        # The lookup indexes are built at the first lookup, after the prefill, not here: a job is
+        # admitted on the runtime thread before its prefill (at every editor keystroke), and a
+        # job that never looks one up (drafts from a draft model) never pays for them.
+        self._prompt_window = prompt[-NGRAM_PROMPT_WINDOW:]
+        self._history: NgramIndex | None = None
+        self._predicted_index: NgramIndex | None = None
+        self._prediction_text = prediction
         self.text = text
         self.prediction = prediction.encode("utf-8") if prediction else None
-        self.predicted = NgramIndex(text.tokenize(prediction)) if prediction else None
         self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
         self.matched = 0                # many tokens (-1: the output strayed from it)
         self.indexed = 0                # generated tokens already in self.history
@@ -101,6 +106,20 @@ class JobDrafts:
         self.predicted_drafted = 0
         self.predicted_accepted = 0
 
+    @property
+    def history(self) -> NgramIndex:
+        """The prompt's latest NGRAM_PROMPT_WINDOW tokens and the output indexed so far."""
+        if self._history is None:
+            self._history, self._prompt_window = NgramIndex(self._prompt_window), []
+        return self._history
+
+    @property
+    def predicted(self) -> NgramIndex | None:
+        """The prediction's tokens, as the tokenizer spells its text; None without one."""
+        if self._predicted_index is None and self.prediction is not None:
+            self._predicted_index = NgramIndex(self.text.tokenize(self._prediction_text))
+        return self._predicted_index
+
     def verifying(self, drafted: int, accepted: int) -> None:
         """A job can finish inside a draft it is verifying: its usage counts that draft too."""
         self.run = (drafted, accepted)
@@ -117,8 +136,7 @@ class JobDrafts:
     def lookup(self, generated: list[int], limit: int) -> list[int]:
         """Prompt lookup: the predicted output first, then the job's own prompt and output."""
         self.from_prediction = False
-        for token in generated[self.indexed:]:
-            self.history.append(token)
+        self.history.extend(generated[self.indexed:])
         self.indexed = len(generated)
         if self.prediction is not None:
             draft = self._predicted(generated, limit)

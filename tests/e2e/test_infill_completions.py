@@ -9,9 +9,10 @@ import pytest
 from clients import openai_sdk
 from conftest import ServerProcess
 from rawhttp import post_json, request
-from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, token_ids, write_tiny_gguf
 
 PRE, SUF, MID = FIM_TOKENS["pre"], FIM_TOKENS["suf"], FIM_TOKENS["mid"]
+FIM_IDS = token_ids(list(FIM_TOKENS.values()))
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +89,35 @@ def test_a_suffix_on_a_model_without_fim_tokens_is_a_400(fim_server):
 def test_a_suffix_needs_a_text_prompt(fim_server):
     resp = request(fim_server.port, post_json("/v1/completions", {"model": "coder", "prompt": [1, 2], "suffix": "b"}))
     assert resp.status == 400 and resp.json()["error"]["param"] == "prompt"
+
+
+def then_a_fim_token(text: str, role: str) -> dict:
+    """The text, the model's own FIM token (the token itself, not its characters), then more."""
+    return {"grammar": f"root ::= {json.dumps(text)} <[{FIM_IDS[FIM_TOKENS[role]]}]> {json.dumps(chr(10) + 'print(f())')}"}
+
+
+# Continue's OpenAI provider renders its own FIM template into a plain prompt
+OWN_FIM_PROMPT = f"{PRE}def f():\n    {SUF}\n{MID}"
+
+
+@pytest.mark.parametrize("role", ["pre", "suf", "mid"])
+def test_a_fim_prompt_of_the_clients_own_ends_at_the_next_fim_token(client, role):
+    """As with a suffix: the middle ends where the model starts another FIM section."""
+    reply = client.completions.create(model="coder", prompt=OWN_FIM_PROMPT, max_tokens=32,
+                                      extra_body=then_a_fim_token("return 1", role))
+    choice = reply.choices[0]
+    assert choice.text == "return 1" and choice.finish_reason == "stop"
+
+
+def test_a_fim_prompt_of_the_clients_own_streamed_ends_at_the_next_fim_token(stream_client):
+    chunks = list(stream_client.completions.create(model="coder", prompt=OWN_FIM_PROMPT, max_tokens=32, stream=True,
+                                                   extra_body=then_a_fim_token("return 1", "suf")))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == "return 1"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+
+
+def test_a_prompt_without_the_middle_token_runs_on_past_a_fim_token(client):
+    """Not a FIM prompt: a plain continuation, which FIM tokens do not end."""
+    reply = client.completions.create(model="coder", prompt="def f():", max_tokens=32,
+                                      extra_body=then_a_fim_token("return 1", "suf"))
+    assert reply.choices[0].text == f"return 1{SUF}\nprint(f())"

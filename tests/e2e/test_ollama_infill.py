@@ -12,9 +12,10 @@ import pytest
 from clients import ollama_client
 from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request
-from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, token_ids, write_tiny_gguf
 
 PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
+FIM_IDS = token_ids(list(FIM_TOKENS.values()))
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,19 @@ def test_a_suffix_on_a_model_without_fim_tokens_is_a_400_in_ollamas_shape(fim_se
     with pytest.raises(ollama.ResponseError) as caught:       # streamed too: the 400 comes before any line
         list(client.generate(model="plain", prompt="a", suffix="b", stream=True))
     assert caught.value.status_code == 400 and "'plain'" in caught.value.error
+
+
+@pytest.mark.parametrize("role", ["pre", "mid"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_raw_fim_prompt_ends_at_the_next_fim_token(client, role, stream):
+    """Twinny's own FIM prompt, raw: as with a suffix, the middle ends where the model starts
+    another FIM section (forced: the text, the FIM token itself, then more text)."""
+    grammar = f'root ::= "a + b" <[{FIM_IDS[FIM_TOKENS[role]]}]> "\\nprint(1)"'
+    reply = client.generate(model="coder", prompt=f"{PRE}def add(a, b):\n    return {SUF}\n{MID}", raw=True,
+                            options={"grammar": grammar, "num_predict": 32}, stream=stream)
+    pieces = list(reply) if stream else [reply]
+    assert "".join(p.response for p in pieces) == "a + b"
+    assert pieces[-1].done and pieces[-1].done_reason == "stop"
 
 
 # the hole as Ollama's clients send it: Continue's prompt and suffix, or Twinny's own FIM prompt sent raw

@@ -21,11 +21,11 @@ from ...conversation import Message, Text, text_message
 from ...engine.facade import EngineFacade
 from ...generation import GenerationRequest
 from ...prompt.build import ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_to_fit
-from ...prompt.fim import FimInput, fim_stop_strings
+from ...prompt.fim import FimInput
 from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
-from ..fim import client_key, fim_prompt, writes_its_own_fim
+from ..fim import client_key, fills_the_middle, fim_prompt, writes_its_own_fim
 from ..services import Services
 from .chat import serve_ollama
 from .lifecycle import load_or_unload
@@ -81,11 +81,12 @@ def handle(services: Services, exchange: Exchange) -> None:
 
 def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:
     """The prompt's own tokens, no template; `format` still holds the answer to its grammar. A
-    prompt in the model's FIM layout (Twinny's, Continue's fallback) is an editor's completion."""
+    prompt in the model's FIM layout (Twinny's, Continue's fallback) fills a hole as a `suffix` does."""
     tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
     check_fits(engine, tokens)
     request = tokens_request(engine, tokens, chat, options, label)
-    request.editor_completion = writes_its_own_fim(engine, tokens)
+    if writes_its_own_fim(engine, tokens):
+        fills_the_middle(engine, request)
     return request
 
 
@@ -96,9 +97,8 @@ def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, 
     engine = model.chat.engine
     tokens = fim_prompt(engine, model.model_id, FimInput(prefix=prefix, suffix=suffix), "suffix")
     check_fits(engine, tokens)
-    options.stop = options.stop + fim_stop_strings(engine)
     request = tokens_request(engine, tokens, chat, options, label)
-    request.editor_completion = True
+    fills_the_middle(engine, request)
     return request
 
 

@@ -7,9 +7,9 @@ from typing import Any
 from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
-from ...prompt.fim import FimInput, fim_stop_strings
+from ...prompt.fim import FimInput
 from .completion_images import is_object_prompt, read_object_prompt
-from ..fim import client_key, fim_prompt, writes_its_own_fim
+from ..fim import client_key, fills_the_middle, fim_prompt, writes_its_own_fim
 from ..pump import sse
 from ..exchange import Exchange
 from ..services import Services
@@ -77,9 +77,8 @@ def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str
         raise invalid("echo", "echo with logprobs (the prompt's own logprobs) is not supported")
     request = read_request(model, body, request_id, tokens)
     request.images = images
-    if suffix:
-        request.stop += fim_stop_strings(model.engine)
-    request.editor_completion = bool(suffix) or writes_its_own_fim(model.engine, tokens)
+    if suffix or writes_its_own_fim(model.engine, tokens):
+        fills_the_middle(model.engine, request)
     if not echo:
         return request, ""
     return request, prompt_text if prompt_text is not None else _prompt_text(model.engine, body["prompt"], tokens)
