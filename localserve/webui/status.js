@@ -1,4 +1,6 @@
-// The status view: what /slots, /metrics and /v1/models say, refreshed while the view is open.
+// The status view: what /slots, /metrics and /v1/models say, refreshed while the view is open:
+// each slot's job (its request, prompt progress, tokens generated) and the jobs parked for an
+// editor completion.
 
 import { $, el, clearNotice, showNotice } from "./dom.js";
 import { describe, getJSON, getText } from "./api.js";
@@ -49,6 +51,24 @@ function slotsOf(data) {
   return (data.slots || []).map((slot) => Object.assign({ model: "" }, slot));
 }
 
+function slotName(model, id) {
+  return model ? `${model} #${id}` : String(id);
+}
+
+// A slot's state: what its job is doing (prefilling, decoding) or "idle"; a server that does not
+// report the job still says "busy".
+function stateCell(busy, job) {
+  const state = job ? job.status : busy ? "busy" : "idle";
+  return el("td", busy ? "busy" : "idle", state);
+}
+
+// What a job is: its request, its prompt tokens processed of all, its tokens generated.
+function jobCells(job) {
+  if (!job) return ["–", "–", "–"];
+  const share = job.prompt_tokens ? ` (${((100 * job.prompt_processed) / job.prompt_tokens).toFixed(0)} %)` : "";
+  return [job.request || "–", `${job.prompt_processed} / ${job.prompt_tokens}${share}`, job.generated_tokens];
+}
+
 export async function refreshStatus() {
   clearTimeout(statusTimer);
   try {
@@ -70,9 +90,13 @@ export async function refreshStatus() {
     noteRecentSpeed(rateSum, rateCount);
     fillTable("models-table", (models.data || []).map((m) => [m.id, m.state || "loaded",
       m.meta && m.meta.n_ctx ? m.meta.n_ctx : "–", m.meta && m.meta.slots ? m.meta.slots : "–"]));
-    fillTable("slots-table", slotList.map((s) => [
-      s.model ? `${s.model} #${s.id}` : String(s.id),
-      el("td", s.busy ? "busy" : "idle", s.busy ? "busy" : "idle"), s.cached_tokens ?? "–"]));
+    fillTable("slots-table", slotList.map((s) => [slotName(s.model, s.id), stateCell(s.busy, s.job),
+      ...jobCells(s.job), s.cached_tokens ?? "–"]));
+    const parked = (slots.parked || []).map((p) => Object.assign({ model: "" }, p));
+    fillTable("parked-table", parked.map((p) => [slotName(p.model, p.slot), stateCell(true, p),
+      ...jobCells(p), p.cached_tokens ?? "–"]));
+    $("parked-table").hidden = parked.length === 0;
+    $("no-parked").hidden = parked.length > 0;
     const reasons = samples.filter((s) => s.name === "localserve_generations_total");
     $("finish-reasons").replaceChildren(...reasons.map((s) =>
       el("li", null, `${s.labels.finish_reason || "?"}: ${s.value}`)));

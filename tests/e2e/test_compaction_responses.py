@@ -203,6 +203,25 @@ def test_a_conversation_longer_than_the_context_is_compacted_in_pieces(server):
     assert body["output"][0]["content"][0]["text"] == "Short question?"
 
 
+def test_a_compaction_trigger_mid_input_leaves_every_item_its_place(server):
+    """Items after a trigger are named by their places in `input` (the trigger counts); the rest
+    of the input is compacted as usual."""
+    unsealed = [{"type": "compaction", "encrypted_content": "not sealed here"},
+                {"type": "reasoning", "summary": [], "encrypted_content": "not sealed either"}]
+    for path in ("/v1/responses", "/v1/responses/compact"):
+        for item in unsealed:
+            answer = post(server.port, path, {"model": "scripted", "input": [
+                *history(), {"type": "compaction_trigger"}, item, {"role": "user", "content": "Go on."}]})
+            assert answer.status == 400, answer.body
+            error = answer.json()["error"]
+            assert error["code"] == "invalid_encrypted_content" and error["param"] == "input[4].encrypted_content", \
+                (path, error)
+    answer = post(server.port, "/v1/responses", {"model": "scripted", "store": False, "input": [
+        *history(), {"type": "compaction_trigger"}, {"role": "user", "content": "Short question?"}]})
+    assert answer.status == 200, answer.body
+    assert [item["type"] for item in answer.json()["output"]] == ["compaction"]
+
+
 def test_conversation_items_take_compactions_but_no_trigger(server):
     c = openai_sdk(server)
     item = post(server.port, "/v1/responses/compact", {"model": "scripted", "input": history()}).json()["output"][-1]

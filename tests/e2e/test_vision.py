@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 
 import imagefiles
-from localserve.conversation import Image, Message, Text, ToolCall, ToolResult
+from localserve.conversation import Image, Message, Text, ToolCall, ToolResult, images_in
 from localserve.generation import PromptRefused
 from localserve.dialects import image_parts
+from localserve.dialects.responses.compaction_steps import compaction_messages
 from localserve.dialects.responses.request import read_plan
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, token_ids, write_tiny_gguf  # tests/support/
@@ -170,3 +171,27 @@ def test_a_template_that_writes_the_bos_is_answered_as_the_bare_engine(files, tm
         positions, _ = reference.prefill(render_chat(model.chat.template, ChatInput(messages)), [PNG])
         assert positions == len(request.prompt_tokens)
         assert_same_as_bare(model, reference, messages, output)
+
+
+def test_after_a_compaction_trigger_input_images_keep_their_places_and_are_decoded_once(model, monkeypatch):
+    """A compaction_trigger mid-input: the images after it are named by their own places in
+    `input` (the names a refusal gives), and the conversation the compaction summarises takes
+    every image as it was read, decoding none again."""
+    decoded = []
+    real = image_parts.from_url
+    monkeypatch.setattr(image_parts, "from_url", lambda url, where="": decoded.append(where) or real(url, where))
+    image = {"type": "input_image", "image_url": imagefiles.data_url(PNG)}
+    body = {"model": "tiny", "store": False, "input": [
+        {"role": "user", "content": [{"type": "input_text", "text": "look"}, image]},
+        {"type": "compaction_trigger"},
+        {"role": "assistant", "content": "A checkerboard."},
+        {"role": "user", "content": [{"type": "input_text", "text": "and this"},
+                                     {**image, "image_url": imagefiles.data_url(OTHER_PNG)}]}]}
+    plan = read_plan(body, "req-1", model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
+    assert plan.triggered and plan.generation is None
+    places = ["input[0].content[1]", "input[3].content[1]"]
+    assert decoded == places
+    messages = compaction_messages(plan)
+    assert [shown.where for shown in images_in(messages)] == places
+    assert [m.role for m in messages] == ["user", "assistant", "user"]
+    assert decoded == places

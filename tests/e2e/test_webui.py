@@ -17,11 +17,11 @@ import pytest
 
 from browser import Browser, find_browser
 from clients import openai_sdk
-from conftest import ROOT, ServerProcess
+from conftest import ROOT, ServerProcess, slow_model
 from needs import check_skip, missing
 from promtext import parse
 from rawhttp import RawConnection, post_json, request
-from tinymodel import CHATML_TEMPLATE, NO_EOG, write_tiny_gguf
+from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny_gguf
 
 SHOTS = ROOT / "test-output" / "webui"
 MODEL_ID = "page-model"
@@ -402,13 +402,68 @@ def test_status_view_shows_a_busy_slot_while_a_stream_runs(page, webui_server):
     wait_streaming(page)
     page.el("#tab-status").click()
     page.wait(lambda: page.text("#busy-slots") == "1 / 2", "the status view never showed the busy slot")
-    assert [e.text for e in page.all("#slots-table td.busy")] == ["busy"]
+    # the busy slot says what its job is doing; the idle one says nothing more
+    page.wait(lambda: [e.text for e in page.all("#slots-table td.busy")] == ["decoding"], "the job never decoded")
+    busy, idle = sorted((row_texts(page, row) for row in page.all("#slots-table tbody tr")),
+                        key=lambda cells: cells[1] == "idle")
+    job = next(s["job"] for s in get(webui_server.port, "/slots").json()["slots"] if s["busy"])
+    assert busy[0].startswith(f"{MODEL_ID} #") and busy[2] == job["request"] and busy[2].startswith("chat ")
+    assert busy[3] == f"{job['prompt_tokens']} / {job['prompt_tokens']} (100 %)" and job["prompt_tokens"] > 0
+    assert int(busy[4]) > 0
+    assert idle[1:5] == ["idle", "–", "–", "–"]
+    assert page.el("#no-parked").is_displayed() and not page.el("#parked-table").is_displayed()
     assert page.text("#models-table tbody td") == MODEL_ID
     page.screenshot("status_view_busy")
     page.el("body").send_keys(Keys.ESCAPE)         # Esc stops, from any view
     page.wait(lambda: page.text("#busy-slots") == "0 / 2", "the status view never showed the slot free")
     page.el("#tab-chat").click()
     assert "stopped" in page.text("#messages .message.assistant:last-child .meta")
+
+
+def row_texts(browser: Browser, row) -> list[str]:
+    return browser.js("return [...arguments[0].cells].map(c => c.textContent)", row)
+
+
+@pytest.fixture(scope="module")
+def editor_server(models_dir):
+    """One slot, and a model with FIM tokens: an editor completion parks the chat in it."""
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "coder", "--slots", "1", "--no-store")
+    yield srv
+    srv.stop()
+
+
+def test_status_view_lists_a_job_parked_for_an_editor_completion(browser, editor_server, request):
+    port = editor_server.port
+    chat, completion = RawConnection(port, timeout=60), RawConnection(port, timeout=60)
+    try:
+        chat.send(post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": "a long story"}],
+                                                     "max_tokens": 8000, "stream": True, "logit_bias": NO_EOG}))
+        chat.sock.recv(4096)                            # streaming: the only slot is the chat's
+        fim_ids = token_ids(list(FIM_TOKENS.values()))         # FIM tokens would end the completion
+        completion.send(post_json("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 8000,
+                                              "stream": True, "logit_bias": {
+                                                  **NO_EOG, **{str(fim_ids[t]): -100 for t in FIM_TOKENS.values()}}}))
+        browser.wait(lambda: get(port, "/slots").json()["parked"], "the chat was never parked")
+        browser.driver.set_window_size(1200, 800)
+        browser.open(editor_server.base_url + "/")
+        wait_for_models(browser)
+        browser.el("#tab-status").click()
+        browser.wait(lambda: browser.all("#parked-table tbody tr"), "the status view never listed the parked job")
+        [parked] = get(port, "/slots").json()["parked"]
+        [row] = [row_texts(browser, row) for row in browser.all("#parked-table tbody tr")]
+        assert row[:3] == ["coder #0", "decoding", parked["request"]] and row[2].startswith("chat ")
+        assert row[3] == f"{parked['prompt_tokens']} / {parked['prompt_tokens']} (100 %)"
+        assert int(row[4]) == parked["generated_tokens"] > 0 and int(row[5]) == parked["cached_tokens"] > 0
+        assert not browser.el("#no-parked").is_displayed()
+        [slot] = [row_texts(browser, row) for row in browser.all("#slots-table tbody tr")]
+        assert slot[1] in ("prefilling", "decoding") and slot[2].startswith("infill ")
+        assert browser.console_errors() == []
+    finally:
+        browser.screenshot(request.node.name)
+        completion.close()
+        chat.close()
+    browser.wait(lambda: not any(s["busy"] for s in get(port, "/slots").json()["slots"]),
+                 "the dropped streams kept the slot")
 
 
 def test_usable_at_phone_width(page):

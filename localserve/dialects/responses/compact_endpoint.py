@@ -45,14 +45,15 @@ def compacted(services: Services, exchange: Exchange, model: LoadedModel, body: 
     if previous_id and services.store is None:
         raise storage_off("previous_response_id")
     images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
-    items, _ = split_trigger(read_input(body.get("input", []), images=images))
+    read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
+    items, _ = split_trigger(read)
     context = since_last_compaction(context_items(services.store, previous_id, None))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
     key = services.signing_key
     rendered = open_compactions(key, open_reasoning(key, context, "previous_response_id"), "previous_response_id") + \
-        open_compactions(key, open_reasoning(key, items, "input"), "input")
-    chat = ChatInput(messages=to_messages(rendered, instructions, len(items), images),
+        open_compactions(key, open_reasoning(key, read, "input"), "input")
+    chat = ChatInput(messages=to_messages(rendered, instructions, len(read), images),
                      tools=read_tools(body).definitions,
                      template_kwargs=read_template_kwargs(body))
     check_conversation(chat.messages)

@@ -56,7 +56,10 @@ def read_context_management(body: dict) -> ContextManagement:
 
 
 def split_trigger(items: list[dict]) -> tuple[list[dict], bool]:
-    """The input without its compaction_trigger items, and whether there was one."""
+    """The input without its compaction_trigger items (as stored), and whether there was one.
+    The input renders as read, its triggers in their places (to_messages skips them), so that
+    `input[i]` names the same item when read and when rendered: in an error, and as the key of
+    an image decoded once."""
     kept = [item for item in items if item["type"] != "compaction_trigger"]
     return kept, len(kept) != len(items)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from ...conversation import Message
 from ...errors import ApiError
 from ..compaction import CompactionOptions, compact, compact_pieces
 from ..exchange import Exchange
@@ -35,7 +36,7 @@ def compact_as_planned(exchange: Exchange, model: LoadedModel, plan: Plan, key: 
     plan.seal_compaction = lambda summary: compaction_item(key, summary)
     if not plan.triggered and not _needs_compaction(plan):
         return
-    messages = to_messages(plan.rendered, plan.response["instructions"])
+    messages = compaction_messages(plan)
     check_conversation(messages)
     chat = dataclasses.replace(plan.chat, messages=messages)
     options = CompactionOptions(max_tokens=max_tokens, label=f"responses compaction {exchange.request_id}",
@@ -50,6 +51,13 @@ def compact_as_planned(exchange: Exchange, model: LoadedModel, plan: Plan, key: 
             exchange.writer.stream(exchange.errors.stream_frame(error))
             exchange.writer.end_stream()
         raise
+
+
+def compaction_messages(plan: Plan) -> list[Message]:
+    """The conversation compacted: the stored context and this request's input, each input
+    image named by its place in `input` and taken as read_input decoded it."""
+    return to_messages(plan.rendered, plan.response["instructions"], len(plan.rendered) - plan.n_context,
+                       plan.images)
 
 
 def _comment(exchange: Exchange) -> None:

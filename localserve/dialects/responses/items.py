@@ -285,6 +285,8 @@ def to_messages(items: list[dict], instructions: str | None = None, inputs: int 
     after_summary = False          # a user turn next joins the summary's (turns alternate)
     for j, item in enumerate(items):
         kind = item["type"]
+        if kind == "compaction_trigger":        # a request to compact, not a turn (compacting.split_trigger)
+            continue
         where = f"input[{j - len(items) + inputs}]" if j >= len(items) - inputs else "previous_response_id"
         if kind == "reasoning":
             reasoning = item_text(item) or None

@@ -57,6 +57,7 @@ class Plan:
     # threshold or truncation "auto" may compact before the model runs. generation is None
     # until then when the response is a compaction, or its input did not fit.
     triggered: bool = False
+    images: DecodedImages = dataclasses.field(default_factory=dict)    # the input's, decoded as it was read
     management: ContextManagement = dataclasses.field(default_factory=ContextManagement)
     truncation: str = "disabled"
     chat: ChatInput | None = None     # the tools and options, for a compaction of `rendered`
@@ -100,7 +101,8 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
 
     instructions = read_str(body, "instructions")
     images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
-    items, triggered = split_trigger(read_input(body.get("input", []), images=images))
+    read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
+    items, triggered = split_trigger(read)
     context = since_last_compaction(context_items(store, previous_id, conversation_id))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
@@ -131,12 +133,12 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     management = read_context_management(body)
     rendered = open_compactions(signing_key, open_reasoning(signing_key, context, "previous_response_id"),
                                 "previous_response_id") + \
-        open_compactions(signing_key, open_reasoning(signing_key, items, "input"), "input")
+        open_compactions(signing_key, open_reasoning(signing_key, read, "input"), "input")
     stop = read_stop(body)
 
     def rebuild(kept: list[dict], truncation_mode: str) -> GenerationRequest:
         generation = build_prompt(model, kept, instructions, chat, sampling, truncation=truncation_mode,
-                                  check_client=check_client, inputs=min(len(items), len(kept)), images=images,
+                                  check_client=check_client, inputs=min(len(read), len(kept)), images=images,
                                   max_tokens=max_output,
                                   stop=stop, logprobs=logprobs,
                                   top_logprobs=top_logprobs, label=f"responses {request_id}")
@@ -175,7 +177,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
                 summary=reasoning["summary"] is not None, parallel_tool_calls=parallel, logprobs=logprobs,
                 tool_kinds=tools.kinds, ignored_tools=tools.ignored,
                 seal=_sealer(signing_key) if ENCRYPTED_REASONING_INCLUDE in include else None,
-                triggered=triggered, management=management, truncation=truncation, chat=chat, rendered=rendered,
+                triggered=triggered, images=images, management=management, truncation=truncation, chat=chat, rendered=rendered,
                 n_context=len(context), rebuild=rebuild)
 
 
