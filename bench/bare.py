@@ -14,11 +14,14 @@ import time
 import numpy as np
 from llama_cpp import llama_cpp as ll
 
+from localserve.ops import memory
+
 
 class BareEngine:
     def __init__(self, path: str, *, n_ctx: int, threads: int, n_batch: int = 512, n_seq: int = 4, weights=None,
                  unified: bool = False):
         ll.llama_backend_init()
+        memory.configure_malloc()      # llama.cpp's buffers placed as the server places them (ops/memory.py)
         self._silence()
         mparams = ll.llama_model_default_params()
         keep = weights.apply(mparams) if weights is not None else None     # referenced until loaded
