@@ -12,9 +12,10 @@ request's memory after the request is gone:
 The threshold is glibc's largest (32 MiB), not a small one: llama.cpp's buffers (a
 context's KV cache and compute buffer, repacked weights, its work buffer) then come from the
 heap. Each in its own mapping (all of them then start at the same offset in a page: the
-likely cause, not confirmed), a prefill ran 13 % slower (Gemma 3 270M at 8192 tokens of context, two contexts measured side by
-side in one process: 1.21-1.27 s against 1.08-1.12 s for the same 495 tokens). A block
-bigger than 32 MiB (a large model's KV cache) is mapped on its own whatever the setting.
+likely cause, not confirmed), a prefill ran 13 % slower: Gemma 3 270M at 8192 tokens of
+context, two contexts side by side in one process, 1.21-1.27 s against 1.08-1.12 s for the
+same 495 tokens. A block over 32 MiB (a large model's KV cache) has its own mapping whatever
+the setting.
 Where libc is not glibc (musl, macOS) neither call exists and nothing is done.
 """
 

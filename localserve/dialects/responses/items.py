@@ -348,11 +348,15 @@ def _reasoning_part(reasoning: str | None) -> tuple[Reasoning, ...]:
 def cut_points(items: list[dict]) -> list[int]:
     """Where the history may start once its oldest items are dropped, oldest first: after each
     item, skipping the function outputs or reasoning a cut would leave orphaned; the last item
-    always stays."""
+    always stays, and so does the last turn before compaction_trigger items at the end (the
+    input renders with them in place, and they are no turn: compacting.split_trigger)."""
+    end = len(items)
+    while end > 1 and items[end - 1]["type"] == "compaction_trigger":
+        end -= 1
     cuts, start = [], 0
-    while len(items) - start > 1:
+    while end - start > 1:
         start += 1
-        while items[start]["type"] in (*OUTPUT_TYPES, "reasoning") and len(items) - start > 1:
+        while items[start]["type"] in (*OUTPUT_TYPES, "reasoning") and end - start > 1:
             start += 1
         cuts.append(start)
     return cuts

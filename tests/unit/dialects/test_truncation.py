@@ -58,6 +58,16 @@ def test_a_cut_leaves_no_orphaned_output_or_reasoning_first():
     assert kept == items[4:] and kept[0]["type"] == "message"
 
 
+def test_a_trailing_compaction_trigger_is_never_all_that_is_kept():
+    trigger = {"type": "compaction_trigger", "size": 0}
+    items = [message(5), message(5), trigger]
+    assert cut_points(items) == [1]
+    kept = build_newest_that_fit(items, Builds(8), lambda: None)
+    assert kept == [items[1], trigger]
+    with pytest.raises(ContextOverflow):       # the last turn does not fit: an error, not an empty conversation
+        build_newest_that_fit(items, Builds(4), lambda: None)
+
+
 def test_when_not_even_the_last_item_fits_its_error_is_raised():
     with pytest.raises(ContextOverflow) as info:
         build_newest_that_fit([message(5), message(50)], Builds(10), lambda: None)
