@@ -237,7 +237,7 @@ def _run(model: str, args) -> bool:
             # -n: its /infill leaves the extra context room for twice the server's n_predict (-1 by default).
             # --cache-reuse 256: llama.vim's recommended server setting. --swa-full: on a sliding-window
             # model its cache otherwise cannot go back to the cut, and every keystroke computed the
-            # whole prompt again (7.4 s at 4096); a coding model without a window needs neither.
+            # whole prompt again (7.4 s at 4096); without a window it is ignored.
             extra = ("-n", str(PREDICT), "-b", str(llama_server_batch(n_ctx)), "--cache-reuse", "256", "--swa-full")
             other = running.enter_context(LlamaServer(model, args.threads, n_ctx, slots=1, extra=extra))
             editors["llama-server"] = ServerEditor(other.port, chunks, ban)
