@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # the one-thread speed (README: The llama.cpp build). pip's wheel cache does not notice CMake
 # options, so contrib/llama_wheel.py keeps one wheel per set of options and reinstalls the venv's
 # llama-cpp-python whenever CMAKE_ARGS change.
-CMAKE_ARGS ?= -DGGML_RPC=ON -DGGML_OPENMP=OFF
+CMAKE_ARGS ?= -DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF
 export CMAKE_ARGS
 
 .PHONY: install llama-cpp run test bench bench-builds dist clean mutants agent-clis browser fuzz template-corpus \

@@ -3,7 +3,7 @@
     python contrib/build_dist.py [--out dist] [--no-pyz] [--pyz-demo] [--force] [--no-cache-dir]
 
 dist/wheelhouse/   localserve's wheel, llama-cpp-python built here (CMAKE_ARGS, default
-                   -DGGML_RPC=ON -DGGML_OPENMP=OFF; the wheel contrib/llama_wheel.py keeps for
+                   -DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF; the wheel contrib/llama_wheel.py keeps for
                    those options), every runtime dependency, and the demo model's wheels:
                    `pip install --no-index --find-links dist/wheelhouse 'localserve[demo]'`
 dist/localserve.pyz  a shiv zipapp of localserve and its dependencies, native libraries

@@ -5,7 +5,8 @@
 pip's wheel cache keys a built wheel by its source alone, so a wheel built with other CMake
 options (OpenMP on, RPC off) would be installed silently. Here the options are the key: each
 (version, CMAKE_ARGS) gets its own folder under the wheel cache, its wheel is checked against the
-options (RPC backend present, libgomp absent when OpenMP is off), and a venv records which key
+options (RPC backend present, libgomp absent when OpenMP is off, and a libmtmd that cannot start a
+program: with MTMD_VIDEO on it runs ffprobe/ffmpeg on bytes stb cannot read), and a venv records which key
 it holds, so `make install` rebuilds and reinstalls exactly when the options change.
 
 The version is the one setup.cfg pins. The cache is $LOCALSERVE_WHEEL_CACHE, else
@@ -27,7 +28,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CMAKE_ARGS = "-DGGML_RPC=ON -DGGML_OPENMP=OFF"
+DEFAULT_CMAKE_ARGS = "-DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF"
 STAMP_NAME = ".llama-cpp-build"
 
 
@@ -69,11 +70,24 @@ def wheel_problem(wheel: Path, args: str) -> str | None:
         libraries = [name for name in archive.namelist() if ".so" in name or name.endswith(".dylib")]
         if option_on(args, "GGML_RPC") and not any("ggml-rpc" in name for name in libraries):
             return "it has no RPC backend although CMAKE_ARGS asks for one"
+        if option_on(args, "MTMD_VIDEO") is False:
+            for name in libraries:
+                if "mtmd" in name and spawns_programs(archive.read(name)):
+                    return f"{name} can start programs (ffmpeg) although CMAKE_ARGS turns MTMD_VIDEO off"
         if option_on(args, "GGML_OPENMP") is False:
             for name in libraries:
                 if b"libgomp" in archive.read(name):
                     return f"{name} links libgomp although CMAKE_ARGS turns OpenMP off"
     return None
+
+
+# What a library that starts programs imports or names: sheredom's subprocess.h calls posix_spawnp,
+# and libmtmd's video path names the tools it runs.
+SPAWN_MARKERS = (b"posix_spawn", b"execvp", b"ffprobe", b"ffmpeg")
+
+
+def spawns_programs(library: bytes) -> bool:
+    return any(marker in library for marker in SPAWN_MARKERS)
 
 
 def cached_wheel(folder: Path, args: str) -> Path | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 REBUILD_HINT = ("rebuild llama-cpp-python with ggml's own threads: `make install` does, or "
-                "CMAKE_ARGS=\"-DGGML_RPC=ON -DGGML_OPENMP=OFF\" pip install --no-cache-dir --force-reinstall "
+                "CMAKE_ARGS=\"-DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF\" pip install --no-cache-dir --force-reinstall "
                 "llama-cpp-python==<the pinned version>")
 
 

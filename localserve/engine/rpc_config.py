@@ -11,7 +11,7 @@ RPC_MAX_WORKERS = 16               # GGML_RPC_MAX_SERVERS
 EXIT_USAGE = 2
 EXIT_WORKER_LOST = 4           # an RPC worker went away while the front was serving (README: Exit status)
 REBUILD_HINT = ("this llama-cpp-python was built without RPC support (ggml-rpc); rebuild it: "
-                'CMAKE_ARGS="-DGGML_RPC=ON -DGGML_OPENMP=OFF" pip install --no-cache-dir --force-reinstall '
+                'CMAKE_ARGS="-DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF" pip install --no-cache-dir --force-reinstall '
                 "llama-cpp-python==0.3.36")
 
 

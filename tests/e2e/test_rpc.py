@@ -258,7 +258,7 @@ def test_a_build_without_rpc_says_how_to_rebuild(tmp_path, tiny_model):
         result = subprocess.run([sys.executable, "-m", "localserve", *args], cwd=ROOT, capture_output=True,
                                 text=True, env=env, timeout=60)
         assert result.returncode == 2, result.stderr
-        assert 'CMAKE_ARGS="-DGGML_RPC=ON -DGGML_OPENMP=OFF" pip install --no-cache-dir --force-reinstall' in one_line(result.stderr)
+        assert 'CMAKE_ARGS="-DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF" pip install --no-cache-dir --force-reinstall' in one_line(result.stderr)
 
 
 def test_bad_rpc_values_are_exit_2():
