@@ -82,7 +82,7 @@ class App:
             keys = load_api_keys(settings.api_key, settings.api_key_file)
         except OSError as exc:
             raise StartupError(f"cannot read --api-key-file {settings.api_key_file}: {exc.strerror}", EXIT_USAGE) from None
-        self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin)
+        self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin, settings.shared_cache)
         self.public_paths = PUBLIC_PATHS
         self.router = Router(self)
         self._add_routes()
@@ -122,8 +122,10 @@ class App:
             refusal = self.access.cross_site_refusal(origin, request.header("sec-fetch-site"), request.host)
             if refusal:
                 raise ApiError(403, refusal, code="cross_site_request")
-        if not public and self.access.requires_key and \
-                not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
+        scope = self.access.key_scope(request.header("authorization"), request.header("x-api-key"))
+        if scope is not None:
+            exchange.scope = scope      # whose prompts and stored responses it may see (access.py)
+        elif not public and self.access.requires_key:
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
                            # OpenAI's clients read this type for a bad key (Anthropic's shape names its own)
                            type="invalid_request_error",

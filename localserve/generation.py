@@ -122,6 +122,9 @@ class GenerationRequest:
     # text ends the job as a Compacted event, before Finished, and counts as a compaction.
     compaction: bool = False
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
+    # Whose prompt caches it may use and fill (the API key's scope, wire/access.py): a cached
+    # prefix of another scope's prompt would show in cached_tokens, and so tell that prompt.
+    scope: str = ""
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
     # Editor completions (llama-server's /infill): past this many seconds of generation the answer
     # ends at its next line break; a line indented less than min_indent ends it before that line.

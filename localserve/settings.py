@@ -93,6 +93,7 @@ class Settings:
     no_webui: bool = False
     api_key: list[str] = field(default_factory=list)
     api_key_file: str | None = None
+    shared_cache: bool = False                     # several keys share prompt caches (wire/access.py: scopes)
     allowed_host: list[str] = field(default_factory=list)
     cors_origin: list[str] = field(default_factory=list)
     log_level: str = "info"

@@ -205,6 +205,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
            "KEY", repeat=True),
     Option("api-key-file", str, None, "file with one API key per line", "PATH"),
+    Option("shared-cache", _flag, False, "with several API keys, let them share prompt caches (slots, shared "
+           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (README: Security)",
+           "BOOL"),
     Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
            "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
     Option("cors-origin", str, [], "browser origin allowed by CORS (repeatable; '*' any); off by default",

@@ -58,7 +58,7 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Loa
         reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")
-        gen = submit(model, reply.request)
+        gen = submit(model, reply.request, exchange.scope)
         handed_over = None
         with cancel_on_error(gen), superseding(reply.supersede, gen):
             if reply.deliver is not None:

@@ -97,7 +97,7 @@ class Parking:
         None when every job must stay."""
         free = [s for s in slots if s.job is None]
         if free:
-            return choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key)
+            return choose_slot(free, gen.request.prompt_tokens, gen.request.cache_key, gen.request.scope)
         candidates = [s for s in slots if may_be_parked(s.job)]
         if not candidates:
             return None
@@ -111,7 +111,7 @@ class Parking:
         while self.parked and (free := [s for s in slots if s.job is None]):
             parked = self.parked.pop(0)
             held = parked.job.slot          # what it holds while parked: its tokens, its cache key
-            slot = choose_slot(free, held.tokens, held.cache_key)
+            slot = choose_slot(free, held.tokens, held.cache_key, held.scope)
             self._restore(parked, slot)
             resumed.append(slot.job)
         return resumed
@@ -134,7 +134,7 @@ class Parking:
         log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
         # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
-        job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key)
+        job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key, scope=slot.scope)
         job.park(time.monotonic())
         slot.job = None
         self.kv.clear(slot)
@@ -146,7 +146,7 @@ class Parking:
         if parked.origin is not None:       # /slots shows the resumed job's prefix, not the completion's
             self.kv.restore_origin(slot.seq_id, parked.origin)
         # in its slot first: should the restore fail, the runtime fails it as any running job
-        slot.tokens, slot.cache_key, slot.last_used = held.tokens, held.cache_key, held.last_used
+        slot.tokens, slot.cache_key, slot.last_used, slot.scope = held.tokens, held.cache_key, held.last_used, held.scope
         slot.job, job.slot = job, slot
         if parked.in_kv and not self.engine.restore_sequence(slot.seq_id, parked.state):
             log.info("job %s's saved sequence could not be placed: decoding its %d tokens again",
@@ -159,8 +159,8 @@ class Parking:
     def _vacate(self, slot: Slot) -> None:
         """What the slot holds (the completion that ran there) goes to the RAM cache if worth it."""
         cache = self.kv.cache
-        if cache.worth_saving(slot.tokens):
-            cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
+        if cache.worth_saving(slot.tokens, scope=slot.scope):
+            cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id), slot.scope)
         self.kv.clear(slot)
 
     def _decode_again(self, seq_id: int, tokens: list[int]) -> None:
