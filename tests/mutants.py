@@ -242,6 +242,26 @@ MUTANTS = [
     Mutant("a summary alone compacts again", "localserve/dialects/anthropic/messages.py",
            "(asked or not all(is_summary(m) for m in messages))", "True",
            ("tests/e2e/test_anthropic_compaction.py::test_a_summary_alone_is_not_compacted_again",)),
+    # issue 44: one API key's prompts and stored responses are no other key's
+    Mutant("slot reuse ignores the key's scope", "localserve/runtime/jobs.py",
+           "return common_prefix(self.tokens, prompt) if scope == self.scope else 0",
+           "return common_prefix(self.tokens, prompt)",
+           ("tests/e2e/test_key_scopes.py::test_another_key_never_finds_a_prompt_cached[slot-reuse]",
+            "tests/e2e/test_key_scopes.py::test_guessing_a_secret_a_character_at_a_time_learns_nothing[slot-reuse]")),
+    Mutant("shared prefixes ignore the key's scope", "localserve/runtime/prefix_share.py",
+           "for h in held if h.scope == scope), reverse=True)", "for h in held), reverse=True)",
+           ("tests/e2e/test_key_scopes.py::test_another_key_never_finds_a_prompt_cached[prefix-sharing]",)),
+    Mutant("the RAM cache ignores the key's scope", "localserve/runtime/promptcache.py",
+           "            if entry.scope != scope:\n                continue\n", "",
+           ("tests/e2e/test_key_scopes.py::test_another_key_never_finds_a_prompt_cached[ram-cache]",)),
+    Mutant("stored responses ignore the key's scope", "localserve/dialects/services.py",
+           "return self.store.scoped(scope.owner) if self.store is not None else None",
+           "return self.store",
+           ("tests/e2e/test_key_scopes.py::test_a_stored_response_is_a_404_to_another_key",
+            "tests/e2e/test_key_scopes.py::test_a_conversation_is_a_404_to_another_key")),
+    Mutant("a running response is found by any key", "localserve/dialects/responses/runs.py",
+           "return run if run is not None and run.scope == scope else None", "return run",
+           ("tests/e2e/test_key_scopes.py::test_a_background_run_is_a_404_to_another_key",)),
 ]
 
 

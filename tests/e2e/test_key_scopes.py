@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from clients import openai_sdk
-from conftest import ServerProcess
+from conftest import ServerProcess, slow_model
 from tinymodel import NO_EOG
 
 KEYS_PER_SERVER = 24
@@ -74,8 +74,9 @@ def shared(tiny_model, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def stored(tiny_model, tmp_path_factory):
-    srv = start(tiny_model, tmp_path_factory, "stored", store=True)
+def stored(models_dir, tmp_path_factory):
+    """A slower model in one slot: a background response runs for seconds, long enough to be found running."""
+    srv = start(slow_model(models_dir), tmp_path_factory, "stored", "--ctx-size", "8192", "--slots", "1", store=True)
     yield srv
     srv.stop()
 
@@ -152,11 +153,12 @@ def test_a_stored_response_is_a_404_to_another_key(stored):
 
 def test_a_background_run_is_a_404_to_another_key(stored):
     owner, other = stored.client(), stored.client()
-    made = owner.responses.create(model="x", input="Count to a thousand.", background=True, max_output_tokens=400,
+    made = owner.responses.create(model="x", input="Count to a thousand.", background=True, max_output_tokens=4000,
                                   extra_body={"logit_bias": NO_EOG})
-    not_found(lambda: other.responses.retrieve(made.id))       # running (the run in memory) or done (the store)
+    not_found(lambda: other.responses.retrieve(made.id))
     not_found(lambda: other.responses.cancel(made.id))
-    assert owner.responses.retrieve(made.id).status != "cancelled"
+    assert owner.responses.retrieve(made.id).status in ("queued", "in_progress")
+    assert owner.responses.cancel(made.id).status == "cancelled"
 
 
 def test_a_conversation_is_a_404_to_another_key(stored):
