@@ -242,6 +242,28 @@ MUTANTS = [
     Mutant("a summary alone compacts again", "localserve/dialects/anthropic/messages.py",
            "(asked or not all(is_summary(m) for m in messages))", "True",
            ("tests/e2e/test_anthropic_compaction.py::test_a_summary_alone_is_not_compacted_again",)),
+    Mutant("an editor's warm-up supersedes its running completion", "localserve/dialects/fim.py",
+           "    if not who or not request.editor_completion or request.max_tokens == 0:",
+           "    if not who or not request.editor_completion:",
+           ("tests/e2e/test_infill_supersede.py::test_a_warm_up_does_not_cancel_its_editors_running_completion",)),
+    Mutant("an older completion's end drops the newer one's registration", "localserve/dialects/fim.py",
+           "            if self._running.get(key) is gen:\n                del self._running[key]",
+           "            self._running.pop(key, None)",
+           ("tests/e2e/test_infill_supersede.py::test_the_third_keystroke_cancels_the_second",)),
+    Mutant("a parked job is never due", "localserve/runtime/fairness.py",
+           "return (passes is not None and passes.total() >= MAX_PREEMPTIONS_PER_JOB) or waited >= MAX_PREEMPTED_SECONDS",
+           "return False",
+           ("tests/unit/runtime/test_preempt_fairness.py",
+            "tests/e2e/test_infill_preempt.py::test_a_flood_of_completions_parks_a_chat_for_a_bounded_while")),
+    Mutant("one client holds every preemption", "localserve/runtime/fairness.py",
+           "passes is None or passes[client] < MAX_PREEMPTIONS_PER_CLIENT", "True",
+           ("tests/unit/runtime/test_preempt_fairness.py::"
+            "test_one_client_alone_has_a_share_of_the_preemptions_another_client_the_rest",)),
+    Mutant("superseding by User-Agent", "localserve/dialects/fim.py",
+           "    who = exchange.request.header(\"x-client-id\")\n    if not who or not request.editor_completion",
+           "    who = exchange.request.header(\"x-client-id\") or exchange.request.header(\"user-agent\")\n"
+           "    if not who or not request.editor_completion",
+           ("tests/e2e/test_infill_supersede.py::test_the_same_user_agent_on_two_connections_is_not_the_same_client",)),
 ]
 
 
