@@ -248,7 +248,8 @@ def test_a_parked_chats_timings_leave_the_pause_out(one_slot):
     assert timings["prompt_ms"] + timings["predicted_ms"] + timings["parked_ms"] <= answers["round_trip_ms"]
 
 
-FLOOD_LIMIT = 300       # completions each flooding thread sends at most; the chat must end long before
+FLOOD_LIMIT = 100       # completions each flooding thread sends at most; the chat must end long before
+FLOOD_TOKENS = 32       # each completion's length: one thread's next request is queued before the other's ends
 
 
 def metric(port: int, name: str) -> float:
@@ -262,7 +263,7 @@ def test_a_flood_of_completions_parks_a_chat_for_a_bounded_while(one_slot):
     thread has run out of its loop when the chat's last chunk comes. Counted, never timed."""
     port = one_slot.port
     parks, resumes = metric(port, "localserve_parked_jobs_total"), metric(port, "localserve_resumed_jobs_total")
-    chat = StreamedChat(port, {**chat_body("a chat under a flood of completions"), "max_tokens": 300})
+    chat = StreamedChat(port, {**chat_body("a chat under a flood of completions"), "max_tokens": 1000})
     assert chat.first_chunk.wait(60)
     chat_done = threading.Event()
     sent, failures = [0, 0], []
@@ -271,7 +272,7 @@ def test_a_flood_of_completions_parks_a_chat_for_a_bounded_while(one_slot):
         while not chat_done.is_set() and sent[thread] < FLOOD_LIMIT:
             sent[thread] += 1
             answer = request(port, post_json("/infill", {"input_prefix": "def f(x):\n    ", "input_suffix": "\n",
-                                                         "n_predict": 4, "logit_bias": no_end_bias()},
+                                                         "n_predict": FLOOD_TOKENS, "logit_bias": no_end_bias()},
                                              f"X-Client-Id: flood-{thread}-{sent[thread]}\r\n"), timeout=120)
             if answer.status != 200:
                 failures.append(answer.body)
@@ -285,7 +286,7 @@ def test_a_flood_of_completions_parks_a_chat_for_a_bounded_while(one_slot):
     for thread in threads:
         thread.join(120)
     assert not failures
-    assert len(text) > 150 and chat.finish_reason == "length"
+    assert len(text) > 500 and chat.finish_reason == "length"
     assert min(left) > 0, f"the chat finished only once the flood stopped ({sent} completions sent)"
     assert parked_after(one_slot, chat.request_id) > 0
     assert metric(port, "localserve_parked_jobs_total") > parks
