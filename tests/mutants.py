@@ -259,6 +259,10 @@ MUTANTS = [
            "passes is None or passes[client] < MAX_PREEMPTIONS_PER_CLIENT", "True",
            ("tests/unit/runtime/test_preempt_fairness.py::"
             "test_one_client_alone_has_a_share_of_the_preemptions_another_client_the_rest",)),
+    Mutant("a superseded completion claims a plain stop", "localserve/dialects/openai/completions.py",
+           "    return \"cancelled\" if output.finish_reason == \"cancelled\" else finish_reason(output)",
+           "    return finish_reason(output)",
+           ("tests/e2e/test_infill_supersede.py::test_a_superseded_completions_stream_ends_cancelled",)),
     Mutant("superseding by User-Agent", "localserve/dialects/fim.py",
            "    who = exchange.request.header(\"x-client-id\")\n    if not who or not request.editor_completion",
            "    who = exchange.request.header(\"x-client-id\") or exchange.request.header(\"user-agent\")\n"
