@@ -11,7 +11,8 @@ nothing weaker: two vims, or two scripts on one SDK, send the same User-Agent, a
 cut the other off. Without the header a completion is never superseded: only a newer request on
 its own keep-alive connection would surely be its client's, and a connection's requests are
 answered in turn, so its older completion has ended by then (one that closes its connection, as
-llama.vim does, cancels the job anyway). A warm-up (n_predict 0) takes no part: it must neither cancel a completion nor be cancelled by one.
+llama.vim does, cancels the job anyway). A warm-up (n_predict 0) takes no part: it must neither
+cancel a completion nor be cancelled by one.
 
 Editor priority (runtime/fairness.py) is shared per client too, and there a guess may stand in:
 the User-Agent groups what sends no X-Client-Id, since sharing a share only orders work, never

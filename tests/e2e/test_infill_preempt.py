@@ -263,6 +263,7 @@ def test_a_flood_of_completions_parks_a_chat_for_a_bounded_while(one_slot):
     thread has run out of its loop when the chat's last chunk comes. Counted, never timed."""
     port = one_slot.port
     parks, resumes = metric(port, "localserve_parked_jobs_total"), metric(port, "localserve_resumed_jobs_total")
+    before = slots(port)
     chat = StreamedChat(port, {**chat_body("a chat under a flood of completions"), "max_tokens": 1000})
     assert chat.first_chunk.wait(60)
     chat_done = threading.Event()
@@ -291,3 +292,6 @@ def test_a_flood_of_completions_parks_a_chat_for_a_bounded_while(one_slot):
     assert parked_after(one_slot, chat.request_id) > 0
     assert metric(port, "localserve_parked_jobs_total") > parks
     assert metric(port, "localserve_resumed_jobs_total") > resumes
+    after = slots(port)
+    assert after["parks"] > before["parks"] and after["resumes"] > before["resumes"]
+    assert after["models"]["coder"]["parks"] == after["parks"]
