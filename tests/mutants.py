@@ -255,6 +255,9 @@ MUTANTS = [
            "return False",
            ("tests/unit/runtime/test_preempt_fairness.py",
             "tests/e2e/test_infill_preempt.py::test_a_flood_of_completions_parks_a_chat_for_a_bounded_while")),
+    Mutant("a job parked past the time limit is not due", "localserve/runtime/fairness.py",
+           " or waited >= MAX_PREEMPTED_SECONDS", "",
+           ("tests/unit/runtime/test_preempt_fairness.py::test_a_chat_parked_past_the_time_limit_is_due",)),
     Mutant("one client holds every preemption", "localserve/runtime/fairness.py",
            "passes is None or passes[client] < MAX_PREEMPTIONS_PER_CLIENT", "True",
            ("tests/unit/runtime/test_preempt_fairness.py::"
