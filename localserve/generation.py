@@ -133,6 +133,9 @@ class GenerationRequest:
     # A fill-in-the-middle completion (every FIM route marks its own): with every slot busy it
     # parks a running chat rather than wait behind it (runtime/preempt.py).
     editor_completion: bool = False
+    # Who sent an editor completion (its X-Client-Id, else its User-Agent; dialects/fim.py): one
+    # client's completions may take only a share of the preemptions of one job (runtime/fairness.py).
+    client: str | None = None
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
     images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
 

@@ -24,7 +24,7 @@ from ..prompt.build import ChatModel, check_fits, check_grammar
 from ..prompt.fim import ExtraFile, FimInput
 from .exchange import Exchange, RouteTable
 from .fields import invalid, kind_of, read_bool, read_int, read_sampling, read_stop, read_str
-from .fim import client_key, fills_the_middle, fim_prompt
+from .fim import fills_the_middle, fim_prompt
 from .pump import PREFILL_COMMENT, sse
 from .request_cycle import Reply, serve_generation
 from .services import Services
@@ -54,9 +54,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     def reply(model: LoadedModel, body: dict) -> Reply:
         plan = read_request(model.chat, model.model_id, body, exchange.request_id)
         final = InfillFinal(plan, model.model_id, model.chat)
-        warm_up = plan.request.max_tokens == 0      # neither cancels a completion nor is cancelled
-        return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body,
-                     supersede=None if warm_up else client_key(exchange))
+        return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body)
 
     serve_generation(exchange, services, reply)
 

@@ -159,6 +159,8 @@ def slots(services: Services, exchange: Exchange) -> None:
         "slots": [{**slot, "model": name} for name, state in per_model.items() for slot in state["slots"]],
         "parked": [{**job, "model": name} for name, state in per_model.items() for job in state["parked"]],
         "queue_depth": sum(state["queue_depth"] for state in per_model.values()),
+        "parks": sum(state["parks"] for state in per_model.values()),
+        "resumes": sum(state["resumes"] for state in per_model.values()),
         "ram_cache": {key: sum(cache[key] for cache in caches)
                       for key in ("entries", "bytes", "limit_bytes", "hits")},
         "models": per_model,

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure, GenerationOutput,
+from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
 from .admission import Admission
@@ -66,7 +66,7 @@ class Runtime(Admission):
         self.kv = SlotKeeper(engine, self.cache)
         self.sharing = PrefixSharing(engine)
         self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
-        self.parking = Parking(engine, self.kv, self.scheduler)   # jobs set aside for editor completions (preempt.py)
+        self.parking = Parking(engine, self.kv, self.scheduler, self.metrics)   # set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
@@ -130,6 +130,8 @@ class Runtime(Admission):
         return {
             "slots": [self._slot_json(slot) for slot in self.slots],
             "parked": self.parking.as_json(),
+            "parks": self.parking.parks,            # since the model loaded: jobs parked, and put back
+            "resumes": self.parking.resumes,
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
@@ -362,9 +364,11 @@ class Runtime(Admission):
         log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
                  job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
         self.metrics.record_cancellation(len(job.generated))
+        # with the text it wrote so far (what its text pipeline still held back is dropped): a client
+        # still there, as a superseded editor completion's, reads an answer its token count matches
+        output = finished_output(job, "cancelled", time.monotonic())
         self._release(job)
-        self._emit(job.gen, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
-                                                  completion_tokens=len(job.generated))))
+        self._emit(job.gen, Finished(output))
 
     def _fail(self, job: Job, error: GenerationFailure) -> None:
         self.kv.clear(job.slot)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -160,6 +161,11 @@ class Scheduler:
         """The first waiting job `wanted` picks, to admit out of its turn (an editor completion: preempt.py)."""
         with self.cond:
             return next((gen for gen in self.waiting if wanted(gen)), None)
+
+    def ahead_of(self, gen: ActiveGeneration) -> list[ActiveGeneration]:
+        """The jobs queued before this one (which an editor completion admitted out of its turn jumps)."""
+        with self.cond:
+            return list(itertools.takewhile(lambda queued: queued is not gen, self.waiting))
 
     def withdraw(self, gen: ActiveGeneration) -> None:
         with self.cond:
