@@ -32,6 +32,7 @@ from .dialects.rerank import routes as rerank_routes
 from .dialects.responses import routes as responses_routes
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import routes as anthropic_routes
+from .dialects.llamacpp import routes as llamacpp_routes
 from .dialects.ollama import routes as ollama_routes
 from .dialects.services import Services
 from .webui import page as webui
@@ -94,6 +95,7 @@ class App:
         models_and_health.add_routes(router, services)
         openai_routes.add_routes(router, services)
         infill.add_routes(router, services)
+        llamacpp_routes.add_routes(router, services)
         rerank_routes.add_routes(router, services)
         tokens_and_templates.add_routes(router, services)
         metrics_endpoint.add_routes(router, services)
@@ -293,6 +295,7 @@ def http_server(app: App, listener) -> HTTPServer:
 def drain(app: App, servers: list[HTTPServer], settings: Settings) -> int:
     """Stop accepting, let open requests and background runs finish (up to --drain-timeout), close."""
     systemd.notify("STOPPING=1")
+    app.services.stopping.set()     # streams with no end of their own (/models/sse) end now
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     drain_started = time.monotonic()
     for each in servers:        # every address stops accepting at once (idle connections closed) ...

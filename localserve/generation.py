@@ -217,6 +217,7 @@ class GenerationOutput:
     rejected_prediction_tokens: int = 0     # those it did not: decoded, then dropped (other drafts: timings)
     logprobs: list[dict] | None = None
     timings: Timings = field(default_factory=Timings)
+    token_ids: list[int] = field(default_factory=list)     # the tokens generated (llama-server's return_tokens)
 
 
 @dataclass

@@ -200,6 +200,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("data-dir", str, None, "where stored responses and conversations live "
            "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
     Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
+    Option("slot-save-path", str, None, "directory where POST /slots/ID?action=save writes a slot's KV cache "
+           "and action=restore reads it back (without it the slot actions are a 501)", "DIR"),
     Option("no-webui", _flag, False, "serve no chat and status page at / (then / is a 404 to "
            "browsers, and still 'Ollama is running' to Ollama's clients)", "BOOL"),
     Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",

@@ -33,6 +33,7 @@ class Services:
     models: ModelManager | None = None     # the rest: set by loaded(), before ready_flag
     store: Store | None = None             # None with --no-store
     signing_key: bytes = field(default=b"", repr=False)     # thinking signatures (signing.py)
+    stopping: threading.Event = field(default_factory=threading.Event)    # set as the drain starts: open-ended streams end
 
     def loaded(self, models: ModelManager, store: Store | None, signing_key: bytes) -> None:
         self.models, self.store, self.signing_key = models, store, signing_key

@@ -35,6 +35,7 @@ from .promptcache import PromptCache
 from .take_token import take_token
 from .token_choice import SAMPLE_GRACE, Chosen, TokenChooser, TooSlow
 from .scheduler import BatchPlan, Scheduler, draft_room
+from .slot_state import SlotRequest, SlotStates
 from .speculative import Speculator
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT
 
@@ -74,6 +75,7 @@ class Runtime(Admission):
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
+        self.slot_states = SlotStates(engine, self.kv, self.cond)   # slot save/restore/erase, between steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -112,6 +114,12 @@ class Runtime(Admission):
         if self.stopping:
             raise RuntimeStopped()
         return self.embeddings.submit(job)
+
+    def submit_slot_request(self, request: SlotRequest) -> SlotRequest:
+        """Queue a slot's save, restore or erase (slot_state.py); wait on request.done."""
+        if self.stopping:
+            raise RuntimeStopped()
+        return self.slot_states.submit(request)
 
     @property
     def queue_depth(self) -> int:
@@ -159,13 +167,15 @@ class Runtime(Admission):
         while True:
             with self.cond:
                 while (not self.stopping and not self.scheduler.waiting and not self._active()
-                       and not self.parking.parked and not self.embeddings.pending):
+                       and not self.parking.parked and not self.embeddings.pending
+                       and not self.slot_states.pending):
                     self.cond.wait()
                 if self.stopping:
                     break
             try:
                 self.step()
                 self.embeddings.step()      # one embedding batch between two decode steps
+                self.slot_states.run_pending(self.slots)
             except EngineFailure:
                 raise
             except Exception:   # keep serving: fail what was running, not the process
@@ -181,6 +191,7 @@ class Runtime(Admission):
             self._retire(job, "cancelled")
         self.outbox.deliver()
         self.embeddings.stop()
+        self.slot_states.fail_pending(RuntimeStopped("the server is shutting down"))
         for gen in self.scheduler.take_all_waiting():   # nobody will run these: tell their waiters now
             gen.events.put(Finished(error=RuntimeStopped("the server is shutting down")))
 
