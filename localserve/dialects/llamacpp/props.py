@@ -76,5 +76,7 @@ def template_caps(caps) -> dict[str, bool]:
 
 
 def post_props(exchange: Exchange) -> None:
+    if exchange.has_body():
+        exchange.json()         # a malformed body is a 400 first, as on every route
     raise ApiError(501, "this server's properties cannot be changed at run time (llama-server's POST /props "
                         "needs --props; localserve has none)", code="not_supported")

@@ -45,13 +45,13 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def slot_action(services: Services, exchange: Exchange) -> None:
+    body = exchange.json() if exchange.has_body() else {}
     save_path = services.settings.slot_save_path
     if not save_path:
         raise ApiError(501, "this server saves no slots: start it with --slot-save-path DIR", code="not_supported")
     action = exchange.request.query.get("action")
     if action not in (SAVE, RESTORE, ERASE):
         raise invalid("action", "expected ?action=save, restore or erase")
-    body = exchange.json() if exchange.has_body() else {}
     filename = None if action == ERASE else read_filename(body)
     name = body.get("model") or named_model(services, exchange.request.query, "/slots/ID")
     with use_model(services.ready(), {"model": name}, LoadWait(exchange)) as model:
