@@ -291,6 +291,25 @@ MUTANTS = [
            "    who = exchange.request.header(\"x-client-id\") or exchange.request.header(\"user-agent\")\n"
            "    if not who or not request.editor_completion",
            ("tests/e2e/test_infill_supersede.py::test_the_same_user_agent_on_two_connections_is_not_the_same_client",)),
+    # issue 45: llama-server's own API
+    Mutant("slot file name may climb out", "localserve/dialects/llamacpp/slots.py",
+           'or name.startswith(".") or ".." in name', "or False",
+           ("tests/e2e/test_llama_server_api.py::test_a_slot_file_name_is_a_plain_name",)),
+    Mutant("slot restore forgets its tokens", "localserve/runtime/slot_state.py",
+           "            slot.tokens = list(request.tokens)\n", "            slot.tokens = []\n",
+           ("tests/e2e/test_llama_server_api.py::test_a_slot_saved_erased_and_restored_keeps_its_prompt",)),
+    Mutant("ignore_eos ignored", "localserve/dialects/llamacpp/completion.py",
+           'if read_bool(body, "ignore_eos"):', "if False:",
+           ("tests/e2e/test_llama_server_api.py::test_ignore_eos_runs_to_n_predict",)),
+    Mutant("a late string in a mixed prompt gets a BOS", "localserve/dialects/llamacpp/completion.py",
+           "add_special=i == 0,", "add_special=True,",
+           ("tests/e2e/test_llama_server_api.py::test_prompts_as_tokens_and_mixed_are_the_same_prompt",)),
+    Mutant("llama-server's error code a string", "localserve/dialects/llamacpp/errors.py",
+           '"code": error.status,', '"code": error.code,',
+           ("tests/e2e/test_llama_server_api.py::test_bad_input_is_a_clear_4xx",)),
+    Mutant("/models/sse hears no change", "localserve/dialects/llamacpp/models.py",
+           "if seen.get(name) != state]", "if False]",
+           ("tests/e2e/test_llama_server_router.py::test_the_event_stream_follows_loads_and_unloads",)),
 ]
 
 

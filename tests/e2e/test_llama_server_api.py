@@ -110,6 +110,9 @@ def test_prompts_as_tokens_and_mixed_are_the_same_prompt(server):
     assert by_text["tokens_evaluated"] == len(tokens) and by_text["tokens_predicted"] == 0
     assert by_ids["tokens_evaluated"] == mixed["tokens_evaluated"] == len(tokens) + len(tail)
     assert by_ids["prompt"] == mixed["prompt"] and mixed["prompt"].startswith(by_text["prompt"])
+    # a string that does not come first gets no BOS of its own
+    late = post(server, "/completion", {"prompt": [*tokens, " again"], "n_predict": 0}).json()
+    assert late["tokens_evaluated"] == len(tokens) + len(tail) and late["prompt"] == by_ids["prompt"]
 
 
 def test_return_tokens_and_probabilities(server):
