@@ -96,13 +96,10 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> CompletionPla
         images=images)
     if writes_its_own_fim(engine, tokens):      # a client that laid out the model's FIM prompt itself
         fills_the_middle(engine, request)
-    stream = read_bool(body, "stream")
-    plan = CompletionPlan(request, generation_settings(sampling, n_predict, user_stops, engine.n_ctx, n_probs,
-                                                       stream), user_stops,
-                          read_response_fields(body.get("response_fields")))
-    plan.return_tokens = read_bool(body, "return_tokens")
-    plan.post_sampling_probs = read_bool(body, "post_sampling_probs")
-    return plan
+    settings = generation_settings(sampling, n_predict, user_stops, engine.n_ctx, n_probs, read_bool(body, "stream"))
+    return CompletionPlan(request, settings, user_stops, read_response_fields(body.get("response_fields")),
+                          return_tokens=read_bool(body, "return_tokens"),
+                          post_sampling_probs=read_bool(body, "post_sampling_probs"))
 
 
 def read_prompt(model: ChatModel, body: dict) -> tuple[list[int], list]:
