@@ -77,6 +77,12 @@ def test_a_whole_completion_has_llama_servers_fields(server):
     assert answer["tokens"] == [] and "completion_probabilities" not in answer
 
 
+def test_a_negative_temperature_is_greedy(server):
+    answers = {post(server, "/completion", {"prompt": "The", "n_predict": 6, "temperature": t, "seed": seed}
+                    ).json()["content"] for t, seed in ((-1, 1), (0, 2), (-0.5, 3))}
+    assert len(answers) == 1
+
+
 def test_a_stop_word_ends_the_completion_and_is_named(server):
     answer = post(server, "/completion", {"prompt": "x", "grammar": forced("one, two. three"),
                                           "stop": [". "]}).json()

@@ -82,6 +82,9 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> CompletionPla
     read_int(body, "id_slot", low=-1)
     read_bool(body, "cache_prompt", True)
     read_samplers(body.get("samplers"))
+    temperature = body.get("temperature")
+    if type(temperature) in (int, float) and temperature < 0:      # llama-server: below 0 is greedy, as 0 is
+        body = {**body, "temperature": 0}
     sampling = read_sampling(body, engine.n_vocab, temperature_high=math.inf)
     sampling.typical_p = read_number(body, "typical_p", low=0, high=1, default=1.0)
     read_json_schema(body, sampling)
