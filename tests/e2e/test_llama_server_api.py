@@ -175,6 +175,18 @@ def test_sillytavern_text_completion_replayed(server):
     assert all("error" not in e for e in events) and events[-1]["stop"] is True
 
 
+def test_sillytavern_status_props_and_token_count_replayed(server):
+    """Its connection check (GET /v1/models with a JSON Content-Type), its template match (GET
+    /props with no headers: it hashes chat_template after `.endsWith`), its token counter
+    (POST /tokenize {"content"}: the count is tokens.length) and its slot info (GET /slots)."""
+    models = get(server, "/v1/models", "Content-Type: application/json\r\n").json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert isinstance(get(server, "/props").json()["chat_template"], str)
+    counted = post(server, "/tokenize", {"content": "hello there"}, "User-Agent: node-fetch\r\n").json()
+    assert isinstance(counted["tokens"], list) and counted["tokens"]
+    assert get(server, "/slots").status == 200
+
+
 def test_ignore_eos_runs_to_n_predict(server):
     eos_text = get(server, "/props").json()["eos_token"]
     eos = post(server, "/tokenize", {"content": eos_text}).json()["tokens"][-1]
