@@ -4,7 +4,9 @@ The work on the cache is the runtime thread's (the only one that calls llama.cpp
 model): a connection thread queues a SlotRequest and waits for it; the runtime runs what is
 queued between two steps. Files are the connection thread's business: a save hands back the
 sequence's state as bytes for it to write; a restore is given the bytes it read. A slot that
-is running a job is refused (SlotBusy): its cache is changing under it.
+is running a job is refused (SlotBusy): its cache is changing under it. A slot holding another
+scope's prompt (another API key's, runtime/kvslots.py) is empty to a request: a save writes
+nothing of it, an erase leaves it; a restored slot is the restoring request's scope's.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class SlotRefused(Exception):
 class SlotRequest:
     action: str
     seq_id: int
+    scope: str = ""                                    # the request's cache scope (GenerationRequest.scope)
     tokens: list[int] = field(default_factory=list)    # a restore's: what the state holds
     state: bytes = b""                                 # a restore's input; a save's output
     n_erased: int = 0
@@ -79,11 +82,13 @@ class SlotStates:
     def _run(self, request: SlotRequest, slot: Slot) -> None:
         if slot.job is not None:
             raise SlotBusy(f"slot {slot.seq_id} is running a request")
+        own = slot.scope == request.scope
         if request.action == SAVE:
-            request.tokens = list(slot.tokens)
-            request.state = self.engine.save_sequence(slot.seq_id) if slot.tokens else b""
+            request.tokens = list(slot.tokens) if own else []
+            request.state = self.engine.save_sequence(slot.seq_id) if request.tokens else b""
         elif request.action == RESTORE:
             self.kv.clear(slot)
+            slot.scope = request.scope
             if not request.tokens:          # a save of an empty slot
                 return
             if not self.engine.restore_sequence(slot.seq_id, request.state):
@@ -91,6 +96,6 @@ class SlotStates:
             slot.tokens = list(request.tokens)
             slot.kv_length = self.engine.seq_length(slot.seq_id)
             slot.cache_key = None
-        else:
+        elif own:
             request.n_erased = len(slot.tokens)
             self.kv.clear(slot)

@@ -357,3 +357,31 @@ def test_an_error_after_the_stream_began_is_a_data_line(server):
     last = sse_data(resp.body)[-1]
     assert last["error"]["code"] == 400 and last["error"]["type"] == "invalid_request_error"
     assert "no token is allowed" in last["error"]["message"]
+
+
+# ---- slots under several API keys --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keyed(model_path, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("keyed-slots")
+    keys = folder / "keys"
+    keys.write_text("alice-key\nbob-key\n")
+    srv = ServerProcess(model_path, "--model-id", "tiny", "--slots", "1", "--no-store", "--api-key-file", str(keys),
+                        "--slot-save-path", str(folder / "saved"))
+    yield srv
+    srv.stop()
+
+
+def test_a_slot_is_its_keys_own(keyed):
+    """One key's prompt in a slot is empty to another key (issue 44's scopes): another key saves
+    nothing of it, erases nothing of it, and cannot restore the first key's file."""
+    alice, bob = "Authorization: Bearer alice-key\r\n", "Authorization: Bearer bob-key\r\n"
+    prompt = "alice's secret prompt " * 4
+    assert post(keyed, "/completion", {"prompt": prompt, "grammar": forced("ok")}, alice).status == 200
+    assert post(keyed, "/slots/0?action=save", {"filename": "bob.bin"}, bob).json()["n_saved"] == 0
+    assert post(keyed, "/slots/0?action=erase", {}, bob).json()["n_erased"] == 0
+    saved = post(keyed, "/slots/0?action=save", {"filename": "alice.bin"}, alice).json()
+    assert saved["n_saved"] > 0
+    assert_llama_error(post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, bob), 400, "another API key")
+    assert post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, alice).json()["n_restored"] == \
+        saved["n_saved"]

@@ -28,7 +28,7 @@ from ...prompt.build import MALFORMED_SCHEMA, ChatModel, check_fits, check_gramm
 from ..exchange import Exchange, RouteTable
 from ..failures import prompt_refusals
 from ..fields import invalid, kind_of, read_bool, read_int, read_number, read_sampling, read_stop
-from ..fim import client_key, fills_the_middle, writes_its_own_fim
+from ..fim import fills_the_middle, writes_its_own_fim
 from ..infill import InfillFinal, InfillPlan, read_response_fields, read_samplers
 from ..openai.completion_images import is_object_prompt, read_object_prompt
 from ..pump import PREFILL_COMMENT, sse
@@ -52,8 +52,7 @@ def handle(services: Services, exchange: Exchange) -> None:
         with prompt_refusals("prompt"):
             plan = read_request(model.chat, body, exchange.request_id)
         final = CompletionFinal(plan, model.model_id, model.chat)
-        return Reply(plan.request, shape=lambda gen: CompletionChunks(final), whole=final.body,
-                     supersede=client_key(exchange) if plan.request.editor_completion else None)
+        return Reply(plan.request, shape=lambda gen: CompletionChunks(final), whole=final.body)
 
     serve_generation(exchange, services, reply)
 

@@ -45,8 +45,10 @@ def chat_input_tokens(services: Services, exchange: Exchange) -> None:
 def responses_input_tokens(services: Services, exchange: Exchange) -> None:
     body = {**exchange.json(), "stream": False, "background": False, "store": False}    # read, never run nor stored
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals("input"):
+        scope = exchange.scope          # the key's own stored chain and sealed reasoning
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
-                         signing_key=services.signing_key, store=services.store, check_client=exchange.raise_if_gone)
+                         signing_key=services.signing_key_for(scope), store=services.store_for(scope),
+                         check_client=exchange.raise_if_gone)
         if plan.generation is None:     # a compaction's first: what runs after it is not known yet
             raise ApiError(400, "this input is compacted before it runs (a compaction_trigger, or "
                                 "context_management on an input that does not fit): its tokens are known only then",

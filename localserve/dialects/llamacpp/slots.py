@@ -4,8 +4,9 @@ save writes slot {id}'s KV cache (its tokens and llama.cpp's state of its sequen
 file the body names, `{"filename": NAME}`, inside --slot-save-path; restore puts such a file
 back into a slot (a prompt that starts with its tokens then goes there and skips that much
 prefill); erase empties the slot. A name is a plain file name: no directory, no path
-separator, no "..", no leading dot. A file records the model it was saved from, and is
-restored into that model only. A slot running a request is a 409. Without --slot-save-path
+separator, no "..", no leading dot. A file records the model it was saved from and the
+key's cache scope (the digest the store keeps too), and is restored into that model, for
+that key, only; a slot holding another key's prompt is empty to a request (slot_state.py). A slot running a request is a 409. Without --slot-save-path
 every action is a 501, as llama-server answers. The model is the body's or `?model=`'s, else
 the one served.
 """
@@ -54,14 +55,15 @@ def slot_action(services: Services, exchange: Exchange) -> None:
         raise invalid("action", "expected ?action=save, restore or erase")
     filename = None if action == ERASE else read_filename(body)
     name = body.get("model") or named_model(services, exchange.request.query, "/slots/ID")
+    scope = exchange.scope.cache
     with use_model(services.ready(), {"model": name}, LoadWait(exchange)) as model:
         seq_id = read_slot_id(exchange.params["id_slot"], model.settings.slots)
         if action == SAVE:
-            answer = save(model, seq_id, Path(save_path), filename)
+            answer = save(model, seq_id, scope, Path(save_path), filename)
         elif action == RESTORE:
-            answer = restore(model, seq_id, Path(save_path), filename)
+            answer = restore(model, seq_id, scope, Path(save_path), filename)
         else:
-            done = run(model, SlotRequest(ERASE, seq_id))
+            done = run(model, SlotRequest(ERASE, seq_id, scope))
             answer = {"id_slot": seq_id, "n_erased": done.n_erased}
     exchange.send_json(answer)
 
@@ -106,10 +108,10 @@ def fingerprint(model: LoadedModel) -> dict:
             "n_vocab": info.n_vocab, "n_layer": engine.n_layer, "n_ctx": engine.n_ctx}
 
 
-def save(model: LoadedModel, seq_id: int, directory: Path, filename: str) -> dict:
+def save(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
-    done = run(model, SlotRequest(SAVE, seq_id))
-    header = orjson.dumps({**fingerprint(model), "n_tokens": len(done.tokens)})
+    done = run(model, SlotRequest(SAVE, seq_id, scope))
+    header = orjson.dumps({**fingerprint(model), "scope": scope, "n_tokens": len(done.tokens)})
     tokens = struct.pack(f"<{len(done.tokens)}i", *done.tokens)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / filename
@@ -122,7 +124,7 @@ def save(model: LoadedModel, seq_id: int, directory: Path, filename: str) -> dic
             "n_written": path.stat().st_size, "timings": {"save_ms": round((time.monotonic() - started) * 1000, 3)}}
 
 
-def restore(model: LoadedModel, seq_id: int, directory: Path, filename: str) -> dict:
+def restore(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
     path = directory / filename
     try:
@@ -130,14 +132,14 @@ def restore(model: LoadedModel, seq_id: int, directory: Path, filename: str) -> 
     except FileNotFoundError:
         raise ApiError(404, f"no slot file '{filename}' in --slot-save-path", param="filename",
                        code="file_not_found") from None
-    tokens, state = read_slot_file(data, fingerprint(model), filename)
-    run(model, SlotRequest(RESTORE, seq_id, tokens=tokens, state=state))
+    tokens, state = read_slot_file(data, fingerprint(model), scope, filename)
+    run(model, SlotRequest(RESTORE, seq_id, scope, tokens=tokens, state=state))
     return {"id_slot": seq_id, "filename": filename, "n_restored": len(tokens), "n_read": len(data),
             "timings": {"restore_ms": round((time.monotonic() - started) * 1000, 3)}}
 
 
-def read_slot_file(data: bytes, expected: dict, filename: str) -> tuple[list[int], bytes]:
-    """The tokens and state a save wrote; a 400 for another model's file or none of ours."""
+def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tuple[list[int], bytes]:
+    """The tokens and state a save wrote; a 400 for another model's or key's file, or none of ours."""
     bad = ApiError(400, f"'{filename}' is not a slot file this server saved", param="filename",
                    code="invalid_slot_file")
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
@@ -147,8 +149,12 @@ def read_slot_file(data: bytes, expected: dict, filename: str) -> tuple[list[int
     try:
         header = orjson.loads(data[start:start + size])
         n_tokens = int(header.pop("n_tokens"))
+        saved_scope = header.pop("scope")
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         raise bad from None
+    if saved_scope != scope:        # another key's prompt: restored, its prefix would answer to this key
+        raise ApiError(400, f"'{filename}' was saved with another API key", param="filename",
+                       code="invalid_slot_file")
     if header != expected:
         raise ApiError(400, f"'{filename}' was saved from another model or cache layout "
                             f"({header.get('model')}, n_ctx {header.get('n_ctx')}); restore it into that one",

@@ -48,27 +48,35 @@ def slot_file(header: dict, tokens: list[int], state: bytes) -> bytes:
 
 
 def test_a_slot_file_reads_back():
-    data = slot_file({**FINGERPRINT, "n_tokens": 3}, [1, -5, 7], b"STATE")
-    assert read_slot_file(data, FINGERPRINT, "f") == ([1, -5, 7], b"STATE")
+    data = slot_file({**FINGERPRINT, "scope": "", "n_tokens": 3}, [1, -5, 7], b"STATE")
+    assert read_slot_file(data, FINGERPRINT, "", "f") == ([1, -5, 7], b"STATE")
 
 
 @pytest.mark.parametrize("data", [
     b"", b"junk", MAGIC, MAGIC + b"\xff\xff\xff\xff{}",
-    slot_file({**FINGERPRINT}, [], b""),                              # no n_tokens
-    slot_file({**FINGERPRINT, "n_tokens": 5}, [1, 2], b""),           # fewer tokens than it says
-    slot_file({**FINGERPRINT, "n_tokens": -1}, [], b""),
+    slot_file({**FINGERPRINT, "scope": ""}, [], b""),                 # no n_tokens
+    slot_file({**FINGERPRINT, "scope": "", "n_tokens": 5}, [1, 2], b""),           # fewer tokens than it says
+    slot_file({**FINGERPRINT, "scope": "", "n_tokens": -1}, [], b""),
 ])
 def test_what_is_no_slot_file_is_refused(data):
     with pytest.raises(ApiError) as caught:
-        read_slot_file(data, FINGERPRINT, "f")
+        read_slot_file(data, FINGERPRINT, "", "f")
     assert caught.value.status == 400 and caught.value.code == "invalid_slot_file"
 
 
 def test_another_models_file_is_refused_by_name():
-    data = slot_file({**FINGERPRINT, "n_ctx": 8, "n_tokens": 0}, [], b"")
+    data = slot_file({**FINGERPRINT, "n_ctx": 8, "scope": "", "n_tokens": 0}, [], b"")
     with pytest.raises(ApiError) as caught:
-        read_slot_file(data, FINGERPRINT, "f")
+        read_slot_file(data, FINGERPRINT, "", "f")
     assert "another model" in caught.value.message
+
+
+def test_another_keys_file_is_refused():
+    data = slot_file({**FINGERPRINT, "scope": "0123abcd", "n_tokens": 0}, [], b"")
+    with pytest.raises(ApiError) as caught:
+        read_slot_file(data, FINGERPRINT, "", "f")
+    assert "another API key" in caught.value.message
+    assert read_slot_file(data, FINGERPRINT, "0123abcd", "f") == ([], b"")
 
 
 def test_the_norms_are_llama_cpps():
