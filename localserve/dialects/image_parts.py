@@ -15,7 +15,8 @@ from typing import Any
 
 from ..conversation import Image
 from ..errors import ApiError
-from ..images import MAX_IMAGES_PER_REQUEST, ImageRefused, count_refusal, from_base64, from_url
+from ..image_headers import ImageRefused
+from ..images import MAX_IMAGES_PER_REQUEST, count_refusal, from_base64, from_url
 from .exchange import Exchange
 
 # Says how many images a prompt showed as text because the model has no vision projector.

@@ -3,7 +3,9 @@ stb's loader (libmtmd's) decodes, plus headers of the formats the server refuses
 
 Each writer takes a size and a colour seed: two different seeds give different pixels (a test
 with a projector can tell two images apart). The JPEG is baseline, grayscale, one flat 8×8
-block after another (DC coefficients only), which is all a decoder needs to read it.
+block after another (DC coefficients only), which is all a decoder needs to read it; the
+progressive JPEG codes the same blocks in a DC scan, then AC scans that are all end-of-band
+runs (what most phone and web JPEGs are: progressive, DC first).
 """
 
 from __future__ import annotations
@@ -47,27 +49,70 @@ def gif(width: int = 8, height: int = 8, seed: int = 0) -> bytes:
 
 def jpeg(width: int = 8, height: int = 8, seed: int = 0) -> bytes:
     """A baseline grayscale JPEG whose 8×8 blocks are flat grays (DC only)."""
+    return (b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
+            + segment(0xC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + segment(0xC4, DC_TABLE) + segment(0xC4, b"\x10" + bytes((1,) + (0,) * 15) + b"\x00")
+            + segment(0xDA, b"\x01\x01\x00\x00\x3f\x00") + dc_scan(width, height, seed, eob=True) + b"\xff\xd9")
+
+
+def progressive_jpeg(width: int = 8, height: int = 8, seed: int = 0, ac_scans: int = 2) -> bytes:
+    """A progressive grayscale JPEG: the DC scan, then `ac_scans` scans splitting bands 1-63,
+    each one end-of-band run over every block."""
+    bands = [(1 + 63 * i // ac_scans, 63 * (i + 1) // ac_scans) for i in range(ac_scans)]
+    scans = b"".join(segment(0xDA, bytes((1, 1, 0x00, start, end, 0))) + eob_runs(blocks_of(width, height))
+                     for start, end in bands)
+    return (b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
+            + segment(0xC2, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
+            + segment(0xC4, DC_TABLE) + segment(0xC4, EOB_RUN_TABLE)
+            + segment(0xDA, b"\x01\x01\x00\x00\x00\x00") + dc_scan(width, height, seed, eob=False)
+            + scans + b"\xff\xd9")
+
+
+# DC differences: categories 0..11, each a 4-bit code. AC (progressive): EOBr, a run of 2^r
+# blocks and r more bits of it, for r = 0..14, each a 4-bit code.
+DC_TABLE = b"\x00" + bytes((0, 0, 0, 12) + (0,) * 12) + bytes(range(12))
+EOB_RUN_TABLE = b"\x10" + bytes((0, 0, 0, 15) + (0,) * 12) + bytes(r << 4 for r in range(15))
+
+
+def segment(marker: int, data: bytes) -> bytes:
+    return bytes((0xFF, marker)) + struct.pack(">H", len(data) + 2) + data
+
+
+def blocks_of(width: int, height: int) -> int:
+    return ((width + 7) // 8) * ((height + 7) // 8)
+
+
+def dc_scan(width: int, height: int, seed: int, *, eob: bool) -> bytes:
+    """Flat 8×8 grays, block by block: each its DC difference (and a baseline block's end)."""
     blocks_x, blocks_y = (width + 7) // 8, (height + 7) // 8
     levels = [((bx * 3 + by * 5 + seed * 7) % 15 - 7) * 64 for by in range(blocks_y) for bx in range(blocks_x)]
-    bits, previous = "", 0
+    bits, previous = [], 0
     for level in levels:
         diff, previous = level - previous, level
         size = abs(diff).bit_length()
-        bits += format(size, "04b")          # DC table: categories 0..11, each a 4-bit code
+        bits.append(format(size, "04b"))
         if size:
-            bits += format(diff if diff > 0 else diff + (1 << size) - 1, f"0{size}b")
-        bits += "0"                          # AC table: end of block, a 1-bit code
-    bits += "1" * (-len(bits) % 8)
-    scan = bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8)).replace(b"\xff", b"\xff\x00")
+            bits.append(format(diff if diff > 0 else diff + (1 << size) - 1, f"0{size}b"))
+        if eob:
+            bits.append("0")                 # baseline AC table: end of block, a 1-bit code
+    return pack_bits("".join(bits))
 
-    def segment(marker: int, data: bytes) -> bytes:
-        return bytes((0xFF, marker)) + struct.pack(">H", len(data) + 2) + data
-    dc_table = b"\x00" + bytes((0, 0, 0, 12) + (0,) * 12) + bytes(range(12))
-    ac_table = b"\x10" + bytes((1,) + (0,) * 15) + b"\x00"
-    return (b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
-            + segment(0xC0, struct.pack(">BHHB", 8, height, width, 1) + b"\x01\x11\x00")
-            + segment(0xC4, dc_table) + segment(0xC4, ac_table)
-            + segment(0xDA, b"\x01\x01\x00\x00\x3f\x00") + scan + b"\xff\xd9")
+
+def eob_runs(blocks: int) -> bytes:
+    """An AC scan of `blocks` blocks with nothing in them: end-of-band runs."""
+    bits = []
+    while blocks:
+        r = min(blocks.bit_length() - 1, 14)
+        run = min(blocks, (1 << (r + 1)) - 1)
+        bits.append(format(r, "04b") + (format(run - (1 << r), f"0{r}b") if r else ""))
+        blocks -= run
+    return pack_bits("".join(bits))
+
+
+def pack_bits(bits: str) -> bytes:
+    """Bits to entropy-coded bytes: padded with ones, each 0xFF stuffed with a 0x00."""
+    bits += "1" * (-len(bits) % 8)
+    return bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8)).replace(b"\xff", b"\xff\x00")
 
 
 WRITERS = {"image/png": png, "image/jpeg": jpeg, "image/gif": gif, "image/bmp": bmp}
