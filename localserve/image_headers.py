@@ -40,6 +40,7 @@ MAX_GIF_BLOCKS = 4096          # extension sub-blocks before a GIF's first frame
 GIF_FREE_SCREEN = 1 << 20      # a GIF screen this small costs little (9 MiB) whatever its first frame holds
 GIF_SCREEN_PER_FRAME = 4       # a GIF's screen may be this many times its first frame (optimisers crop margins)
 LZW_PIXELS_PER_BYTE = 2731     # the most a GIF's LZW can expand: a 12-bit code stands for 4,096 pixels at most
+DECODE_OVERHEAD = 2 << 20      # beside the pixels: the bytes' copy handed to libmtmd is added, and this (tables, the preprocessor's own)
 MTMD_BYTES_PER_PIXEL = 6       # stb's RGB result and libmtmd's bitmap, then that and the preprocessor's copy
 INFLATE_PIECE = 1 << 20        # a PNG's IDAT inflated this much at a time when checked
 
@@ -68,7 +69,7 @@ def read_facts(data: bytes, media_type: str) -> ImageFacts:
     malformed, beyond this module's limits, or declares more pixels than its data holds."""
     name = media_type.split("/")[1].upper()
     try:
-        facts = _READERS[media_type](data)
+        facts = _READERS[media_type](data, len(data) + DECODE_OVERHEAD)
     except (struct.error, IndexError):
         raise ImageRefused(f"the {name} image is truncated: its header is incomplete") from None
     if facts.decoded_pixels > facts.held_pixels:
@@ -111,7 +112,7 @@ def _png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack_from(">II", data, 16)
 
 
-def _png(data: bytes) -> ImageFacts:
+def _png(data: bytes, beside: int) -> ImageFacts:
     width, height = _png_size(data)
     depth, color, _, _, interlace = struct.unpack_from(">BBBBB", data, 24)
     if depth not in _PNG_DEPTHS.get(color, ()):
@@ -126,8 +127,8 @@ def _png(data: bytes) -> ImageFacts:
     # stb's buffers alive at once, stage by stage: the IDATs gathered (doubling) and the rows
     # inflated; the rows and the image unfiltered; the image and its conversion (16 to 8 bits,
     # palette expanded, to RGB); then libmtmd's copies
-    decode = max(2 * sum(length for _, length in idat) + again * rows, again * (rows + out_bytes),
-                 out_bytes + 6 * pixels, MTMD_BYTES_PER_PIXEL * pixels)
+    decode = beside + max(2 * sum(length for _, length in idat) + again * rows, again * (rows + out_bytes),
+                          out_bytes + 6 * pixels, MTMD_BYTES_PER_PIXEL * pixels)
     _admit(width, height, decode, "PNG")
     inflated = _inflated_size(data, idat, rows)
     if inflated > rows:
@@ -258,9 +259,10 @@ def _jpeg_frame_header(data: bytes, at: int, marker: int) -> _Frame:
     return _Frame(width, height, marker == 0xC2, sampling)
 
 
-def _jpeg(data: bytes) -> ImageFacts:
+def _jpeg(data: bytes, beside: int) -> ImageFacts:
     frame, at = _jpeg_frame(data)
-    _admit(frame.width, frame.height, _jpeg_decode_bytes(frame), "JPEG")
+    decode = beside + _jpeg_decode_bytes(frame)
+    _admit(frame.width, frame.height, decode, "JPEG")
     scans, coded, segments = 0, 0, 0
     while at < len(data) - 1:
         marker, at = _jpeg_marker(data, at)
@@ -284,7 +286,7 @@ def _jpeg(data: bytes) -> ImageFacts:
             at = end
     if not scans:
         raise ImageRefused("the JPEG image is truncated: it has no scan")
-    return _jpeg_facts(frame, scans, coded)
+    return _jpeg_facts(frame, scans, coded, decode)
 
 
 def _jpeg_decode_bytes(frame: _Frame) -> int:
@@ -297,13 +299,13 @@ def _jpeg_decode_bytes(frame: _Frame) -> int:
     return max(planes + 3 * pixels, MTMD_BYTES_PER_PIXEL * pixels)
 
 
-def _jpeg_facts(frame: _Frame, scans: int, coded: int) -> ImageFacts:
+def _jpeg_facts(frame: _Frame, scans: int, coded: int, decode: int) -> ImageFacts:
     width, height = frame.width, frame.height
     h_max, v_max = max(h for h, _ in frame.sampling), max(v for _, v in frame.sampling)
     # every block of every component is coded in a scan with a bit at least (its DC value)
     blocks = sum(-(-width * h // h_max // 8) * -(-height * v // v_max // 8) for h, v in frame.sampling)
     held = width * height if coded * 8 >= blocks else width * height * coded * 8 // blocks
-    return ImageFacts(width, height, width * height, held, _jpeg_decode_bytes(frame), scans)
+    return ImageFacts(width, height, width * height, held, decode, scans)
 
 
 # ---- GIF ------------------------------------------------------------------------------
@@ -312,11 +314,12 @@ def _gif_size(data: bytes) -> tuple[int, int]:
     return struct.unpack_from("<HH", data, 6)
 
 
-def _gif(data: bytes) -> ImageFacts:
+def _gif(data: bytes, beside: int) -> ImageFacts:
     width, height, flags = struct.unpack_from("<HHB", data, 6)
     screen = width * height
-    # stb decodes the first frame onto a screen-sized RGBA image, its background and its history
-    decode = screen * max(4 + 4 + 1, MTMD_BYTES_PER_PIXEL)
+    # stb decodes the first frame onto a screen-sized RGBA image, its background and its history,
+    # and converts it to RGB before it frees those two
+    decode = beside + screen * max(4 + 4 + 1 + 3, MTMD_BYTES_PER_PIXEL)
     _admit(width, height, decode, "GIF")
     at = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)
     blocks = 0
@@ -366,11 +369,11 @@ def _bmp_header(data: bytes) -> tuple[int, int, int]:
     return width, abs(height), bits      # a negative height is a top-down bitmap
 
 
-def _bmp(data: bytes) -> ImageFacts:
+def _bmp(data: bytes, beside: int) -> ImageFacts:
     width, height, bits = _bmp_header(data)
     if bits not in _BMP_DEPTHS:
         raise ImageRefused(f"the BMP image is malformed: {bits} bits a pixel")
-    decode = width * height * max(3, MTMD_BYTES_PER_PIXEL)      # stb's RGB image, then libmtmd's copies
+    decode = beside + width * height * max(3, MTMD_BYTES_PER_PIXEL)     # stb's RGB image, then libmtmd's copies
     _admit(width, height, decode, "BMP")
     (offset,) = struct.unpack_from("<I", data, 10)
     stride = (width * bits + 31) // 32 * 4

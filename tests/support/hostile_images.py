@@ -9,6 +9,7 @@ whole image once per progressive scan, and inflates a PNG's data however far it 
 - gif_big_screen: a 43-byte GIF whose 8192x4096 screen holds a 1x1 frame;
 - gif_frame_outside: a GIF whose first frame overhangs its screen (stb refuses it; a libmtmd
   built with video then ran ffprobe and ffmpeg on it), two frames of 655 s each;
+- gif_without_clear_code: a GIF every header check passes and stb refuses;
 - png16: a 16-bit RGBA PNG of one colour (a few hundred KB for 16 megapixels);
 - png_inflating: a 1x1 PNG whose data inflates to 64 MiB.
 """
@@ -21,11 +22,12 @@ import zlib
 from imagefiles import DC_TABLE, EOB_RUN_TABLE, blocks_of, eob_runs, pack_bits, segment
 
 
-def progressive_scans(side: int = 2048, scans: int = 1000) -> bytes:
-    """A side x side grayscale progressive JPEG: a DC scan of flat blocks (a one-bit code each),
-    then `scans` AC scans of end-of-band runs over every block."""
+def progressive_scans(side: int = 2048, scans: int = 1000, level: int = 0) -> bytes:
+    """A side x side grayscale progressive JPEG: a DC scan of flat blocks of one gray (`level`
+    steps from the middle), then `scans` AC scans of end-of-band runs over every block."""
     blocks = blocks_of(side, side)
-    dc = pack_bits("0000" * blocks)      # category 0: no difference, a 4-bit code
+    first = format(level.bit_length(), "04b") + (format(level, "b") if level else "")
+    dc = pack_bits(first + "0000" * (blocks - 1))      # then category 0: no difference, a 4-bit code
     empty = segment(0xDA, bytes((1, 1, 0x00, 1, 63, 0))) + eob_runs(blocks)
     return (b"\xff\xd8" + segment(0xDB, b"\x00" + b"\x01" * 64)
             + segment(0xC2, struct.pack(">BHHB", 8, side, side, 1) + b"\x01\x11\x00")
@@ -65,6 +67,14 @@ def pack_lzw_runs(count: int) -> bytes:
     value = sum(code << (3 * i) for i, code in enumerate(codes))
     data = value.to_bytes((3 * len(codes) + 7) // 8, "little")
     return b"".join(bytes((len(data[i:i + 255]),)) + data[i:i + 255] for i in range(0, len(data), 255)) + b"\x00"
+
+
+def gif_without_clear_code() -> bytes:
+    """A GIF whose every field passes a header check, but whose LZW data starts with a pixel,
+    not the clear code stb requires: stb refuses it."""
+    screen = struct.pack("<HHBBB", 8, 8, 0x80, 0, 0) + b"\x00\x00\x00\xff\xff\xff"
+    frame = b"," + struct.pack("<HHHHB", 0, 0, 8, 8, 0) + b"\x02" + b"\x02\x00\x00" + b"\x00"
+    return b"GIF89a" + screen + frame + b";"
 
 
 def png16(width: int = 4096, height: int = 4096) -> bytes:
