@@ -30,7 +30,6 @@ from .image_headers import ImageRefused, read_facts
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024     # one image's decoded bytes (OpenAI's and Anthropic's order of size)
 MAX_IMAGES_PER_REQUEST = 100           # images in one request's conversation, as Anthropic's API allows
-MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels decoded for one request, each distinct image once (prompt/media.py)
 
 # The formats libmtmd's loader reads, by media type.
 ACCEPTED = {"image/png": "PNG", "image/jpeg": "JPEG", "image/gif": "GIF", "image/bmp": "BMP"}
@@ -105,11 +104,6 @@ def _too_large(size: int) -> ImageRefused:
 def count_refusal(count: int) -> ImageRefused:
     return ImageRefused(f"the request carries {count} images, more than MAX_IMAGES_PER_REQUEST "
                         f"({MAX_IMAGES_PER_REQUEST}) allows", "too_many_images")
-
-
-def pixels_refusal(pixels: int) -> ImageRefused:
-    return ImageRefused(f"the request's images come to {pixels} pixels, more than MAX_REQUEST_PIXELS "
-                        f"({MAX_REQUEST_PIXELS}) allows", "image_too_large")
 
 
 def reaches_libmtmd(data: bytes) -> bool:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from ..conversation import Image
 from ..engine.facade import EngineFacade, ImageTooLargeForBatch, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
-from ..images import MAX_REQUEST_PIXELS, pixels_refusal
+
+MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels one request decodes, each distinct image once (a hundred 1.3-megapixel ones)
 
 
 @dataclass
@@ -48,7 +49,8 @@ class RequestImages:
             self.pixels += image.pixels
             if self.pixels > MAX_REQUEST_PIXELS:
                 where = image.where or "messages"
-                raise PromptRefused(f"invalid '{where}': {pixels_refusal(self.pixels)}", code="image_too_large",
+                raise PromptRefused(f"invalid '{where}': the request's images come to {self.pixels} pixels, more "
+                                    f"than MAX_REQUEST_PIXELS ({MAX_REQUEST_PIXELS}) allows", code="image_too_large",
                                     param=where)
 
     def decode(self, engine: EngineFacade, image: Image) -> list:
