@@ -11,12 +11,13 @@ without decoding a pixel, into :class:`ImageFacts`:
   grow its buffer for whatever more the stream inflates to;
 - JPEG: the segments up to the start of frame (size, components and their sampling), then each
   scan (SOS) to the next marker: how many scans and how many entropy-coded bytes;
-- GIF: the logical screen (stb decodes onto a buffer that size), the extension blocks and the
-  first image descriptor (stb decodes the first frame only) with the bytes after it;
+- GIF: the logical screen (stb decodes onto a buffer that size), the extension blocks, the
+  first image descriptor (stb decodes the first frame only) and its LZW codes followed without
+  drawing them (image_lzw.py): what they draw, and that the data ends where the frame is full;
 - BMP: the headers against the pixel rows actually present (stb reads zeros past the end).
 
 The facts say the pixels a decode produces, the most the data can fill (a JPEG block takes a
-bit, GIF's LZW a byte per 2,730 pixels, a BMP row its bytes), and the bytes stb_image and
+bit, a GIF frame what its codes draw, a BMP row its bytes), and the bytes stb_image and
 libmtmd allocate on the way (the sum of their buffers: an upper bound of the peak). Each image
 is held to MAX_IMAGE_PIXELS and MAX_DECODE_BYTES as soon as its header is read, before any
 walk whose work grows with the size it declares, and refused when it declares more pixels
@@ -31,6 +32,8 @@ import struct
 import zlib
 from dataclasses import dataclass
 
+from . import image_lzw
+
 MAX_IMAGE_PIXELS = 8192 * 4096         # width × height of one image: 32 megapixels (a GIF: its screen)
 MAX_DECODE_BYTES = 256 * 1024 * 1024   # one decode's buffers (stb_image's and libmtmd's), estimated from the header
 MAX_PNG_CHUNKS = 1 << 16       # chunks walked in one PNG (encoders write IDATs of 8-64 KB: a 20 MB image has ~2,500)
@@ -39,7 +42,6 @@ MAX_JPEG_SCANS = 64            # scans in one JPEG: stb walks the whole image on
 MAX_GIF_BLOCKS = 4096          # extension sub-blocks before a GIF's first frame (a loop count, XMP, comments)
 GIF_FREE_SCREEN = 1 << 20      # a GIF screen this small costs little (9 MiB) whatever its first frame holds
 GIF_SCREEN_PER_FRAME = 4       # a GIF's screen may be this many times its first frame (optimisers crop margins)
-LZW_PIXELS_PER_BYTE = 2731     # the most a GIF's LZW can expand: a 12-bit code stands for 4,096 pixels at most
 DECODE_OVERHEAD = 2 << 20      # beside the pixels: the bytes' copy handed to libmtmd is added, and this (tables, the preprocessor's own)
 MTMD_BYTES_PER_PIXEL = 6       # stb's RGB result and libmtmd's bitmap, then that and the preprocessor's copy
 INFLATE_PIECE = 1 << 20        # a PNG's IDAT inflated this much at a time when checked
@@ -343,8 +345,16 @@ def _gif(data: bytes, beside: int) -> ImageFacts:
     at += 10 + (3 << ((frame_flags & 7) + 1) if frame_flags & 0x80 else 0)
     if data[at] > 12:
         raise ImageRefused(f"the GIF image is malformed: an LZW code size of {data[at]}")
-    held = GIF_SCREEN_PER_FRAME * min(w * h, (len(data) - at) * LZW_PIXELS_PER_BYTE)
-    return ImageFacts(width, height, screen, screen if screen <= GIF_FREE_SCREEN else min(held, screen), decode)
+    pixels, codes, left_over = image_lzw.drawn(image_lzw.frame_data(data, at + 1, image_lzw.MAX_FRAME_BYTES),
+                                               data[at], w * h)
+    if codes >= image_lzw.MAX_GIF_CODES:
+        raise ImageRefused(f"the GIF image's first frame takes more than MAX_GIF_CODES ({image_lzw.MAX_GIF_CODES}) "
+                           f"LZW codes", "image_too_large")
+    if left_over > image_lzw.TRAILING_BYTES:
+        raise ImageRefused(f"the GIF image's first frame has {left_over} bytes of data after its {w}x{h} pixels "
+                           f"(stb would walk every code of them)")
+    held = min(GIF_SCREEN_PER_FRAME * min(pixels, w * h), screen)
+    return ImageFacts(width, height, screen, screen if screen <= GIF_FREE_SCREEN else held, decode)
 
 
 # ---- BMP ------------------------------------------------------------------------------

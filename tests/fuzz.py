@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import ServerProcess  # noqa: E402
 from fuzzgen import Gen, to_json  # noqa: E402
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
+from tinyvision import write_tiny_mmproj  # noqa: E402
 
 TIMEOUT = 60.0               # one answer; longer means the server stalled
 RAW_SHARE = 0.04             # requests sent as raw bytes at the HTTP level
@@ -371,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                                     ("</think>", "user_defined")])
     print(f"fuzz: seed {args.seed}, up to {args.requests} requests or {args.seconds:.0f} s, "
           f"{args.clients} clients; violations to {out}", flush=True)
-    target = Target(model, work / "data", args.server_args)
+    mmproj = write_tiny_mmproj(work / "mmproj.gguf")        # images are decoded, not only read
+    target = Target(model, work / "data", ["--mmproj", str(mmproj), *args.server_args])
     tally = Tally(out)
     stop = threading.Event()
     budget = [args.requests]

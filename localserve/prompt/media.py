@@ -13,8 +13,9 @@ A request decodes each distinct image once, however many times its conversation 
 its prompt is built (a truncation's attempts, a count then a run): the decodes live in the
 request's :class:`RequestImages`, which the router opens around each request (request_images),
 since the decoding happens deep under each dialect's prompt build. That scope also holds the
-request to MAX_REQUEST_PIXELS, before a first image is decoded, and asks after the client
-between two decodes: a client that has left stops the decoding, and no job is made.
+request to MAX_REQUEST_PIXELS, each image charged as the dialect reads it (image_parts.py: the
+header checks' work is bounded too) and again before a first one is decoded, and asks after
+the client between two decodes: a client that has left stops the decoding, and no job is made.
 """
 
 from __future__ import annotations
@@ -61,6 +62,11 @@ class RequestImages:
 
 
 _request: ContextVar[RequestImages | None] = ContextVar("request_images", default=None)
+
+
+def current_request() -> RequestImages | None:
+    """The scope of the request this thread serves (None outside one)."""
+    return _request.get()
 
 
 @contextmanager

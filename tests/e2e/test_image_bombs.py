@@ -159,6 +159,7 @@ BOMBS = {
     "GIF with an 8192x4096 screen and a 1x1 frame": (hostile_images.gif_big_screen(), "image/gif"),
     "GIF with a 4096x4096 screen and a 1x1 frame": (hostile_images.gif_big_screen(4096, 4096), "image/gif"),
     "GIF whose first frame stb refuses": (hostile_images.gif_frame_outside(), "image/gif"),
+    "GIF whose LZW names 4090-pixel strings past its frame": (hostile_images.gif_lzw_chains(64, 20), "image/gif"),
     "16-bit RGBA PNG, 16 megapixels": (hostile_images.png16(), "image/png"),
     "1x1 PNG inflating to 64 MiB": (hostile_images.png_inflating(), "image/png"),
 }

@@ -97,3 +97,30 @@ def png_with(header: bytes, data: bytes) -> bytes:
     def chunk(kind: bytes, body: bytes) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data) + chunk(b"IEND", b"")
+
+
+def gif_lzw_chains(side: int = 64, cycles: int = 10) -> bytes:
+    """A side x side GIF whose LZW data, after the frame is full, keeps naming the longest string
+    its table can hold (4,090 pixels a code): stb walks each one to its start although nothing
+    is drawn any more. Each cycle builds the chain (codes 6, 7, ... 4095, each the one just
+    made), names it 4,000 times, and clears."""
+    codes: list[int] = []
+    for _ in range(cycles):
+        codes += [4, 0] + list(range(6, 4096)) + [4095] * 4000
+    codes.append(5)
+    bits, width, value, avail, old = 0, 3, 0, 6, -1
+    for code in codes:
+        value |= code << bits
+        bits += width
+        if code == 4:
+            width, avail, old = 3, 6, -1
+            continue
+        if old >= 0:
+            avail += 1
+        if avail & ((1 << width) - 1) == 0 and avail <= 0x0FFF:
+            width += 1
+        old = code
+    data = value.to_bytes((bits + 7) // 8, "little")
+    blocks = b"".join(bytes((len(data[i:i + 255]),)) + data[i:i + 255] for i in range(0, len(data), 255)) + b"\x00"
+    screen = struct.pack("<HHBBB", side, side, 0x80, 0, 0) + b"\x00\x00\x00\xff\xff\xff"
+    return b"GIF89a" + screen + b"," + struct.pack("<HHHHB", 0, 0, side, side, 0) + b"\x02" + blocks + b";"

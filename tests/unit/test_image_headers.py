@@ -11,7 +11,7 @@ import pytest
 
 import hostile_images
 import imagefiles
-from localserve import image_headers
+from localserve import image_headers, image_lzw
 from localserve.image_headers import ImageRefused, read_facts
 from localserve.images import from_bytes
 
@@ -65,6 +65,20 @@ def test_a_gif_screen_its_first_frame_does_not_fill_is_refused():
 def test_a_gif_frame_outside_its_screen_is_refused():
     assert "first frame (257x1 at 0,0) lies outside its 256x256 screen" in str(
         refusal(hostile_images.gif_frame_outside()))
+
+
+def test_gif_data_past_its_frame_is_refused_before_stb_walks_it():
+    """stb walks every code's string to its start, drawn or not: 2,000 steps a byte of codes
+    naming the longest string after the frame is full."""
+    error = refusal(hostile_images.gif_lzw_chains(64, 2))
+    assert "first frame has" in str(error) and "bytes of data after its 64x64 pixels" in str(error)
+    assert from_bytes(imagefiles.gif(200, 150)).pixels == 200 * 150      # data ends with the frame
+
+
+def test_a_gif_frame_past_the_code_limit_is_refused(monkeypatch):
+    monkeypatch.setattr(image_lzw, "MAX_GIF_CODES", 1000)
+    error = refusal(imagefiles.gif(40, 40))        # a code a pixel: 1,600 of them, and clears
+    assert "MAX_GIF_CODES (1000)" in str(error) and error.code == "image_too_large"
 
 
 def test_a_16_bit_png_counts_its_16_bits():
