@@ -18,7 +18,8 @@ without decoding a pixel, into :class:`ImageFacts`:
 
 The facts say the pixels a decode produces, the most the data can fill (a JPEG block takes a
 bit, a GIF frame what its codes draw, a BMP row its bytes), and the bytes stb_image and
-libmtmd allocate on the way (the sum of their buffers: an upper bound of the peak). Each image
+libmtmd hold at the decode's peak (the largest set of their buffers alive at once, and the
+bytes' copy: tests/e2e/test_image_decode_memory.py measures peaks under it). Each image
 is held to MAX_IMAGE_PIXELS and MAX_DECODE_BYTES as soon as its header is read, before any
 walk whose work grows with the size it declares, and refused when it declares more pixels
 than its data holds; a structure stb would refuse is refused here too. Each refusal is an
@@ -38,11 +39,11 @@ MAX_IMAGE_PIXELS = 8192 * 4096         # width × height of one image: 32 megapi
 MAX_DECODE_BYTES = 256 * 1024 * 1024   # one decode's buffers (stb_image's and libmtmd's), estimated from the header
 MAX_PNG_CHUNKS = 1 << 16       # chunks walked in one PNG (encoders write IDATs of 8-64 KB: a 20 MB image has ~2,500)
 MAX_JPEG_SEGMENTS = 1024       # segments in one JPEG (EXIF, ICC in 64 KB pieces, tables, a scan's own tables)
-MAX_JPEG_SCANS = 64            # scans in one JPEG: stb walks the whole image once per scan (libjpeg writes 10, mozjpeg ~20)
+MAX_JPEG_SCANS = 64            # scans in one JPEG: stb walks the image once per scan (libjpeg writes 10, mozjpeg ~20)
 MAX_GIF_BLOCKS = 4096          # extension sub-blocks before a GIF's first frame (a loop count, XMP, comments)
 GIF_FREE_SCREEN = 1 << 20      # a GIF screen this small costs little (9 MiB) whatever its first frame holds
 GIF_SCREEN_PER_FRAME = 4       # a GIF's screen may be this many times its first frame (optimisers crop margins)
-DECODE_OVERHEAD = 2 << 20      # beside the pixels: the bytes' copy handed to libmtmd is added, and this (tables, the preprocessor's own)
+DECODE_OVERHEAD = 2 << 20      # beside the pixels and the bytes' copy: tables, the preprocessor's own buffers
 MTMD_BYTES_PER_PIXEL = 6       # stb's RGB result and libmtmd's bitmap, then that and the preprocessor's copy
 INFLATE_PIECE = 1 << 20        # a PNG's IDAT inflated this much at a time when checked
 
@@ -62,7 +63,7 @@ class ImageFacts:
     height: int
     decoded_pixels: int        # the buffer the decoder fills: the image's (a GIF's logical screen)
     held_pixels: int           # the most pixels its data can fill
-    decode_bytes: int          # stb_image's and libmtmd's buffers, summed: the decode's peak at most
+    decode_bytes: int          # stb_image's and libmtmd's buffers at the decode's peak, at most
     scans: int = 1             # a JPEG's scans
 
 

@@ -354,7 +354,8 @@ class Gen:
             if self.chance(0.4):       # the screen declares another size
                 data = data[:6] + struct.pack("<HH", w, h) + data[10:]
             if self.chance(0.2):
-                data = self.r.choice([hostile_images.gif_big_screen(w, h), hostile_images.gif_frame_outside(min(w, 65534), h)])
+                data = self.r.choice([hostile_images.gif_big_screen(w, h),
+                                      hostile_images.gif_frame_outside(min(w, 65534), h)])
         elif kind == 3:
             data = bytearray(imagefiles.bmp(min(w, 32), min(h, 32)))
             if self.chance(0.5):

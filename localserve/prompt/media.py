@@ -29,7 +29,7 @@ from ..conversation import Image
 from ..engine.facade import EngineFacade, ImageTooLargeForBatch, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
 
-MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels one request decodes, each distinct image once (a hundred 1.3-megapixel ones)
+MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels of one request's images, each distinct one once (100 of 1.3 MP)
 
 
 @dataclass
