@@ -145,6 +145,12 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     kind = headers.get("content-type", "")
     if kind.startswith("text/event-stream"):
         return stream_problem(method, path, data) if status == 200 else "an error as a stream"
+    if kind.startswith("application/x-ndjson") and path.startswith("/api/") and status == 200:
+        try:                                   # Ollama streams by default
+            lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+        except ValueError:
+            return "an NDJSON line that is not JSON"
+        return None if lines and lines[-1].get("done") is True else "an NDJSON stream without its done line"
     if not kind.startswith("application/json"):
         return None if path == "/metrics" and status == 200 else f"content-type {kind!r}"
     try:
@@ -156,6 +162,8 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     if path.startswith("/v1/messages"):
         ok = value.get("type") == "error" and isinstance(value.get("error", {}).get("message"), str) \
             and isinstance(value["error"].get("type"), str)
+    elif path.startswith("/api/"):          # Ollama's: the message alone
+        ok = isinstance(value, dict) and isinstance(value.get("error"), str)
     else:
         error = value.get("error") if isinstance(value, dict) else None
         ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
