@@ -231,7 +231,11 @@ def test_a_client_that_leaves_stops_the_decoding_and_no_job_runs(server):
 
 @pytest.mark.parametrize("route", ROUTES, ids=lambda r: r.__name__)
 def test_valid_images_of_every_format_are_still_read(server, route):
-    images = [(imagefiles.progressive_jpeg(40, 24, seed=3, ac_scans=5), "image/jpeg")] + [
+    """Progressive, with restart markers and interlaced among them."""
+    images = [(imagefiles.progressive_jpeg(40, 24, seed=3, ac_scans=5), "image/jpeg"),
+              (imagefiles.jpeg(40, 24, seed=4, restart=3), "image/jpeg"),
+              (imagefiles.png(21, 13, seed=6, interlaced=True), "image/png"),
+              (imagefiles.compressed_gif(1000, 400, seed=7), "image/gif")] + [
         (write(48, 32, seed=5), media_type) for media_type, write in sorted(imagefiles.WRITERS.items())]
     path, body, _ = route(images)
     resp = request(server.port, post_json(path, body), timeout=60)

@@ -23,6 +23,15 @@ def test_valid_images_hold_every_pixel_they_declare(media_type):
     assert 0 < facts.decode_bytes < image_headers.MAX_DECODE_BYTES
 
 
+@pytest.mark.parametrize("data", [imagefiles.png(21, 13, interlaced=True), imagefiles.png(1, 1, interlaced=True),
+                                  imagefiles.png(3, 9, interlaced=True), imagefiles.jpeg(40, 24, restart=1),
+                                  imagefiles.jpeg(40, 24, restart=7)], ids=["adam7", "adam7-1x1", "adam7-3x9",
+                                                                           "rst-1", "rst-7"])
+def test_interlaced_pngs_and_jpegs_with_restart_markers_are_read(data):
+    facts = read_facts(data, "image/png" if data.startswith(b"\x89PNG") else "image/jpeg")
+    assert facts.held_pixels == facts.decoded_pixels == facts.width * facts.height
+
+
 @pytest.mark.parametrize("ac_scans", [1, 2, 9])
 def test_a_progressive_jpeg_with_a_sane_scan_count_is_read(ac_scans):
     data = imagefiles.progressive_jpeg(40, 24, seed=1, ac_scans=ac_scans)
@@ -73,6 +82,18 @@ def test_gif_data_past_its_frame_is_refused_before_stb_walks_it():
     error = refusal(hostile_images.gif_lzw_chains(64, 2))
     assert "first frame has" in str(error) and "bytes of data after its 64x64 pixels" in str(error)
     assert from_bytes(imagefiles.gif(200, 150)).pixels == 200 * 150      # data ends with the frame
+
+
+@pytest.mark.parametrize("width, height", [(1, 1), (40, 30), (300, 200), (1200, 1000)])
+def test_the_pixels_a_compressed_gif_frame_draws_are_counted_exactly(width, height):
+    """Codes of many pixels each, widening to 12 bits, clears when the table is full."""
+    data = imagefiles.compressed_gif(width, height)
+    start = 13 + 24 + 10
+    pixels, codes, left_over = image_lzw.drawn(image_lzw.frame_data(data, start + 1, 1 << 30), data[start],
+                                               10 ** 9)
+    assert pixels == width * height and left_over == 0
+    assert codes < width * height // 3 or width * height < 100       # compressed
+    assert read_facts(data, "image/gif").held_pixels == width * height
 
 
 def test_a_gif_frame_past_the_code_limit_is_refused(monkeypatch):
