@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import ServerProcess  # noqa: E402
 from fuzzgen import Gen, to_json  # noqa: E402
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
+from tinyvision import write_tiny_mmproj  # noqa: E402
 
 TIMEOUT = 60.0               # one answer; longer means the server stalled
 RAW_SHARE = 0.04             # requests sent as raw bytes at the HTTP level
@@ -148,6 +149,12 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     kind = headers.get("content-type", "")
     if kind.startswith("text/event-stream"):
         return stream_problem(method, path, data) if status == 200 else "an error as a stream"
+    if kind.startswith("application/x-ndjson") and path.startswith("/api/") and status == 200:
+        try:                                   # Ollama streams by default
+            lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+        except ValueError:
+            return "an NDJSON line that is not JSON"
+        return None if lines and lines[-1].get("done") is True else "an NDJSON stream without its done line"
     if not kind.startswith("application/json"):
         return None if path == "/metrics" and status == 200 else f"content-type {kind!r}"
     try:
@@ -163,6 +170,8 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
         error = value.get("error") if isinstance(value, dict) else None
         ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
             and error.get("code") == status
+    elif path.startswith("/api/"):          # Ollama's: the message alone
+        ok = isinstance(value, dict) and isinstance(value.get("error"), str)
     else:
         error = value.get("error") if isinstance(value, dict) else None
         ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
@@ -381,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
                                     ("</think>", "user_defined")])
     print(f"fuzz: seed {args.seed}, up to {args.requests} requests or {args.seconds:.0f} s, "
           f"{args.clients} clients; violations to {out}", flush=True)
-    target = Target(model, work / "data", args.server_args)
+    mmproj = write_tiny_mmproj(work / "mmproj.gguf")        # images are decoded, not only read
+    target = Target(model, work / "data", ["--mmproj", str(mmproj), *args.server_args])
     tally = Tally(out)
     stop = threading.Event()
     budget = [args.requests]
