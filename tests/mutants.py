@@ -242,6 +242,19 @@ MUTANTS = [
     Mutant("a summary alone compacts again", "localserve/dialects/anthropic/messages.py",
            "(asked or not all(is_summary(m) for m in messages))", "True",
            ("tests/e2e/test_anthropic_compaction.py::test_a_summary_alone_is_not_compacted_again",)),
+    Mutant("a template without tools reads calls as bare JSON, not as its tools text teaches",
+           "localserve/parsing/family_detection.py",
+           "        return HERMES       # what prompt/polyfill's tools text teaches", "        return found",
+           ("tests/e2e/test_template_calls.py::test_the_calls_a_model_following_its_template_writes_come_back"
+            "[google-gemma-2-2b-it]",)),
+    Mutant("Apriel's calls stay in the reasoning its prompt opened", "localserve/parsing/reasoning.py",
+           'ended_by=("<tool_calls>",)),', "),",
+           ("tests/e2e/test_template_calls.py::test_the_calls_a_model_following_its_template_writes_come_back"
+            "[Apriel-1.6-15b-Thinker-fixed]",)),
+    Mutant("GigaChat 3's message separator left in the content", "localserve/parsing/content_markup.py",
+           '    ("<|message_sep|>", ContentMarkup("gigachat", "", ("<|message_sep|>",))),\n', "",
+           ("tests/unit/parsing/test_template_families.py::test_a_turn_of_calls_alone_comes_back_as_the_calls_and_"
+            "nothing_else[GigaChat3-10B-A1.8B-7]",)),
 ]
 
 
