@@ -35,9 +35,10 @@ import time
 from pathlib import Path
 
 import llama_wheel
-from localserve.ops.demo import DEMO_PACKAGE, DEMO_VERSION, DEMO_WHEEL, DEMO_WHEEL_SHA256
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(1, str(ROOT))       # the demo model's pins from the tree being built, not an installed copy
+from localserve.ops.demo import DEMO_PACKAGE, DEMO_VERSION, DEMO_WHEEL, DEMO_WHEEL_SHA256  # noqa: E402
 # What setuptools reads to build localserve's wheel; nothing else from the tree goes in.
 SOURCE_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.rst", "LICENSE")
 SOURCE_PACKAGE = "localserve"
