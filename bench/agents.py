@@ -145,7 +145,7 @@ def run(model: str, threads: int, n_new: int = 32, head_tokens: int = HEAD_TOKEN
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="bench.agents")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--tokens", type=int, default=32, help="tokens generated per turn")
     parser.add_argument("--head", type=int, default=HEAD_TOKENS, help="tokens of the shared head")

@@ -36,7 +36,7 @@ _markers = itertools.count(1)
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.compaction")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--tokens", type=int, default=128, help="--compact-max-tokens: the longest summary")
     parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement (medians reported)")

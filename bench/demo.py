@@ -1,4 +1,5 @@
-"""The model a bench section runs when none is given: the demo model, fetched as `make run` does."""
+"""The model a bench section runs when none is given: Gemma 3 270M (bench/gemma.py), on which
+README's figures were measured."""
 
 from __future__ import annotations
 
@@ -6,12 +7,12 @@ import sys
 
 
 def model_or_demo(model: str | None) -> str | None:
-    """The given model, else the demo model's path; None (with the reason on stderr) when there is none."""
+    """The given model, else Gemma 3 270M's path; None (with the reason on stderr) when there is none."""
     if model is not None:
         return model
-    from localserve.ops.demo import DemoUnavailable, demo_model_path
+    from .gemma import GemmaUnavailable, gemma_model_path
     try:
-        return demo_model_path()
-    except DemoUnavailable as exc:
+        return gemma_model_path()
+    except GemmaUnavailable as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return None

@@ -20,7 +20,7 @@ wrong. Its full-window alternative (swa_full) would attend over the whole contex
 layer, a floor slower than the work a correct engine needs.
 
 Needs a model with fill-in-the-middle tokens (a coding model: `--model`). A model without them
-(the demo model) is measured as a stand-in: a copy whose unused control tokens (`<unused0>`…) are
+(Gemma 3 270M) is measured as a stand-in: a copy whose unused control tokens (`<unused0>`…) are
 named its FIM tokens. Its completions mean nothing, but prefill and decode cost what the model
 costs, which is what the figures compare.
 
@@ -268,7 +268,7 @@ def _run(model: str, args) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="bench.editor")
-    parser.add_argument("--model", help="GGUF model with FIM tokens (default: the demo model, on a FIM stand-in)")
+    parser.add_argument("--model", help="GGUF model with FIM tokens (default: Gemma 3 270M, on a FIM stand-in)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ctx-size", type=int, default=8192)
     parser.add_argument("--no-llama-server", action="store_true", help="leave llama-server's column out")

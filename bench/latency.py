@@ -60,7 +60,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.latency")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ctx-size", type=int, default=4096)
     parser.add_argument("--scene", action="append", choices=SCENES, help="run only this scene (repeatable)")

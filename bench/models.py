@@ -42,7 +42,7 @@ SLOTS = 4
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="bench.models")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--ctx-size", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement (medians reported)")

@@ -24,7 +24,7 @@ from .client import StreamResult, concurrent_streams, stream_completion
 from .server import LlamaServer, RunningServer
 
 SOURCE = (Path(__file__).with_name("edit_sample.txt")).read_text()
-# The demo model is a 270M base model: asked for a file back, it writes a file of its own; shown one
+# Gemma 3 270M (the benches' model) is a base model: asked for a file back, it writes a file of its own; shown one
 # faithful copy first, it copies (as an instruction-tuned model asked for its edit does).
 EDIT_PROMPT = ("inventory.py:\n\n```python\n" + SOURCE + "```\n\nThe same file, copied exactly:\n\n```python\n"
                + SOURCE + "```\n\nThe same file again, with the method `low_stock` renamed `running_low`:"
@@ -157,5 +157,5 @@ def draw(f: dict, args) -> Path:
                 f"accepted {_rate(f['edit_4'][1])}"),
             Bar("edit with prediction (x bare)", f["prediction"][0], TARGETS["prediction"],
                 f"accepted {_rate(f['prediction'][1])}")]
-    title = f"localserve speculative decoding: demo model, {args.threads} threads, {os.cpu_count()} CPUs"
+    title = f"localserve speculative decoding: Gemma 3 270M, {args.threads} threads, {os.cpu_count()} CPUs"
     return write_svg(RESULTS / "speculative.svg", title, bars)

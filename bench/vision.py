@@ -139,7 +139,7 @@ def run(model: str, args, mmproj: str | None = None) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="bench.vision")
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--mmproj", help="its vision projector (default: a synthetic one)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--repeat", type=int, default=5)

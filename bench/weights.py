@@ -62,16 +62,16 @@ def print_table(model: str, args, mode: str = "auto") -> None:
 def main() -> int:
     import argparse
     import os
-    from localserve.ops.demo import demo_model_path
+    from .gemma import gemma_model_path
     parser = argparse.ArgumentParser(prog="python -m bench.weights", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", help="GGUF model (default: the demo model)")
+    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
     parser.add_argument("--cpu-weights", default="auto", choices=cpu_weights.MODES)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--ctx-size", type=int, default=4096)
     args = parser.parse_args()
-    print_table(args.model or demo_model_path(), args, args.cpu_weights)
+    print_table(args.model or gemma_model_path(), args, args.cpu_weights)
     return 0
 
 

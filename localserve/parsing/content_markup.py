@@ -6,7 +6,8 @@ them writes it too: functionary v3.2 answers on a channel named "all" (the gener
 ends in ``>>>``, so the answer opens with ``all\\n``; later ones with ``>>>all\\n``), Kimi K3
 wraps it in ``<|open|>response<|sep|>`` … ``<|close|>response<|sep|>``, Solar Open opens it with
 ``<|begin|>assistant<|content|>`` after its reasoning, Command R7B in ``<|START_RESPONSE|>``,
-Cohere2 in ``<|START_TEXT|>``.
+Cohere2 in ``<|START_TEXT|>``, GigaChat 3 ends each message with ``<|message_sep|>`` (the answer's
+text, before the call that follows it as a message of its own).
 The filter drops that markup from the content stream, before the tool-call projector (a call's
 markup is never among it). Like the other text stages it holds back only a possible partial
 marker, so any split of the text into chunks gives the same result as the whole.
@@ -34,6 +35,7 @@ _KNOWN: tuple[tuple[str, ContentMarkup], ...] = (
     ("<|begin|>assistant<|content|>", ContentMarkup("solar", "", ("<|begin|>assistant", "<|content|>"))),
     ("<|START_RESPONSE|>", ContentMarkup("command_r", "", ("<|START_RESPONSE|>", "<|END_RESPONSE|>"))),
     ("<|START_TEXT|>", ContentMarkup("command_r2", "", ("<|START_TEXT|>", "<|END_TEXT|>"))),
+    ("<|message_sep|>", ContentMarkup("gigachat", "", ("<|message_sep|>",))),
 )
 
 

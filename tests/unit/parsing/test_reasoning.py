@@ -83,6 +83,35 @@ def test_other_tag_formats():
         assert split_reasoning(text, REASONING_FORMATS[name]) == ("r", "c")
 
 
+@pytest.mark.parametrize("name,text,expected", [
+    ("minimax_m3", "</mm:think>The answer.", ("", "The answer.")),
+    ("minimax_m3", "\n</mm:think>\n\nThe answer.", ("", "The answer.")),
+    ("think", "</think>The answer.", ("", "The answer.")),
+    ("minimax_m3", "The answer. </mm:think>", ("", "The answer. </mm:think>")),   # later on: just text
+])
+def test_an_end_tag_alone_at_the_start_is_an_empty_block(name, text, expected):
+    """MiniMax-M3 opens every turn without reasoning with a bare </mm:think>: nobody's text."""
+    fmt = REASONING_FORMATS[name]
+    assert split_reasoning(text, fmt) == expected
+    for i in range(len(text) + 1):
+        assert stream([text[:i], text[i:]], fmt) == expected, i
+    assert stream(list(text), fmt) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    ('Checking.\n<tool_calls>[{"name": "f"}]</tool_calls>', ("Checking.", '<tool_calls>[{"name": "f"}]</tool_calls>')),
+    ('\n<tool_calls>[{"name": "f"}]</tool_calls>', ("", '<tool_calls>[{"name": "f"}]</tool_calls>')),
+    ("Checking.\n[BEGIN FINAL RESPONSE]\n<tool_calls>[]</tool_calls>", ("Checking.", "<tool_calls>[]</tool_calls>")),
+    ("Is <tool_call> the tag?", ("Is <tool_call> the tag?", "")),
+])
+def test_apriels_calls_end_the_reasoning_its_prompt_opened(text, expected):
+    """Apriel's prompt opens the reasoning; its template writes a turn of calls with no
+    final-response marker: the calls' own opening ends the reasoning, and stays theirs."""
+    fmt = REASONING_FORMATS["apriel"]
+    assert split_reasoning(text, fmt, True) == expected
+    assert stream(list(text), fmt, True) == expected
+
+
 def test_reasoning_budget_close_ends_the_block():
     splitter = ReasoningSplitter(THINK, starts_inside=True)
     for token in ["I", " wonder", " about", " this"]:
@@ -173,7 +202,7 @@ def test_detect_reasoning_on_the_family_test_templates():
 # --- properties -------------------------------------------------------------------------
 
 def _pieces(fmt):
-    markers = ([fmt.start, fmt.end, fmt.close] if fmt is not HARMONY else
+    markers = ([fmt.start, fmt.end, fmt.close, *fmt.ended_by] if fmt is not HARMONY else
                ["<|channel|>analysis<|message|>", "<|channel|>final<|message|>", "<|end|>",
                 "<|start|>assistant", "<|return|>", "<|call|>", "<|channel|>commentary",
                 " to=functions.f", "<|message|>", "<|constrain|>json"])

@@ -9,24 +9,35 @@ import json
 
 import pytest
 
-from template_calls import (EXPECTED_FAMILIES, NO_NATIVE_FORMAT, TOOLS, generation_prompt, template,
+from template_calls import (EXPECTED_FAMILIES, TAUGHT, TOOLS, generated_calls, generation_prompt, template,
                             written_calls)
 from template_corpus import corpus_names, corpus_templates
 
-from localserve.generation import Chunk, ToolCallDelta, ToolCallStart
+from localserve.generation import Chunk, GenerationRequest, ToolCallDelta, ToolCallStart, ToolSpec
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.models.loaded import detect_chat_family
+from localserve.parsing.content_markup import detect_content_markup
 from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning, split_reasoning
-from localserve.parsing.tools import ToolProjector
+from localserve.parsing.tools import ToolProjector, marker_prompt_opened
+from localserve.runtime.textstream import OutputPipeline
 
 PARAMETERS = {t["name"]: t["parameters"] for t in TOOLS}
-NATIVE = [name for name in corpus_names() if name not in NO_NATIVE_FORMAT]
+NATIVE = corpus_names()       # every template: its own call format, or the one localserve's text teaches
 
 
 def test_the_corpus_is_there_and_every_template_has_an_expected_family():
     names = set(corpus_templates())  # fails, with the reason, when the corpus is missing
     assert names == set(EXPECTED_FAMILIES)
-    assert len(names) - len(NO_NATIVE_FORMAT) >= 57
+    assert len(names) >= 70 and "json" not in EXPECTED_FAMILIES.values()
+
+
+def test_the_taught_templates_show_no_tools_and_no_call_markup():
+    """Their tools reach the model as localserve's text, which teaches Hermes markup: read back as
+    Hermes. Others that show no tools name their model's markup (DeepSeek's) and keep it."""
+    hidden = {name for name in corpus_names() if not template(name).caps.tools}
+    assert TAUGHT <= hidden and {EXPECTED_FAMILIES[name] for name in TAUGHT} == {"hermes"}
+    assert all("<tool_call>" not in corpus_templates()[name] for name in TAUGHT)
+    assert all(EXPECTED_FAMILIES[name] != "hermes" for name in hidden - TAUGHT)
 
 
 @pytest.mark.parametrize("name", corpus_names())
@@ -66,6 +77,30 @@ def test_the_templates_own_calls_parse_whole_and_streamed(name):
     fragments = [e.fragment for e in events if isinstance(e, ToolCallDelta) and e.index == starts[0].index]
     assert "".join(fragments) == whole.calls[0].arguments
     assert len(fragments) >= 2  # two arguments: they stream, not all at the end
+
+
+@pytest.mark.parametrize("size", [1, 7, 100000])
+@pytest.mark.parametrize("name", NATIVE)
+def test_a_turn_of_calls_alone_comes_back_as_the_calls_and_nothing_else(name, size):
+    """The text a model writes for a turn of calls as its template renders (or localserve's text
+    teaches) one, through the runtime's own text stages after the real generation prompt
+    (reasoning, the template's markup, the calls), in pieces of `size` bytes: the calls, and no
+    marker left over as content or reasoning (GigaChat 3's <|message_sep|>, MiniMax-M3's bare
+    </mm:think>, Apriel's calls in the reasoning its prompt opened)."""
+    chat, (text, expected) = template(name), generated_calls(name)
+    prompt = generation_prompt(name)
+    family = detect_chat_family(chat)
+    fmt = detect_reasoning(chat.text, prompt)
+    request = GenerationRequest(
+        prompt_tokens=[], reasoning=fmt, reasoning_starts_inside=prompt_opens_reasoning(fmt, prompt),
+        content_markup=detect_content_markup(chat.text),
+        tools=ToolSpec(family, PARAMETERS, starts_inside=bool(marker_prompt_opened(family, prompt))))
+    pipeline, events, data = OutputPipeline(request), [], text.encode()
+    for at in range(0, len(data), size):
+        events += pipeline.feed(data[at:at + size])
+    events += pipeline.finish()
+    assert [(c.name, json.loads(c.arguments)) for c in pipeline.tool_calls] == expected, text
+    assert not "".join(pipeline.content).strip() and not "".join(pipeline.reasoning).strip(), text
 
 
 @pytest.mark.parametrize("name", NATIVE)
