@@ -68,8 +68,8 @@ def test_each_call_goes_out_as_soon_as_it_is_whole():
     assert calls == [
         (1, [{"id": "call_1", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}]),
         # its fragments never closed the object: the answer's own arguments, at the end
-        (4, [{"id": "call_2", "function": {"index": 1, "name": "get_time", "arguments": {"zone": "UTC"}}}])]
-    assert lines[2]["message"]["content"] == "x" and [line["done"] for line in lines] == [False] * 5 + [True]
+        (3, [{"id": "call_2", "function": {"index": 1, "name": "get_time", "arguments": {"zone": "UTC"}}}])]
+    assert lines[2]["message"]["content"] == "x" and [line["done"] for line in lines] == [False] * 4 + [True]
 
 
 def test_generate_lines_carry_response_and_an_empty_context():
