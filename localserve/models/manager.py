@@ -97,19 +97,18 @@ class ModelManager:
         if self.pinned:
             keep = None
         ask = wanted_context(record.entry, self.settings, n_ctx)
-        holding = [False]
         with self.cond:
             record.users += 1
             record.ask_context(ask)
             self._share_threads()
+        held = False
         try:
-            yield self._ready(record, on_loading, ask, holding)
+            model = self._ready(record, on_loading, ask)
+            held = True
+            yield model
         finally:
             with self.cond:
-                if holding[0]:
-                    record.holders -= 1
-                else:
-                    record.drop_ask(ask)
+                record.let_go(ask, held)
                 record.users -= 1
                 record.last_used = time.monotonic()
                 if record.state == LOADED:
@@ -178,19 +177,16 @@ class ModelManager:
 
     # ---- loading ----------------------------------------------------------------
 
-    def _ready(self, record: Record, on_loading: Callable[[Loading], None] | None, ask: int | None,
-               holding: list[bool]) -> LoadedModel:
+    def _ready(self, record: Record, on_loading: Callable[[Loading], None] | None, ask: int | None) -> LoadedModel:
         """The model, once loaded (with the context every waiting request asks for); the request
-        then holds it (holding[0], and its ask dropped, under the same lock)."""
+        holds it from then (under the same lock: no reload for another's context frees it first)."""
         busy_since = None
         while True:
             with self.cond:
                 attempt = None
                 if record.state == LOADED and not record.needs_more_context():
                     record.last_used = time.monotonic()
-                    record.drop_ask(ask)
-                    record.holders += 1
-                    holding[0] = True
+                    record.hold(ask)
                     return record.loaded
                 if record.state == LOADED:      # too little context: once nothing runs on it, again
                     if record.holders == 0 and record.loaded.idle:
@@ -254,7 +250,8 @@ class ModelManager:
         try:
             with self.load_lock:
                 if replacing is not None:
-                    self._free(replacing, f"loaded again with a context of {record.n_ctx}")
+                    log.info("model %s: loaded again with a context of %d (num_ctx)", entry.name, record.n_ctx)
+                    self._free(replacing, "num_ctx")
                 loaded = self._load_locked(record)
             self.metrics.model_loads.inc(model=entry.name, outcome="loaded")
             self.metrics.model_load_seconds.observe(loaded.load_seconds, model=entry.name)

@@ -79,10 +79,23 @@ class Record:
         return wanted is not None and wanted > max(self.loaded.engine.n_ctx_seq, self.n_ctx or 0)
 
     def ask_context(self, n_ctx: int | None) -> None:
+        """A request waits for the model, asking n_ctx (None: what it has)."""
         if n_ctx is not None:
             self.context_asks[n_ctx] += 1
 
-    def drop_ask(self, n_ctx: int | None) -> None:
+    def hold(self, n_ctx: int | None) -> None:
+        """The waiting request that asked n_ctx has the model now."""
+        self._drop_ask(n_ctx)
+        self.holders += 1
+
+    def let_go(self, n_ctx: int | None, held: bool) -> None:
+        """The request is done: it held the model, or gave up waiting for it."""
+        if held:
+            self.holders -= 1
+        else:
+            self._drop_ask(n_ctx)
+
+    def _drop_ask(self, n_ctx: int | None) -> None:
         if n_ctx is not None:
             self.context_asks[n_ctx] -= 1
             if self.context_asks[n_ctx] <= 0:
