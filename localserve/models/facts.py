@@ -83,6 +83,9 @@ def _facts(header: Header, settings: Settings) -> ModelFacts:
         text, caps = template.text, template.caps
     except TemplateError:       # a bad --chat-template-file: the load refuses it, naming it
         text, caps = "", None
+    except Exception:           # whatever a template does, a model list still answers
+        log.exception("probing the chat template of a %s model failed", arch)
+        text, caps = "", None
     capabilities: list[str] = []
     if embeds_only(header, settings):
         capabilities.append("embedding")
