@@ -14,8 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ..engine.gguf_meta import read_shape
-from ..engine.model_load import ModelLoadError
+from ..engine.gguf_header import HeaderError, read_header
 from ..errors import ApiError
 from ..settings import MAX_DEFAULT_CTX, Settings
 from .catalogue import ModelEntry
@@ -34,8 +33,8 @@ def wanted_context(entry: ModelEntry, server: Settings, n_ctx: int | None) -> in
     if n_ctx is None:
         return None
     try:
-        trained = read_shape(entry.path).n_ctx_train
-    except ModelLoadError:
+        trained = read_header(entry.path).context_length     # kept per file: a request reads nothing
+    except HeaderError:
         return None             # the load says what is wrong with the file
     settings = entry.settings(server)
     configured = settings.ctx_size or min(trained or MAX_DEFAULT_CTX, MAX_DEFAULT_CTX)
