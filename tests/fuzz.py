@@ -48,7 +48,11 @@ DEATH_GRACE = 5.0            # seconds a failed connection waits to see whether 
 MAX_RSS_MB = int(os.environ.get("FUZZ_MAX_RSS_MB", 3000))   # past it: a violation, and a new server
 CAUSE_LINES = re.compile(r"GGML_ASSERT|terminate called|what\(\)|Error|error:|Traceback|Fatal|abort", re.I)
 STREAM_ENDS = {"/v1/chat/completions": b"data: [DONE]", "/v1/completions": b"data: [DONE]",
-               "/v1/responses": b"event: response.", "/v1/messages": b"event: message_stop"}
+               "/v1/responses": b"event: response.", "/v1/messages": b"event: message_stop",
+               "/completion": b'"stop":true', "/completions": b'"stop":true'}
+# llama-server's own routes: its error shape, {"error": {"code": <the status>, "message", "type"}}
+LLAMA_PATHS = ("/completion", "/completions", "/props", "/models", "/embedding", "/embeddings", "/reranking",
+               "/v1/reranking", "/v1/chat/completions/input_tokens", "/v1/responses/input_tokens", "/slots/")
 RAW_5XX = (501, 505)         # what HTTP itself answers to an unknown coding or version (RFC 9110 §15.6)
 RAW_REQUESTS = [
     b"GET / HTTP/1.1\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: localhost:80@evil.com\r\n\r\n",
@@ -155,6 +159,10 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     if path.startswith("/v1/messages"):
         ok = value.get("type") == "error" and isinstance(value.get("error", {}).get("message"), str) \
             and isinstance(value["error"].get("type"), str)
+    elif path.split("?")[0] in LLAMA_PATHS or path.startswith("/slots/"):
+        error = value.get("error") if isinstance(value, dict) else None
+        ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
+            and error.get("code") == status
     else:
         error = value.get("error") if isinstance(value, dict) else None
         ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
@@ -189,6 +197,8 @@ def stream_problem(method: str, path: str, data: bytes) -> str | None:
     if end is None or end in data:
         return None
     if base == "/v1/messages" and b"event: error" in data:
+        return None
+    if base in ("/completion", "/completions") and b'data: {"error":' in data:     # in-band, its last line
         return None
     return f"a stream that does not end properly: ...{data[-200:]!r}"
 

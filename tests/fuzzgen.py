@@ -233,7 +233,23 @@ class Gen:
         if self.chance(0.1):
             body["logprobs"] = self.r.choice([0, 3, 20])
         self.sampling(body)
+        if self.chance(0.3):
+            return self.llama_completion(body)
         return "POST", "/v1/completions", body
+
+    def llama_completion(self, body: dict) -> tuple[str, str, Any]:
+        """The same work through llama-server's own /completion, in its own words."""
+        body["n_predict"] = body.pop("max_tokens")
+        if self.chance(0.2):        # a mixed prompt: token ids and text
+            body["prompt"] = [self.r.randrange(self.n_vocab), self.text(), self.r.randrange(self.n_vocab)]
+        for name, make in {"n_probs": lambda: self.r.choice([0, 2, 20, 21]), "return_tokens": lambda: True,
+                           "ignore_eos": lambda: True, "post_sampling_probs": lambda: True,
+                           "json_schema": self.schema,
+                           "logit_bias": lambda: [[self.r.randrange(self.n_vocab), False]],
+                           "typical_p": lambda: self.r.choice([0.5, 1, 2])}.items():
+            if self.chance(0.1):
+                body[name] = make()
+        return "POST", self.r.choice(["/completion", "/completions"]), body
 
     def responses(self) -> tuple[str, str, Any]:
         body: dict[str, Any] = {"model": "tiny", "max_output_tokens": self.r.randint(1, 4)}
@@ -283,6 +299,8 @@ class Gen:
                                            "add_special": self.chance(0.5)}),
             lambda: ("POST", "/detokenize", {"tokens": [self.r.randrange(self.n_vocab) for _ in range(4)]}),
             lambda: ("POST", "/apply-template", {"messages": [self.chat_message()]}),
+            lambda: ("POST", "/v1/chat/completions/input_tokens", {"messages": [self.chat_message()]}),
+            lambda: ("POST", "/v1/responses/input_tokens", {"input": self.text()}),
             lambda: ("POST", "/v1/conversations", {"items": [{"type": "message", "role": "user",
                                                               "content": self.text()}], "metadata": {"a": "b"}}),
             lambda: ("POST", f"/v1/conversations/{self.known('conversation')}/items",
@@ -297,6 +315,7 @@ class Gen:
                                "?stream=maybe", "?include=x"])
         path = self.r.choice([
             "/health", "/v1/health", "/v1/models", "/v1/models/tiny", "/v1/models/other", "/slots", "/metrics",
+            "/props", "/props?model=tiny", "/models",
             f"/v1/responses/{response}{query}", f"/v1/responses/{response}/input_items?limit="
             f"{self.r.choice(['1', '100', '0', '101', 'x', '-1'])}&order={self.r.choice(['asc', 'desc', 'up'])}",
             f"/v1/conversations/{conversation}", f"/v1/conversations/{conversation}/items?limit=5",
