@@ -37,7 +37,7 @@ from .dialects.ollama import routes as ollama_routes
 from .dialects.services import Services
 from .webui import page as webui
 from .wire.routes import Router
-from .wire.access import AccessPolicy, is_json_media_type, load_api_keys
+from .wire.access import AccessPolicy, is_json_media_type, load_api_keys, sent_by_browser
 from .ops import systemd
 from .ops.signals import StopSignals
 from .wire.server import HTTPServer, listen_address
@@ -109,8 +109,8 @@ class App:
     # ---- hooks the router calls ---------------------------------------------------
 
     def check_access(self, exchange) -> None:
-        """Host check, CORS headers, the cross-site check, the API key and a JSON body's type,
-        before any handler runs."""
+        """Host check, CORS headers, the cross-site check, the API key and a browser's JSON body's
+        type, before any handler runs."""
         request = exchange.request
         if not self.access.host_ok(request.host):
             raise ApiError(403, f"requests for host '{request.host}' are refused: this server answers "
@@ -133,8 +133,10 @@ class App:
                            type="invalid_request_error",
                            code="invalid_api_key", headers=[("WWW-Authenticate", "Bearer")])
         if request.method not in ("GET", "HEAD") and exchange.has_body() and \
+                sent_by_browser(request.header("origin"), request.header("sec-fetch-site")) and \
                 not is_json_media_type(request.header("content-type")):
-            # every route with a body reads JSON; a browser can send any other type without a preflight
+            # a browser's body must say it is JSON (which no simple request can); other clients'
+            # (LiteLLM sends none, curl -d a form type) are read as JSON whatever they say, as Ollama's
             raise ApiError(415, f"the request body must be sent as Content-Type: application/json, not "
                                 f"'{(request.header('content-type') or 'none')[:100]}'", code="unsupported_media_type")
 

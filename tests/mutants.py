@@ -242,6 +242,28 @@ MUTANTS = [
     Mutant("a summary alone compacts again", "localserve/dialects/anthropic/messages.py",
            "(asked or not all(is_summary(m) for m in messages))", "True",
            ("tests/e2e/test_anthropic_compaction.py::test_a_summary_alone_is_not_compacted_again",)),
+    Mutant("a bigger num_ctx frees the model under its requests in flight", "localserve/models/manager.py",
+           "                    if record.holders == 0 and record.loaded.idle:",
+           "                    if True:",
+           ("tests/e2e/test_ollama_num_ctx.py::test_num_ctx_loads_the_model_again_once_the_request_in_flight_is_done",)),
+    Mutant("num_ctx past the training context", "localserve/models/context_size.py",
+           "        n_ctx = trained\n", "        pass\n",
+           ("tests/e2e/test_ollama_num_ctx.py::test_num_ctx_past_the_training_context_gets_the_training_context",)),
+    Mutant("Ollama's tool calls only at the end", "localserve/dialects/ollama/replies.py",
+           'return self._whole() if event.fragment.rstrip().endswith("}") else []', "return []",
+           ("tests/e2e/test_ollama_catalogue.py::test_the_first_call_arrives_while_the_model_writes_the_second",)),
+    Mutant("an untyped body refused from any client", "localserve/wire/access.py",
+           "    return origin is not None or fetch_site is not None", "    return True",
+           ("tests/e2e/test_cross_site.py::test_a_non_browser_clients_body_is_json_whatever_its_type",)),
+    Mutant("a browser's untyped body read", "localserve/wire/access.py",
+           "    return origin is not None or fetch_site is not None", "    return False",
+           ("tests/e2e/test_cross_site.py::test_a_browsers_body_not_declared_json_is_415",)),
+    Mutant("Ollama's routes answer any name", "localserve/dialects/ollama/names.py",
+           "    if entry is None:\n        raise not_found(name)", "    if entry is None:\n        return name",
+           ("tests/e2e/test_ollama_num_ctx.py::test_an_unknown_name_is_ollamas_404_where_openai_routes_answer_any_name",)),
+    Mutant("Ollama's chat never truncates", "localserve/dialects/ollama/chat.py",
+           'truncate = read_bool(body, "truncate", default=True)', 'truncate = read_bool(body, "truncate")',
+           ("tests/e2e/test_ollama_num_ctx.py::test_truncate_drops_the_oldest_turns_as_ollama_does",)),
     # issue 44: one API key's prompts and stored responses are no other key's
     Mutant("slot reuse ignores the key's scope", "localserve/runtime/jobs.py",
            "return common_prefix(self.tokens, prompt) if scope == self.scope else 0",
@@ -385,6 +407,7 @@ MUTANTS = [
            "    if False:\n        return False",
            ("tests/unit/ops/test_demo.py::test_a_file_of_its_name_with_other_bytes_is_not_served",)),
 ]
+
 
 
 class PatternNotFound(Exception):

@@ -6,6 +6,7 @@ logit_bias, chat_template_kwargs) that every dialect accepts.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from typing import Any
@@ -60,6 +61,18 @@ def read_int(body: dict, name: str, *, low: int | None = None, high: int | None 
              default: Any = None) -> Any:
     """An integer (2.0 counts as 2); by default at most MAX_INT_PARAM, so nothing wraps in llama.cpp's int32."""
     return read_number(body, name, low=low, high=high, default=default, integer=True)
+
+
+def read_num_ctx(body: dict) -> int | None:
+    """The context a request asks for: Ollama's `options.num_ctx`, or `num_ctx` beside the other
+    fields (Goose sends it so on OpenAI-shaped requests); None when it asks none (0 or less:
+    the model's own, as some clients send by default)."""
+    options = body.get("options")
+    if isinstance(options, dict) and options.get("num_ctx") is not None:
+        value = read_int({"options.num_ctx": options["num_ctx"]}, "options.num_ctx")     # named as sent
+    else:
+        value = read_int(body, "num_ctx")
+    return value if value is not None and value > 0 else None
 
 
 def read_bool(body: dict, name: str, default: bool = False) -> bool:
@@ -131,17 +144,19 @@ def read_logit_bias(body: dict, n_vocab: int) -> dict[int, float]:
     return bias
 
 
-def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0) -> SamplingParams:
-    """The sampling fields shared by every dialect, validated, with llama-server's defaults."""
-    p = SamplingParams()
+def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0,
+                  defaults: SamplingParams | None = None) -> SamplingParams:
+    """The sampling fields shared by every dialect, validated; what the body leaves out is
+    `defaults`' (llama-server's unless a dialect has its own: Ollama's)."""
+    p = dataclasses.replace(defaults) if defaults is not None else SamplingParams()
     p.temperature = read_number(body, "temperature", low=0, high=temperature_high, default=p.temperature)
     p.top_p = read_number(body, "top_p", low=0, high=1, default=p.top_p)
     p.top_k = read_int(body, "top_k", low=0, default=p.top_k)
     p.min_p = read_number(body, "min_p", low=0, high=1, default=p.min_p)
     p.seed = read_int(body, "seed", low=SEED_LOW, high=SEED_HIGH, default=None)
-    p.presence_penalty = read_number(body, "presence_penalty", low=-2, high=2, default=0.0)
-    p.frequency_penalty = read_number(body, "frequency_penalty", low=-2, high=2, default=0.0)
-    p.repeat_penalty = read_number(body, "repeat_penalty", low=0, high=10, default=1.0)
+    p.presence_penalty = read_number(body, "presence_penalty", low=-2, high=2, default=p.presence_penalty)
+    p.frequency_penalty = read_number(body, "frequency_penalty", low=-2, high=2, default=p.frequency_penalty)
+    p.repeat_penalty = read_number(body, "repeat_penalty", low=0, high=10, default=p.repeat_penalty)
     if p.repeat_penalty == 0:
         raise invalid("repeat_penalty", "must be greater than 0 (1.0 disables it)")
     p.repeat_last_n = read_int(body, "repeat_last_n", low=-1, default=p.repeat_last_n)

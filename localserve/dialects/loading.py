@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from ..errors import ApiError, ClientGone
 from ..generation import Loading
 from .exchange import Exchange
+from .fields import read_num_ctx
 from .pump import open_stream
 
 if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
@@ -57,8 +58,10 @@ def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], 
               ) -> AbstractContextManager[LoadedModel]:
     """`with use_model(models, body, wait) as model:` the model the body's `model` names (404
     model_not_found otherwise), loaded, held while the request runs; on_loading hears the load;
-    the body's `keep_alive` (Ollama's) is how long it stays loaded after this request."""
-    return models.use(body.get("model"), keep_alive=body.get("keep_alive"), on_loading=on_loading)
+    the body's `keep_alive` (Ollama's) is how long it stays loaded after this request, its
+    `num_ctx` (Ollama's, in `options` or beside the other fields) the context it needs."""
+    return models.use(body.get("model"), keep_alive=body.get("keep_alive"), n_ctx=read_num_ctx(body),
+                      on_loading=on_loading)
 
 
 def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[LoadedModel], None],

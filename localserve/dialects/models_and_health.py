@@ -1,7 +1,8 @@
 """Endpoints about the models: health, the model list, slots, and loading or unloading one.
 
 GET /v1/models lists the whole catalogue with each model's state (loaded, loading,
-unloaded), its settings and, once loaded, what the engine reports (`meta`). POST
+unloaded), its settings, what its file says of it (`details`, read without loading it) and,
+once loaded, what the engine reports (`meta`). POST
 /models/load and /models/unload ({"model": NAME}) are for operators (under the API key).
 """
 
@@ -12,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, shown
+from ..models.facts import facts_of
 from ..models.states import LOADED
 from ..models.units import describe_duration
 from ..settings import Settings
@@ -83,6 +85,11 @@ def model_object(record: Record, created: int, server_settings: Settings) -> dic
         "architecture": {"input_modalities": ["text", "image"] if settings.mmproj else ["text"],
                          "output_modalities": ["text"]},
     }
+    found = facts_of(record.entry, server_settings)
+    if found is not None:       # what the file says of itself, loaded or not (models/facts.py)
+        obj["details"] = {"architecture": found.architecture, "n_params": found.n_params,
+                          "parameter_size": found.parameter_size, "quantization": found.quantization,
+                          "n_ctx_train": found.n_ctx_train, "capabilities": list(found.capabilities)}
     if loaded is not None:
         obj["meta"] = meta(loaded)
         obj["memory"] = {"estimated_bytes": loaded.estimated_bytes, "measured_bytes": loaded.measured_bytes}

@@ -22,6 +22,7 @@ unloaded → loading → loaded → unloading → unloaded.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -36,6 +37,7 @@ from ..ops.metrics import ServerMetrics
 from ..runtime.pending_sample import abandoned_running
 from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue
+from .context_size import wanted_context
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
@@ -83,22 +85,30 @@ class ModelManager:
         return self.records[entry.name]
 
     @contextlib.contextmanager
-    def use(self, name: Any, *, keep_alive: Any = None,
+    def use(self, name: Any, *, keep_alive: Any = None, n_ctx: int | None = None,
             on_loading: Callable[[Loading], None] | None = None) -> Iterator[LoadedModel]:
         """The model a request names, loaded, held for the request's whole life. While it
         loads, on_loading (optional) hears a Loading event as the wait starts and every
-        DISCONNECT_POLL_INTERVAL after; what it raises (a client gone) ends the wait."""
+        DISCONNECT_POLL_INTERVAL after; what it raises (a client gone) ends the wait.
+        `n_ctx`: the context the request asks for (Ollama's num_ctx, context_size.py): a model
+        loaded with less is loaded again with that much, once its requests in flight are done."""
         record = self.find(name)
         keep = _request_keep_alive(keep_alive)
         if self.pinned:
             keep = None
+        ask = wanted_context(record.entry, self.settings, n_ctx)
         with self.cond:
             record.users += 1
+            record.ask_context(ask)
             self._share_threads()
+        held = False
         try:
-            yield self._ready(record, on_loading)
+            model = self._ready(record, on_loading, ask)
+            held = True
+            yield model
         finally:
             with self.cond:
+                record.let_go(ask, held)
                 record.users -= 1
                 record.last_used = time.monotonic()
                 if record.state == LOADED:
@@ -167,26 +177,59 @@ class ModelManager:
 
     # ---- loading ----------------------------------------------------------------
 
-    def _ready(self, record: Record, on_loading: Callable[[Loading], None] | None) -> LoadedModel:
+    def _ready(self, record: Record, on_loading: Callable[[Loading], None] | None, ask: int | None) -> LoadedModel:
+        """The model, once loaded (with the context every waiting request asks for); the request
+        holds it from then (under the same lock: no reload for another's context frees it first)."""
+        busy_since = None
         while True:
             with self.cond:
-                if record.state == LOADED:
+                attempt = None
+                if record.state == LOADED and not record.needs_more_context():
                     record.last_used = time.monotonic()
+                    record.hold(ask)
                     return record.loaded
-                if record.state == UNLOADING:      # being unloaded: wait, then load it again
+                if record.state == LOADED:      # too little context: once nothing runs on it, again
+                    if record.holders == 0 and record.loaded.idle:
+                        attempt = self._start_load(record, replacing=record.loaded)
+                elif record.state == UNLOADING:      # being unloaded: wait, then load it again
                     self.cond.wait(KEEP_ALIVE_SWEEP)
                     continue
-                if record.state == UNLOADED:
-                    record.state = LOADING
-                    record.attempt = Attempt()
-                    threading.Thread(target=self._load, args=(record, record.attempt), daemon=True,
-                                     name=f"load {record.name}").start()
-                attempt = record.attempt
+                elif record.state == UNLOADED:
+                    attempt = self._start_load(record)
+                else:
+                    attempt = record.attempt
+            if attempt is None:
+                busy_since = busy_since or time.monotonic()
+                self._wait_for_holders(record, busy_since, on_loading)
+                continue
             self._wait(attempt, Loading(record.name), on_loading)
             if attempt.error is not None:
                 error = attempt.error      # a fresh copy: each waiter raises its own
                 raise ApiError(error.status, error.message, code=error.code, param=error.param,
                                headers=error.headers)
+
+    def _start_load(self, record: Record, replacing: LoadedModel | None = None) -> Attempt:
+        """Under cond: a loader thread for the record, with the context its waiting requests ask
+        for; `replacing`: the same model loaded with less, freed first."""
+        record.state = LOADING
+        record.attempt = Attempt()
+        record.n_ctx = record.wanted_context()
+        record.loaded = None
+        threading.Thread(target=self._load, args=(record, record.attempt, replacing), daemon=True,
+                         name=f"load {record.name}").start()
+        return record.attempt
+
+    def _wait_for_holders(self, record: Record, since: float,
+                          on_loading: Callable[[Loading], None] | None) -> None:
+        """A wait for the requests in flight on a model that must load again with more context
+        (as a load waits for a busy model to evict: --evict-wait, then 503); the client is watched."""
+        if time.monotonic() - since >= self.settings.evict_wait:
+            raise busy_error(f"model '{record.name}' must load again with a context of {record.wanted_context()} "
+                             f"tokens (num_ctx), but its requests in flight have not ended")
+        if on_loading is not None:
+            on_loading(Loading(record.name))
+        with self.cond:
+            self.cond.wait(DISCONNECT_POLL_INTERVAL)
 
     @staticmethod
     def _wait(attempt: Attempt, event: Loading, on_loading: Callable[[Loading], None] | None) -> None:
@@ -199,12 +242,16 @@ class ModelManager:
         while not attempt.done.wait(DISCONNECT_POLL_INTERVAL):
             on_loading(event)
 
-    def _load(self, record: Record, attempt: Attempt) -> None:
-        """The loader: make room, load, count the memory. Ends the attempt either way."""
+    def _load(self, record: Record, attempt: Attempt, replacing: LoadedModel | None = None) -> None:
+        """The loader: free what it replaces, make room, load, count the memory. Ends the attempt
+        either way."""
         entry = record.entry
         loaded = None
         try:
             with self.load_lock:
+                if replacing is not None:
+                    log.info("model %s: loaded again with a context of %d (num_ctx)", entry.name, record.n_ctx)
+                    self._free(replacing, "num_ctx")
                 loaded = self._load_locked(record)
             self.metrics.model_loads.inc(model=entry.name, outcome="loaded")
             self.metrics.model_load_seconds.observe(loaded.load_seconds, model=entry.name)
@@ -227,7 +274,7 @@ class ModelManager:
                 self._start_keep_alive(record, record.keep_alive)
                 self._share_threads()
             else:
-                record.state = UNLOADED
+                record.state, record.n_ctx = UNLOADED, None
                 record.last_error = attempt.error.message if attempt.error else "the load failed"
                 self.metrics.model_loads.inc(model=record.name, outcome="failed")
                 if not attempt.at_start:      # at start the error is the one line the server exits with
@@ -238,6 +285,8 @@ class ModelManager:
     def _load_locked(self, record: Record) -> LoadedModel:
         entry = record.entry
         settings = entry.settings(self.settings)
+        if record.n_ctx is not None:        # a request's num_ctx
+            settings = dataclasses.replace(settings, ctx_size=record.n_ctx)
         watch = Stopwatch()
         need = estimate_bytes(entry.path, settings)
         watch.lap("estimate")
@@ -293,7 +342,7 @@ class ModelManager:
             self._free(loaded, reason)
         finally:
             with self.cond:
-                record.state, record.expires = UNLOADED, None
+                record.state, record.expires, record.n_ctx = UNLOADED, None, None
                 self.cond.notify_all()
         return True
 

@@ -7,6 +7,7 @@ only holds what it moves.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import threading
@@ -51,6 +52,11 @@ class Record:
         self.loaded: LoadedModel | None = None
         self.attempt: Attempt | None = None
         self.users = 0                    # requests inside use() (or waiting for the load)
+        self.holders = 0                  # of those, the ones that have the model (their jobs in flight)
+        # A request's num_ctx (Ollama's): each waiting request's ask; the context the model is
+        # loaded with (None: the settings') until it unloads
+        self.context_asks: collections.Counter[int] = collections.Counter()
+        self.n_ctx: int | None = None
         self.last_used = 0.0
         self.expires: float | None = None    # monotonic time the keep-alive runs out; None: never
         self.last_error: str | None = None
@@ -62,6 +68,38 @@ class Record:
     @property
     def runtime(self):
         return None if self.loaded is None else self.loaded.runtime
+
+    def wanted_context(self) -> int | None:
+        """The most context a waiting request asks for (None: none asks)."""
+        return max(self.context_asks) if self.context_asks else None
+
+    def needs_more_context(self) -> bool:
+        """Loaded with less context than a waiting request asks for: it must load again."""
+        wanted = self.wanted_context()
+        return wanted is not None and wanted > max(self.loaded.engine.n_ctx_seq, self.n_ctx or 0)
+
+    def ask_context(self, n_ctx: int | None) -> None:
+        """A request waits for the model, asking n_ctx (None: what it has)."""
+        if n_ctx is not None:
+            self.context_asks[n_ctx] += 1
+
+    def hold(self, n_ctx: int | None) -> None:
+        """The waiting request that asked n_ctx has the model now."""
+        self._drop_ask(n_ctx)
+        self.holders += 1
+
+    def let_go(self, n_ctx: int | None, held: bool) -> None:
+        """The request is done: it held the model, or gave up waiting for it."""
+        if held:
+            self.holders -= 1
+        else:
+            self._drop_ask(n_ctx)
+
+    def _drop_ask(self, n_ctx: int | None) -> None:
+        if n_ctx is not None:
+            self.context_asks[n_ctx] -= 1
+            if self.context_asks[n_ctx] <= 0:
+                del self.context_asks[n_ctx]
 
     def unloadable(self) -> bool:
         return self.state == LOADED and self.users == 0 and self.loaded.idle

@@ -63,6 +63,12 @@ function stateCell(busy, job) {
 }
 
 // What a job is: its request, its prompt tokens processed of all, its tokens generated.
+// what the model's file says of it (/v1/models' details, there for unloaded models too)
+function modelDetails(details) {
+  if (!details) return ["–", "–", "–"];
+  return [details.architecture || "–", details.parameter_size || "–", details.quantization || "–"];
+}
+
 function jobCells(job) {
   if (!job) return ["–", "–", "–"];
   const share = job.prompt_tokens ? ` (${((100 * job.prompt_processed) / job.prompt_tokens).toFixed(0)} %)` : "";
@@ -89,7 +95,8 @@ export async function refreshStatus() {
     $("mean-speed").textContent = rateCount ? `${(rateSum / rateCount).toFixed(1)} tok/s` : "–";
     noteRecentSpeed(rateSum, rateCount);
     fillTable("models-table", (models.data || []).map((m) => [m.id, m.state || "loaded",
-      m.meta && m.meta.n_ctx ? m.meta.n_ctx : "–", m.meta && m.meta.slots ? m.meta.slots : "–"]));
+      ...modelDetails(m.details), m.meta && m.meta.n_ctx ? m.meta.n_ctx : "–",
+      m.meta && m.meta.slots ? m.meta.slots : "–"]));
     fillTable("slots-table", slotList.map((s) => [slotName(s.model, s.id), stateCell(s.busy, s.job),
       ...jobCells(s.job), s.cached_tokens ?? "–"]));
     const parked = (slots.parked || []).map((p) => Object.assign({ model: "" }, p));

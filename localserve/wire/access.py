@@ -12,9 +12,11 @@ domain name in Host, so only loopback names, IP literals and --allowed-host name
 are served. A cross-site request always arrives with the page's Origin (browsers
 send it on every non-GET request) or `Sec-Fetch-Site: cross-site`, so a request
 that acts is refused when either names a site that is neither ours nor allowed;
-and a JSON body must say so in Content-Type, which no simple request can, so a
-browser has to ask first with a preflight, which the allowlist then decides.
-SDKs, curl and agent CLIs send JSON and no Origin: nothing changes for them.
+and a browser's JSON body must say so in Content-Type, which no simple request
+can, so a browser has to ask first with a preflight, which the allowlist then
+decides. SDKs, curl and agent CLIs send no Origin and no Sec-Fetch-Site: their
+bodies are read as JSON whatever their Content-Type says (LiteLLM sends none,
+`curl -d` a form type), as Ollama and llama-server read them.
 
 Several API keys are several users: each key's request gets a scope of its own (a digest of
 the key, never the key), so its prompts are cached, and its responses stored, where no other
@@ -148,6 +150,12 @@ class AccessPolicy:
         return [("Access-Control-Allow-Methods", methods),
                 ("Access-Control-Allow-Headers", requested_headers or CORS_ALLOW_HEADERS),
                 ("Access-Control-Max-Age", CORS_MAX_AGE)]
+
+
+def sent_by_browser(origin: str | None, fetch_site: str | None) -> bool:
+    """Browsers send Origin on every request that is not a GET or HEAD, and current ones
+    Sec-Fetch-Site on every request; SDKs, curl and agent CLIs send neither."""
+    return origin is not None or fetch_site is not None
 
 
 def scope_id(key: bytes) -> str:

@@ -90,7 +90,7 @@ def test_anthropic_routes_refuse_in_anthropic_shape(srv):
     refused = post(srv.port, "/v1/messages", body, "text/plain", BROWSER_HEADERS)
     assert refused.status == 403
     assert refused.json()["type"] == "error" and refused.json()["error"]["type"] == "permission_error"
-    wrong_type = post(srv.port, "/v1/messages/count_tokens", body, "text/plain")
+    wrong_type = post(srv.port, "/v1/messages/count_tokens", body, "text/plain", **own_page(srv))
     assert wrong_type.status == 415 and wrong_type.json()["error"]["type"] == "invalid_request_error"
 
 
@@ -105,14 +105,38 @@ def test_a_preflight_from_a_foreign_origin_gets_no_cors_grant(srv):
     assert resp.status == 204 and resp.header("access-control-allow-origin") is None
 
 
-# ---- JSON bodies must say so ------------------------------------------------------------------
+# ---- JSON bodies: a browser's must say so; other clients' are read whatever they say ------------
+
+def own_page(srv) -> dict:
+    """The headers of a request from this server's own page (same origin: it may act)."""
+    return {"headers": f"Origin: http://localhost:{srv.port}\r\nSec-Fetch-Site: same-origin\r\n",
+            "host": f"localhost:{srv.port}"}
+
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded",
                                           "multipart/form-data; boundary=x", None, "application/jsonx"])
-def test_a_body_that_is_not_declared_json_is_415(srv, content_type):
-    resp = post(srv.port, "/models/unload", b'{"model": "tiny"}', content_type)
+def test_a_browsers_body_not_declared_json_is_415(srv, content_type):
+    """Even from our own origin: the page sends JSON typed, and a browser's untyped body is a
+    simple request no preflight vetted."""
+    resp = post(srv.port, "/models/unload", b'{"model": "tiny"}', content_type, **own_page(srv))
     assert resp.status == 415 and resp.json()["error"]["code"] == "unsupported_media_type"
+    fetch_site_only = post(srv.port, "/models/unload", b'{"model": "tiny"}', content_type,
+                           "Sec-Fetch-Site: same-origin\r\n")
+    assert fetch_site_only.status == 415
     assert state_of(srv.port) == "loaded"
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "application/octet-stream",
+                                          "text/plain", None])
+def test_a_non_browser_clients_body_is_json_whatever_its_type(srv, content_type):
+    """LiteLLM's Ollama providers send no type (octet-stream when streaming async); `curl -d`
+    sends a form type: Ollama and llama-server read the body as JSON anyway."""
+    resp = post(srv.port, "/v1/chat/completions", json.dumps(CHAT).encode(), content_type,
+                "User-Agent: curl/8.5.0\r\nAccept: */*\r\n")
+    assert resp.status == 200, resp.body
+    assert resp.json()["object"] == "chat.completion"
+    not_json = post(srv.port, "/v1/chat/completions", b"model=tiny&prompt=hi", content_type)
+    assert not_json.status == 400 and "not valid JSON" in not_json.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8",
@@ -120,6 +144,8 @@ def test_a_body_that_is_not_declared_json_is_415(srv, content_type):
 def test_json_content_types_are_read(srv, content_type):
     resp = post(srv.port, "/v1/chat/completions", json.dumps(CHAT).encode(), content_type)
     assert resp.status == 200, resp.body
+    from_page = post(srv.port, "/v1/chat/completions", json.dumps(CHAT).encode(), content_type, **own_page(srv))
+    assert from_page.status == 200, from_page.body
 
 
 # ---- who may still act ------------------------------------------------------------------------

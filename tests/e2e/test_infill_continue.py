@@ -46,7 +46,8 @@ def qwen_like(tmp_path_factory):
                            chat_template=CHATML_TEMPLATE, special_tokens=specials,
                            extra_metadata={f"tokenizer.ggml.fim_{role}_token_id": ids[text]
                                            for role, text in QWEN_FIM.items()})
-    srv = ServerProcess(path, "--slots", "1", "--no-store")
+    # named as Continue's config names it: Ollama's routes answer a name the catalogue has (or a 404)
+    srv = ServerProcess(path, "--model-id", MODEL, "--slots", "1", "--no-store")
     yield srv
     srv.stop()
 

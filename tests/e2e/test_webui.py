@@ -413,6 +413,8 @@ def test_status_view_shows_a_busy_slot_while_a_stream_runs(page, webui_server):
     assert idle[1:5] == ["idle", "–", "–", "–"]
     assert page.el("#no-parked").is_displayed() and not page.el("#parked-table").is_displayed()
     assert page.text("#models-table tbody td") == MODEL_ID
+    model_row = row_texts(page, page.el("#models-table tbody tr"))
+    assert model_row[2] == "llama" and model_row[3] and model_row[4] == "F32"    # family, size, quantization
     page.screenshot("status_view_busy")
     page.el("body").send_keys(Keys.ESCAPE)         # Esc stops, from any view
     page.wait(lambda: page.text("#busy-slots") == "0 / 2", "the status view never showed the slot free")

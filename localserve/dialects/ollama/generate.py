@@ -49,6 +49,8 @@ def handle(services: Services, exchange: Exchange) -> None:
     suffix = read_str(body, "suffix", "")
     system = read_str(body, "system")
     raw = read_bool(body, "raw")
+    read_bool(body, "truncate", default=True)   # one prompt: nothing to drop (a prompt too long is a 400)
+    read_bool(body, "shift", default=True)      # no context shift: an answer stops at the context's end
     read_format(body)
     images = read_images(body.get("images"), "images")
     if images and (raw or suffix):

@@ -24,7 +24,7 @@ def pull(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     body = exchange.json()
     name = requested_name(body)
-    if models.catalogue.exact(catalogue_name(models, name)) is None:
+    if models.catalogue.exact(name) is None:
         raise ApiError(404, f"model '{shown(name)}' is not in the catalogue; {LOCAL_ONLY} "
                             f"(it serves {', '.join(models.catalogue.names())})", code="model_not_found")
     statuses = [{"status": "pulling manifest"}, {"status": "success"}]
@@ -43,7 +43,6 @@ def refused(action: str, services: Services, exchange: Exchange) -> None:
 def delete(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     name = requested_name(exchange.json())
-    if models.catalogue.exact(catalogue_name(models, name)) is None:
-        raise ApiError(404, f"model '{shown(name)}' not found", code="model_not_found")
+    catalogue_name(models, name)        # Ollama's 404 for a name not there
     raise ApiError(400, f"model '{shown(name)}' was not deleted: {LOCAL_ONLY}; remove it from the "
                         f"configuration instead", code="not_supported")

@@ -1,9 +1,10 @@
 """GET /api/tags, POST /api/show, GET /api/ps: the catalogue as Ollama describes its models.
 
-A model's `details`, `model_info` and `capabilities` come from the loaded model (its GGUF
-header as llama.cpp read it, its chat template as probed at load): /api/show loads the model
-it names, as a chat request would, so Copilot Chat's probe sees what the model can do. Lists
-(tags, ps) read only the catalogue and what is already loaded.
+A model's `details`, `model_info`, `capabilities` and template come from its file, read
+without loading it (models/facts.py: the GGUF header, the chat template probed as a load
+probes it): /api/show never loads, so Copilot Chat, which asks it of every model it lists,
+evicts nothing under --max-models. The context a loaded model serves (ps, and show's
+`parameters`) is the loaded model's own; an unloaded one's is what its load would give.
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
+from ...errors import ApiError
+from ...models.facts import ModelFacts, facts_of
+from ...settings import Settings
 from ..exchange import Exchange
 from ..services import Services
 from .clock import expires_at, timestamp
-from .names import serve_with_ollama_model, tagged
+from .names import catalogue_name, requested_name, tagged
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
     from ...models.record import Record
+
+PARAMETER_NAME_WIDTH = 30       # Ollama's `parameters` text: each name padded to this, then its value
 
 
 def list_tags(services: Services, exchange: Exchange) -> None:
     models = services.ready()
-    exchange.send_json({"models": [tag_entry(record) for record in models.all_models()]})
+    exchange.send_json({"models": [tag_entry(record, services.settings) for record in models.all_models()]})
 
 
 def list_running(services: Services, exchange: Exchange) -> None:
@@ -38,7 +43,7 @@ def list_running(services: Services, exchange: Exchange) -> None:
         engine = model.chat.engine
         on_gpu = engine.gpu_layers / engine.n_layer if engine.n_layer else 0.0
         running.append({"name": tagged(record.name), "model": tagged(record.name), "size": size,
-                        "digest": digest(record.entry.path), "details": details(model),
+                        "digest": digest(record.entry.path), "details": details(facts(record, services.settings)),
                         "expires_at": expires_at(record.expires), "size_vram": int(size * min(on_gpu, 1.0)),
                         "context_length": engine.n_ctx})
     exchange.send_json({"models": running})
@@ -46,97 +51,72 @@ def list_running(services: Services, exchange: Exchange) -> None:
 
 def show(services: Services, exchange: Exchange) -> None:
     models = services.ready()
-    body = exchange.json()
-
-    def answer(model: LoadedModel) -> None:
-        exchange.send_json(show_body(model))
-
-    serve_with_ollama_model(exchange, models, body, answer)
+    record = models.find(catalogue_name(models, requested_name(exchange.json())))
+    exchange.send_json(show_body(record, facts(record, services.settings)))
 
 
-def tag_entry(record: Record) -> dict:
+def facts(record: Record, settings: Settings) -> ModelFacts | None:
+    return facts_of(record.entry, settings)
+
+
+def tag_entry(record: Record, settings: Settings) -> dict:
     path = record.entry.path
-    entry = {"name": tagged(record.name), "model": tagged(record.name), "modified_at": modified_at(path),
-             "size": file_size(path), "digest": digest(path),
-             "details": details(record.loaded) if record.loaded is not None else bare_details()}
-    return entry
+    return {"name": tagged(record.name), "model": tagged(record.name), "modified_at": modified_at(path),
+            "size": file_size(path), "digest": digest(path), "details": details(facts(record, settings))}
 
 
-def show_body(model: LoadedModel) -> dict:
+def show_body(record: Record, found: ModelFacts | None) -> dict:
+    if found is None:
+        raise ApiError(500, f"model '{record.name}': {os.path.basename(record.entry.path)} has no GGUF header "
+                            f"this server can read", code="model_unreadable")
     return {
         "license": "",
-        "modelfile": f"# served by localserve from its catalogue\nFROM {os.path.basename(model.entry.path)}\n",
-        "parameters": "",
-        "template": shown_template(model),
-        "details": details(model),
-        "model_info": model_info(model),
-        "capabilities": capabilities(model),
-        "modified_at": modified_at(model.entry.path),
+        "modelfile": f"# served by localserve from its catalogue\nFROM {os.path.basename(record.entry.path)}\n",
+        "parameters": parameters({"num_ctx": served_context(record, found)}),
+        "template": shown_template(found),
+        "details": details(found),
+        "model_info": model_info(record, found),
+        "capabilities": list(found.capabilities),
+        "modified_at": modified_at(record.entry.path),
     }
 
 
-def shown_template(model: LoadedModel) -> str:
+def served_context(record: Record, found: ModelFacts) -> int:
+    """Each sequence's context: the loaded model's, else what its next load gives it."""
+    model = record.loaded
+    return model.chat.engine.n_ctx if model is not None else found.n_ctx
+
+
+def parameters(values: dict) -> str:
+    """Ollama's `parameters` text: a line per parameter, its name padded, its value as Go's %#v."""
+    return "\n".join(f"{name:<{PARAMETER_NAME_WIDTH}} {value}" for name, value in values.items())
+
+
+def shown_template(found: ModelFacts) -> str:
     """The chat template; for a model with FIM tokens, behind the branch Ollama's own templates for
     such models open with, in Ollama's template language: a request with a suffix is laid out
     around the FIM tokens (as prompt/fim.py lays it out). Continue sends `suffix` only to a model
     whose template mentions `.Suffix`; else it renders its own guess at the model's FIM format."""
-    text = model.chat.template.text
-    engine = model.chat.engine
-    if engine.fim.missing():
-        return text
-    pre, suf, mid = (engine.piece(t).decode(errors="replace") for t in (engine.fim.pre, engine.fim.suf, engine.fim.mid))
-    return "{{- if .Suffix }}" + pre + "{{ .Prompt }}" + suf + "{{ .Suffix }}" + mid + "{{- else }}" + text + "{{- end }}"
+    if found.fim is None:
+        return found.template
+    pre, suf, mid = found.fim
+    return "{{- if .Suffix }}" + pre + "{{ .Prompt }}" + suf + "{{ .Suffix }}" + mid + "{{- else }}" + \
+        found.template + "{{- end }}"
 
 
-def model_info(model: LoadedModel) -> dict:
-    engine = model.chat.engine
-    info = engine.info
-    arch = info.architecture
-    return {"general.architecture": arch, "general.parameter_count": info.n_params,
-            f"{arch}.context_length": info.n_ctx_train, f"{arch}.block_count": engine.n_layer,
-            "general.basename": os.path.splitext(os.path.basename(info.path))[0]}
+def model_info(record: Record, found: ModelFacts) -> dict:
+    arch = found.architecture
+    return {"general.architecture": arch, "general.parameter_count": found.n_params,
+            f"{arch}.context_length": found.n_ctx_train, f"{arch}.block_count": found.n_layer,
+            "general.basename": os.path.splitext(os.path.basename(record.entry.path))[0]}
 
 
-def capabilities(model: LoadedModel) -> list[str]:
-    if model.embeddings_only:
-        return ["embedding"]
-    found = ["completion"]
-    caps = model.chat.template.caps
-    if caps.tools:
-        found.append("tools")
-    if model.chat.default_reasoning is not None or caps.reasoning or "<think>" in model.chat.template.text:
-        found.append("thinking")
-    if not model.chat.engine.fim.missing():      # /api/generate's suffix fills a hole
-        found.append("insert")
-    if model.chat.engine.has_vision:
-        found.append("vision")
-    return found
-
-
-def details(model: LoadedModel) -> dict:
-    info = model.chat.engine.info
-    return {"parent_model": "", "format": "gguf", "family": info.architecture, "families": [info.architecture],
-            "parameter_size": parameter_size(info.n_params), "quantization_level": quantization(info.description)}
-
-
-def bare_details() -> dict:
-    """What a list shows of a model not loaded: its header is read when it loads."""
-    return {"parent_model": "", "format": "gguf", "family": "", "families": [], "parameter_size": "",
-            "quantization_level": ""}
-
-
-def parameter_size(n_params: int) -> str:
-    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n_params >= scale:
-            return f"{n_params / scale:.1f}{unit}"
-    return str(n_params)
-
-
-def quantization(description: str) -> str:
-    """llama.cpp's model description ends with the weights' type: "llama 1B Q4_K - Medium"."""
-    parts = description.split(" ", 2)
-    kind = parts[2] if len(parts) == 3 else ""
-    return kind.removeprefix("all ").replace(" - Medium", "_M").replace(" - Small", "_S").replace(" - Large", "_L")
+def details(found: ModelFacts | None) -> dict:
+    if found is None:       # a file whose header cannot be read: its load will say why
+        return {"parent_model": "", "format": "gguf", "family": "", "families": [], "parameter_size": "",
+                "quantization_level": ""}
+    return {"parent_model": "", "format": "gguf", "family": found.architecture, "families": [found.architecture],
+            "parameter_size": found.parameter_size, "quantization_level": found.quantization}
 
 
 def modified_at(path: str) -> str:

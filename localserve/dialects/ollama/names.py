@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from ...errors import ApiError
+from ...errors import ApiError, shown
 from ...models.catalogue import LATEST_TAG
 from ..exchange import Exchange
 from ..loading import serve_with_model
@@ -26,10 +26,17 @@ def tagged(name: str) -> str:
 
 def catalogue_name(models: ModelManager, name: str) -> str:
     """The catalogue's own name for an Ollama name (the catalogue answers `x:latest` for `x`);
-    the name itself when nothing matches: the model manager answers 404, or the one model of
-    a one-model server."""
+    a name the catalogue has not is Ollama's 404, even on a one-model server (whose OpenAI and
+    Anthropic routes answer any name): Ollama's clients offer to pull a model that is not found."""
     entry = models.catalogue.exact(name)
-    return name if entry is None else entry.name
+    if entry is None:
+        raise not_found(name)
+    return entry.name
+
+
+def not_found(name: str) -> ApiError:
+    """Ollama's own words for it (server/routes.go), which its clients match."""
+    return ApiError(404, f"model '{shown(name)}' not found", param="model", code="model_not_found")
 
 
 def requested_name(body: dict, field: str = "model") -> str:
@@ -44,8 +51,10 @@ def requested_name(body: dict, field: str = "model") -> str:
 
 
 def model_request(models: ModelManager, body: dict) -> dict:
-    """The model the request names, as the catalogue names it, and its keep_alive."""
-    return {"model": catalogue_name(models, requested_name(body)), "keep_alive": body.get("keep_alive")}
+    """The model the request names, as the catalogue names it, its keep_alive and its options
+    (num_ctx: the context it needs)."""
+    return {"model": catalogue_name(models, requested_name(body)), "keep_alive": body.get("keep_alive"),
+            "options": body.get("options")}
 
 
 def serve_with_ollama_model(exchange: Exchange, models: ModelManager, body: dict,

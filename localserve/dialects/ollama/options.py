@@ -1,10 +1,11 @@
 """The fields Ollama's generating requests share: `options`, `think`, `format`, `stream`.
 
 `options` holds Ollama's sampling and runner settings. The sampling ones map onto the
-sampler (llama.cpp's own names, mostly the same); `num_predict` is the answer's token limit
-(-1 and -2: no limit); `stop` the stop strings; llama.cpp's `logit_bias` and `grammar`, which
-every dialect accepts, are options here. Runner settings this server fixes per model
-at load (num_ctx, num_batch, num_gpu, num_thread, ...) and sampler settings llama.cpp dropped
+sampler (llama.cpp's own names, mostly the same), with Ollama's defaults; `num_predict` is the
+answer's token limit (-1 and -2: no limit); `stop` the stop strings; llama.cpp's `logit_bias`
+and `grammar`, which every dialect accepts, are options here. `num_ctx` is the context the
+model must be loaded with (read where the model is chosen: dialects/loading.py). Runner
+settings this server fixes per model at load (num_batch, num_gpu, num_thread, ...) and sampler settings llama.cpp dropped
 (mirostat, tfs_z, penalize_newline) are accepted and ignored, logged at debug level, as are
 names Ollama does not know: Ollama's own clients send whatever their user set.
 """
@@ -25,11 +26,17 @@ log = logging.getLogger("localserve.dialects")
 # (logit_bias as a token-id map, a GBNF grammar) that every dialect takes, here among the options
 SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "presence_penalty", "frequency_penalty",
                     "repeat_penalty", "repeat_last_n", "logit_bias", "grammar")
-IGNORED_OPTIONS = frozenset({"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "numa", "low_vram",
+READ_ELSEWHERE = frozenset({"num_ctx"})     # the context the model needs: dialects/loading.py reads it
+IGNORED_OPTIONS = frozenset({"num_batch", "num_gpu", "main_gpu", "num_thread", "numa", "low_vram",
                              "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
                              "num_keep", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline",
                              "draft_num_predict"})
 THINK_LEVELS = ("low", "medium", "high")
+# Ollama's own defaults (api/types.go DefaultOptions, docs/modelfile): what /api/* samples with
+# when a request leaves an option out; llama-server's differ in top_p (0.95) and min_p (0.05)
+OLLAMA_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, typical_p=1.0,
+                                 repeat_penalty=1.0, repeat_last_n=64, presence_penalty=0.0,
+                                 frequency_penalty=0.0)
 
 
 @dataclass
@@ -42,13 +49,14 @@ class Options:
 def read_options(body: dict, n_vocab: int, label: str) -> Options:
     options = read_dict(body, "options") or {}
     try:
-        sampling = read_sampling({name: options[name] for name in SAMPLING_OPTIONS if name in options}, n_vocab)
-        sampling.typical_p = read_number(options, "typical_p", low=0, high=1, default=1.0)
+        sampling = read_sampling({name: options[name] for name in SAMPLING_OPTIONS if name in options}, n_vocab,
+                                 defaults=OLLAMA_SAMPLING)
+        sampling.typical_p = read_number(options, "typical_p", low=0, high=1, default=OLLAMA_SAMPLING.typical_p)
         predict = read_int(options, "num_predict", low=-2)
         stop = read_stop(options)
     except ApiError as exc:        # a 400 naming the option: name it as options.NAME
         raise renamed(exc, f"options.{exc.param}") from None
-    left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop"}
+    left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop"} - READ_ELSEWHERE
     if left & IGNORED_OPTIONS:
         log.debug("%s: options %s ignored (fixed at load, or not a llama.cpp sampler)", label,
                   ", ".join(sorted(left & IGNORED_OPTIONS)))

@@ -1,8 +1,9 @@
 """Ollama's answers to /api/chat and /api/generate: NDJSON lines while streaming, one object whole.
 
 A stream is one JSON object per line, `done: false` for each piece of text (`message.content`
-or `message.thinking` in chat, `response` or `thinking` in generate), tool calls whole in one
-line with `arguments` as an object, then a last line with `done: true`, `done_reason` and the
+or `message.thinking` in chat, `response` or `thinking` in generate), each tool call in a line
+of its own as soon as it is whole (as Ollama streams them since 0.8), `arguments` as an
+object, then a last line with `done: true`, `done_reason` and the
 counts and durations (integer nanoseconds, measured). Nothing else goes on the wire: the
 keepalive is silence (the socket is still watched), and an error after the head is one
 `{"error": ...}` line.
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 
 from ...errors import ApiError
-from ...generation import Chunk, Finished, GenerationOutput
+from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from .clock import nanoseconds, timestamp
 from .errors import ollama_error_body
 
@@ -79,9 +80,48 @@ class Answer:
         return {"model": self.model, "created_at": timestamp(), **fields, "done": True, "done_reason": reason}
 
 
-def tool_calls(output: GenerationOutput) -> list[dict]:
-    return [{"id": call.id, "function": {"index": i, "name": call.name, "arguments": orjson.loads(call.arguments)}}
-            for i, call in enumerate(output.tool_calls)]
+def tool_calls(output: GenerationOutput, leave_out: set[int] | None = None) -> list[dict]:
+    """The answer's calls in Ollama's shape; `leave_out`: the indices a stream already sent."""
+    return [call_json(i, call.id, call.name, orjson.loads(call.arguments))
+            for i, call in enumerate(output.tool_calls) if not leave_out or i not in leave_out]
+
+
+def call_json(index: int, call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "function": {"index": index, "name": name, "arguments": arguments}}
+
+
+class WholeCalls:
+    """A stream's tool calls, each handed out once it is whole: its arguments a complete JSON
+    object (a prefix of an object never parses as one). What never parsed goes out at the end,
+    from the answer's own calls."""
+
+    def __init__(self):
+        self.open: ToolCallStart | None = None
+        self.fragments: list[str] = []
+        self.sent: set[int] = set()
+
+    def start(self, event: ToolCallStart) -> None:
+        self.open, self.fragments = event, []
+
+    def delta(self, event: ToolCallDelta) -> list[dict]:
+        if self.open is None or event.index != self.open.index:
+            return []
+        self.fragments.append(event.fragment)
+        # only where an object may have closed: parsing after every fragment would cost the square
+        return self._whole() if event.fragment.rstrip().endswith("}") else []
+
+    def _whole(self) -> list[dict]:
+        call = self.open
+        if call.index in self.sent:
+            return []
+        try:
+            arguments = orjson.loads("".join(self.fragments))
+        except orjson.JSONDecodeError:
+            return []
+        if not isinstance(arguments, dict):
+            return []
+        self.sent.add(call.index)
+        return [call_json(call.index, call.id, call.name, arguments)]
 
 
 class NdjsonLines:
@@ -91,22 +131,30 @@ class NdjsonLines:
 
     def __init__(self, answer: Answer):
         self.answer = answer
+        self.calls = WholeCalls()
 
     def feed(self, event: object) -> list[bytes]:
         reply = self.answer
         if isinstance(event, Chunk):
             piece = reply.text(thinking=event.text) if event.reasoning else reply.text(event.text)
             return [reply.line(piece)]
+        if isinstance(event, ToolCallStart):
+            self.calls.start(event)
+            return []
+        if isinstance(event, ToolCallDelta):
+            return self._calls_line(self.calls.delta(event))
         if isinstance(event, Finished):
-            out = []
-            calls = tool_calls(event.output)
-            if calls:       # whole, in one line, before the last
-                piece = reply.text()
-                (piece["message"] if reply.chat else piece)["tool_calls"] = calls
-                out.append(reply.line(piece))
+            out = self._calls_line(tool_calls(event.output, leave_out=self.calls.sent))   # what is left, before the last
             out.append(reply.line({**reply.text(), **reply.final(event.output)}, done=True))
             return out
-        return []           # a call's start and fragments: it goes out whole at the end
+        return []
+
+    def _calls_line(self, calls: list[dict]) -> list[bytes]:
+        if not calls:
+            return []
+        piece = self.answer.text()
+        (piece["message"] if self.answer.chat else piece)["tool_calls"] = calls
+        return [self.answer.line(piece)]
 
     def fail(self, error: ApiError) -> list[bytes]:
         return [orjson.dumps(ollama_error_body(error)) + b"\n"]

@@ -25,7 +25,7 @@ class _LoadingModels:
     """A model that loads (one Loading event), then fails as a load can: 500 model_load_failed."""
 
     @contextlib.contextmanager
-    def use(self, name, *, keep_alive, on_loading):
+    def use(self, name, *, keep_alive, n_ctx, on_loading):
         on_loading(Loading("alpha"))
         raise ApiError(500, "cannot load model 'alpha'", code="model_load_failed")
         yield

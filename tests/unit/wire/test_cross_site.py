@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.wire.access import AccessPolicy, is_json_media_type
+from localserve.wire.access import AccessPolicy, is_json_media_type, sent_by_browser
 
 
 @pytest.mark.parametrize("origin,fetch_site,host", [
@@ -55,3 +55,12 @@ def test_a_huge_origin_is_cut_in_the_message():
 ])
 def test_json_media_types(value, ok):
     assert is_json_media_type(value) is ok
+
+
+@pytest.mark.parametrize("origin,fetch_site,browser", [
+    (None, None, False),                        # curl, LiteLLM, the SDKs: their body's type is not checked
+    ("http://localhost:8080", None, True), (None, "same-origin", True), (None, "none", True),
+    ("null", "cross-site", True), ("", None, True),
+])
+def test_who_is_a_browser(origin, fetch_site, browser):
+    assert sent_by_browser(origin, fetch_site) is browser

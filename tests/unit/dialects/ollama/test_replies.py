@@ -57,6 +57,21 @@ def test_chat_lines_and_the_last_one():
     assert [line["done"] for line in lines] == [False, False, False, True]
 
 
+def test_each_call_goes_out_as_soon_as_it_is_whole():
+    """Ollama (0.8 on) streams each call as it completes: the first before the second begins."""
+    second = ToolCall("call_2", "get_time", '{"zone":"UTC"}')
+    done = Finished(output=GenerationOutput(tool_calls=[CALL, second], finish_reason="tool_calls", completion_tokens=9))
+    _, lines = run([ToolCallStart(0, "call_1", "get_weather"), ToolCallDelta(0, '{"city":'), Chunk(False, ""),
+                    ToolCallDelta(0, ' "Paris"}'), Chunk(False, "x"),
+                    ToolCallStart(1, "call_2", "get_time"), ToolCallDelta(1, '{"zone": {"a": 1}'), done])
+    calls = [(i, line["message"]["tool_calls"]) for i, line in enumerate(lines) if "tool_calls" in line["message"]]
+    assert calls == [
+        (1, [{"id": "call_1", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}]),
+        # its fragments never closed the object: the answer's own arguments, at the end
+        (3, [{"id": "call_2", "function": {"index": 1, "name": "get_time", "arguments": {"zone": "UTC"}}}])]
+    assert lines[2]["message"]["content"] == "x" and [line["done"] for line in lines] == [False] * 4 + [True]
+
+
 def test_generate_lines_carry_response_and_an_empty_context():
     length = Finished(output=GenerationOutput(content="ab", completion_tokens=2, finish_reason="length"))
     _, lines = run([Chunk(False, "a"), Chunk(False, "b"), length], chat=False)

@@ -129,5 +129,18 @@ def test_names_answer_with_and_without_latest():
     assert catalogue_name(models, "qwen:latest") == "qwen"
     assert catalogue_name(models, "qwen3:8b") == "qwen"            # an alias with its own tag
     assert catalogue_name(models, "llama") == "llama"
-    assert catalogue_name(models, "absent:latest") == "absent:latest"
+    with pytest.raises(ApiError) as caught:
+        catalogue_name(models, "absent:latest")
+    assert caught.value.status == 404 and caught.value.message == "model 'absent:latest' not found"
+    alone = SimpleNamespace(catalogue=Catalogue([ModelEntry("tiny", "/t.gguf")], any_name=True))
+    assert catalogue_name(alone, "tiny:latest") == "tiny"
+    with pytest.raises(ApiError, match="not found"):       # a one-model server's Ollama routes too
+        catalogue_name(alone, "llama3.2")
+
+
+def test_ollamas_sampling_defaults_where_the_request_leaves_them_out():
+    s = read_options({"options": {"stop": ["x"]}}, 300, "t").sampling
+    assert (s.temperature, s.top_k, s.top_p, s.min_p, s.typical_p) == (0.8, 40, 0.9, 0.0, 1.0)
+    assert (s.repeat_penalty, s.repeat_last_n, s.presence_penalty, s.frequency_penalty) == (1.0, 64, 0.0, 0.0)
+    assert read_options({}, 300, "t").sampling.top_p == 0.9
     assert (tagged("qwen"), tagged("qwen3:8b")) == ("qwen:latest", "qwen3:8b")
