@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..conversation import Message, Text, text_message
+from ..engine.facade import EngineFacade
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams
-from .build import ChatInput, ChatModel, ToolChoice, build_chat_request
+from .build import ChatInput, ChatModel, ToolChoice, build_chat_request, render_chat
 from .vision import without_images
 
 SUMMARY_PROMPT = (
@@ -42,6 +43,8 @@ SUMMARY_HEADING = "Summary of the conversation so far (its earlier turns were co
 SUMMARY_SHARE_OF_CONTEXT = 4       # at most n_ctx // this many tokens
 # Summarisation jobs one compaction may run, the last (whole) one included: each piece shortens the rest.
 MAX_COMPACTION_PIECES = 32
+# A conversation is counted (fewest_jobs) this many characters of its rendered prompt at a time.
+COUNT_SLICE_CHARS = 64 * 1024
 
 
 def summary_request_text(instructions: str | None = None) -> str:
@@ -106,20 +109,21 @@ def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | N
     # since the turn being answered is the summary request) becomes the placeholder text.
     messages = chat.messages if model.vision else [without_images(m) for m in chat.messages]
 
-    def request_for(covered: int) -> GenerationRequest:
+    def attempt(covered: int) -> ChatInput:
         request = text_message("user", summary_request_text(instructions))
-        attempt = ChatInput(messages=join_user_turn(messages[:covered], request),
-                            tools=chat.tools, tool_choice=ToolChoice("auto"), template_kwargs=chat.template_kwargs,
-                            reasoning_budget=chat.reasoning_budget)
-        return build_chat_request(model, attempt, dataclasses.replace(sampling or SamplingParams()),
+        return ChatInput(messages=join_user_turn(messages[:covered], request), tools=chat.tools,
+                         tool_choice=ToolChoice("auto"), template_kwargs=chat.template_kwargs,
+                         reasoning_budget=chat.reasoning_budget)
+
+    def request_for(covered: int) -> GenerationRequest:
+        return build_chat_request(model, attempt(covered), dataclasses.replace(sampling or SamplingParams()),
                                   max_tokens=room, stop=[], label=label)
 
     def size(covered: int) -> int:
-        """The prompt tokens of the job covering `covered` messages (at least: one too long to count)."""
-        try:
-            return len(request_for(covered).prompt_tokens)
-        except ContextOverflow as overflow:
-            return overflow.n_prompt_tokens
+        """The prompt tokens of the job covering `covered` messages, counted up to what jobs_left
+        jobs could read at all (each reads less than the context)."""
+        text = render_chat(model.template, attempt(covered))
+        return count_tokens(model.engine, text, enough=jobs_left * model.engine.n_ctx)
 
     def build(covered: int) -> GenerationRequest:
         request = request_for(covered)
@@ -146,6 +150,23 @@ def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | N
     if jobs > jobs_left:
         raise TooManyPieces(jobs)
     return _longest_head(cuts, build, check_client)
+
+
+def count_tokens(engine: EngineFacade, text: str, *, enough: int) -> int:
+    """The tokens of a rendered prompt, counted a slice at a time and only until there are more than
+    `enough`: the tokenizer's working memory (some 40 bytes a byte) is one slice's, and its time no
+    more than the answer needs. A slice ends after a newline where there is one, so that a
+    template's special token is seldom cut (one that is counts a few tokens more). Images count
+    as their marker's text: fewer tokens than the positions they take."""
+    count, at = 0, 0
+    while at < len(text) and count <= enough:
+        end = at + COUNT_SLICE_CHARS
+        if end < len(text):
+            newline = text.rfind("\n", at, end)
+            end = newline + 1 if newline > at else end
+        count += len(engine.tokenize(text[at:end], add_special=at == 0, parse_special=True))
+        at = end
+    return count
 
 
 def fewest_jobs(conversation: int, reads: int, summary_tokens: int) -> int:
