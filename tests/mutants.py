@@ -298,6 +298,9 @@ def copy_tree(dest: Path) -> None:
             shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif source.exists():
             shutil.copy2(source, dest / name)
+    cache = ROOT / ".cache"         # prepared inputs (the template corpus, agent CLIs), not code: shared
+    if cache.exists():
+        (dest / ".cache").symlink_to(cache.resolve(), target_is_directory=True)
 
 
 def apply(mutant: Mutant, root: Path) -> None:
