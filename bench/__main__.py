@@ -15,8 +15,8 @@ Measures, on the demo model unless --model is given:
   the same file, and the time to switch between two models with --max-models 1;
 - llama-server when it is on PATH, and llama-cpp-python's server when its extras
   are installed, with the same workload;
-- Ollama's /api/chat: the single-stream and 4-stream rows against /v1/chat/completions on the
-  same server (ollama_chat.py), within 2%;
+- Ollama's /api/chat and llama-server's /completion: the single-stream and 4-stream rows against
+  /v1/chat/completions and /v1/completions on the same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py);
 - images: an image's encode and prefill through the API against libmtmd's own calls, and a
@@ -67,7 +67,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--scene", help="plain decoding: only the configurations whose label holds this "
                                         "(e.g. 'n-gram')")
     parser.add_argument("--ollama-only", action="store_true",
-                        help="only /api/chat against /v1/chat/completions (bench/ollama_chat.py)")
+                        help="only /api/chat and /completion against OpenAI's routes (bench/ollama_chat.py)")
     return parser.parse_args()
 
 
@@ -107,7 +107,7 @@ def main() -> int:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     print_report(bare, contenders, args)
-    ollama_chat.run(model, work.ban, args)          # /api/chat's rows beside /v1/chat/completions'
+    ollama_chat.run(model, work.ban, args)          # /api/chat's and /completion's rows beside OpenAI's routes
     speculative.run(model, engine, work, args)     # the four ratios and their chart
     engine.close()
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False

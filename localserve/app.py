@@ -32,6 +32,7 @@ from .dialects.rerank import routes as rerank_routes
 from .dialects.responses import routes as responses_routes
 from .dialects.responses.runs import ResponseRuns
 from .dialects.anthropic import routes as anthropic_routes
+from .dialects.llamacpp import routes as llamacpp_routes
 from .dialects.ollama import routes as ollama_routes
 from .dialects.services import Services
 from .webui import page as webui
@@ -82,7 +83,7 @@ class App:
             keys = load_api_keys(settings.api_key, settings.api_key_file)
         except OSError as exc:
             raise StartupError(f"cannot read --api-key-file {settings.api_key_file}: {exc.strerror}", EXIT_USAGE) from None
-        self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin)
+        self.access = AccessPolicy(keys, settings.allowed_host, settings.cors_origin, settings.shared_cache)
         self.public_paths = PUBLIC_PATHS
         self.router = Router(self)
         self._add_routes()
@@ -94,6 +95,7 @@ class App:
         models_and_health.add_routes(router, services)
         openai_routes.add_routes(router, services)
         infill.add_routes(router, services)
+        llamacpp_routes.add_routes(router, services)
         rerank_routes.add_routes(router, services)
         tokens_and_templates.add_routes(router, services)
         metrics_endpoint.add_routes(router, services)
@@ -122,8 +124,10 @@ class App:
             refusal = self.access.cross_site_refusal(origin, request.header("sec-fetch-site"), request.host)
             if refusal:
                 raise ApiError(403, refusal, code="cross_site_request")
-        if not public and self.access.requires_key and \
-                not self.access.key_ok(request.header("authorization"), request.header("x-api-key")):
+        scope = self.access.key_scope(request.header("authorization"), request.header("x-api-key"))
+        if scope is not None:
+            exchange.scope = scope      # whose prompts and stored responses it may see (access.py)
+        elif not public and self.access.requires_key:
             raise ApiError(401, "invalid or missing API key: send it as 'Authorization: Bearer KEY' or 'x-api-key'",
                            # OpenAI's clients read this type for a bad key (Anthropic's shape names its own)
                            type="invalid_request_error",
@@ -291,6 +295,7 @@ def http_server(app: App, listener) -> HTTPServer:
 def drain(app: App, servers: list[HTTPServer], settings: Settings) -> int:
     """Stop accepting, let open requests and background runs finish (up to --drain-timeout), close."""
     systemd.notify("STOPPING=1")
+    app.services.stopping.set()     # streams with no end of their own (/models/sse) end now
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     drain_started = time.monotonic()
     for each in servers:        # every address stops accepting at once (idle connections closed) ...

@@ -49,6 +49,7 @@ class Image:
     media_type: str
     digest: str = ""               # sha256 of data, hex; computed when not given
     where: str = field(default="", compare=False)
+    pixels: int = field(default=0, compare=False)      # what decoding it fills (images.py reads it from the header)
 
     def __post_init__(self) -> None:
         if not self.digest:

@@ -122,6 +122,9 @@ class GenerationRequest:
     # text ends the job as a Compacted event, before Finished, and counts as a compaction.
     compaction: bool = False
     cache_key: str | None = None     # prompt_cache_key: prefer the slot this key last used
+    # Whose prompt caches it may use and fill (the API key's scope, wire/access.py): a cached
+    # prefix of another scope's prompt would show in cached_tokens, and so tell that prompt.
+    scope: str = ""
     prediction: str | None = None    # OpenAI's prediction: the text the output likely repeats; drafts come from it first
     # Editor completions (llama-server's /infill): past this many seconds of generation the answer
     # ends at its next line break; a line indented less than min_indent ends it before that line.
@@ -130,6 +133,9 @@ class GenerationRequest:
     # A fill-in-the-middle completion (every FIM route marks its own): with every slot busy it
     # parks a running chat rather than wait behind it (runtime/preempt.py).
     editor_completion: bool = False
+    # Who sent an editor completion (its X-Client-Id, else its User-Agent; dialects/fim.py): one
+    # client's completions may take only a share of the preemptions of one job (runtime/fairness.py).
+    client: str | None = None
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
     images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
 
@@ -211,6 +217,7 @@ class GenerationOutput:
     rejected_prediction_tokens: int = 0     # those it did not: decoded, then dropped (other drafts: timings)
     logprobs: list[dict] | None = None
     timings: Timings = field(default_factory=Timings)
+    token_ids: list[int] = field(default_factory=list)     # the tokens generated (llama-server's return_tokens)
 
 
 @dataclass

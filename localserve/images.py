@@ -3,13 +3,17 @@
 A client sends an image inline: a ``data:`` URL (OpenAI's ``image_url``, Responses'
 ``input_image``) or base64 with a declared media type (Anthropic's ``source``, Ollama's
 ``images``). Here that text becomes a :class:`~localserve.conversation.Image` or an
-:class:`ImageRefused` saying why not, from the bytes' own header alone (stdlib only: the
+:class:`ImageRefused` saying why not, from the bytes' own structure alone (stdlib only: the
 pixels are decoded later, by libmtmd's stb loader, which reads PNG, JPEG, GIF and BMP):
 
 - the format is sniffed from the magic bytes; a declared media type must agree with them;
-- a format the loader cannot read (WebP, HEIC/AVIF, TIFF, SVG, ...) is refused by its name;
-- the pixel size is read from the header (PNG IHDR, JPEG SOF, GIF screen, BMP DIB) and
-  held to MAX_IMAGE_PIXELS, the decoded bytes to MAX_IMAGE_BYTES (checked before decoding);
+- a format the loader cannot read (WebP, HEIC/AVIF, TIFF, SVG, ...) is refused by its name,
+  and only the four it reads ever reach libmtmd (none of their magic bytes is one libmtmd's
+  helper takes for audio);
+- the bytes are held to MAX_IMAGE_BYTES before base64 is decoded; then image_headers.py reads
+  the header and structure: the pixels (MAX_IMAGE_PIXELS), what the decode would allocate
+  (MAX_DECODE_BYTES), a progressive JPEG's scans, and whether the data holds the pixels the
+  header declares;
 - a remote ``http(s)`` URL is refused, never fetched: the server is meant to run with no
   network at all, and a fetch on a client's behalf would be a request forgery.
 The caller names the request part (``messages[2].content[1]``) in the error it makes.
@@ -20,12 +24,11 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import struct
 
 from .conversation import Image
+from .image_headers import ImageRefused, read_facts
 
 MAX_IMAGE_BYTES = 20 * 1024 * 1024     # one image's decoded bytes (OpenAI's and Anthropic's order of size)
-MAX_IMAGE_PIXELS = 8192 * 4096         # width × height of one image: 32 megapixels (the loader decodes to RGB)
 MAX_IMAGES_PER_REQUEST = 100           # images in one request's conversation, as Anthropic's API allows
 
 # The formats libmtmd's loader reads, by media type.
@@ -36,15 +39,6 @@ MEDIA_TYPE_ALIASES = {"image/jpg": "image/jpeg", "image/x-png": "image/png", "im
 
 MAX_DATA_URL_HEAD = 256               # "data:<media type>;<parameters>," before the data: a header, not a body
 _WHITESPACE = re.compile(rb"[ \t\r\n]+")
-
-
-class ImageRefused(ValueError):
-    """Why an image is not taken; code: invalid_image, unsupported_image_format,
-    image_media_type_mismatch, image_too_large, remote_image_url, too_many_images."""
-
-    def __init__(self, message: str, code: str = "invalid_image"):
-        super().__init__(message)
-        self.code = code
 
 
 def from_url(url: str, where: str = "") -> Image:
@@ -98,13 +92,8 @@ def from_bytes(data: bytes, media_type: str | None = None, where: str = "") -> I
         if declared != found:
             raise ImageRefused(f"the media type says {media_type[:100]!r} but the bytes are {ACCEPTED[found]} ({found})",
                                "image_media_type_mismatch")
-    width, height = dimensions(data, found)
-    if width <= 0 or height <= 0:
-        raise ImageRefused(f"the {ACCEPTED[found]} image has no pixels ({width}x{height})")
-    if width * height > MAX_IMAGE_PIXELS:
-        raise ImageRefused(f"the image is {width}x{height} pixels, more than MAX_IMAGE_PIXELS "
-                           f"({MAX_IMAGE_PIXELS}) allows", "image_too_large")
-    return Image(data, found, where=where)
+    facts = read_facts(data, found)
+    return Image(data, found, where=where, pixels=facts.decoded_pixels)
 
 
 def _too_large(size: int) -> ImageRefused:
@@ -115,6 +104,13 @@ def _too_large(size: int) -> ImageRefused:
 def count_refusal(count: int) -> ImageRefused:
     return ImageRefused(f"the request carries {count} images, more than MAX_IMAGES_PER_REQUEST "
                         f"({MAX_IMAGES_PER_REQUEST}) allows", "too_many_images")
+
+
+def reaches_libmtmd(data: bytes) -> bool:
+    """Bytes of a format stb reads, as sniff names it: the only ones handed to libmtmd, whose
+    helper would take RIFF, ID3, an MPEG sync word or fLaC for audio, and other bytes stb
+    cannot read for a video to run ffmpeg on (where it was built with video)."""
+    return sniff(data) in ACCEPTED
 
 
 # ---- formats ----------------------------------------------------------------------------
@@ -152,72 +148,3 @@ def sniff(data: bytes) -> str | None:
     if head.startswith(b"<") and b"<svg" in head:
         return "SVG (image/svg+xml)"
     return None
-
-
-def dimensions(data: bytes, media_type: str) -> tuple[int, int]:
-    """(width, height) from the header of an accepted format; ImageRefused when it is cut short."""
-    try:
-        return _READERS[media_type](data)
-    except struct.error:
-        raise ImageRefused(f"the {ACCEPTED[media_type]} image is truncated: its header is incomplete") from None
-
-
-def _png(data: bytes) -> tuple[int, int]:
-    if data[12:16] != b"IHDR":
-        raise ImageRefused("the PNG image is truncated or malformed: no IHDR header")
-    return struct.unpack_from(">II", data, 16)
-
-
-def _gif(data: bytes) -> tuple[int, int]:
-    return struct.unpack_from("<HH", data, 6)
-
-
-def _bmp(data: bytes) -> tuple[int, int]:
-    (header_size,) = struct.unpack_from("<I", data, 14)
-    if header_size == 12:        # OS/2 BITMAPCOREHEADER: 16-bit sizes
-        return struct.unpack_from("<HH", data, 18)
-    width, height, _, _, compression = struct.unpack_from("<iiHHI", data, 18)
-    if compression not in (0, 3, 6):     # RGB, bit fields: what the loader reads (not RLE, JPEG, PNG)
-        raise ImageRefused(f"the BMP image is compressed (method {compression}); accepted BMPs are uncompressed",
-                           "unsupported_image_format")
-    return width, abs(height)    # a negative height is a top-down bitmap
-
-
-# Start-of-frame markers: baseline, extended and progressive Huffman are what the loader reads.
-_SOF_READ = {0xC0, 0xC1, 0xC2}
-_SOF_OTHER = {0xC3, 0xC5, 0xC6, 0xC7, 0xC9, 0xCA, 0xCB, 0xCD, 0xCE, 0xCF}
-
-
-def _jpeg(data: bytes) -> tuple[int, int]:
-    """Walk the segments to the first start-of-frame: its height and width."""
-    at = 2
-    while True:
-        if data[at] != 0xFF:
-            raise ImageRefused("the JPEG image is malformed: a segment does not start with 0xFF")
-        marker = data[at + 1]
-        if marker == 0xFF:           # fill byte
-            at += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:     # markers without a length
-            at += 2
-            continue
-        if marker in (0xD9, 0xDA):
-            raise ImageRefused("the JPEG image is truncated or malformed: no frame header before its data")
-        (length,) = struct.unpack_from(">H", data, at + 2)
-        if marker in _SOF_READ or marker in _SOF_OTHER:
-            if marker in _SOF_OTHER:
-                raise ImageRefused("the JPEG image is lossless, hierarchical or arithmetic-coded; accepted JPEGs "
-                                   "are baseline or progressive", "unsupported_image_format")
-            height, width = struct.unpack_from(">HH", data, at + 5)
-            return width, height
-        at += 2 + length
-
-
-def _read_jpeg(data: bytes) -> tuple[int, int]:
-    try:
-        return _jpeg(data)
-    except IndexError:
-        raise struct.error("cut short") from None
-
-
-_READERS = {"image/png": _png, "image/jpeg": _read_jpeg, "image/gif": _gif, "image/bmp": _bmp}

@@ -90,9 +90,11 @@ class Settings:
     tool_syntax: str | None = None
     data_dir: str | None = None
     no_store: bool = False
+    slot_save_path: str | None = None              # where /slots/{id}?action=save|restore keep their files
     no_webui: bool = False
     api_key: list[str] = field(default_factory=list)
     api_key_file: str | None = None
+    shared_cache: bool = False                     # several keys share prompt caches (wire/access.py: scopes)
     allowed_host: list[str] = field(default_factory=list)
     cors_origin: list[str] = field(default_factory=list)
     log_level: str = "info"

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from conftest import ServerProcess  # noqa: E402
 from fuzzgen import Gen, to_json  # noqa: E402
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
+from tinyvision import write_tiny_mmproj  # noqa: E402
 
 TIMEOUT = 60.0               # one answer; longer means the server stalled
 RAW_SHARE = 0.04             # requests sent as raw bytes at the HTTP level
@@ -48,7 +49,11 @@ DEATH_GRACE = 5.0            # seconds a failed connection waits to see whether 
 MAX_RSS_MB = int(os.environ.get("FUZZ_MAX_RSS_MB", 3000))   # past it: a violation, and a new server
 CAUSE_LINES = re.compile(r"GGML_ASSERT|terminate called|what\(\)|Error|error:|Traceback|Fatal|abort", re.I)
 STREAM_ENDS = {"/v1/chat/completions": b"data: [DONE]", "/v1/completions": b"data: [DONE]",
-               "/v1/responses": b"event: response.", "/v1/messages": b"event: message_stop"}
+               "/v1/responses": b"event: response.", "/v1/messages": b"event: message_stop",
+               "/completion": b'"stop":true', "/completions": b'"stop":true'}
+# llama-server's own routes: its error shape, {"error": {"code": <the status>, "message", "type"}}
+LLAMA_PATHS = ("/completion", "/completions", "/props", "/models", "/embedding", "/embeddings", "/reranking",
+               "/v1/reranking", "/v1/chat/completions/input_tokens", "/v1/responses/input_tokens", "/slots/")
 RAW_5XX = (501, 505)         # what HTTP itself answers to an unknown coding or version (RFC 9110 §15.6)
 RAW_REQUESTS = [
     b"GET / HTTP/1.1\r\n\r\n", b"GET /health HTTP/1.1\r\nHost: localhost:80@evil.com\r\n\r\n",
@@ -144,6 +149,12 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     kind = headers.get("content-type", "")
     if kind.startswith("text/event-stream"):
         return stream_problem(method, path, data) if status == 200 else "an error as a stream"
+    if kind.startswith("application/x-ndjson") and path.startswith("/api/") and status == 200:
+        try:                                   # Ollama streams by default
+            lines = [json.loads(line) for line in data.splitlines() if line.strip()]
+        except ValueError:
+            return "an NDJSON line that is not JSON"
+        return None if lines and lines[-1].get("done") is True else "an NDJSON stream without its done line"
     if not kind.startswith("application/json"):
         return None if path == "/metrics" and status == 200 else f"content-type {kind!r}"
     try:
@@ -155,6 +166,12 @@ def shape_problem(method: str, path: str, status: int, headers: http.client.HTTP
     if path.startswith("/v1/messages"):
         ok = value.get("type") == "error" and isinstance(value.get("error", {}).get("message"), str) \
             and isinstance(value["error"].get("type"), str)
+    elif path.split("?")[0] in LLAMA_PATHS or path.startswith("/slots/"):
+        error = value.get("error") if isinstance(value, dict) else None
+        ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
+            and error.get("code") == status
+    elif path.startswith("/api/"):          # Ollama's: the message alone
+        ok = isinstance(value, dict) and isinstance(value.get("error"), str)
     else:
         error = value.get("error") if isinstance(value, dict) else None
         ok = isinstance(error, dict) and isinstance(error.get("message"), str) and "type" in error \
@@ -189,6 +206,8 @@ def stream_problem(method: str, path: str, data: bytes) -> str | None:
     if end is None or end in data:
         return None
     if base == "/v1/messages" and b"event: error" in data:
+        return None
+    if base in ("/completion", "/completions") and b'data: {"error":' in data:     # in-band, its last line
         return None
     return f"a stream that does not end properly: ...{data[-200:]!r}"
 
@@ -371,7 +390,8 @@ def main(argv: list[str] | None = None) -> int:
                                     ("</think>", "user_defined")])
     print(f"fuzz: seed {args.seed}, up to {args.requests} requests or {args.seconds:.0f} s, "
           f"{args.clients} clients; violations to {out}", flush=True)
-    target = Target(model, work / "data", args.server_args)
+    mmproj = write_tiny_mmproj(work / "mmproj.gguf")        # images are decoded, not only read
+    target = Target(model, work / "data", ["--mmproj", str(mmproj), *args.server_args])
     tally = Tally(out)
     stop = threading.Event()
     budget = [args.requests]

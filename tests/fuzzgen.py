@@ -1,6 +1,8 @@
 """Request generators for tests/fuzz.py: JSON values of every type, GBNF grammars, JSON schemas,
 and one valid-looking request per endpoint, then mutated (a field's type swapped, a field
-removed or added, a value pushed to an extreme, or the whole body replaced by random JSON).
+removed or added, a value pushed to an extreme, or the whole body replaced by random JSON);
+images with lying headers (sizes, depths, scan and frame counts, truncations) on every route
+that takes them.
 
 Everything is drawn from one random.Random, so a seed replays a run. Nothing here talks to a
 server: a generator returns (method, path, body) where body is bytes, a JSON value or None.
@@ -8,11 +10,17 @@ server: a generator returns (method, path, body) where body is bytes, a JSON val
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import string
+import struct
+import zlib
 from typing import Any
 from urllib.parse import quote
+
+import hostile_images  # tests/support/ (conftest puts it on the path)
+import imagefiles
 
 ROLES = ["system", "developer", "user", "assistant", "tool", "function"]
 EXTREME_NUMBERS = [0, -1, 1, 2, 2**31, 2**40, 2**63 - 1, 2**63, 2**64 + 1, -2**63 - 1, 10**30, 1e308, -1e308,
@@ -240,7 +248,23 @@ class Gen:
         if self.chance(0.1):
             body["logprobs"] = self.r.choice([0, 3, 20])
         self.sampling(body)
+        if self.chance(0.3):
+            return self.llama_completion(body)
         return "POST", "/v1/completions", body
+
+    def llama_completion(self, body: dict) -> tuple[str, str, Any]:
+        """The same work through llama-server's own /completion, in its own words."""
+        body["n_predict"] = body.pop("max_tokens")
+        if self.chance(0.2):        # a mixed prompt: token ids and text
+            body["prompt"] = [self.r.randrange(self.n_vocab), self.text(), self.r.randrange(self.n_vocab)]
+        for name, make in {"n_probs": lambda: self.r.choice([0, 2, 20, 21]), "return_tokens": lambda: True,
+                           "ignore_eos": lambda: True, "post_sampling_probs": lambda: True,
+                           "json_schema": self.schema,
+                           "logit_bias": lambda: [[self.r.randrange(self.n_vocab), False]],
+                           "typical_p": lambda: self.r.choice([0.5, 1, 2])}.items():
+            if self.chance(0.1):
+                body[name] = make()
+        return "POST", self.r.choice(["/completion", "/completions"]), body
 
     def responses(self) -> tuple[str, str, Any]:
         body: dict[str, Any] = {"model": "tiny", "max_output_tokens": self.r.randint(1, 4)}
@@ -290,6 +314,8 @@ class Gen:
                                            "add_special": self.chance(0.5)}),
             lambda: ("POST", "/detokenize", {"tokens": [self.r.randrange(self.n_vocab) for _ in range(4)]}),
             lambda: ("POST", "/apply-template", {"messages": [self.chat_message()]}),
+            lambda: ("POST", "/v1/chat/completions/input_tokens", {"messages": [self.chat_message()]}),
+            lambda: ("POST", "/v1/responses/input_tokens", {"input": self.text()}),
             lambda: ("POST", "/v1/conversations", {"items": [{"type": "message", "role": "user",
                                                               "content": self.text()}], "metadata": {"a": "b"}}),
             lambda: ("POST", f"/v1/conversations/{self.known('conversation')}/items",
@@ -304,7 +330,7 @@ class Gen:
                                "?stream=maybe", "?include=x"])
         path = self.r.choice([
             "/health", "/v1/health", "/v1/models", "/v1/models/tiny", "/v1/models/other", "/slots", "/metrics",
-            "/api/ps", "/api/tags",
+            "/api/ps", "/api/tags", "/props", "/props?model=tiny", "/models",
             f"/v1/responses/{response}{query}", f"/v1/responses/{response}/input_items?limit="
             f"{self.r.choice(['1', '100', '0', '101', 'x', '-1'])}&order={self.r.choice(['asc', 'desc', 'up'])}",
             f"/v1/conversations/{conversation}", f"/v1/conversations/{conversation}/items?limit=5",
@@ -317,6 +343,88 @@ class Gen:
         if pool and self.chance(0.8):
             return self.r.choice(pool)
         return quote(self.r.choice([f"{kind[:4]}_{self.word(8)}", "", "x" * 300, "..", "\x00", "é"]), safe="")
+
+    # ---- images: headers of random sizes, cut short, with many scans or frames -----------------
+
+    def side(self) -> int:
+        if self.chance(0.4):
+            return self.r.choice([0, 1, 2, 7, 8, 9, 255, 1023, 4097, 8192, 16385, 65535])
+        return self.r.randint(1, 48)
+
+    def image(self) -> bytes:
+        """An image of an accepted format, its header often lying: random dimensions, PNG depths
+        and colour types, JPEG scan counts, GIF screens and frame counts, BMP depths and offsets;
+        then maybe cut short or a few bytes flipped."""
+        w, h = self.side(), self.side()
+        kind = self.r.randrange(5)
+        if kind == 0:
+            depth, color = self.r.choice([(1, 0), (8, 0), (16, 0), (8, 2), (16, 2), (4, 3), (8, 3), (8, 4),
+                                          (8, 6), (16, 6), (3, 2), (8, 5)])
+            rows = min(h * (1 + (w * 4 * depth + 7) // 8), 1 << 16)
+            body = bytes(rows) if self.chance(0.5) else self.r.randbytes(rows)
+            header = struct.pack(">IIBBBBB", w, h, depth, color, 0, 0, self.r.choice([0, 0, 1]))
+            data = hostile_images.png_with(header, zlib.compress(body))
+        elif kind == 1:
+            small = min(w, 64), min(h, 64)
+            if self.chance(0.5):
+                data = imagefiles.progressive_jpeg(*small, ac_scans=self.r.choice([1, 2, 5, 20, 62, 63, 64, 150]))
+            else:
+                data = imagefiles.jpeg(*small)
+            if self.chance(0.3):       # the frame header declares another size
+                at = data.index(b"\xff\xc2" if b"\xff\xc2" in data else b"\xff\xc0") + 5
+                data = data[:at] + struct.pack(">HH", h, w) + data[at + 4:]
+        elif kind == 2:
+            data = imagefiles.gif(min(w, 32), min(h, 32))
+            frame = data[13 + 384:-1]
+            data = data[:-1] + frame * self.r.choice([0, 1, 3, 40]) + b";"
+            if self.chance(0.4):       # the screen declares another size
+                data = data[:6] + struct.pack("<HH", w, h) + data[10:]
+            if self.chance(0.2):
+                data = self.r.choice([hostile_images.gif_big_screen(w, h),
+                                      hostile_images.gif_frame_outside(min(w, 65534), h)])
+        elif kind == 3:
+            data = bytearray(imagefiles.bmp(min(w, 32), min(h, 32)))
+            if self.chance(0.5):
+                data[18:26] = struct.pack("<ii", w, self.r.choice([h, -h]))
+            if self.chance(0.3):
+                data[28:30] = struct.pack("<H", self.r.choice([0, 1, 4, 8, 16, 24, 32, 33]))
+            if self.chance(0.3):
+                data[10:14] = struct.pack("<I", self.r.choice([0, 14, 54, 2**31, 2**32 - 1]))
+            data = bytes(data)
+        else:
+            data = self.r.choice([hostile_images.bmp_without_pixels(w, h), hostile_images.gif_without_clear_code(),
+                                  hostile_images.progressive_scans(self.r.choice([8, 64, 512]),
+                                                                   self.r.choice([1, 63, 64, 65, 300])),
+                                  hostile_images.png_inflating(1 << 20), imagefiles.WEBP, b"RIFF\x00\x00\x00\x00WAVE"])
+        if self.chance(0.25):
+            data = data[:self.r.randrange(len(data) + 1)]
+        if self.chance(0.15) and data:
+            flipped = bytearray(data)
+            for _ in range(self.r.randint(1, 4)):
+                flipped[self.r.randrange(len(flipped))] = self.r.randrange(256)
+            data = bytes(flipped)
+        return data
+
+    def images_request(self) -> tuple[str, str, Any]:
+        """One to three fuzzed images on a route that takes them."""
+        encoded = [base64.b64encode(self.image()).decode() for _ in range(self.r.randint(1, 3))]
+        urls = [f"data:image/png;base64,{e}" if self.chance(0.2) else f"data:;base64,{e}" for e in encoded]
+        return self.r.choice([
+            lambda: ("POST", "/v1/chat/completions", {"model": "tiny", "max_tokens": 2, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "look"}] + [
+                    {"type": "image_url", "image_url": {"url": u}} for u in urls]}]}),
+            lambda: ("POST", "/v1/responses", {"model": "tiny", "max_output_tokens": 2, "store": False, "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "look"}] + [
+                    {"type": "input_image", "image_url": u} for u in urls]}]}),
+            lambda: ("POST", "/v1/messages", {"model": "tiny", "max_tokens": 2, "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "look"}] + [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": e}}
+                    for e in encoded]}]}),
+            lambda: ("POST", "/api/chat", {"model": "tiny", "stream": False, "options": {"num_predict": 2},
+                                           "messages": [{"role": "user", "content": "look", "images": encoded}]}),
+            lambda: ("POST", "/v1/completions", {"model": "tiny", "max_tokens": 2, "prompt": {
+                "prompt_string": "look" + " <__media__>" * len(encoded) + " now", "multimodal_data": encoded}}),
+        ])()
 
     # ---- headers -------------------------------------------------------------------------------
 
@@ -346,7 +454,7 @@ class Gen:
 
     def request(self) -> tuple[str, str, Any]:
         make = self.r.choices([self.chat, self.completion, self.responses, self.messages, self.utility,
-                               self.read_only], weights=[5, 2, 4, 4, 2, 2])[0]
+                               self.read_only, self.images_request], weights=[5, 2, 4, 4, 2, 2, 2])[0]
         method, path, body = make()
         if isinstance(body, dict) and self.chance(0.7):
             for _ in range(self.r.randint(1, 3)):

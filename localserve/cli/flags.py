@@ -200,11 +200,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("data-dir", str, None, "where stored responses and conversations live "
            "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
     Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
+    Option("slot-save-path", str, None, "directory where POST /slots/ID?action=save writes a slot's KV cache "
+           "and action=restore reads it back (without it the slot actions are a 501)", "DIR"),
     Option("no-webui", _flag, False, "serve no chat and status page at / (then / is a 404 to "
            "browsers, and still 'Ollama is running' to Ollama's clients)", "BOOL"),
     Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
            "KEY", repeat=True),
     Option("api-key-file", str, None, "file with one API key per line", "PATH"),
+    Option("shared-cache", _flag, False, "with several API keys, let them share prompt caches (slots, shared "
+           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (README: Security)",
+           "BOOL"),
     Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
            "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
     Option("cors-origin", str, [], "browser origin allowed by CORS (repeatable; '*' any); off by default",

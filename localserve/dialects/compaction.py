@@ -141,7 +141,7 @@ def run_compaction_job(exchange: Exchange, model: LoadedModel, request: Generati
     """One summarisation job, waited for (a client that leaves cancels it: ClientGone)."""
     on_wait = options.on_wait if options is not None and options.wait_interval > 0 else None
     interval = options.wait_interval if on_wait is not None else 0.0
-    gen = submit(model, request)
+    gen = submit(model, request, exchange.scope)
     summary = ""
     next_wait = time.monotonic() + interval
     with cancel_on_error(gen):

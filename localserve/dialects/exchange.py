@@ -55,6 +55,16 @@ class Writer(Protocol):
     def peer_closed(self) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Scope:
+    """What of other clients' work a request may see (wire/access.py decides it from the API key):
+    `owner` scopes stored responses, conversations and sealed blobs, `cache` the prompt caches
+    (slots, shared prefixes, the RAM cache). The same ("") for every request unless several keys
+    are configured: each key then has its own, and --shared-cache gives all keys one `cache`."""
+    owner: str = ""
+    cache: str = ""
+
+
 @dataclass
 class Exchange:
     request: IncomingRequest
@@ -63,6 +73,7 @@ class Exchange:
     errors: ErrorShape = OPENAI_ERRORS     # the route's dialect: how its clients read an error
     request_id: str = ""
     stream_open: bool = False      # the stream's head is out (pump.open_stream), maybe while the model loaded
+    scope: Scope = Scope()         # set by the access check, before the handler runs
     _json: dict | None = field(default=None, repr=False)
 
     def has_body(self) -> bool:

@@ -4,11 +4,19 @@ editor's habit of asking again at every keystroke.
 
 An editor sends a new completion as the user types on; the one before it is then worthless.
 llama.vim kills its curl (the closed socket cancels the job), but a client that keeps its
-connection or its HTTP library's pool may not. So a completion from the same client as one
-still running cancels the older one. "The same client" is the X-Client-Id header when the
-request has one, else its User-Agent (llama.vim's curl, llama.vscode's axios, Continue's
-fetch each send their own), on the same route; a request with neither takes no part, nor
-does a warm-up (n_predict 0), which must neither cancel a completion nor be cancelled by one.
+connection or its HTTP library's pool may not. So a completion cancels the older one still
+running from the same client, on the same route, and that answer says so (each dialect's
+cancelled shape). "The same client" is what the client names in its X-Client-Id header, and
+nothing weaker: two vims, or two scripts on one SDK, send the same User-Agent, and one must not
+cut the other off. Without the header a completion is never superseded: only a newer request on
+its own keep-alive connection would surely be its client's, and a connection's requests are
+answered in turn, so its older completion has ended by then (one that closes its connection, as
+llama.vim does, cancels the job anyway). A warm-up (n_predict 0) takes no part: it must neither
+cancel a completion nor be cancelled by one.
+
+Editor priority (runtime/fairness.py) is shared per client too, and there a guess may stand in:
+the User-Agent groups what sends no X-Client-Id, since sharing a share only orders work, never
+cancels any.
 """
 
 from __future__ import annotations
@@ -50,10 +58,23 @@ def fills_the_middle(engine: EngineFacade, request: GenerationRequest) -> None:
     request.editor_completion = True
 
 
-def client_key(exchange: Exchange) -> str | None:
-    """Who sent this completion, as far as superseding goes (see the module's comment)."""
-    who = exchange.request.header("x-client-id") or exchange.request.header("user-agent")
-    return f"{exchange.request.path} {who}" if who else None
+def supersede_key(exchange: Exchange, request: GenerationRequest) -> str | None:
+    """The key under which a newer completion cancels this one, and this one its older one: its
+    route, X-Client-Id and API key (one key's client never cancels another's); None (no part) for a request that is no editor completion, a warm-up,
+    or one that names no client (see the module's comment)."""
+    who = exchange.request.header("x-client-id")
+    if not who or not request.editor_completion or request.max_tokens == 0:
+        return None
+    return f"{exchange.scope.owner} {exchange.request.path} {who}"
+
+
+def priority_client(exchange: Exchange) -> str | None:
+    """Whom an editor completion's share of preemptions counts for (see the module's comment)."""
+    who = exchange.request.header("x-client-id")
+    if who:
+        return f"id {who}"
+    agent = exchange.request.header("user-agent")
+    return f"agent {agent}" if agent else None
 
 
 class LatestPerClient:
@@ -82,7 +103,7 @@ LATEST = LatestPerClient()
 @contextlib.contextmanager
 def superseding(key: str | None, gen: ActiveGeneration):
     """Around a completion's life: it cancels its client's older one, and a newer one cancels it
-    (`key`: client_key's; None takes no part)."""
+    (`key`: supersede_key's; None takes no part)."""
     if key is None:
         yield
         return

@@ -1,6 +1,7 @@
 """Image parts as the dialects read them: localserve/images.py's checks, each refusal a 400
 naming the request part (``messages[2].content[1]``) in the route's own error shape.
 
+Each image read is charged to the request's MAX_REQUEST_PIXELS (prompt/media.py) at once.
 MAX_IMAGES_PER_REQUEST is held before any image is decoded: each dialect lists where its
 body's image parts are (their places, found by their type alone) and hold_image_count refuses
 a request with too many, so a body of thousands of tiny images costs no base64 decoding and
@@ -15,7 +16,10 @@ from typing import Any
 
 from ..conversation import Image
 from ..errors import ApiError
-from ..images import MAX_IMAGES_PER_REQUEST, ImageRefused, count_refusal, from_base64, from_url
+from ..generation import PromptRefused
+from ..image_headers import ImageRefused
+from ..images import MAX_IMAGES_PER_REQUEST, count_refusal, from_base64, from_url
+from ..prompt.media import current_request
 from .exchange import Exchange
 
 # Says how many images a prompt showed as text because the model has no vision projector.
@@ -31,7 +35,7 @@ def refused(where: str, reason: str, code: str = "invalid_image") -> ApiError:
 def image_from_url(url: Any, where: str) -> Image:
     """A data: URL's image (an http(s) URL is refused, not fetched)."""
     try:
-        return from_url(url, where)
+        return charged(from_url(url, where))
     except ImageRefused as exc:
         raise refused(where, str(exc), exc.code) from None
 
@@ -39,9 +43,21 @@ def image_from_url(url: Any, where: str) -> Image:
 def image_from_base64(data: Any, media_type: str | None, where: str) -> Image:
     """Base64 data's image, its declared media type checked against the bytes."""
     try:
-        return from_base64(data, media_type, where)
+        return charged(from_base64(data, media_type, where))
     except ImageRefused as exc:
         raise refused(where, str(exc), exc.code) from None
+
+
+def charged(image: Image) -> Image:
+    """The image, its pixels charged to the request's MAX_REQUEST_PIXELS as it is read: the
+    header checks of a request's images cost at most that much (and one image more)."""
+    scope = current_request()
+    if scope is not None:
+        try:
+            scope.admit([image])
+        except PromptRefused as exc:
+            raise ApiError(400, str(exc), param=exc.param, code=exc.code) from None
+    return image
 
 
 def hold_image_count(places: Iterable[str]) -> None:

@@ -24,7 +24,7 @@ from ..prompt.build import ChatModel, check_fits, check_grammar
 from ..prompt.fim import ExtraFile, FimInput
 from .exchange import Exchange, RouteTable
 from .fields import invalid, kind_of, read_bool, read_int, read_sampling, read_stop, read_str
-from .fim import client_key, fills_the_middle, fim_prompt
+from .fim import fills_the_middle, fim_prompt
 from .pump import PREFILL_COMMENT, sse
 from .request_cycle import Reply, serve_generation
 from .services import Services
@@ -57,9 +57,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     def reply(model: LoadedModel, body: dict) -> Reply:
         plan = read_request(model.chat, model.model_id, body, exchange.request_id)
         final = InfillFinal(plan, model.model_id, model.chat)
-        warm_up = plan.request.max_tokens == 0      # neither cancels a completion nor is cancelled
-        return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body,
-                     supersede=None if warm_up else client_key(exchange))
+        return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body)
 
     serve_generation(exchange, services, reply)
 
@@ -75,8 +73,8 @@ def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -
     t_max_predict_ms = read_int(body, "t_max_predict_ms", low=None, default=-1)
     read_int(body, "t_max_prompt_ms", low=None)
     read_bool(body, "cache_prompt", True)
-    _read_samplers(body.get("samplers"))
-    response_fields = _read_fields(body.get("response_fields"))
+    read_samplers(body.get("samplers"))
+    response_fields = read_response_fields(body.get("response_fields"))
     sampling = read_sampling(body, model.engine.n_vocab)
     check_grammar(model.engine, sampling)
     user_stops = read_stop(body)
@@ -124,7 +122,7 @@ def read_extra(value: Any) -> list[ExtraFile]:
     return files
 
 
-def _read_samplers(value: Any) -> None:
+def read_samplers(value: Any) -> None:
     """llama-server's sampler order, a list of names or a string of letters: accepted, not used."""
     if value is None or isinstance(value, str):
         return
@@ -132,7 +130,7 @@ def _read_samplers(value: Any) -> None:
         raise invalid("samplers", f"expected an array of sampler names or a string, got {kind_of(value)}")
 
 
-def _read_fields(value: Any) -> list[str] | None:
+def read_response_fields(value: Any) -> list[str] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(path, str) for path in value):
@@ -177,10 +175,16 @@ class InfillFinal:
         return "word" if output.stop_sequence in self.plan.user_stops else "eos"
 
     def body(self, output: GenerationOutput, streamed: bool = False) -> dict:
-        """The whole answer; a stream's last line carries no content (its pieces went before)."""
+        """The whole answer, response_fields picked; a stream's last line carries no content
+        (its pieces went before)."""
+        full = self.whole(output, streamed)
+        fields = self.plan.response_fields
+        return pick_fields(full, fields) if fields is not None else full
+
+    def whole(self, output: GenerationOutput, streamed: bool) -> dict:
         stop_type = self.stop_type(output)
         held = output.prompt_tokens + output.completion_tokens
-        full = {
+        return {
             "index": 0, "content": "" if streamed else output.content, "tokens": [], "id_slot": -1, "stop": True,
             "model": self.model_id, "tokens_predicted": output.completion_tokens,
             "tokens_evaluated": output.prompt_tokens, "generation_settings": self.plan.settings,
@@ -189,8 +193,6 @@ class InfillFinal:
             "stopping_word": output.stop_sequence if stop_type == "word" else "",
             "tokens_cached": held, "timings": infill_timings(output),
         }
-        fields = self.plan.response_fields
-        return pick_fields(full, fields) if fields is not None else full
 
 
 def infill_timings(output: GenerationOutput) -> dict:

@@ -1,7 +1,8 @@
 """A job as a connection thread sees it: submitting it, reading its events, waiting for its end.
 
-- submit: hand the request to the runtime of the model the request holds; a full queue or a
-  stopping server is a 503 (failures.py maps the runtime's reasons to answers).
+- submit: hand the request to the runtime of the model the request holds, in the prompt-cache
+  scope of the key that sent it; a full queue or a stopping server is a 503 (failures.py maps
+  the runtime's reasons to answers).
 - job_events: the one wait loop. The job's events as they come, KEEPALIVE while nothing has
   been generated, and a peek at the socket every DISCONNECT_POLL_INTERVAL by the clock, not
   only when the queue goes quiet (a fast decode never lets it): a client that left is
@@ -23,7 +24,7 @@ from ..errors import ApiError, ClientGone
 from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
-from .exchange import Writer
+from .exchange import Scope, Writer
 from .failures import api_error, runtime_refusals
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
@@ -32,12 +33,14 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 KEEPALIVE = object()   # yielded by a source: time for a keepalive (pump.py)
 
 
-def submit(model: LoadedModel, request: GenerationRequest) -> ActiveGeneration:
-    """To the runtime of `model`, the one the request holds (loading.serve_with_model)."""
+def submit(model: LoadedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
+    """To the runtime of `model`, the one the request holds (loading.serve_with_model); `scope`:
+    the exchange's, whose prompt caches the job may use (exchange.Scope)."""
     if model.embeddings_only:
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
+    request.scope = scope.cache
     with runtime_refusals():
         return model.runtime.submit(request)
 

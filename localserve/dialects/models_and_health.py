@@ -78,6 +78,10 @@ def model_object(record: Record, created: int, server_settings: Settings) -> dic
         "aliases": list(record.entry.aliases),
         "keep_alive": describe_duration(record.keep_alive),
         "settings": {name: getattr(settings, name) for name in SHOWN_SETTINGS},
+        # llama-server's router fields: Zed's llama.cpp provider reads the state and the images hint here
+        "status": router_status(record),
+        "architecture": {"input_modalities": ["text", "image"] if settings.mmproj else ["text"],
+                         "output_modalities": ["text"]},
     }
     if loaded is not None:
         obj["meta"] = meta(loaded)
@@ -85,6 +89,15 @@ def model_object(record: Record, created: int, server_settings: Settings) -> dic
     if record.last_error and record.loaded is None:
         obj["error"] = record.last_error
     return obj
+
+
+def router_status(record: Record) -> dict:
+    """A model's state as llama-server's router reports it (`failed` and `exit_code` after a
+    load that failed: a process's exit status there, 1 here)."""
+    status: dict[str, Any] = {"value": record.state, "args": []}
+    if record.last_error and record.loaded is None:
+        status.update(failed=True, exit_code=1)
+    return status
 
 
 def meta(model: Any) -> dict:
@@ -159,6 +172,8 @@ def slots(services: Services, exchange: Exchange) -> None:
         "slots": [{**slot, "model": name} for name, state in per_model.items() for slot in state["slots"]],
         "parked": [{**job, "model": name} for name, state in per_model.items() for job in state["parked"]],
         "queue_depth": sum(state["queue_depth"] for state in per_model.values()),
+        "parks": sum(state["parks"] for state in per_model.values()),
+        "resumes": sum(state["resumes"] for state in per_model.values()),
         "ram_cache": {key: sum(cache[key] for cache in caches)
                       for key in ("entries", "bytes", "limit_bytes", "hits")},
         "models": per_model,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ..generation import ActiveGeneration, GenerationOutput, GenerationRequest
 from .exchange import Exchange
 from .fields import read_bool
-from .fim import superseding
+from .fim import priority_client, supersede_key, superseding
 from .image_parts import report_omitted
 from .jobs import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
@@ -36,9 +36,6 @@ class Reply:
     # A dialect's own delivery instead (a Responses run, stored as it goes): it returns a body to
     # send once the job is no longer this request's to cancel (a background run's opening), or None.
     deliver: Callable[[ActiveGeneration], object | None] | None = None
-    # An editor's completion: the client it comes from (fim.client_key); a newer one from the same
-    # client cancels this one, and this one cancels an older one.
-    supersede: str | None = None
 
 
 def wants_stream(body: dict) -> bool:
@@ -58,9 +55,12 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Loa
         reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")
-        gen = submit(model, reply.request)
+        if reply.request.editor_completion:     # editor priority is shared out per client (runtime/fairness.py)
+            reply.request.client = priority_client(exchange)
+        gen = submit(model, reply.request, exchange.scope)
         handed_over = None
-        with cancel_on_error(gen), superseding(reply.supersede, gen):
+        # an editor's completion: a newer one from its client cancels it, and it cancels an older one
+        with cancel_on_error(gen), superseding(supersede_key(exchange, reply.request), gen):
             if reply.deliver is not None:
                 handed_over = reply.deliver(gen)
             elif stream:

@@ -3,7 +3,8 @@
 app.py makes one Services and binds each dialect's handlers to it when it adds their routes
 (`add_routes(table, services)` in each dialect's routes module): a handler never sees the app.
 The models, the store and the signing key exist once the server has loaded (app.load hands
-them over before the server says it is ready); until then ready() is a 503.
+them over before the server says it is ready); until then ready() is a 503. The store and the
+signing key are taken through store_for and signing_key_for, in the scope of the request's key.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 from ..errors import ApiError
 from ..ops.metrics import ServerMetrics
 from ..settings import Settings
+from .exchange import Scope
+from .signing import scoped_signing_key
 
 if TYPE_CHECKING:        # importing the manager would load llama.cpp on a connection thread
     from ..models.manager import ModelManager
@@ -30,9 +33,20 @@ class Services:
     models: ModelManager | None = None     # the rest: set by loaded(), before ready_flag
     store: Store | None = None             # None with --no-store
     signing_key: bytes = field(default=b"", repr=False)     # thinking signatures (signing.py)
+    stopping: threading.Event = field(default_factory=threading.Event)    # set as the drain starts: open-ended streams end
 
     def loaded(self, models: ModelManager, store: Store | None, signing_key: bytes) -> None:
         self.models, self.store, self.signing_key = models, store, signing_key
+
+    def store_for(self, scope: Scope) -> Store | None:
+        """The store as the request's key sees it: its own responses and conversations (None with
+        --no-store). Handlers take this, never `store` itself."""
+        return self.store.scoped(scope.owner) if self.store is not None else None
+
+    def signing_key_for(self, scope: Scope) -> bytes:
+        """The key that signs and seals what this request's key is handed: one of its own, so a
+        blob one key was given does not open for another (signing.py)."""
+        return scoped_signing_key(self.signing_key, scope.owner)
 
     def is_ready(self) -> bool:
         return self.ready_flag.is_set()

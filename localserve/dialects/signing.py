@@ -19,7 +19,8 @@ nonce is an HMAC of the text, the keystream SHAKE-256 over (key, nonce) XORed wi
 then HMAC-SHA256 over everything before the tag (encrypt-then-MAC). The same text seals to
 the same blob, so a streamed and a whole answer carry the same one. Sub-keys are derived
 for each purpose (thinking signatures, reasoning items), so a blob sealed for one does not
-open for another.
+open for another. With several API keys, each key's requests sign and seal with a key derived
+for its scope (scoped_signing_key), so a blob handed to one key does not open for another.
 
 The key lives in the data directory (`signing.key`, mode 0600), so signatures stay
 valid across restarts: a long agent session survives the daemon being restarted.
@@ -82,6 +83,15 @@ def load_signing_key(data_dir: Path | None) -> bytes:
         except OSError:
             pass
     return key
+
+
+def scoped_signing_key(key: bytes, scope: str) -> bytes:
+    """The key for what one API key's requests are handed (wire/access.py's scopes): the server's
+    own for the one scope of a server with a single key or none, else one derived for the scope,
+    so a signature or blob made for one key neither verifies nor opens for another."""
+    if not scope:
+        return key
+    return hmac.new(key, b"localserve scope v1\x00" + scope.encode("ascii"), hashlib.sha256).digest()
 
 
 def sign(key: bytes, text: str) -> str:

@@ -85,8 +85,9 @@ def apply_template(services: Services, exchange: Exchange) -> None:
 def _apply_responses_template(services: Services, exchange: Exchange, body: dict) -> None:
     body = {**body, "stream": False, "background": False, "store": False}    # read, never run nor stored
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
+        scope = exchange.scope
         plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
-                         signing_key=services.signing_key, store=services.store)
+                         signing_key=services.signing_key_for(scope), store=services.store_for(scope))
         if plan.generation is None:     # a compaction's, or an input only a compaction would fit: none yet
             raise ApiError(400, "this input renders only once it is compacted, when the response runs (a "
                                 "compaction_trigger, or context_management on an input that does not fit)",

@@ -4,10 +4,15 @@ The projector loads beside its text model, as part of that model's load, on the 
 (--n-gpu-layers 0 keeps it on the CPU). Two sides, as the engine has:
 
 - connection threads turn one image's bytes into prompt segments (image_segments): libmtmd
-  decodes the picture (PNG, JPEG, GIF, BMP ... through its own loader), preprocesses it and
+  decodes the picture (PNG, JPEG, GIF or BMP, through stb_image), preprocesses it and
   returns the tokens the model wraps an image in (Gemma 3's <start_of_image> ...) around one
   image chunk. That reads the projector's fixed settings and the vocabulary, never the
-  llama context, so it is safe off the runtime thread;
+  llama context, so it is safe off the runtime thread. Only bytes images.py read as one of
+  those four formats are handed over, and never with a way to start a program: libmtmd's
+  helper falls back to audio for some magic bytes and, built with video, to ffprobe and ffmpeg
+  for whatever stb cannot read; the build turns video off (MTMD_VIDEO=OFF) and the helper is
+  given a directory for those tools that cannot exist. At most MAX_CONCURRENT_DECODES images
+  are decoded at once, each within image_headers.MAX_DECODE_BYTES;
 - the runtime thread evaluates an image chunk into a sequence, between two decode steps:
   whole (evaluate: libmtmd's helper, M-RoPE positions and both-ways attention included), or,
   where the model allows (causal attention, a position per token), encoded once (encode) and
@@ -21,6 +26,9 @@ it is Python's business (a finalizer), never the request's.
 from __future__ import annotations
 
 import ctypes
+import logging
+import os
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -29,12 +37,23 @@ from llama_cpp import llama_cpp as ll
 from llama_cpp import mtmd_cpp as mtmd
 
 from ..generation import MEDIA_MARKER
+from ..images import reaches_libmtmd
 from . import model_load
 from .facade import ImageTooLargeForBatch, ImageUnreadable
 from .model_load import ModelLoadError
 
 CHUNK_TEXT = 0
 CHUNK_IMAGE = 1
+
+# Images decoded at once, all models together: a decode is stb's and libmtmd's CPU work (the
+# GIL released), so more than the CPUs only adds memory (each up to MAX_DECODE_BYTES).
+MAX_CONCURRENT_DECODES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+_decoding = threading.BoundedSemaphore(MAX_CONCURRENT_DECODES)
+# Where libmtmd's helper would look for ffprobe and ffmpeg, were it built with video: under
+# /dev/null, which is no directory, so no program can be found there and none is started.
+NO_PROGRAM_DIR = b"/dev/null/localserve-starts-no-programs"
+
+log = logging.getLogger("localserve.engine")
 
 
 @dataclass(eq=False)
@@ -82,6 +101,10 @@ class Projector:
         if not mtmd.mtmd_support_vision(self.ctx):
             self.close()
             raise ModelLoadError(f"{path} is a projector without vision (audio only?): not served")
+        if mtmd.mtmd_helper_support_video(self.ctx):
+            log.warning("this libmtmd was built with video (MTMD_VIDEO): images still never start a program "
+                        "(only PNG, JPEG, GIF and BMP reach it, with no ffmpeg directory), but rebuild with "
+                        "`make install`, which turns it off")
         # M-RoPE (the Qwen2-VL family) needs nothing here: an image of w x h tokens says it takes
         # max(w, h) positions (MediaChunk.n_pos), and the runtime places what follows accordingly
 
@@ -97,11 +120,15 @@ class Projector:
 
     def image_segments(self, data: bytes) -> list[list[int] | MediaChunk]:
         """One image as prompt segments, in order: token lists (the model's own wrapping) and its
-        image chunk. ImageUnreadable when libmtmd cannot decode the bytes."""
-        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
-        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
-        if not bitmap:
-            raise ImageUnreadable("libmtmd could not decode the image")
+        image chunk. ImageUnreadable when libmtmd cannot decode the bytes, or they are of no
+        format images.py reads (they never reach libmtmd then)."""
+        if not reaches_libmtmd(data):
+            raise ImageUnreadable("the bytes are no PNG, JPEG, GIF or BMP image")
+        with _decoding:
+            return self._decode(data)
+
+    def _decode(self, data: bytes) -> list[list[int] | MediaChunk]:
+        bitmap = self._bitmap(data)
         chunks = mtmd.mtmd_input_chunks_init()
         try:
             text = mtmd.mtmd_input_text()
@@ -117,6 +144,21 @@ class Projector:
         finally:
             mtmd.mtmd_input_chunks_free(chunks)
             mtmd.mtmd_bitmap_free(bitmap)
+
+    def _bitmap(self, data: bytes) -> int:
+        """stb's decode of the bytes into libmtmd's bitmap."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        options = mtmd.mtmd_helper_init_opt_default()
+        options.video_params.ffmpeg_bin_dir = NO_PROGRAM_DIR
+        made = mtmd.mtmd_helper_bitmap_init_from_buf_wrapper(self.ctx, buf, len(data), False, options)
+        if made.video_ctx:          # cannot happen without a program to read it; never kept
+            mtmd.mtmd_helper_video_free(made.video_ctx)
+            if made.bitmap:
+                mtmd.mtmd_bitmap_free(made.bitmap)
+            raise ImageUnreadable("libmtmd read the data as a video, not an image")
+        if not made.bitmap:
+            raise ImageUnreadable("libmtmd could not decode the image")
+        return made.bitmap
 
     def _segment(self, chunk: int) -> list[int] | MediaChunk:
         kind = mtmd.mtmd_input_chunk_get_type(chunk)

@@ -123,6 +123,10 @@ class ServerMetrics:
                                      "(error: the generation failed)", ("finish_reason",))
         self.compactions = r.counter("localserve_compactions_total", "Context compactions: summaries the model "
                                      "wrote of a conversation (each piece of a long one counts)")
+        self.parks = r.counter("localserve_parked_jobs_total", "Running jobs an editor completion parked "
+                               "(set aside, their KV sequence copied to RAM) to take their slot")
+        self.resumes = r.counter("localserve_resumed_jobs_total", "Parked jobs put back into a slot, going on "
+                                 "where they stopped")
         self.cancellations = r.counter("localserve_cancellations_total", "Generations cancelled (the client "
                                        "went away or asked), running or still queued")
         self.ttft = r.histogram("localserve_time_to_first_token_seconds", "Time from submission (queue wait "
@@ -266,6 +270,14 @@ class ServerMetrics:
         """A compaction job ended with its summary (its tokens count as a generation's too)."""
         self.compactions.inc()
 
+    def record_park(self) -> None:
+        """A running job set aside for an editor completion (runtime/preempt.py)."""
+        self.parks.inc()
+
+    def record_resume(self) -> None:
+        """A parked job back in a slot."""
+        self.resumes.inc()
+
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.cancellations.inc()
         self.generations.inc(finish_reason="cancelled")
@@ -346,6 +358,12 @@ class ModelMetrics:
         self.server.record_drafts(drafted, accepted)
         self.server.model_draft_tokens.inc(drafted, model=self.model)
         self.server.model_draft_accepted.inc(accepted, model=self.model)
+
+    def record_park(self) -> None:
+        self.server.record_park()
+
+    def record_resume(self) -> None:
+        self.server.record_resume()
 
     def record_cancellation(self, generated_tokens: int = 0) -> None:
         self.server.record_cancellation(generated_tokens)

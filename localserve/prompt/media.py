@@ -8,13 +8,75 @@ n positions. The prompt's tokens hold, at those n positions, the image's placeho
 from the hash of its bytes), and GenerationRequest.images says where each chunk starts:
 prefix matching in the slots and the RAM cache then reuses a repeated image and stops at a
 different one, and the runtime evaluates the chunk when its sequence reaches it.
+
+A request decodes each distinct image once, however many times its conversation shows it or
+its prompt is built (a truncation's attempts, a count then a run): the decodes live in the
+request's :class:`RequestImages`, which the router opens around each request (request_images),
+since the decoding happens deep under each dialect's prompt build. That scope also holds the
+request to MAX_REQUEST_PIXELS, each image charged as the dialect reads it (image_parts.py: the
+header checks' work is bounded too) and again before a first one is decoded, and asks after
+the client between two decodes: a client that has left stops the decoding, and no job is made.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
 from ..conversation import Image
 from ..engine.facade import EngineFacade, ImageTooLargeForBatch, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
+
+MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels of one request's images, each distinct one once (100 of 1.3 MP)
+
+
+@dataclass
+class RequestImages:
+    """One request's image decodes, by digest, and how to ask whether its client is still there
+    (raises ClientGone when it is not)."""
+    check_client: Callable[[], None] = lambda: None
+    segments: dict[str, list] = field(default_factory=dict)
+    admitted: set[str] = field(default_factory=set)
+    pixels: int = 0                  # of the images admitted, each once
+
+    def admit(self, images: list[Image]) -> None:
+        """PromptRefused (image_too_large) naming the first image past MAX_REQUEST_PIXELS."""
+        for image in images:
+            if image.digest in self.admitted:
+                continue
+            self.admitted.add(image.digest)
+            self.pixels += image.pixels
+            if self.pixels > MAX_REQUEST_PIXELS:
+                where = image.where or "messages"
+                raise PromptRefused(f"invalid '{where}': the request's images come to {self.pixels} pixels, more "
+                                    f"than MAX_REQUEST_PIXELS ({MAX_REQUEST_PIXELS}) allows", code="image_too_large",
+                                    param=where)
+
+    def decode(self, engine: EngineFacade, image: Image) -> list:
+        if image.digest not in self.segments:
+            self.check_client()
+            self.segments[image.digest] = engine.image_segments(image.data)
+        return self.segments[image.digest]
+
+
+_request: ContextVar[RequestImages | None] = ContextVar("request_images", default=None)
+
+
+def current_request() -> RequestImages | None:
+    """The scope of the request this thread serves (None outside one)."""
+    return _request.get()
+
+
+@contextmanager
+def request_images(check_client: Callable[[], None]) -> Iterator[RequestImages]:
+    """The scope of one request's images, on the thread that serves it."""
+    token = _request.set(RequestImages(check_client))
+    try:
+        yield _request.get()
+    finally:
+        _request.reset(token)
 
 
 def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *, fit: bool = True,
@@ -28,10 +90,12 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
     if len(pieces) - 1 != len(images):
         raise PromptRefused(f"the chat template showed {len(pieces) - 1} image(s) of the {len(images)} the "
                             f"conversation has: it cannot place them", code="template_error", param="messages")
+    scope = _request.get() or RequestImages()
+    scope.admit(images)
     tokens = _text_tokens(engine, pieces[0], fit, first=True)
     chunks: list[ImageChunk] = []
     for image, piece in zip(images, pieces[1:]):
-        _add_image(engine, image, tokens, chunks)
+        _add_image(engine, scope, image, tokens, chunks)
         tokens += _text_tokens(engine, piece, fit, first=False)
     if fit and len(tokens) >= engine.n_ctx:
         raise ContextOverflow(len(tokens), engine.n_ctx)
@@ -60,11 +124,12 @@ def _text_tokens(engine: EngineFacade, text: str, fit: bool, *, first: bool) -> 
         raise ContextOverflow(exc.at_least, engine.n_ctx, at_least=True) from None
 
 
-def _add_image(engine: EngineFacade, image: Image, tokens: list[int], chunks: list[ImageChunk]) -> None:
+def _add_image(engine: EngineFacade, scope: RequestImages, image: Image, tokens: list[int],
+               chunks: list[ImageChunk]) -> None:
     where = image.where or "messages"
     digest = image.digest
     try:
-        segments = engine.image_segments(image.data)
+        segments = scope.decode(engine, image)
     except ImageUnreadable as exc:
         raise PromptRefused(f"invalid '{where}': {exc}", code="invalid_image", param=where) from None
     except ImageTooLargeForBatch as exc:

@@ -64,7 +64,7 @@ class Admission:
     def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
         """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
         placement = placement or Placement(slot)
-        origin = self.kv.prepare(placement, gen.request.prompt_tokens, gen.request.images)
+        origin = self.kv.prepare(placement, gen.request.prompt_tokens, gen.request.images, gen.request.scope)
         self.metrics.record_prefix(origin.source, origin.tokens, placement.waited)
         keep = origin.tokens
         try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..generation import ActiveGeneration, GenerationRequest, ImageChunk, position_of
+from .promptcache import common_prefix
 from .textstream import OutputPipeline
 
 if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama.cpp
@@ -37,6 +38,12 @@ class Slot:
     last_used: float = 0.0
     cache_key: str | None = None                      # the prompt_cache_key of its last job
     kv_length: int = 0          # positions its KV sequence held after the last step that ran it (/slots)
+    scope: str = ""             # whose prompt its tokens are (GenerationRequest.scope)
+
+    def shared_with(self, prompt: list[int], scope: str) -> int:
+        """How many of the prompt's first tokens this sequence holds for it: none for a prompt of
+        another scope, which must not learn what this one holds from its cached_tokens."""
+        return common_prefix(self.tokens, prompt) if scope == self.scope else 0
 
 
 class Job:

@@ -3,7 +3,10 @@ the rest is cut; a sequence worth keeping is saved to the RAM prompt cache first
 prefix held by another sequence is copied in (prefix_share.py), or a saved sequence that shares
 more with the new prompt is restored instead. A sliding-window model's sequence cut behind its
 window goes back to a context checkpoint (swa_checkpoints.py), taken here where a prompt stops
-sharing the slot's tokens and where it ends."""
+sharing the slot's tokens and where it ends.
+
+A slot's sequence belongs to the scope of the prompt it holds (Slot.scope): a job of another
+scope finds it empty, and what it held goes to the RAM cache under its own scope."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from ..engine.engine import Engine
 from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Job, Slot
 from .prefix_share import Placement
-from .promptcache import PromptCache, common_prefix
+from .promptcache import PromptCache
 from .swa_checkpoints import SwaCheckpoints
 
 
@@ -36,12 +39,14 @@ class SlotKeeper:
         self.checkpoints = SwaCheckpoints(engine)
         self.wanted: dict[int, int] = {}    # seq_id: where the prepared job's prefill pauses for a checkpoint
 
-    def prepare(self, placement: Placement, prompt: list[int], images: list[ImageChunk] = ()) -> PrefixOrigin:
-        """Make the slot's sequence a prefix of the prompt; how many tokens of it are kept (never
-        part of an image: its chunk is evaluated whole), and whence."""
+    def prepare(self, placement: Placement, prompt: list[int], images: list[ImageChunk] = (),
+                scope: str = "") -> PrefixOrigin:
+        """Make the slot's sequence a prefix of the prompt (of `scope`); how many tokens of it are
+        kept (never part of an image: its chunk is evaluated whole), and whence."""
         slot = placement.slot
-        held, cut = len(slot.tokens), min(common_prefix(slot.tokens, prompt), len(prompt) - 1)
-        origin = self._reuse(slot, prompt, images, placement)
+        held, cut = len(slot.tokens), min(slot.shared_with(prompt, scope), len(prompt) - 1)
+        origin = self._reuse(slot, prompt, images, placement, scope)
+        slot.scope = scope
         if origin.source != "slot":
             keep = max(0, min(origin.tokens, len(prompt) - 1))     # the last prompt token is always decoded
             keep = outside_images(images, keep)
@@ -102,13 +107,15 @@ class SlotKeeper:
         else:
             self.clear(slot)
 
-    def _reuse(self, slot: Slot, prompt: list[int], images: list[ImageChunk], placement: Placement) -> PrefixOrigin:
+    def _reuse(self, slot: Slot, prompt: list[int], images: list[ImageChunk], placement: Placement,
+               scope: str) -> PrefixOrigin:
         """Save what the slot would lose; then the longest of its own shared prefix, the copy the
-        placement offers, and a saved sequence, put in place."""
-        shared = common_prefix(slot.tokens, prompt)
-        if self.cache.worth_saving(slot.tokens, shared):
-            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id))
-        key, cached = self.cache.best_match(prompt)
+        placement offers (of the same scope: the scheduler's), and a saved sequence of the same
+        scope, put in place."""
+        shared = slot.shared_with(prompt, scope)
+        if self.cache.worth_saving(slot.tokens, shared, slot.scope):
+            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id), slot.scope)
+        key, cached = self.cache.best_match(prompt, scope)
         if placement.source is not None and placement.copied > shared and placement.copied >= cached:
             return self._copy(slot, prompt, images, placement.source, placement.copied)
         if key is None or cached <= shared:

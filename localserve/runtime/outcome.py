@@ -85,6 +85,7 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         accepted_prediction_tokens=predicted_accepted,
         rejected_prediction_tokens=predicted - predicted_accepted,
         logprobs=job.logprobs,
+        token_ids=list(job.generated),
         timings=Timings(
             queued_ms=(job.t_admitted - job.gen.created) * 1000,
             prefill_ms=(first - job.t_admitted - parked_prefill) * 1000,

@@ -12,6 +12,9 @@ a prompt that merely shares its template header.
 And a job whose prompt shares a long head with a prompt still being prefilled waits for that
 head rather than computing it a second time beside it (waits_for).
 
+Only sequences of the job's own scope (GenerationRequest.scope: its API key's) count: a prefix
+copied from another scope's prompt, or a wait for it, would tell that prompt's text.
+
 Plain decisions over token lists: no llama.cpp here (tests/unit/runtime/test_prefix_share.py).
 """
 
@@ -35,6 +38,7 @@ class Held:
     seq_id: int
     tokens: Sequence[int]
     coming: Sequence[int] = ()
+    scope: str = ""             # whose prompt it holds
 
 
 @dataclass(frozen=True)
@@ -46,20 +50,20 @@ class Placement:
 
 
 def place(free: list[Slot], held: list[Held], prompt: Sequence[int], key: str | None,
-          can_copy: Callable[[int, int], bool], pick_without_copy: Callable[[], Slot]) -> Placement:
-    """The slot the prompt takes and the prefix copied into it.
+          can_copy: Callable[[int, int], bool], pick_without_copy: Callable[[], Slot], scope: str = "") -> Placement:
+    """The slot the prompt (of `scope`) takes and the prefix copied into it.
 
     `held` is every sequence with tokens in it, free slots included; `can_copy(seq_id, n)` says
     whether that sequence's first n positions can be handed on; `pick_without_copy` is the choice
     made when nothing can be copied (scheduler.choose_slot)."""
     usable = len(prompt) - 1        # the last prompt token is always decoded: its logits are needed
-    offers = sorted(((whole_run(prompt, min(common_prefix(h.tokens, prompt), usable)), h.seq_id) for h in held),
-                    reverse=True)
+    offers = sorted(((whole_run(prompt, min(common_prefix(h.tokens, prompt), usable)), h.seq_id)
+                     for h in held if h.scope == scope), reverse=True)
     shared = [(n, seq_id) for n, seq_id in offers if n > 0]
     offers = [(n, seq_id) for n, seq_id in shared if can_copy(seq_id, n)]
     if shared and not offers:       # what it shares cannot be handed on: a slot's own prefix is all it can use
         return Placement(pick_without_copy())
-    own = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
+    own = {s.seq_id: s.shared_with(prompt, scope) for s in free}
     keyed = [s for s in free if key is not None and s.cache_key == key and own[s.seq_id] > 0]
     if keyed:
         slot = max(keyed, key=lambda s: own[s.seq_id])
@@ -71,7 +75,7 @@ def place(free: list[Slot], held: list[Held], prompt: Sequence[int], key: str | 
     return Placement(slot, source, n)
 
 
-def waits_for(prompt: Sequence[int], held: list[Held]) -> tuple[int, int] | None:
+def waits_for(prompt: Sequence[int], held: list[Held], scope: str = "") -> tuple[int, int] | None:
     """(seq_id, length) of the head of this prompt a prefilling sequence is on its way to holding,
     at least MIN_WAIT_TOKENS longer than any other sequence holds; None when computing it here is
     as good. Once waiting, a job waits until that head is whole: the part the other job has
@@ -79,6 +83,7 @@ def waits_for(prompt: Sequence[int], held: list[Held]) -> tuple[int, int] | None
     (Scheduler.stops), so a sliding window still covers it when the copy is made."""
     usable = len(prompt) - 1
     best, best_n = None, 0
+    held = [h for h in held if h.scope == scope]     # (the prompt's scope: see the module's comment)
     for h in held:
         if not h.coming:
             continue
@@ -107,6 +112,7 @@ def _worth(slot: Slot, own: int, offered: int, held: list[Held]) -> tuple[int, b
     own tokens lost (those no other sequence holds too); then, alike, one whose own prefix needs
     no copy; then an empty one; then the least recently used."""
     gain = max(own, offered)
-    kept_elsewhere = max((common_prefix(h.tokens, slot.tokens) for h in held if h.seq_id != slot.seq_id), default=0)
+    kept_elsewhere = max((common_prefix(h.tokens, slot.tokens) for h in held
+                          if h.seq_id != slot.seq_id and h.scope == slot.scope), default=0)
     lost = max(0, len(slot.tokens) - max(own, kept_elsewhere))
     return gain - lost, own >= offered, not slot.tokens, -slot.last_used

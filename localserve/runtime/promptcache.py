@@ -4,7 +4,8 @@ When a slot is about to be reused for a different prompt, the runtime saves the
 slot's sequence here (llama_state_seq_get_data) if it is worth keeping. A new job
 whose prompt shares a longer prefix with a saved sequence than with any free slot
 gets that sequence restored into its slot. Entries are evicted least recently
-used first, so the total stays under --cache-ram.
+used first, so the total stays under --cache-ram. Each entry keeps the scope of the prompt it
+holds (GenerationRequest.scope): only a prompt of the same scope is restored from it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ MIN_SHARE_LOST_WORTH_SAVING = 0.25
 class CachedSequence:
     tokens: list[int]
     state: bytes
+    scope: str = ""
 
 
 class PromptCache:
@@ -38,32 +40,34 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self.entries)
 
-    def worth_saving(self, tokens: list[int], kept: int = 0) -> bool:
-        """Whether a slot's sequence of `tokens`, of which a new prompt keeps the first `kept`,
-        should be saved before it is cut."""
+    def worth_saving(self, tokens: list[int], kept: int = 0, scope: str = "") -> bool:
+        """Whether a slot's sequence of `tokens` (of `scope`), of which a new prompt keeps the
+        first `kept`, should be saved before it is cut."""
         lost = len(tokens) - kept
         if self.limit_bytes <= 0 or lost < MIN_TOKENS_WORTH_SAVING or lost < len(tokens) * MIN_SHARE_LOST_WORTH_SAVING:
             return False
         # a sequence already covered by a saved one (same or longer prefix) adds nothing
-        return not any(len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
+        return not any(e.scope == scope and len(e.tokens) >= len(tokens) and e.tokens[:len(tokens)] == tokens
                        for e in self.entries.values())
 
-    def add(self, tokens: list[int], state: bytes) -> None:
+    def add(self, tokens: list[int], state: bytes, scope: str = "") -> None:
         if len(state) > self.limit_bytes:
             return
-        for key in [k for k, e in self.entries.items() if tokens[:len(e.tokens)] == e.tokens]:
+        for key in [k for k, e in self.entries.items() if e.scope == scope and tokens[:len(e.tokens)] == e.tokens]:
             self._drop(key)                     # the new entry extends these
         while self.size + len(state) > self.limit_bytes and self.entries:
             self._drop(next(iter(self.entries)))
-        self.entries[self._next_key] = CachedSequence(list(tokens), state)
+        self.entries[self._next_key] = CachedSequence(list(tokens), state, scope)
         self._next_key += 1
         self.size += len(state)
         self.saves += 1
 
-    def best_match(self, prompt: list[int]) -> tuple[int | None, int]:
-        """(key, shared prefix length) of the entry sharing the longest prefix with prompt."""
+    def best_match(self, prompt: list[int], scope: str = "") -> tuple[int | None, int]:
+        """(key, shared prefix length) of the entry of `scope` sharing the longest prefix with prompt."""
         best_key, best_len = None, 0
         for key, entry in self.entries.items():
+            if entry.scope != scope:
+                continue
             n = common_prefix(entry.tokens, prompt)
             if n > best_len:
                 best_key, best_len = key, n

@@ -17,7 +17,7 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure, GenerationOutput,
+from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
 from .admission import Admission
@@ -35,6 +35,7 @@ from .promptcache import PromptCache
 from .take_token import take_token
 from .token_choice import SAMPLE_GRACE, Chosen, TokenChooser, TooSlow
 from .scheduler import BatchPlan, Scheduler, draft_room
+from .slot_state import SlotRequest, SlotStates
 from .speculative import Speculator
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT
 
@@ -66,7 +67,7 @@ class Runtime(Admission):
         self.kv = SlotKeeper(engine, self.cache)
         self.sharing = PrefixSharing(engine)
         self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
-        self.parking = Parking(engine, self.kv, self.scheduler)   # jobs set aside for editor completions (preempt.py)
+        self.parking = Parking(engine, self.kv, self.scheduler, self.metrics)   # set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
@@ -74,6 +75,7 @@ class Runtime(Admission):
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
+        self.slot_states = SlotStates(engine, self.kv, self.cond)   # slot save/restore/erase, between steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -113,6 +115,12 @@ class Runtime(Admission):
             raise RuntimeStopped()
         return self.embeddings.submit(job)
 
+    def submit_slot_request(self, request: SlotRequest) -> SlotRequest:
+        """Queue a slot's save, restore or erase (slot_state.py); wait on request.done."""
+        if self.stopping:
+            raise RuntimeStopped()
+        return self.slot_states.submit(request)
+
     @property
     def queue_depth(self) -> int:
         """Jobs waiting for a slot: queued, or parked for an editor completion (preempt.py)."""
@@ -130,6 +138,8 @@ class Runtime(Admission):
         return {
             "slots": [self._slot_json(slot) for slot in self.slots],
             "parked": self.parking.as_json(),
+            "parks": self.parking.parks,            # since the model loaded: jobs parked, and put back
+            "resumes": self.parking.resumes,
             "queue_depth": self.queue_depth,
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
@@ -157,13 +167,15 @@ class Runtime(Admission):
         while True:
             with self.cond:
                 while (not self.stopping and not self.scheduler.waiting and not self._active()
-                       and not self.parking.parked and not self.embeddings.pending):
+                       and not self.parking.parked and not self.embeddings.pending
+                       and not self.slot_states.pending):
                     self.cond.wait()
                 if self.stopping:
                     break
             try:
                 self.step()
                 self.embeddings.step()      # one embedding batch between two decode steps
+                self.slot_states.run_pending(self.slots)
             except EngineFailure:
                 raise
             except Exception:   # keep serving: fail what was running, not the process
@@ -179,6 +191,7 @@ class Runtime(Admission):
             self._retire(job, "cancelled")
         self.outbox.deliver()
         self.embeddings.stop()
+        self.slot_states.fail_pending(RuntimeStopped("the server is shutting down"))
         for gen in self.scheduler.take_all_waiting():   # nobody will run these: tell their waiters now
             gen.events.put(Finished(error=RuntimeStopped("the server is shutting down")))
 
@@ -362,9 +375,11 @@ class Runtime(Admission):
         log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
                  job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
         self.metrics.record_cancellation(len(job.generated))
+        # with the text it wrote so far (what its text pipeline still held back is dropped): a client
+        # still there, as a superseded editor completion's, reads an answer its token count matches
+        output = finished_output(job, "cancelled", time.monotonic())
         self._release(job)
-        self._emit(job.gen, Finished(GenerationOutput(finish_reason="cancelled", prompt_tokens=len(job.prompt),
-                                                  completion_tokens=len(job.generated))))
+        self._emit(job.gen, Finished(output))
 
     def _fail(self, job: Job, error: GenerationFailure) -> None:
         self.kv.clear(job.slot)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import itertools
 import threading
 from dataclasses import dataclass, field
 from typing import Callable
@@ -15,7 +16,6 @@ from typing import Callable
 from ..generation import ActiveGeneration, QueueFull, RuntimeStopped, outside_images, position_of
 from .jobs import Job, JobStatus, Slot
 from .prefix_share import Held, Placement, place, waits_for
-from .promptcache import common_prefix
 
 # While other jobs are decoding, a prompt is fed in chunks this large so their
 # streams keep moving; alone, a prompt is fed n_batch tokens at a time.
@@ -122,12 +122,14 @@ class Scheduler:
             self.prefix_waiters.discard(id(gen))
         if gen.cancelled:
             return gen, None
-        prompt, key, images = gen.request.prompt_tokens, gen.request.cache_key, gen.request.images
+        request = gen.request
+        prompt, key, images, scope = request.prompt_tokens, request.cache_key, request.images, request.scope
         if self.can_copy is None:
-            return gen, Placement(choose_slot(free, prompt, key))
-        can_copy, pick = self.can_copy, lambda: choose_slot(free, prompt, key)
+            return gen, Placement(choose_slot(free, prompt, key, scope))
+        can_copy, pick = self.can_copy, lambda: choose_slot(free, prompt, key, scope)
         # place() counts prompt tokens; a sequence holds positions (fewer past an M-RoPE image)
-        placement = place(free, held, prompt, key, lambda seq_id, n: can_copy(seq_id, position_of(images, n)), pick)
+        placement = place(free, held, prompt, key, lambda seq_id, n: can_copy(seq_id, position_of(images, n)), pick,
+                          scope)
         return gen, dataclasses.replace(placement, waited=waited)
 
     def held(self) -> list[Held]:
@@ -137,16 +139,17 @@ class Scheduler:
         for slot in self.slots:
             job = slot.job
             if job is not None and job.prefilling:     # an image decoded in part counts from its end
-                held.append(Held(slot.seq_id, job.prompt[:outside_images(job.request.images, job.n_past)], job.prompt))
+                held.append(Held(slot.seq_id, job.prompt[:outside_images(job.request.images, job.n_past)], job.prompt,
+                                 job.request.scope))
             elif slot.tokens:
-                held.append(Held(slot.seq_id, slot.tokens))
+                held.append(Held(slot.seq_id, slot.tokens, scope=slot.scope))
         return held
 
     def _waits(self, gen: ActiveGeneration, held: list[Held]) -> bool:
         """Whether this job waits for a head of its prompt that another job is prefilling now."""
         if not self.wait_for_prefixes:
             return False
-        head = waits_for(gen.request.prompt_tokens, held)
+        head = waits_for(gen.request.prompt_tokens, held, gen.request.scope)
         if head is None:
             return False
         seq_id, n = head
@@ -158,6 +161,11 @@ class Scheduler:
         """The first waiting job `wanted` picks, to admit out of its turn (an editor completion: preempt.py)."""
         with self.cond:
             return next((gen for gen in self.waiting if wanted(gen)), None)
+
+    def ahead_of(self, gen: ActiveGeneration) -> list[ActiveGeneration]:
+        """The jobs queued before this one (which an editor completion admitted out of its turn jumps)."""
+        with self.cond:
+            return list(itertools.takewhile(lambda queued: queued is not gen, self.waiting))
 
     def withdraw(self, gen: ActiveGeneration) -> None:
         with self.cond:
@@ -187,8 +195,9 @@ def draft_room(jobs: list[Job], n_batch: int) -> int:
     return n_batch - decoding - prefill
 
 
-def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> Slot:
-    """The free slot this prompt continues; else an empty one; else the least recently used.
+def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None, scope: str = "") -> Slot:
+    """The free slot this prompt (of `scope`) continues; else an empty one; else the least recently
+    used. A slot holding another scope's prompt continues nothing (Slot.shared_with).
 
     A slot counts as continued when the shared prefix covers most of what it holds:
     reusing a slot for a few shared template tokens would throw away another
@@ -196,7 +205,7 @@ def choose_slot(free: list[Slot], prompt: list[int], key: str | None = None) -> 
     the slot its last request used is taken whenever the prefix shares anything (an agent
     that rewrote or compacted its history keeps what still matches).
     """
-    shared = {s.seq_id: common_prefix(s.tokens, prompt) for s in free}
+    shared = {s.seq_id: s.shared_with(prompt, scope) for s in free}
     keyed = [s for s in free if key is not None and s.cache_key == key and shared[s.seq_id] > 0]
     if keyed:
         return max(keyed, key=lambda s: shared[s.seq_id])

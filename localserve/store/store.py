@@ -14,10 +14,16 @@ Each Response object is stored whole, as JSON, in `responses.response`: output, 
 incomplete_details and metadata live there and only there, so an update cannot leave a copy
 stale. The columns beside it (status, model, chain and conversation ids, flags) are what queries
 filter on; status is kept equal to the JSON's "status" by every write.
+
+Scopes: each response and conversation belongs to the scope of the API key that made it
+(wire/access.py). A Store finds and makes them in its own scope only; `scoped(scope)` is a view
+of the same database in another (handlers take the one of the request's key). The scope of a
+Store opened plainly is "", the one scope of a server with a single key or none.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import sqlite3
 import threading
@@ -123,6 +129,13 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=10000")
         self._migrate()
         self.recovered = self.recover_interrupted() if recover else 0
+        self.scope = ""
+
+    def scoped(self, scope: str) -> Store:
+        """This store as the key of `scope` sees it: the same connection and lock, its rows only."""
+        view = copy.copy(self)
+        view.scope = scope
+        return view
 
     def close(self) -> None:
         with self._lock:
@@ -186,7 +199,7 @@ class Store:
             response["id"], int(response.get("created_at") or time.time()),
             response["status"], response.get("model"), response.get("previous_response_id"),
             conversation, bool(response.get("background")), response.get("store", True) is not False,
-            _dumps(request), _dumps(items), _dumps(response),
+            _dumps(request), _dumps(items), _dumps(response), self.scope,
         ))
         return items
 
@@ -196,30 +209,30 @@ class Store:
         of those (so a finishing job cannot overwrite a cancel). True when written."""
         response = _with_output_ids(response)
         with self._tx() as db:
-            row = db.execute(SELECT_STATUS, (response["id"],)).fetchone()
+            row = db.execute(SELECT_STATUS, (response["id"], self.scope)).fetchone()
             if row is None or (only_if_in is not None and row[0] not in only_if_in):
                 return False
             db.execute(UPDATE_RESPONSE, (response["status"], _dumps(response), response["id"]))
             return True
 
     def get_response(self, response_id: str) -> dict | None:
-        row = self._one(SELECT_RESPONSE, (response_id,))
+        row = self._one(SELECT_RESPONSE, (response_id, self.scope))
         return None if row is None else _loads(row[0])
 
     def get_response_record(self, response_id: str) -> ResponseRecord | None:
-        row = self._one(SELECT_RECORD, (response_id,))
+        row = self._one(SELECT_RECORD, (response_id, self.scope))
         if row is None:
             return None
         return ResponseRecord(_loads(row[0]), _loads(row[1]), _loads(row[2]))
 
     def delete_response(self, response_id: str) -> bool:
-        return self._write(DELETE_RESPONSE, (response_id,)) > 0
+        return self._write(DELETE_RESPONSE, (response_id, self.scope)) > 0
 
     def set_status(self, response_id: str, status: str, *,
                    only_if_in: tuple[str, ...] | None = None) -> bool:
         """Atomically set the status (column and JSON), optionally only from given statuses."""
         with self._tx() as db:
-            row = db.execute(SELECT_STATUS, (response_id,)).fetchone()
+            row = db.execute(SELECT_STATUS, (response_id, self.scope)).fetchone()
             if row is None or (only_if_in is not None and row[0] not in only_if_in):
                 return False
             response = _loads(row[1])
@@ -258,12 +271,12 @@ class Store:
 
     def events(self, response_id: str, *, starting_after: int | None = None) -> list[dict]:
         after = -1 if starting_after is None else starting_after
-        return [_loads(r[0]) for r in self._all(SELECT_EVENTS, (response_id, after))]
+        return [_loads(r[0]) for r in self._all(SELECT_EVENTS, (response_id, self.scope, after))]
 
     def list_input_items(self, response_id: str, *, after: str | None = None, limit: int = 20,
                          order: str = "desc") -> tuple[list[dict], bool] | None:
         """A page of the response's input items, or None for an unknown response."""
-        row = self._one(SELECT_INPUT_ITEMS, (response_id,))
+        row = self._one(SELECT_INPUT_ITEMS, (response_id, self.scope))
         if row is None:
             return None
         return page(_loads(row[0]), after=after, limit=limit, order=order)
@@ -272,7 +285,7 @@ class Store:
         """The context for a follow-up to `response_id`: from the root of its
         previous_response_id chain forward, each response's input items then its output.
         None when the response or any link of the chain is missing."""
-        rows = self._all(SELECT_CHAIN, (response_id, MAX_CHAIN_DEPTH))
+        rows = self._all(SELECT_CHAIN, (response_id, self.scope, MAX_CHAIN_DEPTH))
         if not rows or rows[0][0] is not None:
             return None
         items: list[dict] = []
@@ -289,25 +302,25 @@ class Store:
                         "created_at": int(time.time()), "metadata": metadata or {}}
         with self._tx() as db:
             db.execute(INSERT_CONVERSATION, (
-                conversation["id"], conversation["created_at"], _dumps(conversation["metadata"])
+                conversation["id"], conversation["created_at"], _dumps(conversation["metadata"]), self.scope
             ))
             self._insert_items(db, conversation["id"], items or [])
         return conversation
 
     def get_conversation(self, conv_id: str) -> dict | None:
-        row = self._one(SELECT_CONVERSATION, (conv_id,))
+        row = self._one(SELECT_CONVERSATION, (conv_id, self.scope))
         if row is None:
             return None
         return {"id": row[0], "object": "conversation", "created_at": row[1],
                 "metadata": _loads(row[2])}
 
     def update_conversation(self, conv_id: str, metadata: dict | None) -> dict | None:
-        if self._write(UPDATE_CONVERSATION, (_dumps(metadata or {}), conv_id)) == 0:
+        if self._write(UPDATE_CONVERSATION, (_dumps(metadata or {}), conv_id, self.scope)) == 0:
             return None
         return self.get_conversation(conv_id)
 
     def delete_conversation(self, conv_id: str) -> bool:
-        return self._write(DELETE_CONVERSATION, (conv_id,)) > 0
+        return self._write(DELETE_CONVERSATION, (conv_id, self.scope)) > 0
 
     def _insert_items(self, db: sqlite3.Connection, conv_id: str,
                       items: list[dict]) -> list[dict]:
@@ -324,7 +337,7 @@ class Store:
         """Append items (ids assigned where missing); the stored items, or None if no such
         conversation."""
         with self._tx() as db:
-            if db.execute(SELECT_CONVERSATION, (conv_id,)).fetchone() is None:
+            if db.execute(SELECT_CONVERSATION, (conv_id, self.scope)).fetchone() is None:
                 return None
             return self._insert_items(db, conv_id, items)
 
@@ -346,11 +359,15 @@ class Store:
         return [_loads(r[0]) for r in rows[:limit]], len(rows) > limit
 
     def get_item(self, conv_id: str, item_id: str) -> dict | None:
-        row = self._one(SELECT_ITEM, (conv_id, item_id))
+        with self._lock:
+            if self.get_conversation(conv_id) is None:
+                return None
+            row = self._one(SELECT_ITEM, (conv_id, item_id))
         return None if row is None else _loads(row[0])
 
     def delete_item(self, conv_id: str, item_id: str) -> bool:
-        return self._write(DELETE_ITEM, (conv_id, item_id)) > 0
+        with self._lock:
+            return self.get_conversation(conv_id) is not None and self._write(DELETE_ITEM, (conv_id, item_id)) > 0
 
     def conversation_items(self, conv_id: str) -> list[dict] | None:
         with self._lock:

@@ -15,15 +15,22 @@ that acts is refused when either names a site that is neither ours nor allowed;
 and a JSON body must say so in Content-Type, which no simple request can, so a
 browser has to ask first with a preflight, which the allowlist then decides.
 SDKs, curl and agent CLIs send JSON and no Origin: nothing changes for them.
+
+Several API keys are several users: each key's request gets a scope of its own (a digest of
+the key, never the key), so its prompts are cached, and its responses stored, where no other
+key's requests can find them (a cached prefix shows in `cached_tokens`, which would let one
+key guess another's prompt a token at a time). One key or none is one user: one scope.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import socket
 from dataclasses import dataclass, field
 
+from ..dialects.exchange import Scope
 from .http_head import HOST
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
@@ -34,6 +41,7 @@ CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version,
 CORS_MAX_AGE = "600"
 DEFAULT_PORTS = {"http": "80", "https": "443"}
 SHOWN_ORIGIN_CHARS = 200     # an Origin named in an error, cut: the header may be kilobytes
+SCOPE_HEX_DIGITS = 16        # a key's scope id: 64 bits of its digest, stored with its responses
 
 
 def load_api_keys(keys: list[str], key_file: str | None) -> list[str]:
@@ -53,9 +61,11 @@ class AccessPolicy:
     api_keys: list[str] = field(default_factory=list)
     allowed_hosts: list[str] = field(default_factory=list)
     cors_origins: list[str] = field(default_factory=list)
+    shared_cache: bool = False      # --shared-cache: every key's requests share the prompt caches
 
     def __post_init__(self) -> None:
         self._keys = [k.encode() for k in self.api_keys]
+        self._scopes = [scope_id(k) for k in self._keys] if len(set(self._keys)) > 1 else [""] * len(self._keys)
         self._own_names = {socket.gethostname().lower()}
 
     # ---- API keys ------------------------------------------------------------------
@@ -65,17 +75,24 @@ class AccessPolicy:
         return bool(self._keys)
 
     def key_ok(self, authorization: str | None, x_api_key: str | None) -> bool:
+        return self.key_scope(authorization, x_api_key) is not None
+
+    def key_scope(self, authorization: str | None, x_api_key: str | None) -> Scope | None:
+        """The scope of the key presented; None when it is none of ours."""
         presented = x_api_key
         if authorization and authorization[:7].lower() == "bearer ":
             presented = authorization[7:].strip()
         if not presented:
-            return False
+            return None
         candidate = presented.encode()
         # compare with every key, always: the time taken says nothing about which matched
-        matched = False
-        for key in self._keys:
-            matched |= hmac.compare_digest(candidate, key)
-        return matched
+        matched = None
+        for key, scope in zip(self._keys, self._scopes):
+            if hmac.compare_digest(candidate, key):
+                matched = scope
+        if matched is None:
+            return None
+        return Scope(owner=matched, cache="" if self.shared_cache else matched)
 
     # ---- Host ----------------------------------------------------------------------
 
@@ -131,6 +148,11 @@ class AccessPolicy:
         return [("Access-Control-Allow-Methods", methods),
                 ("Access-Control-Allow-Headers", requested_headers or CORS_ALLOW_HEADERS),
                 ("Access-Control-Max-Age", CORS_MAX_AGE)]
+
+
+def scope_id(key: bytes) -> str:
+    """A key's scope: a digest that names it in the store and the caches without holding it."""
+    return hashlib.sha256(b"localserve key scope\0" + key).hexdigest()[:SCOPE_HEX_DIGITS]
 
 
 def is_json_media_type(content_type: str | None) -> bool:

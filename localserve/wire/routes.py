@@ -17,6 +17,7 @@ from typing import Protocol
 from ..dialects.exchange import Exchange, Handler
 from ..dialects.openai.errors import OPENAI_ERRORS
 from ..errors import ApiError, ClientGone, ErrorShape
+from ..prompt.media import request_images
 from .http import Request
 from .response_writer import ResponseWriter
 
@@ -123,7 +124,8 @@ class Router:
                 if method in route.methods:
                     exchange.params = params
                     exchange.errors = route.errors
-                    route.handler(exchange)
+                    with request_images(exchange.raise_if_gone):     # each image decoded once, the client asked after
+                        route.handler(exchange)
                     return
             allow = ", ".join(self.allowed(matches))
             raise ApiError(405, f"method {request.method} is not allowed on {request.path}; allowed: {allow}",

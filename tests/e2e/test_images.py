@@ -23,6 +23,7 @@ PLACEHOLDER = "[image omitted: this model has no vision]"
 HEADER = "x-localserve-images-omitted"
 PNG = imagefiles.png(16, 16)
 JPEG = imagefiles.jpeg(16, 16)
+PROGRESSIVE = imagefiles.progressive_jpeg(24, 16, ac_scans=3)     # as most phone and web JPEGs are
 
 
 def image_url(data: bytes = PNG, media_type: str = "image/png") -> dict:
@@ -72,6 +73,19 @@ def test_chat_an_earlier_image_is_a_placeholder_and_the_answer_says_so(server, s
     else:
         assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == 3
     assert server.wait_log("image(s) shown as text: the model has no vision projector")
+
+
+def test_chat_an_image_two_assistant_replies_back_is_a_placeholder(server):
+    """The turn being answered starts after the *last* assistant reply: an image in the user turn
+    between the first and the second reply is an earlier one, shown as text (issue 46)."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello."},
+                {"role": "user", "content": [{"type": "text", "text": "what is this?"}, image_url(PROGRESSIVE,
+                                                                                           "image/jpeg")]},
+                {"role": "assistant", "content": "A picture."}, {"role": "user", "content": "Say more."}]
+    raw = openai_sdk(server).chat.completions.with_raw_response.create(model="tiny", max_tokens=2, messages=messages)
+    assert raw.headers[HEADER] == "1"
+    shown = request(server.port, post_json("/apply-template", {"model": "tiny", "messages": messages}))
+    assert shown.status == 200 and PLACEHOLDER in shown.json()["prompt"]
 
 
 def test_chat_an_image_sent_beside_tool_results_is_what_the_tool_saw(server):
@@ -200,6 +214,35 @@ def test_ollama_images_on_an_earlier_message_are_a_placeholder(server, stream):
     raw = request(server.port, post_json("/api/chat", {"model": "tiny", "stream": stream, "messages": [
         {**messages[0], "images": [imagefiles.b64(PNG)]}, *messages[1:]], "options": options}))
     assert raw.status == 200 and raw.header(HEADER) == "1"
+
+
+def test_ollama_images_on_a_tool_message_are_what_the_tool_saw(server):
+    """A screenshot in a tool result: Ollama's tool messages take images (shown as text here)."""
+    messages = [{"role": "user", "content": "take a screenshot"},
+                {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "screenshot",
+                                                                                  "arguments": {}}}]},
+                {"role": "tool", "tool_name": "screenshot", "content": "shot.png",
+                 "images": [imagefiles.b64(PNG), imagefiles.b64(PROGRESSIVE)]}]
+    raw = request(server.port, post_json("/api/chat", {"model": "tiny", "stream": False, "messages": messages,
+                                                       "options": {"num_predict": 2}}))
+    assert raw.status == 200 and raw.header(HEADER) == "2", raw.body[:300]
+
+
+# ---- compaction of a conversation that read an image ----------------------------------------
+
+def test_compacting_a_history_with_an_earlier_image_shows_it_as_text(server):
+    """Codex's remote compaction of a conversation that looked at an image, on a model without
+    vision: the image is the placeholder there too, as in an ordinary turn (issue 46)."""
+    history = [{"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
+                                            input_image(PROGRESSIVE, "image/jpeg")]},
+               {"role": "assistant", "content": "A picture."}, {"role": "user", "content": "Say more."}]
+    turn = request(server.port, post_json("/v1/responses", {"model": "tiny", "input": history, "store": False,
+                                                            "max_output_tokens": 16}), timeout=60)
+    assert turn.status == 200, turn.body[:300]
+    compacted = request(server.port, post_json("/v1/responses/compact", {"model": "tiny", "input": history}),
+                        timeout=120)
+    assert compacted.status == 200, compacted.body[:300]
+    assert compacted.json()["output"][-1]["type"] == "compaction"
 
 
 # ---- bad images: a 400 naming the part, in every dialect; the server keeps serving ---------

@@ -195,17 +195,17 @@ def test_filenames_count_in_the_budget_and_the_oldest_files_give_way(fim_server)
 
 def test_a_newer_completion_from_the_same_client_cancels_the_older(fim_server):
     """One slot: the older completion (a long forced middle, streamed) is cancelled by the newer
-    request with the same User-Agent, which then gets the slot instead of waiting behind it."""
+    request with the same X-Client-Id, which then gets the slot instead of waiting behind it."""
     older = RawConnection(fim_server.port, timeout=60)
     try:
         older.send(post_json("/infill", {"model": "coder", "input_prefix": "", "input_suffix": "", "stream": True,
                                          "grammar": forced("y" * 1500), "n_predict": 1500},
-                             "User-Agent: editor-test/1\r\n"))
+                             "X-Client-Id: editor-test-1\r\n"))
         head = b""
         while b"data: " not in head:
             head += older.sock.recv(4096)       # the older one is generating
         newer = infill(fim_server, {"input_prefix": "", "input_suffix": "", "grammar": forced("ok")},
-                       "User-Agent: editor-test/1\r\n")
+                       "X-Client-Id: editor-test-1\r\n")
         assert newer.json()["content"] == "ok"
         rest = head
         while b'"stop":true' not in rest:

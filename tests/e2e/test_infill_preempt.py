@@ -246,3 +246,52 @@ def test_a_parked_chats_timings_leave_the_pause_out(one_slot):
     timings = answers["chat"].json()["timings"]
     assert timings["parked_ms"] >= spent["prompt_ms"] + spent["predicted_ms"] > 0
     assert timings["prompt_ms"] + timings["predicted_ms"] + timings["parked_ms"] <= answers["round_trip_ms"]
+
+
+FLOOD_LIMIT = 100       # completions each flooding thread sends at most; the chat must end long before
+FLOOD_TOKENS = 32       # each completion's length: one thread's next request is queued before the other's ends
+
+
+def metric(port: int, name: str) -> float:
+    text = request(port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode()
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(name + " ")))
+
+
+def test_a_flood_of_completions_parks_a_chat_for_a_bounded_while(one_slot):
+    """Two threads loop /infill, a new X-Client-Id each time: the chat is parked, passed a
+    bounded number of times (runtime/fairness.py), then finishes while the flood goes on: neither
+    thread has run out of its loop when the chat's last chunk comes. Counted, never timed."""
+    port = one_slot.port
+    parks, resumes = metric(port, "localserve_parked_jobs_total"), metric(port, "localserve_resumed_jobs_total")
+    before = slots(port)
+    chat = StreamedChat(port, {**chat_body("a chat under a flood of completions"), "max_tokens": 1000})
+    assert chat.first_chunk.wait(60)
+    chat_done = threading.Event()
+    sent, failures = [0, 0], []
+
+    def flood(thread: int) -> None:
+        while not chat_done.is_set() and sent[thread] < FLOOD_LIMIT:
+            sent[thread] += 1
+            answer = request(port, post_json("/infill", {"input_prefix": "def f(x):\n    ", "input_suffix": "\n",
+                                                         "n_predict": FLOOD_TOKENS, "logit_bias": no_end_bias()},
+                                             f"X-Client-Id: flood-{thread}-{sent[thread]}\r\n"), timeout=120)
+            if answer.status != 200:
+                failures.append(answer.body)
+
+    threads = [threading.Thread(target=flood, args=(i,), daemon=True) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    text = chat.text()
+    left = [FLOOD_LIMIT - n for n in sent]
+    chat_done.set()
+    for thread in threads:
+        thread.join(120)
+    assert not failures
+    assert len(text) > 500 and chat.finish_reason == "length"
+    assert min(left) > 0, f"the chat finished only once the flood stopped ({sent} completions sent)"
+    assert parked_after(one_slot, chat.request_id) > 0
+    assert metric(port, "localserve_parked_jobs_total") > parks
+    assert metric(port, "localserve_resumed_jobs_total") > resumes
+    after = slots(port)
+    assert after["parks"] > before["parks"] and after["resumes"] > before["resumes"]
+    assert after["models"]["coder"]["parks"] == after["parks"]

@@ -94,19 +94,20 @@ FILL_BODIES = {
 @pytest.mark.parametrize("route", sorted(FILL_BODIES))
 def test_a_newer_fill_from_the_same_client_cancels_the_older(fim_server, route):
     """One slot: the older fill (a long forced middle, streamed) is cancelled by the newer one
-    with the same User-Agent, which gets the slot instead of waiting behind it."""
+    with the same X-Client-Id, which gets the slot instead of waiting behind it; the older one's
+    last line says it was cancelled."""
     fill = FILL_BODIES[route]
     older = RawConnection(fim_server.port, timeout=60)
     try:
         older.send(post_json("/api/generate", {"model": "coder", **fill,
                                                "options": {**forced("y" * 1500), "num_predict": 1500}},
-                             "User-Agent: editor-test/1\r\n"))
+                             "X-Client-Id: editor-test-1\r\n"))
         seen = b""
         while b'"response"' not in seen:
             seen += older.sock.recv(4096)       # the older one is generating
         newer = request(fim_server.port, post_json("/api/generate", {
             "model": "coder", **fill, "stream": False, "options": forced("ok")},
-            "User-Agent: editor-test/1\r\n"), timeout=60)
+            "X-Client-Id: editor-test-1\r\n"), timeout=60)
         assert newer.json()["response"] == "ok"
         while b'"done":true' not in seen:
             data = older.sock.recv(65536)
@@ -114,7 +115,7 @@ def test_a_newer_fill_from_the_same_client_cancels_the_older(fim_server, route):
             seen += data
         line = [line for line in seen.split(b"\n") if b'"done":true' in line][0]
         last = json.loads(line[line.index(b"{"):])         # the chunk's size may come before it
-        assert last["eval_count"] < 1500
+        assert last["eval_count"] < 1500 and last["done_reason"] == "cancelled"
     finally:
         older.close()
     assert fim_server.wait_log("superseded by a newer completion from the same client")
@@ -125,10 +126,10 @@ def test_a_raw_prompt_without_fim_tokens_is_no_editor_completion(fim_server):
     older = RawConnection(fim_server.port, timeout=60)
     try:
         older.send(post_json("/api/generate", {"model": "coder", "prompt": "a", "raw": True, "stream": False,
-                                               "options": forced("z" * 12)}, "User-Agent: raw-test/1\r\n"))
+                                               "options": forced("z" * 12)}, "X-Client-Id: raw-test-1\r\n"))
         newer = request(fim_server.port, post_json("/api/generate", {
             "model": "coder", "prompt": "a", "raw": True, "stream": False, "options": forced("ok")},
-            "User-Agent: raw-test/1\r\n"), timeout=60)
+            "X-Client-Id: raw-test-1\r\n"), timeout=60)
         assert newer.json()["response"] == "ok"
         assert older.read_response().json()["response"] == "z" * 12
     finally:

@@ -38,6 +38,7 @@ def route_paths() -> list[tuple[str, str, ErrorShape, tuple[str, ...]]]:
 
 
 ROUTES = route_paths()
+OPEN_ENDED = ("/models/sse",)       # a GET that streams until the server stops: its HEAD shows the head
 PROTECTED = [r for r in ROUTES if r[1] not in TABLE.public_paths]
 PUBLIC = [r for r in ROUTES if r[1] in TABLE.public_paths]
 
@@ -95,6 +96,8 @@ def test_every_protected_route_needs_the_key_for_every_method(guarded, pattern, 
 @pytest.mark.parametrize("pattern,path,errors,served", PROTECTED, ids=[r[0] for r in PROTECTED])
 def test_with_the_key_each_method_reaches_the_route(guarded, pattern, path, errors, served):
     for method in METHODS:
+        if method == "GET" and pattern in OPEN_ENDED:
+            continue
         key = f"Authorization: Bearer {KEY}\r\n" if method != "DELETE" else f"x-api-key: {KEY}\r\n"
         resp = send(guarded.port, method, path, key, body=b"{not json" if method == "POST" else None)
         asked = "GET" if method == "HEAD" else method
@@ -111,6 +114,12 @@ def test_with_the_key_each_method_reaches_the_route(guarded, pattern, path, erro
             assert_shape(resp, errors, resp.status)
         else:
             assert resp.status != 401, (method, path)
+
+
+def test_an_open_ended_stream_needs_the_key_too(guarded):
+    for pattern in OPEN_ENDED:
+        assert send(guarded.port, "HEAD", pattern).status == 401
+        assert send(guarded.port, "HEAD", pattern, f"Authorization: Bearer {KEY}\r\n").status == 200
 
 
 @pytest.mark.parametrize("pattern,path,errors,served", PROTECTED, ids=[r[0] for r in PROTECTED])

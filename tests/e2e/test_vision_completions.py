@@ -109,3 +109,15 @@ def test_a_model_without_a_projector_refuses_images_and_keeps_serving(server, st
     assert (error["param"], error["code"]) == ("prompt.multimodal_data[0]", "model_has_no_vision")
     assert "model 'tiny' has no vision projector" in error["message"]
     assert complete(server, {"prompt": "hello"}).status == 200
+
+
+def test_llama_servers_own_completion_reads_the_image_and_props_say_vision(vision_server, bare):
+    """/completion (llama-server's shape) takes the same object prompt; /props reports the
+    modality and the marker a client writes."""
+    props = request(vision_server.port, b"GET /props HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
+    assert props["modalities"]["vision"] is True and props["media_marker"] == "<__media__>"
+    resp = request(vision_server.port, post_json("/completion", {"prompt": prompt(TEXT, PNG), "n_predict": N,
+                                                                 "temperature": 0, "logit_bias": NO_EOG}))
+    assert resp.status == 200, resp.body
+    answer = resp.json()
+    assert answer["content"] == bare_text(bare, TEXT, [PNG]) and answer["tokens_evaluated"] > IMAGE_TOKENS

@@ -116,6 +116,12 @@ class RawConnection:
             raise AssertionError(f"a {status} response with no body is followed by {len(self.buffer)} "
                                  f"stray bytes: {self.buffer[:80]!r}")
 
+    def wait_for(self, marker: bytes) -> None:
+        """Read until `marker` has arrived (a stream under way), keeping every byte for read_response."""
+        while marker not in self.buffer:
+            if not self._fill():
+                raise ConnectionError(f"closed before {marker!r} came")
+
     def is_closed(self, timeout: float = 2.0) -> bool:
         """True when the server closed the connection (EOF) within timeout."""
         self.sock.settimeout(timeout)

@@ -10,7 +10,7 @@ import pytest
 
 import imagefiles  # tests/support/
 from imagefiles import AVIF, HEIC, SVG, TIFF, WEBP, b64, data_url
-from localserve import images
+from localserve import image_headers, images
 from localserve.images import ImageRefused, from_base64, from_bytes, from_url
 
 
@@ -20,7 +20,7 @@ def test_every_accepted_format_is_read_with_its_size(media_type):
     image = from_bytes(data, media_type, "messages[0].content[1]")
     assert (image.media_type, image.data, image.where) == (media_type, data, "messages[0].content[1]")
     assert image.digest == hashlib.sha256(data).hexdigest()
-    assert images.dimensions(data, media_type) == (33, 17)
+    assert image_headers.size_of(data, media_type) == (33, 17)
     assert from_url(data_url(data, media_type)) == image      # compared by media type and digest
 
 
@@ -139,7 +139,7 @@ def test_the_byte_limit_is_named_and_checked_before_decoding(monkeypatch):
 
 def test_the_pixel_limit_is_read_from_the_header():
     width, height = 8193, 4096      # one column more than MAX_IMAGE_PIXELS allows
-    assert width * height > images.MAX_IMAGE_PIXELS >= 8192 * 4096
+    assert width * height > image_headers.MAX_IMAGE_PIXELS >= 8192 * 4096
     header = imagefiles.png(1, 1)
     huge = header[:16] + struct.pack(">II", width, height) + header[24:]
     with pytest.raises(ImageRefused, match=r"8193x4096 pixels.*MAX_IMAGE_PIXELS") as caught:
@@ -154,6 +154,6 @@ def test_the_pixel_limit_is_read_from_the_header():
 def test_bmp_heights_may_be_negative_and_os2_headers_are_read():
     data = bytearray(imagefiles.bmp(5, 7))
     data[22:26] = struct.pack("<i", -7)                 # top-down
-    assert images.dimensions(bytes(data), "image/bmp") == (5, 7)
+    assert image_headers.size_of(bytes(data), "image/bmp") == (5, 7)
     core = b"BM" + b"\x00" * 12 + struct.pack("<IHHHH", 12, 9, 4, 1, 24)
-    assert images.dimensions(core, "image/bmp") == (9, 4)
+    assert image_headers.size_of(core, "image/bmp") == (9, 4)

@@ -41,6 +41,8 @@ FLOORS = {
     "localserve": 1, "settings": 1, "errors": 1,
     "generation": 2,      # it names the tool families' and reasoning's types (parsing/)
     "conversation": 1,    # the typed conversation: dialects read into it, prompt/ renders it; stdlib only
+    "image_headers": 1,   # what decoding an image will cost, from its header and structure; stdlib only
+    "image_lzw": 1,       # what a GIF frame's LZW codes draw, followed without drawing; stdlib only
     "images": 1,          # an image's bytes checked from their header (format, size) into the conversation; stdlib only
 }
 

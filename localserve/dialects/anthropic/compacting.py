@@ -118,7 +118,7 @@ class CompactingRun:
     def submit_answer(self, summary: str) -> ActiveGeneration:
         with prompt_refusals():
             request = self.answer.build(compacted(self.chat, summary))
-        self.current = submit(self.model, request)
+        self.current = submit(self.model, request, self.exchange.scope)
         return self.current
 
     def whole(self, gen: ActiveGeneration) -> dict:

@@ -40,15 +40,16 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
 
 def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
     name = read_model(body, model.model_id)
+    signing_key = services.signing_key_for(exchange.scope)
     with prompt_refusals():
-        gen_request, prompt, answer = read_request(model.chat, services.signing_key, body, exchange.request_id,
+        gen_request, prompt, answer = read_request(model.chat, signing_key, body, exchange.request_id,
                                                    check_client=exchange.raise_if_gone,
                                                    betas=exchange.request.header("anthropic-beta"))
     if prompt.input.ignored_tools:
         ignored = ignored_tools_value(prompt.input.ignored_tools)
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
-    meta = MessageMeta(new_call_id("msg_"), name, services.signing_key, prompt.input.thinking.omitted,
+    meta = MessageMeta(new_call_id("msg_"), name, signing_key, prompt.input.thinking.omitted,
                        prompt.cache_breakpoint_tokens, prompt.context_management())
     if gen_request is None:         # past its compaction trigger: summarised first
         log.info("messages %s: compacting the conversation before the answer", exchange.request_id)
@@ -65,7 +66,7 @@ def handle_count_tokens(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     body = exchange.json()
     with use_model(models, body, LoadWait(exchange)) as model, prompt_refusals():
-        prompt = read_prompt(model.chat, services.signing_key, body, breakpoints=False,
+        prompt = read_prompt(model.chat, services.signing_key_for(exchange.scope), body, breakpoints=False,
                              check_client=exchange.raise_if_gone)
         report_omitted(exchange, prompt.chat.images_omitted, f"count_tokens {exchange.request_id}")
         tokens = (prompt.tokens if prompt.tokens is not None

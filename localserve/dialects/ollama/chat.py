@@ -46,14 +46,11 @@ def handle(services: Services, exchange: Exchange) -> None:
 
 
 def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: str,
-                 build: Callable[[LoadedModel, Options], GenerationRequest], prompt_param: str,
-                 supersede: str | None = None) -> None:
+                 build: Callable[[LoadedModel, Options], GenerationRequest], prompt_param: str) -> None:
     """/api/chat's and /api/generate's turn in the one request cycle: build(model, options) makes
     the job once the model is there (a prompt too long for the context is a 400 naming
     `prompt_param`); the answer is NDJSON lines or one object. A model's load is
-    silence on an NDJSON stream (it has no comment line). `supersede`: the client key under which
-    a newer editor completion cancels this one (request_cycle.Reply's; a job that is no editor
-    completion takes no part)."""
+    silence on an NDJSON stream (it has no comment line)."""
     body = exchange.json()
     body["model"] = requested_name(body)         # the older `name` too: the cycle reads `model`
 
@@ -62,8 +59,7 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
         options = read_options(body, model.chat.engine.n_vocab, label)
         with format_named(), prompt_refusals(prompt_param):
             request = build(model, options)
-        return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole,
-                     supersede=supersede if request.editor_completion else None)
+        return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole)
 
     serve_generation(exchange, services, read, streams=read_stream, notice=None)
 

@@ -25,7 +25,7 @@ from ...prompt.fim import FimInput
 from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
-from ..fim import client_key, fills_the_middle, fim_prompt, writes_its_own_fim
+from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
 from ..services import Services
 from .chat import serve_ollama
 from .lifecycle import load_or_unload
@@ -75,8 +75,7 @@ def handle(services: Services, exchange: Exchange) -> None:
         return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                   stop=options.stop, label=label)
 
-    # an editor's completion (a suffix, or a raw FIM prompt of its own): a newer one from the same client cancels it
-    serve_ollama(services, exchange, answer, label, build, "prompt", supersede=client_key(exchange))
+    serve_ollama(services, exchange, answer, label, build, "prompt")
 
 
 def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:

@@ -61,7 +61,9 @@ class Answer:
         t = output.timings
         end = time.perf_counter_ns()
         loaded = self.loaded_ns or self.started_ns
-        fields = {"done_reason": "length" if output.finish_reason == "length" else "stop",
+        # cancelled: a client still reading is an editor whose newer completion superseded this one
+        reason = output.finish_reason if output.finish_reason in ("length", "cancelled") else "stop"
+        fields = {"done_reason": reason,
                   "total_duration": end - self.started_ns, "load_duration": loaded - self.started_ns,
                   "prompt_eval_count": output.prompt_tokens, "prompt_eval_duration": nanoseconds(t.prefill_ms),
                   "eval_count": output.completion_tokens, "eval_duration": nanoseconds(t.decode_ms)}

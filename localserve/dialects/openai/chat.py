@@ -34,20 +34,17 @@ def handle(services: Services, exchange: Exchange) -> None:
 
 
 def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks,
-                 supersede: str | None = None, param: str = "messages") -> None:
+                 param: str = "messages") -> None:
     """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
     job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
-    stream; `supersede`: the client key under which a newer editor completion cancels this one
-    (a request that is no editor completion takes no part); `param`: the field a refused
-    prompt names (the prompt's field)."""
+    stream; `param`: the field a refused prompt names (the prompt's field)."""
     def reply(model: LoadedModel, body: dict) -> Reply:
         with prompt_refusals(param):
             gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
         return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
-                     whole=lambda output: final(output, meta, gen_request.logprobs),
-                     supersede=supersede if gen_request.editor_completion else None)
+                     whole=lambda output: final(output, meta, gen_request.logprobs))
 
     serve_generation(exchange, services, reply)
 

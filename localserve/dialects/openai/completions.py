@@ -9,7 +9,7 @@ from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput
 from .completion_images import is_object_prompt, read_object_prompt
-from ..fim import client_key, fills_the_middle, fim_prompt, writes_its_own_fim
+from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
 from ..pump import sse
 from ..exchange import Exchange
 from ..services import Services
@@ -33,9 +33,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     def chunks(meta: dict, include_usage: bool) -> CompletionChunks:
         return CompletionChunks(meta, include_usage, echoed[0])
 
-    # an editor's completion (a suffix, or a FIM prompt of its own): a newer one cancels it
-    serve_openai(services, exchange, read, "cmpl-", final, chunks, supersede=client_key(exchange),
-                 param="prompt")
+    serve_openai(services, exchange, read, "cmpl-", final, chunks, param="prompt")
 
 
 def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
@@ -139,10 +137,16 @@ def legacy_logprobs(entries: list[dict] | None, offset: int = 0) -> dict | None:
     }
 
 
+def completion_finish(output: GenerationOutput) -> str:
+    """Chat's finish reasons, but a cancelled answer says so: a client is still there to read it
+    when a newer completion of its editor superseded this one (dialects/fim.py)."""
+    return "cancelled" if output.finish_reason == "cancelled" else finish_reason(output)
+
+
 def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
     choice = {"text": output.content, "index": 0,
               "logprobs": legacy_logprobs(output.logprobs) if with_logprobs else None,
-              "finish_reason": finish_reason(output)}
+              "finish_reason": completion_finish(output)}
     return {**meta, "object": "text_completion", "choices": [choice], "usage": usage(output),
             "system_fingerprint": None, "timings": timings(output)}
 
@@ -171,7 +175,7 @@ class CompletionChunks(ChatChunks):
             self.text_offset += sum(len(e["token"]) for e in event.logprobs or [])
             return [self.text(event.text, logprobs=logprobs)]
         if isinstance(event, Finished):
-            out = [self.text("", finish_reason(event.output))]
+            out = [self.text("", completion_finish(event.output))]
             if self.include_usage:
                 out.append(sse({**self.base, "choices": [], "usage": usage(event.output)}))
             return out

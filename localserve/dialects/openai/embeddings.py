@@ -39,8 +39,9 @@ def handle(services: Services, exchange: Exchange) -> None:
                         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens}})
 
 
-def read_inputs(model: EmbeddingModel, value: Any, truncate: bool) -> list[list[int]]:
-    """`input` as token sequences, each checked against the embedding context."""
+def read_inputs(model: EmbeddingModel, value: Any, truncate: bool, param: str = "input") -> list[list[int]]:
+    """`input` (llama-server's /embedding: `content`) as token sequences, each checked against
+    the embedding context."""
     if isinstance(value, str):
         items: list = [value]
     elif isinstance(value, list) and value and all(type(t) is int for t in value):
@@ -48,31 +49,31 @@ def read_inputs(model: EmbeddingModel, value: Any, truncate: bool) -> list[list[
     elif isinstance(value, list):
         items = value
     else:
-        raise invalid("input", "expected a string, an array of strings, an array of token ids or an array "
-                               "of token-id arrays")
+        raise invalid(param, "expected a string, an array of strings, an array of token ids or an array "
+                             "of token-id arrays")
     if not items:
-        raise invalid("input", "is an empty array; give at least one input")
+        raise invalid(param, "is an empty array; give at least one input")
     if len(items) > model.max_inputs:
-        raise invalid("input", f"has {len(items)} inputs; at most {model.max_inputs} are taken in one call "
-                               f"(--max-embedding-inputs)")
+        raise invalid(param, f"has {len(items)} inputs; at most {model.max_inputs} are taken in one call "
+                             f"(--max-embedding-inputs)")
     if not all(isinstance(item, (str, list)) for item in items):
-        raise invalid("input", "expected strings, token ids (integers) or token-id arrays")
+        raise invalid(param, "expected strings, token ids (integers) or token-id arrays")
     if not (all(isinstance(item, str) for item in items) or all(isinstance(item, list) for item in items)):
-        raise invalid("input", "mixes strings and token arrays; send one kind")
-    return [read_one(model, item, i, truncate) for i, item in enumerate(items)]
+        raise invalid(param, "mixes strings and token arrays; send one kind")
+    return [read_one(model, item, i, truncate, param) for i, item in enumerate(items)]
 
 
-def read_one(model: EmbeddingModel, item: str | list, index: int, truncate: bool) -> list[int]:
+def read_one(model: EmbeddingModel, item: str | list, index: int, truncate: bool, param: str = "input") -> list[int]:
     if isinstance(item, list):
-        return fit(model, check_tokens(model, item, "input"), "input", index, truncate)
+        return fit(model, check_tokens(model, item, param), param, index, truncate)
     if not item:
-        raise invalid("input", f"input[{index}] is an empty string; OpenAI refuses those too")
-    tokens = tokenize(model, item, index, truncate)
+        raise invalid(param, f"{param}[{index}] is an empty string; OpenAI refuses those too")
+    tokens = tokenize(model, item, index, truncate, param)
     ends_with_added = model.spec.pair_tokens[1] is not None or model.spec.pair_tokens[2] is not None
-    return fit(model, tokens, "input", index, truncate, keeps_last=ends_with_added)
+    return fit(model, tokens, param, index, truncate, keeps_last=ends_with_added)
 
 
-def tokenize(model: EmbeddingModel, text: str, index: int, truncate: bool) -> list[int]:
+def tokenize(model: EmbeddingModel, text: str, index: int, truncate: bool, param: str = "input") -> list[int]:
     """Tokens of one text, with the model's own BOS/EOS/SEP; only as much of a huge text as can
     matter is tokenized (a cut input's tokens come from a prefix of at least that many)."""
     limit = model.spec.max_tokens
@@ -82,7 +83,7 @@ def tokenize(model: EmbeddingModel, text: str, index: int, truncate: bool) -> li
         return model.engine.tokenize(text, add_special=True, parse_special=True,
                                      limit=None if truncate else limit)
     except TooManyTokens as exc:
-        raise context_exceeded("input", index, exc.at_least, limit) from None
+        raise context_exceeded(param, index, exc.at_least, limit) from None
 
 
 def normalised(vector: np.ndarray, dimensions: int | None) -> np.ndarray:

@@ -42,15 +42,16 @@ def compact_conversation(services: Services, exchange: Exchange) -> None:
 def compacted(services: Services, exchange: Exchange, model: LoadedModel, body: dict) -> dict:
     instructions = read_str(body, "instructions")
     previous_id = read_str(body, "previous_response_id")
-    if previous_id and services.store is None:
+    store = services.store_for(exchange.scope)
+    if previous_id and store is None:
         raise storage_off("previous_response_id")
     images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
     read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
     items, _ = split_trigger(read)
-    context = since_last_compaction(context_items(services.store, previous_id, None))
+    context = since_last_compaction(context_items(store, previous_id, None))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
-    key = services.signing_key
+    key = services.signing_key_for(exchange.scope)
     rendered = open_compactions(key, open_reasoning(key, context, "previous_response_id"), "previous_response_id") + \
         open_compactions(key, open_reasoning(key, read, "input"), "input")
     chat = ChatInput(messages=to_messages(rendered, instructions, len(read), images),

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 def create(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     body = optional_json(exchange)
     items = read_items(body.get("items"), "items")
     conversation = store.create_conversation(items=items, metadata=read_metadata(body))
@@ -35,7 +35,7 @@ def retrieve(services: Services, exchange: Exchange) -> None:
 
 
 def update(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     body = exchange.json()
     if "metadata" not in body:
         raise invalid("metadata", "required: the metadata to set")
@@ -46,7 +46,7 @@ def update(services: Services, exchange: Exchange) -> None:
 
 
 def delete(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     conv_id = conversation_id(exchange)
     if not store.delete_conversation(conv_id):
         raise not_found(conv_id)
@@ -54,7 +54,7 @@ def delete(services: Services, exchange: Exchange) -> None:
 
 
 def add_items(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     items = read_items(exchange.json().get("items"), "items", required=True)
     stored = store.add_items(conversation_id(exchange), items)
     if stored is None:
@@ -63,7 +63,7 @@ def add_items(services: Services, exchange: Exchange) -> None:
 
 
 def list_items(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     after, limit, order = read_page_query(exchange.request.query)
     page = store.list_items(conversation_id(exchange), after=after, limit=limit, order=order)
     if page is None:
@@ -72,7 +72,7 @@ def list_items(services: Services, exchange: Exchange) -> None:
 
 
 def get_item(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     existing(services, exchange)
     item = store.get_item(conversation_id(exchange), exchange.params["item_id"])
     if item is None:
@@ -81,7 +81,7 @@ def get_item(services: Services, exchange: Exchange) -> None:
 
 
 def delete_item(services: Services, exchange: Exchange) -> None:
-    store = stored_state(services)
+    store = stored_state(services, exchange)
     conversation = existing(services, exchange)
     if not store.delete_item(conversation["id"], exchange.params["item_id"]):
         raise item_not_found(exchange)
@@ -90,10 +90,12 @@ def delete_item(services: Services, exchange: Exchange) -> None:
 
 # ---- helpers ------------------------------------------------------------------------------
 
-def stored_state(services: Services) -> Store:
-    if services.store is None:
+def stored_state(services: Services, exchange: Exchange) -> Store:
+    """The store as the request's key sees it: its own conversations only."""
+    store = services.store_for(exchange.scope)
+    if store is None:
         raise storage_off("the Conversations API")
-    return services.store
+    return store
 
 
 def optional_json(exchange: Exchange) -> dict:
@@ -105,7 +107,7 @@ def conversation_id(exchange: Exchange) -> str:
 
 
 def existing(services: Services, exchange: Exchange) -> dict:
-    conversation = stored_state(services).get_conversation(conversation_id(exchange))
+    conversation = stored_state(services, exchange).get_conversation(conversation_id(exchange))
     if conversation is None:
         raise not_found(conversation_id(exchange))
     return conversation

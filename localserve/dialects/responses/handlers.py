@@ -52,13 +52,14 @@ def create(responses: ResponsesServices, exchange: Exchange) -> None:
 def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
     services = responses.services
     plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
-                     signing_key=services.signing_key, store=services.store, check_client=exchange.raise_if_gone)
+                     signing_key=services.signing_key_for(exchange.scope), store=services.store_for(exchange.scope),
+                     check_client=exchange.raise_if_gone)
     if plan.ignored_tools:
         ignored = ignored_tools_value(plan.ignored_tools)
         log.info("responses %s: hosted tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
-    compact_as_planned(exchange, model, plan, services.signing_key, services.settings.compact_max_tokens,
-                       services.prefill_keepalive)
+    compact_as_planned(exchange, model, plan, services.signing_key_for(exchange.scope),
+                       services.settings.compact_max_tokens, services.prefill_keepalive)
     return Reply(plan.generation, deliver=lambda gen: deliver(responses, exchange, plan, gen))
 
 
@@ -67,7 +68,7 @@ def deliver(responses: ResponsesServices, exchange: Exchange, plan: Plan, gen: A
     answered once the runner thread owns it: a client gone then stops nothing), streamed, or
     waited for whole."""
     runs = responses.runs
-    run = ResponseRun(plan, gen, responses.services.store)
+    run = ResponseRun(plan, gen, responses.services.store_for(exchange.scope), exchange.scope.owner)
     opening = run.begin()
     if plan.store:
         runs.add(run)
@@ -177,7 +178,7 @@ def retrieve(responses: ResponsesServices, exchange: Exchange) -> None:
 def replay(responses: ResponsesServices, exchange: Exchange, store: Store, response_id: str, after: int) -> None:
     """Stored events after `after`; a response still running is followed live to its end."""
     writer = exchange.writer
-    run = responses.runs.get(response_id)
+    run = responses.runs.get(response_id, exchange.scope.owner)
     if run is None:
         if store.get_response(response_id) is None:
             raise not_found(response_id)
@@ -212,7 +213,7 @@ def follow(exchange: Exchange, run: ResponseRun, after: int, keepalive: float) -
 def cancel(responses: ResponsesServices, exchange: Exchange) -> None:
     store = stored_state(responses, exchange)
     response_id = exchange.params["response_id"]
-    run = responses.runs.get(response_id)
+    run = responses.runs.get(response_id, exchange.scope.owner)
     if run is not None and run.cancel(f"cancelled through POST /v1/responses/{response_id}/cancel"):
         exchange.send_json(store.get_response(response_id) or run.shaper.snapshot())
         return
@@ -236,7 +237,7 @@ def cancel(responses: ResponsesServices, exchange: Exchange) -> None:
 def delete(responses: ResponsesServices, exchange: Exchange) -> None:
     store = stored_state(responses, exchange)
     response_id = exchange.params["response_id"]
-    run = responses.runs.get(response_id)
+    run = responses.runs.get(response_id, exchange.scope.owner)
     if run is not None:
         run.cancel("the response was deleted")
     if not store.delete_response(response_id):
@@ -266,8 +267,8 @@ class ResponsesServices:
 
 
 def stored_state(responses: ResponsesServices, exchange: Exchange) -> Store:
-    """The store; with storage off no response can be found."""
-    store = responses.services.store
+    """The store as the request's key sees it; with storage off no response can be found."""
+    store = responses.services.store_for(exchange.scope)
     if store is None:
         raise ApiError(404, f"response '{exchange.params.get('response_id')}' not found: storage is off on "
                             f"this server (--no-store), so no response is kept", code="storage_disabled")

@@ -32,8 +32,9 @@ RUNNER_POLL_SECONDS = 0.5
 
 
 class ResponseRun:
-    def __init__(self, plan: Any, gen: ActiveGeneration, store: Any):
+    def __init__(self, plan: Any, gen: ActiveGeneration, store: Any, scope: str = ""):
         self.id = plan.response["id"]
+        self.scope = scope                  # the store scope of the key that made it: only that key finds it
         self.plan = plan
         self.gen = gen
         self.store = store if plan.store else None
@@ -173,9 +174,11 @@ class ResponseRuns:
         with self._lock:
             self._runs[run.id] = run
 
-    def get(self, response_id: str) -> ResponseRun | None:
+    def get(self, response_id: str, scope: str) -> ResponseRun | None:
+        """The run of that id, if the key of `scope` made it (another key's is not found)."""
         with self._lock:
-            return self._runs.get(response_id)
+            run = self._runs.get(response_id)
+        return run if run is not None and run.scope == scope else None
 
     def discard(self, run: ResponseRun) -> None:
         with self._lock:

@@ -47,6 +47,19 @@ def test_a_wheel_that_does_not_match_its_options_is_refused(tmp_path):
     assert "RPC" in llama_wheel.wheel_problem(no_rpc, args)
 
 
+@pytest.mark.parametrize("marker", [b"posix_spawnp", b"execvp", b"ffprobe -v quiet", b"ffmpeg"])
+def test_a_libmtmd_that_can_start_a_program_is_refused_when_video_is_off(tmp_path, marker):
+    args = "-DGGML_RPC=ON -DMTMD_VIDEO=OFF"
+    rpc = {"llama_cpp/lib/libggml-rpc.so": b"\x7fELF"}
+    quiet = make_wheel(tmp_path / "quiet.whl", {**rpc, "llama_cpp/lib/libmtmd.so": b"\x7fELF stbi_load"})
+    assert llama_wheel.wheel_problem(quiet, args) is None
+    video = make_wheel(tmp_path / "video.whl", {**rpc, "llama_cpp/lib/libmtmd.so": b"\x7fELF " + marker})
+    assert "libmtmd.so can start programs" in llama_wheel.wheel_problem(video, args)
+    assert llama_wheel.wheel_problem(video, "-DGGML_RPC=ON") is None       # not refused unless video is off
+    other = make_wheel(tmp_path / "other.whl", {**rpc, "llama_cpp/lib/libggml-base.so": b"\x7fELF " + marker})
+    assert llama_wheel.wheel_problem(other, args) is None                  # only libmtmd's video path is checked
+
+
 def test_a_kept_wheel_is_reused_only_when_it_matches(tmp_path):
     args = "-DGGML_OPENMP=OFF"
     folder = tmp_path / "key"

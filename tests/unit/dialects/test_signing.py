@@ -12,7 +12,7 @@ import base64
 import pytest
 
 from localserve.dialects.signing import (NONCE_BYTES, REASONING, SEAL_VERSION, TAG_BYTES, THINKING, recover, seal,
-                                         sign, unseal, verify)
+                                         scoped_signing_key, sign, unseal, verify)
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -105,3 +105,12 @@ def test_thinking_signatures_verify_only_their_own_text():
         bad = flipped(signature, index)
         assert not verify(KEY, TEXT, bad) and recover(KEY, bad) is None
     assert not verify(KEY, TEXT, None) and not verify(KEY, TEXT, "sig\u00e9")
+
+
+def test_what_one_api_keys_requests_are_handed_opens_for_that_key_only():
+    """Several API keys (wire/access.py): each scope seals and signs with a key of its own."""
+    k1, k2 = scoped_signing_key(KEY, "scope-1"), scoped_signing_key(KEY, "scope-2")
+    assert scoped_signing_key(KEY, "") == KEY                  # one key or none: the server's own
+    assert unseal(k1, seal(k1, TEXT)) == TEXT
+    assert unseal(k2, seal(k1, TEXT)) is None and unseal(KEY, seal(k1, TEXT)) is None
+    assert not verify(k2, TEXT, sign(k1, TEXT))

@@ -29,6 +29,16 @@ def test_an_image_in_the_turn_being_answered_is_refused_naming_the_model_and_the
     assert "model 'tiny' has no vision projector" in str(caught.value)
 
 
+def test_an_image_before_the_second_assistant_reply_is_an_earlier_one():
+    """The turn being answered begins after the *last* assistant reply, not the first (issue 46)."""
+    chat = ChatInput([text_message("user", "hi"), text_message("assistant", "hello"),
+                      Message("user", (Text("look"), image("messages[2].content[1]"))),
+                      text_message("assistant", "a picture"), text_message("user", "say more")])
+    fit_images(TEXT_ONLY, chat)
+    assert chat.messages[2] == Message("user", (Text("look"), Text(IMAGE_OMITTED)))
+    assert chat.images_omitted == 1
+
+
 def test_earlier_images_and_tool_results_become_the_placeholder():
     call = ToolCall("t1", "Read", {"path": "a.png"})
     chat = ChatInput([Message("user", (image(), Text("what is this?"))),

@@ -239,3 +239,24 @@ def test_a_job_taken_out_of_its_turn_is_no_longer_counted_as_waiting_for_a_head(
     assert s.next_admission() is None and id(editor) in s.prefix_waiters
     s.withdraw(editor)
     assert not s.prefix_waiters and not s.waiting
+
+
+# ---- scopes: one API key's prompts are no other key's cache (issue 44) ------------------------
+
+def test_a_prefix_held_for_another_scope_is_neither_copied_nor_continued():
+    theirs = Slot(0, HEAD + [1, 2], scope="victim")
+    free = [theirs, slot(1)]
+    held = [Held(0, theirs.tokens, scope="victim")]
+    p = place(free, held, HEAD + [1, 3], None, anything, lambda: choose_slot(free, HEAD + [1, 3], None, "attacker"),
+              "attacker")
+    assert p.source is None and p.copied == 0
+    assert theirs.shared_with(HEAD + [1, 3], "attacker") == 0
+    mine = place(free, held, HEAD + [1, 3], None, anything, lambda: choose_slot(free, HEAD + [1, 3], None, "victim"),
+                 "victim")
+    assert (mine.source, mine.copied) == (0, len(HEAD) + 1)     # its own scope's sequence is copied
+
+
+def test_a_job_never_waits_for_another_scopes_head():
+    coming = Held(0, HEAD[:40], HEAD + [1, 2], scope="victim")
+    assert waits_for(HEAD + [3, 4], [coming], "attacker") is None
+    assert waits_for(HEAD + [3, 4], [coming], "victim") == (0, len(HEAD))

@@ -36,3 +36,20 @@ def test_a_sequence_a_saved_one_covers_is_not_saved_again():
     cache.add(SEQUENCE, b"state")
     assert not cache.worth_saving(SEQUENCE[:3000])
     assert cache.worth_saving(SEQUENCE[:2999] + [7])
+
+
+def test_a_saved_sequence_is_found_by_its_own_scope_only():
+    cache = PromptCache(1 << 20)
+    cache.add(SEQUENCE, b"victim's", scope="victim")
+    assert cache.best_match(SEQUENCE + [1], "attacker") == (None, 0)
+    key, n = cache.best_match(SEQUENCE + [1], "victim")
+    assert n == len(SEQUENCE) and cache.take(key).state == b"victim's"
+
+
+def test_scopes_neither_cover_nor_replace_each_others_entries():
+    cache = PromptCache(1 << 20)
+    cache.add(SEQUENCE[:3000], b"victim's", scope="victim")
+    assert cache.worth_saving(SEQUENCE[:2000], scope="attacker")     # the victim's longer one is no copy of it
+    cache.add(SEQUENCE, b"attacker's", scope="attacker")              # it extends the victim's: both stay
+    assert len(cache) == 2
+    assert cache.best_match(SEQUENCE, "victim")[1] == 3000

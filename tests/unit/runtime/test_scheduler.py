@@ -196,3 +196,22 @@ def test_the_scheduler_loads_no_llama_cpp():
             "sorted(sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_slot_of_another_scope_continues_nothing():
+    theirs = Slot(0, [1, 2, 3, 4], scope="victim")
+    assert choose_slot([theirs, slot(1)], [1, 2, 3, 4, 5], scope="attacker").seq_id == 1
+    assert choose_slot([theirs, slot(1)], [1, 2, 3, 4, 5], scope="victim").seq_id == 0
+    keyed = Slot(0, [1, 2, 3, 4], cache_key="conv", scope="victim")      # a prompt_cache_key claims nothing across
+    assert choose_slot([keyed, slot(1)], [1, 2, 9], key="conv", scope="attacker").seq_id == 1
+
+
+def test_admission_places_a_job_by_sequences_of_its_own_scope_only():
+    s = Scheduler(2, 8, can_copy=lambda seq_id, n: True, wait_for_prefixes=True)
+    s.slots[0].tokens, s.slots[0].scope = list(range(50)), "victim"
+    s.enqueue(ActiveGeneration(GenerationRequest(list(range(50)) + [99], scope="attacker")))
+    _, placement = s.next_admission()
+    assert (placement.slot.seq_id, placement.source, placement.copied) == (1, None, 0)
+    s.enqueue(ActiveGeneration(GenerationRequest(list(range(50)) + [99], scope="victim")))
+    _, placement = s.next_admission()
+    assert placement.slot.seq_id == 0 and placement.copied == 0      # its own slot, continued in place

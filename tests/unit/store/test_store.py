@@ -432,3 +432,57 @@ def test_two_stores_on_one_file(db_path):
         assert b.get_response("resp_ab")["id"] == "resp_ab"
         conv = b.create_conversation(items=[user("x")], metadata=None)
         assert a.conversation_items(conv["id"])[0]["content"] == "x"
+
+
+# ---- scopes: each API key's responses and conversations (issue 44) ----
+
+def test_a_response_is_found_in_its_own_scope_only(store):
+    mine, theirs = store.scoped("k1"), store.scoped("k2")
+    mine.create_response(response("resp_1", "in_progress"), input_items=[user("secret")], request={})
+    mine.append_events("resp_1", [{"type": "response.created", "sequence_number": 0}])
+    assert mine.get_response("resp_1")["id"] == "resp_1"
+    assert theirs.get_response("resp_1") is None and store.get_response("resp_1") is None
+    assert theirs.get_response_record("resp_1") is None
+    assert theirs.list_input_items("resp_1") is None
+    assert theirs.events("resp_1") == [] and len(mine.events("resp_1")) == 1
+    assert theirs.chain_items("resp_1") is None
+    assert not theirs.set_status("resp_1", "cancelled")
+    assert not theirs.update_response(response("resp_1", "completed"))
+    assert not theirs.delete_response("resp_1")
+    assert mine.get_response("resp_1")["status"] == "in_progress"
+
+
+def test_a_chain_through_another_scopes_response_is_broken(store):
+    store.scoped("k1").create_response(response("resp_1"), input_items=[user("q1")], request={})
+    store.scoped("k2").create_response(response("resp_2", prev="resp_1"), input_items=[user("q2")], request={})
+    assert store.scoped("k2").chain_items("resp_2") is None
+
+
+def test_a_conversation_is_found_in_its_own_scope_only(store):
+    mine, theirs = store.scoped("k1"), store.scoped("k2")
+    conv = mine.create_conversation(items=[user("secret", id="msg_1")])
+    assert theirs.get_conversation(conv["id"]) is None
+    assert theirs.conversation_items(conv["id"]) is None
+    assert theirs.list_items(conv["id"]) is None
+    assert theirs.get_item(conv["id"], "msg_1") is None
+    assert theirs.add_items(conv["id"], [user("mine now")]) is None
+    assert theirs.update_conversation(conv["id"], {"x": "y"}) is None
+    assert not theirs.delete_item(conv["id"], "msg_1")
+    assert not theirs.delete_conversation(conv["id"])
+    assert [i["id"] for i in mine.conversation_items(conv["id"])] == ["msg_1"]
+    assert mine.get_item(conv["id"], "msg_1")["content"] == "secret"
+
+
+def test_rows_from_before_scopes_belong_to_the_single_key_scope(db_path):
+    """A store written by a version without scopes: its rows are the one scope's ("")."""
+    os.makedirs(os.path.dirname(db_path), exist_ok=True)
+    with sqlite3.connect(db_path) as db:
+        for statement in MIGRATIONS[0]:
+            db.execute(statement)
+        db.execute("PRAGMA user_version = 1")
+        db.execute("INSERT INTO responses (id, created_at, status, request, input_items, response) "
+                   "VALUES ('resp_old', 1, 'completed', '{}', '[]', '{\"id\": \"resp_old\"}')")
+    with Store(db_path) as s:
+        assert s.schema_version == len(MIGRATIONS)
+        assert s.get_response("resp_old") == {"id": "resp_old"}
+        assert s.scoped("k1").get_response("resp_old") is None

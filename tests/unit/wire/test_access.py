@@ -13,6 +13,7 @@ import socket
 
 import pytest
 
+from localserve.dialects.exchange import Scope
 from localserve.wire.access import CORS_ALLOW_HEADERS, AccessPolicy, load_api_keys
 from localserve.wire.http_head import HOST
 
@@ -173,3 +174,22 @@ def test_cors_is_off_by_default_and_star_allows_any_origin():
     assert star.origin_ok("http://evil.example")
     assert dict(star.cors_headers("http://evil.example"))["Access-Control-Allow-Origin"] == "http://evil.example"
     assert not star.origin_ok(None) and not star.origin_ok("")
+
+
+# ---- scopes: whose caches and stored responses a key's request may see (issue 44) ------------
+
+def test_each_of_several_keys_has_a_scope_of_its_own_that_is_not_the_key():
+    k1 = GUARDED.key_scope("Bearer k1", None)
+    k2 = GUARDED.key_scope(None, "k2")
+    assert k1 is not None and k2 is not None and k1 != k2
+    assert k1.owner == k1.cache and "k1" not in k1.owner
+    assert GUARDED.key_scope("Bearer k1", None) == k1           # the same key, the same scope, every time
+    assert GUARDED.key_scope("Bearer k3", None) is None
+
+
+def test_one_key_is_one_user_and_shared_cache_widens_only_the_caches():
+    assert AccessPolicy(api_keys=["only"]).key_scope("Bearer only", None) == Scope()
+    assert AccessPolicy(api_keys=["same", "same"]).key_scope("Bearer same", None) == Scope()
+    team = AccessPolicy(api_keys=["k1", "k2"], shared_cache=True)
+    k1, k2 = team.key_scope("Bearer k1", None), team.key_scope("Bearer k2", None)
+    assert k1.cache == k2.cache == "" and k1.owner != k2.owner

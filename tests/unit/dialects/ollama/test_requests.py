@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+import imagefiles  # tests/support/
+
 from localserve.conversation import Reasoning, Text, ToolCall, ToolResult, text_message
 from localserve.dialects.ollama.messages import read_chat, read_messages
 from localserve.dialects.ollama.names import catalogue_name, tagged
@@ -39,6 +41,19 @@ def test_messages_become_the_typed_conversation():
     assert (results[0].call_id, results[0].name, results[0].content) == (calls[1].id, "time", (Text("noon"),))
     assert (results[1].call_id, results[1].name) == (calls[0].id, None)
     assert results[2].call_id == "mine"
+
+
+def test_a_tool_message_takes_images_before_its_text():
+    """A screenshot in a tool result (issue 46): Ollama's tool messages take images, as user ones do."""
+    png, jpeg = imagefiles.png(8, 8), imagefiles.progressive_jpeg(16, 8)
+    messages = read_messages([
+        {"role": "user", "content": "take a screenshot"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "shot", "arguments": {}}}]},
+        {"role": "tool", "tool_name": "shot", "content": "done", "images": [imagefiles.b64(png), imagefiles.b64(jpeg)]}])
+    (result,) = messages[2].of(ToolResult)
+    assert [type(part).__name__ for part in result.content] == ["Image", "Image", "Text"]
+    assert [part.media_type for part in result.content[:2]] == ["image/png", "image/jpeg"]
+    assert result.content[1].where == "messages[2].images[1]"
 
 
 @pytest.mark.parametrize("messages, param", [

@@ -1,0 +1,12 @@
+"""llama-server's own routes, bound to the server's services; each answers errors in its shape."""
+
+from __future__ import annotations
+
+from ..exchange import RouteTable
+from ..services import Services
+from . import completion, embedding, input_tokens, models, props, slots
+
+
+def add_routes(table: RouteTable, services: Services) -> None:
+    for module in (completion, props, embedding, input_tokens, models, slots):
+        module.add_routes(table, services)

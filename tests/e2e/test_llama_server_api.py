@@ -1,0 +1,387 @@
+"""llama-server's own API end to end on a tiny model: /completion whole and streamed, /props,
+/embedding, the input_tokens counts and the slot actions, each checked on the raw wire against
+the shapes llama-server's README documents; bad input answered in llama-server's error shape."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clients import openai_sdk
+from conftest import ServerProcess
+from embedmodels import write_pooled_decoder
+from rawhttp import post_json, request
+from sse import sse_data
+
+ERROR_KEYS = {"code", "message", "type"}
+
+
+@pytest.fixture(scope="module")
+def model_path(models_dir):
+    # a chat model that also embeds; no EOS after a prompt (a completion continues it)
+    return write_pooled_decoder(models_dir / "llama-api.gguf", pooling="last",
+                                extra_metadata={"tokenizer.ggml.add_eos_token": False})
+
+
+@pytest.fixture(scope="module")
+def slot_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("slots")
+
+
+@pytest.fixture(scope="module")
+def server(model_path, slot_dir):
+    srv = ServerProcess(model_path, "--model-id", "tiny", "--slots", "2", "--no-store",
+                        "--slot-save-path", str(slot_dir))
+    yield srv
+    srv.stop()
+
+
+def post(server, path: str, body: dict | bytes, headers: str = ""):
+    return request(server.port, post_json(path, body, headers), timeout=60)
+
+
+def get(server, path: str, headers: str = ""):
+    return request(server.port, f"GET {path} HTTP/1.1\r\nHost: localhost\r\n{headers}\r\n".encode(), timeout=30)
+
+
+def forced(text: str) -> str:
+    return "root ::= " + json.dumps(text)
+
+
+def assert_llama_error(resp, status: int, words: str = "") -> dict:
+    assert resp.status == status, resp.body
+    error = resp.json()["error"]
+    assert ERROR_KEYS <= set(error) and error["code"] == status, error
+    assert isinstance(error["message"], str) and words.lower() in error["message"].lower(), error
+    return error
+
+
+# ---- /completion ---------------------------------------------------------------------------
+
+def test_a_whole_completion_has_llama_servers_fields(server):
+    resp = post(server, "/completion", {"prompt": "Once upon a time", "grammar": forced("there was a cat"),
+                                        "n_predict": 32, "temperature": 0})
+    assert resp.status == 200, resp.body
+    answer = resp.json()
+    assert answer["content"] == "there was a cat"
+    assert answer["stop"] is True and answer["stop_type"] == "eos" and answer["stopping_word"] == ""
+    assert answer["model"] == "tiny" and answer["truncated"] is False
+    assert answer["tokens_predicted"] > 0
+    assert answer["tokens_evaluated"] == answer["timings"]["prompt_n"] + answer["timings"]["cache_n"]
+    assert answer["tokens_cached"] == answer["tokens_evaluated"] + answer["tokens_predicted"]
+    assert answer["prompt"].endswith("Once upon a time")
+    assert {"prompt_ms", "predicted_ms", "predicted_per_second", "prompt_per_second"} <= set(answer["timings"])
+    settings = answer["generation_settings"]
+    assert settings["n_predict"] == 32 and settings["temperature"] == 0 and settings["n_ctx"] > 0
+    assert answer["tokens"] == [] and "completion_probabilities" not in answer
+
+
+def test_a_negative_temperature_is_greedy(server):
+    answers = {post(server, "/completion", {"prompt": "The", "n_predict": 6, "temperature": t, "seed": seed}
+                    ).json()["content"] for t, seed in ((-1, 1), (0, 2), (-0.5, 3))}
+    assert len(answers) == 1
+
+
+def test_a_stop_word_ends_the_completion_and_is_named(server):
+    answer = post(server, "/completion", {"prompt": "x", "grammar": forced("one, two. three"),
+                                          "stop": [". "]}).json()
+    assert answer["content"] == "one, two"
+    assert answer["stop_type"] == "word" and answer["stopping_word"] == ". "
+
+
+def test_n_predict_is_the_limit(server):
+    answer = post(server, "/completions", {"prompt": "x", "grammar": forced("a" * 40), "n_predict": 3}).json()
+    assert answer["stop_type"] == "limit" and answer["tokens_predicted"] == 3
+
+
+def test_a_streamed_completion_is_content_lines_then_the_whole_object(server):
+    resp = post(server, "/completion", {"prompt": "x = ", "grammar": forced("[1, 2, 3]"), "stream": True})
+    assert resp.status == 200 and resp.header("content-type").startswith("text/event-stream")
+    events = sse_data(resp.body)
+    pieces, last = events[:-1], events[-1]
+    assert pieces and all(e["stop"] is False and set(e) >= {"content", "tokens", "index"} for e in pieces)
+    assert "".join(e["content"] for e in pieces) == "[1, 2, 3]"
+    assert last["stop"] is True and last["stop_type"] == "eos" and last["tokens_predicted"] > 0
+    assert "timings" in last and "generation_settings" in last
+    assert b"[DONE]" not in resp.body
+
+
+def test_prompts_as_tokens_and_mixed_are_the_same_prompt(server):
+    tokens = post(server, "/tokenize", {"content": "hello world", "add_special": True}).json()["tokens"]
+    tail = post(server, "/tokenize", {"content": " again"}).json()["tokens"]
+    by_text = post(server, "/completion", {"prompt": "hello world", "n_predict": 0}).json()
+    by_ids = post(server, "/completion", {"prompt": tokens + tail, "n_predict": 0}).json()
+    mixed = post(server, "/completion", {"prompt": ["hello world", *tail], "n_predict": 0}).json()
+    assert by_text["tokens_evaluated"] == len(tokens) and by_text["tokens_predicted"] == 0
+    assert by_ids["tokens_evaluated"] == mixed["tokens_evaluated"] == len(tokens) + len(tail)
+    assert by_ids["prompt"] == mixed["prompt"] and mixed["prompt"].startswith(by_text["prompt"])
+    # a string that does not come first gets no BOS of its own
+    late = post(server, "/completion", {"prompt": [*tokens, " again"], "n_predict": 0}).json()
+    assert late["tokens_evaluated"] == len(tokens) + len(tail) and late["prompt"] == by_ids["prompt"]
+
+
+def test_return_tokens_and_probabilities(server):
+    answer = post(server, "/completion", {"prompt": "x", "grammar": forced("abc abc"), "return_tokens": True,
+                                          "n_probs": 3}).json()
+    assert len(answer["tokens"]) == answer["tokens_predicted"]
+    assert post(server, "/detokenize", {"tokens": answer["tokens"]}).json()["content"] == "abc abc"
+    probs = answer["completion_probabilities"]
+    assert "".join(p["token"] for p in probs) == "abc abc"
+    assert all(p["logprob"] <= 0 and len(p["top_logprobs"]) == 3 for p in probs)
+    post_sampling = post(server, "/completion", {"prompt": "x", "grammar": forced("ab"), "n_probs": 2,
+                                                 "post_sampling_probs": True}).json()
+    assert all(0 <= p["prob"] <= 1 and len(p["top_probs"]) == 2 for p in post_sampling["completion_probabilities"])
+
+
+def test_a_json_schema_holds_the_answer(server):
+    answer = post(server, "/completion", {"prompt": "{", "json_schema": {"enum": ["yes", "no"]}}).json()
+    assert answer["stop_type"] == "eos" and json.loads(answer["content"]) in ("yes", "no")
+
+
+def test_response_fields_pick_what_comes_back(server):
+    answer = post(server, "/completion", {"prompt": "x", "grammar": forced("hi"),
+                                          "response_fields": ["content", "generation_settings/n_predict"]}).json()
+    assert answer == {"content": "hi", "generation_settings/n_predict": -1}
+
+
+def test_sillytavern_text_completion_replayed(server):
+    """SillyTavern's llama.cpp backend (textgen-settings.js getTextGenGenerationData, then
+    text-completions.js /generate): the whole settings object goes to /completion, with its
+    own keys (api_type, api_server...), array logit_bias with `false` bans and an empty grammar."""
+    body = {"prompt": "You are a helpful assistant.\nUser: hi\nAssistant:", "max_new_tokens": 8, "max_tokens": 8,
+            "temperature": 0.7, "top_p": 0.5, "typical_p": 1, "typical": 1, "sampler_seed": -1, "min_p": 0,
+            "repetition_penalty": 1.2, "frequency_penalty": 0, "presence_penalty": 0, "top_k": 40, "skew": 0,
+            "min_tokens": 0, "add_bos_token": True, "smoothing_factor": 0, "smoothing_curve": 1,
+            "dry_allowed_length": 2, "dry_multiplier": 0, "dry_base": 1.75,
+            "dry_sequence_breakers": "[\"\\n\", \":\", \"\\\"\", \"*\"]", "dry_penalty_last_n": 0,
+            "max_tokens_second": 0, "samplers": ["top_k", "tfs_z", "typical_p", "top_p", "min_p", "temperature"],
+            "stopping_strings": ["\nUser:"], "stop": ["\nUser:"], "truncation_length": 4096, "ban_eos_token": False,
+            "skip_special_tokens": True, "top_a": 0, "tfs": 1, "mirostat_mode": 0, "mirostat_tau": 5,
+            "mirostat_eta": 0.1, "custom_token_bans": "", "banned_strings": [], "api_type": "llamacpp",
+            "api_server": "http://127.0.0.1:8080", "xtc_threshold": 0.1, "xtc_probability": 0, "rep_pen": 1.2,
+            "rep_pen_range": 0, "repetition_penalty_range": 0, "seed": -1, "guidance_scale": 1,
+            "negative_prompt": "", "grammar_string": "", "repeat_penalty": 1.2, "tfs_z": 1, "repeat_last_n": 0,
+            "n_predict": 8, "num_predict": 8, "num_ctx": 4096, "mirostat": 0, "ignore_eos": False,
+            "rep_pen_slope": 1, "logit_bias": [[5, False]], "grammar": "", "cache_prompt": True}
+    headers = "User-Agent: node-fetch\r\nAccept: */*\r\n"
+    whole = post(server, "/completion", body, headers)
+    assert whole.status == 200, whole.body
+    assert whole.json()["tokens_predicted"] <= 8 and whole.json()["stop"] is True
+    streamed = post(server, "/completion", {**body, "stream": True}, headers)
+    assert streamed.status == 200, streamed.body
+    # its front end reads data.content from each line, and data.error.message for an error
+    events = sse_data(streamed.body)
+    assert all("error" not in e for e in events) and events[-1]["stop"] is True
+
+
+def test_sillytavern_status_props_and_token_count_replayed(server):
+    """Its connection check (GET /v1/models with a JSON Content-Type), its template match (GET
+    /props with no headers: it hashes chat_template after `.endsWith`), its token counter
+    (POST /tokenize {"content"}: the count is tokens.length) and its slot info (GET /slots)."""
+    models = get(server, "/v1/models", "Content-Type: application/json\r\n").json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    assert isinstance(get(server, "/props").json()["chat_template"], str)
+    counted = post(server, "/tokenize", {"content": "hello there"}, "User-Agent: node-fetch\r\n").json()
+    assert isinstance(counted["tokens"], list) and counted["tokens"]
+    assert get(server, "/slots").status == 200
+
+
+def test_ignore_eos_runs_to_n_predict(server):
+    eos_text = get(server, "/props").json()["eos_token"]
+    eos = post(server, "/tokenize", {"content": eos_text}).json()["tokens"][-1]
+    body = {"prompt": "x", "n_predict": 6, "logit_bias": [[eos, 100]]}
+    assert post(server, "/completion", body).json()["stop_type"] == "eos"
+    answer = post(server, "/completion", {**body, "ignore_eos": True}).json()
+    assert answer["stop_type"] == "limit" and answer["tokens_predicted"] == 6
+
+
+def test_the_openai_sdk_is_unaffected(server):
+    client = openai_sdk(server)
+    assert [m.id for m in client.models.list().data] == ["tiny"]
+    text = client.completions.create(model="tiny", prompt="x", max_tokens=4, extra_body={"grammar": forced("ok")})
+    assert text.choices[0].text == "ok"
+
+
+# ---- /props ----------------------------------------------------------------------------------
+
+def test_props_describe_the_model(server, model_path):
+    props = get(server, "/props").json()
+    settings = props["default_generation_settings"]
+    assert settings["n_ctx"] > 0 and settings["params"]["temperature"] == pytest.approx(0.8)
+    assert props["total_slots"] == 2
+    assert props["model_path"] == model_path.name          # the file's name: no directory of the operator's
+    assert props["modalities"] == {"vision": False, "audio": False, "video": False}
+    assert "<|im_start|>" in props["chat_template"] and props["chat_template_caps"]["supports_system_role"] is True
+    assert props["build_info"].startswith("localserve") and props["is_sleeping"] is False
+    assert get(server, "/props?model=anything").json()["model_alias"] == "tiny"
+
+
+def test_zed_reads_the_context_and_capabilities(server):
+    """Zed's llama.cpp provider (crates/llama_cpp): GET /v1/models, then /props?model=<id> for each
+    loaded entry with a `status` (router mode), with Accept: application/json."""
+    headers = "Accept: application/json\r\nAuthorization: Bearer none\r\n"
+    entries = get(server, "/v1/models", headers).json()["data"]
+    assert entries[0]["status"]["value"] == "loaded"
+    assert entries[0]["architecture"]["input_modalities"] == ["text"]
+    props = get(server, "/props?model=" + "tiny", headers).json()
+    assert props["default_generation_settings"]["n_ctx"] == entries[0]["meta"]["n_ctx"]
+    caps = props["chat_template_caps"]
+    assert isinstance(caps["supports_tools"], bool) and isinstance(caps["supports_tool_calls"], bool)
+    assert props["modalities"]["vision"] is False
+
+
+def test_props_cannot_be_changed(server):
+    assert_llama_error(post(server, "/props", {}), 501, "cannot be changed")
+
+
+# ---- /embedding, /reranking -----------------------------------------------------------------
+
+def test_embedding_in_llama_servers_shape(server):
+    resp = post(server, "/embedding", {"content": ["hello world", "a cat"]})
+    assert resp.status == 200, resp.body
+    rows = resp.json()
+    assert [r["index"] for r in rows] == [0, 1] and all(len(r["embedding"]) == 1 for r in rows)
+    oai = post(server, "/v1/embeddings", {"input": ["hello world"]}).json()["data"][0]["embedding"]
+    assert rows[0]["embedding"][0] == pytest.approx(oai, abs=1e-5)
+    raw = post(server, "/embeddings", {"content": "hello world", "embd_normalize": -1}).json()[0]["embedding"][0]
+    norm = sum(x * x for x in raw) ** 0.5
+    assert [x / norm for x in raw] == pytest.approx(oai, abs=1e-5)
+    taxicab = post(server, "/embedding", {"content": "hello world", "embd_normalize": 1}).json()[0]["embedding"][0]
+    assert sum(abs(x) for x in taxicab) == pytest.approx(1.0, abs=1e-4)
+
+
+def test_embedding_with_input_answers_as_openai(server):
+    body = post(server, "/embedding", {"input": "hello"}).json()
+    assert body["object"] == "list" and body["data"][0]["object"] == "embedding"
+
+
+# ---- input_tokens --------------------------------------------------------------------------
+
+def test_chat_input_tokens_count_what_the_chat_would_run(server):
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
+    for path in ("/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"):
+        counted = post(server, path, {"model": "tiny", "messages": messages}).json()
+        assert counted["object"] == "response.input_tokens"
+        ran = post(server, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 1}).json()
+        assert counted["input_tokens"] == ran["usage"]["prompt_tokens"]
+
+
+def test_responses_input_tokens_through_the_openai_sdk(server):
+    client = openai_sdk(server)
+    counted = client.responses.input_tokens.count(model="tiny", input="hello there", instructions="be brief")
+    assert counted.object == "response.input_tokens"
+    ran = client.responses.create(model="tiny", input="hello there", instructions="be brief", max_output_tokens=16,
+                                  store=False)
+    assert counted.input_tokens == ran.usage.input_tokens
+
+
+# ---- slots ---------------------------------------------------------------------------------
+
+def test_a_slot_saved_erased_and_restored_keeps_its_prompt(server, slot_dir):
+    prompt = "The slot test prompt: " + "lorem ipsum dolor sit amet " * 6
+    first = post(server, "/completion", {"prompt": prompt, "grammar": forced("done"), "id_slot": 0}).json()
+    slots = get(server, "/slots").json()["slots"]
+    seq = next(s["id"] for s in slots if s["cached_tokens"] >= first["tokens_evaluated"])
+    saved = post(server, f"/slots/{seq}?action=save", {"filename": "story.bin"})
+    assert saved.status == 200, saved.body
+    saved = saved.json()
+    assert saved["id_slot"] == seq and saved["filename"] == "story.bin" and saved["n_saved"] >= first["tokens_evaluated"]
+    assert saved["n_written"] == (slot_dir / "story.bin").stat().st_size and "save_ms" in saved["timings"]
+    # SillyTavern's erase sends {"filename": undefined}, that is {}
+    erased = post(server, f"/slots/{seq}?action=erase", {}).json()
+    assert erased == {"id_slot": seq, "n_erased": saved["n_saved"]}
+    for other in range(2):                      # nothing holds the prompt now
+        if other != seq:
+            post(server, f"/slots/{other}?action=erase", {})
+    restored = post(server, f"/slots/{seq}?action=restore", {"filename": "story.bin"}).json()
+    assert restored["n_restored"] == saved["n_saved"] and restored["n_read"] == saved["n_written"]
+    again = post(server, "/completion", {"prompt": prompt, "grammar": forced("done")}).json()
+    assert again["timings"]["cache_n"] == first["tokens_evaluated"] - 1
+
+
+@pytest.mark.parametrize("name", ["../escape.bin", "a/b.bin", "..", ".hidden", "x\\y", "", "a..b"])
+def test_a_slot_file_name_is_a_plain_name(server, name):
+    assert_llama_error(post(server, "/slots/0?action=save", {"filename": name}), 400, "filename")
+
+
+def test_slot_actions_refuse_what_they_cannot_do(server):
+    assert_llama_error(post(server, "/slots/0?action=fly", {}), 400, "action")
+    assert_llama_error(post(server, "/slots/7?action=erase", {}), 400, "slot")
+    assert_llama_error(post(server, "/slots/0?action=restore", {"filename": "nothing-here.bin"}), 404, "no slot file")
+
+
+def test_a_file_that_is_no_slot_file_is_refused(server, slot_dir):
+    (slot_dir / "junk.bin").write_bytes(b"not a slot")
+    assert_llama_error(post(server, "/slots/0?action=restore", {"filename": "junk.bin"}), 400, "not a slot file")
+
+
+# ---- bad input: a clear 4xx in llama-server's shape ------------------------------------------
+
+@pytest.mark.parametrize("path, body, status, words", [
+    ("/completion", {}, 400, "prompt"),
+    ("/completion", {"prompt": 5}, 400, "prompt"),
+    ("/completion", {"prompt": ["a", "b", [1, 2]]}, 400, "prompt"),
+    ("/completion", {"prompt": [["a"], ["b"]]}, 400, "several prompts"),
+    ("/completion", {"prompt": [999999]}, 400, "vocabulary"),
+    ("/completion", {"prompt": "x", "n_predict": "ten"}, 400, "n_predict"),
+    ("/completion", {"prompt": "x", "n_probs": 99}, 400, "n_probs"),
+    ("/completion", {"prompt": "x", "json_schema": {"type": "object"}, "grammar": "root ::= \"a\""}, 400, "not both"),
+    ("/completion", {"prompt": "x", "json_schema": "{}"}, 400, "json_schema"),
+    ("/completion", {"prompt": "x y " * 3000}, 400, "context"),
+    ("/completions", {"prompt": "x", "lora": [{"id": 0, "scale": 1}]}, 400, "lora"),
+    ("/embedding", {}, 400, "content"),
+    ("/embedding", {"content": 5}, 400, "content"),
+    ("/embeddings", {"content": "x", "embd_normalize": "two"}, 400, "embd_normalize"),
+    ("/reranking", {"query": "q", "documents": ["a"]}, 400, "rank"),
+    ("/v1/chat/completions/input_tokens", {"messages": "hi"}, 400, "messages"),
+    ("/v1/responses/input_tokens", {"input": 5}, 400, "input"),
+])
+def test_bad_input_is_a_clear_4xx(server, path, body, status, words):
+    error = assert_llama_error(post(server, path, body), status, words)
+    if words == "context":
+        assert error["type"] == "exceed_context_size_error" and error["n_ctx"] > 0
+
+
+def test_a_body_that_is_no_json_is_a_400_in_llama_servers_shape(server):
+    assert_llama_error(post(server, "/completion", b"{not json"), 400, "json")
+
+
+def test_an_error_after_the_stream_began_is_a_data_line(server):
+    """A grammar of one token, and that token banned: sampling fails once the head is out, and
+    the stream ends with llama-server's error object on a data line."""
+    token = post(server, "/tokenize", {"content": "a"}).json()["tokens"][-1]
+    resp = post(server, "/completion", {"prompt": "x", "grammar": f"root ::= <[{token}]>", "stream": True,
+                                        "logit_bias": [[token, False]]})
+    assert resp.status == 200 and resp.header("content-type").startswith("text/event-stream")
+    last = sse_data(resp.body)[-1]
+    assert last["error"]["code"] == 400 and last["error"]["type"] == "invalid_request_error"
+    assert "no token is allowed" in last["error"]["message"]
+
+
+# ---- slots under several API keys --------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keyed(model_path, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("keyed-slots")
+    keys = folder / "keys"
+    keys.write_text("alice-key\nbob-key\n")
+    srv = ServerProcess(model_path, "--model-id", "tiny", "--slots", "1", "--no-store", "--api-key-file", str(keys),
+                        "--slot-save-path", str(folder / "saved"))
+    yield srv
+    srv.stop()
+
+
+def test_a_slot_is_its_keys_own(keyed):
+    """One key's prompt in a slot is empty to another key (issue 44's scopes): another key saves
+    nothing of it, erases nothing of it, and cannot restore the first key's file."""
+    alice, bob = "Authorization: Bearer alice-key\r\n", "Authorization: Bearer bob-key\r\n"
+    prompt = "alice's secret prompt " * 4
+    assert post(keyed, "/completion", {"prompt": prompt, "grammar": forced("ok")}, alice).status == 200
+    assert post(keyed, "/slots/0?action=save", {"filename": "bob.bin"}, bob).json()["n_saved"] == 0
+    assert post(keyed, "/slots/0?action=erase", {}, bob).json()["n_erased"] == 0
+    saved = post(keyed, "/slots/0?action=save", {"filename": "alice.bin"}, alice).json()
+    assert saved["n_saved"] > 0
+    assert_llama_error(post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, bob), 400, "another API key")
+    assert post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, alice).json()["n_restored"] == \
+        saved["n_saved"]
