@@ -204,10 +204,17 @@ class Gen:
         extras = {"temperature": lambda: self.r.choice([0, 0.7, 2]), "top_p": lambda: 0.9,
                   "top_k": lambda: self.r.choice([0, 1, 40]), "min_p": lambda: 0.05, "seed": lambda: 7,
                   "repeat_penalty": lambda: 1.1, "logit_bias": self.logit_bias, "grammar": self.gbnf,
-                  "chat_template_kwargs": lambda: {"enable_thinking": self.chance(0.5)}}
+                  "chat_template_kwargs": lambda: {"enable_thinking": self.chance(0.5)},
+                  "keep_alive": self.keep_alive}
         for name, make in extras.items():
             if self.chance(0.12):
                 body[name] = make()
+
+    def keep_alive(self) -> Any:
+        """Ollama's durations, at their edges: negative is forever, past 292 years a 400 (/api/ps must
+        answer whatever was taken)."""
+        return self.r.choice([-1, "-1m", -1e308, "5m", 30, 0.5, "2562047h", 9223372036.85, 1e18, 1e308,
+                              "99999999999h", "2562048h", "1e18", "NaN", "inf", "", "1h30m", True, [], "9" * 400])
 
     # ---- one request per endpoint ----------------------------------------------------------------
 
@@ -323,7 +330,7 @@ class Gen:
                                "?stream=maybe", "?include=x"])
         path = self.r.choice([
             "/health", "/v1/health", "/v1/models", "/v1/models/tiny", "/v1/models/other", "/slots", "/metrics",
-            "/props", "/props?model=tiny", "/models",
+            "/api/ps", "/api/tags", "/props", "/props?model=tiny", "/models",
             f"/v1/responses/{response}{query}", f"/v1/responses/{response}/input_items?limit="
             f"{self.r.choice(['1', '100', '0', '101', 'x', '-1'])}&order={self.r.choice(['asc', 'desc', 'up'])}",
             f"/v1/conversations/{conversation}", f"/v1/conversations/{conversation}/items?limit=5",

@@ -264,6 +264,48 @@ MUTANTS = [
     Mutant("Ollama's chat never truncates", "localserve/dialects/ollama/chat.py",
            'truncate = read_bool(body, "truncate", default=True)', 'truncate = read_bool(body, "truncate")',
            ("tests/e2e/test_ollama_num_ctx.py::test_truncate_drops_the_oldest_turns_as_ollama_does",)),
+    # issues 44 and 46: bounds, clocks and the second of a kind
+    Mutant("keep_alive -1 on an empty request unloads", "localserve/dialects/ollama/lifecycle.py",
+           "return parse_duration(value) == 0", "return parse_duration(value) <= 0",
+           ("tests/e2e/test_keep_alive.py::test_a_negative_keep_alive_on_an_empty_request_loads_the_model_for_good",)),
+    Mutant("keep_alive past the longest duration taken", "localserve/models/units.py",
+           "    if seconds > MAX_DURATION_SECONDS:\n", "    if False:\n",
+           ("tests/e2e/test_keep_alive.py::test_a_keep_alive_past_the_longest_duration_is_a_400_on_every_route",
+            "tests/unit/models/test_units.py::test_nothing_longer_than_ollamas_longest_duration")),
+    Mutant("/api/ps fails on a deadline past year 9999", "localserve/dialects/ollama/clock.py",
+           "    except (OverflowError, ValueError, OSError):", "    except ZeroDivisionError:",
+           ("tests/unit/dialects/ollama/test_clock.py",)),
+    Mutant("an infill filename taken at any length", "localserve/dialects/infill.py",
+           "        if len(filename) > MAX_EXTRA_FILENAME_CHARS:\n", "        if False:\n",
+           ("tests/e2e/test_infill.py::test_a_filename_past_its_cap_is_refused_before_it_is_tokenized",)),
+    Mutant("infill filenames left out of the character budget", "localserve/prompt/fim.py",
+           "        room = most - len(chunk.filename)\n", "        room = most\n",
+           ("tests/unit/prompt/test_fim.py::test_filenames_count_in_what_the_context_could_hold",)),
+    Mutant("compaction runs summaries the piece limit cannot finish", "localserve/prompt/compaction.py",
+           "    if jobs > jobs_left:\n", "    if False:\n",
+           ("tests/e2e/test_compaction_responses.py::test_a_conversation_the_piece_limit_cannot_hold_is_refused_before_any_summary",
+            "tests/e2e/test_compaction_responses.py::test_truncation_auto_drops_turns_at_once_where_compacting_cannot_help")),
+    Mutant("a chain resumes from its first compaction", "localserve/dialects/responses/compacting.py",
+           "    for i in range(len(items) - 1, -1, -1):\n        if items[i][\"type\"] == \"compaction\":",
+           "    for i in range(len(items)):\n        if items[i][\"type\"] == \"compaction\":",
+           ("tests/e2e/test_compaction_responses.py::test_a_chain_goes_on_from_its_last_compaction_not_its_first",)),
+    Mutant("const ignored in derived key/value calls", "localserve/grammar/format_grammars.py",
+           "    values = sub.get(\"enum\", [sub[\"const\"]] if \"const\" in sub else None)",
+           "    values = sub.get(\"enum\")",
+           ("tests/e2e/test_call_grammar_families.py::test_a_strict_call_writes_the_const_value_and_nothing_else",)),
+    Mutant("the idle main loop wakes every millisecond", "localserve/ops/signals.py",
+           "self._poll.poll(max(0, int(timeout * 1000)))", "self._poll.poll(max(0, int(timeout)))",
+           ("tests/e2e/test_clocks.py::test_an_idle_server_sleeps",)),
+    Mutant("the watchdog pinged without a pause", "localserve/ops/systemd.py",
+           "return max(int(usec) / 2_000_000, 0.05)", "return max(int(usec) / 2_000_000_000, 0.0)",
+           ("tests/e2e/test_clocks.py::test_the_watchdog_is_pinged_at_its_interval_and_no_faster",)),
+    Mutant("an image one reply back is asked about", "localserve/prompt/vision.py",
+           "    for i in reversed(range(len(messages))):\n        if messages[i].role == \"assistant\":",
+           "    for i in range(len(messages)):\n        if messages[i].role == \"assistant\":",
+           ("tests/unit/prompt/test_vision.py::test_an_image_in_an_older_turn_is_a_placeholder_however_many_replies_ago",)),
+    Mutant("the drain waits for every busy connection", "localserve/wire/server.py",
+           "            if busy == 0 or time.monotonic() >= deadline:\n", "            if busy == 0:\n",
+           ("tests/e2e/test_clocks.py::test_sigterm_with_a_stalled_client_exits_once_the_drain_timeout_is_up",)),
     # issue 44: one API key's prompts and stored responses are no other key's
     Mutant("slot reuse ignores the key's scope", "localserve/runtime/jobs.py",
            "return common_prefix(self.tokens, prompt) if scope == self.scope else 0",
@@ -421,6 +463,9 @@ def copy_tree(dest: Path) -> None:
             shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif source.exists():
             shutil.copy2(source, dest / name)
+    cache = ROOT / ".cache"         # prepared inputs (the template corpus, agent CLIs), not code: shared
+    if cache.exists():
+        (dest / ".cache").symlink_to(cache.resolve(), target_is_directory=True)
 
 
 def apply(mutant: Mutant, root: Path) -> None:

@@ -6,10 +6,11 @@ A compaction is a job like any other: queued, batched with the others, cancelled
 client leaves (the socket is peeked while it runs), counted in usage and in /metrics
 (localserve_compactions_total). A conversation too long to summarise whole is summarised in
 pieces, oldest first: every piece but the last is run and waited for here
-(compact_pieces); the last is either run here too (compact: a compaction before the turn
-the client asked for) or handed back to the dialect to run as its own job (a compaction
-that is the answer: streamed, stored, in the background), its summary arriving as the
-runtime's Compacted event.
+(compact_pieces), once the token counts show that MAX_COMPACTION_PIECES jobs can be enough
+(checked again after each piece, with its summary's length); the last is either run here too
+(compact: a compaction before the turn the client asked for) or handed back to the dialect to
+run as its own job (a compaction that is the answer: streamed, stored, in the background), its
+summary arriving as the runtime's Compacted event.
 
 A summary handed to a client that keeps no state (OpenAI's `encrypted_content`) is sealed
 with the data dir's key (signing.py, its own purpose): one that comes back altered, or that
@@ -28,7 +29,8 @@ from ..conversation import Message
 from ..errors import ApiError
 from ..generation import Compacted, Finished, GenerationOutput, GenerationRequest, SamplingParams
 from ..prompt.build import ChatInput
-from ..prompt.compaction import CompactionStep, build_compaction, replace_head
+from ..prompt.compaction import (MAX_COMPACTION_PIECES, CompactionStep, TooManyPieces, build_compaction,
+                                 replace_head)
 from ..settings import DEFAULT_COMPACT_MAX_TOKENS
 from .exchange import Exchange
 from .failures import prompt_refusals
@@ -37,9 +39,6 @@ from .signing import COMPACTION, seal, unseal
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ..models.loaded import LoadedModel
-
-MAX_COMPACTION_PIECES = 32      # pieces one compaction may take before it gives up (each shortens the rest)
-
 
 @dataclass
 class CompactionUsage:
@@ -87,18 +86,27 @@ class CompactionOptions:
 def compact_pieces(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> LastPiece:
     """Summarise chat's conversation oldest piece first until the rest can be summarised in one
     job; that last job is returned, not run. A 400 context_length_exceeded when not even two
-    turns fit the context with room for a summary."""
+    turns fit the context with room for a summary, or when the conversation takes more than
+    MAX_COMPACTION_PIECES jobs: known from its tokens before the first job, or after a piece
+    from the length of its summary (the next ones taken as long)."""
     usage = CompactionUsage()
     messages: list[Message] = chat.messages
-    for _ in range(MAX_COMPACTION_PIECES):
-        step = _step(model, dataclasses.replace(chat, messages=messages), options, exchange.raise_if_gone)
+    summary_tokens = 0
+    for run in range(MAX_COMPACTION_PIECES):
+        current = dataclasses.replace(chat, messages=messages)
+        step = _step(model, current, options, exchange.raise_if_gone, MAX_COMPACTION_PIECES - run, summary_tokens)
         if step.whole:
             return LastPiece(step, usage)
         compaction = run_compaction_job(exchange, model, step.request, options)
         usage.add(compaction.output)
+        summary_tokens = compaction.output.completion_tokens
         messages = replace_head(messages, step.covered, compaction.summary)
-    raise ApiError(400, f"invalid '{options.param}': the conversation could not be compacted in "
-                        f"{MAX_COMPACTION_PIECES} pieces", param=options.param, code="context_length_exceeded")
+    raise _too_many_pieces(options)
+
+
+def _too_many_pieces(options: CompactionOptions) -> ApiError:
+    return ApiError(400, f"invalid '{options.param}': the conversation could not be compacted in "
+                         f"{MAX_COMPACTION_PIECES} pieces", param=options.param, code="context_length_exceeded")
 
 
 def compact(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> Compaction:
@@ -109,11 +117,15 @@ def compact(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: Co
     return Compaction(job.summary, last.usage)
 
 
-def _step(model: LoadedModel, chat: ChatInput, options: CompactionOptions,
-          check_client: Callable[[], None]) -> CompactionStep:
-    with prompt_refusals(options.param):
-        step = build_compaction(model.chat, chat, instructions=options.instructions, max_tokens=options.max_tokens,
-                                sampling=options.sampling, label=options.label, check_client=check_client)
+def _step(model: LoadedModel, chat: ChatInput, options: CompactionOptions, check_client: Callable[[], None],
+          jobs_left: int, summary_tokens: int) -> CompactionStep:
+    try:
+        with prompt_refusals(options.param):
+            step = build_compaction(model.chat, chat, instructions=options.instructions, max_tokens=options.max_tokens,
+                                    sampling=options.sampling, label=options.label, check_client=check_client,
+                                    jobs_left=jobs_left, summary_tokens=summary_tokens)
+    except TooManyPieces:
+        raise _too_many_pieces(options) from None
     step.request.cache_key = options.cache_key
     return step
 

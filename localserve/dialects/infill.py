@@ -36,6 +36,9 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 # The most input_extra chunks one request may carry (llama.vim sends 16 by default, 64 at most
 # in its examples): each is tokenized on the connection's thread.
 MAX_EXTRA_CHUNKS = 1024
+# The longest input_extra filename taken, in characters (Linux's PATH_MAX): a name is tokenized
+# whole, in the repository layout, never trimmed as texts are.
+MAX_EXTRA_FILENAME_CHARS = 4096
 
 
 @dataclass
@@ -112,6 +115,9 @@ def read_extra(value: Any) -> list[ExtraFile]:
         filename = chunk.get("filename", "tmp")
         if not isinstance(filename, str):
             raise invalid(f"input_extra[{i}].filename", f"expected a string, got {kind_of(filename)}")
+        if len(filename) > MAX_EXTRA_FILENAME_CHARS:
+            raise invalid(f"input_extra[{i}].filename", f"at most {MAX_EXTRA_FILENAME_CHARS} characters are taken "
+                                                        f"(MAX_EXTRA_FILENAME_CHARS), this has {len(filename)}")
         files.append(ExtraFile(filename, chunk["text"]))
     return files
 

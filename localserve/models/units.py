@@ -1,7 +1,9 @@
 """Durations and sizes as people write them: "5m", "1h30m", "-1", "8G", "512MiB".
 
 Durations follow Ollama's keep_alive: a number is seconds, a string is Go-style
-(number + unit, several in a row), a negative value means forever (KEEP_ALIVE_NEVER).
+(number + unit, several in a row), a negative value means forever (KEEP_ALIVE_NEVER), and
+nothing is longer than Ollama's longest duration (MAX_DURATION_SECONDS: Go's time.Duration,
+which refuses "99999999999h" too): a deadline always has a date.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import math
 import re
 
 KEEP_ALIVE_NEVER = -1.0            # keep-alive -1: never unload when idle
+MAX_DURATION_SECONDS = (2**63 - 1) / 1e9     # int64 nanoseconds: about 292 years
 
 # ASCII digits only: \d and float() also take "９" or "٣" (any Unicode digit), which no client
 # means as a number and a log or a config reader would show differently.
@@ -30,8 +33,11 @@ def parse_duration(value: object) -> float:
         seconds = _duration_text(value.strip())
     else:
         raise ValueError("expected a duration such as 30s, 5m, 1h, 0 or -1")
-    if math.isnan(seconds) or math.isinf(seconds):
-        raise ValueError("expected a finite duration")
+    if math.isnan(seconds):
+        raise ValueError("expected a duration such as 30s, 5m, 1h, 0 or -1")
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"at most {MAX_DURATION_SECONDS:.0f} seconds (MAX_DURATION_SECONDS, about 292 years: "
+                         f"Ollama's longest duration); a negative value keeps the model loaded for good")
     return KEEP_ALIVE_NEVER if seconds < 0 else seconds
 
 

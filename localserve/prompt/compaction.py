@@ -11,18 +11,23 @@ A conversation too long for the model to read whole with room left for the summa
 in pieces, oldest first: the longest head that fits is summarised, the head is replaced by
 its summary, and the rest is tried again (build_compaction says how much one step covers;
 dialects/compaction.py runs the steps). A summary is later shown to the model as a user turn
-headed SUMMARY_HEADING (summary_message).
+headed SUMMARY_HEADING (summary_message). At most MAX_COMPACTION_PIECES jobs are run, and before
+any of them the token counts tell whether that can be enough (fewest_jobs): a conversation that
+cannot be compacted in so many is refused before any summary is written, not after.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..conversation import Message, Text, text_message
+from ..engine.facade import EngineFacade
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams
-from .build import ChatInput, ChatModel, ToolChoice, build_chat_request
+from .build import ChatInput, ChatModel, ToolChoice, build_chat_request, render_chat
 from .vision import without_images
 
 SUMMARY_PROMPT = (
@@ -36,6 +41,10 @@ SUMMARY_HEADING = "Summary of the conversation so far (its earlier turns were co
 
 # The most of the context a summary may take: a small context must leave its prompt room.
 SUMMARY_SHARE_OF_CONTEXT = 4       # at most n_ctx // this many tokens
+# Summarisation jobs one compaction may run, the last (whole) one included: each piece shortens the rest.
+MAX_COMPACTION_PIECES = 32
+# A conversation is counted (fewest_jobs) this many characters of its rendered prompt at a time.
+COUNT_SLICE_CHARS = 64 * 1024
 
 
 def summary_request_text(instructions: str | None = None) -> str:
@@ -77,24 +86,47 @@ class CompactionStep:
     whole: bool
 
 
+class TooManyPieces(Exception):
+    """The conversation takes more summarisation jobs than the compaction may still run (at least
+    `jobs`, counted from its tokens before any job runs)."""
+
+    def __init__(self, jobs: int):
+        super().__init__(f"the conversation could not be compacted in {MAX_COMPACTION_PIECES} pieces")
+        self.jobs = jobs
+
+
 def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | None, max_tokens: int,
                      sampling: SamplingParams | None = None, label: str = "compaction",
-                     check_client: Callable[[], None] = lambda: None) -> CompactionStep:
+                     check_client: Callable[[], None] = lambda: None,
+                     jobs_left: int = MAX_COMPACTION_PIECES, summary_tokens: int = 0) -> CompactionStep:
     """The next summarisation job for chat's conversation: the whole of it when the model can read
     it and still write max_tokens (capped by summary_room), else the longest head that can.
-    ContextOverflow when not even the first turn fits."""
+    ContextOverflow when not even the first turn fits; TooManyPieces, before any head is searched,
+    when the conversation takes more than jobs_left jobs (fewest_jobs, each later summary taken
+    as summary_tokens long: 0 before any is written)."""
     room = summary_room(model.engine.n_ctx, max_tokens)
     # A model without vision summarises what it can read: every image (the newest turn's too,
     # since the turn being answered is the summary request) becomes the placeholder text.
     messages = chat.messages if model.vision else [without_images(m) for m in chat.messages]
 
-    def build(covered: int) -> GenerationRequest:
+    def attempt(covered: int) -> ChatInput:
         request = text_message("user", summary_request_text(instructions))
-        attempt = ChatInput(messages=join_user_turn(messages[:covered], request),
-                            tools=chat.tools, tool_choice=ToolChoice("auto"), template_kwargs=chat.template_kwargs,
-                            reasoning_budget=chat.reasoning_budget)
-        request = build_chat_request(model, attempt, dataclasses.replace(sampling or SamplingParams()),
-                                     max_tokens=room, stop=[], label=label)
+        return ChatInput(messages=join_user_turn(messages[:covered], request), tools=chat.tools,
+                         tool_choice=ToolChoice("auto"), template_kwargs=chat.template_kwargs,
+                         reasoning_budget=chat.reasoning_budget)
+
+    def request_for(covered: int) -> GenerationRequest:
+        return build_chat_request(model, attempt(covered), dataclasses.replace(sampling or SamplingParams()),
+                                  max_tokens=room, stop=[], label=label)
+
+    def size(covered: int) -> int:
+        """The prompt tokens of the job covering `covered` messages, counted up to what jobs_left
+        jobs could read at all (each reads less than the context)."""
+        text = render_chat(model.template, attempt(covered))
+        return count_tokens(model.engine, text, enough=jobs_left * model.engine.n_ctx)
+
+    def build(covered: int) -> GenerationRequest:
+        request = request_for(covered)
         if len(request.prompt_tokens) + room > model.engine.n_ctx:
             raise ContextOverflow(len(request.prompt_tokens) + room, model.engine.n_ctx)
         request.tools = None             # a call the model writes is summary text, not a call
@@ -108,7 +140,46 @@ def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | N
         cuts = head_cuts(messages)
         if not cuts:
             raise
+    # What one job reads of the conversation: the context less the summary's room and what every
+    # job's prompt holds besides (the system turns and the request for a summary).
+    # (Where that is nothing, the search below says by how much the first turn does not fit.)
+    fixed = size(leading_system(messages))
+    reads = model.engine.n_ctx - room - fixed
+    jobs = fewest_jobs(size(len(messages)) - fixed, reads, summary_tokens) if reads > 0 else 2
+    jobs = max(2, jobs)         # not whole: this piece and the last at least
+    if jobs > jobs_left:
+        raise TooManyPieces(jobs)
     return _longest_head(cuts, build, check_client)
+
+
+def count_tokens(engine: EngineFacade, text: str, *, enough: int) -> int:
+    """The tokens of a rendered prompt, counted a slice at a time and only until there are more than
+    `enough`: the tokenizer's working memory (some 40 bytes a byte) is one slice's, and its time no
+    more than the answer needs. A slice ends after a newline where there is one, so that a
+    template's special token is seldom cut (one that is counts a few tokens more). Images count
+    as their marker's text: fewer tokens than the positions they take."""
+    count, at = 0, 0
+    while at < len(text) and count <= enough:
+        end = at + COUNT_SLICE_CHARS
+        if end < len(text):
+            newline = text.rfind("\n", at, end)
+            end = newline + 1 if newline > at else end
+        count += len(engine.tokenize(text[at:end], add_special=at == 0, parse_special=True))
+        at = end
+    return count
+
+
+def fewest_jobs(conversation: int, reads: int, summary_tokens: int) -> int:
+    """How many summarisation jobs a conversation of `conversation` tokens takes at least, when
+    one job reads at most `reads` of them and every job after the first also reads the summary
+    before it (`summary_tokens` long): the first reads `reads`, each later one `reads -
+    summary_tokens` more, the last the rest whole."""
+    if conversation <= reads:
+        return 1
+    later = reads - summary_tokens
+    if later <= 0:
+        return sys.maxsize          # no job after the first gets any further
+    return 1 + math.ceil((conversation - reads) / later)
 
 
 def _longest_head(cuts: list[int], build: Callable[[int], GenerationRequest],

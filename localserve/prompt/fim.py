@@ -119,7 +119,7 @@ def build_fim_prompt(engine: EngineFacade, fim_input: FimInput, answer_tokens: i
 
 def _extra_context(fim: FimTokens, fim_input: FimInput, text, most: int) -> list[int]:
     """The repository context; none without extra files (then no repository header either).
-    Of the files' texts, only the last `most` characters are read."""
+    Of the files' names and texts, only the last `most` characters are read."""
     tokens: list[int] = []
     if not fim_input.extra:
         return tokens
@@ -137,12 +137,15 @@ def _extra_context(fim: FimTokens, fim_input: FimInput, text, most: int) -> list
 
 
 def _last_characters(files: list[ExtraFile], most: int) -> list[ExtraFile]:
+    """The files, newest last, while their names and texts add up to `most` characters (the
+    oldest one kept may lose the start of its text): a name is tokenized too."""
     kept: list[ExtraFile] = []
     for chunk in reversed(files):
-        if most <= 0:
+        room = most - len(chunk.filename)
+        if room <= 0:
             break
-        kept.append(chunk if len(chunk.text) <= most else ExtraFile(chunk.filename, chunk.text[-most:]))
-        most -= len(chunk.text)
+        kept.append(chunk if len(chunk.text) <= room else ExtraFile(chunk.filename, chunk.text[-room:]))
+        most = room - len(chunk.text)
     return kept[::-1]
 
 

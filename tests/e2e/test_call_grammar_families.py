@@ -81,3 +81,36 @@ def test_a_call_after_a_marker_its_grammar_does_not_write_wakes_after_it(engine,
     assert opened.startswith(marker)
     assert not takes(engine, grammar, opened)
     assert takes(engine, grammar, opened[len(marker):])
+
+
+# ---- const in the families derived from a template's key/value markup (issue 46, item 9) --------
+# A value the schema fixes (`const`, a one-item `enum`) is the one text a strict call may write there,
+# in the families whose calls write each argument as a key and a bare value, not as JSON.
+CONST_TOOLS = [{"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "const": "Paris"},
+                                     "days": {"type": "integer", "const": 3}},
+    "required": ["city", "days"]}}]
+DERIVED_KEY_VALUE = ["GLM-4.6", "MiniMax-M2", "deepseek-ai-DeepSeek-V3.2", "Kimi-K3"]
+
+
+def call_before(family, text: str, key: str, value: str) -> str:
+    """The text of the call the projector sees open in `text`, up to where `key`'s value is written."""
+    projector = ToolProjector(family, {t["name"]: t["parameters"] for t in CONST_TOOLS})
+    projector.feed(text[:text.index(value, text.index(key))])
+    assert projector.open_call is not None, text
+    return projector.open_call.text
+
+
+@pytest.mark.parametrize("name", DERIVED_KEY_VALUE)
+def test_a_strict_call_writes_the_const_value_and_nothing_else(engine, name):
+    from localserve.models.loaded import detect_chat_family
+    from template_calls import rendered_calls, template
+    family = detect_chat_family(template(name))
+    assert family.grammar.layout == "pairs", family.name        # a derived key/value family
+    grammar = tool_call_grammar(family, CONST_TOOLS, parallel=False, loose_markup=True)
+    text = rendered_calls(template(name), [("get_weather", {"city": "Paris", "days": 3})])
+    city = call_before(family, text, "city", "Paris")
+    assert takes(engine, grammar, city + "Paris")
+    assert not takes(engine, grammar, city + "Rome") and not takes(engine, grammar, city + "Pa" + "x")
+    days = call_before(family, text, "days", "3")
+    assert takes(engine, grammar, days + "3") and not takes(engine, grammar, days + "4")

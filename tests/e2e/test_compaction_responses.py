@@ -168,6 +168,24 @@ def test_fifty_chained_turns_on_an_8k_context_all_finish(server):
     assert compacted >= 2
 
 
+def test_a_chain_goes_on_from_its_last_compaction_not_its_first(server):
+    """The second compaction of a chain is the one the next turn starts from: the turns between the
+    two are left out, so the prompt stays short and compaction does not repeat."""
+    c = openai_sdk(server)
+    options = {"model": "scripted", "extra_body": management(500)}
+    first = c.responses.create(model="scripted", input=[{"role": "user", "content": LONG}])
+    second = c.responses.create(input="Second turn.", previous_response_id=first.id, **options)
+    third = c.responses.create(input=LONG + " Third turn.", previous_response_id=second.id, **options)
+    assert [item.type for item in second.output] == [item.type for item in third.output] == ["compaction", "message"]
+    before = compactions(server.port)
+    fourth = c.responses.create(input="Fourth turn?", previous_response_id=third.id, **options)
+    assert [item.type for item in fourth.output] == ["message"] and compactions(server.port) == before
+    assert fourth.usage.input_tokens < 200
+    prompt = rendered(server.port, {"input": "More?", "previous_response_id": fourth.id})["prompt"]
+    assert prompt.count(SUMMARY) == 1 and "Fourth turn?" in prompt
+    assert "Third turn." not in prompt and "Second turn." not in prompt
+
+
 def test_truncation_auto_compacts_instead_of_dropping_turns(server):
     c = openai_sdk(server)
     first = c.responses.create(model="scripted", input=LONG * 6)
@@ -243,6 +261,50 @@ def test_a_background_compaction_trigger_is_stored_and_chained(server):
     assert [item.type for item in done.output] == ["compaction"]
     follow = c.responses.create(model="scripted", input="Next.", previous_response_id=done.id)
     assert follow.output_text == ANSWER and follow.usage.input_tokens < 200
+
+
+# ---- what the piece limit cannot hold is known before any summary (issue 44, item 8) ---------
+
+@pytest.fixture(scope="module")
+def small(models_dir):
+    """A 1024-token context: a summarisation job reads a few hundred tokens of conversation."""
+    path = write_scripted_gguf(models_dir / "compaction-scripted-small.gguf", [[ANSWER]], summary=[SUMMARY])
+    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1", "--ctx-size", "1024", "--no-store")
+    yield srv
+    srv.stop()
+
+
+def short_messages(n: int) -> list[dict]:
+    return [{"role": ("user", "assistant")[i % 2], "content": f"message number {i}"} for i in range(n)]
+
+
+def test_a_conversation_the_piece_limit_cannot_hold_is_refused_before_any_summary(small):
+    """2,000 short messages once ran 31 summaries (minutes on a real model) before the same 400."""
+    before = compactions(small.port)
+    answer = post(small.port, "/v1/responses/compact", {"model": "scripted", "input": short_messages(2000)})
+    assert answer.status == 400, answer.body
+    error = answer.json()["error"]
+    assert error["code"] == "context_length_exceeded" and "could not be compacted in 32 pieces" in error["message"]
+    assert compactions(small.port) == before
+
+
+def test_truncation_auto_drops_turns_at_once_where_compacting_cannot_help(small):
+    before = compactions(small.port)
+    answer = post(small.port, "/v1/responses", {"model": "scripted", "input": short_messages(1001),
+                                                "truncation": "auto", "store": False})
+    assert answer.status == 200, answer.body
+    assert [item["type"] for item in answer.json()["output"]] == ["message"]
+    assert compactions(small.port) == before
+
+
+def test_a_conversation_a_few_pieces_can_hold_is_still_compacted(small):
+    """The count before the first job refuses only what cannot be done: here several pieces run."""
+    before = compactions(small.port)
+    turns = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}: " + "tea leaves and water " * 5}
+             for i in range(15)]
+    answer = post(small.port, "/v1/responses/compact", {"model": "scripted", "input": turns})
+    assert answer.status == 200, answer.body
+    assert compactions(small.port) >= before + 3
 
 
 def test_compact_max_tokens_bounds_the_summary(models_dir, tmp_path):

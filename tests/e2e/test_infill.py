@@ -7,9 +7,12 @@ import json
 import pytest
 
 from conftest import ServerProcess
+from procstat import cpu_seconds, memory_bytes
 from rawhttp import RawConnection, post_json, request
 from sse import sse_data
 from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, token_ids, write_tiny_gguf
+
+from localserve.dialects.infill import MAX_EXTRA_FILENAME_CHARS
 
 PRE, SUF, MID, REP, SEP = (FIM_TOKENS[role] for role in ("pre", "suf", "mid", "rep", "sep"))
 
@@ -157,6 +160,37 @@ def test_bad_fields_are_400s_naming_them(fim_server, body, param):
     resp = infill(fim_server, body)
     assert resp.status == 400
     assert resp.json()["error"]["param"] == param
+
+
+def test_a_filename_past_its_cap_is_refused_before_it_is_tokenized(fim_server):
+    """A 25 MB filename was tokenized whole: 2.8 s of CPU and 1.39 GB. Now it is a 400 naming it,
+    for the cost of reading the body; one at the cap is taken."""
+    pid = fim_server.proc.pid
+    cpu, peak = cpu_seconds(pid), memory_bytes(pid)["VmHWM"]
+    resp = infill(fim_server, {"input_prefix": "", "input_suffix": "", "n_predict": 0,
+                               "input_extra": [{"filename": "a.py", "text": "A"},
+                                               {"filename": "f" * 25_000_000, "text": "x"}]})
+    spent, grown = cpu_seconds(pid) - cpu, memory_bytes(pid)["VmHWM"] - peak
+    assert spent < 1.0 and grown < 300 * 1024 * 1024, (spent, grown)
+    assert resp.status == 400 and resp.json()["error"]["param"] == "input_extra[1].filename"
+    assert "MAX_EXTRA_FILENAME_CHARS" in resp.json()["error"]["message"]
+    at_cap = "d/" * (MAX_EXTRA_FILENAME_CHARS // 2 - 2) + "x.py"
+    ok = infill(fim_server, {"input_prefix": "", "input_suffix": "", "n_predict": 0,
+                             "input_extra": [{"filename": at_cap, "text": "X = 1\n"}]})
+    assert ok.status == 200, ok.body
+
+
+def test_filenames_count_in_the_budget_and_the_oldest_files_give_way(fim_server):
+    """Names count with the texts in what the context could hold: 1024 names at the cap (4 MB)
+    leave the newest files in the prompt and tokenize no more than a context's worth."""
+    pid = fim_server.proc.pid
+    name = "n" * (MAX_EXTRA_FILENAME_CHARS - 8)
+    extra = [{"filename": f"{name}{i:04d}.py", "text": "old\n"} for i in range(1023)]
+    cpu = cpu_seconds(pid)
+    answer = infill(fim_server, {"input_prefix": "p", "input_suffix": "s", "n_predict": 0,
+                                 "input_extra": [*extra, {"filename": "new.py", "text": "NEW\n"}]}).json()
+    assert f"{SEP}new.py\nNEW\n" in answer["prompt"] and f"{name}0000.py" not in answer["prompt"]
+    assert cpu_seconds(pid) - cpu < 1.0
 
 
 def test_a_newer_completion_from_the_same_client_cancels_the_older(fim_server):

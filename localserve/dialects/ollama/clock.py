@@ -19,7 +19,11 @@ def nanoseconds(milliseconds: float) -> int:
 
 
 def expires_at(monotonic_deadline: float | None) -> str:
-    """When a loaded model's keep-alive runs out, on the wall clock (FOREVER: never)."""
+    """When a loaded model's keep-alive runs out, on the wall clock (FOREVER: never, or later
+    than a date can say: /api/ps answers whatever deadline is stored)."""
     if monotonic_deadline is None:
         return FOREVER
-    return timestamp(time.time() + max(0.0, monotonic_deadline - time.monotonic()))
+    try:
+        return timestamp(time.time() + max(0.0, monotonic_deadline - time.monotonic()))
+    except (OverflowError, ValueError, OSError):       # past year 9999, or NaN: no date says it
+        return FOREVER

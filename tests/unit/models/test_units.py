@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.models.units import KEEP_ALIVE_NEVER, parse_duration, parse_size
+from localserve.models.units import KEEP_ALIVE_NEVER, MAX_DURATION_SECONDS, parse_duration, parse_size
 
 
 @pytest.mark.parametrize("text", ["９s", "９", "٣m", "1h３0m", "²s", "1e3", "1_000", "nan", "９G"])
@@ -27,3 +27,17 @@ def test_durations_as_people_write_them(value, seconds):
 
 def test_sizes_as_people_write_them():
     assert parse_size("8G") == 8 * 1024 ** 3 and parse_size("512 MiB") == 512 * 1024 ** 2
+
+
+@pytest.mark.parametrize("value", [1e18, 1e308, "99999999999h", "2562048h", MAX_DURATION_SECONDS * 1.0001,
+                                   "9" * 400])
+def test_nothing_longer_than_ollamas_longest_duration(value):
+    """Go's time.Duration (int64 nanoseconds) is Ollama's: past it there is no deadline to show."""
+    with pytest.raises(ValueError, match="MAX_DURATION_SECONDS"):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize("value, seconds", [("2562047h", 2562047 * 3600.0), (MAX_DURATION_SECONDS, MAX_DURATION_SECONDS),
+                                            (-1e308, KEEP_ALIVE_NEVER), ("-99999999999h", KEEP_ALIVE_NEVER)])
+def test_the_longest_duration_and_any_negative_one_are_taken(value, seconds):
+    assert parse_duration(value) == seconds

@@ -4,8 +4,11 @@ the request's last line, the room a summary gets."""
 from __future__ import annotations
 
 from localserve.conversation import Message, ToolCall, ToolResult, text_message
-from localserve.prompt.compaction import (SUMMARY_HEADING, SUMMARY_PROMPT, SUMMARY_REQUEST_END, head_cuts,
-                                          join_user_turn, replace_head, summary_request_text, summary_room)
+import sys
+
+from localserve.prompt.compaction import (COUNT_SLICE_CHARS, SUMMARY_HEADING, SUMMARY_PROMPT, SUMMARY_REQUEST_END,
+                                          count_tokens, fewest_jobs, head_cuts, join_user_turn, replace_head,
+                                          summary_request_text, summary_room)
 
 
 def conversation() -> list[Message]:
@@ -53,3 +56,32 @@ def test_a_summary_or_its_request_never_makes_two_user_turns_in_a_row():
     assert asked[-1].text.endswith(SUMMARY_REQUEST_END)
     after_tool = join_user_turn([Message("tool", (ToolResult("c1", "a b"),))], text_message("user", "x"))
     assert [m.role for m in after_tool] == ["tool", "user"]
+
+
+def test_the_fewest_jobs_a_conversation_takes():
+    """Each job reads what the context leaves; each after the first reads the summary before it too."""
+    assert fewest_jobs(100, 100, 0) == 1
+    assert fewest_jobs(101, 100, 0) == 2 and fewest_jobs(1000, 100, 0) == 10
+    assert fewest_jobs(1000, 100, 50) == 1 + 18       # 100, then 50 more a job
+    assert fewest_jobs(1000, 100, 100) == sys.maxsize  # a summary as long as a job's reading: no way on
+
+
+class SliceEngine:
+    """One token per character; remembers each text it was given."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True, limit=None):
+        self.texts.append(text)
+        return list(range(len(text)))
+
+
+def test_a_prompt_is_counted_a_slice_at_a_time_and_no_further_than_needed():
+    text = "<|im_start|>user\nmessage\n<|im_end|>\n" * 20_000
+    engine = SliceEngine()
+    assert count_tokens(engine, text, enough=10**9) == len(text)
+    assert "".join(engine.texts) == text and len(engine.texts) > 1
+    assert all(len(t) <= COUNT_SLICE_CHARS and t.endswith("\n") for t in engine.texts)
+    engine = SliceEngine()
+    assert count_tokens(engine, text, enough=1000) > 1000 and len(engine.texts) == 1     # enough known: stop

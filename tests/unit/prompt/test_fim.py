@@ -159,7 +159,18 @@ def test_no_more_text_is_tokenized_than_the_context_could_hold():
     extra = [ExtraFile("old", "o" * 1000), ExtraFile("new", "n" * 30)]
     build_fim_prompt(engine, FimInput(prefix="p" * 10_000, suffix="s" * 10_000, extra=extra), answer_tokens=10)
     assert max(len(text) for text, _, _ in engine.calls) <= 50
-    assert ("n" * 30, False, False) in engine.calls and ("o" * 20, False, False) in engine.calls
+    # the names count too: 50 less "new" and 30 characters, less "old"
+    assert ("n" * 30, False, False) in engine.calls and ("o" * 14, False, False) in engine.calls
+
+
+def test_filenames_count_in_what_the_context_could_hold():
+    """A name is tokenized whole, so a file whose name does not fit what is left is not read at all
+    (a 25 MB name once cost seconds of tokenizing and a gigabyte)."""
+    engine = CharEngine(REPO, n_ctx=200)
+    extra = [ExtraFile(f"{i}" + "f" * 1000, "old") for i in range(100)] + [ExtraFile("a.py", "A" * 20)]
+    tokens = build_fim_prompt(engine, FimInput(prefix="p", suffix="s", extra=extra), answer_tokens=0)
+    assert not any("f" * 100 in text for text, _, _ in engine.calls)
+    assert read(tokens) == f"<s><REP>myproject\n<SEP>a.py\n{'A' * 20}<SEP>filename\n<PRE>p<SUF>s<MID>"
 
 
 def test_a_prompt_longer_than_the_context_is_context_length_exceeded():

@@ -53,6 +53,24 @@ def test_earlier_images_and_tool_results_become_the_placeholder():
     assert chat.images_omitted == 2
 
 
+@pytest.mark.parametrize("replies", [2, 3])
+def test_an_image_in_an_older_turn_is_a_placeholder_however_many_replies_ago(replies):
+    """The second of its kind (issue 46, item 4): the turn being answered starts after the *last*
+    reply, so an image one reply or more before it is only history."""
+    messages = [text_message("user", "hi"), text_message("assistant", "hello"),
+                Message("user", (image("messages[2].content[0]"), Text("what is this?")))]
+    for i in range(replies - 1):
+        messages += [text_message("assistant", f"answer {i}"), text_message("user", f"more {i}")]
+    chat = ChatInput(messages)
+    fit_images(TEXT_ONLY, chat)
+    assert chat.messages[2] == Message("user", (Text(IMAGE_OMITTED), Text("what is this?")))
+    assert chat.images_omitted == 1
+    chat = ChatInput([*messages[:-1], Message("user", (image("messages[-1].content[0]"),))])
+    with pytest.raises(PromptRefused) as caught:        # the newest turn's image is still asked about
+        fit_images(TEXT_ONLY, chat)
+    assert caught.value.param == "messages[-1].content[0]"
+
+
 def test_a_tool_result_image_in_the_turn_being_answered_is_shown_as_text_too():
     chat = ChatInput([text_message("user", "read it"),
                       Message("assistant", (Text(""), ToolCall("t1", "Read", {}))),
