@@ -192,7 +192,8 @@ class GrammarBuilder:
             ref = rest.pop("$ref")
             if not rest:
                 return self._ref(ref, path)
-            return self._body(merge_all_of([{"$ref": ref}, rest], path, self._resolve), path, hint)
+            # through _nested_body: a merge can bring back the $ref it began from ({"$ref": "#"})
+            return self._nested_body(merge_all_of([{"$ref": ref}, rest], path, self._resolve), path, hint)
         unsupported = sorted(_UNSUPPORTED & s.keys())
         if unsupported:
             raise SchemaError(f"{path}: keyword {unsupported[0]!r} is not supported")
@@ -200,7 +201,7 @@ class GrammarBuilder:
             subs = rest.pop("allOf")
             if not isinstance(subs, list) or not subs:
                 raise SchemaError(f"{path}.allOf: must be a non-empty list of schemas")
-            return self._body(merge_all_of([rest, *subs], f"{path}.allOf", self._resolve), path, hint)
+            return self._nested_body(merge_all_of([rest, *subs], f"{path}.allOf", self._resolve), path, hint)
         if "anyOf" in rest or "oneOf" in rest:
             return self._any_of(rest, path, hint)
         if "const" in rest or "enum" in rest:
