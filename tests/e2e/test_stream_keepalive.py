@@ -49,6 +49,13 @@ STREAMING = {
     "/infill": Dialect(
         lambda prompt, n: {"input_prefix": prompt, "input_suffix": "", "n_predict": n, "stream": True,
                            "logit_bias": NO_EOG}, None, b'"stop":true'),
+    # llama-server's own: bare data lines, the last with "stop": true (dialects/llamacpp/)
+    "/completion": Dialect(
+        lambda prompt, n: {"prompt": prompt, "n_predict": n, "stream": True, "logit_bias": NO_EOG},
+        None, b'"stop":true'),
+    "/completions": Dialect(
+        lambda prompt, n: {"prompt": prompt, "n_predict": n, "stream": True, "logit_bias": NO_EOG},
+        None, b'"stop":true'),
 }
 # POST routes that never answer with a stream
 NOT_STREAMING = {"/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detokenize", "/apply-template",
@@ -56,7 +63,11 @@ NOT_STREAMING = {"/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detok
                  "/models/load", "/models/unload", "/v1/responses/{response_id}/cancel", "/v1/conversations",
                  "/v1/conversations/{conversation_id}", "/v1/conversations/{conversation_id}/items",
                  "/v1/messages/count_tokens", "/api/show", "/api/embed", "/api/embeddings", "/api/push",
-                 "/api/create", "/api/copy"}
+                 "/api/create", "/api/copy",
+                 # llama-server's own (dialects/llamacpp/)
+                 "/embedding", "/embeddings", "/reranking", "/v1/reranking", "/props", "/slots/{id_slot}",
+                 "/chat/completions/input_tokens", "/v1/chat/completions/input_tokens",
+                 "/responses/input_tokens", "/v1/responses/input_tokens"}
 # Ollama's NDJSON streams: no comment line exists there, so their keepalive is silence
 SILENT_STREAMING = {"/api/chat", "/api/generate", "/api/pull"}
 
