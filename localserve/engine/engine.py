@@ -31,7 +31,8 @@ from .thread_policy import StepCosts, ThreadPolicy
 from ..grammar.scan import token_refs
 
 TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
-STEP_COST_ROUNDS = 2               # each decode shape is timed this many times at load; the fastest counts
+STEP_COST_ROUNDS = (2, 20)         # each decode shape is timed at load this many times at least, at most ...
+STEP_COST_SECONDS = 0.05           # ... until this long is spent (a tiny model's steps are noise-sized); the fastest counts
 
 __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
            "Sampler", "check_model_file", "quiet_llama_logs"]
@@ -200,7 +201,11 @@ class Engine(SequenceOps):
     def _measure_steps(self, rows: int) -> StepCosts:
         token = max(ll.llama_vocab_bos(self.vocab), 0)
         one = many = float("inf")
-        for _ in range(STEP_COST_ROUNDS):
+        started = time.perf_counter()
+        least, most = STEP_COST_ROUNDS
+        for done in range(most):
+            if done >= least and time.perf_counter() - started >= STEP_COST_SECONDS:
+                break
             one = min(one, self._timed_step(token, 1))
             if rows > 1:
                 many = min(many, self._timed_step(token, rows))
@@ -346,6 +351,11 @@ class Engine(SequenceOps):
         self._batch.decode(entries, abort_check)
         if self._batch.n_outputs == len(entries):       # a decode step: its quiet cost is known
             policy.observe(len(entries), time.perf_counter() - started)
+
+    def threads_json(self) -> dict:
+        """Its threads (/slots): in use now, the most it may use, whether the count adapts, its pool's workers."""
+        pool = self.threadpool.n_threads if self.threadpool is not None else None
+        return {**self.thread_policy.as_json(), "pool": pool}
 
     def logits(self, index: int):
         """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats)."""

@@ -139,7 +139,7 @@ class Runtime(Admission):
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
             "swa_checkpoints": self.kv.checkpoints.as_json(),
-            "threads": self.engine.thread_policy.as_json(),
+            "threads": self.engine.threads_json(),
             "speculation": self.speculator.as_json(),
         }
 

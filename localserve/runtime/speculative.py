@@ -182,7 +182,10 @@ class JobDrafts:
         return draft[:limit]
 
     def wants(self, limit: int) -> int:
-        """How many tokens this job drafts this step, given room for `limit` (0: none)."""
+        """How many tokens this job drafts this step, given room for `limit` (0: none). While the output
+        is still the prediction's text, its drafts are what the client asked for: no budget stops them."""
+        if self.prediction is not None and self.aligned >= 0:
+            return min(limit, self.length)
         return self.budget.affordable(min(limit, self.length))
 
     def record(self, drafted: int, accepted: int) -> None:
