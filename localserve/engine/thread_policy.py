@@ -8,7 +8,10 @@ threads decode at a quarter of their quiet speed, one thread at over half.
 
 The policy learns from decode steps alone (every token of the batch wants logits: streams'
 next tokens and their drafts), whose quiet cost is known: StepCosts, measured at load at the
-most threads. A step's seconds over that cost is its slowdown, about 1 on a quiet box.
+most threads. A step's seconds over that cost is its slowdown, about 1 on a quiet box. Levels
+are means, not medians: under load most steps at two threads take about what one thread
+takes, and every few steps one takes five times that (a thread descheduled at a barrier);
+those are the cost.
 - Down: while the recent slowdown at t threads is over SLOWER times what t threads would cost
   on a quiet box, t-1 threads are tried for a few steps, and kept when they are faster by
   MARGIN; else the count goes back, and the next try down waits twice as long.
@@ -25,10 +28,10 @@ import statistics
 from collections import deque
 from dataclasses import dataclass
 
-SAMPLES = 4            # a count's level: the median of its latest steps' slowdowns
-TRIAL_STEPS = 2        # steps a try lasts (a try up under load costs these at the slow count)
+SAMPLES = 8            # a count's level: the mean of its latest steps' slowdowns (a mean: the spikes are the cost)
+TRIAL_STEPS = 6        # steps a try lasts (a try up under load costs these at the slow count)
 SLOWER = 1.5           # a level this many times the count's quiet cost starts a try with one thread less
-MARGIN = 0.1           # a try is kept when its level is under the other count's by this fraction
+MARGIN = 0.05          # a try is kept when its level is under the other count's by this fraction
 FIRST_GAP = 8          # steps at a count before it is tried against another (doubled after each failed try)
 MAX_GAP = 128          # the most steps between two tries: the longest a count stays down after the load goes
 MIN_ROW_SHARE = 0.1    # a logits row costs at least this share of a step (its sampling, on the runtime thread)
@@ -82,11 +85,11 @@ class ThreadPolicy:
         self._steps += 1
         if self._trial is not None:
             if self._steps >= TRIAL_STEPS:
-                self._judge(statistics.median(self._recent))
+                self._judge(statistics.fmean(self._recent))
             return
         if len(self._recent) < SAMPLES:
             return
-        level = statistics.median(self._recent)
+        level = statistics.fmean(self._recent)
         if self.threads > 1 and self._steps >= self._gaps[-1] and level > SLOWER * self.most / self.threads:
             self._try(self.threads - 1, level)
         elif self.threads < self.most and self._steps >= self._gaps[1]:
