@@ -16,7 +16,7 @@ a token's work (Gemma 3's output layer has 262k rows), whether it is accepted or
   it drafts nothing (the prompt gains nothing from a draft); with several decoding streams, its
   drafts are kept only when every stream drafts, cut to one length at which each stream's
   expected accepted tokens make up for the time the drafts add to the step (acceptance: each
-  job's recent rate, from the server's own while the job has verified few drafts).
+  job's recent rate; a job that has verified few drafts is trusted, within its credit).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ START_CREDIT = 1.0          # steps' worth a job may spend on drafts before any 
 FIRST_TRY_GAP = 16          # steps an out-of-credit job waits before one drafted token tries again
 MAX_TRY_GAP = 256           # doubling after each try that did not earn its price back, up to this
 RATE_MEMORY = 0.8           # weight of the past in a job's acceptance rate, per verified draft
-PRIOR_WEIGHT = 2.0          # pseudo-tokens of the server's acceptance rate in a new job's
+PRIOR_WEIGHT = 2.0          # pseudo-tokens of the prior in a job's acceptance rate
 
 
 class DraftBudget:

@@ -129,12 +129,12 @@ def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
     jobs = [job_in(slots[0], echo), job_in(slots[1], echo)]
     for job in jobs:
         job.drafts = speculator.start(job.prompt, None)
-        job.drafts.budget.credit = 8.0
-    for _ in range(6):              # the server's drafts were accepted: a new job's are expected to be
-        speculator.recent.record(8, 8)
+        for _ in range(6):          # its drafts were accepted: the next ones are expected to be
+            job.drafts.record(8, 8)
     assert {len(d) for d in speculator.propose(jobs, budget=100, n_ctx_seq=4096).values()} == {8}
-    for _ in range(20):             # refused lately: two streams' drafts would slow both
-        speculator.recent.record(8, 0)
+    for _ in range(20):             # one stream's refused lately: its drafts would slow the other
+        jobs[1].drafts.record(1, 0)
+        jobs[1].drafts.budget.credit = 8.0
     assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {}
     prefilling = job_in(slots[2], list(range(300)), status=JobStatus.PREFILLING)
     assert speculator.propose([jobs[0], prefilling], budget=100, n_ctx_seq=4096) == {}   # a prompt gains nothing
