@@ -8,6 +8,11 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
 - plain decoding (decode.py): greedy with speculation off, sampled, and the default
   configuration, each against the bare engine doing the same; the bench exits non-zero
   when one falls under 0.95 x bare;
+- sampled decoding in the default configuration against --speculative off and the bare loop,
+  paired within each round (sampled.py; guard: 0.97 x off, 0.95 x bare);
+- a busy machine (busy.py): single-stream decode quiet and beside a spinning process, for the
+  bare loop, localserve (its default threads) and llama-server (guard: localserve keeps half
+  its quiet speed, and 0.95 x llama-server loaded);
 - localserve: single-stream tokens/s and time to first token; aggregate tokens/s
   with 1, 2, 4 and 8 concurrent streams; second-turn TTFT with 4 conversations
   interleaved; peak RSS; /health latency under load and during slowloris (latency.py);
@@ -42,8 +47,8 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, compaction, decode, editor, embeddings, latency, models, ollama_chat, speculative, vision, \
-    weights
+from . import agents, busy, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
+    speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -66,6 +71,10 @@ def parse_args() -> argparse.Namespace:
                         help="only plain decoding's figures and their guard (bench/decode.py)")
     parser.add_argument("--scene", help="plain decoding: only the configurations whose label holds this "
                                         "(e.g. 'n-gram')")
+    parser.add_argument("--busy-only", action="store_true",
+                        help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
+    parser.add_argument("--sampled-only", action="store_true",
+                        help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
     parser.add_argument("--ollama-only", action="store_true",
                         help="only /api/chat and /completion against OpenAI's routes (bench/ollama_chat.py)")
     return parser.parse_args()
@@ -90,7 +99,13 @@ def main() -> int:
         speculative.run(model, engine, work, args)
         engine.close()
         return 0
+    if args.busy_only or args.sampled_only:
+        ok = busy.run(model, engine, work, args) if args.busy_only else sampled.run(model, engine, work, args)
+        engine.close()
+        return 0 if ok else 1
     decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
+    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
+    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
     if args.decode_only:
         engine.close()
         return 0 if decode_ok else 1

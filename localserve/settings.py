@@ -65,7 +65,8 @@ class Settings:
     port: int = DEFAULT_PORT
     ollama_listen: str | None = None               # a second address ("127.0.0.1:11434"), the same app
     ctx_size: int | None = None
-    threads: int | None = None
+    threads: int | None = None                     # given: pinned; else all cores, fewer under load
+    no_thread_adaptation: bool = False             # the thread count never adapts to load (engine/thread_policy.py)
     n_gpu_layers: int = 0
     cpu_weights: str = DEFAULT_CPU_WEIGHTS
     slots: int = DEFAULT_SLOTS

@@ -31,10 +31,13 @@ def free_port() -> int:
 class ServerProcess:
     """The real localserve, started as `python -m localserve` on a free port."""
 
-    def __init__(self, model: str | None, *args: str, env: dict | None = None, wait: bool = True):
+    def __init__(self, model: str | None, *args: str, env: dict | None = None, wait: bool = True,
+                 threads: int | None = 1):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "localserve", "--port", str(self.port), "--threads", "1"]
+        cmd = [sys.executable, "-m", "localserve", "--port", str(self.port)]
+        if threads is not None:     # None: the default, all cores and fewer under load (engine/thread_policy.py)
+            cmd += ["--threads", str(threads)]
         if model:
             cmd += ["--model", str(model)]
         cmd += list(args)

@@ -147,7 +147,10 @@ OPTIONS: tuple[Option, ...] = (
            "port built in, e.g. 127.0.0.1:11434 (the same server and API on both)", "HOST:PORT"),
     Option("ctx-size", positive_int, None,
            f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
-    Option("threads", positive_int, None, "CPU threads for generation (default: all cores)", "N"),
+    Option("threads", positive_int, None, "CPU threads for generation, always this many (default: all cores, "
+           "fewer while other processes hold cores)", "N"),
+    Option("no-thread-adaptation", _flag, False, "keep to all cores even while other processes hold some "
+           "(by default a model runs on fewer threads then)", "BOOL"),
     Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
     Option("cpu-weights", cpu_weights_mode, defaults.DEFAULT_CPU_WEIGHTS,
            "which CPU buffer types hold the weights: auto (no AMX where llama.cpp's AMX kernels may crash, "

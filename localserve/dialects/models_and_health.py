@@ -183,6 +183,7 @@ def slots(services: Services, exchange: Exchange) -> None:
         "resumes": sum(state["resumes"] for state in per_model.values()),
         "ram_cache": {key: sum(cache[key] for cache in caches)
                       for key in ("entries", "bytes", "limit_bytes", "hits")},
+        "threads": sum(state["threads"]["in_use"] for state in per_model.values()),   # decoding now, all models
         "models": per_model,
     })
 

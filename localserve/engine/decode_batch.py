@@ -65,6 +65,11 @@ class DecodeBatch:
         if status != DECODE_OK:
             raise DecodeError(status)
 
+    @property
+    def n_outputs(self) -> int:
+        """Entries of the last decode that wanted logits."""
+        return len(self._output_rows)
+
     def _on_abort(self, _data) -> bool:
         check = self._abort_check
         return bool(check and check())

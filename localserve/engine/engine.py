@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights, file_facts, kv_share, model_load
+from . import cpu_weights, file_facts, kv_share, model_load, threadpool
 from ..generation import SamplingParams
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
@@ -27,9 +27,12 @@ from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
 from .sequences import SequenceOps
 from .stopwatch import Stopwatch
+from .thread_policy import StepCosts, ThreadPolicy
 from ..grammar.scan import token_refs
 
 TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
+STEP_COST_ROUNDS = (2, 20)         # each decode shape is timed at load this many times at least, at most ...
+STEP_COST_SECONDS = 0.05           # ... until this long is spent (a tiny model's steps are noise-sized); the fastest counts
 
 __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
            "Sampler", "check_model_file", "quiet_llama_logs"]
@@ -44,7 +47,7 @@ class Engine(SequenceOps):
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
                  draft_max: int = 0, stopwatch: Stopwatch | None = None, share_prefixes: bool = True,
-                 kv_unified: bool = False):
+                 kv_unified: bool = False, max_threads: int | None = None, adapt_threads: bool = False):
         watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
         self._file = key = file_facts.file_key(path)
@@ -123,6 +126,9 @@ class Engine(SequenceOps):
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
+        # workers for the most threads this model may get (models busy at once share the cores)
+        self.threadpool = threadpool.attach(self.ctx, max(threads, max_threads or threads))
+        self.thread_policy = ThreadPolicy(threads, None)      # pinned until the step costs are known
         watch.lap("context")
         if not kv_unified and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
             self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
@@ -153,6 +159,10 @@ class Engine(SequenceOps):
         self.warmup_seconds = 0.0 if file_facts.warmed(warm_key) else self._warm_up()
         file_facts.mark_warmed(warm_key)
         watch.lap("warm-up decode")
+        self.step_costs = self._step_costs(warm_key, (adapt_threads and threads > 1) or draft_max > 0,
+                                           min(1 + draft_max, cparams.n_outputs_max))
+        self.thread_policy = ThreadPolicy(threads, self.step_costs, adaptive=adapt_threads)
+        watch.lap("step costs")
 
     def _warm_up(self) -> float:
         """Decode two tokens, then one more, and forget them, as llama-server warms up at load.
@@ -178,6 +188,35 @@ class Engine(SequenceOps):
             raise ModelLoadError(f"the warm-up decode failed: {exc} ({model_load.native_reason()})") from None
         self.clear()
         return time.perf_counter() - started
+
+    def _step_costs(self, warm_key: tuple, wanted: bool, rows: int) -> StepCosts | None:
+        """This box's quiet cost of a one-token step and of each further row with logits (the thread
+        policy's yardstick, and a drafted token's price: speculative.py); measured once per file and
+        layout in a process. None where nothing uses it, or for an encoder (no KV cache to step)."""
+        if not wanted or not self.memory:
+            return None
+        found = file_facts.remembered(("step costs", *warm_key, self.threads, rows), lambda: self._measure_steps(rows))
+        return StepCosts(found.one, found.row)      # a copy: the policy lowers its own as it learns
+
+    def _measure_steps(self, rows: int) -> StepCosts:
+        token = max(ll.llama_vocab_bos(self.vocab), 0)
+        one = many = float("inf")
+        started = time.perf_counter()
+        least, most = STEP_COST_ROUNDS
+        for done in range(most):
+            if done >= least and time.perf_counter() - started >= STEP_COST_SECONDS:
+                break
+            one = min(one, self._timed_step(token, 1))
+            if rows > 1:
+                many = min(many, self._timed_step(token, rows))
+        return StepCosts(one, max(0.0, (many - one) / (rows - 1)) if rows > 1 else one)
+
+    def _timed_step(self, token: int, rows: int) -> float:
+        started = time.perf_counter()
+        self._batch.decode([(token, i, 0, True) for i in range(rows)])
+        seconds = time.perf_counter() - started
+        self.clear()
+        return seconds
 
     # ---- model facts ---------------------------------------------------------------
 
@@ -303,10 +342,20 @@ class Engine(SequenceOps):
         abort_check is polled by llama.cpp between graph nodes; used only for prompt
         chunks, where one call can take long enough for a cancel to matter.
         """
-        if self.wanted_threads != self.threads:      # models busy at once share the cores (models/manager.py)
-            self.threads = self.wanted_threads
+        policy = self.thread_policy
+        policy.limit(self.wanted_threads)       # models busy at once share the cores (models/manager.py)
+        if policy.threads != self.threads:      # fewer while another process holds cores (thread_policy.py)
+            self.threads = policy.threads
             ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
+        started = time.perf_counter()
         self._batch.decode(entries, abort_check)
+        if self._batch.n_outputs == len(entries):       # a decode step: its quiet cost is known
+            policy.observe(len(entries), time.perf_counter() - started)
+
+    def threads_json(self) -> dict:
+        """Its threads (/slots): in use now, the most it may use, whether the count adapts, its pool's workers."""
+        pool = self.threadpool.n_threads if self.threadpool is not None else None
+        return {**self.thread_policy.as_json(), "pool": pool}
 
     def logits(self, index: int):
         """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats)."""
@@ -363,6 +412,8 @@ class Engine(SequenceOps):
             self.projector.close()
             self.projector = None
         if self.ctx:
+            if self.threadpool is not None:
+                self.threadpool.free()
             self._batch.free()
             ll.llama_free(self.ctx)
             self.ctx = None

@@ -105,7 +105,9 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
                         tensor_split=rpc.split_proportions(settings.tensor_split) if settings.tensor_split else None,
                         max_default_ctx=MAX_DEFAULT_CTX, cpu_weights_mode=settings.cpu_weights,
                         draft_max=settings.draft_max if drafting else 0, stopwatch=watch,
-                        share_prefixes=not settings.no_prefix_sharing, kv_unified=settings.kv_unified)
+                        share_prefixes=not settings.no_prefix_sharing, kv_unified=settings.kv_unified,
+                        max_threads=settings.resolved_threads(),
+                        adapt_threads=settings.threads is None and not settings.no_thread_adaptation)
     except ModelLoadError as exc:
         raise LoadFailed(str(exc)) from None
     draft_model = None

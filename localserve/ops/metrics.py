@@ -52,6 +52,8 @@ class RuntimeFigures(Protocol):
     @property
     def abandoned_samples(self) -> int: ...
     @property
+    def threads(self) -> int: ...
+    @property
     def slots(self) -> Sequence[object]: ...
     @property
     def cache(self) -> PromptCacheFigures: ...
@@ -151,6 +153,8 @@ class ServerMetrics:
         r.gauge("localserve_slots_busy", "Slots running a generation", self._runtime(lambda rt: rt.busy_slots))
         r.gauge("localserve_abandoned_grammar_samples", "Grammar samples still running in llama.cpp for jobs "
                 "that went over --sample-time-limit", self._runtime(lambda rt: rt.abandoned_samples))
+        r.gauge("localserve_threads", "CPU threads the loaded models' decode steps run on now (fewer than "
+                "--threads' default while other processes hold cores)", self._runtime(lambda rt: rt.threads))
         r.gauge("localserve_slots_total", "Slots (sequences the runtime holds at once)",
                 self._runtime(lambda rt: len(rt.slots)))
         r.gauge("localserve_open_connections", "Client connections open", self._source(lambda s: s.open_connections))
@@ -196,6 +200,8 @@ class ServerMetrics:
                         ("model",), self._per_model(lambda m: 1.0 if m.runtime is not None else 0.0, all_models=True))
         r.labeled_gauge("localserve_model_slots_busy", "Slots running a generation, by model", ("model",),
                         self._per_model(lambda m: m.runtime.busy_slots))
+        r.labeled_gauge("localserve_model_threads", "CPU threads a model's decode steps run on now", ("model",),
+                        self._per_model(lambda m: m.runtime.threads))
         r.labeled_gauge("localserve_model_queue_depth", "Generations waiting for a slot, by model", ("model",),
                         self._per_model(lambda m: m.runtime.queue_depth))
         r.labeled_gauge("localserve_model_memory_bytes", "Memory a loaded model holds (weights + KV + compute, "

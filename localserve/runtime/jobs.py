@@ -138,8 +138,10 @@ class Job:
 
     def progress_json(self) -> dict:
         """How far it got (/slots): its request, its prompt processed, its tokens generated."""
+        drafts = self.drafts
         return {"request": self.request.label, "status": self.status.value, "prompt_tokens": len(self.prompt),
-                "prompt_processed": min(self.n_past, len(self.prompt)), "generated_tokens": len(self.generated)}
+                "prompt_processed": min(self.n_past, len(self.prompt)), "generated_tokens": len(self.generated),
+                "drafting": drafts.as_json() if drafts is not None else None}
 
     @property
     def prefilling(self) -> bool:

@@ -131,6 +131,11 @@ class Runtime(Admission):
         return abandoned_running()
 
     @property
+    def threads(self) -> int:
+        """Threads the model's decode steps run on now (engine/thread_policy.py)."""
+        return self.engine.threads
+
+    @property
     def busy_slots(self) -> int:
         return sum(1 for s in self.slots if s.job is not None)
 
@@ -144,6 +149,8 @@ class Runtime(Admission):
             "ram_cache": {"entries": len(self.cache), "bytes": self.cache.size,
                           "limit_bytes": self.cache.limit_bytes, "hits": self.cache.hits},
             "swa_checkpoints": self.kv.checkpoints.as_json(),
+            "threads": self.engine.threads_json(),
+            "speculation": self.speculator.as_json(),
         }
 
     def _slot_json(self, slot: Slot) -> dict:

@@ -12,8 +12,10 @@ Where drafts come from (--speculative): "ngram", the job's own prompt and output
 after the OpenAI ``prediction`` text when the request gave one; "draft", a small model with
 the same vocabulary (engine/draft_model.py). Each job adapts its draft length: a draft wholly
 accepted doubles it (up to --draft-max), a partial one moves it toward what was accepted, a
-draft with nothing accepted halves it and pauses drafting for a while, longer each time, so
-text with nothing to copy decodes as fast as without speculation.
+draft with nothing accepted halves it. And drafts must pay (draft_budget.py): a job drafts no
+more than its accepted tokens have earned, at the price of a drafted row on this model, so
+text with nothing to copy (a sampled chat) soon stops drafting and decodes as fast as without
+speculation; a step shared by several streams drafts only where each of them gains.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Protocol
 
+from ..engine.thread_policy import MIN_ROW_SHARE
+from .draft_budget import DraftBudget, shared_length
 from .jobs import JobStatus
 from .ngram import NgramIndex
 
@@ -31,7 +35,6 @@ COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens
 NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
 DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
 PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
-MAX_DRAFT_PAUSE = 32               # steps a sequence whose drafts keep failing waits at most before drafting again
 
 log = logging.getLogger("localserve.runtime")
 
@@ -78,7 +81,8 @@ class CopyCursor:
 class JobDrafts:
     """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
 
-    def __init__(self, prompt: list[int], prediction: str | None, text: TextCodec, draft_max: int):
+    def __init__(self, prompt: list[int], prediction: str | None, text: TextCodec, draft_max: int,
+                 row_share: float = MIN_ROW_SHARE):
         # The lookup indexes are built at the first lookup, after the prefill, not here: a job is
         # admitted on the runtime thread before its prefill (at every editor keystroke), and a
         # job that never looks one up (drafts from a draft model) never pays for them.
@@ -95,8 +99,7 @@ class JobDrafts:
         self.copying_prediction = CopyCursor()
         self.draft_max = draft_max
         self.length = draft_max         # what the next draft may be
-        self.misses = 0                 # drafts in a row with nothing accepted
-        self.pause = 0                  # steps to sit out before drafting again
+        self.budget = DraftBudget(row_share, draft_max)     # what the next draft may cost
         self.drafted = 0
         self.accepted = 0
         self.run = (0, 0)               # the draft being verified now: (drafted, accepted so far)
@@ -127,6 +130,10 @@ class JobDrafts:
     def counts(self) -> tuple[int, int]:
         """(drafted, accepted) so far, the draft being verified included."""
         return self.drafted + self.run[0], self.accepted + self.run[1]
+
+    def acceptance(self, prior: float) -> float:
+        """The chance that its next drafted token is accepted (draft_budget.py)."""
+        return self.budget.acceptance(prior)
 
     def prediction_counts(self) -> tuple[int, int]:
         """(drafted, accepted) of the drafts the request's prediction made, as counts() does."""
@@ -175,11 +182,11 @@ class JobDrafts:
         return draft[:limit]
 
     def wants(self, limit: int) -> int:
-        """How many tokens this job drafts this step, given room for `limit` (0: none)."""
-        if self.pause > 0:
-            self.pause -= 1
-            return 0
-        return min(limit, self.length)
+        """How many tokens this job drafts this step, given room for `limit` (0: none). While the output
+        is still the prediction's text, its drafts are what the client asked for: no budget stops them."""
+        if self.prediction is not None and self.aligned >= 0:
+            return min(limit, self.length)
+        return self.budget.affordable(min(limit, self.length))
 
     def record(self, drafted: int, accepted: int) -> None:
         self.run = (0, 0)
@@ -191,16 +198,18 @@ class JobDrafts:
         if from_prediction:
             self.predicted_drafted += drafted
             self.predicted_accepted += accepted
+        self.budget.record(drafted, accepted)
         if accepted == drafted:
-            self.misses = 0
             self.length = min(self.draft_max, self.length * 2)
         elif accepted == 0:
-            self.misses += 1
             self.length = max(1, self.length // 2)
-            self.pause = min(MAX_DRAFT_PAUSE, 2 ** (self.misses - 1) - 1)
         else:
-            self.misses = 0
             self.length = max(1, (self.length + accepted + 1) // 2)
+
+    def as_json(self) -> dict:
+        """Its drafting so far (/slots)."""
+        drafted, accepted = self.counts()
+        return {"drafted": drafted, "accepted": accepted, "length": self.length, **self.budget.as_json()}
 
 
 class Speculator:
@@ -214,6 +223,8 @@ class Speculator:
         self.is_eog = engine.is_eog
         self.text = _Text(engine)
         self.draft_model = draft_model
+        costs = getattr(engine, "step_costs", None)     # measured at load (engine/thread_policy.py)
+        self.row_share = costs.row_share if costs is not None else MIN_ROW_SHARE
         self.drafted = 0                # every job's, since start (/metrics)
         self.accepted = 0
 
@@ -222,7 +233,7 @@ class Speculator:
         return self.mode != "off"
 
     def start(self, prompt: list[int], prediction: str | None) -> JobDrafts | None:
-        return JobDrafts(prompt, prediction, self.text, self.draft_max) if self.on else None
+        return JobDrafts(prompt, prediction, self.text, self.draft_max, self.row_share) if self.on else None
 
     def propose(self, jobs: list[Job], budget: int, n_ctx_seq: int) -> dict[int, list[int]]:
         """Drafts for the step's decoding jobs, by id(job), within `budget` batch entries in all."""
@@ -252,9 +263,23 @@ class Speculator:
             draft = self._before_end(draft)
             if draft:
                 drafts[key] = draft
+        drafts = self._paying(jobs, drafts)
         if self.equal_rows:
             drafts = lined_up(drafts, [id(job) for job in jobs if job.status is JobStatus.DECODING])
         return drafts
+
+    def _paying(self, jobs: list[Job], drafts: dict[int, list[int]]) -> dict[int, list[int]]:
+        """The drafts of a step shared by several streams, kept only where each of them gains (draft_budget.py)."""
+        if len(jobs) < 2 or not drafts:
+            return drafts
+        decoding = [job for job in jobs if job.status is JobStatus.DECODING]
+        if len(decoding) < len(jobs) or len(drafts) < len(decoding):     # a prompt chunk, or a stream without one
+            return {}
+        # a job with few drafts verified is trusted (its credit bounds what that may cost): a prior from
+        # other jobs' drafts kept a step of four copying streams from ever drafting after a bad tail
+        rates = [1.0 if job.forced else job.drafts.acceptance(1.0) for job in decoding]
+        length = shared_length(rates, self.row_share, min(len(draft) for draft in drafts.values()))
+        return {key: draft[:length] for key, draft in drafts.items()} if length else {}
 
     def _room(self, job: Job, limit: int, n_ctx_seq: int) -> int:
         """A draft never runs past the context or max_tokens: those tokens could not be kept."""
@@ -291,6 +316,11 @@ class Speculator:
             job.drafts.record(drafted, accepted)
         self.drafted += drafted
         self.accepted += accepted
+
+    def as_json(self) -> dict:
+        """The server's drafting (/slots): its mode, a drafted token's price, its counts."""
+        return {"mode": self.mode, "row_share": round(self.row_share, 3), "drafted": self.drafted,
+                "accepted": self.accepted}
 
 
 def lined_up(drafts: dict[int, list[int]], decoding: list[int]) -> dict[int, list[int]]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import random
 
+from localserve.engine.thread_policy import StepCosts
 from localserve.generation import ActiveGeneration, GenerationRequest
 from localserve.runtime import speculative
 from localserve.runtime.jobs import Job, JobStatus, Slot
 from localserve.runtime.ngram import NgramIndex
 from localserve.runtime.scheduler import SHARED_PREFILL_CHUNK, draft_room, plan_batch
-from localserve.runtime.speculative import MAX_DRAFT_PAUSE, NGRAM_PROMPT_WINDOW, JobDrafts, Speculator
+from localserve.runtime.speculative import NGRAM_PROMPT_WINDOW, JobDrafts, Speculator
 
 EOS = 2
 
@@ -43,7 +44,7 @@ def test_the_sequences_own_end_is_not_a_match_until_something_follows_it():
     assert index.follow(index.tokens, 4) == [3, 9, 1, 2]
 
 
-def test_a_draft_wholly_accepted_grows_a_refused_one_shrinks_and_pauses_longer_each_time():
+def test_a_draft_wholly_accepted_grows_a_refused_one_shrinks():
     drafts = JobDrafts([1, 2, 3], None, Text(), draft_max=8)
     drafts.length = 2
     drafts.record(2, 2)
@@ -52,16 +53,10 @@ def test_a_draft_wholly_accepted_grows_a_refused_one_shrinks_and_pauses_longer_e
     drafts.record(8, 8)
     assert drafts.length == 8                               # never past --draft-max
     drafts.record(8, 3)
-    assert drafts.length == 6 and drafts.pause == 0         # halfway toward what was accepted
-    pauses = []
-    for _ in range(8):
-        drafts.record(drafts.length, 0)
-        pauses.append(drafts.pause)
-    assert drafts.length == 1
-    assert pauses == sorted(pauses) and pauses[0] == 0 and pauses[-1] == MAX_DRAFT_PAUSE
-    assert [drafts.wants(8) for _ in range(MAX_DRAFT_PAUSE)] == [0] * MAX_DRAFT_PAUSE
-    assert drafts.wants(8) == 1
-    assert (drafts.drafted, drafts.accepted) == (2 + 4 + 8 + 8 + 6 + 3 + 1 * 6, 2 + 4 + 8 + 3)
+    assert drafts.length == 6                               # halfway toward what was accepted
+    drafts.record(6, 0)
+    assert drafts.length == 3
+    assert (drafts.drafted, drafts.accepted) == (2 + 4 + 8 + 8 + 6, 2 + 4 + 8 + 3)
 
 
 def test_a_prediction_is_followed_by_its_text_then_by_lookup_once_the_output_strays():
@@ -109,16 +104,41 @@ def test_the_step_shares_its_drafts_and_stops_them_at_the_end_of_generation_and_
     jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
     for job in jobs:
         job.drafts = speculator.start(job.prompt, None)
-    drafts = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
-    assert drafts[id(jobs[2])] == [12]                 # max_tokens 3: one token written, one more to choose
-    # the step's share (2 x --draft-max) goes where it is wanted: 1, then 3 and 4 of the 4 each asks
-    assert sorted([drafts[id(jobs[0])], drafts[id(jobs[1])]]) == [[12, 13, 14], [12, 13, 14, 15]]
+    alone = speculator.propose([jobs[2]], budget=100, n_ctx_seq=4096)
+    assert alone[id(jobs[2])] == [12]                 # max_tokens 3: one token written, one more to choose
+    # the step's share (2 x --draft-max) goes where it is wanted: 1, then 3 and 4 of the 4 each asks;
+    # shared by three streams, every draft is cut to one length
+    assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {id(job): [12] for job in jobs}
     ended = job_in(Slot(3), [11, 50, 12, EOS, 13, 11])
     ended.drafts = speculator.start(ended.prompt, None)
     assert speculator.propose([ended], budget=100, n_ctx_seq=4096)[id(ended)] == [12]
-    assert speculator.propose(jobs, budget=0, n_ctx_seq=4096) == {}
+    assert speculator.propose(jobs[:2], budget=0, n_ctx_seq=4096) == {}
     off = Speculator("off", 4, Text())
     assert off.start([1, 2], None) is None
+
+
+class Priced(Text):
+    """A model whose drafted row costs half a step."""
+    step_costs = StepCosts(one=0.010, row=0.005)
+
+
+def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
+    speculator = Speculator("ngram", 8, Priced())
+    slots = [Slot(i) for i in range(3)]
+    echo = [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11]
+    jobs = [job_in(slots[0], echo), job_in(slots[1], echo)]
+    for job in jobs:
+        job.drafts = speculator.start(job.prompt, None)
+        for _ in range(6):          # its drafts were accepted: the next ones are expected to be
+            job.drafts.record(8, 8)
+    assert {len(d) for d in speculator.propose(jobs, budget=100, n_ctx_seq=4096).values()} == {8}
+    for _ in range(20):             # one stream's refused lately: its drafts would slow the other
+        jobs[1].drafts.record(1, 0)
+        jobs[1].drafts.budget.credit = 8.0
+    assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {}
+    prefilling = job_in(slots[2], list(range(300)), status=JobStatus.PREFILLING)
+    assert speculator.propose([jobs[0], prefilling], budget=100, n_ctx_seq=4096) == {}   # a prompt gains nothing
+    assert speculator.propose([jobs[0]], budget=100, n_ctx_seq=4096)          # alone, its own credit decides
 
 
 def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):

@@ -1,0 +1,48 @@
+"""The thread count follows what the machine gives: fewer threads while another process holds a
+core, all of them again once it goes. A machine model gives each step's seconds."""
+
+from __future__ import annotations
+
+from localserve.engine.thread_policy import MAX_GAP, StepCosts, ThreadPolicy
+
+QUIET = {2: 0.010, 1: 0.016}          # seconds per one-token step on a quiet 2-core box
+SPINNER = {2: 0.040, 1: 0.017}        # one core held by another process: two threads spin at barriers
+
+
+def run(policy: ThreadPolicy, machine: dict[int, float], steps: int, rows: int = 1) -> list[int]:
+    counts = []
+    for _ in range(steps):
+        counts.append(policy.threads)
+        policy.observe(rows, machine[policy.threads] * (1 + 0.3 * (rows - 1)))
+    return counts
+
+
+def policy(**kwargs) -> ThreadPolicy:
+    return ThreadPolicy(2, StepCosts(one=0.010, row=0.003), **kwargs)
+
+
+def test_a_busy_core_takes_a_thread_away_and_it_comes_back_when_the_load_goes():
+    adaptive = policy()
+    assert set(run(adaptive, QUIET, 500)) == {2}                   # quiet: never a thread less
+    loaded = run(adaptive, SPINNER, 2000)
+    assert loaded[-1] == 1 and loaded.index(1) < 20               # down within a few steps
+    assert loaded[100:].count(2) < 0.05 * len(loaded[100:])       # tries up are rare under the load
+    back = run(adaptive, QUIET, 3 * MAX_GAP)
+    assert back[-1] == 2 and back[-MAX_GAP:].count(1) == 0        # up again once it goes, and stays
+
+
+def test_steps_of_several_rows_are_weighed_by_their_quiet_cost():
+    adaptive = policy()
+    assert set(run(adaptive, QUIET, 300, rows=5)) == {2}          # slower steps, but as slow as they should be
+    assert run(adaptive, SPINNER, 300, rows=5)[-1] == 1
+
+
+def test_a_pinned_count_never_moves_and_the_share_of_busy_models_caps_it():
+    pinned = policy(adaptive=False)
+    assert set(run(pinned, SPINNER, 300)) == {2}
+    adaptive = policy()
+    adaptive.limit(1)                                             # another model is busy too
+    assert set(run(adaptive, QUIET, 50)) == {1}
+    adaptive.limit(2)
+    assert run(adaptive, QUIET, 100)[-1] == 2
+    assert adaptive.as_json() == {"in_use": 2, "most": 2, "adaptive": True}
