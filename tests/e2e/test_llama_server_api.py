@@ -5,6 +5,7 @@ the shapes llama-server's README documents; bad input answered in llama-server's
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -314,6 +315,47 @@ def test_slot_actions_refuse_what_they_cannot_do(server):
 def test_a_file_that_is_no_slot_file_is_refused(server, slot_dir):
     (slot_dir / "junk.bin").write_bytes(b"not a slot")
     assert_llama_error(post(server, "/slots/0?action=restore", {"filename": "junk.bin"}), 400, "not a slot file")
+
+
+@pytest.mark.parametrize("slot", ["%C2%B2", "9" * 5000, "007" * 3])
+def test_a_slot_id_of_odd_digits_is_a_400(server, slot):
+    """'²' is a digit to str.isdigit() but not to int(), and 5000 digits pass int()'s limit: both were 500s."""
+    assert_llama_error(post(server, f"/slots/{slot}?action=erase", {}), 400, "slot id")
+
+
+@pytest.mark.parametrize("name", ["a" * 241, "é" * 121])
+def test_a_slot_file_name_too_long_for_the_disk_is_a_400(server, name):
+    """A name whose temp file name would pass NAME_MAX was an ENAMETOOLONG 500."""
+    assert_llama_error(post(server, "/slots/0?action=save", {"filename": name}), 400, "240 bytes")
+
+
+def test_the_longest_slot_file_name_saves(server, slot_dir):
+    name = "é" * 120                                # 240 bytes
+    assert post(server, "/slots/0?action=save", {"filename": name}).status == 200
+    assert (slot_dir / name).is_file() and not [p for p in slot_dir.iterdir() if p.name.startswith(".")]
+
+
+def test_a_directory_in_the_save_path_is_a_400_to_save_and_restore(server, slot_dir):
+    (slot_dir / "adir").mkdir()
+    assert_llama_error(post(server, "/slots/0?action=save", {"filename": "adir"}), 400, "directory")
+    assert_llama_error(post(server, "/slots/0?action=restore", {"filename": "adir"}), 400, "not a regular file")
+
+
+def test_a_fifo_or_device_in_the_save_path_is_never_read(server, slot_dir):
+    """A FIFO held the request's thread forever; a link to /dev/zero read until memory ran out."""
+    os.mkfifo(slot_dir / "pipe.bin")
+    (slot_dir / "zero.bin").symlink_to("/dev/zero")
+    for name in ("pipe.bin", "zero.bin"):
+        assert_llama_error(post(server, "/slots/0?action=restore", {"filename": name}), 400, "not a regular file")
+
+
+def test_a_link_planted_at_the_temp_name_is_not_written_through(server, slot_dir, tmp_path):
+    """The old fixed temp name '.NAME.part' was opened with open(): a link there wrote outside the directory."""
+    outside = tmp_path / "victim.txt"
+    outside.write_text("keep me")
+    (slot_dir / ".planted.bin.part").symlink_to(outside)
+    assert post(server, "/slots/0?action=save", {"filename": "planted.bin"}).status == 200
+    assert outside.read_text() == "keep me" and (slot_dir / "planted.bin").is_file()
 
 
 # ---- bad input: a clear 4xx in llama-server's shape ------------------------------------------

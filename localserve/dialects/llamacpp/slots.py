@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import struct
+import tempfile
 import time
 from functools import partial
 from pathlib import Path
@@ -37,7 +39,8 @@ if TYPE_CHECKING:
     from ...models.loaded import LoadedModel
 
 MAGIC = b"LSSLOT1\n"            # a slot file: MAGIC, a u32 header length, the JSON header, tokens, state
-MAX_FILENAME = 255
+MAX_FILENAME_BYTES = 240         # UTF-8 bytes: the name, a dot before it and a temp suffix fit NAME_MAX (255)
+MAX_SLOT_ID_DIGITS = 6
 _FILENAME = re.compile(r"[^\x00-\x1f/\\:*?\"<>|\x7f]+")
 
 
@@ -69,7 +72,9 @@ def slot_action(services: Services, exchange: Exchange) -> None:
 
 
 def read_slot_id(text: str, slots: int) -> int:
-    if not text.isdigit() or int(text) >= slots:
+    # ASCII digits only: str.isdigit() also takes '²', which int() refuses, and a long run of
+    # digits is past int()'s limit; both were 500s.
+    if not (text.isascii() and text.isdigit()) or len(text) > MAX_SLOT_ID_DIGITS or int(text) >= slots:
         raise ApiError(400, f"invalid slot id '{text[:20]}': this model has slots 0 to {slots - 1}",
                        param="id_slot", code="invalid_value")
     return int(text)
@@ -80,10 +85,10 @@ def read_filename(body: dict) -> str:
     name = body.get("filename")
     if not isinstance(name, str) or not name:
         raise invalid("filename", f"expected the name of a file in --slot-save-path, got {kind_of(name)}")
-    if (len(name) > MAX_FILENAME or not _FILENAME.fullmatch(name) or name.startswith(".") or ".." in name
+    if (len(name.encode("utf-8", "surrogatepass")) > MAX_FILENAME_BYTES or not _FILENAME.fullmatch(name) or name.startswith(".") or ".." in name
             or name.strip() != name):
         raise invalid("filename", "expected a plain file name: no directory, path separator, '..', leading dot, "
-                                  f"control character or surrounding space, at most {MAX_FILENAME} characters")
+                                  f"control character or surrounding space, at most {MAX_FILENAME_BYTES} bytes")
     return name
 
 
@@ -115,27 +120,48 @@ def save(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename:
     tokens = struct.pack(f"<{len(done.tokens)}i", *done.tokens)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / filename
-    part = path.with_name(f".{filename}.part")      # written whole, then renamed: never half a file there
-    with open(part, "wb") as out:
-        out.write(MAGIC + struct.pack("<I", len(header)) + header + tokens)
-        out.write(done.state)
-    os.replace(part, path)
+    if path.is_dir():
+        raise ApiError(400, f"'{filename}' is a directory in --slot-save-path", param="filename", code="invalid_value")
+    # written whole under a temp name of its own, then renamed: never half a file there, two saves
+    # to one name never write into one file, and a link planted at the temp name is never followed
+    fd, part = tempfile.mkstemp(dir=directory, prefix=f".{filename}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(MAGIC + struct.pack("<I", len(header)) + header + tokens)
+            out.write(done.state)
+        os.replace(part, path)
+    except OSError as error:        # the disk full, the directory read-only: said, and no part left behind
+        Path(part).unlink(missing_ok=True)
+        raise ApiError(500, f"could not write slot file '{filename}': {error.strerror}", code="save_failed") from None
     return {"id_slot": seq_id, "filename": filename, "n_saved": len(done.tokens),
             "n_written": path.stat().st_size, "timings": {"save_ms": round((time.monotonic() - started) * 1000, 3)}}
 
 
 def restore(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
-    path = directory / filename
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ApiError(404, f"no slot file '{filename}' in --slot-save-path", param="filename",
-                       code="file_not_found") from None
+    data = read_regular_file(directory / filename, filename)
     tokens, state = read_slot_file(data, fingerprint(model), scope, filename)
     run(model, SlotRequest(RESTORE, seq_id, scope, tokens=tokens, state=state))
     return {"id_slot": seq_id, "filename": filename, "n_restored": len(tokens), "n_read": len(data),
             "timings": {"restore_ms": round((time.monotonic() - started) * 1000, 3)}}
+
+
+def read_regular_file(path: Path, filename: str) -> bytes:
+    """The file's bytes, only when it is a regular file: a FIFO would hold the request (and its
+    thread) forever, a device such as /dev/zero would fill memory, a directory was a 500."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ApiError(404, f"no slot file '{filename}' in --slot-save-path", param="filename",
+                       code="file_not_found") from None
+    except OSError as error:
+        raise ApiError(400, f"cannot read '{filename}': {error.strerror}", param="filename",
+                       code="invalid_slot_file") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ApiError(400, f"'{filename}' is not a regular file", param="filename", code="invalid_slot_file")
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
 
 
 def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tuple[list[int], bytes]:
