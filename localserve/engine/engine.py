@@ -160,7 +160,7 @@ class Engine(SequenceOps):
         file_facts.mark_warmed(warm_key)
         watch.lap("warm-up decode")
         self.step_costs = self._step_costs(warm_key, (adapt_threads and threads > 1) or draft_max > 0,
-                                           min(1 + draft_max, cparams.n_outputs_max))
+                                           min(1 + draft_max, cparams.n_outputs_max, n_batch))
         self.thread_policy = ThreadPolicy(threads, self.step_costs, adaptive=adapt_threads)
         watch.lap("step costs")
 
