@@ -58,6 +58,10 @@ class ScriptedEngine:
     def logits(self, row):
         return np.zeros(16, dtype=np.float32)
 
+    def threads_json(self) -> dict:
+        """/slots' threads, as Engine.threads_json shapes them: one thread, pinned, no pool."""
+        return {"in_use": 1, "most": 1, "adaptive": False, "pool": None}
+
     def piece(self, token):
         return TEXT.get(token, b"")
 
