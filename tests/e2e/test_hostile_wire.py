@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import ROOT, ServerProcess
+from procstat import memory_bytes
 from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG
 
@@ -33,17 +34,6 @@ def stored(tiny_model, tmp_path_factory):
     assert resp.status == 200, resp.body
     yield srv, resp.json()["id"]
     srv.stop()
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM (peak RSS) of a process, in bytes, from /proc."""
-    found = {}
-    with open(f"/proc/{pid}/status") as handle:
-        for line in handle:
-            name, _, value = line.partition(":")
-            if name in ("VmRSS", "VmHWM"):
-                found[name] = int(value.split()[0]) * 1024
-    return found
 
 
 # ---- item 7: a replay cursor beyond SQLite's integers ----------------------------------------
@@ -287,22 +277,22 @@ def test_a_30_mb_prompt_costs_a_few_times_its_size_and_rss_comes_back(tiny_model
         conn.send(post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
                                                      "max_tokens": 2}))
         assert conn.read_response().status == 200
-        before = proc_status(srv.proc.pid)
+        before = memory_bytes(srv.proc.pid)
         body = json.dumps({"messages": [{"role": "user", "content": "a b " * (30 * MB // 4)}],
                            "max_tokens": 2}).encode()
         conn.send(post_json("/v1/chat/completions", body))
         resp = conn.read_response()
         assert resp.status == 400 and resp.json()["error"]["code"] == "context_length_exceeded"
-        peak = proc_status(srv.proc.pid)["VmHWM"] - before["VmHWM"]
+        peak = memory_bytes(srv.proc.pid)["VmHWM"] - before["VmHWM"]
         # the body, its text once parsed, the rendered prompt: a few copies, not 40 (was 1.4 GB)
         assert peak < 5 * len(body), f"peak RSS grew {peak / MB:.0f} MB for a {len(body) / MB:.0f} MB body"
         conn.send(post_json("/tokenize", {"content": "a b " * (30 * MB // 4)}))
         tokenize = conn.read_response()
         assert tokenize.status == 400 and tokenize.json()["error"]["param"] == "content"
         deadline = time.monotonic() + 10
-        while proc_status(srv.proc.pid)["VmRSS"] > before["VmRSS"] + 16 * MB and time.monotonic() < deadline:
+        while memory_bytes(srv.proc.pid)["VmRSS"] > before["VmRSS"] + 16 * MB and time.monotonic() < deadline:
             time.sleep(0.2)
-        after = proc_status(srv.proc.pid)["VmRSS"]
+        after = memory_bytes(srv.proc.pid)["VmRSS"]
         assert after <= before["VmRSS"] + 16 * MB, \
             f"RSS {before['VmRSS'] / MB:.0f} MB before, {after / MB:.0f} MB after the big requests"
         conn.close()
