@@ -146,7 +146,6 @@ class GenerationRequest:
 class Context:
     used: int
     n_ctx: int
-    tokens_per_second: float | None   # None while prefilling
 
 
 @dataclass

@@ -76,4 +76,4 @@ class Admission:
         job.checkpoint_at = self.kv.checkpoint_wanted(slot.seq_id)
         job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
         job.start()
-        self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
+        self._emit(gen, Context(keep, self.engine.n_ctx_seq))

@@ -24,7 +24,7 @@ if TYPE_CHECKING:   # types only: the scheduler reads jobs without loading llama
 
 
 class JobStatus(enum.Enum):
-    WAITING = "waiting"         # queued, no slot yet (an ActiveGeneration in the scheduler's queue)
+    """A job in a slot (one still queued is an ActiveGeneration in the scheduler's queue, no Job yet)."""
     PREFILLING = "prefilling"   # in a slot; prompt tokens still to decode
     DECODING = "decoding"       # the prompt is in the cache; one token per step
     FINISHED = "finished"       # retired, cancelled or failed; its slot is free again

@@ -35,7 +35,6 @@ class PromptCache:
         self.size = 0
         self._next_key = 0
         self.hits = 0
-        self.saves = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -60,7 +59,6 @@ class PromptCache:
         self.entries[self._next_key] = CachedSequence(list(tokens), state, scope)
         self._next_key += 1
         self.size += len(state)
-        self.saves += 1
 
     def best_match(self, prompt: list[int], scope: str = "") -> tuple[int | None, int]:
         """(key, shared prefix length) of the entry of `scope` sharing the longest prefix with prompt."""

@@ -35,7 +35,7 @@ def take_token(job: Job, token: int, logprob_entry: dict | None, engine: Engine)
     events = job.pipeline.feed(piece)
     attach_logprobs(job, events)
     if len(job.generated) == 1:
-        events.append(Context(job.n_past + 1, engine.n_ctx_seq, None))
+        events.append(Context(job.n_past + 1, engine.n_ctx_seq))
     reason = finish_reason(job, engine.n_ctx_seq)
     if not reason:
         job.chose(token)
