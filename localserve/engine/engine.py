@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights, file_facts, kv_share, model_load, threadpool
+from . import cpu_weights, file_facts, model_load, prefix_copy, threadpool
 from ..generation import SamplingParams
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
@@ -89,9 +89,9 @@ class Engine(SequenceOps):
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
         # --kv-unified: one pool of cells for all sequences, so that one can own another's prefix
-        # (kv_share.py); by default a stream per sequence, and a prefix is copied as data.
+        # (prefix_copy.py); by default a stream per sequence, and a prefix is copied as data.
         if kv_unified:
-            cparams.n_ctx, self.n_ctx_seq = kv_share.context_sizes(self.n_ctx_seq, n_seq)
+            cparams.n_ctx, self.n_ctx_seq = prefix_copy.context_sizes(self.n_ctx_seq, n_seq)
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
@@ -135,8 +135,8 @@ class Engine(SequenceOps):
         self.memory = ll.llama_get_memory(self.ctx)
         self.n_swa = ll.llama_model_n_swa(self.model)
         # why this model's sequences cannot share a prefix (None: they can)
-        self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else kv_share.SHARING_OFF
-        self._shares_cells = kv_unified and kv_share.shares_cells(self.model)
+        self.copy_blocker = prefix_copy.copy_blocker(self.model) if share_prefixes else prefix_copy.SHARING_OFF
+        self._shares_cells = kv_unified and prefix_copy.shares_cells(self.model)
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))

@@ -19,7 +19,7 @@ DATA_COPY_SPAN = 64
 class SequenceOps:
     """Engine's sequence operations. The engine sets: ctx and memory (llama.cpp's), n_swa (the
     model's sliding window, 0 for none), copy_blocker (why no prefix may be copied, or None) and
-    _shares_cells (whether two sequences may own one cell: kv_share.shares_cells)."""
+    _shares_cells (whether two sequences may own one cell: prefix_copy.shares_cells)."""
     ctx: object
     memory: object
     n_swa: int
@@ -46,7 +46,7 @@ class SequenceOps:
 
     def can_copy(self, src: int, n: int) -> bool:
         """Whether src's first n positions can be handed to another sequence, and are worth it
-        (kv_share.py)."""
+        (prefix_copy.py)."""
         length = self.seq_length(src)
         if self.copy_blocker is not None or length < n:
             return False

@@ -1,6 +1,6 @@
 """Admission, part of the runtime's step (runtime.py): waiting jobs take free slots. Editor
 completions go first, parking a running job when none is free (preempt.py); then the scheduler
-places each waiting job (scheduler.py, prefix_share.py), its slot's sequence is made a prefix of
+places each waiting job (scheduler.py, placement.py), its slot's sequence is made a prefix of
 its prompt (kvslots.py: its own, a copy of another's, or one from RAM) and its Job starts."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .images import text_tokens
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
 from .preempt import Parking
-from .prefix_share import Placement
+from .placement import Placement
 from .scheduler import Scheduler
 from .speculative import Speculator
 

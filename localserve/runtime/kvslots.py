@@ -1,23 +1,47 @@
 """What a slot's KV-cache sequence keeps when a new job takes the slot: the shared prefix stays,
 the rest is cut; a sequence worth keeping is saved to the RAM prompt cache first, and a longer
-prefix held by another sequence is copied in (prefix_share.py), or a saved sequence that shares
+prefix held by another sequence is copied in (placement.py), or a saved sequence that shares
 more with the new prompt is restored instead. A sliding-window model's sequence cut behind its
 window goes back to a context checkpoint (swa_checkpoints.py), taken here where a prompt stops
-sharing the slot's tokens and where it ends.
+sharing the slot's tokens and where it ends. Whether this model's sequences can hand a prefix on
+at all is PrefixSharing's (the scheduler asks it, placement.py).
 
 A slot's sequence belongs to the scope of the prompt it holds (Slot.scope): a job of another
 scope finds it empty, and what it held goes to the RAM cache under its own scope."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Protocol
 
 from ..engine.engine import Engine
+from ..engine.prefix_copy import SHARING_OFF
 from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Job, Slot
-from .prefix_share import Placement
+from .placement import Placement
 from .promptcache import PromptCache
 from .swa_checkpoints import SwaCheckpoints
+
+log = logging.getLogger("localserve.runtime")
+
+
+class SequenceCopier(Protocol):
+    """What sharing needs of the engine (engine.Engine is one)."""
+    copy_blocker: str | None
+
+    def can_copy(self, src: int, n: int) -> bool: ...
+
+
+class PrefixSharing:
+    """Whether the model's sequences can hand a prefix on, and the one log line that says when they cannot."""
+
+    def __init__(self, engine: SequenceCopier):
+        blocker = engine.copy_blocker
+        self.on = blocker is None
+        self.can_copy = engine.can_copy if self.on else None     # the scheduler's: None when off
+        if blocker is not None and blocker != SHARING_OFF:     # a model's limit, not the user's choice
+            log.info("prefix sharing is off for this model (%s): each sequence computes its own prompt", blocker)
 
 
 @dataclass(frozen=True)

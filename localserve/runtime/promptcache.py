@@ -84,7 +84,7 @@ class PromptCache:
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens a and b share. Slot choice compares every sequence with every other
-    on each admission (prefix_share.py): slices are compared in C, halving the span where they
+    on each admission (placement.py): slices are compared in C, halving the span where they
     first differ, not token by token in Python (10,000-token heads)."""
     if type(a) is not type(b):
         a, b = list(a), list(b)

@@ -24,8 +24,7 @@ from .admission import Admission
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .images import ImageWork
 from .jobs import Job, Slot
-from .kvslots import SlotKeeper
-from .sharing import PrefixSharing
+from .kvslots import PrefixSharing, SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
 from .outcome import attach_logprobs, finished_output
@@ -319,7 +318,7 @@ class Runtime(Admission):
                     self._emit(job.gen, event)
                 if reason:
                     self._retire(job, reason)
-                # A grammar woken by this token (call_grammar.py): the rest of the run is chosen off
+                # A grammar woken by this token (call_wake.py): the rest of the run is chosen off
                 # this thread, as every grammar job's tokens are (a grammar's cost per token has no bound).
                 if reason or not matched or (not had_grammar and job.sampler.has_grammar):
                     break

@@ -1,5 +1,5 @@
 """Which jobs run in the next step, and how: the waiting queue, admission into free slots, slot
-choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, prefix_share.py), the batch
+choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, placement.py), the batch
 plan with chunked prefill, and which jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it
 calls no llama.cpp, so its rules are tested alone (tests/unit/runtime/test_scheduler.py).
 """
@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..generation import ActiveGeneration, QueueFull, RuntimeStopped, outside_images, position_of
 from .jobs import Job, JobStatus, Slot
-from .prefix_share import Held, Placement, place, waits_for
+from .placement import Held, Placement, place, waits_for
 
 # While other jobs are decoding, a prompt is fed in chunks this large so their
 # streams keep moving; alone, a prompt is fed n_batch tokens at a time.
@@ -62,7 +62,7 @@ class Scheduler:
         self.waiting: collections.deque[ActiveGeneration] = collections.deque()
         self.cond = threading.Condition()     # guards waiting and stopping; wakes the runtime
         self.stopping = False
-        # prefix sharing (prefix_share.py): whether a sequence's first n positions can be handed
+        # prefix sharing (placement.py): whether a sequence's first n positions can be handed
         # on (None: sharing is off), and whether a job waits for a head another is prefilling
         self.can_copy = can_copy
         self.wait_for_prefixes = wait_for_prefixes and can_copy is not None

@@ -12,7 +12,7 @@ import time
 from ..engine.engine import Engine
 from ..generation import Context
 from . import logprobs
-from .call_grammar import wake_at_open_call
+from .call_wake import wake_at_open_call
 from .jobs import Job
 from .outcome import attach_logprobs, finish_reason
 

@@ -10,7 +10,7 @@ import pytest
 from llama_cpp import llama_cpp as ll
 
 from localserve.engine import file_facts
-from localserve.engine.call_grammar import grammar_after
+from localserve.engine.lazy_grammar import grammar_after
 from localserve.engine.engine import Engine
 from localserve.engine.facade import GrammarError, TooManyTokens
 from localserve.generation import SamplingParams
@@ -99,7 +99,7 @@ def test_a_written_bos_is_not_doubled(engine):
 
 
 
-# ---- a call grammar woken part-way (engine/call_grammar.py) -------------------------------------
+# ---- a call grammar woken part-way (engine/lazy_grammar.py) -------------------------------------
 
 CALL_GRAMMAR = 'root ::= "[[" [a-c] [a-c] [a-c] "]]"'
 

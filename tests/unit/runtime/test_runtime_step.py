@@ -40,7 +40,7 @@ class ScriptedEngine:
     """What the runtime calls on the engine, answering from a script; it records each batch."""
     n_batch = 64
     n_ctx_seq = 256
-    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (kv_share.SHARING_OFF)
+    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (prefix_copy.SHARING_OFF)
     n_swa = 0                                   # no sliding window: no checkpoints (swa_checkpoints.py)
 
     def __init__(self, answer=(10, 11, 12)):

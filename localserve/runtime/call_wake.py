@@ -1,7 +1,7 @@
 """Waking a strict tool call's grammar where the model opens a call on its own.
 
 A request whose strict tools the model may call when it likes (tool_choice auto) carries a
-call grammar that sleeps (engine/call_grammar.py). After each token the runtime asks the text
+call grammar that sleeps (engine/lazy_grammar.py). After each token the runtime asks the text
 pipeline whether a block of calls has opened (the family's start marker, or a `{` opening the
 message for the families that write bare objects); the first time one has, the grammar wakes
 with the block's text so far, as the model's own tokens, and holds every token after it. No
