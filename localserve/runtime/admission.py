@@ -72,8 +72,7 @@ class Admission:
         except GrammarError as exc:
             self._fail_unstarted(gen, InvalidGrammar(str(exc)))
             return
-        job = Job(gen, slot, sampler, keep)
-        job.checkpoint_at = self.kv.checkpoint_wanted(slot.seq_id)
-        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
+        job = Job(gen, slot, sampler, keep, checkpoint_at=self.kv.checkpoint_wanted(slot.seq_id),
+                  drafts=self.speculator.start(text_tokens(gen.request), gen.request.prediction))
         job.start()
         self._emit(gen, Context(keep, self.engine.n_ctx_seq))

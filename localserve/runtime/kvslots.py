@@ -70,7 +70,7 @@ class SlotKeeper:
         slot = placement.slot
         held, cut = len(slot.tokens), min(slot.shared_with(prompt, scope), len(prompt) - 1)
         origin = self._reuse(slot, prompt, images, placement, scope)
-        slot.scope = scope
+        slot.belongs_to(scope)
         if origin.source != "slot":
             keep = max(0, min(origin.tokens, len(prompt) - 1))     # the last prompt token is always decoded
             keep = outside_images(images, keep)
@@ -97,7 +97,7 @@ class SlotKeeper:
         end), for a next prompt that renders this answer otherwise (a chat's)."""
         if job.request.images or not self.checkpoints.on:      # no prompt copy for a model without a window
             return
-        if job.n_past == job.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
+        if job.n_past == job.stops.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
             self.checkpoints.take(job.slot.seq_id, job.prompt[:job.n_past])
 
     def origin(self, seq_id: int) -> PrefixOrigin | None:
@@ -116,8 +116,7 @@ class SlotKeeper:
     def clear(self, slot: Slot) -> None:
         self.engine.seq_remove(slot.seq_id)
         self.checkpoints.forget(slot.seq_id)
-        slot.tokens = []
-        slot.kv_length = 0
+        slot.emptied()
 
     def keep_computed(self, job: Job) -> None:
         """A job ended mid-prompt: what it computed stays for the next one that shares it (up to
@@ -126,8 +125,7 @@ class SlotKeeper:
         n = outside_images(job.request.images, job.n_past)
         at = job.position(n)
         if n and self.engine.can_extend(slot.seq_id, at) and self.engine.seq_remove(slot.seq_id, at, -1):
-            slot.tokens = job.prompt[:n]
-            slot.kv_length = at
+            slot.holds(job.prompt[:n], at)
         else:
             self.clear(slot)
 
@@ -146,9 +144,9 @@ class SlotKeeper:
             return PrefixOrigin(shared, "own")
         entry = self.cache.take(key)
         if not self.engine.restore_sequence(slot.seq_id, entry.state):
-            slot.tokens = []
+            slot.holds([])
             return PrefixOrigin(0, "own")
-        slot.tokens = entry.tokens
+        slot.holds(entry.tokens)
         return PrefixOrigin(cached, "ram")
 
     def _copy(self, slot: Slot, prompt: list[int], images: list[ImageChunk], source: int, n: int) -> PrefixOrigin:
@@ -159,8 +157,7 @@ class SlotKeeper:
         if n <= 0 or not self.engine.seq_copy(source, slot.seq_id, at):
             self.clear(slot)
             return PrefixOrigin(0, "own")
-        slot.tokens = list(prompt[:n])
-        slot.kv_length = at
+        slot.holds(list(prompt[:n]), at)
         return PrefixOrigin(n, "slot", source)
 
     def _truncate(self, slot: Slot, keep: int, position: int, prompt: list[int] | None) -> int:
@@ -172,10 +169,10 @@ class SlotKeeper:
             return 0
         if self.engine.can_extend(slot.seq_id, position):
             if self.engine.seq_remove(slot.seq_id, position, -1):
-                del slot.tokens[keep:]
+                slot.cut(keep)
                 return keep
         elif prompt is not None and (restored := self.checkpoints.restore(slot.seq_id, prompt, keep)):
-            del slot.tokens[restored:]
+            slot.cut(restored)
             return restored
         self.clear(slot)
         return 0

@@ -166,10 +166,7 @@ class Parking:
         parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv, self.kv.origin(slot.seq_id))
         log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
-        # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
-        job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key, scope=slot.scope)
-        job.park(time.monotonic())
-        slot.job = None
+        job.park(time.monotonic())      # it keeps a copy of the slot it leaves (Job.park)
         self.kv.clear(slot)
         self.parked.append(parked)
         self.parks += 1
@@ -177,18 +174,17 @@ class Parking:
 
     def _restore(self, parked: ParkedJob, slot: Slot) -> None:
         self._vacate(slot)
-        job, held = parked.job, parked.job.slot
+        job = parked.job
         if parked.origin is not None:       # /slots shows the resumed job's prefix, not the completion's
             self.kv.restore_origin(slot.seq_id, parked.origin)
         # in its slot first: should the restore fail, the runtime fails it as any running job
-        slot.tokens, slot.cache_key, slot.last_used, slot.scope = held.tokens, held.cache_key, held.last_used, held.scope
-        slot.job, job.slot = job, slot
+        job.resume(slot)
         if parked.in_kv and not self.engine.restore_sequence(slot.seq_id, parked.state):
             log.info("job %s's saved sequence could not be placed: decoding its %d tokens again",
                      job.gen.id, len(parked.in_kv))
             self._decode_again(slot.seq_id, parked.in_kv)
-        slot.kv_length = self.engine.seq_length(slot.seq_id)
-        job.resume(time.monotonic())
+        slot.measured(self.engine.seq_length(slot.seq_id))
+        job.resumed(time.monotonic())
         self.resumes += 1
         self.metrics.record_resume()
         log.info("resumed job %s (%s) in slot %d", job.gen.id, job.request.label, slot.seq_id)

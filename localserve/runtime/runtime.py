@@ -27,7 +27,7 @@ from .jobs import Job, Slot
 from .kvslots import PrefixSharing, SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .outcome import attach_logprobs, finished_output
+from .outcome import finished_output
 from .pending_sample import abandoned_running
 from .preempt import Parking
 from .promptcache import PromptCache
@@ -219,8 +219,11 @@ class Runtime(Admission):
         for job in self.scheduler.cancelled():
             self._cancel(job)
         self._take_decided(self.choice.take_ready())
-        for job, error in self.images.evaluate(self.scheduler.runnable()):
-            self._fail(job, error)
+        for advance in self.images.evaluate(self.scheduler.runnable()):
+            if advance.error is not None:
+                self._fail(advance.job, advance.error)
+            else:
+                advance.job.image_advanced(advance.decoded, advance.in_parts)
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
@@ -250,12 +253,11 @@ class Runtime(Admission):
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
         self._take_decided(self.choice.collect(SAMPLE_GRACE, started_since=sampled_at))
         for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
-            row.job.slot.kv_length = self.engine.seq_length(row.job.slot.seq_id)
+            row.job.slot.measured(self.engine.seq_length(row.job.slot.seq_id))
 
     def _prompt_only(self, job: Job) -> None:
         """A job that asked for no tokens (an editor warming the cache): its prompt is in the cache now."""
-        job.reached_choice()
-        job.t_first_token = time.monotonic()
+        job.prompt_done(time.monotonic())
         self._retire(job, "length")
 
     def _emit(self, gen: ActiveGeneration, event: object) -> None:
@@ -287,7 +289,10 @@ class Runtime(Admission):
         this one, their logits in the rows that follow), go on choosing while each token chosen
         equals the draft's: each such token is already in the KV cache (speculative.py)."""
         job.reached_choice()
-        if not self.choice.hand_off(job, row, draft):      # a grammar's: taken when its thread is done
+        handed = self.choice.hand_off(job, row, draft)
+        if handed is not None:          # a grammar's: taken when its thread is done
+            job.awaits(handed)
+        else:
             self._take_run(job, draft, len(draft) + 1, lambda i: self.choice.choose(job, row + i))
 
     def _take_decided(self, decided: list[tuple[Job, Chosen | TooSlow]]) -> None:
@@ -296,6 +301,7 @@ class Runtime(Admission):
             if isinstance(result, TooSlow):
                 self._too_slow(job, result.seconds)
             else:
+                job.choice_taken()
                 self._take_run(job, result.draft, len(result.tokens), result.at, result.error)
 
     def _take_run(self, job: Job, draft: list[int], length: int,
@@ -358,7 +364,7 @@ class Runtime(Admission):
 
     def _retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []
-        attach_logprobs(job, events)
+        job.release_logprobs(events)
         for event in events:
             self._emit(job.gen, event)
         output = finished_output(job, reason, time.monotonic())
@@ -399,12 +405,10 @@ class Runtime(Admission):
         self._emit(gen, Finished(error=error))
 
     def _release(self, job: Job) -> None:
-        if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
-            job.pending.abandon()
-            job.pending = None
+        pending, worker = job.end()
+        if pending is not None:     # its thread may still be inside llama.cpp with the sampler
+            pending.abandon()
         else:
             job.sampler.free()
-        if job.sample_worker is not None:
-            job.sample_worker.close()
-            job.sample_worker = None
-        job.end()
+        if worker is not None:
+            worker.close()

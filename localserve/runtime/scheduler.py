@@ -237,7 +237,7 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
         if not job.prefilling or budget <= 0:
             continue
         n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
-        for stop in ((stops or {}).get(job.slot.seq_id, 0), job.checkpoint_at):
+        for stop in ((stops or {}).get(job.slot.seq_id, 0), job.stops.checkpoint_at):
             if job.n_past < stop < job.n_past + n:
                 n = stop - job.n_past
         if n <= 0:

@@ -88,14 +88,12 @@ class SlotStates:
             request.state = self.engine.save_sequence(slot.seq_id) if request.tokens else b""
         elif request.action == RESTORE:
             self.kv.clear(slot)
-            slot.scope = request.scope
+            slot.belongs_to(request.scope)
             if not request.tokens:          # a save of an empty slot
                 return
             if not self.engine.restore_sequence(slot.seq_id, request.state):
                 raise SlotRefused("llama.cpp refused the saved state for this model's cache")
-            slot.tokens = list(request.tokens)
-            slot.kv_length = self.engine.seq_length(slot.seq_id)
-            slot.cache_key = None
+            slot.restored(list(request.tokens), self.engine.seq_length(slot.seq_id), request.scope)
         elif own:
             request.n_erased = len(slot.tokens)
             self.kv.clear(slot)

@@ -31,7 +31,7 @@ def prompt_with_image(data: bytes, before=(1, 10, 11), after=(12, 13)) -> Genera
 def job_for(request: GenerationRequest, n_cached: int = 0) -> Job:
     slot = Slot(0)
     job = Job(ActiveGeneration(request), slot, sampler=None, n_cached=n_cached)
-    slot.job = job
+    job.start()
     return job
 
 
