@@ -82,14 +82,12 @@ class Parking:
         self.parks = 0              # since start (/slots; /metrics counts them too)
         self.resumes = 0
 
-    def admit_editors(self, start: Callable[[ActiveGeneration, Slot], None],
-                      end_cancelled: Callable[[Job], None]) -> None:
+    def admit_editors(self, start: Callable[[ActiveGeneration, Slot], None]) -> list[Job]:
         """Parked jobs that are due (fairness.py) take free slots back first; then queued editor
         completions take a slot (`start` starts one), parking a job if none is free; then the
-        other parked jobs take free slots back before anything else queued. Parked jobs whose
-        clients left are ended first (`end_cancelled`)."""
-        for job in self.take_cancelled():
-            end_cancelled(job)
+        other parked jobs take free slots back before anything else queued. The parked jobs whose
+        clients left, for the runtime to end: their copies are dropped first."""
+        cancelled = self.take_cancelled()
         slots = self.scheduler.slots
         now = time.monotonic()
         self.resume(slots, only=lambda job: self.fairness.due(job.gen, parked_for(job, now)))
@@ -100,6 +98,7 @@ class Parking:
             self.scheduler.withdraw(gen)
             start(gen, slot)
         self.resume(slots)
+        return cancelled
 
     @property
     def jobs(self) -> list[Job]:

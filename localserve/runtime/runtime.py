@@ -17,10 +17,10 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure,
+from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure, GenerationOutput,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
-from .admission import Admission
+from .admission import Admission, Admitted
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .images import ImageWork
 from .jobs import Job, Slot
@@ -52,7 +52,7 @@ class EngineFailure(Exception):
     """The engine keeps failing: the runtime cannot go on."""
 
 
-class Runtime(Admission):
+class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
                  on_fatal: Callable[[str], None] = exit_engine_failed,
@@ -74,6 +74,7 @@ class Runtime(Admission):
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
+        self.admission = Admission(engine, self.kv, self.scheduler, self.parking, self.speculator, self.metrics)
         self.slot_states = SlotStates(engine, self.kv, self.cond)   # slot save/restore/erase, between steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
@@ -215,7 +216,7 @@ class Runtime(Admission):
 
     def _schedule(self) -> BatchPlan | None:
         """Admit, end cancelled jobs, take finished grammar samples; the batch to run, if any."""
-        self._admit()
+        self._admitted(self.admission.admit())
         for job in self.scheduler.cancelled():
             self._cancel(job)
         self._take_decided(self.choice.take_ready())
@@ -233,6 +234,20 @@ class Runtime(Admission):
         if self.speculator.on:
             drafts = self.speculator.propose(jobs, draft_room(jobs, self.engine.n_batch), self.engine.n_ctx_seq)
         return self.scheduler.plan(jobs, self.engine.n_batch, drafts)
+
+    def _admitted(self, admitted: Admitted) -> None:
+        """What admission did: started jobs say so, jobs it could not start or whose clients left end."""
+        for job in admitted.cancelled_parked:
+            self._end_cancelled(job)
+        for gen in admitted.cancelled_waiting:
+            self.metrics.record_cancellation()
+            self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
+        for gen, event in admitted.started:
+            self._emit(gen, event)
+        for job, error in admitted.failed:
+            self._fail(job, error)
+        for gen, error in admitted.failed_unstarted:
+            self._fail_unstarted(gen, error)
 
     def _postprocess(self, plan: BatchPlan) -> None:
         self.metrics.record_prefill(sum(row.n_tokens for row in plan.rows if row.job in plan.prefill_jobs))

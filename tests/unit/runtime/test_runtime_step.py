@@ -12,6 +12,7 @@ import numpy as np
 
 from localserve.engine.engine import GrammarError
 from localserve.generation import ActiveGeneration, Chunk, Context, GenerationRequest, InvalidGrammar, SamplingParams
+from localserve.runtime.admission import Admitted
 from localserve.runtime.jobs import JobStatus
 from localserve.runtime.runtime import Runtime
 
@@ -200,6 +201,8 @@ def test_a_job_started_in_a_slot_chosen_elsewhere_starts_with_its_own_prefix():
     """A slot picked outside admission (an editor's preemption) starts a job with no placement."""
     rt = Runtime(ScriptedEngine(), slots=1, max_queue=4)
     gen = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3]))
-    rt._start(gen, rt.slots[0])
+    admitted = Admitted()
+    rt.admission._start(gen, rt.slots[0], None, admitted)
+    assert [g for g, _ in admitted.started] == [gen]
     assert rt.slots[0].job is not None and rt.slots[0].job.n_cached == 0
     assert rt.kv.prefix_json(0) == {"tokens": 0, "source": "own", "slot": None}
