@@ -162,7 +162,7 @@ MUTANTS = [
            "if False:",
            ("tests/e2e/test_http_server.py::test_body_too_large_is_413",)),
     Mutant("rejected drafts kept in the cache", "localserve/runtime/runtime.py",
-           "        self.engine.seq_remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)\n", "        pass\n",
+           "        self.sequences.remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)\n", "        pass\n",
            ("tests/e2e/test_speculative.py::test_greedy_output_is_the_same_with_drafts_one_stream",)),
     Mutant("a draft accepted on a mismatch", "localserve/runtime/runtime.py",
            "matched = i < len(draft) and token == draft[i]", "matched = i < len(draft)",

@@ -25,7 +25,7 @@ from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
-from .sequences import SequenceOps
+from .sequences import Sequences
 from .stopwatch import Stopwatch
 from .thread_policy import StepCosts, ThreadPolicy
 from ..grammar.scan import token_refs
@@ -40,7 +40,7 @@ __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoad
 log = logging.getLogger("localserve.engine")
 
 
-class Engine(SequenceOps):
+class Engine:
     projector = None        # the model's vision projector (vision.py), attached once both are loaded
 
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
@@ -133,10 +133,10 @@ class Engine(SequenceOps):
         if not kv_unified and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
             self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
         self.memory = ll.llama_get_memory(self.ctx)
-        self.n_swa = ll.llama_model_n_swa(self.model)
-        # why this model's sequences cannot share a prefix (None: they can)
-        self.copy_blocker = prefix_copy.copy_blocker(self.model) if share_prefixes else prefix_copy.SHARING_OFF
-        self._shares_cells = kv_unified and prefix_copy.shares_cells(self.model)
+        self.sequences = Sequences(   # the KV cache's sequences, which the runtime cuts, copies, saves
+            self.ctx, self.memory, n_swa=ll.llama_model_n_swa(self.model),
+            copy_blocker=prefix_copy.copy_blocker(self.model) if share_prefixes else prefix_copy.SHARING_OFF,
+            shares_cells=kv_unified and prefix_copy.shares_cells(self.model))
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))

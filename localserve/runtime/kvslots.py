@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..engine.engine import Engine
+from ..engine.sequences import Sequences
 from ..engine.prefix_copy import SHARING_OFF
 from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Job, Slot
@@ -27,7 +27,7 @@ log = logging.getLogger("localserve.runtime")
 
 
 class SequenceCopier(Protocol):
-    """What sharing needs of the engine (engine.Engine is one)."""
+    """What sharing needs of the KV cache's sequences (engine.sequences.Sequences is one)."""
     copy_blocker: str | None
 
     def can_copy(self, src: int, n: int) -> bool: ...
@@ -36,10 +36,10 @@ class SequenceCopier(Protocol):
 class PrefixSharing:
     """Whether the model's sequences can hand a prefix on, and the one log line that says when they cannot."""
 
-    def __init__(self, engine: SequenceCopier):
-        blocker = engine.copy_blocker
+    def __init__(self, sequences: SequenceCopier):
+        blocker = sequences.copy_blocker
         self.on = blocker is None
-        self.can_copy = engine.can_copy if self.on else None     # the scheduler's: None when off
+        self.can_copy = sequences.can_copy if self.on else None     # the scheduler's: None when off
         if blocker is not None and blocker != SHARING_OFF:     # a model's limit, not the user's choice
             log.info("prefix sharing is off for this model (%s): each sequence computes its own prompt", blocker)
 
@@ -56,11 +56,11 @@ class PrefixOrigin:
 
 
 class SlotKeeper:
-    def __init__(self, engine: Engine, cache: PromptCache):
-        self.engine = engine
+    def __init__(self, sequences: Sequences, cache: PromptCache):
+        self.sequences = sequences
         self.cache = cache
         self.origins: dict[int, PrefixOrigin] = {}     # seq_id: where its last job's prefix came from
-        self.checkpoints = SwaCheckpoints(engine)
+        self.checkpoints = SwaCheckpoints(sequences)
         self.wanted: dict[int, int] = {}    # seq_id: where the prepared job's prefill pauses for a checkpoint
 
     def prepare(self, placement: Placement, prompt: list[int], images: list[ImageChunk] = (),
@@ -114,7 +114,7 @@ class SlotKeeper:
         return origin.as_json() if origin is not None else None
 
     def clear(self, slot: Slot) -> None:
-        self.engine.seq_remove(slot.seq_id)
+        self.sequences.remove(slot.seq_id)
         self.checkpoints.forget(slot.seq_id)
         slot.emptied()
 
@@ -124,7 +124,7 @@ class SlotKeeper:
         slot = job.slot
         n = outside_images(job.request.images, job.n_past)
         at = job.position(n)
-        if n and self.engine.can_extend(slot.seq_id, at) and self.engine.seq_remove(slot.seq_id, at, -1):
+        if n and self.sequences.can_extend(slot.seq_id, at) and self.sequences.remove(slot.seq_id, at, -1):
             slot.holds(job.prompt[:n], at)
         else:
             self.clear(slot)
@@ -136,14 +136,14 @@ class SlotKeeper:
         scope, put in place."""
         shared = slot.shared_with(prompt, scope)
         if self.cache.worth_saving(slot.tokens, shared, slot.scope):
-            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id), slot.scope)
+            self.cache.add(slot.tokens, self.sequences.save(slot.seq_id), slot.scope)
         key, cached = self.cache.best_match(prompt, scope)
         if placement.source is not None and placement.copied > shared and placement.copied >= cached:
             return self._copy(slot, prompt, images, placement.source, placement.copied)
         if key is None or cached <= shared:
             return PrefixOrigin(shared, "own")
         entry = self.cache.take(key)
-        if not self.engine.restore_sequence(slot.seq_id, entry.state):
+        if not self.sequences.restore(slot.seq_id, entry.state):
             slot.holds([])
             return PrefixOrigin(0, "own")
         slot.holds(entry.tokens)
@@ -154,7 +154,7 @@ class SlotKeeper:
         cut at its KV position (fewer than the tokens past an M-RoPE image)."""
         n = outside_images(images, min(n, len(prompt) - 1))
         at = position_of(images, n)
-        if n <= 0 or not self.engine.seq_copy(source, slot.seq_id, at):
+        if n <= 0 or not self.sequences.copy(source, slot.seq_id, at):
             self.clear(slot)
             return PrefixOrigin(0, "own")
         slot.holds(list(prompt[:n]), at)
@@ -167,8 +167,8 @@ class SlotKeeper:
         if keep <= 0:
             self.clear(slot)
             return 0
-        if self.engine.can_extend(slot.seq_id, position):
-            if self.engine.seq_remove(slot.seq_id, position, -1):
+        if self.sequences.can_extend(slot.seq_id, position):
+            if self.sequences.remove(slot.seq_id, position, -1):
                 slot.cut(keep)
                 return keep
         elif prompt is not None and (restored := self.checkpoints.restore(slot.seq_id, prompt, keep)):

@@ -73,7 +73,8 @@ class Parking:
     """Jobs set aside for editor completions, in the order they were parked."""
 
     def __init__(self, engine: Engine, kv: SlotKeeper, scheduler: Scheduler, metrics: ServerMetrics):
-        self.engine = engine
+        self.engine = engine            # decodes a sequence again where its saved state cannot be placed
+        self.sequences = engine.sequences
         self.kv = kv
         self.scheduler = scheduler
         self.metrics = metrics
@@ -162,7 +163,7 @@ class Parking:
         job = slot.job
         # a prefilling job's sequence holds the prompt so far; slot.tokens lists it once decoding
         in_kv = list(slot.tokens) if job.status is JobStatus.DECODING else job.prompt[:job.n_past]
-        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv, self.kv.origin(slot.seq_id))
+        parked = ParkedJob(job, self.sequences.save(slot.seq_id), in_kv, self.kv.origin(slot.seq_id))
         log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
         job.park(time.monotonic())      # it keeps a copy of the slot it leaves (Job.park)
@@ -178,11 +179,11 @@ class Parking:
             self.kv.restore_origin(slot.seq_id, parked.origin)
         # in its slot first: should the restore fail, the runtime fails it as any running job
         job.resume(slot)
-        if parked.in_kv and not self.engine.restore_sequence(slot.seq_id, parked.state):
+        if parked.in_kv and not self.sequences.restore(slot.seq_id, parked.state):
             log.info("job %s's saved sequence could not be placed: decoding its %d tokens again",
                      job.gen.id, len(parked.in_kv))
             self._decode_again(slot.seq_id, parked.in_kv)
-        slot.measured(self.engine.seq_length(slot.seq_id))
+        slot.measured(self.sequences.length(slot.seq_id))
         job.resumed(time.monotonic())
         self.resumes += 1
         self.metrics.record_resume()
@@ -192,11 +193,11 @@ class Parking:
         """What the slot holds (the completion that ran there) goes to the RAM cache if worth it."""
         cache = self.kv.cache
         if cache.worth_saving(slot.tokens, scope=slot.scope):
-            cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id), slot.scope)
+            cache.add(slot.tokens, self.sequences.save(slot.seq_id), slot.scope)
         self.kv.clear(slot)
 
     def _decode_again(self, seq_id: int, tokens: list[int]) -> None:
-        self.engine.seq_remove(seq_id)
+        self.sequences.remove(seq_id)
         step = self.engine.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start:start + step]

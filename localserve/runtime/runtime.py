@@ -63,8 +63,9 @@ class Runtime:
         self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
-        self.kv = SlotKeeper(engine, self.cache)
-        self.sharing = PrefixSharing(engine)
+        self.sequences = engine.sequences       # the KV cache's sequences (engine/sequences.py)
+        self.kv = SlotKeeper(self.sequences, self.cache)
+        self.sharing = PrefixSharing(self.sequences)
         self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
         self.parking = Parking(engine, self.kv, self.scheduler, self.metrics)   # set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
@@ -75,7 +76,7 @@ class Runtime:
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
         self.admission = Admission(engine, self.kv, self.scheduler, self.parking, self.speculator, self.metrics)
-        self.slot_states = SlotStates(engine, self.kv, self.cond)   # slot save/restore/erase, between steps
+        self.slot_states = SlotStates(self.sequences, self.kv, self.cond)   # slot save/restore/erase, between steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -268,7 +269,7 @@ class Runtime:
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
         self._take_decided(self.choice.collect(SAMPLE_GRACE, started_since=sampled_at))
         for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
-            row.job.slot.measured(self.engine.seq_length(row.job.slot.seq_id))
+            row.job.slot.measured(self.sequences.length(row.job.slot.seq_id))
 
     def _prompt_only(self, job: Job) -> None:
         """A job that asked for no tokens (an editor warming the cache): its prompt is in the cache now."""
@@ -288,7 +289,7 @@ class Runtime:
                 if job.gen.cancelled:
                     self._cancel(job)
                 else:
-                    self.engine.seq_remove(job.slot.seq_id, job.position(job.n_past), -1)
+                    self.sequences.remove(job.slot.seq_id, job.position(job.n_past), -1)
             return
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
@@ -373,7 +374,7 @@ class Runtime:
             return
         self.speculator.record(job, drafted, accepted)
         self.metrics.record_drafts(drafted, accepted)
-        self.engine.seq_remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)
+        self.sequences.remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)
 
     # ---- endings -------------------------------------------------------------------
 

@@ -98,7 +98,7 @@ class Sequences:
     def can_extend(self, seq_id, keep):
         return True
 
-    def seq_remove(self, seq_id, start=0, end=-1):
+    def remove(self, seq_id, start=0, end=-1):
         self.cuts.append((seq_id, start, end))
         return True
 

@@ -10,24 +10,31 @@ from localserve.runtime.jobs import Job, JobStatus, Slot
 from localserve.runtime.outcome import finished_output
 from localserve.runtime.runtime import Runtime
 
-from .test_runtime_step import ScriptedEngine, drained, request
+from .test_runtime_step import ScriptedEngine, ScriptedSequences, drained, request
 
 
-class RecordingEngine(ScriptedEngine):
+class RecordingSequences(ScriptedSequences):
     """Saves and restores sequences as llama.cpp would be asked to, noting each call."""
 
-    def __init__(self, answer=(10, 11, 12) * 20, restores=True):
-        super().__init__(answer)
+    def __init__(self, calls: list, restores: bool):
+        self.calls = calls
         self.restores = restores
-        self.calls = []
 
-    def save_sequence(self, seq_id):
+    def save(self, seq_id):
         self.calls.append(("save", seq_id))
         return f"state of {seq_id}".encode()
 
-    def restore_sequence(self, seq_id, state):
+    def restore(self, seq_id, state):
         self.calls.append(("restore", seq_id, state))
         return self.restores
+
+
+class RecordingEngine(ScriptedEngine):
+    """The scripted engine, its sequences' saves and restores noted in `calls`."""
+
+    def __init__(self, answer=(10, 11, 12) * 20, restores=True):
+        self.calls = []
+        super().__init__(answer, RecordingSequences(self.calls, restores))
 
 
 def editor(**kw):

@@ -37,16 +37,36 @@ class ScriptedSampler:
         pass
 
 
+class ScriptedSequences:
+    """What the runtime calls on the KV cache's sequences (engine/sequences.py): every call succeeds."""
+    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (prefix_copy.SHARING_OFF)
+    n_swa = 0                                   # no sliding window: no checkpoints (swa_checkpoints.py)
+
+    def remove(self, seq_id, start=0, end=-1):
+        return True
+
+    def length(self, seq_id):
+        return 0
+
+    def can_extend(self, seq_id, keep):
+        return True
+
+    def save(self, seq_id):
+        return b""
+
+    def restore(self, seq_id, state):
+        return True
+
+
 class ScriptedEngine:
     """What the runtime calls on the engine, answering from a script; it records each batch."""
     n_batch = 64
     n_ctx_seq = 256
-    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (prefix_copy.SHARING_OFF)
-    n_swa = 0                                   # no sliding window: no checkpoints (swa_checkpoints.py)
 
-    def __init__(self, answer=(10, 11, 12)):
+    def __init__(self, answer=(10, 11, 12), sequences=None):
         self.answer = answer
         self.batches = []
+        self.sequences = sequences or ScriptedSequences()
 
     def decode(self, entries, abort_check=None):
         self.batches.append(list(entries))
@@ -68,21 +88,6 @@ class ScriptedEngine:
 
     def is_eog(self, token):
         return token == EOS
-
-    def seq_remove(self, seq_id, start=0, end=-1):
-        return True
-
-    def seq_length(self, seq_id):
-        return 0
-
-    def can_extend(self, seq_id, keep):
-        return True
-
-    def save_sequence(self, seq_id):
-        return b""
-
-    def restore_sequence(self, seq_id, state):
-        return True
 
 
 def drained(gen) -> list:
