@@ -150,7 +150,7 @@ MUTANTS = [
     Mutant("no waiting for a head another job computes", "localserve/runtime/scheduler.py",
            "        if not self.wait_for_prefixes:\n", "        if True:\n",
            ("tests/e2e/test_prefix_sharing.py::test_concurrent_cold_requests_compute_their_shared_head_once",)),
-    Mutant("a cancelled prefill loses what it computed", "localserve/runtime/runtime.py",
+    Mutant("a cancelled prefill loses what it computed", "localserve/runtime/endings.py",
            "        if job.prefilling:      # what it computed of its prompt stays, for a job that shares it\n",
            "        if False:\n",
            ("tests/e2e/test_prefix_sharing.py::test_cancelling_the_first_of_jobs_waiting_on_its_head_still_serves_the_others",)),
