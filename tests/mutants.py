@@ -101,7 +101,7 @@ MUTANTS = [
            ("tests/e2e/test_stream_keepalive.py::test_keepalives_while_the_prompt_is_prefilled",
             "tests/e2e/test_stream_keepalive.py::test_keepalives_while_queued_then_the_freed_slot")),
     Mutant("cached_tokens always 0", "localserve/runtime/outcome.py",
-           "cached_tokens=job.n_cached,", "cached_tokens=0,",
+           "cached_tokens=job.progress.n_cached,", "cached_tokens=0,",
            ("tests/e2e/test_chat.py::test_prompt_cache_reports_cached_tokens",
             "tests/e2e/test_batching.py::test_ram_cache_restores_a_returning_conversation")),
     Mutant("tool-call end-marker cancel off", "localserve/runtime/outcome.py",

@@ -125,6 +125,7 @@ class Engine:
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
         self.step_threads = StepThreads(self.ctx, threads, max(threads, max_threads or threads))
+        self.wanted_threads = threads   # set by any thread (models/manager.py), applied before a decode
         watch.lap("context")
         if not kv_unified and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
             self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
@@ -296,7 +297,7 @@ class Engine:
         abort_check is polled by llama.cpp between graph nodes; used only for prompt
         chunks, where one call can take long enough for a cancel to matter.
         """
-        self.step_threads.before_step()
+        self.step_threads.before_step(self.wanted_threads)
         started = time.perf_counter()
         self._batch.decode(entries, abort_check)
         if self._batch.n_outputs == len(entries):       # a decode step: its quiet cost is known
@@ -306,15 +307,6 @@ class Engine:
     def threads(self) -> int:
         """Threads its decode steps run on now."""
         return self.step_threads.in_use
-
-    @property
-    def wanted_threads(self) -> int:
-        return self.step_threads.wanted
-
-    @wanted_threads.setter
-    def wanted_threads(self, threads: int) -> None:
-        """The most threads it may use now (any thread may set it; the next decode applies it)."""
-        self.step_threads.wanted = threads
 
     def threads_json(self) -> dict:
         """Its threads (/slots): in use now, the most it may use, whether the count adapts, its pool's workers."""

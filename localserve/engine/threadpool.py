@@ -88,21 +88,22 @@ def attach(ctx, n_threads: int) -> Threadpool | None:
 class StepThreads:
     """The threads one context's decode steps run on: a pool with a worker for the most the model
     may get, and how many of them the next step uses (thread_policy.py: fewer while another process
-    holds cores; models busy at once share the cores, models/manager.py sets `wanted`)."""
+    holds cores; fewer while other models are busy too)."""
 
     def __init__(self, ctx, threads: int, most: int):
         self.ctx = ctx
         self.pool = attach(ctx, most)
         self.policy = ThreadPolicy(threads, None)      # pinned until the step costs are known
-        self.in_use = self.wanted = threads            # wanted: set by any thread, applied before a step
+        self.in_use = threads
 
     def measured(self, costs: StepCosts | None, adaptive: bool) -> None:
         """The step costs are known: the count adapts from here (when asked to)."""
         self.policy = ThreadPolicy(self.policy.most, costs, adaptive=adaptive)
 
-    def before_step(self) -> None:
+    def before_step(self, wanted: int) -> None:
+        """At most `wanted` threads for the next step (models/manager.py shares the cores out)."""
         policy = self.policy
-        policy.limit(self.wanted)
+        policy.limit(wanted)
         if policy.threads != self.in_use:
             from llama_cpp import llama_cpp as ll
             self.in_use = policy.threads

@@ -36,15 +36,14 @@ class Admitted:
     failed_unstarted: list[tuple[ActiveGeneration, GenerationFailure]] = field(default_factory=list)
 
 
+@dataclass
 class Admission:
-    def __init__(self, engine: Engine, kv: SlotKeeper, scheduler: Scheduler, parking: Parking,
-                 speculator: Speculator, metrics: ServerMetrics):
-        self.engine = engine
-        self.kv = kv
-        self.scheduler = scheduler
-        self.parking = parking
-        self.speculator = speculator
-        self.metrics = metrics
+    engine: Engine
+    kv: SlotKeeper
+    scheduler: Scheduler
+    parking: Parking
+    speculator: Speculator
+    metrics: ServerMetrics
 
     def admit(self) -> Admitted:
         admitted = Admitted()

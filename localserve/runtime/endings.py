@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from ..generation import ActiveGeneration, Compacted, Finished, GenerationFailure, GenerationOutput
 from ..ops.metrics import ServerMetrics
@@ -18,11 +19,11 @@ from .outcome import finished_output
 log = logging.getLogger("localserve.runtime")
 
 
+@dataclass
 class Endings:
-    def __init__(self, kv: SlotKeeper, metrics: ServerMetrics, outbox: Outbox):
-        self.kv = kv
-        self.metrics = metrics
-        self.outbox = outbox
+    kv: SlotKeeper
+    metrics: ServerMetrics
+    outbox: Outbox
 
     def retire(self, job: Job, reason: str) -> None:
         events = job.pipeline.finish() if reason != "cancelled" else []

@@ -162,6 +162,7 @@ class Job:
 
     @property
     def status(self) -> JobStatus:
+        """Where it is in its life: prefilling, decoding, finished (read by scheduler.py and the others)."""
         return self.progress.status
 
     @property
@@ -170,11 +171,8 @@ class Job:
         return self.progress.n_past
 
     @property
-    def n_cached(self) -> int:
-        return self.progress.n_cached
-
-    @property
     def next_token(self) -> int | None:
+        """The token chosen last, which the next step decodes (None while one is being chosen)."""
         return self.progress.next_token
 
     @property
@@ -190,10 +188,6 @@ class Job:
     def pending(self) -> PendingSample | None:
         """A grammar's token being chosen off-thread."""
         return self.choice.sample if self.choice is not None else None
-
-    @property
-    def logprobs(self) -> list[dict] | None:
-        return self.ledger.sent
 
     @property
     def prefilling(self) -> bool:

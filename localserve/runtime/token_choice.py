@@ -58,7 +58,7 @@ class TokenChooser:
     def choose(self, job: Job, row: int) -> tuple[int, dict | None]:
         """The token chosen from logits row `row` (the next forced one, else the sampler's), and its
         logprob distribution when the job asked for one."""
-        entry = self._distribution(job, self.engine.logits(row) if job.logprobs is not None else None)
+        entry = self._distribution(job, self.engine.logits(row) if job.request.logprobs else None)
         if job.forced:      # the job writes it as it takes it (Job.taking)
             token = job.forced[0]
             job.sampler.accept(token)
@@ -72,7 +72,7 @@ class TokenChooser:
         token choose() takes."""
         if not job.sampler.has_grammar or job.forced:
             return None
-        first_entry = self._distribution(job, self.engine.logits(row) if job.logprobs is not None else None)
+        first_entry = self._distribution(job, self.engine.logits(row) if job.request.logprobs else None)
         worker = job.sample_worker or SampleWorker()
         if not draft:
             job.sampler.load(row)
@@ -86,7 +86,7 @@ class TokenChooser:
 
     def _distribution(self, job: Job, logits) -> dict | None:
         """What must be read from the logits row of the token being chosen (its logprobs)."""
-        if job.logprobs is None:
+        if not job.request.logprobs:
             return None
         return logprobs.distribution(logits, job.request.top_logprobs, self.engine.piece)
 
@@ -138,4 +138,4 @@ class TokenChooser:
 
     def _chosen(self, job: Job, choice: PendingChoice) -> Chosen:
         return Chosen(choice.draft, choice.sample.tokens, choice.sample.error, choice.first_entry,
-                      choice.draft_rows if job.logprobs is not None else None, job.request.top_logprobs, self.engine.piece)
+                      choice.draft_rows if job.request.logprobs else None, job.request.top_logprobs, self.engine.piece)

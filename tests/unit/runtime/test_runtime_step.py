@@ -209,5 +209,5 @@ def test_a_job_started_in_a_slot_chosen_elsewhere_starts_with_its_own_prefix():
     admitted = Admitted()
     rt.admission._start(gen, rt.slots[0], None, admitted)
     assert [g for g, _ in admitted.started] == [gen]
-    assert rt.slots[0].job is not None and rt.slots[0].job.n_cached == 0
+    assert rt.slots[0].job is not None and rt.slots[0].job.progress.n_cached == 0
     assert rt.kv.prefix_json(0) == {"tokens": 0, "source": "own", "slot": None}
