@@ -73,7 +73,7 @@ class Settings:
     max_queue: int = DEFAULT_MAX_QUEUE
     batch_size: int = DEFAULT_BATCH_SIZE
     cache_ram: int = DEFAULT_CACHE_RAM_MB
-    no_prefix_sharing: bool = False                # each sequence computes its own prompt (runtime/prefix_share.py)
+    no_prefix_sharing: bool = False                # each sequence computes its own prompt (runtime/placement.py)
     kv_unified: bool = False                       # one pool of KV cells: a shared prefix's cells owned by all
     prefill_keepalive: float = DEFAULT_PREFILL_KEEPALIVE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
