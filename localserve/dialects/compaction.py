@@ -34,7 +34,7 @@ from ..prompt.compaction import (MAX_COMPACTION_PIECES, CompactionStep, TooManyP
 from ..settings import DEFAULT_COMPACT_MAX_TOKENS
 from .exchange import Exchange
 from .failures import prompt_refusals
-from .jobs import cancel_on_error, error_from, job_events, submit
+from .job_events import cancel_on_error, error_from, job_events, submit
 from .signing import COMPACTION, seal, unseal
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread

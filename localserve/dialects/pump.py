@@ -22,7 +22,7 @@ import orjson
 from ..errors import ApiError, ClientGone
 from ..generation import ActiveGeneration, Finished
 from .exchange import Exchange
-from .jobs import KEEPALIVE, error_from, job_events
+from .job_events import KEEPALIVE, error_from, job_events
 
 PREFILL_COMMENT = b": prefill\n\n"
 LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)

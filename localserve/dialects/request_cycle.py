@@ -18,7 +18,7 @@ from .exchange import Exchange
 from .fields import read_bool
 from .fim import priority_client, supersede_key, superseding
 from .image_parts import report_omitted
-from .jobs import cancel_on_error, submit, wait_for_output
+from .job_events import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
 from .pump import LOADING_COMMENT, StreamShape, stream_job
 from .services import Services

@@ -26,7 +26,7 @@ from ...prompt.compaction import leading_system, summary_message
 from ..compaction import CompactionOptions, CompactionUsage, compact_pieces
 from ..exchange import Exchange
 from ..failures import prompt_refusals
-from ..jobs import error_from, job_events, submit
+from ..job_events import error_from, job_events, submit
 from ..pump import PREFILL_COMMENT, open_stream, pump
 from ..request_cycle import Reply
 from .compaction import Compact, Compaction

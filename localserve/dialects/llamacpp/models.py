@@ -18,7 +18,7 @@ from functools import partial
 
 from ...errors import ApiError, ClientGone
 from ..exchange import Exchange, RouteTable
-from ..jobs import KEEPALIVE
+from ..job_events import KEEPALIVE
 from ..models_and_health import list_models
 from ..pump import open_stream, pump, sse
 from ..services import Services

@@ -18,7 +18,7 @@ from ...errors import ApiError, ClientGone
 from ...generation import ActiveGeneration, Finished, GenerationFailure
 from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
-from ..jobs import KEEPALIVE, error_from, job_events
+from ..job_events import KEEPALIVE, error_from, job_events
 from ..pump import PREFILL_COMMENT, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
