@@ -8,7 +8,7 @@ write while more events wait, the end of the stream, and a client that went away
 failed write or a closed socket cancels the job the stream reads, here and nowhere else.
 
 Sources are iterators of runtime events (or whatever the shape takes) with KEEPALIVE
-whenever the keepalive interval passes with nothing to send (a live job's: jobs.job_events,
+whenever the keepalive interval passes with nothing to send (a live job's: job_events.job_events,
 the one wait loop). They raise ClientGone when the socket closes while they wait.
 """
 
