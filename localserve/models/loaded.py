@@ -81,15 +81,23 @@ class LoadedModel:
         """No job running or waiting (a background response's included)."""
         return self.runtime.busy_slots == 0 and self.runtime.queue_depth == 0
 
-    def close(self) -> Engine:
-        """Stop and join the runtime thread; the engine is the caller's to free (manager.py:
-        not while a grammar sample abandoned by the runtime may still be inside it)."""
+    def close(self) -> None:
+        """Stop and join the runtime thread; the engine is the caller's to free (free_engine,
+        once engine_in_use says no)."""
         self.runtime.stop()
         if self.runtime.thread.is_alive():
             log.warning("model %s: the runtime thread did not stop within its timeout", self.name)
         elif self.draft_model is not None:      # only the runtime thread drafts: free once it is gone
             self.draft_model.close()
-        return self.engine
+
+    @property
+    def engine_in_use(self) -> bool:
+        """A grammar sample the runtime abandoned past its time limit may still be inside llama.cpp:
+        the engine must not be freed under it."""
+        return self.runtime.abandoned_samples > 0
+
+    def free_engine(self) -> None:
+        self.engine.close()
 
 
 def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads: int,

@@ -10,7 +10,9 @@ unloaded → loading → loaded → unloading → unloaded.
 - One load or unload runs at a time (load_lock): a load first makes room under --max-models
   and --max-memory (for the estimate footprint.py makes) by unloading the least recently
   used idle model, waits (at most --evict-wait) while every loaded model is busy, and then
-  answers 503 + Retry-After.
+  refuses (ModelBusy: the client is asked to retry shortly).
+- What it refuses it says in its own errors (errors.py); dialects/failures.py gives them their
+  HTTP status.
   Idle = no request inside use() and no job in its runtime (a background response counts).
 - Keep-alive: after its last request a model stays loaded for its keep-alive (--keep-alive,
   the model's own, or the request's `keep_alive` for that one request), then the sweeper
@@ -28,16 +30,15 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from ..engine.engine import Engine
 from ..engine.stopwatch import Stopwatch
-from ..errors import ApiError, shown
+from ..errors import shown
 from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
-from ..runtime.pending_sample import abandoned_running
 from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue
 from .context_size import wanted_context
+from .errors import BadModelRequest, ModelBusy, ModelError, ModelTooLarge, UnknownModel
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
@@ -45,7 +46,6 @@ from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import KEEP_ALIVE_NEVER, parse_duration
 
 KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
-MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on the 503 of a load that waited --evict-wait for a busy model
 
 log = logging.getLogger("localserve.models")
 
@@ -65,23 +65,22 @@ class ModelManager:
         self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
-        self.graveyard: list[Engine] = []    # unloaded engines an abandoned grammar sample may still be inside
+        self.graveyard: list[LoadedModel] = []    # unloaded, their engines not freed: an abandoned grammar sample may still be inside
         self.stopping = False
         self.sweeper = threading.Thread(target=self._sweep, name="models keep-alive", daemon=True)
 
     # ---- what handlers call -------------------------------------------------------
 
     def find(self, name: Any) -> Record:
-        """The record a request's `model` names; 404 model_not_found naming the models there are."""
+        """The record a request's `model` names; UnknownModel naming the models there are."""
         if name is not None and not isinstance(name, str):
-            raise ApiError(400, "model: expected a string naming one of the models", param="model")
+            raise BadModelRequest("model: expected a string naming one of the models", param="model")
         entry = self.catalogue.find(name)
         if entry is None:
             if not name:
-                raise ApiError(400, f"model is required: this server serves {self._names()}", param="model",
-                               code="missing_model")
-            raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {self._names()}",
-                           param="model", code="model_not_found")
+                raise BadModelRequest(f"model is required: this server serves {self._names()}", param="model",
+                                      code="missing_model")
+            raise UnknownModel(f"model '{shown(name)}' does not exist; this server serves {self._names()}")
         return self.records[entry.name]
 
     @contextlib.contextmanager
@@ -122,7 +121,7 @@ class ModelManager:
             return model
 
     def unload(self, name: Any) -> str:
-        """POST /models/unload: unload once no request uses the model (waits, bounded; then 503)."""
+        """POST /models/unload: unload once no request uses the model (waits, bounded; then ModelBusy)."""
         record = self.find(name)
         deadline = time.monotonic() + self.settings.evict_wait
         while True:
@@ -204,9 +203,7 @@ class ModelManager:
                 continue
             self._wait(attempt, Loading(record.name), on_loading)
             if attempt.error is not None:
-                error = attempt.error      # a fresh copy: each waiter raises its own
-                raise ApiError(error.status, error.message, code=error.code, param=error.param,
-                               headers=error.headers)
+                raise attempt.error.again()
 
     def _start_load(self, record: Record, replacing: LoadedModel | None = None) -> Attempt:
         """Under cond: a loader thread for the record, with the context its waiting requests ask
@@ -222,7 +219,7 @@ class ModelManager:
     def _wait_for_holders(self, record: Record, since: float,
                           on_loading: Callable[[Loading], None] | None) -> None:
         """A wait for the requests in flight on a model that must load again with more context
-        (as a load waits for a busy model to evict: --evict-wait, then 503); the client is watched."""
+        (as a load waits for a busy model to evict: --evict-wait, then ModelBusy); the client is watched."""
         if time.monotonic() - since >= self.settings.evict_wait:
             raise busy_error(f"model '{record.name}' must load again with a context of {record.wanted_context()} "
                              f"tokens (num_ctx), but its requests in flight have not ended")
@@ -258,7 +255,7 @@ class ModelManager:
         except LoadFailed as exc:
             attempt.failure = exc
             attempt.error, attempt.detail = load_error(entry.name, entry.path, str(exc))
-        except ApiError as exc:
+        except ModelError as exc:
             attempt.error = exc
         except Exception as exc:
             log.exception("loading model %s failed", entry.name)
@@ -300,7 +297,7 @@ class ModelManager:
         if limit is not None and loaded.measured_bytes > need:     # checked after: the estimate was low
             try:
                 self._make_room(record, loaded.memory_bytes, wait=0.0)
-            except ApiError:
+            except ModelError:
                 self._free(loaded, "over --max-memory")
                 raise
         return loaded
@@ -309,8 +306,8 @@ class ModelManager:
         """Unload least recently used idle models until `need` more bytes and one more model fit."""
         limit, most = self.settings.max_memory, self.settings.max_models
         if limit is not None and need > limit:
-            raise ApiError(503, f"model '{record.name}' ({record.entry.path}) needs about {need // MiB} MiB, "
-                                f"more than --max-memory ({limit // MiB} MiB)", code="model_too_large")
+            raise ModelTooLarge(f"model '{record.name}' ({record.entry.path}) needs about {need // MiB} MiB, "
+                                f"more than --max-memory ({limit // MiB} MiB)")
         deadline = time.monotonic() + (self.settings.evict_wait if wait is None else wait)
         while True:
             with self.cond:
@@ -347,11 +344,11 @@ class ModelManager:
         return True
 
     def _free(self, loaded: LoadedModel, reason: str) -> None:
-        engine = loaded.close()
-        if abandoned_running():     # a grammar sample past its time limit may still read this model
-            self.graveyard.append(engine)
+        loaded.close()
+        if loaded.engine_in_use:
+            self.graveyard.append(loaded)
         else:
-            engine.close()
+            loaded.free_engine()
         memory.release_free_memory()
         self.metrics.model_unloads.inc(model=loaded.name, reason=reason)
         (log.debug if reason == "shutdown" else log.info)("unloaded model %s (%s)", loaded.name, reason)
@@ -366,9 +363,9 @@ class ModelManager:
                 now = time.monotonic()
                 due = [r for r in self.records.values()
                        if r.expires is not None and now >= r.expires and r.unloadable()]
-            if self.graveyard and not abandoned_running():
+            if self.graveyard and not any(buried.engine_in_use for buried in self.graveyard):
                 while self.graveyard:
-                    self.graveyard.pop().close()
+                    self.graveyard.pop().free_engine()
             for record in due:
                 if self.load_lock.acquire(blocking=False):     # a load in progress: next round
                     try:
@@ -397,9 +394,8 @@ class ModelManager:
         return ", ".join(f"'{name}'" for name in self.catalogue.names())
 
 
-def busy_error(message: str) -> ApiError:
-    return ApiError(503, f"{message}; retry shortly", code="model_busy",
-                    headers=[("Retry-After", str(MODEL_RETRY_AFTER_SECONDS))])
+def busy_error(message: str) -> ModelBusy:
+    return ModelBusy(f"{message}; retry shortly")
 
 
 def _request_keep_alive(value: Any) -> float | None:
@@ -408,4 +404,4 @@ def _request_keep_alive(value: Any) -> float | None:
     try:
         return parse_duration(value)
     except ValueError as exc:
-        raise ApiError(400, f"keep_alive: {exc}", param="keep_alive") from None
+        raise BadModelRequest(f"keep_alive: {exc}", param="keep_alive") from None

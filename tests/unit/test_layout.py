@@ -205,6 +205,32 @@ def test_nothing_below_the_dialects_writes_to_a_client():
     assert sorted((name, sorted(uses)) for name, path in below.items() if (uses := client_uses(path))) == []
 
 
+# What says HTTP (a status, a header): the wire's and the dialects' to give, never models/'.
+HTTP_NAMES = {"ApiError", "context_exceeded", "ErrorShape"}
+
+
+def imported_names(path: Path) -> set[str]:
+    """The names a module imports (`from x import NAME`) and the modules it imports whole."""
+    tree = ast.parse(path.read_text())
+    names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
+    modules = {(n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    return names | {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names} | modules
+
+
+def test_models_speak_no_http_and_read_no_runtime_global():
+    """models/ says why it refuses in its own errors (models/errors.py), which dialects/failures.py
+    turns into answers; and it asks a loaded model's runtime what it needs, never runtime/'s module
+    state (pending_sample's count of abandoned samples)."""
+    models = {name: path for name, path in read_modules().items() if part(name) == "models"}
+    assert "localserve.models.manager" in models
+    leaks = {name: sorted(imported_names(path) & (HTTP_NAMES | {"abandoned_running"}))
+             for name, path in models.items()}
+    assert sorted((name, found) for name, found in leaks.items() if found) == []
+    pending = {name for name, path in models.items() if "localserve.runtime.pending_sample" in
+               imports_of(name, path, read_modules())}
+    assert pending == set()
+
+
 def test_ops_never_reads_the_app():
     """Metrics and the other ops get what they report through what app.py registers, never `app`."""
     ops = {name: path for name, path in read_modules().items() if part(name) == "ops"}

@@ -15,6 +15,7 @@ from localserve.dialects.pump import LOADING_COMMENT
 from localserve.dialects.openai.errors import OPENAI_ERRORS
 from localserve.errors import ApiError, ClientGone
 from localserve.generation import Loading
+from localserve.models.errors import ModelLoadFailed
 from localserve.models.manager import ModelManager
 from localserve.models.record import Attempt
 from localserve.wire.http import Request
@@ -22,12 +23,12 @@ from localserve.wire.response_writer import ResponseWriter
 
 
 class _LoadingModels:
-    """A model that loads (one Loading event), then fails as a load can: 500 model_load_failed."""
+    """A model that loads (one Loading event), then fails as a load can (500 model_load_failed)."""
 
     @contextlib.contextmanager
     def use(self, name, *, keep_alive, n_ctx, on_loading):
         on_loading(Loading("alpha"))
-        raise ApiError(500, "cannot load model 'alpha'", code="model_load_failed")
+        raise ModelLoadFailed("cannot load model 'alpha'")
         yield
 
 
