@@ -25,7 +25,7 @@ from ..prompt.fim import ExtraFile, FimInput
 from .exchange import Exchange, RouteTable
 from .fields import invalid, kind_of, read_bool, read_int, read_sampling, read_stop, read_str
 from .fim import fills_the_middle, fim_prompt
-from .pump import PREFILL_COMMENT, sse
+from .pump import PREFILL_COMMENT, StreamShape, sse
 from .request_cycle import Reply, serve_generation
 from .services import Services
 
@@ -214,7 +214,7 @@ def infill_timings(output: GenerationOutput) -> dict:
     }
 
 
-class InfillChunks:
+class InfillChunks(StreamShape):
     """Runtime events → llama-server's /infill stream: content pieces, then the whole object."""
     done = False
 

@@ -31,7 +31,7 @@ from ..fields import invalid, kind_of, read_bool, read_int, read_number, read_sa
 from ..fim import fills_the_middle, writes_its_own_fim
 from ..infill import InfillFinal, InfillPlan, read_response_fields, read_samplers
 from ..openai.completion_images import is_object_prompt, read_object_prompt
-from ..pump import PREFILL_COMMENT, sse
+from ..pump import PREFILL_COMMENT, StreamShape, sse
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
@@ -201,7 +201,7 @@ class CompletionFinal(InfillFinal):
         return answer
 
 
-class CompletionChunks:
+class CompletionChunks(StreamShape):
     """Runtime events → /completion's stream: content pieces, then the whole object."""
     done = False
 

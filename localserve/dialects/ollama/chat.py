@@ -74,7 +74,7 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
             request = build(model, options)
         return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole)
 
-    serve_generation(exchange, services, read, streams=read_stream, notice=None)
+    serve_generation(exchange, services, read, streams=read_stream, shape_type=NdjsonLines)
 
 
 @contextmanager

@@ -14,7 +14,7 @@ from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
 from ..limits import MAX_PREDICTION_TOKENS
-from ..pump import DONE, PREFILL_COMMENT, sse
+from ..pump import DONE, PREFILL_COMMENT, StreamShape, sse
 from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
 from ..services import Services
@@ -188,7 +188,7 @@ def timings(output: GenerationOutput) -> dict:
     }
 
 
-class ChatChunks:
+class ChatChunks(StreamShape):
     """Runtime events → chat.completion.chunk frames (the pump writes them)."""
     done = False
 

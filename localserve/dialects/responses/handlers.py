@@ -19,7 +19,7 @@ from ...generation import ActiveGeneration, Finished, GenerationFailure
 from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
 from ..job_events import KEEPALIVE, error_from, job_events
-from ..pump import PREFILL_COMMENT, pump, sse, stream_job
+from ..pump import PREFILL_COMMENT, StreamShape, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .compaction_steps import compact_as_planned
@@ -105,7 +105,7 @@ def answer(exchange: Exchange, run: ResponseRun) -> None:
     exchange.send_json(run.shaper.snapshot())
 
 
-class RunStream:
+class RunStream(StreamShape):
     """A run's Responses events as frames: the run shapes and stores them (another thread may
     add some: a cancel), this sends each once, in order."""
 
@@ -138,7 +138,7 @@ class RunStream:
         return self.pending()
 
 
-class Replay:
+class Replay(StreamShape):
     """Stored events, batch by batch, as they are read or followed."""
     done = False
 
