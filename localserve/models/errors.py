@@ -39,6 +39,10 @@ class ModelBusy(ModelError):
     """The model (or every model in the way of its load) is busy past --evict-wait: ask again shortly."""
     default_code = "model_busy"
 
+    @classmethod
+    def shortly(cls, message: str) -> ModelBusy:
+        return cls(f"{message}; retry shortly")
+
 
 class ModelTooLarge(ModelError):
     """The model alone needs more than --max-memory."""

@@ -38,18 +38,17 @@ from ..ops.metrics import ServerMetrics
 from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue
 from .context_size import wanted_context
-from .errors import BadModelRequest, ModelBusy, ModelError, ModelTooLarge, UnknownModel
+from .errors import BadModelRequest, ModelBusy, ModelError, UnknownModel
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
+from .room import check_fits_alone, room_for, threads_for
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import KEEP_ALIVE_NEVER, parse_duration
 
 KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
 
 log = logging.getLogger("localserve.models")
-
-MiB = 1024 * 1024
 
 
 class ModelManager:
@@ -130,7 +129,7 @@ class ModelManager:
                     return UNLOADED
                 if not record.unloadable():
                     if time.monotonic() >= deadline:
-                        raise busy_error(f"model '{record.name}' is still busy; it was not unloaded")
+                        raise ModelBusy.shortly(f"model '{record.name}' is still busy; it was not unloaded")
                     self.cond.wait(KEEP_ALIVE_SWEEP)
                     continue
             with self.load_lock:
@@ -221,7 +220,7 @@ class ModelManager:
         """A wait for the requests in flight on a model that must load again with more context
         (as a load waits for a busy model to evict: --evict-wait, then ModelBusy); the client is watched."""
         if time.monotonic() - since >= self.settings.evict_wait:
-            raise busy_error(f"model '{record.name}' must load again with a context of {record.wanted_context()} "
+            raise ModelBusy.shortly(f"model '{record.name}' must load again with a context of {record.wanted_context()} "
                              f"tokens (num_ctx), but its requests in flight have not ended")
         if on_loading is not None:
             on_loading(Loading(record.name))
@@ -290,7 +289,8 @@ class ModelManager:
         self._make_room(record, need)
         watch.lap("making room")
         before = memory.rss_bytes() or 0
-        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record), watch=watch)
+        threads = threads_for(record, self.records.values(), self.settings)
+        loaded = load(entry, settings, self.metrics, threads=threads, watch=watch)
         loaded.estimated_bytes = need
         loaded.measured_bytes = max(0, (memory.rss_bytes() or 0) - before)
         limit = self.settings.max_memory
@@ -303,29 +303,22 @@ class ModelManager:
         return loaded
 
     def _make_room(self, record: Record, need: int, wait: float | None = None) -> None:
-        """Unload least recently used idle models until `need` more bytes and one more model fit."""
-        limit, most = self.settings.max_memory, self.settings.max_models
-        if limit is not None and need > limit:
-            raise ModelTooLarge(f"model '{record.name}' ({record.entry.path}) needs about {need // MiB} MiB, "
-                                f"more than --max-memory ({limit // MiB} MiB)")
+        """Unload least recently used idle models until `need` more bytes and one more model fit
+        (room.py); while every loaded model is busy, wait for one (at most `wait`, --evict-wait)."""
+        check_fits_alone(record, need, self.settings)
         deadline = time.monotonic() + (self.settings.evict_wait if wait is None else wait)
         while True:
             with self.cond:
-                others = [r for r in self.records.values() if r is not record and r.loaded is not None]
-                used = sum(r.loaded.memory_bytes for r in others)
-                if (most is None or len(others) < most) and (limit is None or used + need <= limit):
+                room = room_for(record, self.records.values(), need, self.settings)
+                if room.fits:
                     return
-                idle = sorted((r for r in others if r.unloadable()), key=lambda r: r.last_used)
-                if not idle:
+                if room.evict is None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise busy_error(f"cannot load model '{record.name}': the loaded models "
-                                         f"({', '.join(r.name for r in others)}) are all busy and "
-                                         f"{'--max-memory' if most is None or len(others) < most else '--max-models'}"
-                                         f" leaves no room")
+                        raise room.refusal
                     self.cond.wait(min(left, KEEP_ALIVE_SWEEP))
                     continue
-            self._unload(idle[0], "evicted")
+            self._unload(room.evict, "evicted")
 
     # ---- unloading --------------------------------------------------------------
 
@@ -376,26 +369,14 @@ class ModelManager:
     def _start_keep_alive(self, record: Record, seconds: float) -> None:
         record.expires = None if seconds < 0 else time.monotonic() + seconds
 
-    # ---- threads ----------------------------------------------------------------
-
-    def _threads_for(self, record: Record) -> int:
-        if record.entry.own("threads"):
-            return record.entry.settings(self.settings).resolved_threads()
-        busy = sum(1 for r in self.records.values() if r.users > 0) or 1
-        return max(1, self.settings.resolved_threads() // busy)
-
     def _share_threads(self) -> None:
-        """Under cond, whenever a model's requests start or end: each busy model's share."""
+        """Under cond, whenever a model's requests start or end: each busy model's share (room.py)."""
         for record in self.records.values():
             if record.loaded is not None and record.users > 0:
-                record.loaded.engine.wanted_threads = self._threads_for(record)
+                record.loaded.engine.wanted_threads = threads_for(record, self.records.values(), self.settings)
 
     def _names(self) -> str:
         return ", ".join(f"'{name}'" for name in self.catalogue.names())
-
-
-def busy_error(message: str) -> ModelBusy:
-    return ModelBusy(f"{message}; retry shortly")
 
 
 def _request_keep_alive(value: Any) -> float | None:
