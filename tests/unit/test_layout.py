@@ -231,6 +231,18 @@ def test_models_speak_no_http_and_read_no_runtime_global():
     assert pending == set()
 
 
+def test_no_dialect_fits_images_or_renders_a_chat_itself():
+    """Building the request (prompt/build.py: build_chat_request, render_prompt) fits a request's
+    images to its model: a dialect that reaches prompt/vision.py or renders with the bare
+    render_chat could skip that."""
+    dialects = {name: path for name, path in read_modules().items() if part(name) == "dialects"}
+    modules = read_modules()
+    found = sorted(name for name, path in dialects.items()
+                   if "localserve.prompt.vision" in imports_of(name, path, modules)
+                   or "render_chat" in imported_names(path))
+    assert found == []
+
+
 def test_ops_never_reads_the_app():
     """Metrics and the other ops get what they report through what app.py registers, never `app`."""
     ops = {name: path for name, path in read_modules().items() if part(name) == "ops"}

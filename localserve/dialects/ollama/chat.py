@@ -14,7 +14,6 @@ from ...conversation import Message
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import build_chat_request
-from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..failures import prompt_refusals
 from ..fields import read_bool
@@ -49,7 +48,6 @@ def handle(services: Services, exchange: Exchange) -> None:
     def build(model: LoadedModel, options: Options) -> GenerationRequest:
         def attempt(messages: list[Message]) -> GenerationRequest:
             trial = dataclasses.replace(chat, messages=messages)
-            fit_images(model.chat, trial)
             return build_chat_request(model.chat, trial, dataclasses.replace(options.sampling),
                                       max_tokens=options.max_tokens, stop=options.stop, label=label)
         return newest_that_fit(chat.messages, attempt, truncate, exchange.raise_if_gone, label)

@@ -22,7 +22,6 @@ from ...engine.facade import EngineFacade
 from ...generation import GenerationRequest
 from ...prompt.build import ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput
-from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
 from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
@@ -73,7 +72,6 @@ def handle(services: Services, exchange: Exchange) -> None:
             return fill_request(model, prompt, suffix, chat, options, label)
         if raw:
             return raw_request(model.chat.engine, prompt, chat, options, label)
-        fit_images(model.chat, chat)
         return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                   stop=options.stop, label=label)
 

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
 from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
-from ...prompt.vision import fit_images
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
@@ -69,7 +68,6 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
-    fit_images(model, chat)
     sampling = read_sampling(body, model.engine.n_vocab)
     cache_key = read_str(body, "prompt_cache_key")
     request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
