@@ -30,7 +30,7 @@ from .request_cycle import Reply, serve_generation
 from .services import Services
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 
 # The most input_extra chunks one request may carry (llama.vim sends 16 by default, 64 at most
@@ -54,7 +54,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         plan = read_request(model.chat, model.model_id, body, exchange.request_id)
         final = InfillFinal(plan, model.model_id, model.chat)
         return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body)

@@ -26,7 +26,7 @@ from .fields import read_num_ctx
 from .pump import open_stream
 
 if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
     from ..models.manager import ModelManager
 
 LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
@@ -57,7 +57,7 @@ class LoadWait:
 
 @contextlib.contextmanager
 def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], None] | None = None
-              ) -> Iterator[LoadedModel]:
+              ) -> Iterator[ServedModel]:
     """`with use_model(models, body, wait) as model:` the model the body's `model` names (404
     model_not_found otherwise), loaded, held while the request runs; on_loading hears the load;
     the body's `keep_alive` (Ollama's) is how long it stays loaded after this request, its
@@ -69,7 +69,7 @@ def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], 
         yield model
 
 
-def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[LoadedModel], None],
+def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[ServedModel], None],
                      *, notice: bytes | None = None) -> None:
     """serve(model) with the model the body names loaded and held; `notice`: a stream's load
     notice, whose head may then go out before serve runs."""

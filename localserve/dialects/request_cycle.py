@@ -24,7 +24,7 @@ from .pump import StreamShape, stream_job
 from .services import Services
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 
 @dataclass
@@ -42,7 +42,7 @@ def wants_stream(body: dict) -> bool:
     return read_bool(body, "stream")
 
 
-def serve_generation(exchange: Exchange, services: Services, read: Callable[[LoadedModel, dict], Reply],
+def serve_generation(exchange: Exchange, services: Services, read: Callable[[ServedModel, dict], Reply],
                      streams: Callable[[dict], bool] = wants_stream,
                      shape_type: type[StreamShape] = StreamShape) -> None:
     """read(model, body) → the Reply; the cycle runs around it. `streams(body)`: whether the
@@ -52,7 +52,7 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Loa
     body = exchange.json()
     stream = streams(body)
 
-    def serve(model: LoadedModel) -> None:
+    def serve(model: ServedModel) -> None:
         reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")

@@ -1,4 +1,4 @@
-"""One loaded model: its engine, what connection threads see of it, its runtime thread.
+"""One loaded model: its engine, its runtime thread, and what connection threads see of it (served).
 
 load() does what the one-model server did at start (engine, chat template, tool syntax,
 speculative decoding and its draft model, runtime); close() undoes all of it: the runtime
@@ -31,6 +31,7 @@ from ..runtime.runtime import Runtime
 from ..runtime.speculative import Speculator
 from ..settings import MAX_DEFAULT_CTX, Settings
 from .catalogue import ModelEntry
+from .served import ServedModel
 
 log = logging.getLogger("localserve.models")
 
@@ -75,6 +76,13 @@ class LoadedModel:
     @property
     def memory_bytes(self) -> int:
         return max(self.estimated_bytes, self.measured_bytes)
+
+    @property
+    def served(self) -> ServedModel:
+        """What a connection thread may see and call of it (served.py): never the Engine."""
+        return ServedModel(self.entry, self.settings, self.chat, self.embedding_spec, self.embeddings_only,
+                           self.loaded_at, self.load_seconds, self.estimated_bytes, self.measured_bytes,
+                           jobs=self.runtime)
 
     @property
     def idle(self) -> bool:

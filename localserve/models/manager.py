@@ -43,6 +43,7 @@ from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
 from .room import check_fits_alone, room_for, threads_for
+from .served import ServedModel
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import KEEP_ALIVE_NEVER, parse_duration
 
@@ -84,7 +85,7 @@ class ModelManager:
 
     @contextlib.contextmanager
     def use(self, name: Any, *, keep_alive: Any = None, n_ctx: int | None = None,
-            on_loading: Callable[[Loading], None] | None = None) -> Iterator[LoadedModel]:
+            on_loading: Callable[[Loading], None] | None = None) -> Iterator[ServedModel]:
         """The model a request names, loaded, held for the request's whole life. While it
         loads, on_loading (optional) hears a Loading event as the wait starts and every
         DISCONNECT_POLL_INTERVAL after; what it raises (a client gone) ends the wait.
@@ -103,7 +104,7 @@ class ModelManager:
         try:
             model = self._ready(record, on_loading, ask)
             held = True
-            yield model
+            yield model.served
         finally:
             with self.cond:
                 record.let_go(ask, held)
@@ -114,7 +115,7 @@ class ModelManager:
                 self._share_threads()
                 self.cond.notify_all()
 
-    def load(self, name: Any) -> LoadedModel:
+    def load(self, name: Any) -> ServedModel:
         """POST /models/load: load (or find loaded) and return the model."""
         with self.use(name) as model:
             return model
@@ -137,8 +138,13 @@ class ModelManager:
                     return UNLOADED
 
     def loaded_models(self) -> list[LoadedModel]:
+        """For the app and its metrics: the models themselves."""
         with self.cond:
             return [r.loaded for r in self.records.values() if r.loaded is not None]
+
+    def served_models(self) -> list[ServedModel]:
+        """For handlers: each loaded model as a connection thread may see it."""
+        return [loaded.served for loaded in self.loaded_models()]
 
     def all_models(self) -> list[Record]:
         return list(self.records.values())

@@ -15,6 +15,7 @@ import threading
 from .catalogue import ModelEntry
 from .errors import ModelError, ModelLoadFailed
 from .loaded import LoadedModel, LoadFailed
+from .served import ServedModel
 from .states import LOADED, UNLOADED
 
 
@@ -67,6 +68,11 @@ class Record:
     @property
     def runtime(self):
         return None if self.loaded is None else self.loaded.runtime
+
+    @property
+    def served(self) -> ServedModel | None:
+        """The loaded model as handlers see it (served.py); None while it is not loaded."""
+        return None if self.loaded is None else self.loaded.served
 
     def wanted_context(self) -> int | None:
         """The most context a waiting request asks for (None: none asks)."""

@@ -243,6 +243,18 @@ def test_no_dialect_fits_images_or_renders_a_chat_itself():
     assert found == []
 
 
+def test_handlers_see_a_served_model_not_the_loaded_one():
+    """A connection thread gets a ServedModel (models/served.py: the ChatModel with its
+    EngineFacade, the settings, the runtime's queue); the LoadedModel, whose Engine only the
+    runtime thread may use, stays inside models/ (and the app that starts it)."""
+    handlers = {name: path for name, path in read_modules().items() if part(name) in ("dialects", "webui", "wire")}
+    modules = read_modules()
+    assert sorted(name for name, path in handlers.items()
+                  if "localserve.models.loaded" in imports_of(name, path, modules)) == []
+    served = (PACKAGE / "models" / "served.py").read_text()
+    assert "Engine\n" not in served and "from ..engine.engine" not in served and "runtime.runtime" not in served
+
+
 def test_ops_never_reads_the_app():
     """Metrics and the other ops get what they report through what app.py registers, never `app`."""
     ops = {name: path for name, path in read_modules().items() if part(name) == "ops"}

@@ -33,7 +33,7 @@ from .compaction import Compact, Compaction
 from .replies import MessageMeta, MessageStream, final_response, message_start, paused_end, paused_response
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
 def compacted(chat: ChatInput, summary: str) -> ChatInput:
@@ -55,7 +55,7 @@ class RunFailure:
     error: ApiError
 
 
-def compacting_reply(exchange: Exchange, model: LoadedModel, chat: ChatInput, answer: AnswerBuilder, meta: MessageMeta,
+def compacting_reply(exchange: Exchange, model: ServedModel, chat: ChatInput, answer: AnswerBuilder, meta: MessageMeta,
                      compact: Compact, *, stream: bool, max_tokens: int, keepalive: float) -> Reply:
     """The request's job is the (last) summary's; the answer's follows it. max_tokens: the
     summary's (--compact-max-tokens)."""
@@ -83,7 +83,7 @@ def _keepalive(exchange: Exchange) -> None:
 @dataclass
 class CompactingRun:
     exchange: Exchange
-    model: LoadedModel
+    model: ServedModel
     chat: ChatInput
     answer: AnswerBuilder
     meta: MessageMeta

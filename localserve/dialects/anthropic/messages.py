@@ -30,7 +30,7 @@ from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_d
                      read_str)
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 log = logging.getLogger("localserve.anthropic")
 
@@ -39,7 +39,7 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model))
 
 
-def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
+def read_reply(services: Services, exchange: Exchange, body: dict, model: ServedModel) -> Reply:
     name = read_model(body, model.model_id)
     signing_key = services.signing_key_for(exchange.scope)
     with prompt_refusals():

@@ -37,7 +37,7 @@ from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 MAX_N_PROBS = 20         # alternatives per token (n_probs), as OpenAI's top_logprobs
 
@@ -48,7 +48,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals("prompt"):
             plan = read_request(model.chat, body, exchange.request_id)
         final = CompletionFinal(plan, model.model_id, model.chat)

@@ -27,7 +27,7 @@ from .replies import Answer, NdjsonLines
 from .truncation import newest_that_fit
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
 def handle(services: Services, exchange: Exchange) -> None:
@@ -45,7 +45,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     read_bool(body, "shift", default=True)      # no context shift here: an answer stops at the context's end
     label = f"ollama chat {exchange.request_id}"
 
-    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+    def build(model: ServedModel, options: Options) -> GenerationRequest:
         def attempt(messages: list[Message]) -> GenerationRequest:
             trial = dataclasses.replace(chat, messages=messages)
             return build_chat_request(model.chat, trial, dataclasses.replace(options.sampling),
@@ -56,7 +56,7 @@ def handle(services: Services, exchange: Exchange) -> None:
 
 
 def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: str,
-                 build: Callable[[LoadedModel, Options], GenerationRequest], prompt_param: str) -> None:
+                 build: Callable[[ServedModel, Options], GenerationRequest], prompt_param: str) -> None:
     """/api/chat's and /api/generate's turn in the one request cycle: build(model, options) makes
     the job once the model is there (a prompt too long for the context is a 400 naming
     `prompt_param`); the answer is NDJSON lines or one object. A model's load is
@@ -65,7 +65,7 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
     models = services.ready()
     body["model"] = catalogue_name(models, requested_name(body))    # the older `name` too: the cycle reads `model`
 
-    def read(model: LoadedModel, body: dict) -> Reply:
+    def read(model: ServedModel, body: dict) -> Reply:
         answer.model_ready()
         options = read_options(body, model.chat.engine.n_vocab, label)
         with format_named(), prompt_refusals(prompt_param):

@@ -34,7 +34,7 @@ from .options import Options, read_format, read_stream, read_think
 from .replies import Answer
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 log = logging.getLogger("localserve.dialects")
 
@@ -67,7 +67,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     chat = read_chat({"format": body.get("format")}, think, level, messages)
     label = f"ollama generate {exchange.request_id}"
 
-    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+    def build(model: ServedModel, options: Options) -> GenerationRequest:
         if suffix:
             return fill_request(model, prompt, suffix, chat, options, label)
         if raw:
@@ -89,7 +89,7 @@ def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Opt
     return request
 
 
-def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
+def fill_request(model: ServedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
                  label: str) -> GenerationRequest:
     """The model's fill-in-the-middle prompt for the text around the hole; the answer ends
     where the model would start another FIM section."""

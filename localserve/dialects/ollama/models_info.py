@@ -37,7 +37,7 @@ def list_running(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     running = []
     for record in models.all_models():
-        model = record.loaded
+        model = record.served
         if model is None:
             continue
         size = model.memory_bytes
@@ -85,7 +85,7 @@ def show_body(record: Record, found: ModelFacts | None) -> dict:
 
 def served_context(record: Record, found: ModelFacts) -> int:
     """Each sequence's context: the loaded model's, else what its next load gives it."""
-    model = record.loaded
+    model = record.served
     return model.chat.engine.n_ctx if model is not None else found.n_ctx
 
 

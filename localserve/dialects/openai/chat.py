@@ -24,7 +24,7 @@ from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, re
                      read_template_kwargs)
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
 def handle(services: Services, exchange: Exchange) -> None:
@@ -37,7 +37,7 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
     """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
     job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
     stream; `param`: the field a refused prompt names (the prompt's field)."""
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals(param):
             gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))

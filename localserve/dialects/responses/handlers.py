@@ -28,7 +28,7 @@ from .request import Plan, read_plan
 from .runs import ACTIVE, ResponseRun, ResponseRuns
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
     from ...store.store import Store
 
 log = logging.getLogger("localserve.responses")
@@ -49,7 +49,7 @@ def create(responses: ResponsesServices, exchange: Exchange) -> None:
                      streams=lambda body: body.get("stream") is True)
 
 
-def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
+def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: ServedModel) -> Reply:
     services = responses.services
     plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
                      signing_key=services.signing_key_for(exchange.scope), store=services.store_for(exchange.scope),
