@@ -60,12 +60,18 @@ def api_error(failure: GenerationFailure) -> ApiError:
 
 
 @contextlib.contextmanager
-def runtime_refusals():
-    """Around submit(): the runtime's reasons to refuse a job, as the answers clients get."""
+def refusals():
+    """Around asking the runtime (submit) or the model manager (find, use, load, unload): their
+    reasons to refuse, as the answers clients get."""
     try:
         yield
     except GenerationFailure as failure:
         raise api_error(failure) from None
+    except ModelError as refusal:
+        raise model_error(refusal) from None
+
+
+runtime_refusals = refusals      # the name submit()'s callers know it by
 
 
 def context_overflow(failure: ContextOverflow, param: str = "messages") -> ApiError:
@@ -104,12 +110,3 @@ def model_error(refusal: ModelError) -> ApiError:
     status = next(MODEL_STATUS[kind] for kind in type(refusal).__mro__ if kind in MODEL_STATUS)
     headers = [("Retry-After", str(MODEL_RETRY_AFTER_SECONDS))] if isinstance(refusal, ModelBusy) else None
     return ApiError(status, refusal.message, code=refusal.code, param=refusal.param, headers=headers)
-
-
-@contextlib.contextmanager
-def model_refusals():
-    """Around asking the model manager (find, use, load, unload): its refusals as the answers clients get."""
-    try:
-        yield
-    except ModelError as refusal:
-        raise model_error(refusal) from None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from ..errors import ApiError, ClientGone
 from ..generation import Loading
 from .exchange import Exchange
-from .failures import model_refusals
+from .failures import refusals
 from .fields import read_num_ctx
 from .pump import open_stream
 
@@ -64,7 +64,7 @@ def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], 
     `num_ctx` (Ollama's, in `options` or beside the other fields) the context it needs. What the
     manager refuses is the answer failures.py gives it."""
     n_ctx = read_num_ctx(body)
-    with model_refusals(), models.use(body.get("model"), keep_alive=body.get("keep_alive"), n_ctx=n_ctx,
+    with refusals(), models.use(body.get("model"), keep_alive=body.get("keep_alive"), n_ctx=n_ctx,
                                       on_loading=on_loading) as model:
         yield model
 

@@ -18,7 +18,7 @@ from ..models.states import LOADED
 from ..models.units import describe_duration
 from ..settings import Settings
 from .exchange import Exchange, RouteTable
-from .failures import model_refusals
+from .failures import refusals
 from .fields import invalid
 from .services import Services
 
@@ -203,7 +203,7 @@ def load(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     name = _model_name(exchange)
     find_exact(models, name)
-    with model_refusals():
+    with refusals():
         model = models.load(name)
     exchange.send_json({"model": model.name, "state": LOADED, "load_seconds": round(model.load_seconds, 3)})
 
@@ -214,6 +214,6 @@ def unload(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     name = _model_name(exchange)
     record = find_exact(models, name)
-    with model_refusals():
+    with refusals():
         state = models.unload(record.name)
     exchange.send_json({"model": record.name, "state": state})

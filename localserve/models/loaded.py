@@ -63,11 +63,6 @@ class LoadedModel:
         return self.entry.name
 
     @property
-    def model_id(self) -> str:
-        """The name answers carry: the model's own, or (served alone) today's --model-id / stem."""
-        return self.entry.name
-
-    @property
     def embeddings_only(self) -> bool:
         """An encoder (no KV cache, attention both ways) or a reranker cannot chat; any model
         can be kept out of chat with embeddings-only."""
@@ -82,7 +77,7 @@ class LoadedModel:
         """What a connection thread may see and call of it (served.py): never the Engine."""
         return ServedModel(self.entry, self.settings, self.chat, self.embedding_spec, self.embeddings_only,
                            self.loaded_at, self.load_seconds, self.estimated_bytes, self.measured_bytes,
-                           jobs=self.runtime)
+                           self.memory_bytes, jobs=self.runtime)
 
     @property
     def idle(self) -> bool:

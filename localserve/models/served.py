@@ -51,21 +51,16 @@ class ServedModel:
     loaded_at: float                    # time.time() of the load
     load_seconds: float
     estimated_bytes: int
-    measured_bytes: int
+    measured_bytes: int                 # how much the process grew while it loaded
+    memory_bytes: int                   # the larger of the two
     jobs: JobQueue
 
     @property
     def name(self) -> str:
+        """The model's name in the catalogue: the one answers carry (model_id)."""
         return self.entry.name
 
-    @property
-    def model_id(self) -> str:
-        """The name answers carry."""
-        return self.entry.name
-
-    @property
-    def memory_bytes(self) -> int:
-        return max(self.estimated_bytes, self.measured_bytes)
+    model_id = name
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
         """The job to the model's runtime; QueueFull or RuntimeStopped when it takes no more."""

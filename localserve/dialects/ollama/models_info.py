@@ -17,7 +17,7 @@ from ...errors import ApiError
 from ...models.facts import ModelFacts, facts_of
 from ...settings import Settings
 from ..exchange import Exchange
-from ..failures import model_refusals
+from ..failures import refusals
 from ..services import Services
 from .clock import expires_at, timestamp
 from .names import catalogue_name, requested_name, tagged
@@ -52,7 +52,7 @@ def list_running(services: Services, exchange: Exchange) -> None:
 
 def show(services: Services, exchange: Exchange) -> None:
     models = services.ready()
-    with model_refusals():
+    with refusals():
         record = models.find(catalogue_name(models, requested_name(exchange.json())))
     exchange.send_json(show_body(record, facts(record, services.settings)))
 
