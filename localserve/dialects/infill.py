@@ -215,23 +215,28 @@ def infill_timings(output: GenerationOutput) -> dict:
 
 
 class InfillChunks(StreamShape):
-    """Runtime events → llama-server's /infill stream: content pieces, then the whole object."""
+    """Runtime events → llama-server's /infill stream: content pieces, then the whole object
+    (/completion's stream is the same, with its own pieces and error body)."""
     done = False
+    error_body = staticmethod(openai_error_body)
 
     def __init__(self, final: InfillFinal):
         self.final = final
         self.evaluated = len(final.plan.request.prompt_tokens)
 
+    def piece(self, chunk: Chunk) -> dict:
+        return {"index": 0, "content": chunk.text, "tokens": [], "stop": False, "id_slot": -1,
+                "tokens_evaluated": self.evaluated}
+
     def feed(self, event: object) -> list[bytes]:
         if isinstance(event, Chunk) and event.text and not event.reasoning:
-            return [sse({"index": 0, "content": event.text, "tokens": [], "stop": False, "id_slot": -1,
-                         "tokens_evaluated": self.evaluated})]
+            return [sse(self.piece(event))]
         if isinstance(event, Finished):
             return [sse(self.final.body(event.output, streamed=True))]
         return []
 
     def fail(self, error: ApiError) -> list[bytes]:
-        return [sse(openai_error_body(error))]
+        return [sse(self.error_body(error))]
 
     def keepalive(self) -> list[bytes]:
         return [PREFILL_COMMENT]
