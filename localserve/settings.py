@@ -112,7 +112,6 @@ class Settings:
     keep_alive: float | None = None                # seconds; None: DEFAULT_KEEP_ALIVE, or never for --model alone
     preload: list[str] = field(default_factory=list)
     evict_wait: float = MODEL_EVICT_WAIT           # seconds a load waits for a busy model to go idle
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_inflight_bytes is None:
