@@ -472,8 +472,8 @@ MUTANTS = [
     Mutant("a route no page documents", "localserve/dialects/rerank/routes.py",
            'table.add("/rerank", "POST"', 'table.add("/rerank-undocumented", "POST"',
            ("tests/unit/test_docs.py::test_every_route_is_documented_with_its_method",)),
-    Mutant("a flag no page documents", "localserve/cli/flags.py",
-           'Option("kv-unified", _flag, False,', 'Option("kv-shared-cells", _flag, False,',
+    Mutant("a flag no page documents", "localserve/cli/flag_table.py",
+           'Option("kv-unified", flag, False,', 'Option("kv-shared-cells", flag, False,',
            ("tests/unit/test_docs.py::test_every_flag_has_a_row_in_the_flags_page",)),
 ]
 
