@@ -468,6 +468,24 @@ MUTANTS = [
            "    if sha256_of(target) != DEMO_MODEL_SHA256:\n        return False",
            "    if False:\n        return False",
            ("tests/unit/ops/test_demo.py::test_a_file_of_its_name_with_other_bytes_is_not_served",)),
+    # issue 48: models/ refuses in its own errors; building the request fits the images; the load notice is the shape's
+    Mutant("an unknown model answered 400", "localserve/dialects/failures.py",
+           "    UnknownModel: 404,", "    UnknownModel: 400,",
+           ("tests/unit/dialects/test_model_refusals.py",
+            "tests/e2e/test_models.py::test_an_unknown_model_is_404_model_not_found_in_the_dialects_shape")),
+    Mutant("the most recently used idle model evicted first", "localserve/models/room.py",
+           "key=lambda r: r.last_used)", "key=lambda r: -r.last_used)",
+           ("tests/unit/models/test_room.py", "tests/e2e/test_models.py::test_lru_eviction_at_max_models_2")),
+    Mutant("a request built with its images unfitted", "localserve/prompt/build.py",
+           "    if fit_images(model, chat) or text is None:", "    if text is None:",
+           ("tests/unit/prompt/test_vision.py::test_building_the_request_fits_the_images_itself",
+            "tests/e2e/test_images.py")),
+    Mutant("Ollama's NDJSON stream gets the SSE load notice", "localserve/dialects/ollama/replies.py",
+           "        \"\"\"NDJSON has no comment line: a load is silence (a line would be read as an answer).\"\"\"\n"
+           "        return None\n",
+           "        return b\": loading\\n\\n\"\n",
+           ("tests/unit/dialects/test_loading.py::test_every_stream_shape_is_a_stream_shape_and_says_its_load_notice",
+            "tests/e2e/test_ollama_wire.py::test_a_chat_stream_is_ndjson_while_its_model_loads")),
 ]
 
 
