@@ -81,7 +81,7 @@ PROMPTS: tuple[Option, ...] = (
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
     Option("tool-syntax", str, None, "tool-call syntax (default: recognised from the chat template)", "NAME"),
     Option("compact-max-tokens", positive_int, defaults.DEFAULT_COMPACT_MAX_TOKENS,
-           "the longest summary a context compaction writes, in tokens (README: Long sessions)", "N"),
+           "the longest summary a context compaction writes, in tokens (docs/compaction.rst)", "N"),
 )
 
 CONNECTIONS: tuple[Option, ...] = (
@@ -112,7 +112,7 @@ STORAGE_AND_ACCESS: tuple[Option, ...] = (
            "KEY", repeat=True),
     Option("api-key-file", str, None, "file with one API key per line", "PATH"),
     Option("shared-cache", flag, False, "with several API keys, let them share prompt caches (slots, shared "
-           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (README: Security)",
+           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (docs/security.rst)",
            "BOOL"),
     Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
            "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),

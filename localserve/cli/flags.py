@@ -29,7 +29,7 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localserve",
-        description="A local LLM daemon: OpenAI and Anthropic APIs over one GGUF model.",
+        description="A local LLM daemon: GGUF models over the OpenAI, Anthropic, Ollama and llama-server APIs.",
         epilog="Each flag can also be set with an environment variable LOCALSERVE_<NAME>, e.g. LOCALSERVE_CTX_SIZE.",
     )
     parser.add_argument("--version", action="version", version=f"localserve {__version__}")

@@ -228,7 +228,7 @@ def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "", o
 
 
 def strict_call_grammar(syntax: str | ToolSyntax, chat: ChatInput) -> str:
-    """What a call the model opens on its own is held to (runtime/call_grammar.py): a strict tool's
+    """What a call the model opens on its own is held to (runtime/call_wake.py): a strict tool's
     arguments match its schema, another tool's are any JSON object. A family that writes one
     block per parameter (qwen3_coder, a derived format of key/value pairs) cannot write "any
     object": there every tool keeps its schema. The markup's whitespace is any the family's parser
