@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("localserve", "tests", "bench", "setup.cfg", "setup.py")     # bench: the bare engines tests compare with
+# bench: the bare engines tests compare with; docs, README.rst, Makefile: what test_docs.py checks against the code
+COPIED = ("localserve", "tests", "bench", "setup.cfg", "setup.py", "docs", "README.rst", "Makefile")
 MUTANT_TIMEOUT = 600          # seconds for one mutant's tests; a hang counts as killed
 
 
@@ -95,7 +96,7 @@ MUTANTS = [
            "return not writer.close_after and writer.finished and not self.draining.is_set()",
            "return False",
            ("tests/e2e/test_http_server.py::test_keep_alive_by_default_and_pipelining_in_order",)),
-    Mutant("prefill keepalive off", "localserve/dialects/jobs.py",
+    Mutant("prefill keepalive off", "localserve/dialects/job_events.py",
            "if not started and next_keepalive is not None and time.monotonic() >= next_keepalive:",
            "if False:",
            ("tests/e2e/test_stream_keepalive.py::test_keepalives_while_the_prompt_is_prefilled",
@@ -114,7 +115,7 @@ MUTANTS = [
            "        elif not public and self.access.requires_key:\n",
            "        elif False:\n",
            ("tests/e2e/test_ops.py::test_api_key_required_except_health",)),
-    Mutant("disconnect while waiting does not cancel", "localserve/dialects/jobs.py",
+    Mutant("disconnect while waiting does not cancel", "localserve/dialects/job_events.py",
            '        gen.cancel("client closed the connection while waiting")\n',
            "        pass\n",
            ("tests/e2e/test_cancel.py::test_non_streaming_client_that_leaves_cancels_its_job",
@@ -468,6 +469,12 @@ MUTANTS = [
            "    if sha256_of(target) != DEMO_MODEL_SHA256:\n        return False",
            "    if False:\n        return False",
            ("tests/unit/ops/test_demo.py::test_a_file_of_its_name_with_other_bytes_is_not_served",)),
+    Mutant("a route no page documents", "localserve/dialects/rerank/routes.py",
+           'table.add("/rerank", "POST"', 'table.add("/rerank-undocumented", "POST"',
+           ("tests/unit/test_docs.py::test_every_route_is_documented_with_its_method",)),
+    Mutant("a flag no page documents", "localserve/cli/flags.py",
+           'Option("kv-unified", _flag, False,', 'Option("kv-shared-cells", _flag, False,',
+           ("tests/unit/test_docs.py::test_every_flag_has_a_row_in_the_flags_page",)),
     # one owner of a job's state (issue 48): what the parts of a step hand back, applied by the step
     Mutant("a forced token never written", "localserve/runtime/jobs.py",
            "            forced.popleft()\n", "            pass\n",
