@@ -7,20 +7,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import family_templates      # tests/family_templates.py: always there, never skipped
+from reasoning_text import split_reasoning
 from localserve.parsing.reasoning import (
     HARMONY, REASONING_FORMATS, ReasoningFormat, ReasoningSplitter, detect_reasoning, prompt_opens_reasoning,
 )
 from localserve.parsing.tools import parse_generated_tools
 
 THINK = REASONING_FORMATS["think"]
-
-
-def split_reasoning(text: str, fmt: ReasoningFormat | None, starts_inside: bool = False) -> tuple[str, str]:
-    """(reasoning, content) of a whole generated text, fed in one piece."""
-    splitter = ReasoningSplitter(fmt, starts_inside=starts_inside)
-    pieces = splitter.feed(text) + splitter.finish()
-    reasoning = "".join(t for is_reasoning, t in pieces if is_reasoning)
-    return reasoning, "".join(t for is_reasoning, t in pieces if not is_reasoning)
 
 
 def stream(chunks, fmt, starts_inside=False):
