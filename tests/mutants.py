@@ -493,6 +493,23 @@ MUTANTS = [
     Mutant("a flag no page documents", "localserve/cli/flag_table.py",
            'Option("kv-unified", flag, False,', 'Option("kv-shared-cells", flag, False,',
            ("tests/unit/test_docs.py::test_every_flag_has_a_row_in_the_flags_page",)),
+    # one owner of a job's state (issue 48): what the parts of a step hand back, applied by the step
+    Mutant("a forced token never written", "localserve/runtime/jobs.py",
+           "            forced.popleft()\n", "            pass\n",
+           ("tests/e2e/test_anthropic.py::test_thinking_budget_closes_the_block_and_the_answer_follows",)),
+    Mutant("parked jobs whose clients left never end", "localserve/runtime/admission.py",
+           "            admitted.cancelled_parked = self.parking.admit_editors(start)\n",
+           "            self.parking.admit_editors(start)\n",
+           ("tests/unit/runtime/test_preempt.py::test_a_parked_job_whose_client_left_ends_cancelled_and_its_slot_"
+            "stays_with_the_completion",
+            "tests/e2e/test_infill_preempt.py::test_a_parked_chat_whose_client_leaves_is_cancelled")),
+    Mutant("an image in parts encoded again each part", "localserve/runtime/images.py",
+           "            return ImageAdvance(job, count, encoded)\n", "            return ImageAdvance(job, count)\n",
+           ("tests/unit/runtime/test_image_positions.py::test_an_image_decoded_in_parts_is_encoded_once_and_its_job_"
+            "holds_it_until_the_last_part",)),
+    Mutant("a grammar run forgets its draft", "localserve/runtime/token_choice.py",
+           "        return Chosen(choice.draft, ", "        return Chosen([], ",
+           ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),
 ]
 
 
