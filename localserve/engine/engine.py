@@ -196,7 +196,7 @@ class Engine(SequenceOps):
         if not wanted or not self.memory:
             return None
         found = file_facts.remembered(("step costs", *warm_key, self.threads, rows), lambda: self._measure_steps(rows))
-        return StepCosts(found.one, found.row)      # a copy: the policy lowers its own as it learns
+        return StepCosts(found.one, found.row, found.rows)      # a copy: the policy lowers its own as it learns
 
     def _measure_steps(self, rows: int) -> StepCosts:
         token = max(ll.llama_vocab_bos(self.vocab), 0)
@@ -209,7 +209,7 @@ class Engine(SequenceOps):
             one = min(one, self._timed_step(token, 1))
             if rows > 1:
                 many = min(many, self._timed_step(token, rows))
-        return StepCosts(one, max(0.0, (many - one) / (rows - 1)) if rows > 1 else one)
+        return StepCosts(one, max(0.0, (many - one) / (rows - 1)) if rows > 1 else one, rows if rows > 1 else 0)
 
     def _timed_step(self, token: int, rows: int) -> float:
         started = time.perf_counter()

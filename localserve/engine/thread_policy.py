@@ -42,9 +42,23 @@ class StepCosts:
     """This box's quiet cost of a decode step at the most threads: one token, and each row more."""
     one: float           # seconds for a step of one token with logits
     row: float           # seconds each further token with logits adds
+    rows: int = 0        # the step of several tokens `row` was measured on (0: none)
 
     def expected(self, rows: int) -> float:
         return self.one + self.row * (rows - 1)
+
+    def calmer(self, rows: int, seconds: float) -> None:
+        """A step at the most threads took `seconds`: one quicker than the measure says the measure
+        met a busier machine (at load, beside other work), and the costs come down to it. On a
+        quiet box no step is quicker: later steps read more of the KV cache, and a step of a few
+        rows costs more than the line through the measured shapes (README: 5 rows cost 57 ms
+        where 1 costs 15 and 17 cost 108), so the costs stay a quiet box's."""
+        if rows == 1 and seconds < self.one:
+            if self.rows > 1:       # the many-token step keeps its cost: its rows take what the one gives up
+                self.row += (self.one - seconds) / (self.rows - 1)
+            self.one = seconds
+        elif rows > 1 and seconds < self.expected(rows):
+            self.row = max(0.0, (seconds - self.one) / (rows - 1))
 
     @property
     def row_share(self) -> float:
@@ -77,10 +91,12 @@ class ThreadPolicy:
 
     def observe(self, rows: int, seconds: float) -> None:
         """A decode step of `rows` tokens, every one with logits, took `seconds`."""
-        if not self.adaptive or rows < 1:
+        if self.costs is None or rows < 1:
             return
-        if self.threads == self.most and rows == 1:
-            self.costs.one = min(self.costs.one, seconds)    # a calmer step than the load-time measure
+        if self.threads == self.most:
+            self.costs.calmer(rows, seconds)
+        if not self.adaptive:
+            return
         self._recent.append(seconds / self.costs.expected(rows))
         self._steps += 1
         if self._trial is not None:

@@ -141,6 +141,21 @@ def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
     assert speculator.propose([jobs[0]], budget=100, n_ctx_seq=4096)          # alone, its own credit decides
 
 
+def test_a_drafted_rows_price_measured_on_a_busy_machine_comes_down_as_steps_show_it():
+    engine = Priced()
+    engine.step_costs = StepCosts(one=0.010, row=0.0095, rows=9)      # measured beside other work
+    speculator = Speculator("ngram", 8, engine)
+    job = job_in(Slot(0), [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11])
+    job.drafts = speculator.start(job.prompt, None)
+    assert speculator.row_share == 0.95
+    assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 1    # its credit pays one
+    job.drafts.record(1, 1)
+    engine.step_costs.calmer(9, 0.010 + 8 * 0.003)        # a whole draft's step, on a calmer machine
+    assert speculator.row_share == 0.3
+    assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 3    # its credit, at the new price
+    assert speculator.as_json()["row_share"] == 0.3
+
+
 def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
     import pytest
 
@@ -233,7 +248,7 @@ def test_no_index_is_built_until_the_first_lookup(monkeypatch):
     monkeypatch.setattr(speculative, "NgramIndex", CountingIndex)
     CountingIndex.built = 0
     drafts = Speculator("ngram", 4, Text()).start(list(b"abcabcabc"), "abcd")
-    drafts.wants(4)                     # what a step asks before it looks a draft up
+    drafts.wants(4, 0.5)                # what a step asks before it looks a draft up
     drafts.record(0, 0)
     drafts.counts()
     assert CountingIndex.built == 0
