@@ -33,6 +33,7 @@ from ..grammar.scan import token_refs
 TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 STEP_COST_ROUNDS = (2, 20)         # each decode shape is timed at load this many times at least, at most ...
 STEP_COST_SECONDS = 0.05           # ... until this long is spent (a tiny model's steps are noise-sized); the fastest counts
+STEP_COST_ROWS = 17                # the most rows of the many-token shape timed (a longer one costs the load more, per row no more)
 
 __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
            "Sampler", "check_model_file", "quiet_llama_logs"]
@@ -160,7 +161,7 @@ class Engine(SequenceOps):
         file_facts.mark_warmed(warm_key)
         watch.lap("warm-up decode")
         self.step_costs = self._step_costs(warm_key, (adapt_threads and threads > 1) or draft_max > 0,
-                                           min(1 + draft_max, cparams.n_outputs_max, n_batch))
+                                           min(1 + draft_max, STEP_COST_ROWS, cparams.n_outputs_max, n_batch))
         self.thread_policy = ThreadPolicy(threads, self.step_costs, adaptive=adapt_threads)
         watch.lap("step costs")
 
