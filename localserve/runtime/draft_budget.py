@@ -80,8 +80,8 @@ class DraftBudget:
 
     @property
     def stopped(self) -> bool:
-        """Out of credit: waiting to try again (/slots)."""
-        return self.pause > 0 or self.credit < self.row_share
+        """Out of credit, and its acceptance pays for no drafted token: waiting to try again (/slots)."""
+        return self.pause > 0 or (self.credit < self.row_share and self.acceptance(0.0) < self.row_share)
 
     def as_json(self) -> dict:
         return {"credit": round(self.credit, 3), "stopped": self.stopped}

@@ -59,3 +59,11 @@ def test_accepted_drafts_reach_full_length_even_where_a_row_costs_most_of_a_step
     assert lengths[-20:] == [16] * 20                       # its acceptance pays for them: on at full length
     half = DraftBudget(row_share=0.8, draft_max=16)
     assert max(drafted_steps(half, 200, accepted_share=0.5)) < 4   # half refused: long drafts would not pay
+
+
+def test_a_job_whose_drafts_mostly_pay_drafts_on_when_a_long_one_spent_its_credit():
+    budget = DraftBudget(row_share=0.5, draft_max=16)
+    for _ in range(5):
+        budget.record(16, 4)            # a copy that breaks now and then: four of each draft accepted
+    assert budget.credit < budget.row_share
+    assert 2 <= budget.affordable(16) < 8 and not budget.stopped    # what its acceptance pays for, not a pause

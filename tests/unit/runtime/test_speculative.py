@@ -156,6 +156,21 @@ def test_a_drafted_rows_price_measured_on_a_busy_machine_comes_down_as_steps_sho
     assert speculator.as_json()["row_share"] == 0.3
 
 
+def test_one_stream_drafts_up_to_draft_max_and_a_shared_step_verifies_at_most_the_steps_share():
+    speculator = Speculator("ngram", 32, Text())
+    copied = list(range(60, 100))
+    prompt = [10, 11, 50] + copied + [11]       # each job wrote 50: the 40 tokens after (11, 50) follow
+    jobs = [job_in(Slot(i), prompt) for i in range(3)]
+    for job in jobs:
+        job.drafts = speculator.start(job.prompt, None)
+        for _ in range(6):
+            job.drafts.record(32, 32)           # accepted whole: each asks for --draft-max
+    assert len(speculator.propose(jobs[:1], budget=100, n_ctx_seq=4096)[id(jobs[0])]) == 32
+    shared = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
+    assert sum(len(draft) for draft in shared.values()) <= speculative.MAX_STEP_DRAFTS     # not 3 x 32
+    assert {len(draft) for draft in shared.values()} == {10}
+
+
 def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
     import pytest
 
