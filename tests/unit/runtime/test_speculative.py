@@ -145,8 +145,7 @@ def test_a_drafted_rows_price_measured_on_a_busy_machine_comes_down_as_steps_sho
     engine = Priced()
     engine.step_costs = StepCosts(one=0.010, row=0.0095, rows=9)      # measured beside other work
     speculator = Speculator("ngram", 8, engine)
-    job = job_in(Slot(0), [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11])
-    job.drafts = speculator.start(job.prompt, None)
+    job = job_in(Slot(0), [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11], speculator=speculator)
     assert speculator.row_share == 0.95
     assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 1    # its credit pays one
     job.drafts.record(1, 1)
@@ -160,9 +159,8 @@ def test_one_stream_drafts_up_to_draft_max_and_a_shared_step_verifies_at_most_th
     speculator = Speculator("ngram", 32, Text())
     copied = list(range(60, 100))
     prompt = [10, 11, 50] + copied + [11]       # each job wrote 50: the 40 tokens after (11, 50) follow
-    jobs = [job_in(Slot(i), prompt) for i in range(3)]
+    jobs = [job_in(Slot(i), prompt, speculator=speculator) for i in range(3)]
     for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
         for _ in range(6):
             job.drafts.record(32, 32)           # accepted whole: each asks for --draft-max
     assert len(speculator.propose(jobs[:1], budget=100, n_ctx_seq=4096)[id(jobs[0])]) == 32
