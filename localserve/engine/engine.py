@@ -27,7 +27,7 @@ from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
 from .sequences import Sequences
 from .stopwatch import Stopwatch
-from .thread_policy import StepCosts, measure_step_costs
+from .thread_policy import STEP_COST_ROWS, StepCosts, measure_step_costs
 from .threadpool import StepThreads
 from ..grammar.scan import token_refs
 
@@ -157,7 +157,7 @@ class Engine:
         file_facts.mark_warmed(warm_key)
         watch.lap("warm-up decode")
         self.step_costs = self._step_costs(warm_key, (adapt_threads and threads > 1) or draft_max > 0,
-                                           min(1 + draft_max, cparams.n_outputs_max, n_batch))
+                                           min(1 + draft_max, STEP_COST_ROWS, cparams.n_outputs_max, n_batch))
         self.step_threads.measured(self.step_costs, adapt_threads)
         watch.lap("step costs")
 
@@ -195,7 +195,7 @@ class Engine:
         token = max(ll.llama_vocab_bos(self.vocab), 0)
         found = file_facts.remembered(("step costs", *warm_key, self.threads, rows),
                                       lambda: measure_step_costs(lambda n: self._timed_step(token, n), rows))
-        return StepCosts(found.one, found.row)      # a copy: the policy lowers its own as it learns
+        return StepCosts(found.one, found.row, found.rows)      # a copy: the policy lowers its own as it learns
 
     def _timed_step(self, token: int, rows: int) -> float:
         started = time.perf_counter()

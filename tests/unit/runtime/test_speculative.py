@@ -141,6 +141,34 @@ def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
     assert speculator.propose([jobs[0]], budget=100, n_ctx_seq=4096)          # alone, its own credit decides
 
 
+def test_a_drafted_rows_price_measured_on_a_busy_machine_comes_down_as_steps_show_it():
+    engine = Priced()
+    engine.step_costs = StepCosts(one=0.010, row=0.0095, rows=9)      # measured beside other work
+    speculator = Speculator("ngram", 8, engine)
+    job = job_in(Slot(0), [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11], speculator=speculator)
+    assert speculator.row_share == 0.95
+    assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 1    # its credit pays one
+    job.drafts.record(1, 1)
+    engine.step_costs.calmer(9, 0.010 + 8 * 0.003)        # a whole draft's step, on a calmer machine
+    assert speculator.row_share == 0.3
+    assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 3    # its credit, at the new price
+    assert speculator.as_json()["row_share"] == 0.3
+
+
+def test_one_stream_drafts_up_to_draft_max_and_a_shared_step_verifies_at_most_the_steps_share():
+    speculator = Speculator("ngram", 32, Text())
+    copied = list(range(60, 100))
+    prompt = [10, 11, 50] + copied + [11]       # each job wrote 50: the 40 tokens after (11, 50) follow
+    jobs = [job_in(Slot(i), prompt, speculator=speculator) for i in range(3)]
+    for job in jobs:
+        for _ in range(6):
+            job.drafts.record(32, 32)           # accepted whole: each asks for --draft-max
+    assert len(speculator.propose(jobs[:1], budget=100, n_ctx_seq=4096)[id(jobs[0])]) == 32
+    shared = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
+    assert sum(len(draft) for draft in shared.values()) <= speculative.MAX_STEP_DRAFTS     # not 3 x 32
+    assert {len(draft) for draft in shared.values()} == {10}
+
+
 def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
     import pytest
 
@@ -232,7 +260,7 @@ def test_no_index_is_built_until_the_first_lookup(monkeypatch):
     monkeypatch.setattr(speculative, "NgramIndex", CountingIndex)
     CountingIndex.built = 0
     drafts = Speculator("ngram", 4, Text()).start(list(b"abcabcabc"), "abcd")
-    drafts.wants(4)                     # what a step asks before it looks a draft up
+    drafts.wants(4, 0.5)                # what a step asks before it looks a draft up
     drafts.record(0, 0)
     drafts.counts()
     assert CountingIndex.built == 0
