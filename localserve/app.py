@@ -45,6 +45,7 @@ from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
 from .models.catalogue import CatalogueError, read_catalogue
+from .models.discovery import sources as discovery
 from .engine.cpu_weights import describe as describe_buffers
 from .models.loaded import LoadFailed, human_count, offload_summary
 from .models.manager import ModelManager
@@ -152,7 +153,8 @@ class App:
         `signals`: the stop signals serve() caught (a stop ends a wait for RPC workers)."""
         s = self.settings
         try:
-            catalogue = read_catalogue(s, lambda: resolve_model_path(s))
+            found = [] if s.no_discover else discovery.discover(s.discover if s.discover is not None else discovery.ALL)
+            catalogue = read_catalogue(s, lambda: resolve_model_path(s), found)
         except CatalogueError as exc:
             raise StartupError(str(exc), EXIT_USAGE) from None
         unknown = [name for name in s.preload if catalogue.find(name) is None]

@@ -19,6 +19,7 @@ from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
 from ..models.catalogue import PER_MODEL
+from ..models.discovery.sources import parse_sources
 from ..models.units import parse_duration, parse_size
 from ..wire.server import listen_address
 
@@ -108,6 +109,13 @@ def _listen_address(value: str) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _sources(value: str) -> tuple[str, ...]:
+    try:
+        return parse_sources(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _duration(value: str) -> float:
     try:
         return parse_duration(value)
@@ -131,6 +139,12 @@ OPTIONS: tuple[Option, ...] = (
            "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
     Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
            "first use", "DIR"),
+    Option("no-discover", _flag, False, "serve no models found in other tools' stores (Ollama, the Hugging "
+           "Face cache, LM Studio, llama.cpp's cache)", "BOOL"),
+    Option("discover", _sources, None, "which stores to look in: all (the default), none, names "
+           "(ollama,hf,lmstudio,llamacpp) or exclusions (no-lmstudio)", "LIST"),
+    Option("hf", str, [], "pull org/repo[:quant] from the Hugging Face Hub (or $HF_ENDPOINT) at start, "
+           "then serve it (repeatable)", "REPO", repeat=True),
     Option("max-models", positive_int, None, "models loaded at once; the least recently used idle one is "
            "unloaded to make room (default: no limit)", "N"),
     Option("max-memory", _size, None, "memory for all loaded models (weights + KV + compute buffers), "
