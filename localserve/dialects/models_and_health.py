@@ -213,5 +213,8 @@ def unload(services: Services, exchange: Exchange) -> None:
     unloaded when its requests end (a bounded wait, then 503)."""
     models = services.ready()
     name = _model_name(exchange)
+    if services.pulls.stop(name):       # a POST /models download: stopped (llamacpp/downloads.py)
+        exchange.send_json({"success": True})
+        return
     record = find_exact(models, name)
     exchange.send_json({"model": record.name, "state": models.unload(record.name)})

@@ -124,15 +124,18 @@ class Catalogue:
         return entry
 
 
-def read_catalogue(settings: Settings, demo_path: Callable[[], str], found: list[ModelEntry] = ()) -> Catalogue:
-    """The configured models, then `found` (discovery's). With nothing configured and something
-    found, the found models are served and the demo model is not fetched."""
+def read_catalogue(settings: Settings, demo_path: Callable[[], str], found: list[ModelEntry] = (),
+                   pulled: list[ModelEntry] = ()) -> Catalogue:
+    """The configured models (--model, `pulled` by --hf, tables, --models-dir), then `found`
+    (discovery's). With nothing configured and something found, the found models are served
+    and the demo model is not fetched. --model or one --hf alone is the one-model server."""
     if settings.mmproj and not settings.model and (settings.models or settings.models_dir):
         raise CatalogueError("--mmproj is --model's vision projector; with --models-dir or [models.NAME] tables, "
                              "give each model its own (mmproj in its table, or an mmproj*.gguf named after it)")
     entries: list[ModelEntry] = []
     if settings.model:
         entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model))
+    entries += [e for e in pulled if e.name not in {x.name for x in entries}]
     for name, table in settings.models.items():
         entries.append(config_entry(name, table))
     if settings.models_dir:
@@ -152,7 +155,7 @@ def read_catalogue(settings: Settings, demo_path: Callable[[], str], found: list
         if syntax and syntax not in FAMILY_NAMES:
             raise CatalogueError(f"model '{entry.name}': unknown tool-syntax '{syntax}'; choose from "
                                  f"{', '.join(sorted(FAMILY_NAMES))}")
-    alone = bool(settings.model) and not settings.models and not settings.models_dir
+    alone = len(entries) == 1 and bool(settings.model or pulled) and not settings.models and not settings.models_dir
     if alone and settings.keep_alive is None:     # --model's stays for good; the found ones go idle as usual
         found = [dataclasses.replace(e, overrides=e.overrides + (("keep_alive", DEFAULT_KEEP_ALIVE),)) for e in found]
     return Catalogue(entries, any_name=alone, found=list(found))

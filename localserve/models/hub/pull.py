@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import urlsplit
 
 from ..catalogue import ModelEntry
@@ -51,6 +51,14 @@ class Prepared:
     client: HubClient | None
     model_path: Path | None = None
 
+    @property
+    def model_name(self) -> str:
+        """The name the model will be served by (`org/repo:QUANT`)."""
+        if self.plan is not None:
+            return f"{self.name.repo_id}:{self.plan.tag}"
+        info = split_info(self.model_path.name)
+        return f"{self.name.repo_id}:{info.tag or info.prefix}"
+
     def entries(self) -> list[ModelEntry]:
         """The pulled model as the catalogue names it (hf-cache's names, repo_models.py)."""
         snapshot = self.repo.snapshot(self.commit)
@@ -75,9 +83,9 @@ def from_cache(name: HubName, repo: RepoCache) -> Prepared:
     commit = repo.newest_snapshot()
     if commit is not None:
         files = snapshot_files(repo.snapshot(commit))
-        fake = Listing(name.repo_id, commit, {p: RemoteFile(p, 0, None, None) for p in files})
+        cached = Listing(name.repo_id, commit, {p: RemoteFile(p, 0, None, None) for p in files})
         try:
-            plan = plan_pull(fake, name)
+            plan = plan_pull(cached, name)
             return Prepared(name, repo, commit, None, None, repo.snapshot(commit) / plan.model)
         except HubError:
             pass
@@ -141,6 +149,14 @@ def write_ref(repo: RepoCache, commit: str) -> None:
     os.replace(temporary, repo.ref())
 
 
-def quant_of(path: str) -> str:
-    info = split_info(path)
-    return info.tag if info else ""
+def pull_now(name: str, report: Callable[[str], None]) -> list[ModelEntry]:
+    """A whole pull on this thread (--hf at start): its entries; report() hears a line per step
+    and per quarter of each file."""
+    prepared = prepare(name)
+    said = set()
+    for event in run(prepared):
+        quarter = 4 * (event.completed or 0) // event.total if event.total else -1
+        if (event.status, quarter) not in said:
+            said.add((event.status, quarter))
+            report(event.status + (f" {25 * quarter}%" if event.total else ""))
+    return prepared.entries()
