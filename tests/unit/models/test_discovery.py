@@ -154,3 +154,27 @@ def test_catalogue_add_refuses_taken_names():
     assert not catalogue.add(ModelEntry("b", "/b.gguf", aliases=("a",)))
     assert catalogue.add(ModelEntry("b", "/b.gguf")) and catalogue.exact("b").path == "/b.gguf"
     assert catalogue.exact("b:latest").name == "b"
+
+
+def test_two_tags_of_one_blob_both_listed(tmp_path):
+    store = tmp_path / "ollama"
+    ollama_store(store, ("registry.ollama.ai", "library", "qwen3", "latest"), GGUF + b"q")
+    ollama_store(store, ("registry.ollama.ai", "library", "qwen3", "8b"), GGUF + b"q")
+    found = discovery.discover(("ollama",), env_for(tmp_path, OLLAMA_MODELS=str(store)))
+    assert sorted(e.name for e in found) == ["qwen3:8b", "qwen3:latest"]
+
+
+def test_request_options_win_over_stored():
+    from localserve.models.defaults import ModelDefaults
+    stored = ModelDefaults("sys", (("temperature", 0.1), ("stop", ["x"])))
+    assert stored.options_under({"temperature": 0.9}) == {"temperature": 0.9, "stop": ["x"]}
+    assert stored.options_under(None) == {"temperature": 0.1, "stop": ["x"]}
+
+
+def test_projector_choice_deepest_then_closest_bits():
+    from localserve.models.gguf_files import best_projector
+    files = ["mmproj-F16.gguf", "Q8/m-Q8_0.gguf", "Q8/mmproj-Q8_0.gguf", "Q8/mmproj-F32.gguf", "other/mmproj-F16.gguf",
+             "m-Q4_K_M.gguf", "mmproj-Q4_0.gguf"]
+    assert best_projector(files, "Q8/m-Q8_0.gguf") == "Q8/mmproj-Q8_0.gguf"      # its own folder, nearest bits
+    assert best_projector(files, "m-Q4_K_M.gguf") == "mmproj-Q4_0.gguf"          # never another folder's
+    assert best_projector(["a/mmproj.gguf"], "m-Q4_K_M.gguf") is None

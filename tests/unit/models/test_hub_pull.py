@@ -232,3 +232,34 @@ def test_offline(mirror, cache):
     with pytest.raises(HubError, match="HF_HUB_OFFLINE") as caught:
         hub_pull.prepare("org/Other-GGUF", config(mirror, offline=True))
     assert caught.value.status == 503
+
+
+def test_links_planted_in_a_snapshot_or_for_a_partial_refused(mirror, cache, tmp_path):
+    mirror.add("org/Deep-GGUF", Repo({"sub/deep-Q4_K_M.gguf": MODEL}))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_bytes(b"precious")
+    repo = cache / "models--org--Deep-GGUF"
+    (repo / "snapshots" / mirror.repos["org/Deep-GGUF"].commit).mkdir(parents=True)
+    (repo / "snapshots" / mirror.repos["org/Deep-GGUF"].commit / "sub").symlink_to(outside)
+    with pytest.raises(HubError, match="leads outside"):
+        pull(mirror, "org/Deep-GGUF")
+    assert sorted(p.name for p in outside.iterdir()) == ["victim"]
+    mirror.add("org/Part-GGUF", Repo({"p-Q4_K_M.gguf": OTHER}))
+    (cache / "models--org--Part-GGUF" / "blobs").mkdir(parents=True)
+    (cache / "models--org--Part-GGUF" / "blobs" / f"{sha(OTHER)}.incomplete").symlink_to(victim)
+    with pytest.raises(HubError):
+        pull(mirror, "org/Part-GGUF")
+    assert victim.read_bytes() == b"precious"
+
+
+def test_redirects_never_downgrade_or_leave_http():
+    from localserve.models.hub.client import HubClient
+    client = HubClient(HubConfig("https://hub.example", None, False))
+    assert client._redirect_target("https://hub.example/a", "https://cdn.example/b", "x") == "https://cdn.example/b"
+    assert client._redirect_target("https://hub.example/a", "/b", "x") == "https://hub.example/b"
+    for location, words in (("http://cdn.example/b", "down to http"), ("file:///etc/passwd", "file: URL"),
+                            ("ftp://cdn.example/b", "ftp: URL")):
+        with pytest.raises(HubError, match=words):
+            client._redirect_target("https://hub.example/a", location, "x")
