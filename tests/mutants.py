@@ -491,12 +491,47 @@ MUTANTS = [
            "return {**dict(self.options), **(given or {})}", "return {**(given or {}), **dict(self.options)}",
            ("tests/unit/models/test_discovery.py::test_request_options_win_over_stored",
             "tests/e2e/test_discovery.py::test_ollama_stored_defaults")),
+    # issue 48: models/ refuses in its own errors; building the request fits the images; the load notice is the shape's
+    Mutant("an unknown model answered 400", "localserve/dialects/failures.py",
+           "    UnknownModel: 404,", "    UnknownModel: 400,",
+           ("tests/unit/dialects/test_model_refusals.py",
+            "tests/e2e/test_models.py::test_an_unknown_model_is_404_model_not_found_in_the_dialects_shape")),
+    Mutant("the most recently used idle model evicted first", "localserve/models/room.py",
+           "key=lambda r: r.last_used)", "key=lambda r: -r.last_used)",
+           ("tests/unit/models/test_room.py", "tests/e2e/test_models.py::test_lru_eviction_at_max_models_2")),
+    Mutant("a request built with its images unfitted", "localserve/prompt/build.py",
+           "    if fit_images(model, chat) or text is None:", "    if text is None:",
+           ("tests/unit/prompt/test_vision.py::test_building_the_request_fits_the_images_itself",
+            "tests/e2e/test_images.py")),
+    Mutant("Ollama's NDJSON stream gets the SSE load notice", "localserve/dialects/ollama/replies.py",
+           "        \"\"\"NDJSON has no comment line: a load is silence (a line would be read as an answer).\"\"\"\n"
+           "        return None\n",
+           "        return b\": loading\\n\\n\"\n",
+           ("tests/unit/dialects/test_loading.py::test_every_stream_shape_is_a_stream_shape_and_says_its_load_notice",
+            "tests/e2e/test_ollama_wire.py::test_a_chat_stream_is_ndjson_while_its_model_loads")),
     Mutant("a route no page documents", "localserve/dialects/rerank/routes.py",
            'table.add("/rerank", "POST"', 'table.add("/rerank-undocumented", "POST"',
            ("tests/unit/test_docs.py::test_every_route_is_documented_with_its_method",)),
     Mutant("a flag no page documents", "localserve/cli/flag_table.py",
            'Option("kv-unified", flag, False,', 'Option("kv-shared-cells", flag, False,',
            ("tests/unit/test_docs.py::test_every_flag_has_a_row_in_the_flags_page",)),
+    # one owner of a job's state (issue 48): what the parts of a step hand back, applied by the step
+    Mutant("a forced token never written", "localserve/runtime/jobs.py",
+           "            forced.popleft()\n", "            pass\n",
+           ("tests/e2e/test_anthropic.py::test_thinking_budget_closes_the_block_and_the_answer_follows",)),
+    Mutant("parked jobs whose clients left never end", "localserve/runtime/admission.py",
+           "            admitted.cancelled_parked = self.parking.admit_editors(start)\n",
+           "            self.parking.admit_editors(start)\n",
+           ("tests/unit/runtime/test_preempt.py::test_a_parked_job_whose_client_left_ends_cancelled_and_its_slot_"
+            "stays_with_the_completion",
+            "tests/e2e/test_infill_preempt.py::test_a_parked_chat_whose_client_leaves_is_cancelled")),
+    Mutant("an image in parts encoded again each part", "localserve/runtime/images.py",
+           "            return ImageAdvance(job, count, encoded)\n", "            return ImageAdvance(job, count)\n",
+           ("tests/unit/runtime/test_image_positions.py::test_an_image_decoded_in_parts_is_encoded_once_and_its_job_"
+            "holds_it_until_the_last_part",)),
+    Mutant("a grammar run forgets its draft", "localserve/runtime/token_choice.py",
+           "        return Chosen(choice.draft, ", "        return Chosen([], ",
+           ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),
 ]
 
 

@@ -62,7 +62,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, reply)
 
 
-def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -> InfillPlan:
+def read_request(chat_model: ChatModel, model_id: str, body: dict, request_id: str) -> InfillPlan:
     fim_input = FimInput(prefix=_required_text(body, "input_prefix"), suffix=_required_text(body, "input_suffix"),
                          prompt=read_str(body, "prompt", ""), extra=read_extra(body.get("input_extra")),
                          suffix_first=read_bool(body, "spm_infill"))
@@ -75,16 +75,16 @@ def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -
     read_bool(body, "cache_prompt", True)
     read_samplers(body.get("samplers"))
     response_fields = read_response_fields(body.get("response_fields"))
-    sampling = read_sampling(body, model.engine.n_vocab)
-    check_grammar(model.engine, sampling)
+    sampling = read_sampling(body, chat_model.engine.n_vocab)
+    check_grammar(chat_model.engine, sampling)
     user_stops = read_stop(body)
-    tokens = fim_prompt(model.engine, model_id, fim_input, "input_prefix")
-    check_fits(model.engine, tokens)
+    tokens = fim_prompt(chat_model.engine, model_id, fim_input, "input_prefix")
+    check_fits(chat_model.engine, tokens)
     request = GenerationRequest(
         prompt_tokens=tokens, sampling=sampling, max_tokens=None if n_predict < 0 else n_predict,
         stop=user_stops, label=f"infill {request_id}",
         line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent)
-    fills_the_middle(model.engine, request)
+    fills_the_middle(chat_model.engine, request)
     settings = {"n_predict": n_predict, "n_indent": n_indent, "t_max_predict_ms": t_max_predict_ms,
                 "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                 "min_p": sampling.min_p, "seed": sampling.seed, "stop": user_stops}
@@ -156,11 +156,11 @@ def pick_fields(body: dict, paths: list[str]) -> dict:
 class InfillFinal:
     """The completion object llama-server answers with (non-OAI), from a finished job."""
 
-    def __init__(self, plan: InfillPlan, model_id: str, model: ChatModel):
+    def __init__(self, plan: InfillPlan, model_id: str, chat_model: ChatModel):
         self.plan = plan
         self.model_id = model_id
-        self.n_ctx = model.engine.n_ctx
-        self.prompt_text = lambda: model.engine.detokenize(plan.request.prompt_tokens)
+        self.n_ctx = chat_model.engine.n_ctx
+        self.prompt_text = lambda: chat_model.engine.detokenize(plan.request.prompt_tokens)
 
     def _wants(self, field: str) -> bool:
         """Whether the answer shows this field (the prompt's text costs a detokenize per keystroke)."""

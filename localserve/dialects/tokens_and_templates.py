@@ -32,16 +32,16 @@ def tokenize(services: Services, exchange: Exchange) -> None:
         _tokenize(exchange, model.chat, body)
 
 
-def _tokenize(exchange: Exchange, model: ChatModel, body: dict) -> None:
+def _tokenize(exchange: Exchange, chat_model: ChatModel, body: dict) -> None:
     content = body.get("content")
     if not isinstance(content, str):
         raise invalid("content", "expected a string")
-    tokens = tokenize_capped(model.engine, content, "content", add_special=read_bool(body, "add_special", False),
+    tokens = tokenize_capped(chat_model.engine, content, "content", add_special=read_bool(body, "add_special", False),
                              parse_special=read_bool(body, "parse_special", True))
     if read_bool(body, "with_pieces"):
         pieces = []
         for token in tokens:
-            raw = model.engine.piece(token)
+            raw = chat_model.engine.piece(token)
             try:
                 piece: Any = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -85,7 +85,7 @@ def _apply_responses_template(services: Services, exchange: Exchange, body: dict
     body = {**body, "stream": False, "background": False, "store": False}    # read, never run nor stored
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
         scope = exchange.scope
-        plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
+        plan = read_plan(body, exchange.request_id, chat_model=model.chat, model_id=model.model_id,
                          signing_key=services.signing_key_for(scope), store=services.store_for(scope))
         if plan.generation is None:     # a compaction's, or an input only a compaction would fit: none yet
             raise ApiError(400, "this input renders only once it is compacted, when the response runs (a "

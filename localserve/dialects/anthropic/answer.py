@@ -14,7 +14,7 @@ from ...prompt.build import ChatInput, ChatModel, build_chat_request
 @dataclass
 class AnswerBuilder:
     """Builds the answer's GenerationRequest for a conversation, as often as it is asked."""
-    model: ChatModel
+    chat_model: ChatModel
     sampling: SamplingParams
     max_tokens: int
     stop: list[str]
@@ -23,5 +23,5 @@ class AnswerBuilder:
     def build(self, chat: ChatInput, text: str | None = None) -> GenerationRequest:
         """`text`: the chat already rendered (render_prompt), to render it once."""
         # a copy: the build writes the grammars it derives into the sampling it is given
-        return build_chat_request(self.model, chat, dataclasses.replace(self.sampling), max_tokens=self.max_tokens,
+        return build_chat_request(self.chat_model, chat, dataclasses.replace(self.sampling), max_tokens=self.max_tokens,
                                   stop=list(self.stop), label=self.label, text=text)

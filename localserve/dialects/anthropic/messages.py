@@ -86,7 +86,7 @@ def read_model(body: dict, model_id: str) -> str:
     return read_str(body, "model") or model_id
 
 
-def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str,
+def read_request(chat_model: ChatModel, signing_key: bytes, body: dict, request_id: str,
                  check_client: Callable[[], None] = lambda: None,
                  betas: str | None = None) -> tuple[GenerationRequest | None, MessagesPrompt, AnswerBuilder]:
     """The answer's job, and how to make it again for a compacted conversation; no job when the
@@ -96,19 +96,19 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
-    prompt = read_prompt(model, signing_key, body, check_client=check_client)
+    prompt = read_prompt(chat_model, signing_key, body, check_client=check_client)
     prompt.compact = read_summarize(body) or prompt.compact       # count_tokens ignores `compaction`
     check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
-    sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
+    sampling = read_sampling(body, chat_model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
-    answer = AnswerBuilder(model, sampling, max_tokens, stop, f"messages {request_id}")
-    if compaction_due(model, prompt):
+    answer = AnswerBuilder(chat_model, sampling, max_tokens, stop, f"messages {request_id}")
+    if compaction_due(chat_model, prompt):
         answer.build(compacted(prompt.chat, ""))     # what the answer's job would refuse, refused before the summary
         return None, prompt, answer
     return answer.build(prompt.chat, prompt.text), prompt, answer
 
 
-def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
+def compaction_due(chat_model: ChatModel, prompt: MessagesPrompt) -> bool:
     """The prompt passes its compact edit's trigger, or is too long for the context (compacted,
     it may fit). Not when the conversation is a summary already and nothing else (a paused
     compaction's block sent back, the system prompt and tools past the trigger on their own):
@@ -117,8 +117,8 @@ def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
     if compact is None:
         return False
     tokens = len(prompt.tokens if prompt.tokens is not None
-                 else tokenize_shown(model.engine, prompt.text, prompt.chat.messages))
-    if tokens >= model.engine.n_ctx:
+                 else tokenize_shown(chat_model.engine, prompt.text, prompt.chat.messages))
+    if tokens >= chat_model.engine.n_ctx:
         return True
     messages = prompt.chat.messages[leading_system(prompt.chat.messages):]
     asked = compact.trigger == 0          # the compaction parameter: the compaction is the answer

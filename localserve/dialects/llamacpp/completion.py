@@ -63,9 +63,9 @@ class CompletionPlan(InfillPlan):
     post_sampling_probs: bool = False
 
 
-def read_request(model: ChatModel, body: dict, request_id: str) -> CompletionPlan:
-    engine = model.engine
-    tokens, images = read_prompt(model, body)
+def read_request(chat_model: ChatModel, body: dict, request_id: str) -> CompletionPlan:
+    engine = chat_model.engine
+    tokens, images = read_prompt(chat_model, body)
     check_fits(engine, tokens)
     n_predict = read_int(body, "n_predict", low=-1)
     if n_predict is None:
@@ -103,7 +103,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> CompletionPla
                           post_sampling_probs=read_bool(body, "post_sampling_probs"))
 
 
-def read_prompt(model: ChatModel, body: dict) -> tuple[list[int], list]:
+def read_prompt(chat_model: ChatModel, body: dict) -> tuple[list[int], list]:
     """The prompt's tokens, and its image chunks (an object prompt's)."""
     if "prompt" not in body:
         raise invalid("prompt", "is required: a string, token ids, or both mixed")
@@ -111,23 +111,23 @@ def read_prompt(model: ChatModel, body: dict) -> tuple[list[int], list]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, dict)):
         prompt = prompt[0]      # a batch of one
     if is_object_prompt(prompt):
-        multimodal = read_object_prompt(model, prompt, lambda text: mixed_tokens(model, [text]))
+        multimodal = read_object_prompt(chat_model, prompt, lambda text: mixed_tokens(chat_model, [text]))
         return multimodal.tokens, multimodal.images
     if isinstance(prompt, str):
-        return mixed_tokens(model, [prompt]), []
+        return mixed_tokens(chat_model, [prompt]), []
     if isinstance(prompt, list) and all(isinstance(part, (str, int)) and not isinstance(part, bool)
                                         for part in prompt):
-        return mixed_tokens(model, prompt), []
+        return mixed_tokens(chat_model, prompt), []
     if isinstance(prompt, list) and len(prompt) > 1:
         raise invalid("prompt", "holds several prompts; send one per request")
     raise invalid("prompt", f"expected a string, token ids, both mixed, or an object with prompt_string; "
                             f"got {kind_of(prompt)}")
 
 
-def mixed_tokens(model: ChatModel, parts: list[str | int]) -> list[int]:
+def mixed_tokens(chat_model: ChatModel, parts: list[str | int]) -> list[int]:
     """llama-server's mixed prompt: each string tokenized (special tokens read as such; a string
     that comes first gets the BOS), each number a token id."""
-    engine = model.engine
+    engine = chat_model.engine
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if isinstance(part, str):

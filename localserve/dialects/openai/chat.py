@@ -48,7 +48,7 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
     serve_generation(exchange, services, reply)
 
 
-def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
+def read_request(chat_model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
     messages = read_messages(body)
     n = read_int(body, "n", low=1, default=1)
     if n != 1:
@@ -68,12 +68,12 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
-    sampling = read_sampling(body, model.engine.n_vocab)
+    sampling = read_sampling(body, chat_model.engine.n_vocab)
     cache_key = read_str(body, "prompt_cache_key")
-    request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
+    request = build_chat_request(chat_model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
                                  logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
     request.cache_key = cache_key     # a slot-affinity hint (runtime/scheduler.choose_slot)
-    request.prediction = read_prediction(model.engine, body)
+    request.prediction = read_prediction(chat_model.engine, body)
     return request
 
 

@@ -51,7 +51,7 @@ def create(responses: ResponsesServices, exchange: Exchange) -> None:
 
 def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: ServedModel) -> Reply:
     services = responses.services
-    plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
+    plan = read_plan(body, exchange.request_id, chat_model=model.chat, model_id=model.model_id,
                      signing_key=services.signing_key_for(exchange.scope), store=services.store_for(exchange.scope),
                      check_client=exchange.raise_if_gone)
     if plan.ignored_tools:
