@@ -45,6 +45,9 @@ from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
 from .models.catalogue import CatalogueError, read_catalogue
+from .models.discovery import sources as discovery
+from .models.hub import pull as hub_pull
+from .models.hub.errors import HubError
 from .engine.cpu_weights import describe as describe_buffers
 from .models.loaded import LoadFailed, human_count, offload_summary
 from .models.manager import ModelManager
@@ -152,7 +155,9 @@ class App:
         `signals`: the stop signals serve() caught (a stop ends a wait for RPC workers)."""
         s = self.settings
         try:
-            catalogue = read_catalogue(s, lambda: resolve_model_path(s))
+            pulled = [entry for name in s.hf for entry in pull_at_start(name)]
+            found = [] if s.no_discover else discovery.discover(s.discover if s.discover is not None else discovery.ALL)
+            catalogue = read_catalogue(s, lambda: resolve_model_path(s), found, pulled)
         except CatalogueError as exc:
             raise StartupError(str(exc), EXIT_USAGE) from None
         unknown = [name for name in s.preload if catalogue.find(name) is None]
@@ -222,6 +227,16 @@ def open_store(settings: Settings) -> Store | None:
         log.warning("marked %d response(s) failed: they were running when the server last stopped",
                     store.recovered)
     return store
+
+
+def pull_at_start(name: str) -> list:
+    """--hf NAME: pulled (or found in the cache) before the catalogue is read; progress in the log."""
+    try:
+        return hub_pull.pull_now(name, lambda line: log.info("--hf %s: %s", name, line))
+    except HubError as exc:
+        raise StartupError(f"--hf {name}: {exc.message}", EXIT_USAGE if exc.status == 400 else EXIT_LOAD_FAILED) from None
+    except OSError as exc:
+        raise StartupError(f"--hf {name}: cannot write the Hugging Face cache: {exc.strerror or exc}") from None
 
 
 def resolve_model_path(settings: Settings) -> str:

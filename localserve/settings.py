@@ -106,6 +106,9 @@ class Settings:
     draft_model: str | None = None
     draft_max: int = DEFAULT_DRAFT_MAX
     models_dir: str | None = None                  # every *.gguf in it is a model, named by its stem
+    no_discover: bool = False                      # find no models in other tools' stores (models/discovery/)
+    discover: tuple | None = None                  # the stores to look in; None: all of them
+    hf: list[str] = field(default_factory=list)    # --hf org/repo[:quant]: pulled from the Hub at start
     models: dict = field(default_factory=dict)     # [models.NAME] tables: {NAME: {"path", "aliases", attr: value}}
     max_models: int | None = None                  # models loaded at once (None: no limit)
     max_memory: int | None = None                  # bytes for weights + KV + compute of all loaded models

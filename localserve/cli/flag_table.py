@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
-from .option_values import (Option, duration, flag, listen_address_value, log_level, non_negative_float,
+from .option_values import (Option, discovery_sources, duration, flag, listen_address_value, log_level, non_negative_float,
                             non_negative_int, pooling_mode, positive_int, positive_seconds, size, speculative_mode)
 
 MODELS: tuple[Option, ...] = (
@@ -17,6 +17,12 @@ MODELS: tuple[Option, ...] = (
            "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
     Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
            "first use", "DIR"),
+    Option("no-discover", flag, False, "serve no models found in other tools' stores (Ollama, the Hugging "
+           "Face cache, LM Studio, llama.cpp's cache)", "BOOL"),
+    Option("discover", discovery_sources, None, "which stores to look in: all (the default), none, names "
+           "(ollama,hf,lmstudio,llamacpp) or exclusions (no-lmstudio)", "LIST"),
+    Option("hf", str, [], "pull org/repo[:quant] from the Hugging Face Hub (or $HF_ENDPOINT) at start, "
+           "then serve it (repeatable)", "REPO", repeat=True),
     Option("max-models", positive_int, None, "models loaded at once; the least recently used idle one is "
            "unloaded to make room (default: no limit)", "N"),
     Option("max-memory", size, None, "memory for all loaded models (weights + KV + compute buffers), "

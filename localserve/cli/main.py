@@ -1,4 +1,5 @@
-"""`localserve`'s entry point: the `worker` subcommand, or flags → Settings, then check or serve."""
+"""`localserve`'s entry point: the `worker` and `pull` subcommands, or flags → Settings, then
+check or serve."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["worker"]:
         from .worker import main as worker_main
         return worker_main(argv[1:])
+    if argv[:1] == ["pull"]:
+        from .pull import main as pull_main
+        return pull_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         settings = resolve_settings(args)

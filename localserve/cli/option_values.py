@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import settings as defaults
+from ..models.discovery.sources import parse_sources
 from ..models.units import parse_duration, parse_size
 from ..wire.server import listen_address
 
@@ -106,6 +107,13 @@ def duration(value: str) -> float:
 def size(value: str) -> int:
     try:
         return parse_size(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def discovery_sources(value: str) -> tuple[str, ...]:
+    try:
+        return parse_sources(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

@@ -78,6 +78,7 @@ def model_object(record: Record, created: int, server_settings: Settings) -> dic
         "object": "model",
         "created": int(loaded.loaded_at) if loaded is not None else created,
         "owned_by": "localserve",
+        "source": record.entry.source,      # where it came from: configured, or which store found it
         "state": record.state,
         "aliases": list(record.entry.aliases),
         "keep_alive": describe_duration(record.keep_alive),
@@ -92,6 +93,8 @@ def model_object(record: Record, created: int, server_settings: Settings) -> dic
         obj["details"] = {"architecture": found.architecture, "n_params": found.n_params,
                           "parameter_size": found.parameter_size, "quantization": found.quantization,
                           "n_ctx_train": found.n_ctx_train, "capabilities": list(found.capabilities)}
+    if record.entry.origin:
+        obj["origin"] = record.entry.origin
     if loaded is not None:
         obj["meta"] = meta(loaded)
         obj["memory"] = {"estimated_bytes": loaded.estimated_bytes, "measured_bytes": loaded.measured_bytes}
@@ -213,6 +216,9 @@ def unload(services: Services, exchange: Exchange) -> None:
     unloaded when its requests end (a bounded wait, then 503)."""
     models = services.ready()
     name = _model_name(exchange)
+    if services.pulls.stop(name):       # a POST /models download: stopped (llamacpp/downloads.py)
+        exchange.send_json({"success": True})
+        return
     record = find_exact(models, name)
     with refusals():
         state = models.unload(record.name)

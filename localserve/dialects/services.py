@@ -17,6 +17,7 @@ from ..errors import ApiError
 from ..ops.metrics import ServerMetrics
 from ..settings import Settings
 from .exchange import Scope
+from .pulls import PullBoard
 from .signing import scoped_signing_key
 
 if TYPE_CHECKING:        # importing the manager would load llama.cpp on a connection thread
@@ -34,6 +35,7 @@ class Services:
     store: Store | None = None             # None with --no-store
     signing_key: bytes = field(default=b"", repr=False)     # thinking signatures (signing.py)
     stopping: threading.Event = field(default_factory=threading.Event)    # set as the drain starts: open-ended streams end
+    pulls: PullBoard = field(default_factory=PullBoard)     # POST /models' downloads, for /models/sse
 
     def loaded(self, models: ModelManager, store: Store | None, signing_key: bytes) -> None:
         self.models, self.store, self.signing_key = models, store, signing_key

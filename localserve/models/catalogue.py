@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..parsing.family_detection import FAMILY_NAMES
-from ..settings import Settings
+from ..settings import DEFAULT_KEEP_ALIVE, Settings
+from .defaults import ModelDefaults
 from .pairing import is_projector, pair_projectors
 
 SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})$")
@@ -45,7 +46,10 @@ class ModelEntry:
     path: str
     aliases: tuple[str, ...] = ()
     overrides: tuple[tuple[str, object], ...] = ()   # (Settings attribute, value) this model sets itself
-    source: str = "model"                            # "model", "models-dir", "config" or "demo"
+    source: str = "model"                            # "model", "models-dir", "config", "demo", or where
+                                                     # discovery found it ("ollama", "hf-cache", ...), "pulled"
+    origin: str = ""                                 # the store it was found in (discovery), or ""
+    defaults: ModelDefaults | None = None            # its stored system prompt and options (Ollama's)
 
     def settings(self, base: Settings) -> Settings:
         """The server's settings with this model's own on top."""
@@ -56,16 +60,38 @@ class ModelEntry:
 
 
 class Catalogue:
-    def __init__(self, entries: list[ModelEntry], any_name: bool = False):
-        self.entries = {entry.name: entry for entry in entries}
+    """`found`: models discovered in other tools' stores (discovery/), after the configured ones;
+    with `--model` alone the server stays today's one-model server (any name not found is that
+    model), and lists the found ones beside it."""
+
+    def __init__(self, entries: list[ModelEntry], any_name: bool = False, found: list[ModelEntry] = ()):
         self.any_name = any_name and len(entries) == 1     # today's one-model server
+        self.entries: dict[str, ModelEntry] = {}
         self._names: dict[str, ModelEntry] = {}
+        self._folded: dict[str, ModelEntry | None] = {}    # case-folded names (Ollama's are case-blind)
         for entry in entries:
-            for name in (entry.name, *entry.aliases):
-                other = self._names.get(name)
-                if other is not None and other is not entry:
-                    raise CatalogueError(f"model name '{name}' is used by both {other.path} and {entry.path}")
-                self._names[name] = entry
+            self._add(entry)
+        for entry in found:
+            self.add(entry)
+
+    def _add(self, entry: ModelEntry) -> None:
+        for name in (entry.name, *entry.aliases):
+            other = self._names.get(name)
+            if other is not None and other is not entry:
+                raise CatalogueError(f"model name '{name}' is used by both {other.path} and {entry.path}")
+        self.entries[entry.name] = entry
+        for name in (entry.name, *entry.aliases):
+            self._names[name] = entry
+            folded = name.casefold()
+            self._folded[folded] = entry if self._folded.get(folded, entry) is entry else None
+
+    def add(self, entry: ModelEntry) -> bool:
+        """A model found or pulled while the catalogue stands: False (and nothing added) when one
+        of its names is taken already."""
+        if any(name in self._names for name in (entry.name, *entry.aliases)):
+            return False
+        self._add(entry)
+        return True
 
     def __iter__(self) -> Iterator[ModelEntry]:
         return iter(self.entries.values())
@@ -83,23 +109,33 @@ class Catalogue:
         entry = self._names.get(name)
         if entry is None and name.endswith(LATEST_TAG):
             entry = self._names.get(name[:-len(LATEST_TAG)])
+        if entry is None and ":" not in name.rsplit("/", 1)[-1]:      # Ollama's store names `x` as `x:latest`
+            entry = self._names.get(name + LATEST_TAG)
+        if entry is None:
+            entry = self._folded.get(name.casefold())
         return entry
 
     def find(self, name: str | None) -> ModelEntry | None:
         """The entry a request's `model` names; None for a name there is not. With one model
         and no name, that model; with one model served as today's server, any name."""
-        if self.any_name or (not name and len(self.entries) == 1):
+        entry = self.exact(name) if name else None
+        if entry is None and (self.any_name or (not name and len(self.entries) == 1)):
             return next(iter(self.entries.values()))
-        return self.exact(name) if name else None
+        return entry
 
 
-def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogue:
+def read_catalogue(settings: Settings, demo_path: Callable[[], str], found: list[ModelEntry] = (),
+                   pulled: list[ModelEntry] = ()) -> Catalogue:
+    """The configured models (--model, `pulled` by --hf, tables, --models-dir), then `found`
+    (discovery's). With nothing configured and something found, the found models are served
+    and the demo model is not fetched. --model or one --hf alone is the one-model server."""
     if settings.mmproj and not settings.model and (settings.models or settings.models_dir):
         raise CatalogueError("--mmproj is --model's vision projector; with --models-dir or [models.NAME] tables, "
                              "give each model its own (mmproj in its table, or an mmproj*.gguf named after it)")
     entries: list[ModelEntry] = []
     if settings.model:
         entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model))
+    entries += [e for e in pulled if e.name not in {x.name for x in entries}]
     for name, table in settings.models.items():
         entries.append(config_entry(name, table))
     if settings.models_dir:
@@ -109,6 +145,8 @@ def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogu
                     if e.name not in taken and os.path.realpath(e.path) not in known]
         if not entries:
             raise CatalogueError(f"--models-dir {settings.models_dir} holds no *.gguf files")
+    if not entries and found:
+        return Catalogue([], found=list(found))
     if not entries:
         path = demo_path()
         return Catalogue([ModelEntry(settings.model_id or Path(path).stem, path, source="demo")], any_name=True)
@@ -117,8 +155,10 @@ def read_catalogue(settings: Settings, demo_path: Callable[[], str]) -> Catalogu
         if syntax and syntax not in FAMILY_NAMES:
             raise CatalogueError(f"model '{entry.name}': unknown tool-syntax '{syntax}'; choose from "
                                  f"{', '.join(sorted(FAMILY_NAMES))}")
-    alone = bool(settings.model) and not settings.models and not settings.models_dir
-    return Catalogue(entries, any_name=alone)
+    alone = len(entries) == 1 and bool(settings.model or pulled) and not settings.models and not settings.models_dir
+    if alone and settings.keep_alive is None:     # --model's stays for good; the found ones go idle as usual
+        found = [dataclasses.replace(e, overrides=e.overrides + (("keep_alive", DEFAULT_KEEP_ALIVE),)) for e in found]
+    return Catalogue(entries, any_name=alone, found=list(found))
 
 
 def config_entry(name: str, table: dict) -> ModelEntry:

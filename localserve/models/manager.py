@@ -36,7 +36,7 @@ from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
 from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
-from .catalogue import Catalogue
+from .catalogue import Catalogue, ModelEntry
 from .context_size import wanted_context
 from .errors import BadModelRequest, ModelBusy, ModelError, UnknownModel
 from .footprint import estimate_bytes
@@ -62,6 +62,7 @@ class ModelManager:
         self.pinned = catalogue.any_name and settings.keep_alive is None
         default = KEEP_ALIVE_NEVER if catalogue.any_name else DEFAULT_KEEP_ALIVE
         server_keep = settings.keep_alive if settings.keep_alive is not None else default
+        self.server_keep = settings.keep_alive if settings.keep_alive is not None else DEFAULT_KEEP_ALIVE
         self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
@@ -136,6 +137,14 @@ class ModelManager:
             with self.load_lock:
                 if self._unload(record, "request"):
                     return UNLOADED
+
+    def add(self, entry: ModelEntry) -> Record | None:
+        """A model pulled while the server runs joins the catalogue (None: one of its names is taken)."""
+        with self.cond:
+            if not self.catalogue.add(entry):
+                return None
+            record = self.records[entry.name] = Record(entry, dict(entry.overrides).get("keep_alive", self.server_keep))
+            return record
 
     def loaded_models(self) -> list[LoadedModel]:
         """For the app and its metrics: the models themselves."""

@@ -96,7 +96,7 @@ export async function refreshStatus() {
     noteRecentSpeed(rateSum, rateCount);
     fillTable("models-table", (models.data || []).map((m) => [m.id, m.state || "loaded",
       ...modelDetails(m.details), m.meta && m.meta.n_ctx ? m.meta.n_ctx : "–",
-      m.meta && m.meta.slots ? m.meta.slots : "–"]));
+      m.meta && m.meta.slots ? m.meta.slots : "–", m.source || "–"]));
     fillTable("slots-table", slotList.map((s) => [slotName(s.model, s.id), stateCell(s.busy, s.job),
       ...jobCells(s.job), s.cached_tokens ?? "–"]));
     const parked = (slots.parked || []).map((p) => Object.assign({ model: "" }, p));

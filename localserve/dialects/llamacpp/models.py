@@ -45,6 +45,7 @@ def models_sse(services: Services, exchange: Exchange) -> None:
 
     def changes() -> Iterator[object]:
         seen, quiet_since = states(), time.monotonic()
+        board_seq, _ = services.pulls.since(0)       # POST /models' downloads from now on (llamacpp/downloads.py)
         while not services.stopping.wait(SSE_POLL_INTERVAL):
             if exchange.writer.peer_closed():
                 raise ClientGone("the /models/sse client left")
@@ -53,7 +54,9 @@ def models_sse(services: Services, exchange: Exchange) -> None:
             seen = now
             for name, (state, error) in changed:
                 yield status_event(name, state, error)
-            if changed:
+            board_seq, pulled = services.pulls.since(board_seq)
+            yield from pulled
+            if changed or pulled:
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since >= SSE_KEEPALIVE:
                 quiet_since = time.monotonic()

@@ -24,6 +24,7 @@ from .messages import read_chat, read_messages
 from .names import catalogue_name, requested_name
 from .options import Options, read_options, read_stream, read_think, renamed
 from .replies import Answer, NdjsonLines
+from .stored import apply_stored
 from .truncation import newest_that_fit
 
 if TYPE_CHECKING:
@@ -31,9 +32,10 @@ if TYPE_CHECKING:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    services.ready()
+    models = services.ready()
     body = exchange.json()
     answer = Answer(requested_name(body), chat=True)
+    apply_stored(models, body, chat=True)
     think, level = read_think(body)
     if not body.get("messages"):
         if body.get("messages") not in (None, []):

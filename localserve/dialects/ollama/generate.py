@@ -32,6 +32,7 @@ from .messages import read_chat, read_images
 from .names import requested_name
 from .options import Options, read_format, read_stream, read_think
 from .replies import Answer
+from .stored import apply_stored
 
 if TYPE_CHECKING:
     from ...models.served import ServedModel
@@ -40,9 +41,10 @@ log = logging.getLogger("localserve.dialects")
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    services.ready()
+    models = services.ready()
     body = exchange.json()
     answer = Answer(requested_name(body), chat=False)
+    apply_stored(models, body, chat=False)
     think, level = read_think(body)
     prompt = read_str(body, "prompt", "")
     suffix = read_str(body, "suffix", "")

@@ -1,41 +1,87 @@
 """POST /api/pull, /api/push, /api/create, /api/copy and DELETE /api/delete.
 
-This daemon serves its local catalogue (--model, --models-dir, [models.NAME]) and never
-fetches or writes models. A pull of a model the catalogue has succeeds at once (streamed as
-Ollama streams its progress, unless `stream` is false), so clients that pull before they chat
-work unchanged; everything that would need the network or write a model is a clear 400.
+A pull of a model the catalogue has succeeds at once (streamed as Ollama streams its
+progress, unless `stream` is false), so clients that pull before they chat work unchanged.
+A pull of a Hub name (`hf.co/org/repo:quant`, `org/repo:quant`) fetches it from the Hugging
+Face Hub, or $HF_ENDPOINT, into the Hugging Face cache (models/hub/), then serves it: Ollama's
+progress lines (`pulling manifest`, `pulling <digest>` with `digest`, `total`, `completed`,
+`verifying sha256 digest`, `writing manifest`, `success`). A bad name, a repo or quant not
+there, a gated repo are errors before the stream; a failure during it is an `{"error"}` line.
+A client that leaves stops the download (once no other pull wants the file; the partial file
+is kept for the next pull). Ollama's own registry is not reached; push, create, copy and
+delete are a clear 400: this server never writes or removes models.
 """
 
 from __future__ import annotations
 
 import orjson
 
-from ...errors import ApiError, shown
+from ...errors import ApiError, ClientGone, shown
+from ...models.hub.errors import HubError
+from ...models.hub.names import is_hub_name
 from ..exchange import Exchange
 from ..fields import read_bool
+from ..pulls import api_error, prepare, progress
 from ..services import Services
 from .names import catalogue_name, requested_name
 
 NDJSON = "application/x-ndjson"
-LOCAL_ONLY = "this server (localserve) serves its local model catalogue only and never downloads or writes models"
+LOCAL_ONLY = "this server (localserve) never writes or removes models"
+HUB_ONLY = ("it pulls from the Hugging Face Hub only (hf.co/org/repo[:quant]), never from Ollama's registry")
 
 
 def pull(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     body = exchange.json()
     name = requested_name(body)
-    if models.catalogue.exact(name) is None:
-        raise ApiError(404, f"model '{shown(name)}' is not in the catalogue; {LOCAL_ONLY} "
+    stream = read_bool(body, "stream", default=True)
+    if models.catalogue.exact(name) is not None:
+        done = [{"status": "pulling manifest"}, {"status": "success"}]
+        send_whole(exchange, done, stream)
+        return
+    if not is_hub_name(name):
+        raise ApiError(404, f"model '{shown(name)}' is not in the catalogue and {HUB_ONLY} "
                             f"(it serves {', '.join(models.catalogue.names())})", code="model_not_found")
-    statuses = [{"status": "pulling manifest"}, {"status": "success"}]
-    if read_bool(body, "stream", default=True):
+    events = progress(prepare(name), models)
+    try:
+        if stream:
+            stream_progress(exchange, events)
+        else:
+            for _ in events:
+                if exchange.writer.peer_closed():
+                    raise ClientGone("the /api/pull client left")
+            exchange.send_json({"status": "success"})
+    except (HubError, OSError) as exc:
+        error = api_error(exc) if isinstance(exc, HubError) else \
+            ApiError(500, f"the pull failed writing the cache: {exc.strerror or exc}", code="pull_failed")
+        if not exchange.stream_open:
+            raise error from None
+        exchange.writer.stream(orjson.dumps({"error": error.message}) + b"\n")
+        exchange.writer.end_stream()
+    finally:
+        events.close()
+
+
+def stream_progress(exchange: Exchange, events) -> None:
+    exchange.writer.start_stream(content_type=NDJSON)
+    exchange.stream_open = True
+    for event in events:
+        line = {"status": event.status}
+        if event.digest is not None:
+            line.update(digest=event.digest, total=event.total, completed=event.completed)
+        exchange.writer.stream(orjson.dumps(line) + b"\n")
+    exchange.writer.end_stream()
+
+
+def send_whole(exchange: Exchange, statuses: list[dict], stream: bool) -> None:
+    if stream:
         exchange.writer.send(200, b"".join(orjson.dumps(s) + b"\n" for s in statuses), content_type=NDJSON)
     else:
         exchange.send_json(statuses[-1])
 
 
 def refused(action: str, services: Services, exchange: Exchange) -> None:
-    """A write or a download (`action`: push, create, copy): this server does neither."""
+    """A write (`action`: push, create, copy): this server does none."""
     services.ready()
     raise ApiError(400, f"{action} is not available: {LOCAL_ONLY}", code="not_supported")
 

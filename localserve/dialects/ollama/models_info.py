@@ -13,6 +13,8 @@ import hashlib
 import os
 from typing import TYPE_CHECKING
 
+import orjson
+
 from ...errors import ApiError
 from ...models.facts import ModelFacts, facts_of
 from ...settings import Settings
@@ -64,23 +66,28 @@ def facts(record: Record, settings: Settings) -> ModelFacts | None:
 def tag_entry(record: Record, settings: Settings) -> dict:
     path = record.entry.path
     return {"name": tagged(record.name), "model": tagged(record.name), "modified_at": modified_at(path),
-            "size": file_size(path), "digest": digest(path), "details": details(facts(record, settings))}
+            "size": file_size(path), "digest": digest(path), "details": details(facts(record, settings)),
+            "source": record.entry.source}
 
 
 def show_body(record: Record, found: ModelFacts | None) -> dict:
     if found is None:
         raise ApiError(500, f"model '{record.name}': {os.path.basename(record.entry.path)} has no GGUF header "
                             f"this server can read", code="model_unreadable")
-    return {
+    stored = record.entry.defaults
+    body = {
         "license": "",
         "modelfile": f"# served by localserve from its catalogue\nFROM {os.path.basename(record.entry.path)}\n",
-        "parameters": parameters({"num_ctx": served_context(record, found)}),
+        "parameters": parameters({"num_ctx": served_context(record, found), **dict(stored.options if stored else ())}),
         "template": shown_template(found),
         "details": details(found),
         "model_info": model_info(record, found),
         "capabilities": list(found.capabilities),
         "modified_at": modified_at(record.entry.path),
     }
+    if stored is not None and stored.system:     # the system prompt Ollama's store keeps with the model
+        body["system"] = stored.system
+    return body
 
 
 def served_context(record: Record, found: ModelFacts) -> int:
@@ -91,7 +98,13 @@ def served_context(record: Record, found: ModelFacts) -> int:
 
 def parameters(values: dict) -> str:
     """Ollama's `parameters` text: a line per parameter, its name padded, its value as Go's %#v."""
-    return "\n".join(f"{name:<{PARAMETER_NAME_WIDTH}} {value}" for name, value in values.items())
+    return "\n".join(f"{name:<{PARAMETER_NAME_WIDTH}} {shown_value(item)}" for name, value in values.items()
+                     for item in (value if isinstance(value, list) else [value]))
+
+
+def shown_value(value: object) -> str:
+    """A string quoted (as Go's %#v shows a stop string), a number as it is."""
+    return orjson.dumps(value).decode() if isinstance(value, str) else str(value)
 
 
 def shown_template(found: ModelFacts) -> str:

@@ -1,0 +1,1 @@
+"""Models already on disk in other tools' stores (sources.py: which stores, in what order)."""

@@ -1,0 +1,51 @@
+"""LM Studio's models folder: `~/.lmstudio/models/<publisher>/<repo>/*.gguf` (before LM Studio
+0.3: `~/.cache/lm-studio/models/`), the Hub's repos as LM Studio downloads them. Named as the
+Hub names them (`publisher/repo:QUANT`), and as LM Studio's own API listed them, by their path
+(`publisher/repo/file.gguf`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from ..catalogue import ModelEntry
+from ..hf_layout import snapshot_files
+from .repo_models import repo_entries
+
+log = logging.getLogger("localserve.models")
+
+SOURCE = "lmstudio"
+
+
+def roots(environ: dict[str, str]) -> list[Path]:
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    return [home / ".lmstudio" / "models", home / ".cache" / "lm-studio" / "models"]
+
+
+def discover(environ: dict[str, str]) -> list[ModelEntry]:
+    entries: list[ModelEntry] = []
+    for root in roots(environ):
+        if root.is_dir():
+            entries += scan(root)
+    return entries
+
+
+def scan(root: Path) -> list[ModelEntry]:
+    entries: list[ModelEntry] = []
+    for publisher in sorted(p for p in root.iterdir() if p.is_dir()):
+        try:
+            repos = sorted(p for p in publisher.iterdir() if p.is_dir())
+        except OSError as exc:
+            log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, publisher, exc)
+            continue
+        for repo in repos:
+            repo_id = f"{publisher.name}/{repo.name}"
+            try:
+                files = snapshot_files(repo)
+            except OSError as exc:
+                log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, repo, exc)
+                continue
+            entries += repo_entries(repo_id, repo, files, SOURCE, str(root),
+                                    extra_aliases=lambda path, r=repo_id: (f"{r}/{path}",))
+    return entries

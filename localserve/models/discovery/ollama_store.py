@@ -1,0 +1,147 @@
+"""Ollama's store: `$OLLAMA_MODELS`, else `~/.ollama/models` (and the Linux service's
+`/usr/share/ollama/.ollama/models`).
+
+    manifests/<host>/<namespace>/<model>/<tag>    an OCI manifest: a config and layers by digest
+    blobs/sha256-<hex>                            each layer's bytes
+
+Layers read (Ollama's server/images.go): `application/vnd.ollama.image.model` the GGUF,
+`…image.projector` its projector, `…image.system` the system prompt, `…image.params` the
+options (JSON; `num_ctx` becomes the model's context, the rest defaults under each request's
+options: defaults.py). `…image.template` is a Go template this server cannot run: the GGUF's
+own chat template is used. A model with an adapter, or whose model layer is not a GGUF (Ollama's
+newer tensor formats), is skipped with a log line. Names as Ollama shows them
+(types/model/name.go DisplayShortest): `llama3.2:latest` for registry.ollama.ai/library,
+`namespace/model:tag` for its other namespaces, `host/namespace/model:tag` for other hosts
+(`hf.co/org/repo:Q4_K_M`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+from ..catalogue import ModelEntry
+from ..defaults import ModelDefaults
+
+log = logging.getLogger("localserve.models")
+
+SOURCE = "ollama"
+DEFAULT_HOST = "registry.ollama.ai"
+DEFAULT_NAMESPACE = "library"
+SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
+MEDIA = "application/vnd.ollama.image."
+DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})$")
+MAX_MANIFEST_BYTES = 1 << 20       # a manifest lists a few layers: a few kB
+MAX_TEXT_LAYER_BYTES = 1 << 20     # a system prompt or a params object
+GGUF_MAGIC = b"GGUF"
+
+
+def stores(environ: dict[str, str]) -> list[Path]:
+    if environ.get("OLLAMA_MODELS"):
+        return [Path(os.path.expanduser(environ["OLLAMA_MODELS"]))]
+    home = Path(environ.get("HOME") or os.path.expanduser("~"))
+    return [home / ".ollama" / "models", SERVICE_STORE]
+
+
+def discover(environ: dict[str, str]) -> list[ModelEntry]:
+    entries: list[ModelEntry] = []
+    for store in stores(environ):
+        manifests = store / "manifests"
+        if manifests.is_dir():
+            for path in sorted(manifests.glob("*/*/*/*")):
+                entry = read_model(store, path)
+                if entry is not None:
+                    entries.append(entry)
+    return entries
+
+
+def display_name(host: str, namespace: str, model: str, tag: str) -> str:
+    if host.lower() != DEFAULT_HOST:
+        return f"{host}/{namespace}/{model}:{tag}"
+    if namespace.lower() != DEFAULT_NAMESPACE:
+        return f"{namespace}/{model}:{tag}"
+    return f"{model}:{tag}"
+
+
+class Skip(Exception):
+    """Why a manifest gives no model (logged once)."""
+
+
+def read_model(store: Path, manifest: Path) -> ModelEntry | None:
+    if not manifest.is_file():
+        return None
+    host, namespace, model, tag = manifest.relative_to(store / "manifests").parts
+    name = display_name(host, namespace, model, tag)
+    try:
+        layers = read_layers(store, manifest)
+        return entry_of(store, name, layers)
+    except Skip as exc:
+        log.warning("discovery: %s '%s': %s; skipped", SOURCE, name, exc)
+    except OSError as exc:
+        log.warning("discovery: %s '%s': cannot read %s: %s; skipped", SOURCE, name, exc.filename or manifest,
+                    exc.strerror or exc)
+    return None
+
+
+def read_layers(store: Path, manifest: Path) -> dict[str, list[Path]]:
+    """{media type less Ollama's prefix: [blob paths]}."""
+    if manifest.stat().st_size > MAX_MANIFEST_BYTES:
+        raise Skip(f"its manifest {manifest} is too large to be one")
+    try:
+        body = json.loads(manifest.read_bytes())
+        layers = body["layers"]
+        if not isinstance(layers, list):
+            raise TypeError("layers is not a list")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Skip(f"its manifest {manifest} is not Ollama's ({exc})") from None
+    found: dict[str, list[Path]] = {}
+    for layer in layers:
+        media = layer.get("mediaType") if isinstance(layer, dict) else None
+        digest = DIGEST.match(str(layer.get("digest"))) if isinstance(layer, dict) else None
+        if not isinstance(media, str) or not media.startswith(MEDIA) or digest is None:
+            continue
+        found.setdefault(media[len(MEDIA):], []).append(store / "blobs" / f"sha256-{digest.group(1).lower()}")
+    return found
+
+
+def entry_of(store: Path, name: str, layers: dict[str, list[Path]]) -> ModelEntry:
+    if "model" not in layers:
+        raise Skip("it has no GGUF model layer (a format only Ollama's own engine runs)")
+    if "adapter" in layers:
+        raise Skip("it applies an adapter (LoRA), which this server does not")
+    path = layers["model"][0]
+    with open(path, "rb") as f:
+        if f.read(4) != GGUF_MAGIC:
+            raise Skip(f"its model layer {path} is not a GGUF file")
+    projector = layers.get("projector", [None])[0]
+    if projector is not None and not os.access(projector, os.R_OK):
+        raise Skip(f"its projector layer {projector} is missing or unreadable")
+    system = read_text(layers["system"][-1]) if "system" in layers else None
+    params = read_params(layers["params"][-1]) if "params" in layers else {}
+    overrides: tuple[tuple[str, object], ...] = (("mmproj", str(projector) if projector else None),)
+    num_ctx = params.pop("num_ctx", None)
+    if isinstance(num_ctx, int) and not isinstance(num_ctx, bool) and num_ctx > 0:
+        overrides += (("ctx_size", num_ctx),)
+    defaults = ModelDefaults(system, tuple(sorted(params.items()))) if system or params else None
+    return ModelEntry(name, str(path), (), overrides, SOURCE, str(store), defaults)
+
+
+def read_text(path: Path) -> str:
+    if path.stat().st_size > MAX_TEXT_LAYER_BYTES:
+        raise Skip(f"its system layer {path} is too large")
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def read_params(path: Path) -> dict:
+    if path.stat().st_size > MAX_TEXT_LAYER_BYTES:
+        raise Skip(f"its params layer {path} is too large")
+    try:
+        params = json.loads(path.read_bytes())
+    except ValueError as exc:
+        raise Skip(f"its params layer {path} is not JSON ({exc})") from None
+    if not isinstance(params, dict):
+        raise Skip(f"its params layer {path} is not a JSON object")
+    return params
