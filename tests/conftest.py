@@ -21,6 +21,11 @@ from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
 
+# Every server a test starts finds no models in the tester's own Ollama, Hugging Face, LM Studio or
+# llama.cpp stores (models/discovery/): what it lists must not depend on the machine. The tests of
+# discovery and pulls build their stores in a temporary home and turn it back on there.
+os.environ["LOCALSERVE_NO_DISCOVER"] = "1"
+
 
 def free_port() -> int:
     with socket.socket() as sock:

@@ -54,7 +54,8 @@ def home(tmp_path_factory, tiny_model):
 
 
 def home_env(home) -> dict[str, str]:
-    return {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_DATA_HOME": str(home / "data")}
+    return {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_DATA_HOME": str(home / "data"),
+            "LOCALSERVE_NO_DISCOVER": "0"}     # conftest turns discovery off for every other server
 
 
 @pytest.fixture(scope="module")

@@ -53,7 +53,8 @@ def home(tmp_path_factory):
 
 def env_for(home, mirror, **extra) -> dict[str, str]:
     return {"HOME": str(home), "XDG_CACHE_HOME": str(home / ".cache"), "XDG_DATA_HOME": str(home / "data"),
-            "HF_ENDPOINT": mirror.endpoint, "HF_TOKEN": "", "HF_HUB_OFFLINE": "", **extra}
+            "HF_ENDPOINT": mirror.endpoint, "HF_TOKEN": "", "HF_HUB_OFFLINE": "",
+            "LOCALSERVE_NO_DISCOVER": "0", **extra}
 
 
 @pytest.fixture(scope="module")
