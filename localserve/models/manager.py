@@ -39,8 +39,10 @@ from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue
 from .context_size import wanted_context
 from .footprint import estimate_bytes
+from .load_progress import LoadProgress, load_stages
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
+from .state_feed import StateFeed
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import KEEP_ALIVE_NEVER, parse_duration
 
@@ -62,7 +64,9 @@ class ModelManager:
         self.pinned = catalogue.any_name and settings.keep_alive is None
         default = KEEP_ALIVE_NEVER if catalogue.any_name else DEFAULT_KEEP_ALIVE
         server_keep = settings.keep_alive if settings.keep_alive is not None else default
-        self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
+        self.changes = StateFeed()      # each model's state as it changes (GET /models/sse follows it)
+        self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep), self.changes)
+                        for e in catalogue}
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
         self.graveyard: list[Engine] = []    # unloaded engines an abandoned grammar sample may still be inside
@@ -154,7 +158,7 @@ class ModelManager:
         """--preload and the one --model: load now; LoadFailed as it came."""
         record = self.find(name)
         with self.cond:
-            record.state = LOADING
+            record.enter(LOADING)
             attempt = record.attempt = Attempt()
             attempt.at_start = True
         self._load(record, attempt)
@@ -168,11 +172,13 @@ class ModelManager:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+        self.changes.close()
         if self.sweeper.is_alive():
             self.sweeper.join(timeout=5)
         for record in self.records.values():
             if record.loaded is not None:
-                loaded, record.loaded, record.state = record.loaded, None, UNLOADED
+                loaded, record.loaded = record.loaded, None
+                record.enter(UNLOADED)
                 self._free(loaded, "shutdown")
 
     # ---- loading ----------------------------------------------------------------
@@ -211,7 +217,7 @@ class ModelManager:
     def _start_load(self, record: Record, replacing: LoadedModel | None = None) -> Attempt:
         """Under cond: a loader thread for the record, with the context its waiting requests ask
         for; `replacing`: the same model loaded with less, freed first."""
-        record.state = LOADING
+        record.enter(LOADING)
         record.attempt = Attempt()
         record.n_ctx = record.wanted_context()
         record.loaded = None
@@ -269,13 +275,14 @@ class ModelManager:
     def _end_attempt(self, record: Record, attempt: Attempt, loaded: LoadedModel | None) -> None:
         with self.cond:
             if loaded is not None:
-                record.loaded, record.state, record.last_error = loaded, LOADED, None
+                record.loaded = loaded
+                record.enter(LOADED)
                 record.last_used = time.monotonic()
                 self._start_keep_alive(record, record.keep_alive)
                 self._share_threads()
             else:
-                record.state, record.n_ctx = UNLOADED, None
-                record.last_error = attempt.error.message if attempt.error else "the load failed"
+                record.n_ctx = None
+                record.enter(UNLOADED, failure=attempt.error.message if attempt.error else "the load failed")
                 self.metrics.model_loads.inc(model=record.name, outcome="failed")
                 if not attempt.at_start:      # at start the error is the one line the server exits with
                     log.error("%s", attempt.detail or record.last_error)
@@ -293,7 +300,8 @@ class ModelManager:
         self._make_room(record, need)
         watch.lap("making room")
         before = memory.rss_bytes() or 0
-        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record), watch=watch)
+        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record), watch=watch,
+                      progress=LoadProgress(load_stages(settings), record.report_progress))
         loaded.estimated_bytes = need
         loaded.measured_bytes = max(0, (memory.rss_bytes() or 0) - before)
         limit = self.settings.max_memory
@@ -337,12 +345,14 @@ class ModelManager:
         with self.cond:
             if not record.unloadable():
                 return False
-            record.state, loaded, record.loaded = UNLOADING, record.loaded, None
+            loaded, record.loaded = record.loaded, None
+            record.enter(UNLOADING)
         try:
             self._free(loaded, reason)
         finally:
             with self.cond:
-                record.state, record.expires, record.n_ctx = UNLOADED, None, None
+                record.expires, record.n_ctx = None, None
+                record.enter(UNLOADED)
                 self.cond.notify_all()
         return True
 

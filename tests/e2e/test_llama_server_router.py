@@ -1,6 +1,7 @@
 """llama-server's router API on a catalogue: GET /models with each model's status, GET /models/sse
-as models load and unload (read as Zed's llama.cpp provider reads it), /props naming its model,
-and /reranking on a reranker of the catalogue."""
+as models load and unload (read as Zed's llama.cpp provider reads it) with a load's progress,
+open streams that cost no wake-ups while nothing changes, the limit on open streams; /props
+naming its model, and /reranking on a reranker of the catalogue."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import pytest
 
 from conftest import ServerProcess
 from embedmodels import write_pooled_decoder, write_tiny_bert
+from procstat import context_switches
 from rawhttp import RawConnection, post_json, request
+
+from localserve.dialects.llamacpp.models import MAX_SSE_STREAMS
 
 ERROR_KEYS = {"code", "message", "type"}
 
@@ -87,6 +91,22 @@ class ModelEvents:
         self.conn.close()
 
 
+def open_streams(server, n: int) -> list[RawConnection]:
+    """n /models/sse streams whose heads have come (nothing more is read from them)."""
+    conns = []
+    for _ in range(n):
+        conn = RawConnection(server.port, timeout=30)
+        conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.sock.recv(1)
+        if not head.startswith(b"HTTP/1.1 200"):
+            conn.close()
+            raise AssertionError(head)
+        conns.append(conn)
+    return conns
+
+
 def test_the_listing_has_each_models_status_and_modalities(router):
     data = get(router, "/models").json()["data"]
     assert {m["id"] for m in data} == {"chat", "ranker"}
@@ -119,6 +139,71 @@ def test_the_event_stream_follows_loads_and_unloads(router):
         assert kinds.index("loaded") < kinds.index("unloaded")
     finally:
         events.close()
+
+
+def test_a_load_reports_its_progress_then_loaded(router):
+    post(router, "/models/unload", {"model": "chat"})      # loaded by an earlier test, perhaps
+    events = ModelEvents(router)
+    try:
+        assert post(router, "/models/load", {"model": "chat"}).status == 200
+        events.wait_for("chat", "loaded")
+        mine = [e["data"] for e in events.events if e["model"] == "chat"]
+        progress = [d["progress"] for d in mine if "progress" in d]
+        assert {d["status"] for d in mine if "progress" in d} == {"loading"}
+        assert progress[0] == {"stages": ["text_model"], "current": "text_model", "value": 0.0}
+        assert progress[-1]["value"] == 1.0
+        values = [p["value"] for p in progress]
+        assert values == sorted(values)
+        assert mine.index({"status": "loading"}) < mine.index({"status": "loading", "progress": progress[0]})
+        assert mine[-1] == {"status": "loaded"}
+    finally:
+        events.close()
+        post(router, "/models/unload", {"model": "chat"})
+
+
+def test_open_streams_sleep_until_a_change(router):
+    """32 streams open and nothing changing: the server hardly wakes (each stream looked at its
+    model table 4 times a second: 384 wake-ups in 3 s); a change still reaches each at once."""
+    post(router, "/models/unload", {"model": "ranker"})
+    conns = open_streams(router, 32)
+    try:
+        time.sleep(0.5)
+        before = context_switches(router.proc.pid)
+        time.sleep(3)
+        woken = context_switches(router.proc.pid) - before
+        assert woken < 300, woken         # an idle server alone: under 300 in 3 s (test_clocks.py)
+        assert post(router, "/models/load", {"model": "ranker"}).status == 200
+        for conn in conns:
+            conn.sock.settimeout(10)
+            seen = b""
+            while b'"loaded"' not in seen:
+                seen += conn.sock.recv(65536)
+    finally:
+        for conn in conns:
+            conn.close()
+        post(router, "/models/unload", {"model": "ranker"})
+
+
+def test_streams_past_the_limit_are_a_503_in_llama_servers_shape(router):
+    conns = open_streams(router, MAX_SSE_STREAMS)
+    try:
+        refused = get(router, "/models/sse")
+        assert refused.status == 503 and refused.header("retry-after") == "5"
+        error = refused.json()["error"]
+        assert error["code"] == 503 and error["type"] == "unavailable_error" and "/models/sse" in error["message"]
+        assert get(router, "/models").status == 200          # the rest of the server serves on
+        conns.pop().close()
+        deadline = time.monotonic() + 15      # the server sees the client gone at its next look
+        while True:
+            try:
+                conns += open_streams(router, 1)
+                break
+            except AssertionError:
+                assert time.monotonic() < deadline, "a closed stream never gave its place back"
+                time.sleep(0.5)
+    finally:
+        for conn in conns:
+            conn.close()
 
 
 def test_reranking_is_rerank(router):
