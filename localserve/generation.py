@@ -138,6 +138,9 @@ class GenerationRequest:
     client: str | None = None
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
     images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
+    # llama-server's id_slot: the job runs in this slot (modulo the slots there are), waiting for
+    # it while it is busy; it neither parks another job nor is parked (runtime/preempt.py)
+    slot_id: int | None = None
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -218,6 +221,7 @@ class GenerationOutput:
     logprobs: list[dict] | None = None
     timings: Timings = field(default_factory=Timings)
     token_ids: list[int] = field(default_factory=list)     # the tokens generated (llama-server's return_tokens)
+    slot_id: int = -1                # the slot it ran in (-1: none, it never started)
 
 
 @dataclass

@@ -399,7 +399,7 @@ MUTANTS = [
            "                pass\n",
            ("tests/e2e/test_llama_server_router.py::test_the_event_stream_follows_loads_and_unloads",)),
     Mutant("/models/sse streams poll", "localserve/dialects/llamacpp/models.py",
-           "SSE_CLIENT_CHECK = 5.0 ", "SSE_CLIENT_CHECK = 0.25 ",
+           "SSE_CLIENT_CHECK = 2.0 ", "SSE_CLIENT_CHECK = 0.25 ",
            ("tests/e2e/test_llama_server_router.py::test_open_streams_sleep_until_a_change",)),
     Mutant("/models/sse streams unbounded", "localserve/dialects/llamacpp/models.py",
            "            if self.open >= self.limit:", "            if False:",

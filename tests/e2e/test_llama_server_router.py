@@ -16,7 +16,7 @@ from embedmodels import write_pooled_decoder, write_tiny_bert
 from procstat import context_switches
 from rawhttp import RawConnection, post_json, request
 
-from localserve.dialects.llamacpp.models import MAX_SSE_STREAMS
+from localserve.dialects.llamacpp.models import MAX_SSE_STREAMS, SSE_CLIENT_CHECK
 
 ERROR_KEYS = {"code", "message", "type"}
 
@@ -53,13 +53,7 @@ class ModelEvents:
     comments and blank lines skipped."""
 
     def __init__(self, server):
-        self.conn = RawConnection(server.port, timeout=30)
-        self.conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
-                       b"Authorization: Bearer none\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.conn.sock.recv(1)
-        assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
+        self.conn = stream(server, b"Accept: text/event-stream\r\nAuthorization: Bearer none\r\n")
         self.events: list[dict] = []
         self.text = b""
         self.partial = b""
@@ -91,20 +85,26 @@ class ModelEvents:
         self.conn.close()
 
 
-def open_streams(server, n: int) -> list[RawConnection]:
-    """n /models/sse streams whose heads have come (nothing more is read from them)."""
-    conns = []
-    for _ in range(n):
+def stream(server, headers: bytes = b"", wait: float = 20.0) -> RawConnection:
+    """A /models/sse stream whose head has come. Streams an earlier test closed hold their places
+    until the server looks at their sockets (SSE_CLIENT_CHECK): a 503 is tried again for `wait` s."""
+    deadline = time.monotonic() + wait
+    while True:
         conn = RawConnection(server.port, timeout=30)
-        conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n" + headers + b"\r\n")
         head = b""
         while b"\r\n\r\n" not in head:
             head += conn.sock.recv(1)
-        if not head.startswith(b"HTTP/1.1 200"):
-            conn.close()
-            raise AssertionError(head)
-        conns.append(conn)
-    return conns
+        if head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head:
+            return conn
+        conn.close()
+        assert head.startswith(b"HTTP/1.1 503") and time.monotonic() < deadline, head
+        time.sleep(0.25)
+
+
+def open_streams(server, n: int) -> list[RawConnection]:
+    """n /models/sse streams whose heads have come (nothing more is read from them)."""
+    return [stream(server) for _ in range(n)]
 
 
 def test_the_listing_has_each_models_status_and_modalities(router):
@@ -193,14 +193,7 @@ def test_streams_past_the_limit_are_a_503_in_llama_servers_shape(router):
         assert error["code"] == 503 and error["type"] == "unavailable_error" and "/models/sse" in error["message"]
         assert get(router, "/models").status == 200          # the rest of the server serves on
         conns.pop().close()
-        deadline = time.monotonic() + 15      # the server sees the client gone at its next look
-        while True:
-            try:
-                conns += open_streams(router, 1)
-                break
-            except AssertionError:
-                assert time.monotonic() < deadline, "a closed stream never gave its place back"
-                time.sleep(0.5)
+        conns.append(stream(router, wait=SSE_CLIENT_CHECK + 10))    # its place, once the server looked
     finally:
         for conn in conns:
             conn.close()

@@ -30,7 +30,7 @@ from .errors import LLAMA_ERRORS, llama_error_body
 MAX_SSE_STREAMS = 64         # /models/sse streams open at once (each holds a connection thread)
 SSE_RETRY_AFTER = 5          # seconds, on the 503 past MAX_SSE_STREAMS
 SSE_KEEPALIVE = 15.0         # seconds of quiet before a comment line (proxies drop silent streams)
-SSE_CLIENT_CHECK = 5.0       # seconds of quiet between two looks at whether the client is still there
+SSE_CLIENT_CHECK = 2.0       # seconds of quiet between two looks at whether the client is still there
 
 
 def add_routes(table: RouteTable, services: Services) -> None:
