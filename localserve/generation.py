@@ -141,6 +141,9 @@ class GenerationRequest:
     # llama-server's id_slot: the job runs in this slot (modulo the slots there are), waiting for
     # it while it is busy; it neither parks another job nor is parked (runtime/preempt.py)
     slot_id: int | None = None
+    # Ollama's shift: at the context's end the job keeps its first `context_shift` tokens, drops
+    # half of the rest and goes on (runtime/context_shift.py); None: it stops there ("length")
+    context_shift: int | None = None
 
 
 # ---- events, one queue per job -------------------------------------------------

@@ -109,6 +109,12 @@ class Job:
         self.n_past += 1
         self.reached_choice()
 
+    def dropped(self, keep: int, n: int) -> None:
+        """Its sequence lost the n tokens after its first `keep`, the rest moved back n positions
+        (a context shift: context_shift.py)."""
+        del self.slot.tokens[keep:keep + n]
+        self.n_past -= n
+
     def chose(self, token: int) -> None:
         """The token it decodes in the next step."""
         self.next_token = token

@@ -21,6 +21,7 @@ from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailu
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
 from .admission import Admission
+from .context_shift import at_context_end, shift_context
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .images import ImageWork
 from .jobs import Job, Slot
@@ -314,6 +315,8 @@ class Runtime(Admission):
                 if draft and job.drafts is not None:      # a job that finishes on this token reports this draft
                     job.drafts.verifying(len(draft), accepted)
                 had_grammar = job.sampler.has_grammar
+                if at_context_end(job, self.engine.n_ctx_seq):     # Ollama's shift: room for it to go on
+                    shift_context(job, self.engine, self.kv.checkpoints)
                 events, reason = take_token(job, token, entry, self.engine)
                 for event in events:
                     self._emit(job.gen, event)

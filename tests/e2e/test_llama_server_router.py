@@ -187,7 +187,7 @@ def test_open_streams_sleep_until_a_change(router):
 def test_streams_past_the_limit_are_a_503_in_llama_servers_shape(router):
     conns = open_streams(router, MAX_SSE_STREAMS)
     try:
-        refused = get(router, "/models/sse")
+        refused = request(router.port, b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n\r\n", timeout=10)
         assert refused.status == 503 and refused.header("retry-after") == "5"
         error = refused.json()["error"]
         assert error["code"] == 503 and error["type"] == "unavailable_error" and "/models/sse" in error["message"]
