@@ -25,12 +25,12 @@ from ..prompt.fim import ExtraFile, FimInput
 from .exchange import Exchange, RouteTable
 from .fields import invalid, kind_of, read_bool, read_int, read_sampling, read_stop, read_str
 from .fim import fills_the_middle, fim_prompt
-from .pump import PREFILL_COMMENT, sse
+from .pump import PREFILL_COMMENT, StreamShape, sse
 from .request_cycle import Reply, serve_generation
 from .services import Services
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 
 # The most input_extra chunks one request may carry (llama.vim sends 16 by default, 64 at most
@@ -54,7 +54,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         plan = read_request(model.chat, model.model_id, body, exchange.request_id)
         final = InfillFinal(plan, model.model_id, model.chat)
         return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body)
@@ -214,24 +214,29 @@ def infill_timings(output: GenerationOutput) -> dict:
     }
 
 
-class InfillChunks:
-    """Runtime events → llama-server's /infill stream: content pieces, then the whole object."""
+class InfillChunks(StreamShape):
+    """Runtime events → llama-server's /infill stream: content pieces, then the whole object
+    (/completion's stream is the same, with its own pieces and error body)."""
     done = False
+    error_body = staticmethod(openai_error_body)
 
     def __init__(self, final: InfillFinal):
         self.final = final
         self.evaluated = len(final.plan.request.prompt_tokens)
 
+    def piece(self, chunk: Chunk) -> dict:
+        return {"index": 0, "content": chunk.text, "tokens": [], "stop": False, "id_slot": -1,
+                "tokens_evaluated": self.evaluated}
+
     def feed(self, event: object) -> list[bytes]:
         if isinstance(event, Chunk) and event.text and not event.reasoning:
-            return [sse({"index": 0, "content": event.text, "tokens": [], "stop": False, "id_slot": -1,
-                         "tokens_evaluated": self.evaluated})]
+            return [sse(self.piece(event))]
         if isinstance(event, Finished):
             return [sse(self.final.body(event.output, streamed=True))]
         return []
 
     def fail(self, error: ApiError) -> list[bytes]:
-        return [sse(openai_error_body(error))]
+        return [sse(self.error_body(error))]
 
     def keepalive(self) -> list[bytes]:
         return [PREFILL_COMMENT]

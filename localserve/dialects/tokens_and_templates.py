@@ -6,9 +6,8 @@ from functools import partial
 from typing import Any
 
 from ..errors import ApiError
-from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from ..prompt.build import ChatInput, ChatModel, render_prompt, tokenize_capped
 from ..prompt.media import shown_prompt
-from ..prompt.vision import fit_images
 from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
@@ -77,9 +76,9 @@ def apply_template(services: Services, exchange: Exchange) -> None:
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
-        fit_images(model.chat, chat)
+        prompt = render_prompt(model.chat, chat)
         report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}")
-        exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
+        exchange.send_json({"prompt": prompt})
 
 
 def _apply_responses_template(services: Services, exchange: Exchange, body: dict) -> None:

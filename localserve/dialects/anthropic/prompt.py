@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...conversation import Message, Text, ToolResult
-from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_shown
+from ...prompt.build import ChatInput, ChatModel, fit_images, render_prompt, tokenize_shown
 from ...prompt.messages import result_text
-from ...prompt.vision import fit_images
 from .compaction import Compact
 from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
@@ -53,13 +52,13 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     check_client raises when the client has left (between context edits, before the render)."""
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
-    fit_images(model, chat)         # before any render: count_tokens counts what /v1/messages runs
+    fit_images(model, chat)         # before the edits count: count_tokens counts what /v1/messages runs
     edit_list = read_edits(body, model.engine.n_ctx)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
         def count(messages: list[Message]) -> int:
-            text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
+            text = render_prompt(model, dataclasses.replace(chat, messages=messages))
             counted.append((messages, text, tokenize_shown(model.engine, text, messages)))
             return len(counted[-1][2])
         edits = apply_edits(edit_list, chat.messages, count, check_client)
@@ -69,7 +68,7 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     # the edits' last count may have been of the messages they left: rendered and tokenized once
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))
-    prompt = MessagesPrompt(messages_input, render_chat(model.template, chat) if text is None else text, edits,
+    prompt = MessagesPrompt(messages_input, render_prompt(model, chat) if text is None else text, edits,
                             tokens=tokens, compact=compact_edit(edit_list))
     if breakpoints and messages_input.cache_breakpoint is not None:
         prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, prompt.text)
@@ -81,7 +80,7 @@ def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str)
     the text before the mark, when the real prompt starts with it, is tokenized."""
     marked = list(chat.messages)
     marked[index] = _with_mark(chat.messages[index])
-    marked_text = render_chat(model.template, dataclasses.replace(chat, messages=marked))
+    marked_text = render_prompt(model, dataclasses.replace(chat, messages=marked))
     cut = marked_text.find(_MARK)
     if cut < 0 or not text.startswith(marked_text[:cut]):
         return 0

@@ -21,26 +21,25 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError
-from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, SamplingParams
+from ...generation import Chunk, GenerationOutput, GenerationRequest, SamplingParams
 from ...grammar.grammar import SchemaError, json_schema_grammar
 from ...prompt.build import MALFORMED_SCHEMA, ChatModel, check_fits, check_grammar, schema_problem, tokenize_to_fit
 from ..exchange import Exchange, RouteTable
 from ..failures import prompt_refusals
 from ..fields import invalid, kind_of, read_bool, read_int, read_number, read_sampling, read_stop
 from ..fim import fills_the_middle, writes_its_own_fim
-from ..infill import InfillFinal, InfillPlan, read_response_fields, read_samplers
+from ..infill import InfillChunks, InfillFinal, InfillPlan, read_response_fields, read_samplers
 from ..openai.completion_images import is_object_prompt, read_object_prompt
-from ..pump import PREFILL_COMMENT, sse
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
 from .several_prompts import serve_several
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 MAX_N_PROBS = 20         # alternatives per token (n_probs), as OpenAI's top_logprobs
 MAX_PROMPTS = 64         # prompts in one request (each is a job in the model's queue)
@@ -57,7 +56,7 @@ def handle(services: Services, exchange: Exchange) -> None:
         serve_several(services, exchange, prompts, read_one, CompletionChunks)
         return
 
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals("prompt"):
             plan = read_request(model.chat, body, prompts[0], exchange.request_id, model.settings.slots)
         final = CompletionFinal(plan, model.model_id, model.chat)
@@ -66,7 +65,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, reply)
 
 
-def read_one(model: LoadedModel, body: dict, prompt: Any, index: int, label: str) -> CompletionFinal:
+def read_one(model: ServedModel, body: dict, prompt: Any, index: int, label: str) -> CompletionFinal:
     """One of several prompts' completion object maker (several_prompts.py)."""
     return CompletionFinal(read_request(model.chat, body, prompt, label, model.settings.slots), model.model_id,
                            model.chat, index)
@@ -234,32 +233,19 @@ class CompletionFinal(InfillFinal):
         return answer
 
 
-class CompletionChunks:
-    """Runtime events → /completion's stream: content pieces, then the whole object."""
-    done = False
+class CompletionChunks(InfillChunks):
+    """Runtime events → /completion's stream: /infill's, each piece with its probabilities when asked."""
+    final: CompletionFinal
+    error_body = staticmethod(llama_error_body)
 
     def __init__(self, final: CompletionFinal):
-        self.final = final
-        request = final.plan.request
-        self.evaluated = len(request.prompt_tokens)
-        self.slot = -1 if request.slot_id is None else request.slot_id     # the slot it ran in is known at its end
+        super().__init__(final)
+        slot_id = final.plan.request.slot_id
+        self.slot = -1 if slot_id is None else slot_id      # unpinned, the slot it ran in is known at its end
 
-    def feed(self, event: object) -> list[bytes]:
-        if isinstance(event, Chunk) and event.text and not event.reasoning:
-            piece: dict[str, Any] = {"index": self.final.index, "content": event.text, "tokens": [], "stop": False,
-                                     "id_slot": self.slot, "tokens_evaluated": self.evaluated}
-            if event.logprobs:
-                piece["completion_probabilities"] = probabilities(event.logprobs, self.final.plan.post_sampling_probs)
-            return [sse(piece)]
-        if isinstance(event, Finished):
-            return [sse(self.final.body(event.output, streamed=True))]
-        return []
-
-    def fail(self, error: ApiError) -> list[bytes]:
-        return [sse(llama_error_body(error))]
-
-    def keepalive(self) -> list[bytes]:
-        return [PREFILL_COMMENT]
-
-    def end(self) -> list[bytes]:
-        return []
+    def piece(self, chunk: Chunk) -> dict:
+        piece = super().piece(chunk)
+        piece["index"], piece["id_slot"] = self.final.index, self.slot
+        if chunk.logprobs:
+            piece["completion_probabilities"] = probabilities(chunk.logprobs, self.final.plan.post_sampling_probs)
+        return piece

@@ -22,7 +22,7 @@ from ...generation import ActiveGeneration, Finished
 from ..exchange import Exchange
 from ..failures import prompt_refusals
 from ..fim import priority_client
-from ..jobs import KEEPALIVE, cancel_on_error, error_from, job_events, submit, wait_for_output
+from ..job_events import KEEPALIVE, cancel_on_error, error_from, job_events, submit, wait_for_output
 from ..loading import serve_with_model
 from ..infill import InfillFinal
 from ..pump import LOADING_COMMENT, PREFILL_COMMENT, StreamShape, pump, sse
@@ -31,10 +31,10 @@ from ..services import Services
 from .errors import llama_error_body
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 # (the model, the request's body, one prompt, its index, its label) → its completion object's maker
-ReadOne = Callable[["LoadedModel", dict, Any, int, str], InfillFinal]
+ReadOne = Callable[["ServedModel", dict, Any, int, str], InfillFinal]
 
 
 def serve_several(services: Services, exchange: Exchange, prompts: list[Any], read: ReadOne,
@@ -44,7 +44,7 @@ def serve_several(services: Services, exchange: Exchange, prompts: list[Any], re
     body = exchange.json()
     stream = wants_stream(body)
 
-    def serve(model: LoadedModel) -> None:
+    def serve(model: ServedModel) -> None:
         finals = []
         for index, prompt in enumerate(prompts):
             with prompt_refusals("prompt"):
@@ -89,7 +89,7 @@ class Jobs:
             gen.cancel(reason)
 
 
-class SeveralChunks:
+class SeveralChunks(StreamShape):
     """(index, runtime event) → each prompt's /completion lines; done once every prompt's last
     object went out, or one failed."""
 

@@ -27,7 +27,6 @@ from ...generation import GenerationRequest
 from ...prompt.build import (ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_capped,
                              tokenize_to_fit)
 from ...prompt.fim import FimInput
-from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
 from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
@@ -41,7 +40,7 @@ from .replies import Answer
 from .truncation import cut_to_fit, prompt_keep
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 log = logging.getLogger("localserve.dialects")
 
@@ -74,7 +73,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     chat = read_chat({"format": body.get("format")}, think, level, messages)
     label = f"ollama generate {exchange.request_id}"
 
-    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+    def build(model: ServedModel, options: Options) -> GenerationRequest:
         engine = model.chat.engine
         keep = prompt_keep(options.num_keep, len(engine.prompt_start))
         # a prompt too long for the context: cut in the middle with truncate and shift (truncation.py)
@@ -83,7 +82,6 @@ def handle(services: Services, exchange: Exchange) -> None:
             return fill_request(model, prompt, suffix, chat, options, label)      # an editor's: never shifted
         if raw:
             return shifting(raw_request(engine, prompt, chat, options, label, cut), shift, keep)
-        fit_images(model.chat, chat)
         return shifting(build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                            stop=options.stop, label=label, cut=cut), shift, keep)
 
@@ -108,7 +106,7 @@ def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Opt
     return request
 
 
-def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
+def fill_request(model: ServedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
                  label: str) -> GenerationRequest:
     """The model's fill-in-the-middle prompt for the text around the hole; the answer ends
     where the model would start another FIM section."""

@@ -17,7 +17,6 @@ from ...errors import ApiError
 from ..limits import MAX_PROMPT_ITEMS
 from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
-from ...prompt.vision import fit_images
 from ..failures import api_error, context_overflow
 from ..compaction import CompactionUsage
 from ..signing import seal, unseal
@@ -252,7 +251,6 @@ def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, 
 
     def build(kept: list[dict]) -> GenerationRequest:
         attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs, images))
-        fit_images(model, attempt)
         return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
 
     try:

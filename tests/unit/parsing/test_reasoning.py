@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import family_templates      # tests/family_templates.py: always there, never skipped
+from reasoning_text import split_reasoning
 from localserve.parsing.reasoning import (
-    HARMONY, REASONING_FORMATS, ReasoningSplitter, detect_reasoning, prompt_opens_reasoning,
-    split_reasoning,
+    HARMONY, REASONING_FORMATS, ReasoningFormat, ReasoningSplitter, detect_reasoning, prompt_opens_reasoning,
 )
 from localserve.parsing.tools import parse_generated_tools
 

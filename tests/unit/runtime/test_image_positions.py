@@ -31,7 +31,7 @@ def prompt_with_image(data: bytes, before=(1, 10, 11), after=(12, 13)) -> Genera
 def job_for(request: GenerationRequest, n_cached: int = 0) -> Job:
     slot = Slot(0)
     job = Job(ActiveGeneration(request), slot, sampler=None, n_cached=n_cached)
-    slot.job = job
+    job.start()
     return job
 
 
@@ -98,7 +98,7 @@ class Sequences:
     def can_extend(self, seq_id, keep):
         return True
 
-    def seq_remove(self, seq_id, start=0, end=-1):
+    def remove(self, seq_id, start=0, end=-1):
         self.cuts.append((seq_id, start, end))
         return True
 
