@@ -69,8 +69,8 @@ def parse_args() -> argparse.Namespace:
                         help="only speculative decoding's figures (bench/speculative.py)")
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
-    parser.add_argument("--scene", help="plain decoding: only the configurations whose label holds this "
-                                        "(e.g. 'n-gram')")
+    parser.add_argument("--scene", help="plain decoding (and --ollama-only): only the configurations whose label "
+                                        "holds this (e.g. 'n-gram', '/completion')")
     parser.add_argument("--busy-only", action="store_true",
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",

@@ -16,6 +16,7 @@ import json
 import statistics
 import threading
 import time
+from pathlib import Path
 from collections.abc import Callable
 
 from .client import StreamResult, post_streaming, read_stream
@@ -28,11 +29,13 @@ STREAMS = 4
 SINGLE_PAIRS_PER_ROUND = 3
 CHUNKED_END = b"\r\n0\r\n\r\n"      # the last chunk: a stream with no closing line of its own has ended
 _markers = itertools.count(1)
+_model: list[str] = []          # the model file served (its name is the model's name on /api/chat)
 
 Streamer = Callable[[int], StreamResult]     # one streamed answer from the server on this port
 
 
 def run(model: str, ban: list[int], args) -> None:
+    _model[:] = [model]
     with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size),
                        "--slots", str(STREAMS)) as server:
         rows = measure(server.port, ban, args)
@@ -54,6 +57,8 @@ def measure(port: int, ban: list[int], args) -> list[tuple]:
     chat_stream(port, "/v1/chat/completions", {**chat, "max_tokens": 8})     # warm-up
     rows = []
     for name, (openai, other) in pairs.items():
+        if args.scene and args.scene not in name.split(" : ")[0]:     # --scene /completion: that pair alone
+            continue
         rows += compare(port, name, openai, other, args.repeat)
     return rows
 
@@ -99,7 +104,8 @@ def concurrent_rate(port: int, stream: Streamer, n: int) -> float:
 def chat_stream(port: int, path: str, base: dict) -> StreamResult:
     """One streamed chat on raw sockets: when its first text came, when it ended, how many tokens."""
     ollama = path == "/api/chat"
-    body = {**base, "model": "bench", "stream": True,
+    # Ollama's routes answer 404 for a name the server does not serve: the model file's own name
+    body = {**base, "model": Path(_model[0]).stem if ollama else "bench", "stream": True,
             "messages": [{"role": "user", "content": f"[{next(_markers)}] {MESSAGE}"}]}
     if not ollama:
         body["stream_options"] = {"include_usage": True}

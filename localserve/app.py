@@ -312,7 +312,9 @@ def http_server(app: App, listener) -> HTTPServer:
 def drain(app: App, servers: list[HTTPServer], settings: Settings) -> int:
     """Stop accepting, let open requests and background runs finish (up to --drain-timeout), close."""
     systemd.notify("STOPPING=1")
-    app.services.stopping.set()     # streams with no end of their own (/models/sse) end now
+    app.services.stopping.set()     # streams with no end of their own (/models/sse) end now ...
+    if app.models is not None:      # ... woken from their wait for the models' next change
+        app.models.changes.close()
     log.info("shutting down: draining in-flight requests (up to %.0fs)", settings.drain_timeout)
     drain_started = time.monotonic()
     for each in servers:        # every address stops accepting at once (idle connections closed) ...

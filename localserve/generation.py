@@ -138,6 +138,12 @@ class GenerationRequest:
     client: str | None = None
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
     images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
+    # llama-server's id_slot: the job runs in this slot (modulo the slots there are), waiting for
+    # it while it is busy; it neither parks another job nor is parked (runtime/preempt.py)
+    slot_id: int | None = None
+    # Ollama's shift: at the context's end the job keeps its first `context_shift` tokens, drops
+    # half of the rest and goes on (runtime/context_shift.py); None: it stops there ("length")
+    context_shift: int | None = None
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -217,6 +223,7 @@ class GenerationOutput:
     logprobs: list[dict] | None = None
     timings: Timings = field(default_factory=Timings)
     token_ids: list[int] = field(default_factory=list)     # the tokens generated (llama-server's return_tokens)
+    slot_id: int = -1                # the slot it ran in (-1: none, it never started)
 
 
 @dataclass

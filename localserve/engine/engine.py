@@ -46,7 +46,8 @@ class Engine:
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
                  tensor_split: Sequence[float] | None = None, cpu_weights_mode: str = "auto",
                  draft_max: int = 0, stopwatch: Stopwatch | None = None, share_prefixes: bool = True,
-                 kv_unified: bool = False, max_threads: int | None = None, adapt_threads: bool = False):
+                 kv_unified: bool = False, max_threads: int | None = None, adapt_threads: bool = False,
+                 on_progress: Callable[[float], None] | None = None):
         watch = self.stopwatch = stopwatch or Stopwatch()     # each step's time, for the debug log
         check_model_file(path)
         self._file = key = file_facts.file_key(path)
@@ -56,6 +57,9 @@ class Engine:
         split = model_load.tensor_split(tensor_split)     # referenced until the model is loaded
         if split is not None:
             mparams.tensor_split = split
+        progress = model_load.progress_callback(on_progress)     # likewise
+        if progress is not None:
+            mparams.progress_callback = progress
         model_load.recent_native_errors.clear()
         model_load.load_messages.clear()
         model_load.capture_only.on = True
@@ -66,7 +70,7 @@ class Engine:
             watch.lap("weight plan")
             overrides = self.weight_plan.apply(mparams)     # referenced until the model is loaded
             self.model = ll.llama_model_load_from_file(path.encode(), mparams)
-            del overrides
+            del overrides, progress
         finally:
             model_load.capture_only.on = False
         watch.lap("llama.cpp load")

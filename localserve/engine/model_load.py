@@ -12,7 +12,7 @@ import logging
 import os
 import re
 import threading
-from typing import Sequence
+from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
@@ -80,6 +80,24 @@ def layer_devices() -> dict[int, str]:
         if found:
             devices[int(found.group(1))] = found.group(2)
     return devices
+
+
+def progress_callback(report: Callable[[float], None] | None):
+    """llama_model_params' progress_callback for `report` (None: none): it hears each fraction
+    of the weights read, on the loading thread. It always answers "go on": an exception in
+    `report` is logged, never a reason to abort the load."""
+    if report is None:
+        return None
+
+    @ll.llama_progress_callback
+    def callback(value, _user_data):
+        try:
+            report(float(value))
+        except Exception:
+            logging.getLogger("localserve.engine").exception("the load's progress report failed")
+        return True
+
+    return callback
 
 
 def tensor_split(proportions: Sequence[float] | None):

@@ -29,6 +29,17 @@ class Sequences:
         """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
         return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
+    def shift(self, seq_id: int, start: int, delta: int) -> None:
+        """Every position of the sequence from `start` on moves by `delta` (llama.cpp re-rotates
+        their keys at the next decode): a context shift (runtime/context_shift.py)."""
+        ll.llama_memory_seq_add(self.memory, seq_id, start, -1, delta)
+
+    @property
+    def shifts_context(self) -> bool:
+        """Whether a sequence's positions can move: not in a cache that cannot shift (M-RoPE,
+        recurrent state), nor where two sequences may own one cell (moving one would move both)."""
+        return not self._shares_cells and bool(ll.llama_memory_can_shift(self.memory))
+
     def length(self, seq_id: int) -> int:
         """Positions the sequence holds in the KV cache (its highest position + 1; 0 when empty)."""
         return ll.llama_memory_seq_pos_max(self.memory, seq_id) + 1

@@ -31,6 +31,7 @@ from ..runtime.runtime import Runtime
 from ..runtime.speculative import Speculator
 from ..settings import MAX_DEFAULT_CTX, Settings
 from .catalogue import ModelEntry
+from .load_progress import MMPROJ_MODEL, SPEC_MODEL, TEXT_MODEL, LoadProgress, load_stages
 from .served import ServedModel
 
 log = logging.getLogger("localserve.models")
@@ -104,12 +105,15 @@ class LoadedModel:
 
 
 def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads: int,
-         watch: Stopwatch | None = None) -> LoadedModel:
+         watch: Stopwatch | None = None, progress: LoadProgress | None = None) -> LoadedModel:
     """Load `entry` with `settings` (already the model's own) on `threads` cores; `watch`
-    times each step (the manager's own steps before this one on it)."""
+    times each step (the manager's own steps before this one on it); `progress` hears how far
+    each stage is (load_progress.py)."""
     started = time.perf_counter()
     watch = watch or Stopwatch()
+    progress = progress or LoadProgress(load_stages(settings), lambda *_: None)
     drafting = settings.speculative != "off"
+    progress(TEXT_MODEL, 0.0)
     try:
         engine = Engine(entry.path, n_ctx=settings.ctx_size, n_seq=settings.slots, n_batch=settings.batch_size,
                         threads=threads, n_gpu_layers=rpc.layers_to_offload(settings.n_gpu_layers, settings.rpc),
@@ -118,17 +122,22 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
                         draft_max=settings.draft_max if drafting else 0, stopwatch=watch,
                         share_prefixes=not settings.no_prefix_sharing, kv_unified=settings.kv_unified,
                         max_threads=settings.resolved_threads(),
-                        adapt_threads=settings.threads is None and not settings.no_thread_adaptation)
+                        adapt_threads=settings.threads is None and not settings.no_thread_adaptation,
+                        on_progress=progress.stage(TEXT_MODEL))
     except ModelLoadError as exc:
         raise LoadFailed(str(exc)) from None
     draft_model = None
     try:
+        progress(MMPROJ_MODEL, 0.0)
         engine.projector = _projector(engine, settings, threads)
+        progress(MMPROJ_MODEL, 1.0)
         watch.lap("vision projector")
         chat = _chat_model(engine, settings, entry.name)
         watch.lap("chat template")
         spec = spec_for(engine, settings.pooling, settings.batch_size)
+        progress(SPEC_MODEL, 0.0)
         draft_model = _draft_model(engine, settings, threads)
+        progress(SPEC_MODEL, 1.0)
         watch.lap("draft model")
         runtime = Runtime(engine, slots=settings.slots, max_queue=settings.max_queue,
                           cache_bytes=max(0, settings.cache_ram) * 1024 * 1024,

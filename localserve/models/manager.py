@@ -40,10 +40,12 @@ from .catalogue import Catalogue, ModelEntry
 from .context_size import wanted_context
 from .errors import BadModelRequest, ModelBusy, ModelError, UnknownModel
 from .footprint import estimate_bytes
+from .load_progress import LoadProgress, load_stages
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
 from .room import check_fits_alone, room_for, threads_for
 from .served import ServedModel
+from .state_feed import StateFeed
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import KEEP_ALIVE_NEVER, parse_duration
 
@@ -63,7 +65,9 @@ class ModelManager:
         default = KEEP_ALIVE_NEVER if catalogue.any_name else DEFAULT_KEEP_ALIVE
         server_keep = settings.keep_alive if settings.keep_alive is not None else default
         self.server_keep = settings.keep_alive if settings.keep_alive is not None else DEFAULT_KEEP_ALIVE
-        self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
+        self.changes = StateFeed()      # each model's state as it changes (GET /models/sse follows it)
+        self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep), self.changes)
+                        for e in catalogue}
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
         self.graveyard: list[LoadedModel] = []    # unloaded, their engines not freed: an abandoned grammar sample may still be inside
@@ -143,7 +147,8 @@ class ModelManager:
         with self.cond:
             if not self.catalogue.add(entry):
                 return None
-            record = self.records[entry.name] = Record(entry, dict(entry.overrides).get("keep_alive", self.server_keep))
+            keep = dict(entry.overrides).get("keep_alive", self.server_keep)
+            record = self.records[entry.name] = Record(entry, keep, self.changes)
             return record
 
     def loaded_models(self) -> list[LoadedModel]:
@@ -167,7 +172,7 @@ class ModelManager:
         """--preload and the one --model: load now; LoadFailed as it came."""
         record = self.find(name)
         with self.cond:
-            record.state = LOADING
+            record.enter(LOADING)
             attempt = record.attempt = Attempt()
             attempt.at_start = True
         self._load(record, attempt)
@@ -181,11 +186,13 @@ class ModelManager:
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+        self.changes.close()
         if self.sweeper.is_alive():
             self.sweeper.join(timeout=5)
         for record in self.records.values():
             if record.loaded is not None:
-                loaded, record.loaded, record.state = record.loaded, None, UNLOADED
+                loaded, record.loaded = record.loaded, None
+                record.enter(UNLOADED)
                 self._free(loaded, "shutdown")
 
     # ---- loading ----------------------------------------------------------------
@@ -222,7 +229,7 @@ class ModelManager:
     def _start_load(self, record: Record, replacing: LoadedModel | None = None) -> Attempt:
         """Under cond: a loader thread for the record, with the context its waiting requests ask
         for; `replacing`: the same model loaded with less, freed first."""
-        record.state = LOADING
+        record.enter(LOADING)
         record.attempt = Attempt()
         record.n_ctx = record.wanted_context()
         record.loaded = None
@@ -280,13 +287,14 @@ class ModelManager:
     def _end_attempt(self, record: Record, attempt: Attempt, loaded: LoadedModel | None) -> None:
         with self.cond:
             if loaded is not None:
-                record.loaded, record.state, record.last_error = loaded, LOADED, None
+                record.loaded = loaded
+                record.enter(LOADED)
                 record.last_used = time.monotonic()
                 self._start_keep_alive(record, record.keep_alive)
                 self._share_threads()
             else:
-                record.state, record.n_ctx = UNLOADED, None
-                record.last_error = attempt.error.message if attempt.error else "the load failed"
+                record.n_ctx = None
+                record.enter(UNLOADED, failure=attempt.error.message if attempt.error else "the load failed")
                 self.metrics.model_loads.inc(model=record.name, outcome="failed")
                 if not attempt.at_start:      # at start the error is the one line the server exits with
                     log.error("%s", attempt.detail or record.last_error)
@@ -305,7 +313,8 @@ class ModelManager:
         watch.lap("making room")
         before = memory.rss_bytes() or 0
         threads = threads_for(record, self.records.values(), self.settings)
-        loaded = load(entry, settings, self.metrics, threads=threads, watch=watch)
+        loaded = load(entry, settings, self.metrics, threads=threads, watch=watch,
+                      progress=LoadProgress(load_stages(settings), record.report_progress))
         loaded.estimated_bytes = need
         loaded.measured_bytes = max(0, (memory.rss_bytes() or 0) - before)
         limit = self.settings.max_memory
@@ -342,12 +351,14 @@ class ModelManager:
         with self.cond:
             if not record.unloadable():
                 return False
-            record.state, loaded, record.loaded = UNLOADING, record.loaded, None
+            loaded, record.loaded = record.loaded, None
+            record.enter(UNLOADING)
         try:
             self._free(loaded, reason)
         finally:
             with self.cond:
-                record.state, record.expires, record.n_ctx = UNLOADED, None, None
+                record.expires, record.n_ctx = None, None
+                record.enter(UNLOADED)
                 self.cond.notify_all()
         return True
 

@@ -1,8 +1,9 @@
 """One model's place in the manager: its state, the load under way, the requests holding it.
 
 Each model in the catalogue has a Record: unloaded → loading → loaded → unloading → unloaded
-(states.py). manager.py moves it between the states under its condition variable; this module
-only holds what it moves.
+(states.py). manager.py moves it between the states under its condition variable, through
+enter(), which tells the manager's StateFeed (state_feed.py: GET /models/sse follows it); this
+module only holds what it moves.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from .catalogue import ModelEntry
 from .errors import ModelError, ModelLoadFailed
 from .loaded import LoadedModel, LoadFailed
 from .served import ServedModel
-from .states import LOADED, UNLOADED
+from .state_feed import StateFeed
+from .states import LOADED, LOADING, UNLOADED
 
 
 class Attempt:
@@ -45,10 +47,12 @@ def load_error(name: str, path: str, reason: str) -> tuple[ModelLoadFailed, str]
 class Record:
     """One catalogue model as the manager tracks it (read by /v1/models, /health and /metrics)."""
 
-    def __init__(self, entry: ModelEntry, keep_alive: float):
+    def __init__(self, entry: ModelEntry, keep_alive: float, feed: StateFeed | None = None):
         self.entry = entry
         self.keep_alive = keep_alive      # seconds; KEEP_ALIVE_NEVER: stay
-        self.state = UNLOADED
+        self.feed = feed or StateFeed()
+        self.state = UNLOADED             # changed through enter() alone
+        self.progress: dict | None = None     # while loading: how far (report_progress)
         self.loaded: LoadedModel | None = None
         self.attempt: Attempt | None = None
         self.users = 0                    # requests inside use() (or waiting for the load)
@@ -64,6 +68,24 @@ class Record:
     @property
     def name(self) -> str:
         return self.entry.name
+
+    def enter(self, state: str, failure: str | None = None) -> None:
+        """Under the manager's cond: the model is in `state` now; `failure`: why its load failed
+        (it is unloaded again). Followers of the feed hear it."""
+        self.state = state
+        if state == LOADED:
+            self.last_error = None
+        if failure is not None:
+            self.last_error = failure
+        if state != LOADING:
+            self.progress = None
+        self.feed.publish(self.name, state, failure)
+
+    def report_progress(self, stages: list[str], stage: str, value: float) -> None:
+        """How far its load is: `value` (0 to 1) of `stage`, one of `stages` in the order they
+        load (llama-server's "text_model", "spec_model", "mmproj_model")."""
+        self.progress = {"stages": stages, "current": stage, "value": round(value, 4)}
+        self.feed.publish(self.name, LOADING, progress=self.progress)
 
     @property
     def runtime(self):

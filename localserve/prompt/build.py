@@ -11,6 +11,7 @@ prompt renders it with render_prompt, which fits the images the same way.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..conversation import Message, ToolDefinition, images_in
@@ -158,13 +159,20 @@ def check_fits(engine: EngineFacade, tokens: list[int]) -> None:
 
 def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
                        stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
-                       label: str = "", text: str | None = None) -> GenerationRequest:
-    """`text`: the chat already rendered by the caller (render_prompt), to render it once."""
+                       label: str = "", text: str | None = None,
+                       cut: Callable[[list[int]], list[int]] | None = None) -> GenerationRequest:
+    """`text`: the chat already rendered by the caller (render_prompt), to render it once. `cut`:
+    makes the tokens of a prompt longer than the context fit it (Ollama's truncate; a prompt
+    with images is never cut); without it such a prompt is ContextOverflow."""
     if fit_images(model, chat) or text is None:     # a text rendered before its images were fitted is stale
         text = render_chat(model.template, chat)
     images = images_in(chat.messages)
     if images:
         tokens, chunks = tokenize_with_images(model.engine, text, images)
+    elif cut is not None:
+        tokens, chunks = tokenize_prompt(model.engine, text), []
+        if len(tokens) >= model.engine.n_ctx:
+            tokens = cut(tokens)
     else:
         tokens, chunks = tokenize_prompt(model.engine, text, fit=True), []
     check_fits(model.engine, tokens)

@@ -283,6 +283,12 @@ class Job:
             return
         ledger.unsent = []
 
+    def dropped(self, keep: int, n: int) -> None:
+        """Its sequence lost the n tokens after its first `keep`, the rest moved back n positions
+        (a context shift: context_shift.py)."""
+        del self.slot.tokens[keep:keep + n]
+        self.progress.n_past -= n
+
     def chose(self, token: int) -> None:
         """The token it decodes in the next step."""
         self.progress.next_token = token

@@ -20,15 +20,16 @@ def distribution(logits: np.ndarray, top_n: int, piece: Callable[[int], bytes]) 
     if top_n:
         best = np.argpartition(-all_logprobs, top_n)[:top_n]
         best = best[np.argsort(-all_logprobs[best])]
-        entry["top_logprobs"] = [token_fields(piece(int(t)), float(all_logprobs[t])) for t in best]
+        entry["top_logprobs"] = [token_fields(int(t), piece(int(t)), float(all_logprobs[t])) for t in best]
     return entry
 
 
 def choose(entry: dict, token: int, piece: bytes) -> dict:
     """Complete the entry for the token that was chosen."""
-    entry.update(token_fields(piece, float(entry.pop("_all")[token])))
+    entry.update(token_fields(token, piece, float(entry.pop("_all")[token])))
     return entry
 
 
-def token_fields(piece: bytes, logprob: float) -> dict:
-    return {"token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}
+def token_fields(token: int, piece: bytes, logprob: float) -> dict:
+    """A token's entry, with its id as llama-server gives it (in its OpenAI chat logprobs too)."""
+    return {"id": token, "token": piece.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(piece)}

@@ -64,6 +64,7 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         rejected_prediction_tokens=predicted - predicted_accepted,
         logprobs=job.ledger.sent,
         token_ids=list(job.generated),
+        slot_id=job.slot.seq_id,
         timings=Timings(
             queued_ms=(job.clocks.admitted - job.gen.created) * 1000,
             prefill_ms=(first - job.clocks.admitted - parked_prefill) * 1000,

@@ -41,7 +41,8 @@ log = logging.getLogger("localserve.runtime")
 
 def may_preempt(gen: ActiveGeneration) -> bool:
     """An editor's completion that asks for tokens (see the module's comment)."""
-    return gen.request.editor_completion and gen.request.max_tokens != 0 and not gen.cancelled
+    return (gen.request.editor_completion and gen.request.max_tokens != 0 and not gen.cancelled
+            and gen.request.slot_id is None)
 
 
 def parked_for(job: Job, now: float) -> float:
@@ -53,7 +54,7 @@ def may_be_parked(job: Job) -> bool:
     # A job with images stays: if its saved sequence could not be placed again, its image
     # positions hold placeholder ids that cannot be decoded as tokens.
     return (not job.request.editor_completion and job.pending is None and not job.request.images
-            and job.status in (JobStatus.PREFILLING, JobStatus.DECODING))
+            and job.request.slot_id is None and job.status in (JobStatus.PREFILLING, JobStatus.DECODING))
 
 
 @dataclass

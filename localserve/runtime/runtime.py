@@ -25,6 +25,7 @@ from ..generation import (ActiveGeneration, Finished, GenerationFailure,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
 from .admission import Admission, Admitted
+from .context_shift import at_context_end, shift_context
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
 from .endings import Endings
 from .images import ImageWork
@@ -339,6 +340,8 @@ class Runtime:
                 if draft and job.drafts is not None:      # a job that finishes on this token reports this draft
                     job.drafts.verifying(len(draft), accepted)
                 had_grammar = job.sampler.has_grammar
+                if at_context_end(job, self.engine.n_ctx_seq):     # Ollama's shift: room for it to go on
+                    shift_context(job, self.sequences, self.kv.checkpoints)
                 events, reason = take_token(job, token, entry, self.engine)
                 for event in events:
                     self._emit(job.gen, event)

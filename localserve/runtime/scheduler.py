@@ -113,7 +113,7 @@ class Scheduler:
                 return None
             held = self.held() if self.can_copy is not None else []
             for gen in self.waiting:
-                if gen.cancelled or not self._waits(gen, held):
+                if gen.cancelled or self._may_start(gen, held):
                     break
             else:
                 return None
@@ -123,6 +123,8 @@ class Scheduler:
         if gen.cancelled:
             return gen, None
         request = gen.request
+        if request.slot_id is not None:
+            return gen, Placement(self.pinned_slot(request.slot_id))
         prompt, key, images, scope = request.prompt_tokens, request.cache_key, request.images, request.scope
         if self.can_copy is None:
             return gen, Placement(choose_slot(free, prompt, key, scope))
@@ -144,6 +146,17 @@ class Scheduler:
             elif slot.tokens:
                 held.append(Held(slot.seq_id, slot.tokens, scope=slot.scope))
         return held
+
+    def pinned_slot(self, slot_id: int) -> Slot:
+        """The slot a job pinned by id takes (llama-server's id_slot: an id past the last wraps)."""
+        return self.slots[slot_id % len(self.slots)]
+
+    def _may_start(self, gen: ActiveGeneration, held: list[Held]) -> bool:
+        """Whether this job may take a free slot now: its own slot, when pinned to one, is free;
+        else it waits for no head another job is prefilling."""
+        if gen.request.slot_id is not None:
+            return self.pinned_slot(gen.request.slot_id).job is None
+        return not self._waits(gen, held)
 
     def _waits(self, gen: ActiveGeneration, held: list[Held]) -> bool:
         """Whether this job waits for a head of its prompt that another job is prefilling now."""

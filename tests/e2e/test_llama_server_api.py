@@ -135,6 +135,70 @@ def test_return_tokens_and_probabilities(server):
     assert all(0 <= p["prob"] <= 1 and len(p["top_probs"]) == 2 for p in post_sampling["completion_probabilities"])
 
 
+def test_probabilities_carry_their_token_ids(server):
+    """llama-server's current completion_probabilities: each token and each alternative with its id."""
+    answer = post(server, "/completion", {"prompt": "x", "grammar": forced("abc abc"), "return_tokens": True,
+                                          "n_probs": 3, "temperature": 0}).json()
+    probs = answer["completion_probabilities"]
+    assert [p["id"] for p in probs] == answer["tokens"]
+    for p in probs:
+        assert set(p) == {"id", "token", "bytes", "logprob", "top_logprobs"}
+        assert all(set(alt) == {"id", "token", "bytes", "logprob"} for alt in p["top_logprobs"])
+        by_id = {alt["id"]: alt for alt in p["top_logprobs"]}
+        assert len(by_id) == 3 and all(type(i) is int for i in by_id)
+        if p["id"] in by_id:
+            assert by_id[p["id"]]["token"] == p["token"] and by_id[p["id"]]["logprob"] == p["logprob"]
+    pieces = sse_data(post(server, "/completion", {"prompt": "x", "grammar": forced("abc abc"), "n_probs": 1,
+                                                   "post_sampling_probs": True, "stream": True,
+                                                   "temperature": 0}).body)[:-1]
+    streamed = [p for piece in pieces for p in piece["completion_probabilities"]]
+    assert [p["id"] for p in streamed] == answer["tokens"]
+    assert all(set(p["top_probs"][0]) == {"id", "token", "bytes", "prob"} for p in streamed)
+
+
+def test_id_slot_runs_the_prompt_in_that_slot(server):
+    prompt = "The pinned slot's prompt: " + "lorem ipsum dolor sit amet " * 4
+    first = post(server, "/completion", {"prompt": prompt, "grammar": forced("ok"), "id_slot": 1}).json()
+    assert first["id_slot"] == 1
+    held = {s["id"]: s["cached_tokens"] for s in get(server, "/slots").json()["slots"]}
+    assert held[1] >= first["tokens_evaluated"]
+    # pinned to the other slot, the prompt is computed again there; -1 goes where it is cached
+    elsewhere = post(server, "/completion", {"prompt": prompt, "grammar": forced("ok"), "id_slot": 0}).json()
+    assert elsewhere["id_slot"] == 0 and elsewhere["timings"]["cache_n"] < 5       # the BOS, perhaps
+    anywhere = post(server, "/completion", {"prompt": prompt, "grammar": forced("ok"), "id_slot": -1}).json()
+    assert anywhere["timings"]["cache_n"] > 20
+    wrapped = post(server, "/completion", {"prompt": prompt + " more", "grammar": forced("ok"), "id_slot": 3,
+                                           "stream": True})          # 3 of 2 slots: slot 1, as llama-server wraps
+    events = sse_data(wrapped.body)
+    assert {e["id_slot"] for e in events} == {1} and events[-1]["timings"]["cache_n"] > 20
+
+
+def test_several_prompts_are_answered_as_an_array_in_their_order(server):
+    tokens = post(server, "/tokenize", {"content": "hello world", "add_special": True}).json()["tokens"]
+    body = {"prompt": ["one", tokens, [tokens[0], " and more"]], "grammar": forced("fine"), "n_predict": 8}
+    answers = post(server, "/completion", body).json()
+    assert isinstance(answers, list) and [a["index"] for a in answers] == [0, 1, 2]
+    assert all(a["content"] == "fine" and a["stop"] is True for a in answers)
+    alone = [post(server, "/completion", {**body, "prompt": p}).json() for p in body["prompt"]]
+    assert [a["tokens_evaluated"] for a in answers] == [a["tokens_evaluated"] for a in alone]
+    assert [a["prompt"] for a in answers] == [a["prompt"] for a in alone]
+    one = post(server, "/completion", {**body, "prompt": ["one"]}).json()        # an array of one: one object
+    assert isinstance(one, dict) and one["content"] == "fine"
+
+
+def test_several_prompts_stream_with_their_index(server):
+    resp = post(server, "/completion", {"prompt": ["first prompt", "second prompt"], "grammar": forced("a b c"),
+                                        "stream": True})
+    assert resp.status == 200 and resp.header("content-type").startswith("text/event-stream")
+    events = sse_data(resp.body)
+    for index in (0, 1):
+        mine = [e for e in events if e["index"] == index]
+        assert "".join(e["content"] for e in mine if not e["stop"]) == "a b c"
+        assert mine[-1]["stop"] is True and mine[-1]["stop_type"] == "eos" and "timings" in mine[-1]
+        assert [e["stop"] for e in mine].count(True) == 1
+    assert b"[DONE]" not in resp.body
+
+
 def test_a_json_schema_holds_the_answer(server):
     answer = post(server, "/completion", {"prompt": "{", "json_schema": {"enum": ["yes", "no"]}}).json()
     assert answer["stop_type"] == "eos" and json.loads(answer["content"]) in ("yes", "no")
@@ -363,8 +427,11 @@ def test_a_link_planted_at_the_temp_name_is_not_written_through(server, slot_dir
 @pytest.mark.parametrize("path, body, status, words", [
     ("/completion", {}, 400, "prompt"),
     ("/completion", {"prompt": 5}, 400, "prompt"),
-    ("/completion", {"prompt": ["a", "b", [1, 2]]}, 400, "prompt"),
-    ("/completion", {"prompt": [["a"], ["b"]]}, 400, "several prompts"),
+    ("/completion", {"prompt": []}, 400, "empty"),
+    ("/completion", {"prompt": ["a", {"x": 1}]}, 400, "prompt"),
+    ("/completion", {"prompt": ["a", "x y " * 3000]}, 400, "context"),
+    ("/completion", {"prompt": ["a"] * 65}, 400, "at most 64"),
+    ("/completion", {"prompt": "x", "id_slot": -2}, 400, "id_slot"),
     ("/completion", {"prompt": [999999]}, 400, "vocabulary"),
     ("/completion", {"prompt": "x", "n_predict": "ten"}, 400, "n_predict"),
     ("/completion", {"prompt": "x", "n_probs": 99}, 400, "n_probs"),

@@ -1,6 +1,7 @@
 """llama-server's router API on a catalogue: GET /models with each model's status, GET /models/sse
-as models load and unload (read as Zed's llama.cpp provider reads it), /props naming its model,
-and /reranking on a reranker of the catalogue."""
+as models load and unload (read as Zed's llama.cpp provider reads it) with a load's progress,
+open streams that cost no wake-ups while nothing changes, the limit on open streams; /props
+naming its model, and /reranking on a reranker of the catalogue."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import pytest
 
 from conftest import ServerProcess
 from embedmodels import write_pooled_decoder, write_tiny_bert
+from procstat import context_switches
 from rawhttp import RawConnection, post_json, request
+
+from localserve.dialects.llamacpp.models import MAX_SSE_STREAMS, SSE_CLIENT_CHECK
 
 ERROR_KEYS = {"code", "message", "type"}
 
@@ -49,13 +53,7 @@ class ModelEvents:
     comments and blank lines skipped."""
 
     def __init__(self, server):
-        self.conn = RawConnection(server.port, timeout=30)
-        self.conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n"
-                       b"Authorization: Bearer none\r\n\r\n")
-        head = b""
-        while b"\r\n\r\n" not in head:
-            head += self.conn.sock.recv(1)
-        assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
+        self.conn = stream(server, b"Accept: text/event-stream\r\nAuthorization: Bearer none\r\n")
         self.events: list[dict] = []
         self.text = b""
         self.partial = b""
@@ -85,6 +83,28 @@ class ModelEvents:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def stream(server, headers: bytes = b"", wait: float = 20.0) -> RawConnection:
+    """A /models/sse stream whose head has come. Streams an earlier test closed hold their places
+    until the server looks at their sockets (SSE_CLIENT_CHECK): a 503 is tried again for `wait` s."""
+    deadline = time.monotonic() + wait
+    while True:
+        conn = RawConnection(server.port, timeout=30)
+        conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n" + headers + b"\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += conn.sock.recv(1)
+        if head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head:
+            return conn
+        conn.close()
+        assert head.startswith(b"HTTP/1.1 503") and time.monotonic() < deadline, head
+        time.sleep(0.25)
+
+
+def open_streams(server, n: int) -> list[RawConnection]:
+    """n /models/sse streams whose heads have come (nothing more is read from them)."""
+    return [stream(server) for _ in range(n)]
 
 
 def test_the_listing_has_each_models_status_and_modalities(router):
@@ -119,6 +139,64 @@ def test_the_event_stream_follows_loads_and_unloads(router):
         assert kinds.index("loaded") < kinds.index("unloaded")
     finally:
         events.close()
+
+
+def test_a_load_reports_its_progress_then_loaded(router):
+    post(router, "/models/unload", {"model": "chat"})      # loaded by an earlier test, perhaps
+    events = ModelEvents(router)
+    try:
+        assert post(router, "/models/load", {"model": "chat"}).status == 200
+        events.wait_for("chat", "loaded")
+        mine = [e["data"] for e in events.events if e["model"] == "chat"]
+        progress = [d["progress"] for d in mine if "progress" in d]
+        assert {d["status"] for d in mine if "progress" in d} == {"loading"}
+        assert progress[0] == {"stages": ["text_model"], "current": "text_model", "value": 0.0}
+        assert progress[-1]["value"] == 1.0
+        values = [p["value"] for p in progress]
+        assert values == sorted(values)
+        assert mine.index({"status": "loading"}) < mine.index({"status": "loading", "progress": progress[0]})
+        assert mine[-1] == {"status": "loaded"}
+    finally:
+        events.close()
+        post(router, "/models/unload", {"model": "chat"})
+
+
+def test_open_streams_sleep_until_a_change(router):
+    """32 streams open and nothing changing: the server hardly wakes (each stream looked at its
+    model table 4 times a second: 384 wake-ups in 3 s); a change still reaches each at once."""
+    post(router, "/models/unload", {"model": "ranker"})
+    conns = open_streams(router, 32)
+    try:
+        time.sleep(0.5)
+        before = context_switches(router.proc.pid)
+        time.sleep(3)
+        woken = context_switches(router.proc.pid) - before
+        assert woken < 300, woken         # an idle server alone: under 300 in 3 s (test_clocks.py)
+        assert post(router, "/models/load", {"model": "ranker"}).status == 200
+        for conn in conns:
+            conn.sock.settimeout(10)
+            seen = b""
+            while b'"loaded"' not in seen:
+                seen += conn.sock.recv(65536)
+    finally:
+        for conn in conns:
+            conn.close()
+        post(router, "/models/unload", {"model": "ranker"})
+
+
+def test_streams_past_the_limit_are_a_503_in_llama_servers_shape(router):
+    conns = open_streams(router, MAX_SSE_STREAMS)
+    try:
+        refused = request(router.port, b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n\r\n", timeout=10)
+        assert refused.status == 503 and refused.header("retry-after") == "5"
+        error = refused.json()["error"]
+        assert error["code"] == 503 and error["type"] == "unavailable_error" and "/models/sse" in error["message"]
+        assert get(router, "/models").status == 200          # the rest of the server serves on
+        conns.pop().close()
+        conns.append(stream(router, wait=SSE_CLIENT_CHECK + 10))    # its place, once the server looked
+    finally:
+        for conn in conns:
+            conn.close()
 
 
 def test_reranking_is_rerank(router):

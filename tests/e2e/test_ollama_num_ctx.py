@@ -116,7 +116,8 @@ def test_truncate_drops_the_oldest_turns_as_ollama_does(server):
 # ---- num_ctx ------------------------------------------------------------------------------------
 
 def test_a_prompt_longer_than_the_context_is_refused_without_num_ctx(server):
-    resp = post(server, "/api/chat", {"model": "ctx", "messages": [{"role": "user", "content": LONG}]})
+    resp = post(server, "/api/chat", {"model": "ctx", "messages": [{"role": "user", "content": LONG}],
+                                      "shift": False})      # shift on, it would be cut to fit (test_ollama_shift.py)
     assert resp.status == 400 and str(SERVED) in resp.json()["error"]
     assert shown_num_ctx(server) == SERVED
 

@@ -1,17 +1,19 @@
 """llama-server's POST /completion (and /completions): a raw prompt continued, in its own shape.
 
 The prompt is a string, token ids, both mixed (`[12, "text", 34]`: a string first gets the
-BOS), or `{prompt_string, multimodal_data}` with images; one prompt per request (several is
-a 400: llama-server answers them as an array). Fields read: n_predict (max_tokens), the
-sampling fields every dialect shares, typical_p, ignore_eos (the end tokens banned), stop,
-grammar or json_schema, n_probs and post_sampling_probs, n_indent and t_max_predict_ms (as
-/infill), return_tokens, response_fields, stream. cache_prompt, samplers, id_slot, n_keep
-and the samplers this engine does not have (mirostat, dry_*, xtc_*, dynatemp_*) are accepted
-and change nothing: the prompt cache is always on, and a request goes to the slot that holds
-the longest prefix of its prompt. The answer is the completion object /infill answers with
-(`content`, `stop`, `stop_type`, `stopping_word`, `tokens_predicted`, `timings`,
-`generation_settings`...); a stream is `data:` lines of content, the last the whole object
-with `"stop": true`, and no [DONE].
+BOS), or `{prompt_string, multimodal_data}` with images. An array holding no number is several
+prompts (`["a", "b"]`, `[[1, 2], [3]]`), each its own job, answered as an array of completion
+objects (each with its `index`), or one stream whose lines carry their prompt's `index`
+(several_prompts.py). Fields read: n_predict (max_tokens), the sampling fields every dialect
+shares, typical_p, ignore_eos (the end tokens banned), stop, grammar or json_schema, n_probs
+and post_sampling_probs, n_indent and t_max_predict_ms (as /infill), return_tokens,
+response_fields, stream, id_slot (the job runs in that slot, waiting while it is busy; -1: the
+slot that holds the longest prefix of its prompt). cache_prompt, samplers, n_keep and the
+samplers this engine does not have (mirostat, dry_*, xtc_*, dynatemp_*) are accepted and
+change nothing: the prompt cache is always on. The answer is the completion object /infill
+answers with (`content`, `stop`, `stop_type`, `stopping_word`, `tokens_predicted`, `timings`,
+`generation_settings`..., `id_slot` the slot it ran in); a stream is `data:` lines of content,
+the last the whole object with `"stop": true`, and no [DONE].
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from ..openai.completion_images import is_object_prompt, read_object_prompt
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
+from .several_prompts import serve_several
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ...models.served import ServedModel
 
 MAX_N_PROBS = 20         # alternatives per token (n_probs), as OpenAI's top_logprobs
+MAX_PROMPTS = 64         # prompts in one request (each is a job in the model's queue)
 
 
 def add_routes(table: RouteTable, services: Services) -> None:
@@ -47,13 +51,39 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
+    prompts = split_prompts(exchange.json())
+    if len(prompts) > 1:
+        serve_several(services, exchange, prompts, read_one, CompletionChunks)
+        return
+
     def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals("prompt"):
-            plan = read_request(model.chat, body, exchange.request_id)
+            plan = read_request(model.chat, body, prompts[0], exchange.request_id, model.settings.slots)
         final = CompletionFinal(plan, model.model_id, model.chat)
         return Reply(plan.request, shape=lambda gen: CompletionChunks(final), whole=final.body)
 
     serve_generation(exchange, services, reply)
+
+
+def read_one(model: ServedModel, body: dict, prompt: Any, index: int, label: str) -> CompletionFinal:
+    """One of several prompts' completion object maker (several_prompts.py)."""
+    return CompletionFinal(read_request(model.chat, body, prompt, label, model.settings.slots), model.model_id,
+                           model.chat, index)
+
+
+def split_prompts(body: dict) -> list:
+    """The request's prompts: as llama-server reads `prompt`, an array holding no number is
+    several (each a string, token ids, mixed, or an object); anything else is one."""
+    if "prompt" not in body:
+        raise invalid("prompt", "is required: a string, token ids, or both mixed")
+    prompt = body["prompt"]
+    if isinstance(prompt, list) and not any(type(part) is int for part in prompt):
+        if not prompt:
+            raise invalid("prompt", "is empty; give at least one character or token to continue from")
+        if len(prompt) > MAX_PROMPTS:
+            raise invalid("prompt", f"holds {len(prompt)} prompts; at most {MAX_PROMPTS} go in one request")
+        return prompt
+    return [prompt]
 
 
 @dataclass
@@ -63,9 +93,11 @@ class CompletionPlan(InfillPlan):
     post_sampling_probs: bool = False
 
 
-def read_request(chat_model: ChatModel, body: dict, request_id: str) -> CompletionPlan:
+def read_request(chat_model: ChatModel, body: dict, prompt: Any, request_id: str, slots: int = 1) -> CompletionPlan:
+    """One prompt's job (of split_prompts' prompts) with the request's other fields; `slots`: how
+    many the model has (an id_slot past the last wraps, as llama-server's)."""
     engine = chat_model.engine
-    tokens, images = read_prompt(chat_model, body)
+    tokens, images = read_prompt(chat_model, prompt)
     check_fits(engine, tokens)
     n_predict = read_int(body, "n_predict", low=-1)
     if n_predict is None:
@@ -77,7 +109,7 @@ def read_request(chat_model: ChatModel, body: dict, request_id: str) -> Completi
     n_indent = read_int(body, "n_indent", low=0, default=0)
     t_max_predict_ms = read_int(body, "t_max_predict_ms", low=None, default=0)
     n_probs = read_int(body, "n_probs", low=0, high=MAX_N_PROBS, default=0)
-    read_int(body, "id_slot", low=-1)
+    slot_id = read_int(body, "id_slot", low=-1, default=-1)
     read_bool(body, "cache_prompt", True)
     read_samplers(body.get("samplers"))
     temperature = body.get("temperature")
@@ -94,7 +126,7 @@ def read_request(chat_model: ChatModel, body: dict, request_id: str) -> Completi
         prompt_tokens=tokens, sampling=sampling, max_tokens=None if n_predict < 0 else n_predict,
         stop=user_stops, logprobs=n_probs > 0, top_logprobs=n_probs, label=f"completion {request_id}",
         line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent,
-        images=images)
+        images=images, slot_id=None if slot_id < 0 else slot_id % slots)
     if writes_its_own_fim(engine, tokens):      # a client that laid out the model's FIM prompt itself
         fills_the_middle(engine, request)
     settings = generation_settings(sampling, n_predict, user_stops, engine.n_ctx, n_probs, read_bool(body, "stream"))
@@ -103,12 +135,9 @@ def read_request(chat_model: ChatModel, body: dict, request_id: str) -> Completi
                           post_sampling_probs=read_bool(body, "post_sampling_probs"))
 
 
-def read_prompt(chat_model: ChatModel, body: dict) -> tuple[list[int], list]:
-    """The prompt's tokens, and its image chunks (an object prompt's)."""
-    if "prompt" not in body:
-        raise invalid("prompt", "is required: a string, token ids, or both mixed")
-    prompt = body["prompt"]
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, dict)):
+def read_prompt(chat_model: ChatModel, prompt: Any) -> tuple[list[int], list]:
+    """One prompt's tokens, and its image chunks (an object prompt's)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list, dict)):
         prompt = prompt[0]      # a batch of one
     if is_object_prompt(prompt):
         multimodal = read_object_prompt(chat_model, prompt, lambda text: mixed_tokens(chat_model, [text]))
@@ -118,8 +147,6 @@ def read_prompt(chat_model: ChatModel, body: dict) -> tuple[list[int], list]:
     if isinstance(prompt, list) and all(isinstance(part, (str, int)) and not isinstance(part, bool)
                                         for part in prompt):
         return mixed_tokens(chat_model, prompt), []
-    if isinstance(prompt, list) and len(prompt) > 1:
-        raise invalid("prompt", "holds several prompts; send one per request")
     raise invalid("prompt", f"expected a string, token ids, both mixed, or an object with prompt_string; "
                             f"got {kind_of(prompt)}")
 
@@ -174,25 +201,31 @@ def generation_settings(sampling: SamplingParams, n_predict: int, stops: list[st
 
 
 def probabilities(entries: list[dict], post_sampling: bool) -> list[dict]:
-    """llama-server's completion_probabilities: each token with its alternatives, as log
-    probabilities (or, post_sampling_probs, as probabilities: of the model's distribution,
-    before the sampler's cuts, which this engine does not record). Without their token ids:
-    the runtime records a token's text and bytes."""
+    """llama-server's completion_probabilities: each token (its id, text and bytes) with its
+    alternatives, as log probabilities (or, post_sampling_probs, as probabilities: of the
+    model's distribution, before the sampler's cuts, which this engine does not record)."""
     def one(entry: dict) -> dict:
         if post_sampling:
-            return {"token": entry["token"], "bytes": entry["bytes"], "prob": math.exp(entry["logprob"])}
-        return {"token": entry["token"], "bytes": entry["bytes"], "logprob": entry["logprob"]}
+            return {"id": entry["id"], "token": entry["token"], "bytes": entry["bytes"],
+                    "prob": math.exp(entry["logprob"])}
+        return {"id": entry["id"], "token": entry["token"], "bytes": entry["bytes"], "logprob": entry["logprob"]}
 
     key = "top_probs" if post_sampling else "top_logprobs"
     return [{**one(entry), key: [one(alt) for alt in entry["top_logprobs"]]} for entry in entries]
 
 
 class CompletionFinal(InfillFinal):
-    """The completion object: /infill's, with the tokens and their probabilities when asked."""
+    """The completion object: /infill's, with the tokens and their probabilities when asked, the
+    slot it ran in, and its prompt's index among the request's prompts."""
     plan: CompletionPlan
+
+    def __init__(self, plan: CompletionPlan, model_id: str, model: ChatModel, index: int = 0):
+        super().__init__(plan, model_id, model)
+        self.index = index
 
     def whole(self, output: GenerationOutput, streamed: bool) -> dict:
         answer = super().whole(output, streamed)
+        answer["index"], answer["id_slot"] = self.index, output.slot_id
         if self.plan.return_tokens and not streamed:
             answer["tokens"] = output.token_ids
         if output.logprobs and not streamed:
@@ -205,8 +238,14 @@ class CompletionChunks(InfillChunks):
     final: CompletionFinal
     error_body = staticmethod(llama_error_body)
 
+    def __init__(self, final: CompletionFinal):
+        super().__init__(final)
+        slot_id = final.plan.request.slot_id
+        self.slot = -1 if slot_id is None else slot_id      # unpinned, the slot it ran in is known at its end
+
     def piece(self, chunk: Chunk) -> dict:
         piece = super().piece(chunk)
+        piece["index"], piece["id_slot"] = self.final.index, self.slot
         if chunk.logprobs:
             piece["completion_probabilities"] = probabilities(chunk.logprobs, self.final.plan.post_sampling_probs)
         return piece

@@ -3,15 +3,18 @@
 GET /models is /v1/models (the router answers both alike): every model with its `status`
 ({"value": unloaded | loading | loaded | unloading, "failed"/"exit_code" after a load that
 failed}) and `architecture.input_modalities`. GET /models/sse streams a `data:` line
-`{"model", "event": "model_status", "data": {"status"}}` each time a model's state changes,
+`{"model", "event": "model_status", "data": {"status"}}` for each change of a model's state,
 as llama-server's router does (Zed's llama.cpp provider listens to it and lists the models
-again when one loads or unloads); a comment line every SSE_KEEPALIVE seconds of quiet; it
-ends when the server stops. A load reports no progress fraction: llama.cpp's load callback
-is not wired here.
+again when one loads or unloads); while a model loads, `data.progress` says how far
+(`{"stages", "current", "value"}`, models/load_progress.py). A stream sleeps on the models'
+StateFeed until a change (nothing polls); a comment line every SSE_KEEPALIVE seconds of quiet;
+a look at its socket every SSE_CLIENT_CHECK seconds (a client gone frees its thread); it ends
+when the server stops. At most MAX_SSE_STREAMS are open at once: one more is a 503.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -24,53 +27,87 @@ from ..pump import StreamShape, open_stream, pump, sse
 from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
 
-SSE_POLL_INTERVAL = 0.25     # seconds between two looks at the models' states
+MAX_SSE_STREAMS = 64         # /models/sse streams open at once (each holds a connection thread)
+SSE_RETRY_AFTER = 5          # seconds, on the 503 past MAX_SSE_STREAMS
 SSE_KEEPALIVE = 15.0         # seconds of quiet before a comment line (proxies drop silent streams)
+SSE_CLIENT_CHECK = 2.0       # seconds of quiet between two looks at whether the client is still there
+SSE_PULL_CHECK = 0.25        # seconds between two looks at the downloads' board while one runs
 
 
 def add_routes(table: RouteTable, services: Services) -> None:
     table.add("/models", "GET", partial(list_models, services), errors=LLAMA_ERRORS)
-    table.add("/models/sse", "GET", partial(models_sse, services), errors=LLAMA_ERRORS)
+    table.add("/models/sse", "GET", partial(models_sse, services, StreamCount(MAX_SSE_STREAMS)),
+              errors=LLAMA_ERRORS)
 
 
-def models_sse(services: Services, exchange: Exchange) -> None:
+class StreamCount:
+    """The /models/sse streams open now, up to a limit."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.open = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.open >= self.limit:
+                return False
+            self.open += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.open -= 1
+
+
+def models_sse(services: Services, streams: StreamCount, exchange: Exchange) -> None:
     models = services.ready()
     if exchange.writer.head_only:
         open_stream(exchange)
         exchange.writer.end_stream()
         return
-
-    def states() -> dict[str, tuple]:
-        return {record.name: (record.state, record.last_error) for record in models.all_models()}
+    if not streams.take():
+        raise ApiError(503, f"{streams.limit} /models/sse streams are open, the most this server keeps; "
+                            f"close one or retry later", code="too_many_streams",
+                       headers=[("Retry-After", str(SSE_RETRY_AFTER))])
+    feed = models.changes
 
     def changes() -> Iterator[object]:
-        seen, quiet_since = states(), time.monotonic()
+        since, quiet_since = feed.latest(), time.monotonic()
         board_seq, _ = services.pulls.since(0)       # POST /models' downloads from now on (llamacpp/downloads.py)
-        while not services.stopping.wait(SSE_POLL_INTERVAL):
-            if exchange.writer.peer_closed():
-                raise ClientGone("the /models/sse client left")
-            now = states()
-            changed = [(name, state) for name, state in now.items() if seen.get(name) != state]
-            seen = now
-            for name, (state, error) in changed:
-                yield status_event(name, state, error)
+        while not services.stopping.is_set() and not feed.closed:
+            wait = SSE_PULL_CHECK if services.pulls.running else SSE_CLIENT_CHECK
+            news = feed.wait(since, min(wait, max(0.0, quiet_since + SSE_KEEPALIVE - time.monotonic())))
+            if services.stopping.is_set():
+                return
+            for change in news:
+                since = change.number + 1
+                yield status_event(change.model, change.state, change.error, change.progress)
             board_seq, pulled = services.pulls.since(board_seq)
             yield from pulled
-            if changed or pulled:
+            if news or pulled:
                 quiet_since = time.monotonic()
-            elif time.monotonic() - quiet_since >= SSE_KEEPALIVE:
+                continue
+            if exchange.writer.peer_closed():
+                raise ClientGone("the /models/sse client left")
+            if time.monotonic() - quiet_since >= SSE_KEEPALIVE:
                 quiet_since = time.monotonic()
                 yield KEEPALIVE
 
-    pump(exchange, StatusEvents(), changes())
+    try:
+        pump(exchange, StatusEvents(), changes())
+    finally:
+        streams.give_back()
 
 
-def status_event(name: str, state: str, error: str | None) -> dict:
+def status_event(name: str, state: str, error: str | None, progress: dict | None = None) -> dict:
     data: dict = {"status": state}
     if state == "unloaded":     # llama-server's exit code: 0 after an unload, else the load failed
         data["exit_code"] = 1 if error else 0
         if error:
             data["error"] = error
+    if progress is not None:
+        data["progress"] = progress
     return {"model": name, "event": "model_status", "data": data}
 
 

@@ -1,13 +1,13 @@
 """POST /api/chat: Ollama's chat, streamed as NDJSON (the default) or whole; a history too long
-for the context loses its oldest turns unless `truncate` is false (truncation.py). `shift` is
-read and has nothing to change: this server never shifts a context, so an answer that reaches
-the context's end stops there (`done_reason: "length"`), as Ollama's does with `shift: false`."""
+for the context loses its oldest turns unless `truncate` is false, and an answer that reaches
+the context's end drops older tokens and goes on unless `shift` is false (truncation.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ...conversation import Message
@@ -26,6 +26,7 @@ from .options import Options, read_options, read_stream, read_think, renamed
 from .replies import Answer, NdjsonLines
 from .stored import apply_stored
 from .truncation import newest_that_fit
+from .truncation import cut_to_fit, newest_that_fit, prompt_keep
 
 if TYPE_CHECKING:
     from ...models.served import ServedModel
@@ -44,15 +45,21 @@ def handle(services: Services, exchange: Exchange) -> None:
         return
     chat = read_chat(body, think, level, read_messages(body["messages"]))
     truncate = read_bool(body, "truncate", default=True)
-    read_bool(body, "shift", default=True)      # no context shift here: an answer stops at the context's end
+    shift = read_bool(body, "shift", default=True)
     label = f"ollama chat {exchange.request_id}"
 
     def build(model: ServedModel, options: Options) -> GenerationRequest:
-        def attempt(messages: list[Message]) -> GenerationRequest:
+        keep = prompt_keep(options.num_keep, len(model.chat.engine.prompt_start))
+
+        def attempt(messages: list[Message], cut: Callable[[list[int]], list[int]] | None = None) -> GenerationRequest:
             trial = dataclasses.replace(chat, messages=messages)
             return build_chat_request(model.chat, trial, dataclasses.replace(options.sampling),
-                                      max_tokens=options.max_tokens, stop=options.stop, label=label)
-        return newest_that_fit(chat.messages, attempt, truncate, exchange.raise_if_gone, label)
+                                      max_tokens=options.max_tokens, stop=options.stop, label=label, cut=cut)
+
+        cut = partial(cut_to_fit, n_ctx=model.chat.engine.n_ctx, keep=keep)
+        request = newest_that_fit(chat.messages, attempt, truncate, exchange.raise_if_gone, label,
+                                  cut_last=partial(attempt, cut=cut) if shift else None)
+        return shifting(request, shift, keep)
 
     serve_ollama(services, exchange, answer, label, build, "messages")
 
@@ -75,6 +82,14 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
         return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole)
 
     serve_generation(exchange, services, read, streams=read_stream, shape_type=NdjsonLines)
+
+
+def shifting(request: GenerationRequest, shift: bool, keep: int | None) -> GenerationRequest:
+    """The job, shifting its context at the end when `shift` (keeping `keep` prompt tokens; None:
+    the whole prompt)."""
+    if shift:
+        request.context_shift = len(request.prompt_tokens) if keep is None else keep
+    return request
 
 
 @contextmanager

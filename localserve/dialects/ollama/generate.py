@@ -10,29 +10,35 @@ model's fill-in-the-middle prompt (dialects/fim.py; a 400 for a model without FI
 ignored with a log line: this server renders the model's own Jinja template. `images`
 (base64) go with the prompt's user turn (not raw, no suffix). `context`
 (deprecated: the tokens of an earlier answer) is ignored, and answered as an empty list.
+A prompt too long for the context is cut in the middle unless `truncate` or `shift` is false,
+and an answer that reaches the context's end goes on unless `shift` is false (truncation.py).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ...conversation import Message, Text, text_message
 from ...engine.facade import EngineFacade
 from ...generation import GenerationRequest
-from ...prompt.build import ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_to_fit
+from ...prompt.build import (ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_capped,
+                             tokenize_to_fit)
 from ...prompt.fim import FimInput
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
 from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
 from ..services import Services
-from .chat import serve_ollama
+from .chat import serve_ollama, shifting
 from .lifecycle import load_or_unload
 from .messages import read_chat, read_images
 from .names import requested_name
 from .options import Options, read_format, read_stream, read_think
 from .replies import Answer
 from .stored import apply_stored
+from .truncation import cut_to_fit, prompt_keep
 
 if TYPE_CHECKING:
     from ...models.served import ServedModel
@@ -50,8 +56,8 @@ def handle(services: Services, exchange: Exchange) -> None:
     suffix = read_str(body, "suffix", "")
     system = read_str(body, "system")
     raw = read_bool(body, "raw")
-    read_bool(body, "truncate", default=True)   # one prompt: nothing to drop (a prompt too long is a 400)
-    read_bool(body, "shift", default=True)      # no context shift: an answer stops at the context's end
+    truncate = read_bool(body, "truncate", default=True)
+    shift = read_bool(body, "shift", default=True)
     read_format(body)
     images = read_images(body.get("images"), "images")
     if images and (raw or suffix):
@@ -70,20 +76,31 @@ def handle(services: Services, exchange: Exchange) -> None:
     label = f"ollama generate {exchange.request_id}"
 
     def build(model: ServedModel, options: Options) -> GenerationRequest:
+        engine = model.chat.engine
+        keep = prompt_keep(options.num_keep, len(engine.prompt_start))
+        # a prompt too long for the context: cut in the middle with truncate and shift (truncation.py)
+        cut = partial(cut_to_fit, n_ctx=engine.n_ctx, keep=keep) if truncate and shift else None
         if suffix:
-            return fill_request(model, prompt, suffix, chat, options, label)
+            return fill_request(model, prompt, suffix, chat, options, label)      # an editor's: never shifted
         if raw:
-            return raw_request(model.chat.engine, prompt, chat, options, label)
-        return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
-                                  stop=options.stop, label=label)
+            return shifting(raw_request(engine, prompt, chat, options, label, cut), shift, keep)
+        return shifting(build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
+                                           stop=options.stop, label=label, cut=cut), shift, keep)
 
     serve_ollama(services, exchange, answer, label, build, "prompt")
 
 
-def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str) -> GenerationRequest:
+def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Options, label: str,
+                cut: Callable[[list[int]], list[int]] | None = None) -> GenerationRequest:
     """The prompt's own tokens, no template; `format` still holds the answer to its grammar. A
-    prompt in the model's FIM layout (Twinny's, Continue's fallback) fills a hole as a `suffix` does."""
-    tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
+    prompt in the model's FIM layout (Twinny's, Continue's fallback) fills a hole as a `suffix` does.
+    `cut`: makes a prompt longer than the context fit (else it is ContextOverflow)."""
+    if cut is None:
+        tokens = tokenize_to_fit(engine, prompt, add_special=True, parse_special=True)
+    else:
+        tokens = tokenize_capped(engine, prompt, "prompt", add_special=True, parse_special=True)
+        if len(tokens) >= engine.n_ctx:
+            tokens = cut(tokens)
     check_fits(engine, tokens)
     request = tokens_request(engine, tokens, chat, options, label)
     if writes_its_own_fim(engine, tokens):

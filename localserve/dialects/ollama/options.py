@@ -4,7 +4,8 @@
 sampler (llama.cpp's own names, mostly the same), with Ollama's defaults; `num_predict` is the
 answer's token limit (-1 and -2: no limit); `stop` the stop strings; llama.cpp's `logit_bias`
 and `grammar`, which every dialect accepts, are options here. `num_ctx` is the context the
-model must be loaded with (read where the model is chosen: dialects/loading.py). Runner
+model must be loaded with (read where the model is chosen: dialects/loading.py); `num_keep` the
+prompt tokens a context shift keeps (truncation.py; -1: the whole prompt). Runner
 settings this server fixes per model at load (num_batch, num_gpu, num_thread, ...) and sampler settings llama.cpp dropped
 (mirostat, tfs_z, penalize_newline) are accepted and ignored, logged at debug level, as are
 names Ollama does not know: Ollama's own clients send whatever their user set.
@@ -29,9 +30,10 @@ SAMPLING_OPTIONS = ("temperature", "top_k", "top_p", "min_p", "seed", "presence_
 READ_ELSEWHERE = frozenset({"num_ctx"})     # the context the model needs: dialects/loading.py reads it
 IGNORED_OPTIONS = frozenset({"num_batch", "num_gpu", "main_gpu", "num_thread", "numa", "low_vram",
                              "f16_kv", "logits_all", "vocab_only", "use_mmap", "use_mlock", "embedding_only",
-                             "num_keep", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline",
+                             "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta", "penalize_newline",
                              "draft_num_predict"})
 THINK_LEVELS = ("low", "medium", "high")
+OLLAMA_NUM_KEEP = 4     # api/types.go DefaultOptions: "a minimal num_keep to avoid issues on context shifts"
 # Ollama's own defaults (api/types.go DefaultOptions, docs/modelfile): what /api/* samples with
 # when a request leaves an option out; llama-server's differ in top_p (0.95) and min_p (0.05)
 OLLAMA_SAMPLING = SamplingParams(temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, typical_p=1.0,
@@ -44,6 +46,7 @@ class Options:
     sampling: SamplingParams
     max_tokens: int | None = None
     stop: list[str] = field(default_factory=list)
+    num_keep: int = OLLAMA_NUM_KEEP
 
 
 def read_options(body: dict, n_vocab: int, label: str) -> Options:
@@ -54,15 +57,16 @@ def read_options(body: dict, n_vocab: int, label: str) -> Options:
         sampling.typical_p = read_number(options, "typical_p", low=0, high=1, default=OLLAMA_SAMPLING.typical_p)
         predict = read_int(options, "num_predict", low=-2)
         stop = read_stop(options)
+        num_keep = read_int(options, "num_keep", low=-1, default=OLLAMA_NUM_KEEP)
     except ApiError as exc:        # a 400 naming the option: name it as options.NAME
         raise renamed(exc, f"options.{exc.param}") from None
-    left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop"} - READ_ELSEWHERE
+    left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop", "num_keep"} - READ_ELSEWHERE
     if left & IGNORED_OPTIONS:
         log.debug("%s: options %s ignored (fixed at load, or not a llama.cpp sampler)", label,
                   ", ".join(sorted(left & IGNORED_OPTIONS)))
     if left - IGNORED_OPTIONS:
         log.debug("%s: unknown options %s ignored", label, ", ".join(sorted(left - IGNORED_OPTIONS)))
-    return Options(sampling, None if predict is None or predict < 0 else max(predict, 1), stop)
+    return Options(sampling, None if predict is None or predict < 0 else max(predict, 1), stop, num_keep)
 
 
 def renamed(exc: ApiError, name: str) -> ApiError:

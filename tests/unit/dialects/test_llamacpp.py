@@ -94,3 +94,5 @@ def test_status_events():
     assert status_event("m", "unloaded", None)["data"] == {"status": "unloaded", "exit_code": 0}
     assert status_event("m", "unloaded", "bad file")["data"] == {"status": "unloaded", "exit_code": 1,
                                                                  "error": "bad file"}
+    progress = {"stages": ["text_model"], "current": "text_model", "value": 0.5}
+    assert status_event("m", "loading", None, progress)["data"] == {"status": "loading", "progress": progress}

@@ -25,4 +25,5 @@ def test_the_row_stays_float32_and_agrees_with_a_float64_log_softmax():
     assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx(want[best], abs=1e-4)
     chosen = choose(entry, int(best[1]), b"x")
     assert chosen["logprob"] == pytest.approx(want[best[1]], abs=1e-4) and "_all" not in chosen
+    assert chosen["id"] == int(best[1]) and [t["id"] for t in entry["top_logprobs"]] == [int(t) for t in best]
     assert np.array_equal(logits, original)          # the engine's row itself is left as it was

@@ -216,3 +216,23 @@ def test_admission_places_a_job_by_sequences_of_its_own_scope_only():
     s.enqueue(ActiveGeneration(GenerationRequest(list(range(50)) + [99], scope="victim")))
     _, placement = s.next_admission()
     assert placement.slot.seq_id == 0 and placement.copied == 0      # its own slot, continued in place
+
+
+def test_a_job_pinned_to_a_slot_takes_that_slot_and_waits_while_it_is_busy():
+    s = Scheduler(slots=3, max_queue=8)
+    s.slots[2].holds([1, 2, 3])           # the slot any job with this prompt would choose
+    pinned = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3, 4], slot_id=1))
+    s.enqueue(pinned)
+    got, placement = s.next_admission()
+    assert got is pinned and placement.slot is s.slots[1]
+    busy = admitted(s, [9], seq_id=1)
+    again = ActiveGeneration(GenerationRequest(prompt_tokens=[5], slot_id=4))      # 4 wraps to slot 1
+    other = gen([6])
+    s.enqueue(again)
+    s.enqueue(other)
+    got, placement = s.next_admission()           # the pinned job waits; the one behind it goes on
+    assert got is other and placement.slot is not s.slots[1]
+    assert s.next_admission() is None and list(s.waiting) == [again]
+    busy.end()
+    got, placement = s.next_admission()
+    assert got is again and placement.slot is s.slots[1]
