@@ -15,6 +15,8 @@ on an unbroken copy, whose tests do not pass.
     python tests/mutants.py                 # all of them (make mutants)
     python tests/mutants.py --list
     python tests/mutants.py "drain off" "HEAD body on"
+    python tests/mutants.py --baseline-only "drain off"    # its tests, on the unbroken code
+    python tests/mutants.py --no-baseline "drain off"      # the mutant alone (a loop, one per lock hold)
 
 It lives beside the tests because it is part of them: it names their node ids and runs them,
 and it ships with nothing.
@@ -563,6 +565,9 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and their tests")
     parser.add_argument("--no-baseline", action="store_true", help="skip the run on an unbroken copy")
+    parser.add_argument("--baseline-only", action="store_true",
+                        help="only the run on an unbroken copy (a loop that runs mutants one at a time with "
+                             "--no-baseline checks their tests pass unbroken this way, in batches)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show how each mutant's tests ended")
     parser.add_argument("--each", action="store_true",
                         help="run each test of a mutant on its own: every one must catch it (slower)")
@@ -597,6 +602,8 @@ def main() -> int:
             if status != 0:
                 print(tail)
                 return 2
+        if args.baseline_only:
+            return 0
         results = {}
         for mutant in runnable:
             root = Path(tmp) / f"m{len(results)}"
