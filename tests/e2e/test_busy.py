@@ -1,5 +1,5 @@
 """Threads and drafts on the real engine: the thread count a server decodes on is reported and its
-threadpool attached, and a sampled job whose drafts are refused stops drafting.
+threadpool attached (its workers outlive each decode), and a sampled job whose drafts are refused stops drafting.
 
 How the count adapts is tested on the policy alone, with a machine's step costs fed to it
 (tests/unit/engine/test_thread_policy.py), and once on a server beside a spinning process:
@@ -17,7 +17,8 @@ import pytest
 
 from conftest import ServerProcess, slow_model
 from promtext import parse
-from rawhttp import post_json, request
+from procstat import cpu_seconds, live_threads_cpu_seconds
+from rawhttp import RawConnection, post_json, request
 from tinymodel import NO_EOG, token_ids, tiny_vocab
 
 GET_SLOTS = b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n"
@@ -51,6 +52,26 @@ def test_the_threads_in_use_are_reported_and_a_persistent_pool_holds_them(tiny_m
         assert 1 <= in_use <= most
         if not found["adaptive"]:
             assert in_use == most
+    finally:
+        srv.stop()
+
+
+def test_the_decodes_threads_live_as_long_as_the_model(models_dir):
+    # Without a persistent pool every llama_decode starts its worker threads and ends them after:
+    # their CPU time then belongs to threads that ended (about half of a prefill's on two threads).
+    srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192", "--slots", "1",
+                        "--no-store", threads=2)
+    try:
+        pid = srv.proc.pid
+        ended_before, cpu_before = cpu_seconds(pid) - live_threads_cpu_seconds(pid), cpu_seconds(pid)
+        conn = RawConnection(srv.port, timeout=120)
+        body = {"prompt": "hello world " * 1500, "max_tokens": 100, "temperature": 0}     # ~3000 tokens of prefill
+        conn.send(post_json("/v1/completions", body))
+        assert conn.read_response().status == 200
+        conn.close()
+        ended = cpu_seconds(pid) - live_threads_cpu_seconds(pid) - ended_before
+        spent = cpu_seconds(pid) - cpu_before
+        assert spent > 0.2 and ended < 0.1 * spent, f"{ended:.2f} s of {spent:.2f} s spent by threads that ended"
     finally:
         srv.stop()
 
