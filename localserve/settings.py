@@ -33,7 +33,7 @@ DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a
 # Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
-DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
+DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: docs/performance.rst)
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 

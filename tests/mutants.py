@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-COPIED = ("localserve", "tests", "bench", "setup.cfg", "setup.py")     # bench: the bare engines tests compare with
+# bench: the bare engines tests compare with; docs, README.rst, Makefile: what test_docs.py checks against the code
+COPIED = ("localserve", "tests", "bench", "setup.cfg", "setup.py", "docs", "README.rst", "Makefile")
 MUTANT_TIMEOUT = 600          # seconds for one mutant's tests; a hang counts as killed
 
 
@@ -482,6 +483,12 @@ MUTANTS = [
            "    if sha256_of(target) != DEMO_MODEL_SHA256:\n        return False",
            "    if False:\n        return False",
            ("tests/unit/ops/test_demo.py::test_a_file_of_its_name_with_other_bytes_is_not_served",)),
+    Mutant("a route no page documents", "localserve/dialects/rerank/routes.py",
+           'table.add("/rerank", "POST"', 'table.add("/rerank-undocumented", "POST"',
+           ("tests/unit/test_docs.py::test_every_route_is_documented_with_its_method",)),
+    Mutant("a flag no page documents", "localserve/cli/flags.py",
+           'Option("kv-unified", _flag, False,', 'Option("kv-shared-cells", _flag, False,',
+           ("tests/unit/test_docs.py::test_every_flag_has_a_row_in_the_flags_page",)),
 ]
 
 

@@ -1,7 +1,8 @@
 """Command line: flags and LOCALSERVE_* environment → Settings, then serve.
 
-Every option is declared once in OPTIONS; argparse, the environment lookup and the
-README's flag table all follow from it. Precedence: flag > environment > default.
+Every option is declared once in OPTIONS; argparse, the environment lookup and the config
+file's keys follow from it (tests/unit/test_docs.py holds docs/flags.rst to it).
+Precedence: flag > environment > default.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ OPTIONS: tuple[Option, ...] = (
            "seconds one request may take to choose one token (a costly grammar); then it fails, "
            "the others go on", "SECONDS"),
     Option("compact-max-tokens", positive_int, defaults.DEFAULT_COMPACT_MAX_TOKENS,
-           "the longest summary a context compaction writes, in tokens (README: Long sessions)", "N"),
+           "the longest summary a context compaction writes, in tokens (docs/compaction.rst)", "N"),
     Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
            "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
     Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
@@ -211,7 +212,7 @@ OPTIONS: tuple[Option, ...] = (
            "KEY", repeat=True),
     Option("api-key-file", str, None, "file with one API key per line", "PATH"),
     Option("shared-cache", _flag, False, "with several API keys, let them share prompt caches (slots, shared "
-           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (README: Security)",
+           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (docs/security.rst)",
            "BOOL"),
     Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
            "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
@@ -234,7 +235,7 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localserve",
-        description="A local LLM daemon: OpenAI and Anthropic APIs over one GGUF model.",
+        description="A local LLM daemon: GGUF models over the OpenAI, Anthropic, Ollama and llama-server APIs.",
         epilog="Each flag can also be set with an environment variable LOCALSERVE_<NAME>, e.g. LOCALSERVE_CTX_SIZE.",
     )
     parser.add_argument("--version", action="version", version=f"localserve {__version__}")

@@ -1,4 +1,4 @@
-"""Context compaction in the Responses API (README: Long sessions).
+"""Context compaction in the Responses API (docs/compaction.rst).
 
 - A `compaction` item carries a summary sealed in `encrypted_content`; as input (anywhere) it is
   opened and renders as the summary (prompt/compaction.summary_message). In a stored chain
