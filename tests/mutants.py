@@ -615,7 +615,7 @@ def main() -> int:
                 print(tail)
                 return 2
         if args.baseline_only:
-            return 0
+            return 2 if errors else 0
         results = {}
         for mutant in runnable:
             root = Path(tmp) / f"m{len(results)}"
