@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -73,7 +74,12 @@ class LlamaServer(_Subprocess):
 
     def __init__(self, model: str, threads: int, ctx_size: int, slots: int, extra: tuple[str, ...] = ()):
         self.port = free_port()
-        self.cmd = [self.path() or "llama-server", "-m", model, "--port", str(self.port), "-t", str(threads),
+        binary = self.path() or "llama-server"
+        # its RUNPATH names the checkout it was built in: a worktree's shared .cache may outlive that one
+        libs = str(Path(binary).resolve().parent)
+        self.env = {**os.environ, "LD_LIBRARY_PATH": os.pathsep.join(
+            filter(None, (libs, os.environ.get("LD_LIBRARY_PATH"))))}
+        self.cmd = [binary, "-m", model, "--port", str(self.port), "-t", str(threads),
                     "-c", str(ctx_size * slots), "-np", str(slots), *extra]
 
 

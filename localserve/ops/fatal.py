@@ -38,11 +38,6 @@ def _forget(cleanup: Callable[[], None]) -> None:
         pass
 
 
-def pending_cleanups() -> int:
-    """How many clean-ups an exit would run now."""
-    return len(_cleanups)
-
-
 def exit_engine_failed(reason: str) -> NoReturn:
     if not _exiting.acquire(blocking=False):     # another thread is already on its way out
         threading.Event().wait()

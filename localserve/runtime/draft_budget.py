@@ -8,10 +8,13 @@ a token's work (Gemma 3's output layer has 262k rows), whether it is accepted or
 
 - A job's budget is its credit in steps: it starts with START_CREDIT, each verified draft adds
   the tokens accepted and takes away row_share per token drafted. A draft is never longer than
-  the credit pays for, so a job whose drafts are refused (a sampled chat with nothing to copy)
+  the longer of what the credit pays for and what the job's own acceptance so far (no prior)
+  expects to pay for itself, token by token: a job whose drafts are accepted (a greedy edit)
+  drafts at full length. A job whose drafts are refused (a sampled chat with nothing to copy)
   stops drafting once it has spent its start, and then tries one drafted token now and then,
   twice as rarely after each try that did not earn its price back: what it loses is bounded by
-  START_CREDIT and those tries, whatever the temperature.
+  START_CREDIT and those tries, whatever the temperature. The price is the engine's, learned on
+  as steps run (a load beside other work measures it high: thread_policy.StepCosts.calmer).
 - A step shared with other streams is as slow for each as for all: with a prompt chunk in it,
   it drafts nothing (the prompt gains nothing from a draft); with several decoding streams, its
   drafts are kept only when every stream drafts, cut to one length at which each stream's
@@ -34,11 +37,20 @@ class DraftBudget:
     def __init__(self, row_share: float, draft_max: int):
         self.row_share = row_share
         self.credit = START_CREDIT
-        self.most_credit = START_CREDIT + draft_max * row_share     # enough for one whole draft
+        self.draft_max = draft_max
         self.gap = FIRST_TRY_GAP
         self.pause = 0
         self.hits = 0.0             # accepted tokens, recent ones weighing most
         self.tested = 0.0           # drafted tokens verified: the accepted and the first refused one
+
+    def reprice(self, row_share: float) -> None:
+        """A drafted row's price, learned again as the machine calms (engine/thread_policy.StepCosts)."""
+        self.row_share = row_share
+
+    @property
+    def most_credit(self) -> float:
+        """Savings kept: enough for one whole draft."""
+        return START_CREDIT + self.draft_max * self.row_share
 
     def affordable(self, limit: int) -> int:
         """How many tokens the job may draft this step, at most `limit` (0: none)."""
@@ -47,11 +59,13 @@ class DraftBudget:
             if self.pause:
                 return 0
             self.credit = max(self.credit, self.row_share)      # one drafted token to try again
-        tokens = int(self.credit / self.row_share + 1e-9)
+        tokens = min(limit, int(self.credit / self.row_share + 1e-9))
+        rate = self.acceptance(0.0)
+        while tokens < limit and expected_accepted(rate, tokens + 1) >= (tokens + 1) * self.row_share:
+            tokens += 1         # expected to pay for itself: its row is worth its chance of being accepted
         if tokens < 1:
             self.pause, self.gap = self.gap, min(MAX_TRY_GAP, self.gap * 2)
-            return 0
-        return min(limit, tokens)
+        return tokens
 
     def record(self, drafted: int, accepted: int) -> None:
         self.credit = min(self.most_credit, self.credit + accepted - drafted * self.row_share)
@@ -66,8 +80,8 @@ class DraftBudget:
 
     @property
     def stopped(self) -> bool:
-        """Out of credit: waiting to try again (/slots)."""
-        return self.pause > 0 or self.credit < self.row_share
+        """Out of credit, and its acceptance pays for no drafted token: waiting to try again (/slots)."""
+        return self.pause > 0 or (self.credit < self.row_share and self.acceptance(0.0) < self.row_share)
 
     def as_json(self) -> dict:
         return {"credit": round(self.credit, 3), "stopped": self.stopped}

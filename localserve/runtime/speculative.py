@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
 NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
-DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences
+DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences,
+MAX_STEP_DRAFTS = 32               # and no more than this many (--draft-max itself, where that is more)
 PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
 
 log = logging.getLogger("localserve.runtime")
@@ -181,11 +182,13 @@ class JobDrafts:
             draft = draft[:-1]          # the window's last token may be cut short
         return draft[:limit]
 
-    def wants(self, limit: int) -> int:
-        """How many tokens this job drafts this step, given room for `limit` (0: none). While the output
-        is still the prediction's text, its drafts are what the client asked for: no budget stops them."""
+    def wants(self, limit: int, row_share: float) -> int:
+        """How many tokens this job drafts this step, given room for `limit` (0: none) and a drafted
+        row's price now. While the output is still the prediction's text, its drafts are what the
+        client asked for: no budget stops them."""
         if self.prediction is not None and self.aligned >= 0:
             return min(limit, self.length)
+        self.budget.reprice(row_share)
         return self.budget.affordable(min(limit, self.length))
 
     def record(self, drafted: int, accepted: int) -> None:
@@ -223,10 +226,14 @@ class Speculator:
         self.is_eog = engine.is_eog
         self.text = _Text(engine)
         self.draft_model = draft_model
-        costs = getattr(engine, "step_costs", None)     # measured at load (engine/thread_policy.py)
-        self.row_share = costs.row_share if costs is not None else MIN_ROW_SHARE
+        self.costs = getattr(engine, "step_costs", None)    # measured at load, learned on (engine/thread_policy.py)
         self.drafted = 0                # every job's, since start (/metrics)
         self.accepted = 0
+
+    @property
+    def row_share(self) -> float:
+        """A drafted row's price now: a load on a busy machine measures it high, calmer steps correct it."""
+        return self.costs.row_share if self.costs is not None else MIN_ROW_SHARE
 
     @property
     def on(self) -> bool:
@@ -240,9 +247,10 @@ class Speculator:
         # Verifying a drafted token costs a logits row (for a large vocabulary, most of a token's
         # work): several sequences share a step's drafts, so more of them do not slow every stream.
         asking = [(job, self._room(job, self.draft_max, n_ctx_seq)) for job in jobs]
-        asking = [(job, job.drafts.wants(room)) for job, room in asking if room > 0]
+        row_share = self.row_share
+        asking = [(job, job.drafts.wants(room, row_share)) for job, room in asking if room > 0]
         asking = [(job, want) for job, want in asking if want > 0]
-        budget = min(budget, self.draft_max * DRAFT_STEP_SHARE)
+        budget = min(budget, self.draft_max * DRAFT_STEP_SHARE, max(self.draft_max, MAX_STEP_DRAFTS))
         wanted: dict[int, tuple[Job, int]] = {}
         asking.sort(key=lambda pair: pair[1])      # the smallest wants first: what they leave goes to the rest
         for n, (job, want) in enumerate(asking):

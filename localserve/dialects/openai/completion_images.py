@@ -33,7 +33,7 @@ def is_object_prompt(prompt: Any) -> bool:
     return isinstance(prompt, dict) or (isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], dict))
 
 
-def read_object_prompt(model: ChatModel, prompt: Any, text_tokens: Callable[[str], list[int]]) -> MultimodalPrompt:
+def read_object_prompt(chat_model: ChatModel, prompt: Any, text_tokens: Callable[[str], list[int]]) -> MultimodalPrompt:
     """The prompt's tokens and image chunks; text_tokens(text) tokenizes a prompt with no
     images, as a plain string prompt is."""
     if isinstance(prompt, list):
@@ -54,11 +54,11 @@ def read_object_prompt(model: ChatModel, prompt: Any, text_tokens: Callable[[str
                                   f"of multimodal_data: put one where each image stands, in order")
     if not images:
         return MultimodalPrompt(text, text_tokens(text))
-    if not model.vision:
-        raise PromptRefused(f"invalid '{IMAGES_FIELD}[0]': model '{model.name}' has no vision projector, so it "
+    if not chat_model.vision:
+        raise PromptRefused(f"invalid '{IMAGES_FIELD}[0]': model '{chat_model.name}' has no vision projector, so it "
                             f"cannot read images; use a model with one, or send text",
                             code="model_has_no_vision", param=f"{IMAGES_FIELD}[0]")
     if text.endswith(LIBMTMD_MARKER):     # the next token's logits are read off the prompt's last token
         raise invalid(TEXT_FIELD, "ends with an image: put text after the last marker")
-    tokens, chunks = tokenize_with_images(model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)
+    tokens, chunks = tokenize_with_images(chat_model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)
     return MultimodalPrompt(text, tokens, chunks)

@@ -46,3 +46,18 @@ def test_a_pinned_count_never_moves_and_the_share_of_busy_models_caps_it():
     adaptive.limit(2)
     assert run(adaptive, QUIET, 100)[-1] == 2
     assert adaptive.as_json() == {"in_use": 2, "most": 2, "adaptive": True}
+
+
+def test_costs_measured_on_a_busy_machine_come_down_to_the_quiet_steps_of_their_shapes():
+    costs = StepCosts(one=0.020, row=0.019, rows=17)           # the load met a busy machine
+    pinned = ThreadPolicy(2, costs, adaptive=False)
+    pinned.observe(17, 0.010 + 16 * 0.004)                      # a quiet step of the measured shape
+    assert abs(costs.row - (0.074 - 0.020) / 16) < 1e-9        # beside the one-token step measured
+    pinned.observe(1, 0.010)
+    assert costs.one == 0.010 and abs(costs.expected(17) - 0.074) < 1e-9     # the measured shape's cost kept
+    assert abs(costs.row_share - 0.4) < 1e-9
+    for rows, seconds in ((1, 0.5), (17, 0.9), (5, 0.030)):     # slower steps, and a few rows dearer than the line
+        pinned.observe(rows, seconds)
+    assert costs.one == 0.010 and abs(costs.row_share - 0.4) < 1e-9
+    pinned.observe(3, 0.010 + 2 * 0.002)                        # a short draft's step under the line: it was high
+    assert abs(costs.row_share - 0.2) < 1e-9

@@ -50,3 +50,20 @@ def test_a_shared_step_keeps_a_length_that_pays_every_stream():
     assert shared_length([0.9, 0.1], row_share=0.5, longest=8) == 0        # one stream would only wait
     assert 0 < shared_length([0.9, 0.9], row_share=0.5, longest=16) < 16   # long drafts cost more than they give
     assert shared_length([0.9, 0.9], row_share=0.05, longest=16) > shared_length([0.9, 0.9], 0.5, 16)
+
+
+def test_accepted_drafts_reach_full_length_even_where_a_row_costs_most_of_a_step():
+    budget = DraftBudget(row_share=0.8, draft_max=16)
+    lengths = drafted_steps(budget, 60, accepted_share=1.0)
+    assert lengths[0] == 1 and all(lengths)
+    assert lengths[-20:] == [16] * 20                       # its acceptance pays for them: on at full length
+    half = DraftBudget(row_share=0.8, draft_max=16)
+    assert max(drafted_steps(half, 200, accepted_share=0.5)) < 4   # half refused: long drafts would not pay
+
+
+def test_a_job_whose_drafts_mostly_pay_drafts_on_when_a_long_one_spent_its_credit():
+    budget = DraftBudget(row_share=0.5, draft_max=16)
+    for _ in range(5):
+        budget.record(16, 4)            # a copy that breaks now and then: four of each draft accepted
+    assert budget.credit < budget.row_share
+    assert 2 <= budget.affordable(16) < 8 and not budget.stopped    # what its acceptance pays for, not a pause

@@ -69,14 +69,17 @@ def test_a_prediction_is_followed_by_its_text_then_by_lookup_once_the_output_str
     assert strays.lookup(list(b"abXcd"), 4) == list(b"efgh")     # strayed at X; (c, d) found in the prediction
 
 
-def job_in(slot: Slot, prompt, status=JobStatus.DECODING, **request) -> Job:
-    job = Job(ActiveGeneration(GenerationRequest(prompt_tokens=list(prompt), **request)), slot, None, 0)
-    job.status = status
+def job_in(slot: Slot, prompt, status=JobStatus.DECODING, speculator: Speculator | None = None, **request) -> Job:
+    """A job in the slot as the runtime step leaves it: decoding (its prompt in the cache, 50 written
+    and next to decode), or prefilling; with its drafts when a speculator is given."""
+    drafts = speculator.start(list(prompt), None) if speculator is not None else None
+    job = Job(ActiveGeneration(GenerationRequest(prompt_tokens=list(prompt), **request)), slot, None, 0, drafts=drafts)
     if status is JobStatus.DECODING:
-        job.n_past = len(prompt)
-        job.next_token = 50
-        job.generated = [50]
-    slot.job = job
+        job.decoded(len(prompt))
+        job.reached_choice()
+        job.took(50, in_reasoning=False)
+        job.chose(50)
+    job.start()
     return job
 
 
@@ -101,16 +104,14 @@ def test_the_step_shares_its_drafts_and_stops_them_at_the_end_of_generation_and_
     speculator = Speculator("ngram", 4, Text())
     slots = [Slot(i) for i in range(3)]
     echo = [10, 11, 50, 12, 13, 14, 15, 16, 11]        # each job then wrote 50: after (11, 50) came 12..16
-    jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
-    for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
+    jobs = [job_in(slots[0], echo, speculator=speculator), job_in(slots[1], echo, speculator=speculator),
+            job_in(slots[2], echo, speculator=speculator, max_tokens=3)]
     alone = speculator.propose([jobs[2]], budget=100, n_ctx_seq=4096)
     assert alone[id(jobs[2])] == [12]                 # max_tokens 3: one token written, one more to choose
     # the step's share (2 x --draft-max) goes where it is wanted: 1, then 3 and 4 of the 4 each asks;
     # shared by three streams, every draft is cut to one length
     assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {id(job): [12] for job in jobs}
-    ended = job_in(Slot(3), [11, 50, 12, EOS, 13, 11])
-    ended.drafts = speculator.start(ended.prompt, None)
+    ended = job_in(Slot(3), [11, 50, 12, EOS, 13, 11], speculator=speculator)
     assert speculator.propose([ended], budget=100, n_ctx_seq=4096)[id(ended)] == [12]
     assert speculator.propose(jobs[:2], budget=0, n_ctx_seq=4096) == {}
     off = Speculator("off", 4, Text())
@@ -126,9 +127,8 @@ def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
     speculator = Speculator("ngram", 8, Priced())
     slots = [Slot(i) for i in range(3)]
     echo = [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11]
-    jobs = [job_in(slots[0], echo), job_in(slots[1], echo)]
+    jobs = [job_in(slots[0], echo, speculator=speculator), job_in(slots[1], echo, speculator=speculator)]
     for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
         for _ in range(6):          # its drafts were accepted: the next ones are expected to be
             job.drafts.record(8, 8)
     assert {len(d) for d in speculator.propose(jobs, budget=100, n_ctx_seq=4096).values()} == {8}
@@ -139,6 +139,34 @@ def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
     prefilling = job_in(slots[2], list(range(300)), status=JobStatus.PREFILLING)
     assert speculator.propose([jobs[0], prefilling], budget=100, n_ctx_seq=4096) == {}   # a prompt gains nothing
     assert speculator.propose([jobs[0]], budget=100, n_ctx_seq=4096)          # alone, its own credit decides
+
+
+def test_a_drafted_rows_price_measured_on_a_busy_machine_comes_down_as_steps_show_it():
+    engine = Priced()
+    engine.step_costs = StepCosts(one=0.010, row=0.0095, rows=9)      # measured beside other work
+    speculator = Speculator("ngram", 8, engine)
+    job = job_in(Slot(0), [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11], speculator=speculator)
+    assert speculator.row_share == 0.95
+    assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 1    # its credit pays one
+    job.drafts.record(1, 1)
+    engine.step_costs.calmer(9, 0.010 + 8 * 0.003)        # a whole draft's step, on a calmer machine
+    assert speculator.row_share == 0.3
+    assert len(speculator.propose([job], budget=100, n_ctx_seq=4096)[id(job)]) == 3    # its credit, at the new price
+    assert speculator.as_json()["row_share"] == 0.3
+
+
+def test_one_stream_drafts_up_to_draft_max_and_a_shared_step_verifies_at_most_the_steps_share():
+    speculator = Speculator("ngram", 32, Text())
+    copied = list(range(60, 100))
+    prompt = [10, 11, 50] + copied + [11]       # each job wrote 50: the 40 tokens after (11, 50) follow
+    jobs = [job_in(Slot(i), prompt, speculator=speculator) for i in range(3)]
+    for job in jobs:
+        for _ in range(6):
+            job.drafts.record(32, 32)           # accepted whole: each asks for --draft-max
+    assert len(speculator.propose(jobs[:1], budget=100, n_ctx_seq=4096)[id(jobs[0])]) == 32
+    shared = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
+    assert sum(len(draft) for draft in shared.values()) <= speculative.MAX_STEP_DRAFTS     # not 3 x 32
+    assert {len(draft) for draft in shared.values()} == {10}
 
 
 def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
@@ -212,9 +240,8 @@ def test_with_a_kv_stream_per_slot_a_steps_drafts_are_cut_to_one_length_or_dropp
     speculator = Speculator("ngram", 4, Text(), equal_rows=True)
     slots = [Slot(i) for i in range(3)]
     echo = [10, 11, 50, 12, 13, 14, 15, 16, 11]
-    jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
-    for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
+    jobs = [job_in(slots[0], echo, speculator=speculator), job_in(slots[1], echo, speculator=speculator),
+            job_in(slots[2], echo, speculator=speculator, max_tokens=3)]
     assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {id(job): [12] for job in jobs}
 
 
@@ -233,7 +260,7 @@ def test_no_index_is_built_until_the_first_lookup(monkeypatch):
     monkeypatch.setattr(speculative, "NgramIndex", CountingIndex)
     CountingIndex.built = 0
     drafts = Speculator("ngram", 4, Text()).start(list(b"abcabcabc"), "abcd")
-    drafts.wants(4)                     # what a step asks before it looks a draft up
+    drafts.wants(4, 0.5)                # what a step asks before it looks a draft up
     drafts.record(0, 0)
     drafts.counts()
     assert CountingIndex.built == 0
