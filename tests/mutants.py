@@ -15,6 +15,8 @@ on an unbroken copy, whose tests do not pass.
     python tests/mutants.py                 # all of them (make mutants)
     python tests/mutants.py --list
     python tests/mutants.py "drain off" "HEAD body on"
+    python tests/mutants.py --baseline-only "drain off"    # its tests, on the unbroken code
+    python tests/mutants.py --no-baseline "drain off"      # the mutant alone (a loop, one per lock hold)
 
 It lives beside the tests because it is part of them: it names their node ids and runs them,
 and it ships with nothing.
@@ -78,10 +80,23 @@ MUTANTS = [
     Mutant("no persistent threadpool", "localserve/engine/threadpool.py",
            "        self.pool = attach(ctx, most)\n",
            "        self.pool = None\n",
-           ("tests/e2e/test_busy.py::test_the_threads_in_use_are_reported_and_a_persistent_pool_holds_them",)),
+           ("tests/e2e/test_busy.py::test_the_threads_in_use_are_reported_and_a_persistent_pool_holds_them",
+            "tests/e2e/test_busy.py::test_the_decodes_threads_live_as_long_as_the_model")),
     Mutant("threads pinned always", "localserve/models/loaded.py",
            "adapt_threads=settings.threads is None and not settings.no_thread_adaptation,", "adapt_threads=False,",
-           ("tests/e2e/test_busy.py::test_the_threads_in_use_are_reported_and_a_persistent_pool_holds_them",)),
+           ("tests/e2e/test_busy.py::test_the_threads_in_use_are_reported_and_a_persistent_pool_holds_them",
+            "tests/e2e/test_busy.py::test_a_spinning_process_takes_a_thread_away_and_it_comes_back_when_it_stops")),
+    Mutant("decode steps never observed", "localserve/engine/engine.py",
+           "            self.step_threads.policy.observe(len(entries), time.perf_counter() - started)\n",
+           "            pass\n",
+           ("tests/e2e/test_busy.py::test_a_spinning_process_takes_a_thread_away_and_it_comes_back_when_it_stops",)),
+    Mutant("threads pinned though reported adaptive", "localserve/engine/thread_policy.py",
+           "        if not self.adaptive:\n            return\n", "        return\n",
+           ("tests/e2e/test_busy.py::test_a_spinning_process_takes_a_thread_away_and_it_comes_back_when_it_stops",
+            "tests/unit/engine/test_thread_policy.py")),
+    Mutant("a threadpool made but never attached", "localserve/engine/threadpool.py",
+           "        _llama_fn(\"llama_attach_threadpool\", None, _V, _V, _V)(ctx, self.pool, self.pool)\n", "",
+           ("tests/e2e/test_busy.py::test_the_decodes_threads_live_as_long_as_the_model",)),
     Mutant("prefill cancel off", "localserve/runtime/scheduler.py",
            "return (lambda: any(j.gen.cancelled for j in prefill_jobs)) if prefill_jobs else None",
            "return None",
@@ -668,6 +683,9 @@ def main() -> int:
     parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
     parser.add_argument("--list", action="store_true", help="list the mutants and their tests")
     parser.add_argument("--no-baseline", action="store_true", help="skip the run on an unbroken copy")
+    parser.add_argument("--baseline-only", action="store_true",
+                        help="only the run on an unbroken copy (a loop that runs mutants one at a time with "
+                             "--no-baseline checks their tests pass unbroken this way, in batches)")
     parser.add_argument("-v", "--verbose", action="store_true", help="show how each mutant's tests ended")
     parser.add_argument("--each", action="store_true",
                         help="run each test of a mutant on its own: every one must catch it (slower)")
@@ -702,6 +720,8 @@ def main() -> int:
             if status != 0:
                 print(tail)
                 return 2
+        if args.baseline_only:
+            return 2 if errors else 0
         results = {}
         for mutant in runnable:
             root = Path(tmp) / f"m{len(results)}"

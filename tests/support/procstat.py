@@ -42,3 +42,16 @@ def context_switches(pid: int) -> int:
         except FileNotFoundError:       # a thread that ended meanwhile
             pass
     return total
+
+
+def live_threads_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the process's threads living now, each to the nanosecond (schedstat's first
+    field). cpu_seconds less this is what threads that ended cost."""
+    total = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as handle:
+                total += int(handle.read().split()[0])
+        except FileNotFoundError:       # a thread that ended meanwhile
+            pass
+    return total / 1e9
