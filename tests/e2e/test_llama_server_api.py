@@ -381,6 +381,17 @@ def test_a_file_that_is_no_slot_file_is_refused(server, slot_dir):
     assert_llama_error(post(server, "/slots/0?action=restore", {"filename": "junk.bin"}), 400, "not a slot file")
 
 
+def test_more_prompts_than_the_queue_holds_is_a_400_not_a_503(tiny_model):
+    """A 503 says retry; a request of more prompts than --max-queue would be refused on every try."""
+    small = ServerProcess(tiny_model, "--slots", "1", "--max-queue", "3", "--no-store")
+    try:
+        refused = assert_llama_error(post(small, "/completion", {"prompt": ["a"] * 4, "n_predict": 1}), 400, "at most 3")
+        assert refused["param"] == "prompt"
+        assert len(post(small, "/completion", {"prompt": ["a"] * 3, "n_predict": 1}).json()) == 3
+    finally:
+        small.stop()
+
+
 @pytest.mark.parametrize("slot", ["%C2%B2", "9" * 5000, "007" * 3])
 def test_a_slot_id_of_odd_digits_is_a_400(server, slot):
     """'²' is a digit to str.isdigit() but not to int(), and 5000 digits pass int()'s limit: both were 500s."""
