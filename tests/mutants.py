@@ -595,6 +595,16 @@ MUTANTS = [
     Mutant("a grammar run forgets its draft", "localserve/runtime/token_choice.py",
            "        return Chosen(choice.draft, ", "        return Chosen([], ",
            ("tests/e2e/test_speculative.py::test_grammar_output_is_the_same_with_drafts",)),
+    Mutant("an Ollama answer that shifts has no end", "localserve/dialects/ollama/chat.py",
+           "request.max_tokens = limit if request.max_tokens is None else min(request.max_tokens, limit)",
+           "request.max_tokens = request.max_tokens",
+           ("tests/unit/dialects/ollama/test_shift.py::test_a_shifting_job_without_a_limit_ends_at_ten_contexts",)),
+    Mutant("a restored slot's tokens are not checked against its state", "localserve/runtime/slot_state.py",
+           "if not fits(request.tokens, positions):", "if False:",
+           ("tests/e2e/test_llama_server_api.py::test_a_slot_file_whose_tokens_are_not_its_state_is_refused",)),
+    Mutant("more prompts than the queue holds", "localserve/dialects/llamacpp/completion.py",
+           "min(MAX_PROMPTS, services.settings.max_queue)", "MAX_PROMPTS",
+           ("tests/e2e/test_llama_server_api.py::test_more_prompts_than_the_queue_holds_is_a_400_not_a_503",)),
 ]
 
 

@@ -93,7 +93,22 @@ class SlotStates:
                 return
             if not self.sequences.restore(slot.seq_id, request.state):
                 raise SlotRefused("llama.cpp refused the saved state for this model's cache")
-            slot.restored(list(request.tokens), self.sequences.length(slot.seq_id), request.scope)
+            positions = self.sequences.length(slot.seq_id)
+            if not fits(request.tokens, positions):
+                self.sequences.remove(slot.seq_id)
+                raise SlotRefused(f"the file's {len(request.tokens)} tokens are not what its state holds "
+                                  f"({positions} positions)")
+            slot.restored(list(request.tokens), positions, request.scope)
         elif own:
             request.n_erased = len(slot.tokens)
             self.kv.clear(slot)
+
+
+def fits(tokens: list[int], positions: int) -> bool:
+    """Whether a file's tokens are what its state holds: one position each, or fewer where images
+    are (their placeholder ids are negative; an M-RoPE image takes fewer positions than tokens).
+    A file edited by hand may say otherwise: a prompt matched against tokens the cache does not
+    hold would be decoded at positions llama.cpp refuses (a 500), or answered from a wrong cache."""
+    if any(token < 0 for token in tokens):
+        return 0 < positions <= len(tokens)
+    return positions == len(tokens)

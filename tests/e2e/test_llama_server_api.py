@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 
 import pytest
 
@@ -379,6 +380,46 @@ def test_slot_actions_refuse_what_they_cannot_do(server):
 def test_a_file_that_is_no_slot_file_is_refused(server, slot_dir):
     (slot_dir / "junk.bin").write_bytes(b"not a slot")
     assert_llama_error(post(server, "/slots/0?action=restore", {"filename": "junk.bin"}), 400, "not a slot file")
+
+
+def rewritten(data: bytes, tokens) -> bytes:
+    """A slot file with its token list replaced (the header's n_tokens with it), its state kept."""
+    start = len(b"LSSLOT1\n") + 4
+    (size,) = struct.unpack_from("<I", data, start - 4)
+    header = json.loads(data[start:start + size])
+    state = data[start + size + 4 * header["n_tokens"]:]
+    header = json.dumps({**header, "n_tokens": len(tokens)}).encode()
+    return data[:start - 4] + struct.pack("<I", len(header)) + header + struct.pack(f"<{len(tokens)}i", *tokens) + state
+
+
+def test_a_slot_file_whose_tokens_are_not_its_state_is_refused(server, slot_dir):
+    """A file edited or put together by hand: tokens that are not what its KV state holds (more,
+    fewer, outside the vocabulary) would be a 500 at the next decode there, or a cache that
+    answers for a prompt it never saw. A 400; the slot empty; both slots keep serving."""
+    assert post(server, "/completion", {"prompt": "the tokens of a saved slot", "n_predict": 2, "id_slot": 1}).status == 200
+    saved = post(server, "/slots/1?action=save", {"filename": "tokens.bin"}).json()
+    data = (slot_dir / "tokens.bin").read_bytes()
+    (size,) = struct.unpack_from("<I", data, 8)
+    tokens = list(struct.unpack_from(f"<{saved['n_saved']}i", data, 12 + size))
+    for name, edited in (("more.bin", tokens + [5] * 50), ("fewer.bin", tokens[:2]),
+                         ("vocab.bin", [10**8] + tokens[1:])):
+        (slot_dir / name).write_bytes(rewritten(data, edited))
+        assert_llama_error(post(server, "/slots/1?action=restore", {"filename": name}), 400,
+                           "vocabulary" if name == "vocab.bin" else "positions")
+        again = post(server, "/completion", {"prompt": tokens + [5] * 50, "n_predict": 2, "id_slot": 1})
+        assert again.status == 200, again.body
+    assert post(server, "/completion", {"prompt": "still serving", "n_predict": 2, "id_slot": 0}).status == 200
+
+
+def test_more_prompts_than_the_queue_holds_is_a_400_not_a_503(tiny_model):
+    """A 503 says retry; a request of more prompts than --max-queue would be refused on every try."""
+    small = ServerProcess(tiny_model, "--slots", "1", "--max-queue", "3", "--no-store")
+    try:
+        refused = assert_llama_error(post(small, "/completion", {"prompt": ["a"] * 4, "n_predict": 1}), 400, "at most 3")
+        assert refused["param"] == "prompt"
+        assert len(post(small, "/completion", {"prompt": ["a"] * 3, "n_predict": 1}).json()) == 3
+    finally:
+        small.stop()
 
 
 @pytest.mark.parametrize("slot", ["%C2%B2", "9" * 5000, "007" * 3])

@@ -99,3 +99,14 @@ def test_bad_shift_fields_are_named(server):
                         ({"options": {"num_keep": -2}}, "num_keep")):
         resp = generate(server, **body)
         assert resp.status == 400 and words in resp.json()["error"], resp.body
+
+
+def test_without_num_predict_a_shifting_answer_ends_at_ten_contexts(server):
+    """A model that never ends, no num_predict (Ollama's -1): Ollama's server caps the answer at ten
+    contexts (llm/server.go) rather than shift forever; here too, the slot then serves the next."""
+    answer = generate(server, options={"temperature": 0, "logit_bias": NO_EOG})
+    assert answer.status == 200, answer.body
+    assert answer.json()["done_reason"] == "length" and answer.json()["eval_count"] == 10 * N_CTX
+    assert generate(server, options={"num_predict": -1, "temperature": 0, "logit_bias": NO_EOG,
+                                     "num_ctx": N_CTX}).json()["eval_count"] == 10 * N_CTX
+    assert generate(server, options={"num_predict": 2}).json()["eval_count"] == 2

@@ -51,7 +51,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    prompts = split_prompts(exchange.json())
+    prompts = split_prompts(exchange.json(), min(MAX_PROMPTS, services.settings.max_queue))
     if len(prompts) > 1:
         serve_several(services, exchange, prompts, read_one, CompletionChunks)
         return
@@ -71,17 +71,19 @@ def read_one(model: ServedModel, body: dict, prompt: Any, index: int, label: str
                            model.chat, index)
 
 
-def split_prompts(body: dict) -> list:
+def split_prompts(body: dict, limit: int = MAX_PROMPTS) -> list:
     """The request's prompts: as llama-server reads `prompt`, an array holding no number is
-    several (each a string, token ids, mixed, or an object); anything else is one."""
+    several (each a string, token ids, mixed, or an object); anything else is one. At most
+    `limit`: more than the model's queue holds (--max-queue) would be a 503 on every try."""
     if "prompt" not in body:
         raise invalid("prompt", "is required: a string, token ids, or both mixed")
     prompt = body["prompt"]
     if isinstance(prompt, list) and not any(type(part) is int for part in prompt):
         if not prompt:
             raise invalid("prompt", "is empty; give at least one character or token to continue from")
-        if len(prompt) > MAX_PROMPTS:
-            raise invalid("prompt", f"holds {len(prompt)} prompts; at most {MAX_PROMPTS} go in one request")
+        if len(prompt) > limit:
+            raise invalid("prompt", f"holds {len(prompt)} prompts; at most {limit} go in one request "
+                                    f"(each is a job in the model's queue)")
         return prompt
     return [prompt]
 

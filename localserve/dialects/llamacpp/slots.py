@@ -189,4 +189,7 @@ def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tu
     if n_tokens < 0 or len(data) < at + 4 * n_tokens:
         raise bad
     tokens = list(struct.unpack_from(f"<{n_tokens}i", data, at))
+    if any(token >= expected["n_vocab"] for token in tokens):     # negative: an image's placeholder
+        raise ApiError(400, f"'{filename}' holds token ids outside this model's vocabulary", param="filename",
+                       code="invalid_slot_file")
     return tokens, data[at + 4 * n_tokens:]

@@ -31,6 +31,10 @@ from .truncation import cut_to_fit, newest_that_fit, prompt_keep
 if TYPE_CHECKING:
     from ...models.served import ServedModel
 
+# an answer that shifts its context ends after this many contexts' worth of tokens, as Ollama's
+# server limits num_predict -1 (or more than that) to 10 * num_ctx (llm/server.go)
+SHIFT_ANSWER_CONTEXTS = 10
+
 
 def handle(services: Services, exchange: Exchange) -> None:
     models = services.ready()
@@ -59,7 +63,7 @@ def handle(services: Services, exchange: Exchange) -> None:
         cut = partial(cut_to_fit, n_ctx=model.chat.engine.n_ctx, keep=keep)
         request = newest_that_fit(chat.messages, attempt, truncate, exchange.raise_if_gone, label,
                                   cut_last=partial(attempt, cut=cut) if shift else None)
-        return shifting(request, shift, keep)
+        return shifting(request, shift, keep, model.chat.engine.n_ctx)
 
     serve_ollama(services, exchange, answer, label, build, "messages")
 
@@ -84,11 +88,14 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
     serve_generation(exchange, services, read, streams=read_stream, shape_type=NdjsonLines)
 
 
-def shifting(request: GenerationRequest, shift: bool, keep: int | None) -> GenerationRequest:
+def shifting(request: GenerationRequest, shift: bool, keep: int | None, n_ctx: int) -> GenerationRequest:
     """The job, shifting its context at the end when `shift` (keeping `keep` prompt tokens; None:
-    the whole prompt)."""
+    the whole prompt), and then ending after SHIFT_ANSWER_CONTEXTS contexts at most: a model
+    that never writes its end token would otherwise shift forever and hold its slot."""
     if shift:
         request.context_shift = len(request.prompt_tokens) if keep is None else keep
+        limit = SHIFT_ANSWER_CONTEXTS * n_ctx
+        request.max_tokens = limit if request.max_tokens is None else min(request.max_tokens, limit)
     return request
 
 

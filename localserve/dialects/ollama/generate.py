@@ -83,9 +83,10 @@ def handle(services: Services, exchange: Exchange) -> None:
         if suffix:
             return fill_request(model, prompt, suffix, chat, options, label)      # an editor's: never shifted
         if raw:
-            return shifting(raw_request(engine, prompt, chat, options, label, cut), shift, keep)
+            return shifting(raw_request(engine, prompt, chat, options, label, cut), shift, keep, engine.n_ctx)
         return shifting(build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
-                                           stop=options.stop, label=label, cut=cut), shift, keep)
+                                           stop=options.stop, label=label, cut=cut), shift, keep,
+                        engine.n_ctx)
 
     serve_ollama(services, exchange, answer, label, build, "prompt")
 

@@ -14,8 +14,9 @@ from localserve.dialects.llamacpp.errors import llama_error_body
 from localserve.dialects.llamacpp.models import status_event
 from localserve.dialects.llamacpp.slots import MAGIC, read_filename, read_slot_file
 from localserve.errors import ApiError, context_exceeded
+from localserve.runtime.slot_state import fits
 
-FINGERPRINT = {"model": "m", "architecture": "llama", "n_params": 1, "n_vocab": 2, "n_layer": 3, "n_ctx": 4}
+FINGERPRINT = {"model": "m", "architecture": "llama", "n_params": 1, "n_vocab": 8, "n_layer": 3, "n_ctx": 4}
 
 
 def test_the_error_shape_is_llama_servers():
@@ -49,7 +50,18 @@ def slot_file(header: dict, tokens: list[int], state: bytes) -> bytes:
 
 def test_a_slot_file_reads_back():
     data = slot_file({**FINGERPRINT, "scope": "", "n_tokens": 3}, [1, -5, 7], b"STATE")
-    assert read_slot_file(data, FINGERPRINT, "", "f") == ([1, -5, 7], b"STATE")
+    assert read_slot_file(data, FINGERPRINT, "", "f") == ([1, -5, 7], b"STATE")     # -5: an image's placeholder
+
+
+def test_a_slot_file_with_ids_past_the_vocabulary_is_refused():
+    data = slot_file({**FINGERPRINT, "scope": "", "n_tokens": 2}, [1, 8], b"STATE")
+    with pytest.raises(ApiError, match="vocabulary"):
+        read_slot_file(data, FINGERPRINT, "", "f")
+
+
+def test_a_restored_state_must_hold_the_files_tokens():
+    assert fits([1, 2, 3], 3) and not fits([1, 2, 3], 2) and not fits([1, 2], 9)
+    assert fits([1, -4, -4, -4, 2], 4) and not fits([1, -4, 2], 4) and not fits([-4], 0)     # M-RoPE images
 
 
 @pytest.mark.parametrize("data", [

@@ -49,3 +49,14 @@ def test_a_last_message_too_long_alone_is_cut_with_shift_else_the_overflow():
     with pytest.raises(ContextOverflow):               # truncate false: nothing is dropped or cut
         newest_that_fit(messages, measured(100), False, lambda: None, "t", cut_last=cut_last)
     assert newest_that_fit(messages[-1:], measured(100), True, lambda: None, "t", cut_last=cut_last) == "cut"
+
+
+def test_a_shifting_job_without_a_limit_ends_at_ten_contexts():
+    from localserve.dialects.ollama.chat import shifting
+    from localserve.generation import GenerationRequest
+    unlimited = shifting(GenerationRequest(prompt_tokens=[1, 2, 3]), True, 5, n_ctx=256)
+    assert unlimited.context_shift == 5 and unlimited.max_tokens == 2560
+    long = shifting(GenerationRequest(prompt_tokens=[1, 2, 3], max_tokens=10**6), True, None, n_ctx=256)
+    assert long.context_shift == 3 and long.max_tokens == 2560
+    assert shifting(GenerationRequest(prompt_tokens=[1], max_tokens=7), True, 5, n_ctx=256).max_tokens == 7
+    assert shifting(GenerationRequest(prompt_tokens=[1]), False, 5, n_ctx=256).max_tokens is None
