@@ -46,6 +46,7 @@ from .dialects.signing import load_signing_key
 from .store.store import Store
 from .models.catalogue import CatalogueError, read_catalogue
 from .engine.cpu_weights import describe as describe_buffers
+from .models.facts import projector_encoders
 from .models.loaded import LoadFailed, human_count, offload_summary
 from .models.manager import ModelManager
 
@@ -326,7 +327,7 @@ def log_serving(app: App, host: str, port: int) -> None:
                  human_count(engine.info.n_params), model.model_id, host, port, engine.n_ctx_seq, settings.slots,
                  settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
                  offload_summary(engine), describe_buffers(engine.weight_buffers),
-                 f", vision projector {engine.projector.path}" if engine.projector is not None else "")
+                 f", {engine.projector.describe()}" if engine.projector is not None else "")
         return
     log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
              host, port, ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
@@ -339,7 +340,8 @@ def models_summary(app: App) -> str:
     catalogue = app.models.catalogue
     if catalogue.any_name:
         return "any model name answered by the one model"
-    names = [f"{e.name} (+ vision)" if e.settings(s).mmproj else e.name for e in catalogue]
+    names = [f"{e.name} (+ {' and '.join(projector_encoders(e.settings(s).mmproj))})" if e.settings(s).mmproj
+             else e.name for e in catalogue]
     return f"catalogue {', '.join(names)}" + "".join(f", {x}" for x in limits if x)
 
 
@@ -367,7 +369,8 @@ def check(settings: Settings) -> int:
             continue
         projector = entry.settings(settings).mmproj
         print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
-              f"{shape.file_bytes // (1024 * 1024)} MiB" + (f", vision projector {projector}" if projector else ""))
+              f"{shape.file_bytes // (1024 * 1024)} MiB"
+              + (f", {' and '.join(projector_encoders(projector))} projector {projector}" if projector else ""))
     for model in app.models.loaded_models():
         info = model.engine.info
         print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "

@@ -157,8 +157,13 @@ class EngineFacade:
 
     @property
     def has_vision(self) -> bool:
-        """A vision projector is loaded with the model: it reads images."""
-        return self._engine.projector is not None
+        """A projector with a vision encoder is loaded with the model: it reads images."""
+        return self._engine.projector is not None and self._engine.projector.vision
+
+    @property
+    def has_audio(self) -> bool:
+        """A projector with an audio encoder is loaded with the model: it hears audio (engine/audio.py)."""
+        return self._engine.projector is not None and self._engine.projector.audio
 
     def image_segments(self, data: bytes) -> list:
         """One image as prompt segments (token lists and one image chunk, vision.py);

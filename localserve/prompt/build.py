@@ -40,6 +40,7 @@ class ChatModel:
     default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
     name: str = ""                                     # the model's name, as refusals name it
     vision: bool = False                               # it has a vision projector: it reads images (vision.py)
+    audio: bool = False                                # its projector has an audio encoder: it hears clips (audio.py)
 
 
 @dataclass
