@@ -39,12 +39,12 @@ from llama_cpp import mtmd_cpp as mtmd
 from ..generation import MEDIA_MARKER
 from ..images import reaches_libmtmd
 from . import model_load
+from .audio import CHUNK_AUDIO, audio_segments
 from .facade import ImageTooLargeForBatch, ImageUnreadable
 from .model_load import ModelLoadError
 
 CHUNK_TEXT = 0
 CHUNK_IMAGE = 1
-CHUNK_AUDIO = 2
 
 # Images decoded at once, all models together: a decode is stb's and libmtmd's CPU work (the
 # GIL released), so more than the CPUs only adds memory (each up to MAX_DECODE_BYTES).
@@ -137,6 +137,10 @@ class Projector:
             raise ImageUnreadable("the bytes are no PNG, JPEG, GIF or BMP image")
         with _decoding:
             return self._decode(data)
+
+    def audio_segments(self, data: bytes) -> list[list[int] | MediaChunk]:
+        """One clip as prompt segments (engine/audio.py); AudioUnreadable."""
+        return audio_segments(self, data)
 
     def _decode(self, data: bytes) -> list[list[int] | MediaChunk]:
         return self.segments_of(self._bitmap(data), CHUNK_IMAGE)

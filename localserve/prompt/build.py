@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..conversation import Message, ToolDefinition, images_in
+from ..conversation import Message, ToolDefinition, media_in
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
@@ -107,7 +107,7 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
 def tokenize_shown(engine: EngineFacade, text: str, messages: list[Message], *, fit: bool = False) -> list[int]:
     """The tokens of a rendered chat, or of its start, counted as the runtime would run them: each
     media marker in it as its image's positions (the messages' images, in order)."""
-    images = images_in(messages)[:text.count(MEDIA_MARKER)]
+    images = media_in(messages)[:text.count(MEDIA_MARKER)]
     if not images:
         return tokenize_prompt(engine, text, fit=fit)
     return tokenize_with_images(engine, text, images, fit=fit, text_after=False)[0]
@@ -142,7 +142,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     """`text`: the chat already rendered by the caller (render_chat), to render it once."""
     if text is None:
         text = render_chat(model.template, chat)
-    images = images_in(chat.messages)
+    images = media_in(chat.messages)
     if images:
         tokens, chunks = tokenize_with_images(model.engine, text, images)
     else:

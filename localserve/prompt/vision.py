@@ -21,6 +21,7 @@ import dataclasses
 from ..conversation import Image, Message, Text, ToolResult, images_in
 from ..generation import PromptRefused
 from ..images import count_refusal, MAX_IMAGES_PER_REQUEST
+from .audio import fit_audio
 from .build import ChatInput, ChatModel
 
 IMAGE_OMITTED = "[image omitted: this model has no vision]"
@@ -29,6 +30,7 @@ IMAGE_OMITTED = "[image omitted: this model has no vision]"
 def fit_images(model: ChatModel, chat: ChatInput) -> None:
     """chat.messages as `model` can take them (chat.images_omitted: how many became text), or
     PromptRefused naming the image's part."""
+    fit_audio(model, chat)          # clips as the model can take them (prompt/audio.py)
     images = images_in(chat.messages)
     if len(images) > MAX_IMAGES_PER_REQUEST:
         extra = images[MAX_IMAGES_PER_REQUEST]
