@@ -9,16 +9,19 @@ is decoded (:func:`hold_audio_count`), as image_parts.py holds the image count."
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Iterable
 from typing import Any
 
-from ..audio import MAX_AUDIO_PER_REQUEST, from_base64
+from ..audio import FORMATS, MAX_AUDIO_PER_REQUEST, from_base64, sniff
 from ..audio_headers import AudioRefused
 from ..conversation import Audio
 from ..errors import ApiError
 from .fields import invalid
 
 INPUT_AUDIO = "input_audio"
+AUDIO_KINDS = (INPUT_AUDIO, "audio", "input_file_audio")   # what clients call an audio part, in dialects without one
 
 
 def refused(where: str, reason: str, code: str = "invalid_audio") -> ApiError:
@@ -40,6 +43,18 @@ def audio_from_base64(data: Any, audio_format: Any, where: str) -> Audio:
         return from_base64(data, audio_format, where)
     except AudioRefused as exc:
         raise refused(where, str(exc), exc.code) from None
+
+
+def is_audio_base64(data: Any) -> bool:
+    """Whether base64 text starts with an audio format's magic bytes (RIFF/WAVE, ID3, an MPEG
+    sync word, fLaC): llama-server's multimodal_data holds images and clips alike."""
+    if not isinstance(data, str):
+        return False
+    head = "".join(data[:64].split())[:24]
+    try:
+        return sniff(base64.b64decode(head + "=" * (-len(head) % 4))) in FORMATS
+    except (binascii.Error, ValueError):
+        return False
 
 
 def hold_audio_count(places: Iterable[str]) -> None:

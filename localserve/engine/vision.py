@@ -63,6 +63,7 @@ class MediaChunk:
     pointer: int
     n_tokens: int
     n_pos: int
+    audio: bool = False     # an audio chunk: one window of a clip (engine/audio.py)
     _free: weakref.finalize = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -196,7 +197,7 @@ class Projector:
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             raise ImageUnreadable("libmtmd could not keep the image's chunk")
-        return MediaChunk(copy, n_tokens, n_pos)
+        return MediaChunk(copy, n_tokens, n_pos, audio=kind == CHUNK_AUDIO)
 
     def one_batch_image_tokens(self) -> int | None:
         """When the projector decodes each image in one batch (attention both ways): the tokens

@@ -54,7 +54,7 @@ class ImageWork:
         if job.image_in_parts is None and not projector.splits(image.handle):
             seconds = projector.evaluate(image.handle, at, job.slot.seq_id)
             job.decoded(image.n_tokens)
-            self.metrics.record_image(seconds)
+            self.metrics.record_image(seconds, image.handle.audio)
             return
         if job.image_in_parts is None:
             job.image_in_parts = projector.encode(image.handle)
@@ -62,7 +62,7 @@ class ImageWork:
         projector.decode_part(job.image_in_parts, job.n_past - image.start, count, at, job.slot.seq_id)
         job.decoded(count)
         if job.n_past == image.end:
-            self.metrics.record_image(job.image_in_parts.seconds)
+            self.metrics.record_image(job.image_in_parts.seconds, image.handle.audio)
             job.image_in_parts = None
 
 

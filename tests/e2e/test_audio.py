@@ -16,8 +16,7 @@ from localserve.generation import PromptRefused
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from tinyaudio import audio_tokens, tone, wav_bytes, write_tiny_audio_mmproj
 from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, token_ids, write_tiny_gguf  # tests/support/
-from vision_engine import (N_TOKENS, assert_same_as_bare, bare_reference, greedy, images_encoded,
-                           loaded_with_projector, log_softmax, run)
+from vision_engine import N_TOKENS, bare_reference, greedy, loaded_with_projector, log_softmax, run
 
 CLIP = wav_bytes(tone(1.0))
 SWEEP = wav_bytes(tone(2.0, freq=200, glide=600))
@@ -77,13 +76,18 @@ def test_two_clips_and_a_long_one_in_windows(model, bare):
     same_as_bare(model, bare, messages, [CLIP, long], output)
 
 
+def audio_encoded(model) -> float:
+    return sum(v for _, v in model.metrics.audio_encoded.samples_by_key())
+
+
 def test_a_repeated_clip_comes_from_the_cache(model):
     messages = hear(wav_bytes(tone(1.5, freq=660)))
-    before = images_encoded(model)
+    before = audio_encoded(model)
     run(model, messages)
-    assert images_encoded(model) == before + 1
+    assert audio_encoded(model) == before + 1
+    assert sum(v for _, v in model.metrics.images_encoded.samples_by_key()) == 0
     _, output = run(model, messages)
-    assert images_encoded(model) == before + 1           # not encoded again
+    assert audio_encoded(model) == before + 1           # not encoded again
     assert output.cached_tokens > audio_tokens()
 
 

@@ -46,7 +46,8 @@ import numpy as np
 from tinymodel import write_gguf  # tests/support/
 from tinyvision import write_tiny_mmproj
 
-__all__ = ["SAMPLE_RATE", "audio_tokens", "tone", "wav_bytes", "write_tiny_audio_mmproj", "write_tiny_av_mmproj"]
+__all__ = ["SAMPLE_RATE", "audio_tokens", "flac_bytes", "mp3_bytes", "tone", "wav_bytes", "with_xing",
+           "write_tiny_audio_mmproj", "write_tiny_av_mmproj"]
 
 #: The rate libmtmd's Whisper front end resamples everything to.
 SAMPLE_RATE = 16000
@@ -190,3 +191,65 @@ def wav_bytes(samples: list[float], *, rate: int = SAMPLE_RATE, channels: int = 
         w.setframerate(rate)
         w.writeframes(data)
     return out.getvalue()
+
+
+def mp3_bytes(samples: list[float], *, rate: int = SAMPLE_RATE, kbps: int = 64) -> bytes:
+    """A mono MP3 of these samples, encoded by LAME (the ``lameenc`` wheel): bare frames, no
+    ID3 or Xing tag."""
+    import lameenc
+
+    encoder = lameenc.Encoder()
+    encoder.set_bit_rate(kbps)
+    encoder.set_in_sample_rate(rate)
+    encoder.set_channels(1)
+    encoder.set_quality(2)
+    pcm = struct.pack(f"<{len(samples)}h", *(max(-32768, min(32767, int(round(s * 32767)))) for s in samples))
+    return bytes(encoder.encode(pcm) + encoder.flush())
+
+
+def with_xing(mp3: bytes, frames: int) -> bytes:
+    """The MP3 with a Xing tag declaring `frames` frames written into its first frame, where
+    dr_mp3 reads one (after the 4-byte header and the side information: 9 bytes for MPEG-2 mono,
+    17 for MPEG-1 mono or MPEG-2 stereo, 32 for MPEG-1 stereo)."""
+    mpeg1, mono = (mp3[1] >> 3) & 3 == 3, mp3[3] >> 6 == 3
+    at = 4 + ((17 if mono else 32) if mpeg1 else (9 if mono else 17))
+    tag = b"Xing" + struct.pack(">II", 1, frames)
+    return mp3[:at] + tag + mp3[at + len(tag):]
+
+
+def _crc8(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x07) & 0xFF if crc & 0x80 else (crc << 1) & 0xFF
+    return crc
+
+
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x8005) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+    return crc
+
+
+def flac_bytes(samples: list[float], *, rate: int = SAMPLE_RATE, block: int = 4096,
+               declared: int | None = None) -> bytes:
+    """A mono 16-bit FLAC of these samples, every frame's subframe VERBATIM (no prediction: the
+    format at its simplest). declared: the STREAMINFO sample count (default: the true one; 0
+    says unknown)."""
+    pcm = [max(-32768, min(32767, int(round(s * 32767)))) for s in samples]
+    total = len(pcm) if declared is None else declared
+    info = struct.pack(">HH", block, block) + b"\x00" * 6
+    info += ((rate << 44) | (0 << 41) | (15 << 36) | total).to_bytes(8, "big") + b"\x00" * 16
+    out = b"fLaC" + bytes([0x80, 0, 0, 34]) + info
+    for number, start in enumerate(range(0, len(pcm), block)):
+        chunk = pcm[start:start + block]
+        coded = bytes([number]) if number < 0x80 else bytes([0xC0 | number >> 6, 0x80 | number & 0x3F])
+        head = bytes([0xFF, 0xF8, 0x70, 0x08]) + coded + struct.pack(">H", len(chunk) - 1)
+        head += bytes([_crc8(head)])
+        frame = head + b"\x02" + struct.pack(f">{len(chunk)}h", *chunk)
+        out += frame + struct.pack(">H", _crc16(frame))
+    return out
