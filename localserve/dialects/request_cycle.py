@@ -43,12 +43,14 @@ def wants_stream(body: dict) -> bool:
 
 
 def serve_generation(exchange: Exchange, services: Services, read: Callable[[LoadedModel, dict], Reply],
-                     streams: Callable[[dict], bool] = wants_stream, notice: bytes | None = LOADING_COMMENT) -> None:
+                     streams: Callable[[dict], bool] = wants_stream, notice: bytes | None = LOADING_COMMENT,
+                     body: dict | None = None) -> None:
     """read(model, body) → the Reply; the cycle runs around it. `streams(body)`: whether the
     client asked for a stream; `notice`: what such a stream hears while its model loads (None:
-    silence, for a stream with no comment line, as NDJSON)."""
+    silence, for a stream with no comment line, as NDJSON); `body`: the fields of a body that is
+    no JSON (a multipart form: openai/transcriptions.py), else the JSON body is read."""
     models = services.ready()
-    body = exchange.json()
+    body = exchange.json() if body is None else body
     stream = streams(body)
 
     def serve(model: LoadedModel) -> None:
