@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # llama-cpp-python is built from source; RPC is needed for `localserve worker` and --rpc, and
 # ggml's own threadpool (OpenMP off) because an OpenMP build decodes off the main thread at about
-# the one-thread speed (README: The llama.cpp build). pip's wheel cache does not notice CMake
+# the one-thread speed (docs/install.rst: The llama.cpp build). pip's wheel cache does not notice CMake
 # options, so contrib/llama_wheel.py keeps one wheel per set of options and reinstalls the venv's
 # llama-cpp-python whenever CMAKE_ARGS change.
 CMAKE_ARGS ?= -DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF
@@ -135,7 +135,7 @@ bench-builds: install
 mutants: install
 	$(BIN)/python tests/mutants.py
 
-# dist/wheelhouse/ and dist/localserve.pyz for machines with no network (README: Offline install).
+# dist/wheelhouse/ and dist/localserve.pyz for machines with no network (docs/install.rst: Offline install).
 # DIST_FLAGS=--pyz-demo puts the demo model in the pyz; --no-cache-dir rebuilds llama-cpp-python.
 $(VENV)/.dist-tools: $(BIN)/python
 	$(BIN)/pip install shiv

@@ -1,4 +1,4 @@
-"""Context compaction's figures (README: Long sessions): what a compaction costs, and what it buys.
+"""Context compaction's figures (docs/performance.rst, docs/compaction.rst): what a compaction costs, and what it buys.
 
 - compaction against one generation: POST /v1/responses/compact on a long conversation, against a
   plain /v1/responses on the same conversation generating as many tokens as the summary took (its

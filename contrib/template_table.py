@@ -1,4 +1,4 @@
-"""README's table of real chat templates × agent conversations, from the conformance checks.
+"""The table of real chat templates (docs/tools.rst) × agent conversations, from the conformance checks.
 
 Run from the repository root after `make template-corpus`:
     PYTHONPATH=. python contrib/template_table.py

@@ -324,7 +324,7 @@ def log_serving(app: App, host: str, port: int) -> None:
         engine = model.engine
         log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
                  "chat template %s, tool syntax %s, %s, weights in %s%s", engine.info.path, engine.info.architecture,
-                 human_count(engine.info.n_params), model.model_id, host, port, engine.n_ctx_seq, settings.slots,
+                 human_count(engine.info.n_params), model.name, host, port, engine.n_ctx_seq, settings.slots,
                  settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
                  offload_summary(engine), describe_buffers(engine.weight_buffers),
                  f", {engine.projector.describe()}" if engine.projector is not None else "")

@@ -107,7 +107,7 @@ class ToolDefinition:
     name: str
     description: str = ""
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
-    strict: bool = False           # its calls' arguments are held to the schema (runtime/call_grammar.py)
+    strict: bool = False           # its calls' arguments are held to the schema (runtime/call_wake.py)
 
 
 def text_message(role: str, text: str) -> Message:

@@ -38,7 +38,7 @@ class SamplingParams:
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None
     # A grammar that sleeps until the model opens a tool call on its own, then holds the call to
-    # it from its first marker on (strict tools under tool_choice auto: runtime/call_grammar.py).
+    # it from its first marker on (strict tools under tool_choice auto: runtime/call_wake.py).
     call_grammar: str | None = None
     grammar_tokens: frozenset[int] | None = None    # the tokens `grammar` names whole, found when it was checked
 
@@ -147,7 +147,6 @@ class GenerationRequest:
 class Context:
     used: int
     n_ctx: int
-    tokens_per_second: float | None   # None while prefilling
 
 
 @dataclass

@@ -33,7 +33,7 @@ DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a
 # Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
-DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: README)
+DEFAULT_DRAFT_MAX = 16             # --draft-max: most tokens drafted per sequence per step (measured: docs/performance.rst)
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 
@@ -73,7 +73,7 @@ class Settings:
     max_queue: int = DEFAULT_MAX_QUEUE
     batch_size: int = DEFAULT_BATCH_SIZE
     cache_ram: int = DEFAULT_CACHE_RAM_MB
-    no_prefix_sharing: bool = False                # each sequence computes its own prompt (runtime/prefix_share.py)
+    no_prefix_sharing: bool = False                # each sequence computes its own prompt (runtime/placement.py)
     kv_unified: bool = False                       # one pool of KV cells: a shared prefix's cells owned by all
     prefill_keepalive: float = DEFAULT_PREFILL_KEEPALIVE
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -112,7 +112,6 @@ class Settings:
     keep_alive: float | None = None                # seconds; None: DEFAULT_KEEP_ALIVE, or never for --model alone
     preload: list[str] = field(default_factory=list)
     evict_wait: float = MODEL_EVICT_WAIT           # seconds a load waits for a busy model to go idle
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_inflight_bytes is None:

@@ -1,7 +1,8 @@
-"""Command line: flags and LOCALSERVE_* environment → Settings, then serve.
+"""Command line: flags, LOCALSERVE_* environment and the config file → Settings.
 
-Every option is declared once in OPTIONS; argparse, the environment lookup and the
-README's flag table all follow from it. Precedence: flag > environment > default.
+Every option is declared once, by subject, in flag_table.py; argparse (one --help group per
+subject), the environment lookup and the config file all follow from it. Precedence: flag >
+environment > config file > default.
 """
 
 from __future__ import annotations
@@ -10,221 +11,15 @@ import argparse
 import logging
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import __version__
-from ..settings import Settings
-from .. import settings as defaults
-from ..engine.cpu_weights import cpu_weights_mode
-from ..engine.rpc_config import rpc_workers, tensor_split
 from ..models.catalogue import PER_MODEL
-from ..models.units import parse_duration, parse_size
-from ..wire.server import listen_address
+from ..settings import Settings
+from .flag_table import OPTIONS, SUBJECTS
+from .option_values import LOOSE, Option, flag
 
 EXIT_USAGE = 2
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str                  # flag without dashes, e.g. "ctx-size"
-    type: Callable[[str], Any]
-    default: Any
-    help: str
-    metavar: str | None = None
-    repeat: bool = False       # may be given several times; env and file take a list (env: commas)
-
-    @property
-    def attr(self) -> str:
-        return self.name.replace("-", "_")
-
-    @property
-    def env(self) -> str:
-        return "LOCALSERVE_" + self.name.replace("-", "_").upper()
-
-
-def _log_level(value: str) -> str:
-    value = value.lower()
-    if value not in ("debug", "info", "warning", "error"):
-        raise argparse.ArgumentTypeError("must be one of debug, info, warning, error")
-    return value
-
-
-def _flag(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off", ""):
-        return False
-    raise argparse.ArgumentTypeError("expected true or false")
-
-
-def _speculative(value: str) -> str:
-    value = value.strip().lower()
-    if value not in defaults.SPECULATIVE_MODES:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(defaults.SPECULATIVE_MODES)}")
-    return value
-
-
-def _non_negative_int(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return number
-
-
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
-
-
-def pooling_mode(value: str) -> str:
-    if value not in ("mean", "last", "cls"):
-        raise argparse.ArgumentTypeError("must be one of mean, last, cls")
-    return value
-
-
-def _non_negative_float(value: str) -> float:
-    number = float(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    number = float(value)
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return number
-
-
-def _listen_address(value: str) -> str:
-    try:
-        host, port = listen_address(value, defaults.DEFAULT_HOST)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def _duration(value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _size(value: str) -> int:
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-LOOSE = (_duration, _size)     # a config file may give these as a number or a string ("5m", "8G")
-
-OPTIONS: tuple[Option, ...] = (
-    Option("model", str, None, "GGUF model file to serve (default: the demo model, SmolLM2-135M-Instruct)", "PATH"),
-    Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
-    Option("mmproj", str, None, "multimodal projector (an mmproj GGUF) for --model: images and/or audio in prompts, as its encoders read "
-           "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
-    Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
-           "first use", "DIR"),
-    Option("max-models", positive_int, None, "models loaded at once; the least recently used idle one is "
-           "unloaded to make room (default: no limit)", "N"),
-    Option("max-memory", _size, None, "memory for all loaded models (weights + KV + compute buffers), "
-           "e.g. 12G; idle models are unloaded to make room (default: no limit)", "SIZE"),
-    Option("keep-alive", _duration, None, f"how long an idle model stays loaded: 30s, 5m, 1h, 0 = unload after "
-           f"each request, -1 = never (default: {defaults.DEFAULT_KEEP_ALIVE:g}s; never for --model alone)",
-           "DURATION"),
-    Option("preload", str, [], "load this model at start (repeatable)", "NAME", repeat=True),
-    Option("evict-wait", _non_negative_float, defaults.MODEL_EVICT_WAIT, "seconds a load (or /models/unload) "
-           "waits for busy models to go idle; then 503 with Retry-After", "SECONDS"),
-    Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
-    Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
-    Option("ollama-listen", _listen_address, None, "a second address to serve on, for tools with Ollama's "
-           "port built in, e.g. 127.0.0.1:11434 (the same server and API on both)", "HOST:PORT"),
-    Option("ctx-size", positive_int, None,
-           f"context size in tokens (default: the model's training context, at most {defaults.MAX_DEFAULT_CTX})", "N"),
-    Option("threads", positive_int, None, "CPU threads for generation, always this many (default: all cores, "
-           "fewer while other processes hold cores)", "N"),
-    Option("no-thread-adaptation", _flag, False, "keep to all cores even while other processes hold some "
-           "(by default a model runs on fewer threads then)", "BOOL"),
-    Option("n-gpu-layers", int, 0, "layers to offload to the GPU (-1 = all)", "N"),
-    Option("cpu-weights", cpu_weights_mode, defaults.DEFAULT_CPU_WEIGHTS,
-           "which CPU buffer types hold the weights: auto (no AMX where llama.cpp's AMX kernels may crash, "
-           "CPU_REPACK kept), repack, plain or amx", "MODE"),
-    Option("slots", positive_int, defaults.DEFAULT_SLOTS, "sequences the runtime holds at once", "N"),
-    Option("max-queue", positive_int, defaults.DEFAULT_MAX_QUEUE,
-           "jobs allowed to wait for a slot; beyond it requests get 503", "N"),
-    Option("batch-size", positive_int, defaults.DEFAULT_BATCH_SIZE, "prompt tokens per decode call", "N"),
-    Option("pooling", pooling_mode, None, "how an embedding sums up its tokens: mean, last or cls "
-           "(default: what the GGUF declares, else last)", "MODE"),
-    Option("embeddings-only", _flag, False, "serve /v1/embeddings (and /v1/rerank) only; chat requests get a "
-           "400 (encoders and rerankers are so without it)", "BOOL"),
-    Option("max-embedding-inputs", positive_int, defaults.DEFAULT_MAX_EMBEDDING_INPUTS,
-           "inputs one /v1/embeddings call (documents one /v1/rerank call) may carry", "N"),
-    Option("cache-ram", int, defaults.DEFAULT_CACHE_RAM_MB,
-           "MB of RAM for prompt-cache sequences evicted from slots (0 = off)", "MB"),
-    Option("no-prefix-sharing", _flag, False, "let no sequence start from a prompt head another holds or is "
-           "computing", "BOOL"),
-    Option("kv-unified", _flag, False, "one pool of KV cells for all slots: a shared prompt head is held "
-           "once instead of copied (each step then attends over every slot's cells)", "BOOL"),
-    Option("prefill-keepalive", _non_negative_float, defaults.DEFAULT_PREFILL_KEEPALIVE,
-           "seconds between ': prefill' SSE comments while a prompt is processed", "SECONDS"),
-    Option("max-body-bytes", positive_int, defaults.DEFAULT_MAX_BODY_BYTES, "largest request body accepted", "BYTES"),
-    Option("header-timeout", _non_negative_float, defaults.DEFAULT_HEADER_TIMEOUT,
-           "seconds a client has to send a request's headers", "SECONDS"),
-    Option("idle-timeout", _non_negative_float, defaults.DEFAULT_IDLE_TIMEOUT,
-           "seconds a keep-alive connection may stay idle, and the most a request body may take",
-           "SECONDS"),
-    Option("max-connections", positive_int, defaults.DEFAULT_MAX_CONNECTIONS,
-           "open connections allowed at once (a thread each); beyond it a 503", "N"),
-    Option("max-inflight-bytes", positive_int, None,
-           f"request-body bytes read or handled at once, all connections together; beyond it a 503 "
-           f"(default: {defaults.INFLIGHT_BODIES} x --max-body-bytes)", "BYTES"),
-    Option("speculative", _speculative, defaults.DEFAULT_SPECULATIVE,
-           "speculative decoding: off, ngram (drafts looked up in the prompt and output, and the request's "
-           "prediction) or draft (drafts from --draft-model)", "MODE"),
-    Option("draft-model", str, None, "small GGUF model with the same vocabulary that drafts tokens "
-           "(--speculative draft, the default once this is given)", "PATH"),
-    Option("draft-max", _non_negative_int, defaults.DEFAULT_DRAFT_MAX,
-           "most tokens drafted per sequence per step (0 = no speculative decoding)", "N"),
-    Option("sample-time-limit", _positive_float, defaults.DEFAULT_SAMPLE_TIME_LIMIT,
-           "seconds one request may take to choose one token (a costly grammar); then it fails, "
-           "the others go on", "SECONDS"),
-    Option("compact-max-tokens", positive_int, defaults.DEFAULT_COMPACT_MAX_TOKENS,
-           "the longest summary a context compaction writes, in tokens (README: Long sessions)", "N"),
-    Option("drain-timeout", _non_negative_float, defaults.DEFAULT_DRAIN_TIMEOUT,
-           "seconds in-flight requests may finish after SIGTERM", "SECONDS"),
-    Option("chat-template-file", str, None, "Jinja chat template to use instead of the model's", "PATH"),
-    Option("tool-syntax", str, None, "tool-call syntax (default: recognised from the chat template)", "NAME"),
-    Option("data-dir", str, None, "where stored responses and conversations live "
-           "(default: $XDG_DATA_HOME/localserve, else ~/.local/share/localserve)", "DIR"),
-    Option("no-store", _flag, False, "keep no responses or conversations on disk", "BOOL"),
-    Option("slot-save-path", str, None, "directory where POST /slots/ID?action=save writes a slot's KV cache "
-           "and action=restore reads it back (without it the slot actions are a 501)", "DIR"),
-    Option("no-webui", _flag, False, "serve no chat and status page at / (then / is a 404 to "
-           "browsers, and still 'Ollama is running' to Ollama's clients)", "BOOL"),
-    Option("api-key", str, [], "require this API key (repeatable); from Authorization: Bearer or x-api-key",
-           "KEY", repeat=True),
-    Option("api-key-file", str, None, "file with one API key per line", "PATH"),
-    Option("shared-cache", _flag, False, "with several API keys, let them share prompt caches (slots, shared "
-           "prefixes, the RAM cache): one key's cached_tokens then tell of another's prompts (README: Security)",
-           "BOOL"),
-    Option("allowed-host", str, [], "Host header to accept besides loopback names and IP addresses "
-           "(repeatable; '.example.com' matches subdomains, '*' any)", "HOST", repeat=True),
-    Option("cors-origin", str, [], "browser origin allowed by CORS (repeatable; '*' any); off by default",
-           "ORIGIN", repeat=True),
-    Option("rpc", rpc_workers, [], "RPC workers (`localserve worker`) that hold offloaded layers; "
-           "comma-separated or repeated", "HOST:PORT", repeat=True),
-    Option("rpc-wait", _non_negative_float, defaults.DEFAULT_RPC_WAIT,
-           "seconds to wait at start for unreachable RPC workers (/health says loading meanwhile)", "SECONDS"),
-    Option("tensor-split", tensor_split, None, "share of offloaded layers per device, e.g. 3,1 "
-           "(RPC workers first, then local GPUs; default: by free memory)", "LIST"),
-    Option("log-level", _log_level, "info", "debug, info, warning or error", "LEVEL"),
-)
 
 
 class UsageError(Exception):
@@ -234,7 +29,7 @@ class UsageError(Exception):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="localserve",
-        description="A local LLM daemon: OpenAI and Anthropic APIs over one GGUF model.",
+        description="A local LLM daemon: GGUF models over the OpenAI, Anthropic, Ollama and llama-server APIs.",
         epilog="Each flag can also be set with an environment variable LOCALSERVE_<NAME>, e.g. LOCALSERVE_CTX_SIZE.",
     )
     parser.add_argument("--version", action="version", version=f"localserve {__version__}")
@@ -242,17 +37,24 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TOML file whose keys are these flags' names [env LOCALSERVE_CONFIG]")
     parser.add_argument("--check", action="store_true",
                         help="validate the configuration and the model, print the settings, exit 0 or 2")
-    for option in OPTIONS:
-        if option.repeat:
-            parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, action="append",
-                                default=None, metavar=option.metavar, help=f"{option.help} [env {option.env}]")
-        elif option.type is _flag:
-            parser.add_argument(f"--{option.name}", dest=option.attr, action="store_const", const=True,
-                                default=None, help=f"{option.help} [env {option.env}]")
-        else:
-            parser.add_argument(f"--{option.name}", dest=option.attr, type=option.type, default=None,
-                                metavar=option.metavar, help=f"{option.help} [env {option.env}]")
+    for heading, options in SUBJECTS:
+        group = parser.add_argument_group(heading)
+        for option in options:
+            _add(group, option)
     return parser
+
+
+def _add(group: argparse._ArgumentGroup, option: Option) -> None:
+    help_text = f"{option.help} [env {option.env}]"
+    if option.repeat:
+        group.add_argument(f"--{option.name}", dest=option.attr, type=option.type, action="append",
+                           default=None, metavar=option.metavar, help=help_text)
+    elif option.type is flag:
+        group.add_argument(f"--{option.name}", dest=option.attr, action="store_const", const=True,
+                           default=None, help=help_text)
+    else:
+        group.add_argument(f"--{option.name}", dest=option.attr, type=option.type, default=None,
+                           metavar=option.metavar, help=help_text)
 
 
 def resolve_settings(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Settings:
@@ -374,7 +176,7 @@ def _config_value(option: Option, value: Any) -> Any:
         if not all(isinstance(v, str) for v in items):
             raise TypeError("expected a string or a list of strings")
         return [option.type(v) for v in items]
-    if option.type is _flag:
+    if option.type is flag:
         if not isinstance(value, bool):
             raise TypeError(f"expected true or false, got {type(value).__name__}")
         return value

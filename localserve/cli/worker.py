@@ -20,7 +20,7 @@ import threading
 
 from .. import __version__
 from .. import settings as defaults
-from .flags import positive_int
+from .option_values import positive_int
 from ..engine.rpc_config import RpcError, is_private_address
 from ..ops.signals import StopSignals
 

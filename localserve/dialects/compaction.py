@@ -34,11 +34,11 @@ from ..prompt.compaction import (MAX_COMPACTION_PIECES, CompactionStep, TooManyP
 from ..settings import DEFAULT_COMPACT_MAX_TOKENS
 from .exchange import Exchange
 from .failures import prompt_refusals
-from .jobs import cancel_on_error, error_from, job_events, submit
+from .job_events import cancel_on_error, error_from, job_events, submit
 from .signing import COMPACTION, seal, unseal
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 @dataclass
 class CompactionUsage:
@@ -83,7 +83,7 @@ class CompactionOptions:
     wait_interval: float = 0.0
 
 
-def compact_pieces(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> LastPiece:
+def compact_pieces(exchange: Exchange, model: ServedModel, chat: ChatInput, options: CompactionOptions) -> LastPiece:
     """Summarise chat's conversation oldest piece first until the rest can be summarised in one
     job; that last job is returned, not run. A 400 context_length_exceeded when not even two
     turns fit the context with room for a summary, or when the conversation takes more than
@@ -109,7 +109,7 @@ def _too_many_pieces(options: CompactionOptions) -> ApiError:
                          f"{MAX_COMPACTION_PIECES} pieces", param=options.param, code="context_length_exceeded")
 
 
-def compact(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: CompactionOptions) -> Compaction:
+def compact(exchange: Exchange, model: ServedModel, chat: ChatInput, options: CompactionOptions) -> Compaction:
     """The whole compaction, run and waited for: the summary and every job's usage."""
     last = compact_pieces(exchange, model, chat, options)
     job = run_compaction_job(exchange, model, last.step.request, options)
@@ -117,7 +117,7 @@ def compact(exchange: Exchange, model: LoadedModel, chat: ChatInput, options: Co
     return Compaction(job.summary, last.usage)
 
 
-def _step(model: LoadedModel, chat: ChatInput, options: CompactionOptions, check_client: Callable[[], None],
+def _step(model: ServedModel, chat: ChatInput, options: CompactionOptions, check_client: Callable[[], None],
           jobs_left: int, summary_tokens: int) -> CompactionStep:
     try:
         with prompt_refusals(options.param):
@@ -136,7 +136,7 @@ class JobSummary:
     output: GenerationOutput
 
 
-def run_compaction_job(exchange: Exchange, model: LoadedModel, request: GenerationRequest,
+def run_compaction_job(exchange: Exchange, model: ServedModel, request: GenerationRequest,
                        options: CompactionOptions | None = None) -> JobSummary:
     """One summarisation job, waited for (a client that leaves cancels it: ClientGone)."""
     on_wait = options.on_wait if options is not None and options.wait_interval > 0 else None

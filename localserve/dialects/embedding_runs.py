@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..engine.embedding_spec import EmbeddingSpec
 from ..engine.facade import EngineFacade
@@ -30,7 +30,7 @@ from .failures import api_error, runtime_refusals
 class EmbeddingModel:
     model_id: str
     engine: EngineFacade
-    runtime: Any                    # runtime.Runtime
+    submit: Callable[[EmbeddingJob], EmbeddingJob]      # to the model's runtime (ServedModel.submit_embedding)
     spec: EmbeddingSpec
     max_inputs: int                 # --max-embedding-inputs
 
@@ -40,7 +40,7 @@ def model_for(exchange: Exchange, services: Services, body: dict) -> Iterator[Em
     """The model the body's `model` names (404 otherwise), loaded and held while the request runs,
     as the chat endpoints hold theirs."""
     with use_model(services.ready(), body, LoadWait(exchange)) as loaded:
-        yield EmbeddingModel(loaded.model_id, loaded.chat.engine, loaded.runtime, loaded.embedding_spec,
+        yield EmbeddingModel(loaded.model_id, loaded.chat.engine, loaded.submit_embedding, loaded.embedding_spec,
                              loaded.settings.max_embedding_inputs)
 
 
@@ -80,7 +80,7 @@ def run(exchange: Exchange, model: EmbeddingModel, inputs: list[list[int]]) -> l
     """The vectors of every input (rank: the scores), in input order."""
     job = EmbeddingJob(inputs, label=f"{exchange.request.path} {exchange.request_id}")
     with runtime_refusals():
-        model.runtime.submit_embedding(job)
+        model.submit(job)
     try:
         while not job.done.wait(DISCONNECT_POLL_INTERVAL):
             if exchange.writer.peer_closed():

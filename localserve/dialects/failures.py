@@ -1,9 +1,11 @@
-"""The runtime's reasons to refuse or fail a job (generation.py) as the answers clients get.
+"""The runtime's reasons to refuse or fail a job (generation.py), and the models' reasons to
+refuse a request (models/errors.py), as the answers clients get.
 
 The runtime speaks no HTTP: it raises QueueFull at submit, or ends a job with
 Finished(error=SamplingTooSlow(...)); building a prompt raises ContextOverflow or
-PromptRefused. Here each reason gets its HTTP status, its API code,
-the message where the runtime gave none, and when to retry. Every dialect agrees on these;
+PromptRefused; the model manager raises UnknownModel, ModelBusy and the like. Here each reason
+gets its HTTP status, its API code, the message where the runtime gave none, and when to
+retry. Every dialect agrees on these;
 the route's ErrorShape then renders the ApiError in the dialect's own shape (Anthropic's
 503 is its 529 overloaded), whole or in-band.
 """
@@ -16,9 +18,11 @@ from dataclasses import dataclass
 from ..errors import ApiError, context_exceeded
 from ..generation import (ContextOverflow, EmbeddingsUnavailable, PromptRefused, GenerationFailure, GrammarBacklog, InvalidGrammar, JobCancelled,
                           NoAllowedToken, QueueFull, RuntimeStopped, SamplingTooSlow)
+from ..models.errors import BadModelRequest, ModelBusy, ModelError, ModelLoadFailed, ModelTooLarge, UnknownModel
 from ..settings import RETRY_AFTER_SECONDS
 
 GRAMMAR_RETRY_AFTER_SECONDS = 30   # Retry-After on 503 while abandoned grammar samples still run
+MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on the 503 of a load that waited --evict-wait for a busy model
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,18 @@ def api_error(failure: GenerationFailure) -> ApiError:
 
 
 @contextlib.contextmanager
-def runtime_refusals():
-    """Around submit(): the runtime's reasons to refuse a job, as the answers clients get."""
+def refusals():
+    """Around asking the runtime (submit) or the model manager (find, use, load, unload): their
+    reasons to refuse, as the answers clients get."""
     try:
         yield
     except GenerationFailure as failure:
         raise api_error(failure) from None
+    except ModelError as refusal:
+        raise model_error(refusal) from None
+
+
+runtime_refusals = refusals      # the name submit()'s callers know it by
 
 
 def context_overflow(failure: ContextOverflow, param: str = "messages") -> ApiError:
@@ -82,3 +92,21 @@ def prompt_refusals(param: str = "messages"):
         raise context_overflow(failure, param) from None
     except PromptRefused as failure:
         raise api_error(failure) from None
+
+
+MODEL_STATUS: dict[type[ModelError], int] = {
+    BadModelRequest: 400,
+    UnknownModel: 404,
+    ModelBusy: 503,
+    ModelTooLarge: 503,
+    ModelLoadFailed: 500,
+    ModelError: 500,
+}
+
+
+def model_error(refusal: ModelError) -> ApiError:
+    """The models' refusal (its code and field its own) with its HTTP status; a busy model's
+    answer says when to ask again."""
+    status = next(MODEL_STATUS[kind] for kind in type(refusal).__mro__ if kind in MODEL_STATUS)
+    headers = [("Retry-After", str(MODEL_RETRY_AFTER_SECONDS))] if isinstance(refusal, ModelBusy) else None
+    return ApiError(status, refusal.message, code=refusal.code, param=refusal.param, headers=headers)

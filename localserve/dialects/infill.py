@@ -25,12 +25,12 @@ from ..prompt.fim import ExtraFile, FimInput
 from .exchange import Exchange, RouteTable
 from .fields import invalid, kind_of, read_bool, read_int, read_sampling, read_stop, read_str
 from .fim import fills_the_middle, fim_prompt
-from .pump import PREFILL_COMMENT, sse
+from .pump import PREFILL_COMMENT, StreamShape, sse
 from .request_cycle import Reply, serve_generation
 from .services import Services
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 
 # The most input_extra chunks one request may carry (llama.vim sends 16 by default, 64 at most
@@ -54,7 +54,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         plan = read_request(model.chat, model.model_id, body, exchange.request_id)
         final = InfillFinal(plan, model.model_id, model.chat)
         return Reply(plan.request, shape=lambda gen: InfillChunks(final), whole=final.body)
@@ -62,7 +62,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, reply)
 
 
-def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -> InfillPlan:
+def read_request(chat_model: ChatModel, model_id: str, body: dict, request_id: str) -> InfillPlan:
     fim_input = FimInput(prefix=_required_text(body, "input_prefix"), suffix=_required_text(body, "input_suffix"),
                          prompt=read_str(body, "prompt", ""), extra=read_extra(body.get("input_extra")),
                          suffix_first=read_bool(body, "spm_infill"))
@@ -75,16 +75,16 @@ def read_request(model: ChatModel, model_id: str, body: dict, request_id: str) -
     read_bool(body, "cache_prompt", True)
     read_samplers(body.get("samplers"))
     response_fields = read_response_fields(body.get("response_fields"))
-    sampling = read_sampling(body, model.engine.n_vocab)
-    check_grammar(model.engine, sampling)
+    sampling = read_sampling(body, chat_model.engine.n_vocab)
+    check_grammar(chat_model.engine, sampling)
     user_stops = read_stop(body)
-    tokens = fim_prompt(model.engine, model_id, fim_input, "input_prefix")
-    check_fits(model.engine, tokens)
+    tokens = fim_prompt(chat_model.engine, model_id, fim_input, "input_prefix")
+    check_fits(chat_model.engine, tokens)
     request = GenerationRequest(
         prompt_tokens=tokens, sampling=sampling, max_tokens=None if n_predict < 0 else n_predict,
         stop=user_stops, label=f"infill {request_id}",
         line_time_limit=t_max_predict_ms / 1000 if t_max_predict_ms > 0 else None, min_indent=n_indent)
-    fills_the_middle(model.engine, request)
+    fills_the_middle(chat_model.engine, request)
     settings = {"n_predict": n_predict, "n_indent": n_indent, "t_max_predict_ms": t_max_predict_ms,
                 "temperature": sampling.temperature, "top_k": sampling.top_k, "top_p": sampling.top_p,
                 "min_p": sampling.min_p, "seed": sampling.seed, "stop": user_stops}
@@ -156,11 +156,11 @@ def pick_fields(body: dict, paths: list[str]) -> dict:
 class InfillFinal:
     """The completion object llama-server answers with (non-OAI), from a finished job."""
 
-    def __init__(self, plan: InfillPlan, model_id: str, model: ChatModel):
+    def __init__(self, plan: InfillPlan, model_id: str, chat_model: ChatModel):
         self.plan = plan
         self.model_id = model_id
-        self.n_ctx = model.engine.n_ctx
-        self.prompt_text = lambda: model.engine.detokenize(plan.request.prompt_tokens)
+        self.n_ctx = chat_model.engine.n_ctx
+        self.prompt_text = lambda: chat_model.engine.detokenize(plan.request.prompt_tokens)
 
     def _wants(self, field: str) -> bool:
         """Whether the answer shows this field (the prompt's text costs a detokenize per keystroke)."""
@@ -214,24 +214,29 @@ def infill_timings(output: GenerationOutput) -> dict:
     }
 
 
-class InfillChunks:
-    """Runtime events → llama-server's /infill stream: content pieces, then the whole object."""
+class InfillChunks(StreamShape):
+    """Runtime events → llama-server's /infill stream: content pieces, then the whole object
+    (/completion's stream is the same, with its own pieces and error body)."""
     done = False
+    error_body = staticmethod(openai_error_body)
 
     def __init__(self, final: InfillFinal):
         self.final = final
         self.evaluated = len(final.plan.request.prompt_tokens)
 
+    def piece(self, chunk: Chunk) -> dict:
+        return {"index": 0, "content": chunk.text, "tokens": [], "stop": False, "id_slot": -1,
+                "tokens_evaluated": self.evaluated}
+
     def feed(self, event: object) -> list[bytes]:
         if isinstance(event, Chunk) and event.text and not event.reasoning:
-            return [sse({"index": 0, "content": event.text, "tokens": [], "stop": False, "id_slot": -1,
-                         "tokens_evaluated": self.evaluated})]
+            return [sse(self.piece(event))]
         if isinstance(event, Finished):
             return [sse(self.final.body(event.output, streamed=True))]
         return []
 
     def fail(self, error: ApiError) -> list[bytes]:
-        return [sse(openai_error_body(error))]
+        return [sse(self.error_body(error))]
 
     def keepalive(self) -> list[bytes]:
         return [PREFILL_COMMENT]

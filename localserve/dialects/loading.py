@@ -12,20 +12,21 @@ ends the wait (ClientGone).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
 from ..generation import Loading
 from .exchange import Exchange
+from .failures import refusals
 from .fields import read_num_ctx
 from .pump import open_stream
 
 if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
     from ..models.manager import ModelManager
 
 LOADING_COMMENT_INTERVAL = 1.0     # seconds between ": loading" SSE comments while a stream's model loads
@@ -54,17 +55,21 @@ class LoadWait:
             self.next_notice = time.monotonic() + LOADING_COMMENT_INTERVAL
 
 
+@contextlib.contextmanager
 def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], None] | None = None
-              ) -> AbstractContextManager[LoadedModel]:
+              ) -> Iterator[ServedModel]:
     """`with use_model(models, body, wait) as model:` the model the body's `model` names (404
     model_not_found otherwise), loaded, held while the request runs; on_loading hears the load;
     the body's `keep_alive` (Ollama's) is how long it stays loaded after this request, its
-    `num_ctx` (Ollama's, in `options` or beside the other fields) the context it needs."""
-    return models.use(body.get("model"), keep_alive=body.get("keep_alive"), n_ctx=read_num_ctx(body),
-                      on_loading=on_loading)
+    `num_ctx` (Ollama's, in `options` or beside the other fields) the context it needs. What the
+    manager refuses is the answer failures.py gives it."""
+    n_ctx = read_num_ctx(body)
+    with refusals(), models.use(body.get("model"), keep_alive=body.get("keep_alive"), n_ctx=n_ctx,
+                                      on_loading=on_loading) as model:
+        yield model
 
 
-def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[LoadedModel], None],
+def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[ServedModel], None],
                      *, notice: bytes | None = None) -> None:
     """serve(model) with the model the body names loaded and held; `notice`: a stream's load
     notice, whose head may then go out before serve runs."""

@@ -18,12 +18,14 @@ from ..models.states import LOADED
 from ..models.units import describe_duration
 from ..settings import Settings
 from .exchange import Exchange, RouteTable
+from .failures import refusals
 from .fields import invalid
 from .services import Services
 
 if TYPE_CHECKING:
     from ..models.manager import ModelManager
     from ..models.record import Record
+    from ..models.served import ServedModel
 
 SHOWN_SETTINGS = ("ctx_size", "slots", "n_gpu_layers", "threads", "batch_size", "cache_ram", "chat_template_file",
                   "tool_syntax", "mmproj")
@@ -54,7 +56,7 @@ def health(services: Services, exchange: Exchange) -> None:
                            status=200 if state == LOADED else 503)
         return
     body: dict[str, Any] = {"status": "ok"}
-    devices = [d for m in models.loaded_models() for d in m.chat.engine.devices]
+    devices = [d for m in models.served_models() for d in m.chat.engine.devices]
     if any(d.kind != "cpu" for d in devices):
         body["devices"] = [device.as_json() for device in devices]   # as of each model's load
     exchange.send_json(body)
@@ -69,7 +71,7 @@ def find_exact(models: ModelManager, name: str) -> Record:
 
 
 def model_object(record: Record, created: int, server_settings: Settings) -> dict:
-    loaded = record.loaded
+    loaded = record.served
     settings = loaded.settings if loaded is not None else record.entry.settings(server_settings)
     obj: dict[str, Any] = {
         "id": record.name,
@@ -93,7 +95,7 @@ def model_object(record: Record, created: int, server_settings: Settings) -> dic
     if loaded is not None:
         obj["meta"] = meta(loaded)
         obj["memory"] = {"estimated_bytes": loaded.estimated_bytes, "measured_bytes": loaded.measured_bytes}
-    if record.last_error and record.loaded is None:
+    if record.last_error and record.served is None:
         obj["error"] = record.last_error
     return obj
 
@@ -102,12 +104,12 @@ def router_status(record: Record) -> dict:
     """A model's state as llama-server's router reports it (`failed` and `exit_code` after a
     load that failed: a process's exit status there, 1 here)."""
     status: dict[str, Any] = {"value": record.state, "args": []}
-    if record.last_error and record.loaded is None:
+    if record.last_error and record.served is None:
         status.update(failed=True, exit_code=1)
     return status
 
 
-def meta(model: Any) -> dict:
+def meta(model: ServedModel) -> dict:
     engine, settings = model.chat.engine, model.settings     # the facade: facts read once at load
     info = engine.info
     return {
@@ -137,7 +139,7 @@ def meta(model: Any) -> dict:
 
 def anthropic_model_object(record: Record, created: int) -> dict:
     """The same model as Anthropic's Models API describes one (clients send anthropic-version)."""
-    loaded = record.loaded
+    loaded = record.served
     when = int(loaded.loaded_at) if loaded is not None else created
     obj: dict[str, Any] = {"type": "model", "id": record.name, "display_name": record.name,
                            "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when)),
@@ -174,7 +176,7 @@ def get_model(services: Services, exchange: Exchange) -> None:
 def slots(services: Services, exchange: Exchange) -> None:
     """Every loaded model's slots and parked jobs, each marked with its model; the queue and RAM
     cache summed, and model by model under "models"."""
-    per_model = {m.name: m.runtime.slot_state() for m in services.ready().loaded_models()}
+    per_model = {m.name: m.slot_state() for m in services.ready().served_models()}
     caches = [state["ram_cache"] for state in per_model.values()]
     exchange.send_json({
         "slots": [{**slot, "model": name} for name, state in per_model.items() for slot in state["slots"]],
@@ -202,7 +204,8 @@ def load(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     name = _model_name(exchange)
     find_exact(models, name)
-    model = models.load(name)
+    with refusals():
+        model = models.load(name)
     exchange.send_json({"model": model.name, "state": LOADED, "load_seconds": round(model.load_seconds, 3)})
 
 
@@ -212,4 +215,6 @@ def unload(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     name = _model_name(exchange)
     record = find_exact(models, name)
-    exchange.send_json({"model": record.name, "state": models.unload(record.name)})
+    with refusals():
+        state = models.unload(record.name)
+    exchange.send_json({"model": record.name, "state": state})

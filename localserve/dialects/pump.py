@@ -8,21 +8,21 @@ write while more events wait, the end of the stream, and a client that went away
 failed write or a closed socket cancels the job the stream reads, here and nowhere else.
 
 Sources are iterators of runtime events (or whatever the shape takes) with KEEPALIVE
-whenever the keepalive interval passes with nothing to send (a live job's: jobs.job_events,
+whenever the keepalive interval passes with nothing to send (a live job's: job_events.job_events,
 the one wait loop). They raise ClientGone when the socket closes while they wait.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import orjson
 
 from ..errors import ApiError, ClientGone
 from ..generation import ActiveGeneration, Finished
 from .exchange import Exchange
-from .jobs import KEEPALIVE, error_from, job_events
+from .job_events import KEEPALIVE, error_from, job_events
 
 PREFILL_COMMENT = b": prefill\n\n"
 LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)
@@ -38,8 +38,16 @@ def sse(data: object, event: str | None = None) -> bytes:
 
 
 class StreamShape(Protocol):
-    """A dialect's stream without I/O. A shape whose frames are not SSE (Ollama's NDJSON) names
-    its media type in a `content_type` attribute; the others go out as text/event-stream."""
+    """A dialect's stream without I/O; each dialect's shape subclasses it. A shape whose frames
+    are not SSE (Ollama's NDJSON) names its own media type and load notice."""
+    content_type: ClassVar[str] = SSE_MEDIA_TYPE
+
+    @classmethod
+    def loading_notice(cls) -> bytes | None:
+        """What the stream says while its model loads, before there is a job (loading.py): its
+        head goes out with the first, so the client hears something; None where the format has
+        no comment line (NDJSON): silence."""
+        return LOADING_COMMENT
 
     def feed(self, event: object) -> list[bytes]:
         """Frames for one event (a failed Finished goes to fail instead)."""
@@ -78,7 +86,7 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
     writer = exchange.writer
     buffer: list[bytes] = []
     try:
-        open_stream(exchange, getattr(shape, "content_type", SSE_MEDIA_TYPE))
+        open_stream(exchange, shape.content_type)
         for event in source:
             if event is KEEPALIVE:
                 buffer += shape.keepalive()

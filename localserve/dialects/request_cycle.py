@@ -18,13 +18,13 @@ from .exchange import Exchange
 from .fields import read_bool
 from .fim import priority_client, supersede_key, superseding
 from .image_parts import report_omitted
-from .jobs import cancel_on_error, submit, wait_for_output
+from .job_events import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
-from .pump import LOADING_COMMENT, StreamShape, stream_job
+from .pump import StreamShape, stream_job
 from .services import Services
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 
 @dataclass
@@ -42,18 +42,18 @@ def wants_stream(body: dict) -> bool:
     return read_bool(body, "stream")
 
 
-def serve_generation(exchange: Exchange, services: Services, read: Callable[[LoadedModel, dict], Reply],
-                     streams: Callable[[dict], bool] = wants_stream, notice: bytes | None = LOADING_COMMENT,
-                     body: dict | None = None) -> None:
+def serve_generation(exchange: Exchange, services: Services, read: Callable[[ServedModel, dict], Reply],
+                     streams: Callable[[dict], bool] = wants_stream,
+                     shape_type: type[StreamShape] = StreamShape, body: dict | None = None) -> None:
     """read(model, body) → the Reply; the cycle runs around it. `streams(body)`: whether the
-    client asked for a stream; `notice`: what such a stream hears while its model loads (None:
-    silence, for a stream with no comment line, as NDJSON); `body`: the fields of a body that is
-    no JSON (a multipart form: openai/transcriptions.py), else the JSON body is read."""
+    client asked for a stream; `shape_type`: the class of the Reply's stream shape, whose
+    loading_notice() such a stream hears while its model loads; `body`: the fields of a body
+    that is no JSON (a multipart form: openai/transcriptions.py), else the JSON body is read."""
     models = services.ready()
     body = exchange.json() if body is None else body
     stream = streams(body)
 
-    def serve(model: LoadedModel) -> None:
+    def serve(model: ServedModel) -> None:
         reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")
@@ -74,4 +74,4 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Loa
         if handed_over is not None:
             exchange.send_json(handed_over)
 
-    serve_with_model(exchange, models, body, serve, notice=notice if stream else None)
+    serve_with_model(exchange, models, body, serve, notice=shape_type.loading_notice() if stream else None)

@@ -6,9 +6,8 @@ from functools import partial
 from typing import Any
 
 from ..errors import ApiError
-from ..prompt.build import ChatInput, ChatModel, render_chat, tokenize_capped
+from ..prompt.build import ChatInput, ChatModel, render_prompt, tokenize_capped
 from ..prompt.media import shown_prompt
-from ..prompt.vision import fit_images
 from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
@@ -33,16 +32,16 @@ def tokenize(services: Services, exchange: Exchange) -> None:
         _tokenize(exchange, model.chat, body)
 
 
-def _tokenize(exchange: Exchange, model: ChatModel, body: dict) -> None:
+def _tokenize(exchange: Exchange, chat_model: ChatModel, body: dict) -> None:
     content = body.get("content")
     if not isinstance(content, str):
         raise invalid("content", "expected a string")
-    tokens = tokenize_capped(model.engine, content, "content", add_special=read_bool(body, "add_special", False),
+    tokens = tokenize_capped(chat_model.engine, content, "content", add_special=read_bool(body, "add_special", False),
                              parse_special=read_bool(body, "parse_special", True))
     if read_bool(body, "with_pieces"):
         pieces = []
         for token in tokens:
-            raw = model.engine.piece(token)
+            raw = chat_model.engine.piece(token)
             try:
                 piece: Any = raw.decode("utf-8")
             except UnicodeDecodeError:
@@ -77,16 +76,16 @@ def apply_template(services: Services, exchange: Exchange) -> None:
                      template_kwargs=dict(body.get("chat_template_kwargs") or {}),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
-        fit_images(model.chat, chat)
+        prompt = render_prompt(model.chat, chat)
         report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}")
-        exchange.send_json({"prompt": render_chat(model.chat.template, chat)})
+        exchange.send_json({"prompt": prompt})
 
 
 def _apply_responses_template(services: Services, exchange: Exchange, body: dict) -> None:
     body = {**body, "stream": False, "background": False, "store": False}    # read, never run nor stored
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
         scope = exchange.scope
-        plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
+        plan = read_plan(body, exchange.request_id, chat_model=model.chat, model_id=model.model_id,
                          signing_key=services.signing_key_for(scope), store=services.store_for(scope))
         if plan.generation is None:     # a compaction's, or an input only a compaction would fit: none yet
             raise ApiError(400, "this input renders only once it is compacted, when the response runs (a "

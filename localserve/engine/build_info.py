@@ -1,7 +1,7 @@
 """How the loaded llama.cpp was built, as far as serving speed cares: which CPU thread pool it uses.
 
 A llama.cpp built with OpenMP (libgomp) decodes at about its one-thread speed when llama_decode
-is called from any thread but the process's main one (measured: README, "The llama.cpp build"),
+is called from any thread but the process's main one (measured: docs/performance.rst, "The llama.cpp build"),
 and every decode here runs on a runtime thread. ggml's own threadpool (-DGGML_OPENMP=OFF, which
 `make install` builds) has no such penalty, so an OpenMP build is reported as the slow kind.
 """

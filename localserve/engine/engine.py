@@ -18,21 +18,20 @@ from typing import Callable, Sequence
 
 from llama_cpp import llama_cpp as ll
 
-from . import cpu_weights, file_facts, kv_share, model_load, threadpool
+from . import cpu_weights, file_facts, model_facts, model_load, prefix_copy
 from ..generation import SamplingParams
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
-from .facade import FimTokens, GrammarError, ModelInfo, TooManyTokens
+from .facade import GrammarError, TooManyTokens
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
-from .sequences import SequenceOps
+from .sequences import Sequences
 from .stopwatch import Stopwatch
-from .thread_policy import StepCosts, ThreadPolicy
+from .thread_policy import StepCosts, measure_step_costs
+from .threadpool import StepThreads
 from ..grammar.scan import token_refs
 
 TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
-STEP_COST_ROUNDS = (2, 20)         # each decode shape is timed at load this many times at least, at most ...
-STEP_COST_SECONDS = 0.05           # ... until this long is spent (a tiny model's steps are noise-sized); the fastest counts
 
 __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoadError", "NoLegalToken",
            "Sampler", "check_model_file", "quiet_llama_logs"]
@@ -40,7 +39,7 @@ __all__ = ["DECODE_ABORTED", "DecodeError", "Engine", "GrammarError", "ModelLoad
 log = logging.getLogger("localserve.engine")
 
 
-class Engine(SequenceOps):
+class Engine:
     projector = None        # the model's vision projector (vision.py), attached once both are loaded
 
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
@@ -89,15 +88,14 @@ class Engine(SequenceOps):
         # Each sequence gets the whole --ctx-size: the KV cache is sized for all of them.
         cparams.n_ctx = self.n_ctx_seq * n_seq
         # --kv-unified: one pool of cells for all sequences, so that one can own another's prefix
-        # (kv_share.py); by default a stream per sequence, and a prefix is copied as data.
+        # (prefix_copy.py); by default a stream per sequence, and a prefix is copied as data.
         if kv_unified:
-            cparams.n_ctx, self.n_ctx_seq = kv_share.context_sizes(self.n_ctx_seq, n_seq)
+            cparams.n_ctx, self.n_ctx_seq = prefix_copy.context_sizes(self.n_ctx_seq, n_seq)
         cparams.n_batch = n_batch
         cparams.n_ubatch = n_batch
         cparams.n_seq_max = n_seq
         cparams.n_threads = threads
         cparams.n_threads_batch = threads
-        self.threads = self.wanted_threads = threads    # wanted: set by any thread, applied before a decode
         cparams.kv_unified = kv_unified
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
@@ -126,17 +124,16 @@ class Engine(SequenceOps):
             ll.llama_model_free(self.model)
             raise ModelLoadError(f"llama.cpp could not create a context of {cparams.n_ctx} tokens for {path} "
                                  f"({model_load.native_reason()}; try a smaller --ctx-size)")
-        # workers for the most threads this model may get (models busy at once share the cores)
-        self.threadpool = threadpool.attach(self.ctx, max(threads, max_threads or threads))
-        self.thread_policy = ThreadPolicy(threads, None)      # pinned until the step costs are known
+        self.step_threads = StepThreads(self.ctx, threads, max(threads, max_threads or threads))
+        self.wanted_threads = threads   # set by any thread (models/manager.py), applied before a decode
         watch.lap("context")
         if not kv_unified and hasattr(ll, "llama_n_ctx_seq"):   # a unified cache's is the whole cache's
             self.n_ctx_seq = ll.llama_n_ctx_seq(self.ctx)
         self.memory = ll.llama_get_memory(self.ctx)
-        self.n_swa = ll.llama_model_n_swa(self.model)
-        # why this model's sequences cannot share a prefix (None: they can)
-        self.copy_blocker = kv_share.copy_blocker(self.model) if share_prefixes else kv_share.SHARING_OFF
-        self._shares_cells = kv_unified and kv_share.shares_cells(self.model)
+        self.sequences = Sequences(   # the KV cache's sequences, which the runtime cuts, copies, saves
+            self.ctx, self.memory, n_swa=ll.llama_model_n_swa(self.model),
+            copy_blocker=prefix_copy.copy_blocker(self.model) if share_prefixes else prefix_copy.SHARING_OFF,
+            shares_cells=kv_unified and prefix_copy.shares_cells(self.model))
         self._batch = DecodeBatch(self.ctx, n_batch=n_batch, n_vocab=self.n_vocab, n_seq=n_seq)
         self._pieces: list[bytes | None] = [None] * self.n_vocab
         self.eog_tokens = list(file_facts.eog_tokens(key, self.vocab, self.n_vocab))
@@ -144,10 +141,10 @@ class Engine(SequenceOps):
         for token in self.eog_tokens:
             self._eog[token] = True
         self._big_tokenize = threading.Lock()
-        self.info = self._read_info(path, n_ctx_train)
+        self.info = model_facts.model_info(self.model, self.vocab, path, n_ctx_train, self.token_text)
         self._adds_bos = bool(ll.llama_vocab_get_add_bos(self.vocab))
         self._adds_eos = bool(ll.llama_vocab_get_add_eos(self.vocab))
-        self.fim = self._read_fim_tokens()
+        self.fim = model_facts.fim_tokens(self.vocab, self.n_vocab)
         bos = ll.llama_vocab_bos(self.vocab)
         self.prompt_start = [bos] if self._adds_bos and bos >= 0 else []
         self.devices = device_report(self.layer_devices)     # each device: its layers, its memory now
@@ -161,7 +158,7 @@ class Engine(SequenceOps):
         watch.lap("warm-up decode")
         self.step_costs = self._step_costs(warm_key, (adapt_threads and threads > 1) or draft_max > 0,
                                            min(1 + draft_max, cparams.n_outputs_max, n_batch))
-        self.thread_policy = ThreadPolicy(threads, self.step_costs, adaptive=adapt_threads)
+        self.step_threads.measured(self.step_costs, adapt_threads)
         watch.lap("step costs")
 
     def _warm_up(self) -> float:
@@ -195,21 +192,10 @@ class Engine(SequenceOps):
         layout in a process. None where nothing uses it, or for an encoder (no KV cache to step)."""
         if not wanted or not self.memory:
             return None
-        found = file_facts.remembered(("step costs", *warm_key, self.threads, rows), lambda: self._measure_steps(rows))
-        return StepCosts(found.one, found.row)      # a copy: the policy lowers its own as it learns
-
-    def _measure_steps(self, rows: int) -> StepCosts:
         token = max(ll.llama_vocab_bos(self.vocab), 0)
-        one = many = float("inf")
-        started = time.perf_counter()
-        least, most = STEP_COST_ROUNDS
-        for done in range(most):
-            if done >= least and time.perf_counter() - started >= STEP_COST_SECONDS:
-                break
-            one = min(one, self._timed_step(token, 1))
-            if rows > 1:
-                many = min(many, self._timed_step(token, rows))
-        return StepCosts(one, max(0.0, (many - one) / (rows - 1)) if rows > 1 else one)
+        found = file_facts.remembered(("step costs", *warm_key, self.threads, rows),
+                                      lambda: measure_step_costs(lambda n: self._timed_step(token, n), rows))
+        return StepCosts(found.one, found.row)      # a copy: the policy lowers its own as it learns
 
     def _timed_step(self, token: int, rows: int) -> float:
         started = time.perf_counter()
@@ -221,38 +207,7 @@ class Engine(SequenceOps):
     # ---- model facts ---------------------------------------------------------------
 
     def meta(self, key: str) -> str | None:
-        size = ll.llama_model_meta_val_str(self.model, key.encode(), None, 0)
-        if size < 0:
-            return None
-        buf = ctypes.create_string_buffer(size + 1)
-        ll.llama_model_meta_val_str(self.model, key.encode(), buf, size + 1)
-        return buf.value.decode("utf-8", "replace")
-
-    def _read_fim_tokens(self) -> FimTokens:
-        def token(read) -> int | None:
-            found = read(self.vocab)
-            return found if 0 <= found < self.n_vocab else None
-        return FimTokens(pre=token(ll.llama_vocab_fim_pre), suf=token(ll.llama_vocab_fim_suf),
-                         mid=token(ll.llama_vocab_fim_mid), pad=token(ll.llama_vocab_fim_pad),
-                         rep=token(ll.llama_vocab_fim_rep), sep=token(ll.llama_vocab_fim_sep))
-
-    def _read_info(self, path: str, n_ctx_train: int) -> ModelInfo:
-        desc = ctypes.create_string_buffer(256)
-        ll.llama_model_desc(self.model, desc, 256)
-        bos = ll.llama_vocab_bos(self.vocab)
-        eos = ll.llama_vocab_eos(self.vocab)
-        return ModelInfo(
-            path=path,
-            architecture=self.meta("general.architecture") or "unknown",
-            n_ctx_train=n_ctx_train,
-            n_params=ll.llama_model_n_params(self.model),
-            size=ll.llama_model_size(self.model),
-            n_vocab=self.n_vocab,
-            description=desc.value.decode("utf-8", "replace"),
-            chat_template=self.meta("tokenizer.chat_template"),
-            bos_token=self.token_text(bos) if bos >= 0 else "",
-            eos_token=self.token_text(eos) if eos >= 0 else "",
-        )
+        return model_facts.meta(self.model, key)
 
     # ---- tokens --------------------------------------------------------------------
 
@@ -342,20 +297,20 @@ class Engine(SequenceOps):
         abort_check is polled by llama.cpp between graph nodes; used only for prompt
         chunks, where one call can take long enough for a cancel to matter.
         """
-        policy = self.thread_policy
-        policy.limit(self.wanted_threads)       # models busy at once share the cores (models/manager.py)
-        if policy.threads != self.threads:      # fewer while another process holds cores (thread_policy.py)
-            self.threads = policy.threads
-            ll.llama_set_n_threads(self.ctx, self.threads, self.threads)
+        self.step_threads.before_step(self.wanted_threads)
         started = time.perf_counter()
         self._batch.decode(entries, abort_check)
         if self._batch.n_outputs == len(entries):       # a decode step: its quiet cost is known
-            policy.observe(len(entries), time.perf_counter() - started)
+            self.step_threads.policy.observe(len(entries), time.perf_counter() - started)
+
+    @property
+    def threads(self) -> int:
+        """Threads its decode steps run on now."""
+        return self.step_threads.in_use
 
     def threads_json(self) -> dict:
         """Its threads (/slots): in use now, the most it may use, whether the count adapts, its pool's workers."""
-        pool = self.threadpool.n_threads if self.threadpool is not None else None
-        return {**self.thread_policy.as_json(), "pool": pool}
+        return self.step_threads.as_json()
 
     def logits(self, index: int):
         """Raw logits of batch entry `index` of the last decode, as a numpy view (n_vocab floats)."""
@@ -412,8 +367,7 @@ class Engine(SequenceOps):
             self.projector.close()
             self.projector = None
         if self.ctx:
-            if self.threadpool is not None:
-                self.threadpool.free()
+            self.step_threads.free()
             self._batch.free()
             ll.llama_free(self.ctx)
             self.ctx = None

@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 RPC_MAX_WORKERS = 16               # GGML_RPC_MAX_SERVERS
 
 EXIT_USAGE = 2
-EXIT_WORKER_LOST = 4           # an RPC worker went away while the front was serving (README: Exit status)
+EXIT_WORKER_LOST = 4           # an RPC worker went away while the front was serving (docs/operations.rst: Exit status)
 REBUILD_HINT = ("this llama-cpp-python was built without RPC support (ggml-rpc); rebuild it: "
                 'CMAKE_ARGS="-DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF" pip install --no-cache-dir --force-reinstall '
                 "llama-cpp-python==0.3.36")

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from llama_cpp import llama_cpp as ll
 
 from ..generation import SamplingParams
-from .call_grammar import grammar_after
+from .lazy_grammar import grammar_after
 from .candidates import CandidateBuffer
 from .facade import GrammarError
 
@@ -152,7 +152,7 @@ class Sampler:
         """The model has opened a tool call, its text so far `lead` (the tail of the token it began
         inside) then `tokens`: from now on the call grammar holds every token, from the state
         after that text. False, and the grammar sleeps on, when the text already strays from it
-        (call_grammar.py)."""
+        (lazy_grammar.py)."""
         grammar = grammar_after(self.engine, self._asleep, lead, tokens)
         if grammar is None:
             return False

@@ -1,6 +1,7 @@
-"""The KV cache's sequences, as the engine works on them: cut, measure, copy a prefix from one to
-another, save and restore one (the RAM prompt cache). Part of Engine (engine.py), which owns the
-context; kept apart so the engine's module stays one screenful of loading and decoding."""
+"""The KV cache's sequences of one llama.cpp context: cut, measure, copy a prefix from one to
+another, save and restore one (the RAM prompt cache, parking, /slots), and a sliding window's
+part of one (context checkpoints). The engine makes one for its context (Engine.sequences);
+the runtime's parts are handed it and call it on the runtime thread alone."""
 
 from __future__ import annotations
 
@@ -16,21 +17,19 @@ MIN_DATA_COPY_TOKENS = 16
 DATA_COPY_SPAN = 64
 
 
-class SequenceOps:
-    """Engine's sequence operations. The engine sets: ctx and memory (llama.cpp's), n_swa (the
-    model's sliding window, 0 for none), copy_blocker (why no prefix may be copied, or None) and
-    _shares_cells (whether two sequences may own one cell: kv_share.shares_cells)."""
-    ctx: object
-    memory: object
-    n_swa: int
-    copy_blocker: str | None
-    _shares_cells: bool
+class Sequences:
+    def __init__(self, ctx, memory, *, n_swa: int, copy_blocker: str | None, shares_cells: bool):
+        self.ctx = ctx                      # llama.cpp's context and its memory (the KV cache)
+        self.memory = memory
+        self.n_swa = n_swa                  # the model's sliding window (0: none)
+        self.copy_blocker = copy_blocker    # why no prefix may be copied into another sequence (None: it may)
+        self._shares_cells = shares_cells   # whether two sequences may own one cell (prefix_copy.shares_cells)
 
-    def seq_remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
+    def remove(self, seq_id: int, start: int = 0, end: int = -1) -> bool:
         """False when llama.cpp cannot cut the sequence there (then remove it whole)."""
         return bool(ll.llama_memory_seq_rm(self.memory, seq_id, start, end))
 
-    def seq_length(self, seq_id: int) -> int:
+    def length(self, seq_id: int) -> int:
         """Positions the sequence holds in the KV cache (its highest position + 1; 0 when empty)."""
         return ll.llama_memory_seq_pos_max(self.memory, seq_id) + 1
 
@@ -46,15 +45,15 @@ class SequenceOps:
 
     def can_copy(self, src: int, n: int) -> bool:
         """Whether src's first n positions can be handed to another sequence, and are worth it
-        (kv_share.py)."""
-        length = self.seq_length(src)
+        (prefix_copy.py)."""
+        length = self.length(src)
         if self.copy_blocker is not None or length < n:
             return False
         if self._shares_cells:
             return True
         return n >= MIN_DATA_COPY_TOKENS and n * DATA_COPY_SPAN >= length and self.can_extend(src, n)
 
-    def seq_copy(self, src: int, dst: int, n: int) -> bool:
+    def copy(self, src: int, dst: int, n: int) -> bool:
         """dst, emptied first, holds src's first n positions: their cells shared (a unified cache), or
         copied as data and cut at n (a stream per sequence; a sliding window). False when that
         failed (dst is empty then)."""
@@ -62,9 +61,9 @@ class SequenceOps:
             ll.llama_memory_seq_rm(self.memory, dst, 0, -1)
             ll.llama_memory_seq_cp(self.memory, src, dst, 0, n)
             return True
-        if self._copy_state(src, dst) and self.can_extend(dst, n) and self.seq_remove(dst, n, -1):
+        if self._copy_state(src, dst) and self.can_extend(dst, n) and self.remove(dst, n, -1):
             return True
-        self.seq_remove(dst)
+        self.remove(dst)
         return False
 
     def _copy_state(self, src: int, dst: int) -> bool:
@@ -73,10 +72,10 @@ class SequenceOps:
         size = ll.llama_state_seq_get_size(self.ctx, src)
         buf = (ctypes.c_uint8 * size)()
         written = ll.llama_state_seq_get_data(self.ctx, buf, size, src)
-        self.seq_remove(dst)
+        self.remove(dst)
         return bool(written) and ll.llama_state_seq_set_data(self.ctx, buf, written, dst) != 0
 
-    def save_sequence(self, seq_id: int) -> bytes:
+    def save(self, seq_id: int) -> bytes:
         """A copy of one sequence's KV state, to restore later into any sequence."""
         size = ll.llama_state_seq_get_size(self.ctx, seq_id)
         buf = (ctypes.c_uint8 * size)()
@@ -84,11 +83,11 @@ class SequenceOps:
         # string_at copies the bytes in one go; bytes(buf[:n]) would build a list of n ints
         return ctypes.string_at(buf, written)
 
-    def restore_sequence(self, seq_id: int, state: bytes) -> bool:
-        self.seq_remove(seq_id)
+    def restore(self, seq_id: int, state: bytes) -> bool:
+        self.remove(seq_id)
         buf = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
         if ll.llama_state_seq_set_data(self.ctx, buf, len(state), seq_id) == 0:
-            self.seq_remove(seq_id)
+            self.remove(seq_id)
             return False
         return True
 
@@ -109,9 +108,9 @@ class SequenceOps:
         sequence emptied) when llama.cpp refused."""
         if ll.llama_state_seq_set_data_ext(self.ctx, state, len(state), seq_id,
                                            ll.LLAMA_STATE_SEQ_FLAGS_SWA_ONLY) == 0:
-            self.seq_remove(seq_id)
+            self.remove(seq_id)
             return False
-        if self.seq_remove(seq_id, length, -1) and self.can_extend(seq_id, length):
+        if self.remove(seq_id, length, -1) and self.can_extend(seq_id, length):
             return True
-        self.seq_remove(seq_id)
+        self.remove(seq_id)
         return False

@@ -19,14 +19,17 @@ those are the cost.
   that was not faster, up to MAX_GAP): so the count comes back once the load goes.
 A try is the measure: nothing is assumed of how another count would do.
 
-Pure bookkeeping over (rows, seconds) pairs: tests feed it a machine's step costs.
+Pure bookkeeping over (rows, seconds) pairs: tests feed it a machine's step costs. The costs
+themselves are measured at load (measure_step_costs), over a timed step the engine hands in.
 """
 
 from __future__ import annotations
 
 import statistics
+import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 SAMPLES = 8            # a count's level: the mean of its latest steps' slowdowns (a mean: the spikes are the cost)
 TRIAL_STEPS = 6        # steps a try lasts (a try up under load costs these at the slow count)
@@ -35,6 +38,8 @@ MARGIN = 0.05          # a try is kept when its level is under the other count's
 FIRST_GAP = 8          # steps at a count before it is tried against another (doubled after each failed try)
 MAX_GAP = 128          # the most steps between two tries: the longest a count stays down after the load goes
 MIN_ROW_SHARE = 0.1    # a logits row costs at least this share of a step (its sampling, on the runtime thread)
+STEP_COST_ROUNDS = (2, 20)     # each decode shape is timed at load this many times at least, at most ...
+STEP_COST_SECONDS = 0.05       # ... until this long is spent (a tiny model's steps are noise-sized); the fastest counts
 
 
 @dataclass
@@ -50,6 +55,21 @@ class StepCosts:
     def row_share(self) -> float:
         """A drafted token's cost as a share of a one-token step (speculative.py weighs drafts by it)."""
         return min(1.0, max(MIN_ROW_SHARE, self.row / self.one)) if self.one > 0 else 1.0
+
+
+def measure_step_costs(timed_step: Callable[[int], float], rows: int) -> StepCosts:
+    """A quiet box's step costs: `timed_step(n)` decodes a step of n tokens with logits (and clears
+    it) and says how long it took; a step of one and one of `rows`, the fastest of each counting."""
+    one = many = float("inf")
+    started = time.perf_counter()
+    least, most = STEP_COST_ROUNDS
+    for done in range(most):
+        if done >= least and time.perf_counter() - started >= STEP_COST_SECONDS:
+            break
+        one = min(one, timed_step(1))
+        if rows > 1:
+            many = min(many, timed_step(rows))
+    return StepCosts(one, max(0.0, (many - one) / (rows - 1)) if rows > 1 else one)
 
 
 class ThreadPolicy:

@@ -10,7 +10,7 @@ spinning (ggml's default, 50, spins some 6 million pauses first), so the cores a
 the runtime's own Python work, for the connection threads, and for whatever else the machine
 runs. (Inside a graph, ggml's barriers still spin: thread_policy.py runs fewer threads when
 another process holds cores.) The entry points are found as llama.cpp's common code finds them,
-through the CPU backend's registry.
+through the CPU backend's registry. StepThreads wires a pool and the thread policy to one context.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import ctypes
 import logging
 
 from .ggml_lib import ggml
+from .thread_policy import StepCosts, ThreadPolicy
 
 log = logging.getLogger("localserve.engine")
 
@@ -82,3 +83,36 @@ def attach(ctx, n_threads: int) -> Threadpool | None:
     except (OSError, AttributeError) as exc:
         log.warning("no persistent threadpool (%s): each decode starts its own threads", exc)
         return None
+
+
+class StepThreads:
+    """The threads one context's decode steps run on: a pool with a worker for the most the model
+    may get, and how many of them the next step uses (thread_policy.py: fewer while another process
+    holds cores; fewer while other models are busy too)."""
+
+    def __init__(self, ctx, threads: int, most: int):
+        self.ctx = ctx
+        self.pool = attach(ctx, most)
+        self.policy = ThreadPolicy(threads, None)      # pinned until the step costs are known
+        self.in_use = threads
+
+    def measured(self, costs: StepCosts | None, adaptive: bool) -> None:
+        """The step costs are known: the count adapts from here (when asked to)."""
+        self.policy = ThreadPolicy(self.policy.most, costs, adaptive=adaptive)
+
+    def before_step(self, wanted: int) -> None:
+        """At most `wanted` threads for the next step (models/manager.py shares the cores out)."""
+        policy = self.policy
+        policy.limit(wanted)
+        if policy.threads != self.in_use:
+            from llama_cpp import llama_cpp as ll
+            self.in_use = policy.threads
+            ll.llama_set_n_threads(self.ctx, self.in_use, self.in_use)
+
+    def as_json(self) -> dict:
+        """/slots: in use now, the most it may use, whether the count adapts, its pool's workers."""
+        return {**self.policy.as_json(), "pool": self.pool.n_threads if self.pool is not None else None}
+
+    def free(self) -> None:
+        if self.pool is not None:
+            self.pool.free()

@@ -5,7 +5,7 @@ Ollama's clients size the context themselves: LlamaIndex asks the model's traini
 does, a request asking more context than the model is loaded with has the model loaded again
 with that much (the manager waits for the requests in flight first). What it asks is bounded:
 past the model's training context it gets the training context (Ollama clamps it so too,
-and positions past it are noise); a context whose KV cache would pass --max-memory is a 400
+and positions past it are noise); a context whose KV cache would pass --max-memory is refused,
 naming the limit. Asking for no more than the model's configured context changes nothing.
 """
 
@@ -15,9 +15,9 @@ import dataclasses
 import logging
 
 from ..engine.gguf_header import HeaderError, read_header
-from ..errors import ApiError
 from ..settings import MAX_DEFAULT_CTX, Settings
 from .catalogue import ModelEntry
+from .errors import BadModelRequest
 from .footprint import estimate_bytes
 from .loaded import LoadFailed
 
@@ -28,8 +28,8 @@ MiB = 1024 * 1024
 
 def wanted_context(entry: ModelEntry, server: Settings, n_ctx: int | None) -> int | None:
     """The context per sequence a request's num_ctx asks of `entry`: None when it asks for no
-    more than the model's configured context; clamped to the training context; a 400 when its
-    memory would pass --max-memory."""
+    more than the model's configured context; clamped to the training context; BadModelRequest
+    when its memory would pass --max-memory."""
     if n_ctx is None:
         return None
     try:
@@ -51,8 +51,8 @@ def wanted_context(entry: ModelEntry, server: Settings, n_ctx: int | None) -> in
         except LoadFailed:
             return None         # the load says what is wrong with the file
         if need > limit:
-            raise ApiError(400, f"num_ctx {n_ctx} needs about {need // MiB} MiB for model '{entry.name}' "
-                                f"(weights, and a KV cache of {n_ctx} tokens for each of {settings.slots} slot(s)), "
-                                f"more than --max-memory ({limit // MiB} MiB); ask for less, at most the "
-                                f"{configured} it is served with", param="num_ctx", code="context_too_large")
+            raise BadModelRequest(f"num_ctx {n_ctx} needs about {need // MiB} MiB for model '{entry.name}' "
+                                  f"(weights, and a KV cache of {n_ctx} tokens for each of {settings.slots} slot(s)), "
+                                  f"more than --max-memory ({limit // MiB} MiB); ask for less, at most the "
+                                  f"{configured} it is served with", param="num_ctx", code="context_too_large")
     return n_ctx

@@ -1,4 +1,4 @@
-"""One loaded model: its engine, what connection threads see of it, its runtime thread.
+"""One loaded model: its engine, its runtime thread, and what connection threads see of it (served).
 
 load() does what the one-model server did at start (engine, chat template, tool syntax,
 speculative decoding and its draft model, runtime); close() undoes all of it: the runtime
@@ -31,6 +31,7 @@ from ..runtime.runtime import Runtime
 from ..runtime.speculative import Speculator
 from ..settings import MAX_DEFAULT_CTX, Settings
 from .catalogue import ModelEntry
+from .served import ServedModel
 
 log = logging.getLogger("localserve.models")
 
@@ -62,11 +63,6 @@ class LoadedModel:
         return self.entry.name
 
     @property
-    def model_id(self) -> str:
-        """The name answers carry: the model's own, or (served alone) today's --model-id / stem."""
-        return self.entry.name
-
-    @property
     def embeddings_only(self) -> bool:
         """An encoder (no KV cache, attention both ways) or a reranker cannot chat; any model
         can be kept out of chat with embeddings-only."""
@@ -77,19 +73,34 @@ class LoadedModel:
         return max(self.estimated_bytes, self.measured_bytes)
 
     @property
+    def served(self) -> ServedModel:
+        """What a connection thread may see and call of it (served.py): never the Engine."""
+        return ServedModel(self.entry, self.settings, self.chat, self.embedding_spec, self.embeddings_only,
+                           self.loaded_at, self.load_seconds, self.estimated_bytes, self.measured_bytes,
+                           self.memory_bytes, jobs=self.runtime)
+
+    @property
     def idle(self) -> bool:
         """No job running or waiting (a background response's included)."""
         return self.runtime.busy_slots == 0 and self.runtime.queue_depth == 0
 
-    def close(self) -> Engine:
-        """Stop and join the runtime thread; the engine is the caller's to free (manager.py:
-        not while a grammar sample abandoned by the runtime may still be inside it)."""
+    def close(self) -> None:
+        """Stop and join the runtime thread; the engine is the caller's to free (free_engine,
+        once engine_in_use says no)."""
         self.runtime.stop()
         if self.runtime.thread.is_alive():
             log.warning("model %s: the runtime thread did not stop within its timeout", self.name)
         elif self.draft_model is not None:      # only the runtime thread drafts: free once it is gone
             self.draft_model.close()
-        return self.engine
+
+    @property
+    def engine_in_use(self) -> bool:
+        """A grammar sample the runtime abandoned past its time limit may still be inside llama.cpp:
+        the engine must not be freed under it."""
+        return self.runtime.abandoned_samples > 0
+
+    def free_engine(self) -> None:
+        self.engine.close()
 
 
 def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads: int,

@@ -10,7 +10,9 @@ unloaded → loading → loaded → unloading → unloaded.
 - One load or unload runs at a time (load_lock): a load first makes room under --max-models
   and --max-memory (for the estimate footprint.py makes) by unloading the least recently
   used idle model, waits (at most --evict-wait) while every loaded model is busy, and then
-  answers 503 + Retry-After.
+  refuses (ModelBusy: the client is asked to retry shortly).
+- What it refuses it says in its own errors (errors.py); dialects/failures.py gives them their
+  HTTP status.
   Idle = no request inside use() and no job in its runtime (a background response counts).
 - Keep-alive: after its last request a model stays loaded for its keep-alive (--keep-alive,
   the model's own, or the request's `keep_alive` for that one request), then the sweeper
@@ -28,28 +30,26 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-from ..engine.engine import Engine
 from ..engine.stopwatch import Stopwatch
-from ..errors import ApiError, shown
+from ..errors import shown
 from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
-from ..runtime.pending_sample import abandoned_running
 from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue
 from .context_size import wanted_context
+from .errors import BadModelRequest, ModelBusy, ModelError, UnknownModel
 from .footprint import estimate_bytes
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
+from .room import check_fits_alone, room_for, threads_for
+from .served import ServedModel
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
 from .units import KEEP_ALIVE_NEVER, parse_duration
 
 KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
-MODEL_RETRY_AFTER_SECONDS = 5      # Retry-After on the 503 of a load that waited --evict-wait for a busy model
 
 log = logging.getLogger("localserve.models")
-
-MiB = 1024 * 1024
 
 
 class ModelManager:
@@ -65,28 +65,27 @@ class ModelManager:
         self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep)) for e in catalogue}
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
-        self.graveyard: list[Engine] = []    # unloaded engines an abandoned grammar sample may still be inside
+        self.graveyard: list[LoadedModel] = []    # unloaded, their engines not freed: an abandoned grammar sample may still be inside
         self.stopping = False
         self.sweeper = threading.Thread(target=self._sweep, name="models keep-alive", daemon=True)
 
     # ---- what handlers call -------------------------------------------------------
 
     def find(self, name: Any) -> Record:
-        """The record a request's `model` names; 404 model_not_found naming the models there are."""
+        """The record a request's `model` names; UnknownModel naming the models there are."""
         if name is not None and not isinstance(name, str):
-            raise ApiError(400, "model: expected a string naming one of the models", param="model")
+            raise BadModelRequest("model: expected a string naming one of the models", param="model")
         entry = self.catalogue.find(name)
         if entry is None:
             if not name:
-                raise ApiError(400, f"model is required: this server serves {self._names()}", param="model",
-                               code="missing_model")
-            raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {self._names()}",
-                           param="model", code="model_not_found")
+                raise BadModelRequest(f"model is required: this server serves {self._names()}", param="model",
+                                      code="missing_model")
+            raise UnknownModel(f"model '{shown(name)}' does not exist; this server serves {self._names()}")
         return self.records[entry.name]
 
     @contextlib.contextmanager
     def use(self, name: Any, *, keep_alive: Any = None, n_ctx: int | None = None,
-            on_loading: Callable[[Loading], None] | None = None) -> Iterator[LoadedModel]:
+            on_loading: Callable[[Loading], None] | None = None) -> Iterator[ServedModel]:
         """The model a request names, loaded, held for the request's whole life. While it
         loads, on_loading (optional) hears a Loading event as the wait starts and every
         DISCONNECT_POLL_INTERVAL after; what it raises (a client gone) ends the wait.
@@ -105,7 +104,7 @@ class ModelManager:
         try:
             model = self._ready(record, on_loading, ask)
             held = True
-            yield model
+            yield model.served
         finally:
             with self.cond:
                 record.let_go(ask, held)
@@ -116,13 +115,13 @@ class ModelManager:
                 self._share_threads()
                 self.cond.notify_all()
 
-    def load(self, name: Any) -> LoadedModel:
+    def load(self, name: Any) -> ServedModel:
         """POST /models/load: load (or find loaded) and return the model."""
         with self.use(name) as model:
             return model
 
     def unload(self, name: Any) -> str:
-        """POST /models/unload: unload once no request uses the model (waits, bounded; then 503)."""
+        """POST /models/unload: unload once no request uses the model (waits, bounded; then ModelBusy)."""
         record = self.find(name)
         deadline = time.monotonic() + self.settings.evict_wait
         while True:
@@ -131,7 +130,7 @@ class ModelManager:
                     return UNLOADED
                 if not record.unloadable():
                     if time.monotonic() >= deadline:
-                        raise busy_error(f"model '{record.name}' is still busy; it was not unloaded")
+                        raise ModelBusy.shortly(f"model '{record.name}' is still busy; it was not unloaded")
                     self.cond.wait(KEEP_ALIVE_SWEEP)
                     continue
             with self.load_lock:
@@ -139,8 +138,13 @@ class ModelManager:
                     return UNLOADED
 
     def loaded_models(self) -> list[LoadedModel]:
+        """For the app and its metrics: the models themselves."""
         with self.cond:
             return [r.loaded for r in self.records.values() if r.loaded is not None]
+
+    def served_models(self) -> list[ServedModel]:
+        """For handlers: each loaded model as a connection thread may see it."""
+        return [loaded.served for loaded in self.loaded_models()]
 
     def all_models(self) -> list[Record]:
         return list(self.records.values())
@@ -204,9 +208,7 @@ class ModelManager:
                 continue
             self._wait(attempt, Loading(record.name), on_loading)
             if attempt.error is not None:
-                error = attempt.error      # a fresh copy: each waiter raises its own
-                raise ApiError(error.status, error.message, code=error.code, param=error.param,
-                               headers=error.headers)
+                raise attempt.error.again()
 
     def _start_load(self, record: Record, replacing: LoadedModel | None = None) -> Attempt:
         """Under cond: a loader thread for the record, with the context its waiting requests ask
@@ -222,9 +224,9 @@ class ModelManager:
     def _wait_for_holders(self, record: Record, since: float,
                           on_loading: Callable[[Loading], None] | None) -> None:
         """A wait for the requests in flight on a model that must load again with more context
-        (as a load waits for a busy model to evict: --evict-wait, then 503); the client is watched."""
+        (as a load waits for a busy model to evict: --evict-wait, then ModelBusy); the client is watched."""
         if time.monotonic() - since >= self.settings.evict_wait:
-            raise busy_error(f"model '{record.name}' must load again with a context of {record.wanted_context()} "
+            raise ModelBusy.shortly(f"model '{record.name}' must load again with a context of {record.wanted_context()} "
                              f"tokens (num_ctx), but its requests in flight have not ended")
         if on_loading is not None:
             on_loading(Loading(record.name))
@@ -258,7 +260,7 @@ class ModelManager:
         except LoadFailed as exc:
             attempt.failure = exc
             attempt.error, attempt.detail = load_error(entry.name, entry.path, str(exc))
-        except ApiError as exc:
+        except ModelError as exc:
             attempt.error = exc
         except Exception as exc:
             log.exception("loading model %s failed", entry.name)
@@ -293,42 +295,36 @@ class ModelManager:
         self._make_room(record, need)
         watch.lap("making room")
         before = memory.rss_bytes() or 0
-        loaded = load(entry, settings, self.metrics, threads=self._threads_for(record), watch=watch)
+        threads = threads_for(record, self.records.values(), self.settings)
+        loaded = load(entry, settings, self.metrics, threads=threads, watch=watch)
         loaded.estimated_bytes = need
         loaded.measured_bytes = max(0, (memory.rss_bytes() or 0) - before)
         limit = self.settings.max_memory
         if limit is not None and loaded.measured_bytes > need:     # checked after: the estimate was low
             try:
                 self._make_room(record, loaded.memory_bytes, wait=0.0)
-            except ApiError:
+            except ModelError:
                 self._free(loaded, "over --max-memory")
                 raise
         return loaded
 
     def _make_room(self, record: Record, need: int, wait: float | None = None) -> None:
-        """Unload least recently used idle models until `need` more bytes and one more model fit."""
-        limit, most = self.settings.max_memory, self.settings.max_models
-        if limit is not None and need > limit:
-            raise ApiError(503, f"model '{record.name}' ({record.entry.path}) needs about {need // MiB} MiB, "
-                                f"more than --max-memory ({limit // MiB} MiB)", code="model_too_large")
+        """Unload least recently used idle models until `need` more bytes and one more model fit
+        (room.py); while every loaded model is busy, wait for one (at most `wait`, --evict-wait)."""
+        check_fits_alone(record, need, self.settings)
         deadline = time.monotonic() + (self.settings.evict_wait if wait is None else wait)
         while True:
             with self.cond:
-                others = [r for r in self.records.values() if r is not record and r.loaded is not None]
-                used = sum(r.loaded.memory_bytes for r in others)
-                if (most is None or len(others) < most) and (limit is None or used + need <= limit):
+                room = room_for(record, self.records.values(), need, self.settings)
+                if room.fits:
                     return
-                idle = sorted((r for r in others if r.unloadable()), key=lambda r: r.last_used)
-                if not idle:
+                if room.evict is None:
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise busy_error(f"cannot load model '{record.name}': the loaded models "
-                                         f"({', '.join(r.name for r in others)}) are all busy and "
-                                         f"{'--max-memory' if most is None or len(others) < most else '--max-models'}"
-                                         f" leaves no room")
+                        raise room.refusal
                     self.cond.wait(min(left, KEEP_ALIVE_SWEEP))
                     continue
-            self._unload(idle[0], "evicted")
+            self._unload(room.evict, "evicted")
 
     # ---- unloading --------------------------------------------------------------
 
@@ -347,11 +343,11 @@ class ModelManager:
         return True
 
     def _free(self, loaded: LoadedModel, reason: str) -> None:
-        engine = loaded.close()
-        if abandoned_running():     # a grammar sample past its time limit may still read this model
-            self.graveyard.append(engine)
+        loaded.close()
+        if loaded.engine_in_use:
+            self.graveyard.append(loaded)
         else:
-            engine.close()
+            loaded.free_engine()
         memory.release_free_memory()
         self.metrics.model_unloads.inc(model=loaded.name, reason=reason)
         (log.debug if reason == "shutdown" else log.info)("unloaded model %s (%s)", loaded.name, reason)
@@ -366,9 +362,9 @@ class ModelManager:
                 now = time.monotonic()
                 due = [r for r in self.records.values()
                        if r.expires is not None and now >= r.expires and r.unloadable()]
-            if self.graveyard and not abandoned_running():
+            if self.graveyard and not any(buried.engine_in_use for buried in self.graveyard):
                 while self.graveyard:
-                    self.graveyard.pop().close()
+                    self.graveyard.pop().free_engine()
             for record in due:
                 if self.load_lock.acquire(blocking=False):     # a load in progress: next round
                     try:
@@ -379,27 +375,14 @@ class ModelManager:
     def _start_keep_alive(self, record: Record, seconds: float) -> None:
         record.expires = None if seconds < 0 else time.monotonic() + seconds
 
-    # ---- threads ----------------------------------------------------------------
-
-    def _threads_for(self, record: Record) -> int:
-        if record.entry.own("threads"):
-            return record.entry.settings(self.settings).resolved_threads()
-        busy = sum(1 for r in self.records.values() if r.users > 0) or 1
-        return max(1, self.settings.resolved_threads() // busy)
-
     def _share_threads(self) -> None:
-        """Under cond, whenever a model's requests start or end: each busy model's share."""
+        """Under cond, whenever a model's requests start or end: each busy model's share (room.py)."""
         for record in self.records.values():
             if record.loaded is not None and record.users > 0:
-                record.loaded.engine.wanted_threads = self._threads_for(record)
+                record.loaded.engine.wanted_threads = threads_for(record, self.records.values(), self.settings)
 
     def _names(self) -> str:
         return ", ".join(f"'{name}'" for name in self.catalogue.names())
-
-
-def busy_error(message: str) -> ApiError:
-    return ApiError(503, f"{message}; retry shortly", code="model_busy",
-                    headers=[("Retry-After", str(MODEL_RETRY_AFTER_SECONDS))])
 
 
 def _request_keep_alive(value: Any) -> float | None:
@@ -408,4 +391,4 @@ def _request_keep_alive(value: Any) -> float | None:
     try:
         return parse_duration(value)
     except ValueError as exc:
-        raise ApiError(400, f"keep_alive: {exc}", param="keep_alive") from None
+        raise BadModelRequest(f"keep_alive: {exc}", param="keep_alive") from None

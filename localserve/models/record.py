@@ -12,9 +12,10 @@ import os
 import re
 import threading
 
-from ..errors import ApiError
 from .catalogue import ModelEntry
+from .errors import ModelError, ModelLoadFailed
 from .loaded import LoadedModel, LoadFailed
+from .served import ServedModel
 from .states import LOADED, UNLOADED
 
 
@@ -23,7 +24,7 @@ class Attempt:
 
     def __init__(self):
         self.done = threading.Event()
-        self.error: ApiError | None = None          # what the requests waiting for it answer
+        self.error: ModelError | None = None        # what the requests waiting for it answer
         self.failure: LoadFailed | None = None      # why llama.cpp or the configuration refused it
         self.detail = ""                            # the same for the log: every path whole
         self.at_start = False
@@ -33,12 +34,11 @@ class Attempt:
 _DIRECTORIES = re.compile(r"(?<![\w.~-])/(?:[^\s/'\"]+/)+")
 
 
-def load_error(name: str, path: str, reason: str) -> tuple[ApiError, str]:
-    """What a failed load answers (a 500 naming files by their names alone: an absolute path
-    tells any client where the operator keeps files, and under which user) and what it logs
-    (the path whole)."""
-    error = ApiError(500, f"cannot load model '{name}' from {os.path.basename(path)}: {_DIRECTORIES.sub('', reason)} "
-                          f"(the server's log names the files whole)", code="model_load_failed")
+def load_error(name: str, path: str, reason: str) -> tuple[ModelLoadFailed, str]:
+    """What a failed load answers (naming files by their names alone: an absolute path tells any
+    client where the operator keeps files, and under which user) and what it logs (the path whole)."""
+    error = ModelLoadFailed(f"cannot load model '{name}' from {os.path.basename(path)}: "
+                            f"{_DIRECTORIES.sub('', reason)} (the server's log names the files whole)")
     return error, f"cannot load model '{name}' from {path}: {reason}"
 
 
@@ -68,6 +68,11 @@ class Record:
     @property
     def runtime(self):
         return None if self.loaded is None else self.loaded.runtime
+
+    @property
+    def served(self) -> ServedModel | None:
+        """The loaded model as handlers see it (served.py); None while it is not loaded."""
+        return None if self.loaded is None else self.loaded.served
 
     def wanted_context(self) -> int | None:
         """The most context a waiting request asks for (None: none asks)."""

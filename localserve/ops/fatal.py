@@ -17,7 +17,7 @@ from typing import Callable, NoReturn
 
 log = logging.getLogger("localserve")
 
-EXIT_ENGINE_FAILED = 3     # README's "Exit status" lists every status the process ends with
+EXIT_ENGINE_FAILED = 3     # docs/operations.rst's "Exit status" lists every status the process ends with
 CLEANUP_SECONDS = 2.0      # the most the clean-up may take: the exit must not hang on a stuck lock
 
 _cleanups: list[Callable[[], None]] = []
@@ -36,11 +36,6 @@ def _forget(cleanup: Callable[[], None]) -> None:
         _cleanups.remove(cleanup)
     except ValueError:      # taken off already
         pass
-
-
-def pending_cleanups() -> int:
-    """How many clean-ups an exit would run now."""
-    return len(_cleanups)
 
 
 def exit_engine_failed(reason: str) -> NoReturn:

@@ -15,7 +15,7 @@ Two shapes of reasoning:
   the framing appears in neither. A message with a recipient (to=functions.NAME) is a tool
   call and passes through verbatim, framing and all, for the harmony tool parser.
 
-Strategy: a small state machine over a buffer; each `_step_STATE` consumes what it can decide
+Strategy: a small state machine over a buffer; each state's step (the `_STEPS` table) consumes what it can decide
 and returns True to go on or False to wait for text. A possible partial marker at the end of
 the buffer is held back until the next chunk (or the end of input) decides it, so any split
 of the text into chunks yields the same pieces, concatenated, as the whole.
@@ -24,6 +24,7 @@ of the text into chunks yields the same pieces, concatenated, as the whole.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .json_stream import partial_start
@@ -148,7 +149,7 @@ class ReasoningSplitter:
         return self._run()
 
     def _run(self) -> list[tuple[bool, str]]:
-        while getattr(self, "_step_" + self._state)():
+        while self._STEPS[self._state](self):
             pass
         pieces, self._out = self._out, []
         return pieces
@@ -260,11 +261,10 @@ class ReasoningSplitter:
     def _step_call(self) -> bool:
         return self._message_body(False, True)
 
+    # each state's step: what it consumes, and the state it goes to (_goto)
+    _STEPS: dict[str, Callable[[ReasoningSplitter], bool]] = {
+        "lead": _step_lead, "opening": _step_opening, "thinking": _step_thinking, "after": _step_after,
+        "content": _step_content,
+        "header": _step_header, "analysis": _step_analysis, "final": _step_final, "call": _step_call,
+    }
 
-def split_reasoning(text: str, fmt: ReasoningFormat | None,
-                    starts_inside: bool = False) -> tuple[str, str]:
-    """(reasoning, content) of a whole generated text."""
-    splitter = ReasoningSplitter(fmt, starts_inside=starts_inside)
-    pieces = splitter.feed(text) + splitter.finish()
-    reasoning = "".join(t for is_reasoning, t in pieces if is_reasoning)
-    return reasoning, "".join(t for is_reasoning, t in pieces if not is_reasoning)

@@ -1,8 +1,8 @@
 """Audio clips in a conversation, and what a model without an audio encoder makes of them.
 
 Every dialect that defines audio reads its parts into conversation.Audio (localserve/audio.py
-checks each one); then, on the typed conversation, :func:`fit_audio` (called by fit_images,
-vision.py, so every dialect's request building runs it):
+checks each one); then, on the typed conversation, :func:`fitted_audio` (called by
+prompt/build.py's fit_images, so every request building runs it):
 - holds the conversation to MAX_AUDIO_PER_REQUEST clips and MAX_REQUEST_AUDIO_SECONDS of them
   (each distinct clip once);
 - for a model whose projector has no audio encoder (ChatModel.audio False), refuses a clip in
@@ -19,27 +19,27 @@ import dataclasses
 from ..audio import MAX_AUDIO_PER_REQUEST, MAX_REQUEST_AUDIO_SECONDS
 from ..conversation import Audio, Message, Text, ToolResult, audio_in, media_in
 from ..generation import PromptRefused
-from .build import ChatInput, ChatModel
 
 AUDIO_OMITTED = "[audio omitted: this model has no audio encoder]"
 
 
-def fit_audio(model: ChatModel, chat: ChatInput) -> None:
-    """chat.messages as `model` can take their clips, or PromptRefused naming the clip's part."""
-    clips = audio_in(chat.messages)
+def fitted_audio(messages: list[Message], *, audio: bool, model_name: str) -> tuple[list[Message], int]:
+    """The messages as a model with (or without) an audio encoder can take their clips, and how
+    many clips became text; PromptRefused naming the clip's part."""
+    clips = audio_in(messages)
     if not clips:
-        return
+        return messages, 0
     check_request_audio(clips)
-    if model.audio:
-        return
-    answered = chat.messages[_answered_from(chat.messages):]
+    if audio:
+        return messages, 0
+    answered = messages[_answered_from(messages):]
     asked = [] if any(m.of(ToolResult) for m in answered) else [p for m in answered for p in m.of(Audio)]
     if asked:
         where = asked[0].where or "messages"
-        raise PromptRefused(f"invalid '{where}': model '{model.name}' has no audio encoder, so it cannot hear "
+        raise PromptRefused(f"invalid '{where}': model '{model_name}' has no audio encoder, so it cannot hear "
                             f"audio; use a model whose projector has one, or send text", code="model_has_no_audio",
                             param=where)
-    chat.messages = [without_audio(message) for message in chat.messages]
+    return [without_audio(message) for message in messages], len(clips)
 
 
 def check_request_audio(clips: list[Audio]) -> None:

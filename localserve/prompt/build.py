@@ -2,9 +2,11 @@
 
 Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses) reads its
 input into the typed conversation (localserve/conversation.py: messages and tool
-definitions), then calls build_chat_request. Here the template is rendered, the prompt
-tokenized and checked against the context, the reasoning format found, and tool_choice or
-a response format turned into a grammar.
+definitions), then calls build_chat_request. Here the images are fitted to the model
+(vision.py: how many, and what a model without vision makes of them), the template is
+rendered, the prompt tokenized and checked against the context, the reasoning format found,
+and tool_choice or a response format turned into a grammar. A dialect that only shows the
+prompt renders it with render_prompt, which fits the images the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from .media import tokenize_with_images
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns, has_user_runs,
                         normalize_messages, shows_every_system_turn)
+from .audio import fitted_audio
+from .vision import fitted_messages
 
 
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
@@ -66,6 +70,25 @@ class ChatInput:
     def strict_tools(self) -> frozenset[str]:
         """The names of the tools marked strict."""
         return frozenset(t.name for t in self.tools if t.strict)
+
+
+def fit_images(model: ChatModel, chat: ChatInput) -> bool:
+    """chat.messages as `model` can take them (vision.py), chat.images_omitted counting the images
+    that became text; PromptRefused naming an image part past the limit, or one a model without
+    vision is asked about. True when it changed the messages; again on the same chat, a no-op."""
+    messages, unheard = fitted_audio(chat.messages, audio=model.audio, model_name=model.name)   # prompt/audio.py
+    messages, omitted = fitted_messages(messages, vision=model.vision, model_name=model.name)
+    if not omitted and not unheard:
+        return False
+    chat.messages = messages
+    chat.images_omitted += omitted
+    return True
+
+
+def render_prompt(model: ChatModel, chat: ChatInput) -> str:
+    """The prompt text `model` would run for `chat`: its images fitted first (fit_images)."""
+    fit_images(model, chat)
+    return render_chat(model.template, chat)
 
 
 def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
@@ -139,8 +162,8 @@ def check_fits(engine: EngineFacade, tokens: list[int]) -> None:
 def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingParams, *, max_tokens: int | None,
                        stop: list[str], logprobs: bool = False, top_logprobs: int = 0,
                        label: str = "", text: str | None = None) -> GenerationRequest:
-    """`text`: the chat already rendered by the caller (render_chat), to render it once."""
-    if text is None:
+    """`text`: the chat already rendered by the caller (render_prompt), to render it once."""
+    if fit_images(model, chat) or text is None:     # a text rendered before its images were fitted is stale
         text = render_chat(model.template, chat)
     images = media_in(chat.messages)
     if images:
@@ -208,7 +231,7 @@ def forced_tool_grammar(syntax: ToolSyntax, chat: ChatInput, prefix: str = "", o
 
 
 def strict_call_grammar(syntax: str | ToolSyntax, chat: ChatInput) -> str:
-    """What a call the model opens on its own is held to (runtime/call_grammar.py): a strict tool's
+    """What a call the model opens on its own is held to (runtime/call_wake.py): a strict tool's
     arguments match its schema, another tool's are any JSON object. A family that writes one
     block per parameter (qwen3_coder, a derived format of key/value pairs) cannot write "any
     object": there every tool keeps its schema. The markup's whitespace is any the family's parser

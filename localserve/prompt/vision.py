@@ -1,7 +1,9 @@
 """Images in a conversation, and what a model without a vision projector makes of them.
 
 Every dialect reads its image parts into conversation.Image (localserve/images.py checks each
-one); then, on the typed conversation, :func:`fit_images`:
+one); then building the request (prompt/build.py's fit_images, called by build_chat_request
+and render_prompt: no dialect calls it) takes the typed conversation through
+:func:`fitted_messages`:
 - holds the whole conversation to MAX_IMAGES_PER_REQUEST;
 - for a model with no vision projector (ChatModel.vision False), refuses an image in the
   turn being answered (the user turns after the last assistant turn): the model cannot read
@@ -21,32 +23,28 @@ import dataclasses
 from ..conversation import Image, Message, Text, ToolResult, images_in
 from ..generation import PromptRefused
 from ..images import count_refusal, MAX_IMAGES_PER_REQUEST
-from .audio import fit_audio
-from .build import ChatInput, ChatModel
 
 IMAGE_OMITTED = "[image omitted: this model has no vision]"
 
 
-def fit_images(model: ChatModel, chat: ChatInput) -> None:
-    """chat.messages as `model` can take them (chat.images_omitted: how many became text), or
-    PromptRefused naming the image's part."""
-    fit_audio(model, chat)          # clips as the model can take them (prompt/audio.py)
-    images = images_in(chat.messages)
+def fitted_messages(messages: list[Message], *, vision: bool, model_name: str) -> tuple[list[Message], int]:
+    """The messages as a model with (or without) vision can take them, and how many images became
+    text; PromptRefused naming the image's part."""
+    images = images_in(messages)
     if len(images) > MAX_IMAGES_PER_REQUEST:
         extra = images[MAX_IMAGES_PER_REQUEST]
         raise PromptRefused(f"invalid '{extra.where}': {count_refusal(len(images))}", code="too_many_images",
                             param=extra.where or "messages")
-    if model.vision or not images:
-        return
-    answered = chat.messages[answered_from(chat.messages):]
+    if vision or not images:
+        return messages, 0
+    answered = messages[answered_from(messages):]
     asked = [] if any(m.of(ToolResult) for m in answered) else images_in(answered, results=False)
     if asked:
         where = asked[0].where
-        raise PromptRefused(f"invalid '{where}': model '{model.name}' has no vision projector, so it cannot read "
+        raise PromptRefused(f"invalid '{where}': model '{model_name}' has no vision projector, so it cannot read "
                             f"images; use a model with one, or send text", code="model_has_no_vision",
                             param=where or "messages")
-    chat.messages = [without_images(message) for message in chat.messages]
-    chat.images_omitted = len(images)
+    return [without_images(message) for message in messages], len(images)
 
 
 def answered_from(messages: list[Message]) -> int:

@@ -1,30 +1,43 @@
 """Admission, part of the runtime's step (runtime.py): waiting jobs take free slots. Editor
 completions go first, parking a running job when none is free (preempt.py); then the scheduler
-places each waiting job (scheduler.py, prefix_share.py), its slot's sequence is made a prefix of
-its prompt (kvslots.py: its own, a copy of another's, or one from RAM) and its Job starts."""
+places each waiting job (scheduler.py, placement.py), its slot's sequence is made a prefix of
+its prompt (kvslots.py: its own, a copy of another's, or one from RAM) and its Job starts.
+
+What else admission finds (jobs whose clients left, jobs that could not start) it hands back in
+an Admitted; the runtime ends them, as it ends every job."""
 
 from __future__ import annotations
 
+import functools
 import logging
+from dataclasses import dataclass, field
 
 from ..engine.engine import Engine, GrammarError
-from ..generation import (ActiveGeneration, Context, Finished, GenerationFailure, GenerationOutput,
-                          InvalidGrammar)
+from ..generation import ActiveGeneration, Context, GenerationFailure, InvalidGrammar
 from ..ops.metrics import ServerMetrics
 from .images import text_tokens
 from .jobs import Job, Slot
 from .kvslots import SlotKeeper
+from .placement import Placement
 from .preempt import Parking
-from .prefix_share import Placement
 from .scheduler import Scheduler
 from .speculative import Speculator
 
 log = logging.getLogger("localserve.runtime")
 
 
+@dataclass
+class Admitted:
+    """What one step's admission did, for the runtime to apply."""
+    started: list[tuple[ActiveGeneration, Context]] = field(default_factory=list)    # each job's first event
+    cancelled_parked: list[Job] = field(default_factory=list)        # parked jobs whose clients left
+    cancelled_waiting: list[ActiveGeneration] = field(default_factory=list)     # queued, client gone: no slot
+    failed: list[tuple[Job, GenerationFailure]] = field(default_factory=list)  # in a slot, could not start
+    failed_unstarted: list[tuple[ActiveGeneration, GenerationFailure]] = field(default_factory=list)
+
+
+@dataclass
 class Admission:
-    """Runtime's admission. The runtime sets the parts below and has the endings these call:
-    _emit, _fail, _fail_unstarted and _end_cancelled."""
     engine: Engine
     kv: SlotKeeper
     scheduler: Scheduler
@@ -32,36 +45,36 @@ class Admission:
     speculator: Speculator
     metrics: ServerMetrics
 
-    def _admit(self) -> None:
+    def admit(self) -> Admitted:
+        admitted = Admitted()
+        start = functools.partial(self._start_admitted, admitted=admitted)
         if self.parking.parked or self.scheduler.waiting:      # editor completions first (preempt.py)
-            self.parking.admit_editors(self._start_admitted, self._end_cancelled)
+            admitted.cancelled_parked = self.parking.admit_editors(start)
         if not self.scheduler.waiting:      # the common step: nothing queued (a racy read, checked again below)
-            return
-        for gen in self.scheduler.drop_cancelled_waiting():
-            self._end_cancelled_waiting(gen)
+            return admitted
+        admitted.cancelled_waiting.extend(self.scheduler.drop_cancelled_waiting())
         while (admission := self.scheduler.next_admission()) is not None:
             gen, placement = admission
             if placement is None:
-                self._end_cancelled_waiting(gen)
+                admitted.cancelled_waiting.append(gen)
                 continue
-            self._start_admitted(gen, placement.slot, placement)
+            start(gen, placement.slot, placement)
+        return admitted
 
-    def _start_admitted(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
+    def _start_admitted(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None, *,
+                        admitted: Admitted) -> None:
         try:
-            self._start(gen, slot, placement)
+            self._start(gen, slot, placement, admitted)
         except Exception:       # this job alone fails; the others and the slot go on
             log.exception("could not start job %s (%s)", gen.id, gen.request.label)
+            error = GenerationFailure("internal error while starting this request")
             if slot.job is not None and slot.job.gen is gen:
-                self._fail(slot.job, GenerationFailure("internal error while starting this request"))
+                admitted.failed.append((slot.job, error))
             else:
                 self.kv.clear(slot)
-                self._fail_unstarted(gen, GenerationFailure("internal error while starting this request"))
+                admitted.failed_unstarted.append((gen, error))
 
-    def _end_cancelled_waiting(self, gen: ActiveGeneration) -> None:
-        self.metrics.record_cancellation()
-        self._emit(gen, Finished(GenerationOutput(finish_reason="cancelled")))
-
-    def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None = None) -> None:
+    def _start(self, gen: ActiveGeneration, slot: Slot, placement: Placement | None, admitted: Admitted) -> None:
         """The job takes the slot; `placement` says which prefix it is handed (none: its own)."""
         placement = placement or Placement(slot)
         origin = self.kv.prepare(placement, gen.request.prompt_tokens, gen.request.images, gen.request.scope)
@@ -70,10 +83,9 @@ class Admission:
         try:
             sampler = self.engine.new_sampler(gen.request.sampling)
         except GrammarError as exc:
-            self._fail_unstarted(gen, InvalidGrammar(str(exc)))
+            admitted.failed_unstarted.append((gen, InvalidGrammar(str(exc))))
             return
-        job = Job(gen, slot, sampler, keep)
-        job.checkpoint_at = self.kv.checkpoint_wanted(slot.seq_id)
-        job.drafts = self.speculator.start(text_tokens(gen.request), gen.request.prediction)
+        job = Job(gen, slot, sampler, keep, checkpoint_at=self.kv.checkpoint_wanted(slot.seq_id),
+                  drafts=self.speculator.start(text_tokens(gen.request), gen.request.prediction))
         job.start()
-        self._emit(gen, Context(keep, self.engine.n_ctx_seq, None))
+        admitted.started.append((gen, Context(keep, self.engine.n_ctx_seq)))

@@ -1,23 +1,47 @@
 """What a slot's KV-cache sequence keeps when a new job takes the slot: the shared prefix stays,
 the rest is cut; a sequence worth keeping is saved to the RAM prompt cache first, and a longer
-prefix held by another sequence is copied in (prefix_share.py), or a saved sequence that shares
+prefix held by another sequence is copied in (placement.py), or a saved sequence that shares
 more with the new prompt is restored instead. A sliding-window model's sequence cut behind its
 window goes back to a context checkpoint (swa_checkpoints.py), taken here where a prompt stops
-sharing the slot's tokens and where it ends.
+sharing the slot's tokens and where it ends. Whether this model's sequences can hand a prefix on
+at all is PrefixSharing's (the scheduler asks it, placement.py).
 
 A slot's sequence belongs to the scope of the prompt it holds (Slot.scope): a job of another
 scope finds it empty, and what it held goes to the RAM cache under its own scope."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Protocol
 
-from ..engine.engine import Engine
+from ..engine.sequences import Sequences
+from ..engine.prefix_copy import SHARING_OFF
 from ..generation import ImageChunk, outside_images, position_of
 from .jobs import Job, Slot
-from .prefix_share import Placement
+from .placement import Placement
 from .promptcache import PromptCache
 from .swa_checkpoints import SwaCheckpoints
+
+log = logging.getLogger("localserve.runtime")
+
+
+class SequenceCopier(Protocol):
+    """What sharing needs of the KV cache's sequences (engine.sequences.Sequences is one)."""
+    copy_blocker: str | None
+
+    def can_copy(self, src: int, n: int) -> bool: ...
+
+
+class PrefixSharing:
+    """Whether the model's sequences can hand a prefix on, and the one log line that says when they cannot."""
+
+    def __init__(self, sequences: SequenceCopier):
+        blocker = sequences.copy_blocker
+        self.on = blocker is None
+        self.can_copy = sequences.can_copy if self.on else None     # the scheduler's: None when off
+        if blocker is not None and blocker != SHARING_OFF:     # a model's limit, not the user's choice
+            log.info("prefix sharing is off for this model (%s): each sequence computes its own prompt", blocker)
 
 
 @dataclass(frozen=True)
@@ -32,11 +56,11 @@ class PrefixOrigin:
 
 
 class SlotKeeper:
-    def __init__(self, engine: Engine, cache: PromptCache):
-        self.engine = engine
+    def __init__(self, sequences: Sequences, cache: PromptCache):
+        self.sequences = sequences
         self.cache = cache
         self.origins: dict[int, PrefixOrigin] = {}     # seq_id: where its last job's prefix came from
-        self.checkpoints = SwaCheckpoints(engine)
+        self.checkpoints = SwaCheckpoints(sequences)
         self.wanted: dict[int, int] = {}    # seq_id: where the prepared job's prefill pauses for a checkpoint
 
     def prepare(self, placement: Placement, prompt: list[int], images: list[ImageChunk] = (),
@@ -46,7 +70,7 @@ class SlotKeeper:
         slot = placement.slot
         held, cut = len(slot.tokens), min(slot.shared_with(prompt, scope), len(prompt) - 1)
         origin = self._reuse(slot, prompt, images, placement, scope)
-        slot.scope = scope
+        slot.belongs_to(scope)
         if origin.source != "slot":
             keep = max(0, min(origin.tokens, len(prompt) - 1))     # the last prompt token is always decoded
             keep = outside_images(images, keep)
@@ -73,7 +97,7 @@ class SlotKeeper:
         end), for a next prompt that renders this answer otherwise (a chat's)."""
         if job.request.images or not self.checkpoints.on:      # no prompt copy for a model without a window
             return
-        if job.n_past == job.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
+        if job.n_past == job.stops.checkpoint_at or (job.n_past == len(job.prompt) and not job.request.editor_completion):
             self.checkpoints.take(job.slot.seq_id, job.prompt[:job.n_past])
 
     def origin(self, seq_id: int) -> PrefixOrigin | None:
@@ -90,10 +114,9 @@ class SlotKeeper:
         return origin.as_json() if origin is not None else None
 
     def clear(self, slot: Slot) -> None:
-        self.engine.seq_remove(slot.seq_id)
+        self.sequences.remove(slot.seq_id)
         self.checkpoints.forget(slot.seq_id)
-        slot.tokens = []
-        slot.kv_length = 0
+        slot.emptied()
 
     def keep_computed(self, job: Job) -> None:
         """A job ended mid-prompt: what it computed stays for the next one that shares it (up to
@@ -101,9 +124,8 @@ class SlotKeeper:
         slot = job.slot
         n = outside_images(job.request.images, job.n_past)
         at = job.position(n)
-        if n and self.engine.can_extend(slot.seq_id, at) and self.engine.seq_remove(slot.seq_id, at, -1):
-            slot.tokens = job.prompt[:n]
-            slot.kv_length = at
+        if n and self.sequences.can_extend(slot.seq_id, at) and self.sequences.remove(slot.seq_id, at, -1):
+            slot.holds(job.prompt[:n], at)
         else:
             self.clear(slot)
 
@@ -114,17 +136,17 @@ class SlotKeeper:
         scope, put in place."""
         shared = slot.shared_with(prompt, scope)
         if self.cache.worth_saving(slot.tokens, shared, slot.scope):
-            self.cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id), slot.scope)
+            self.cache.add(slot.tokens, self.sequences.save(slot.seq_id), slot.scope)
         key, cached = self.cache.best_match(prompt, scope)
         if placement.source is not None and placement.copied > shared and placement.copied >= cached:
             return self._copy(slot, prompt, images, placement.source, placement.copied)
         if key is None or cached <= shared:
             return PrefixOrigin(shared, "own")
         entry = self.cache.take(key)
-        if not self.engine.restore_sequence(slot.seq_id, entry.state):
-            slot.tokens = []
+        if not self.sequences.restore(slot.seq_id, entry.state):
+            slot.holds([])
             return PrefixOrigin(0, "own")
-        slot.tokens = entry.tokens
+        slot.holds(entry.tokens)
         return PrefixOrigin(cached, "ram")
 
     def _copy(self, slot: Slot, prompt: list[int], images: list[ImageChunk], source: int, n: int) -> PrefixOrigin:
@@ -132,11 +154,10 @@ class SlotKeeper:
         cut at its KV position (fewer than the tokens past an M-RoPE image)."""
         n = outside_images(images, min(n, len(prompt) - 1))
         at = position_of(images, n)
-        if n <= 0 or not self.engine.seq_copy(source, slot.seq_id, at):
+        if n <= 0 or not self.sequences.copy(source, slot.seq_id, at):
             self.clear(slot)
             return PrefixOrigin(0, "own")
-        slot.tokens = list(prompt[:n])
-        slot.kv_length = at
+        slot.holds(list(prompt[:n]), at)
         return PrefixOrigin(n, "slot", source)
 
     def _truncate(self, slot: Slot, keep: int, position: int, prompt: list[int] | None) -> int:
@@ -146,12 +167,12 @@ class SlotKeeper:
         if keep <= 0:
             self.clear(slot)
             return 0
-        if self.engine.can_extend(slot.seq_id, position):
-            if self.engine.seq_remove(slot.seq_id, position, -1):
-                del slot.tokens[keep:]
+        if self.sequences.can_extend(slot.seq_id, position):
+            if self.sequences.remove(slot.seq_id, position, -1):
+                slot.cut(keep)
                 return keep
         elif prompt is not None and (restored := self.checkpoints.restore(slot.seq_id, prompt, keep)):
-            del slot.tokens[restored:]
+            slot.cut(restored)
             return restored
         self.clear(slot)
         return 0

@@ -8,32 +8,10 @@ from __future__ import annotations
 
 import time
 
-from ..generation import Chunk, GenerationOutput, Timings, ToolCallDelta, ToolCallStart
+from ..generation import GenerationOutput, Timings
 from .jobs import Job
 
-__all__ = ["attach_logprobs", "finish_reason", "finished_output"]
-
-
-def attach_logprobs(job: Job, events: list) -> None:
-    """Give the tokens whose text these events release their logprob entries.
-
-    A token whose text is held back (half a character, a possible stop string or tool call)
-    waits in job.unsent_logprobs; the first chunk that releases text carries every entry
-    waiting, so a stream's entries, joined, are the whole answer's (job.logprobs). Tokens a
-    tool call took, or a stop string swallowed, released no text: their entries are dropped.
-    """
-    if not job.unsent_logprobs:
-        return
-    for event in events:
-        if isinstance(event, Chunk) and event.text:
-            event.logprobs = job.unsent_logprobs
-            job.logprobs.extend(job.unsent_logprobs)
-            break
-        if isinstance(event, (ToolCallStart, ToolCallDelta)):
-            break
-    else:
-        return
-    job.unsent_logprobs = []
+__all__ = ["finish_reason", "finished_output"]
 
 
 def finish_reason(job: Job, n_ctx_seq: int) -> str | None:
@@ -57,8 +35,8 @@ def finish_reason(job: Job, n_ctx_seq: int) -> str | None:
 def _past_line_time_limit(job: Job) -> bool:
     """The token just taken ended a line, later than the request's time limit allows."""
     limit = job.request.line_time_limit
-    return (limit is not None and job.pipeline.line_ended and job.t_first_token is not None
-            and time.monotonic() - job.t_first_token > limit)
+    first = job.clocks.first_token
+    return limit is not None and job.pipeline.line_ended and first is not None and time.monotonic() - first > limit
 
 
 def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
@@ -68,7 +46,7 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         reason = "tool_calls"
     elif reason == "tool_calls":
         reason = "stop"
-    first = job.t_first_token or now
+    first = job.clocks.first_token or now
     parked_prefill, parked_decode = job.parked_seconds(now)     # a parked job's clock stood still (preempt.py)
     drafted, accepted = job.drafts.counts() if job.drafts is not None else (0, 0)
     predicted, predicted_accepted = job.drafts.prediction_counts() if job.drafts is not None else (0, 0)
@@ -79,16 +57,16 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         finish_reason=reason,
         stop_sequence=job.pipeline.stop_sequence,
         prompt_tokens=len(job.prompt),
-        cached_tokens=job.n_cached,
+        cached_tokens=job.progress.n_cached,
         completion_tokens=len(job.generated),
-        reasoning_tokens=job.reasoning_tokens,
+        reasoning_tokens=job.progress.reasoning_tokens,
         accepted_prediction_tokens=predicted_accepted,
         rejected_prediction_tokens=predicted - predicted_accepted,
-        logprobs=job.logprobs,
+        logprobs=job.ledger.sent,
         token_ids=list(job.generated),
         timings=Timings(
-            queued_ms=(job.t_admitted - job.gen.created) * 1000,
-            prefill_ms=(first - job.t_admitted - parked_prefill) * 1000,
+            queued_ms=(job.clocks.admitted - job.gen.created) * 1000,
+            prefill_ms=(first - job.clocks.admitted - parked_prefill) * 1000,
             decode_ms=(now - first - parked_decode) * 1000,
             parked_ms=(parked_prefill + parked_decode) * 1000,
             draft_n=drafted,

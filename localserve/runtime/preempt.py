@@ -73,7 +73,8 @@ class Parking:
     """Jobs set aside for editor completions, in the order they were parked."""
 
     def __init__(self, engine: Engine, kv: SlotKeeper, scheduler: Scheduler, metrics: ServerMetrics):
-        self.engine = engine
+        self.engine = engine            # decodes a sequence again where its saved state cannot be placed
+        self.sequences = engine.sequences
         self.kv = kv
         self.scheduler = scheduler
         self.metrics = metrics
@@ -82,14 +83,12 @@ class Parking:
         self.parks = 0              # since start (/slots; /metrics counts them too)
         self.resumes = 0
 
-    def admit_editors(self, start: Callable[[ActiveGeneration, Slot], None],
-                      end_cancelled: Callable[[Job], None]) -> None:
+    def admit_editors(self, start: Callable[[ActiveGeneration, Slot], None]) -> list[Job]:
         """Parked jobs that are due (fairness.py) take free slots back first; then queued editor
         completions take a slot (`start` starts one), parking a job if none is free; then the
-        other parked jobs take free slots back before anything else queued. Parked jobs whose
-        clients left are ended first (`end_cancelled`)."""
-        for job in self.take_cancelled():
-            end_cancelled(job)
+        other parked jobs take free slots back before anything else queued. The parked jobs whose
+        clients left, for the runtime to end: their copies are dropped first."""
+        cancelled = self.take_cancelled()
         slots = self.scheduler.slots
         now = time.monotonic()
         self.resume(slots, only=lambda job: self.fairness.due(job.gen, parked_for(job, now)))
@@ -100,6 +99,7 @@ class Parking:
             self.scheduler.withdraw(gen)
             start(gen, slot)
         self.resume(slots)
+        return cancelled
 
     @property
     def jobs(self) -> list[Job]:
@@ -163,13 +163,10 @@ class Parking:
         job = slot.job
         # a prefilling job's sequence holds the prompt so far; slot.tokens lists it once decoding
         in_kv = list(slot.tokens) if job.status is JobStatus.DECODING else job.prompt[:job.n_past]
-        parked = ParkedJob(job, self.engine.save_sequence(slot.seq_id), in_kv, self.kv.origin(slot.seq_id))
+        parked = ParkedJob(job, self.sequences.save(slot.seq_id), in_kv, self.kv.origin(slot.seq_id))
         log.info("parked job %s (%s) after %d tokens: an editor completion takes slot %d",
                  job.gen.id, job.request.label, len(job.generated), slot.seq_id)
-        # the job holds a slot of its own while parked: what it listed, and nothing ending it can reach
-        job.slot = Slot(slot.seq_id, list(slot.tokens), job, slot.last_used, slot.cache_key, scope=slot.scope)
-        job.park(time.monotonic())
-        slot.job = None
+        job.park(time.monotonic())      # it keeps a copy of the slot it leaves (Job.park)
         self.kv.clear(slot)
         self.parked.append(parked)
         self.parks += 1
@@ -177,18 +174,17 @@ class Parking:
 
     def _restore(self, parked: ParkedJob, slot: Slot) -> None:
         self._vacate(slot)
-        job, held = parked.job, parked.job.slot
+        job = parked.job
         if parked.origin is not None:       # /slots shows the resumed job's prefix, not the completion's
             self.kv.restore_origin(slot.seq_id, parked.origin)
         # in its slot first: should the restore fail, the runtime fails it as any running job
-        slot.tokens, slot.cache_key, slot.last_used, slot.scope = held.tokens, held.cache_key, held.last_used, held.scope
-        slot.job, job.slot = job, slot
-        if parked.in_kv and not self.engine.restore_sequence(slot.seq_id, parked.state):
+        job.resume(slot)
+        if parked.in_kv and not self.sequences.restore(slot.seq_id, parked.state):
             log.info("job %s's saved sequence could not be placed: decoding its %d tokens again",
                      job.gen.id, len(parked.in_kv))
             self._decode_again(slot.seq_id, parked.in_kv)
-        slot.kv_length = self.engine.seq_length(slot.seq_id)
-        job.resume(time.monotonic())
+        slot.measured(self.sequences.length(slot.seq_id))
+        job.resumed(time.monotonic())
         self.resumes += 1
         self.metrics.record_resume()
         log.info("resumed job %s (%s) in slot %d", job.gen.id, job.request.label, slot.seq_id)
@@ -197,11 +193,11 @@ class Parking:
         """What the slot holds (the completion that ran there) goes to the RAM cache if worth it."""
         cache = self.kv.cache
         if cache.worth_saving(slot.tokens, scope=slot.scope):
-            cache.add(slot.tokens, self.engine.save_sequence(slot.seq_id), slot.scope)
+            cache.add(slot.tokens, self.sequences.save(slot.seq_id), slot.scope)
         self.kv.clear(slot)
 
     def _decode_again(self, seq_id: int, tokens: list[int]) -> None:
-        self.engine.seq_remove(seq_id)
+        self.sequences.remove(seq_id)
         step = self.engine.n_batch
         for start in range(0, len(tokens), step):
             chunk = tokens[start:start + step]

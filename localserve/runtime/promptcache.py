@@ -35,7 +35,6 @@ class PromptCache:
         self.size = 0
         self._next_key = 0
         self.hits = 0
-        self.saves = 0
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -60,7 +59,6 @@ class PromptCache:
         self.entries[self._next_key] = CachedSequence(list(tokens), state, scope)
         self._next_key += 1
         self.size += len(state)
-        self.saves += 1
 
     def best_match(self, prompt: list[int], scope: str = "") -> tuple[int | None, int]:
         """(key, shared prefix length) of the entry of `scope` sharing the longest prefix with prompt."""
@@ -86,7 +84,7 @@ class PromptCache:
 
 def common_prefix(a: list[int], b: list[int]) -> int:
     """How many leading tokens a and b share. Slot choice compares every sequence with every other
-    on each admission (prefix_share.py): slices are compared in C, halving the span where they
+    on each admission (placement.py): slices are compared in C, halving the span where they
     first differ, not token by token in Python (10,000-token heads)."""
     if type(a) is not type(b):
         a, b = list(a), list(b)

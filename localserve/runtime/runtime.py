@@ -6,6 +6,10 @@ then prompt chunks for prefilling ones), run (one llama_decode), postprocess (sa
 turn bytes into events, retire finished jobs); then the step's events go to the
 connection threads together. A slot keeps its sequence after its job ends, so the next
 job with the same prefix skips that much prefill (kvslots.py).
+
+The parts of a step decide and hand back what they decided (admission.py, token_choice.py,
+images.py, take_token.py); the step applies it through the job's own methods (jobs.py), and
+ends jobs through endings.py.
 """
 
 from __future__ import annotations
@@ -17,18 +21,17 @@ from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Compacted, Finished, GenerationFailure,
+from ..generation import (ActiveGeneration, Finished, GenerationFailure,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
-from .admission import Admission
+from .admission import Admission, Admitted
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
+from .endings import Endings
 from .images import ImageWork
 from .jobs import Job, Slot
-from .kvslots import SlotKeeper
-from .sharing import PrefixSharing
+from .kvslots import PrefixSharing, SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .outcome import attach_logprobs, finished_output
 from .pending_sample import abandoned_running
 from .preempt import Parking
 from .promptcache import PromptCache
@@ -53,7 +56,7 @@ class EngineFailure(Exception):
     """The engine keeps failing: the runtime cannot go on."""
 
 
-class Runtime(Admission):
+class Runtime:
     def __init__(self, engine: Engine, *, slots: int, max_queue: int, cache_bytes: int = 0,
                  metrics: ServerMetrics | None = None, sample_time_limit: float = DEFAULT_SAMPLE_TIME_LIMIT,
                  on_fatal: Callable[[str], None] = exit_engine_failed,
@@ -64,18 +67,21 @@ class Runtime(Admission):
         self.sample_time_limit = sample_time_limit
         self.metrics = metrics or ServerMetrics()
         self.cache = PromptCache(cache_bytes)
-        self.kv = SlotKeeper(engine, self.cache)
-        self.sharing = PrefixSharing(engine)
+        self.sequences = engine.sequences       # the KV cache's sequences (engine/sequences.py)
+        self.kv = SlotKeeper(self.sequences, self.cache)
+        self.sharing = PrefixSharing(self.sequences)
         self.scheduler = Scheduler(slots, max_queue, self.sharing.can_copy, wait_for_prefixes=self.sharing.on)
         self.parking = Parking(engine, self.kv, self.scheduler, self.metrics)   # set aside for editor completions (preempt.py)
         self.cond = self.scheduler.cond
         self.speculator = speculator or Speculator("off", 0, engine)
         self.choice = TokenChooser(engine, self.scheduler, sample_time_limit)
         self.outbox = Outbox()          # a step's events go out together, after the step
+        self.endings = Endings(self.kv, self.metrics, self.outbox)
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
-        self.slot_states = SlotStates(engine, self.kv, self.cond)   # slot save/restore/erase, between steps
+        self.admission = Admission(engine, self.kv, self.scheduler, self.parking, self.speculator, self.metrics)
+        self.slot_states = SlotStates(self.sequences, self.kv, self.cond)   # slot save/restore/erase, between steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
 
     # ---- called from connection threads ------------------------------------------------
@@ -191,11 +197,11 @@ class Runtime(Admission):
                 if self.failed_steps >= MAX_FAILED_STEPS:
                     raise
                 for job in self._active():
-                    self._fail(job, GenerationFailure("internal error in the runtime"))
+                    self.endings.fail(job, GenerationFailure("internal error in the runtime"))
             finally:
                 self.outbox.deliver()
         for job in self._active() + self.parking.take_all():
-            self._retire(job, "cancelled")
+            self.endings.retire(job, "cancelled")
         self.outbox.deliver()
         self.embeddings.stop()
         self.slot_states.fail_pending(RuntimeStopped("the server is shutting down"))
@@ -216,12 +222,15 @@ class Runtime(Admission):
 
     def _schedule(self) -> BatchPlan | None:
         """Admit, end cancelled jobs, take finished grammar samples; the batch to run, if any."""
-        self._admit()
+        self._admitted(self.admission.admit())
         for job in self.scheduler.cancelled():
-            self._cancel(job)
+            self.endings.cancel(job)
         self._take_decided(self.choice.take_ready())
-        for job, error in self.images.evaluate(self.scheduler.runnable()):
-            self._fail(job, error)
+        for advance in self.images.evaluate(self.scheduler.runnable()):
+            if advance.error is not None:
+                self.endings.fail(advance.job, advance.error)
+            else:
+                advance.job.image_advanced(advance.decoded, advance.in_parts)
         jobs = self.scheduler.runnable()
         if not jobs:
             if self._active():
@@ -231,6 +240,19 @@ class Runtime(Admission):
         if self.speculator.on:
             drafts = self.speculator.propose(jobs, draft_room(jobs, self.engine.n_batch), self.engine.n_ctx_seq)
         return self.scheduler.plan(jobs, self.engine.n_batch, drafts)
+
+    def _admitted(self, admitted: Admitted) -> None:
+        """What admission did: started jobs say so, jobs it could not start or whose clients left end."""
+        for job in admitted.cancelled_parked:
+            self.endings.end_cancelled(job)
+        for gen in admitted.cancelled_waiting:
+            self.endings.left_queue(gen)
+        for gen, event in admitted.started:
+            self._emit(gen, event)
+        for job, error in admitted.failed:
+            self.endings.fail(job, error)
+        for gen, error in admitted.failed_unstarted:
+            self.endings.fail_unstarted(gen, error)
 
     def _postprocess(self, plan: BatchPlan) -> None:
         self.metrics.record_prefill(sum(row.n_tokens for row in plan.rows if row.job in plan.prefill_jobs))
@@ -243,7 +265,7 @@ class Runtime(Admission):
             if row.logits_row is None:
                 continue
             if job.gen.cancelled:       # a sample can be slow: a cancel is honoured before each one
-                self._cancel(job)
+                self.endings.cancel(job)
             elif job.request.max_tokens == 0:
                 self._prompt_only(job)
             else:
@@ -251,13 +273,12 @@ class Runtime(Admission):
         # a grammar's token is usually ready in a moment: it need not sit out a whole step
         self._take_decided(self.choice.collect(SAMPLE_GRACE, started_since=sampled_at))
         for row in plan.rows:       # what /slots reports, so a test sees no KV cell outlive its token
-            row.job.slot.kv_length = self.engine.seq_length(row.job.slot.seq_id)
+            row.job.slot.measured(self.sequences.length(row.job.slot.seq_id))
 
     def _prompt_only(self, job: Job) -> None:
         """A job that asked for no tokens (an editor warming the cache): its prompt is in the cache now."""
-        job.reached_choice()
-        job.t_first_token = time.monotonic()
-        self._retire(job, "length")
+        job.prompt_done(time.monotonic())
+        self.endings.retire(job, "length")
 
     def _emit(self, gen: ActiveGeneration, event: object) -> None:
         """Every event, a job's that never got a slot included, waits for the step's end."""
@@ -270,13 +291,13 @@ class Runtime(Admission):
             # the cache for the others; they are scheduled again next step.
             for job in jobs:
                 if job.gen.cancelled:
-                    self._cancel(job)
+                    self.endings.cancel(job)
                 else:
-                    self.engine.seq_remove(job.slot.seq_id, job.position(job.n_past), -1)
+                    self.sequences.remove(job.slot.seq_id, job.position(job.n_past), -1)
             return
         log.error("llama_decode failed with status %d", exc.status)
         for job in jobs:
-            self._fail(job, GenerationFailure(f"the engine failed to decode (status {exc.status})"))
+            self.endings.fail(job, GenerationFailure(f"the engine failed to decode (status {exc.status})"))
         self.failed_steps += 1
         if self.failed_steps >= MAX_FAILED_STEPS:
             raise EngineFailure(f"llama_decode failed {self.failed_steps} times in a row (status {exc.status})")
@@ -288,7 +309,10 @@ class Runtime(Admission):
         this one, their logits in the rows that follow), go on choosing while each token chosen
         equals the draft's: each such token is already in the KV cache (speculative.py)."""
         job.reached_choice()
-        if not self.choice.hand_off(job, row, draft):      # a grammar's: taken when its thread is done
+        handed = self.choice.hand_off(job, row, draft)
+        if handed is not None:          # a grammar's: taken when its thread is done
+            job.awaits(handed)
+        else:
             self._take_run(job, draft, len(draft) + 1, lambda i: self.choice.choose(job, row + i))
 
     def _take_decided(self, decided: list[tuple[Job, Chosen | TooSlow]]) -> None:
@@ -297,6 +321,7 @@ class Runtime(Admission):
             if isinstance(result, TooSlow):
                 self._too_slow(job, result.seconds)
             else:
+                job.choice_taken()
                 self._take_run(job, result.draft, len(result.tokens), result.at, result.error)
 
     def _take_run(self, job: Job, draft: list[int], length: int,
@@ -318,8 +343,8 @@ class Runtime(Admission):
                 for event in events:
                     self._emit(job.gen, event)
                 if reason:
-                    self._retire(job, reason)
-                # A grammar woken by this token (call_grammar.py): the rest of the run is chosen off
+                    self.endings.retire(job, reason)
+                # A grammar woken by this token (call_wake.py): the rest of the run is chosen off
                 # this thread, as every grammar job's tokens are (a grammar's cost per token has no bound).
                 if reason or not matched or (not had_grammar and job.sampler.has_grammar):
                     break
@@ -332,20 +357,20 @@ class Runtime(Admission):
 
     def _too_slow(self, job: Job, seconds: float) -> None:
         log.warning("job %s (%s) took %.2f s choosing one token; failing it", job.gen.id, job.request.label, seconds)
-        self._fail(job, SamplingTooSlow(
+        self.endings.fail(job, SamplingTooSlow(
             f"choosing one token took over {self.sample_time_limit:g} s (--sample-time-limit): the grammar "
             f"or schema is too costly to follow; simplify it"))
 
     def _sample_failed(self, job: Job, exc: Exception) -> None:
         if isinstance(exc, NoLegalToken):
             if exc.grammar_complete:    # only an end token could follow, and it is banned: the output is whole
-                self._retire(job, "stop")
+                self.endings.retire(job, "stop")
             else:
-                self._fail(job, NoAllowedToken("no token is allowed by both the grammar and logit_bias: "
+                self.endings.fail(job, NoAllowedToken("no token is allowed by both the grammar and logit_bias: "
                                                "the bias bans every token the grammar allows next"))
             return
         log.error("sampling failed for job %s (%s)", job.gen.id, job.request.label, exc_info=exc)
-        self._fail(job, GenerationFailure("internal error while sampling this request"))
+        self.endings.fail(job, GenerationFailure("internal error while sampling this request"))
 
     def _verified(self, job: Job, drafted: int, accepted: int) -> None:
         """A draft was verified: what was decoded past the tokens the sequence kept leaves the cache."""
@@ -353,59 +378,4 @@ class Runtime(Admission):
             return
         self.speculator.record(job, drafted, accepted)
         self.metrics.record_drafts(drafted, accepted)
-        self.engine.seq_remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)
-
-    # ---- endings -------------------------------------------------------------------
-
-    def _retire(self, job: Job, reason: str) -> None:
-        events = job.pipeline.finish() if reason != "cancelled" else []
-        attach_logprobs(job, events)
-        for event in events:
-            self._emit(job.gen, event)
-        output = finished_output(job, reason, time.monotonic())
-        self._release(job)
-        self.metrics.record_generation(output)
-        if job.request.compaction:     # a model that only thought still leaves its thoughts as the summary
-            self.metrics.record_compaction()
-            self._emit(job.gen, Compacted(output.content.strip() or output.reasoning.strip()))
-        self._emit(job.gen, Finished(output))
-
-    def _cancel(self, job: Job) -> None:
-        if job.prefilling:      # what it computed of its prompt stays, for a job that shares it
-            self.kv.keep_computed(job)
-        else:
-            self.kv.clear(job.slot)
-        self._end_cancelled(job)
-
-    def _end_cancelled(self, job: Job) -> None:
-        """A cancelled job's answer; its slot's sequence is already dealt with (a parked job has none)."""
-        log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
-                 job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
-        self.metrics.record_cancellation(len(job.generated))
-        # with the text it wrote so far (what its text pipeline still held back is dropped): a client
-        # still there, as a superseded editor completion's, reads an answer its token count matches
-        output = finished_output(job, "cancelled", time.monotonic())
-        self._release(job)
-        self._emit(job.gen, Finished(output))
-
-    def _fail(self, job: Job, error: GenerationFailure) -> None:
-        self.kv.clear(job.slot)
-        self._release(job)
-        self.metrics.record_failure(len(job.generated))
-        self._emit(job.gen, Finished(error=error))
-
-    def _fail_unstarted(self, gen: ActiveGeneration, error: GenerationFailure) -> None:
-        """A job that failed before it had a slot of its own."""
-        self.metrics.record_failure()
-        self._emit(gen, Finished(error=error))
-
-    def _release(self, job: Job) -> None:
-        if job.pending is not None:     # its thread may still be inside llama.cpp with the sampler
-            job.pending.abandon()
-            job.pending = None
-        else:
-            job.sampler.free()
-        if job.sample_worker is not None:
-            job.sample_worker.close()
-            job.sample_worker = None
-        job.end()
+        self.sequences.remove(job.slot.seq_id, job.position(len(job.slot.tokens)), -1)

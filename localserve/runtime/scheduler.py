@@ -1,5 +1,5 @@
 """Which jobs run in the next step, and how: the waiting queue, admission into free slots, slot
-choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, prefix_share.py), the batch
+choice (prompt_cache_key affinity, prefix reuse; with prefix sharing, placement.py), the batch
 plan with chunked prefill, and which jobs a cancel ends. Plain bookkeeping over Slots and Jobs: it
 calls no llama.cpp, so its rules are tested alone (tests/unit/runtime/test_scheduler.py).
 """
@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..generation import ActiveGeneration, QueueFull, RuntimeStopped, outside_images, position_of
 from .jobs import Job, JobStatus, Slot
-from .prefix_share import Held, Placement, place, waits_for
+from .placement import Held, Placement, place, waits_for
 
 # While other jobs are decoding, a prompt is fed in chunks this large so their
 # streams keep moving; alone, a prompt is fed n_batch tokens at a time.
@@ -62,7 +62,7 @@ class Scheduler:
         self.waiting: collections.deque[ActiveGeneration] = collections.deque()
         self.cond = threading.Condition()     # guards waiting and stopping; wakes the runtime
         self.stopping = False
-        # prefix sharing (prefix_share.py): whether a sequence's first n positions can be handed
+        # prefix sharing (placement.py): whether a sequence's first n positions can be handed
         # on (None: sharing is off), and whether a job waits for a head another is prefilling
         self.can_copy = can_copy
         self.wait_for_prefixes = wait_for_prefixes and can_copy is not None
@@ -237,7 +237,7 @@ def plan_batch(jobs: list[Job], n_batch: int, drafts: dict[int, list[int]] | Non
         if not job.prefilling or budget <= 0:
             continue
         n = min(job.text_left, budget, chunk_limit)     # an image is evaluated apart (images.py)
-        for stop in ((stops or {}).get(job.slot.seq_id, 0), job.checkpoint_at):
+        for stop in ((stops or {}).get(job.slot.seq_id, 0), job.stops.checkpoint_at):
             if job.n_past < stop < job.n_past + n:
                 n = stop - job.n_past
         if n <= 0:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:   # the request types are read by connection threads, which never load llama.cpp
-    from ..engine.engine import Engine
+    from ..engine.sequences import Sequences
     from .jobs import Slot
     from .kvslots import SlotKeeper
 
@@ -46,8 +46,8 @@ class SlotRequest:
 class SlotStates:
     """The queue of slot requests and their work on the runtime thread."""
 
-    def __init__(self, engine: Engine, kv: SlotKeeper, cond: threading.Condition):
-        self.engine = engine
+    def __init__(self, sequences: Sequences, kv: SlotKeeper, cond: threading.Condition):
+        self.sequences = sequences
         self.kv = kv
         self.cond = cond            # the scheduler's: the runtime waits on it for work
         self.pending: list[SlotRequest] = []
@@ -85,17 +85,15 @@ class SlotStates:
         own = slot.scope == request.scope
         if request.action == SAVE:
             request.tokens = list(slot.tokens) if own else []
-            request.state = self.engine.save_sequence(slot.seq_id) if request.tokens else b""
+            request.state = self.sequences.save(slot.seq_id) if request.tokens else b""
         elif request.action == RESTORE:
             self.kv.clear(slot)
-            slot.scope = request.scope
+            slot.belongs_to(request.scope)
             if not request.tokens:          # a save of an empty slot
                 return
-            if not self.engine.restore_sequence(slot.seq_id, request.state):
+            if not self.sequences.restore(slot.seq_id, request.state):
                 raise SlotRefused("llama.cpp refused the saved state for this model's cache")
-            slot.tokens = list(request.tokens)
-            slot.kv_length = self.engine.seq_length(slot.seq_id)
-            slot.cache_key = None
+            slot.restored(list(request.tokens), self.sequences.length(slot.seq_id), request.scope)
         elif own:
             request.n_erased = len(slot.tokens)
             self.kv.clear(slot)

@@ -2,8 +2,8 @@
 
 A sliding-window layer keeps only its last window of positions (the engine builds its context
 so): a slot's sequence cut further back than that no longer holds what the next tokens attend
-to (Engine.can_extend), and without a checkpoint its whole prompt is computed again. A
-checkpoint is the sliding-window layers' state at one prompt length (Engine.save_window, a few
+to (Sequences.can_extend), and without a checkpoint its whole prompt is computed again. A
+checkpoint is the sliding-window layers' state at one prompt length (Sequences.save_window, a few
 MB: the window and a batch of cells, not the context); restored, with the full-attention layers
 cut at the same length, the sequence holds that prefix again and only what follows is computed.
 
@@ -86,9 +86,9 @@ def to_drop(by_slot: dict[int, list[Checkpoint]], limits: CheckpointLimits) -> l
 
 @dataclass
 class SwaCheckpoints:
-    """Each slot's checkpoints; `engine` saves and restores windows (Engine: save_window,
-    restore_window, n_swa). Off for a model without a sliding window."""
-    engine: object
+    """Each slot's checkpoints; `sequences` saves and restores windows (engine.sequences.Sequences:
+    save_window, restore_window, n_swa). Off for a model without a sliding window."""
+    sequences: object
     limits: CheckpointLimits = field(default_factory=CheckpointLimits)
     by_slot: dict[int, list[Checkpoint]] = field(default_factory=dict)
     taken: int = 0
@@ -99,7 +99,7 @@ class SwaCheckpoints:
 
     @property
     def on(self) -> bool:
-        return self.engine.n_swa > 0 and self.limits.per_slot > 0 and self.limits.total_bytes > 0
+        return self.sequences.n_swa > 0 and self.limits.per_slot > 0 and self.limits.total_bytes > 0
 
     @property
     def size(self) -> int:
@@ -111,7 +111,7 @@ class SwaCheckpoints:
         kept = self.by_slot.setdefault(seq_id, [])
         if not self.on or not worth_taking(kept, tokens, self.limits.spacing):
             return
-        state = self.engine.save_window(seq_id)
+        state = self.sequences.save_window(seq_id)
         if state is None or len(state) > self.limits.total_bytes:
             return
         kept.append(Checkpoint(list(tokens), state, next(self._order)))
@@ -124,7 +124,7 @@ class SwaCheckpoints:
         layers but whose window has moved past them, cut back to its best checkpoint: the
         prompt tokens it holds now (0: none fitted, or llama.cpp refused; then it is empty)."""
         checkpoint = best_checkpoint(self.by_slot.get(seq_id, []), prompt, keep) if self.on else None
-        if checkpoint is None or not self.engine.restore_window(seq_id, checkpoint.state, checkpoint.length):
+        if checkpoint is None or not self.sequences.restore_window(seq_id, checkpoint.state, checkpoint.length):
             return 0
         self.restored += 1
         return checkpoint.length

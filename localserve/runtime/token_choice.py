@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from ..engine.engine import Engine
 from . import logprobs
-from .jobs import Job
+from .jobs import Job, PendingChoice
 from .pending_sample import PendingSample, SampleWorker
 from .scheduler import Scheduler
 
@@ -58,38 +58,35 @@ class TokenChooser:
     def choose(self, job: Job, row: int) -> tuple[int, dict | None]:
         """The token chosen from logits row `row` (the next forced one, else the sampler's), and its
         logprob distribution when the job asked for one."""
-        entry = self._distribution(job, self.engine.logits(row) if job.logprobs is not None else None)
-        if job.forced:
-            token = job.forced.popleft()
+        entry = self._distribution(job, self.engine.logits(row) if job.request.logprobs else None)
+        if job.forced:      # the job writes it as it takes it (Job.taking)
+            token = job.forced[0]
             job.sampler.accept(token)
         else:
             token = job.sampler.sample(row)
         return token, entry
 
-    def hand_off(self, job: Job, row: int, draft: list[int]) -> bool:
+    def hand_off(self, job: Job, row: int, draft: list[int]) -> PendingChoice | None:
         """A grammar job's token (or draft run) is chosen on its worker thread (pending_sample.py):
-        True when handed off there, to be taken from take_ready(); False for a token choose() takes."""
+        the choice started there, which the job awaits (then take_ready() has it); None for a
+        token choose() takes."""
         if not job.sampler.has_grammar or job.forced:
-            return False
-        job.pending_logprobs = self._distribution(job, self.engine.logits(row) if job.logprobs is not None else None)
-        job.pending_draft = list(draft)
-        if job.sample_worker is None:
-            job.sample_worker = SampleWorker()
+            return None
+        first_entry = self._distribution(job, self.engine.logits(row) if job.request.logprobs else None)
+        worker = job.sample_worker or SampleWorker()
         if not draft:
             job.sampler.load(row)
-            job.pending = PendingSample(job.sampler, self._sample_ready, job.sample_worker)
-            return True
+            return PendingChoice(PendingSample(job.sampler, self._sample_ready, worker), worker, first_entry, [], None)
         import numpy as np      # the step's logits are overwritten by the next decode: the run gets a copy
         rows = np.array([self.engine.logits(row + i) for i in range(len(draft) + 1)])
-        job.pending_rows = rows
-        sampler = job.sampler
-        job.pending = PendingSample(sampler, self._sample_ready, job.sample_worker, rows=len(rows),
-                                    choose=lambda out: sampler.choose_run(rows, draft, out))
-        return True
+        sampler, draft = job.sampler, list(draft)
+        sample = PendingSample(sampler, self._sample_ready, worker, rows=len(rows),
+                               choose=lambda out: sampler.choose_run(rows, draft, out))
+        return PendingChoice(sample, worker, first_entry, draft, rows)
 
     def _distribution(self, job: Job, logits) -> dict | None:
         """What must be read from the logits row of the token being chosen (its logprobs)."""
-        if job.logprobs is None:
+        if not job.request.logprobs:
             return None
         return logprobs.distribution(logits, job.request.top_logprobs, self.engine.piece)
 
@@ -123,23 +120,22 @@ class TokenChooser:
         return self.take_ready()
 
     def take_ready(self) -> list[tuple[Job, Chosen | TooSlow]]:
-        """Per job, what its thread decided: the tokens it chose, or that it is past the time limit
-        (the job keeps its pending sample: ending the job abandons it)."""
+        """Per job, what its thread decided: the tokens it chose (the runtime takes them, and the
+        job its choice), or that it is past the time limit (the job keeps its pending sample:
+        ending the job abandons it)."""
         decided: list[tuple[Job, Chosen | TooSlow]] = []
         now = time.monotonic()
         for job in self.scheduler.active():
-            sample = job.pending
-            if sample is None:
+            choice = job.choice
+            if choice is None:
                 continue
+            sample = choice.sample
             if sample.seconds(now) > self.sample_time_limit * sample.rows:
                 decided.append((job, TooSlow(sample.seconds(now))))
             elif sample.done:
-                job.pending = None
-                decided.append((job, self._chosen(job, sample)))
+                decided.append((job, self._chosen(job, choice)))
         return decided
 
-    def _chosen(self, job: Job, sample: PendingSample) -> Chosen:
-        draft, rows = job.pending_draft, job.pending_rows
-        job.pending_draft, job.pending_rows = [], None
-        return Chosen(draft, sample.tokens, sample.error, job.pending_logprobs,
-                      rows if job.logprobs is not None else None, job.request.top_logprobs, self.engine.piece)
+    def _chosen(self, job: Job, choice: PendingChoice) -> Chosen:
+        return Chosen(choice.draft, choice.sample.tokens, choice.sample.error, choice.first_entry,
+                      choice.draft_rows if job.request.logprobs else None, job.request.top_logprobs, self.engine.piece)

@@ -48,7 +48,6 @@ INSERT_RESPONSE = """INSERT INTO responses (id, created_at, status, model, previ
     conversation_id, background, store, request, input_items, response, scope)
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 SELECT_RESPONSE = "SELECT response FROM responses WHERE id = ? AND scope = ?"
-SELECT_RECORD = "SELECT response, input_items, request FROM responses WHERE id = ? AND scope = ?"
 SELECT_STATUS = "SELECT status, response FROM responses WHERE id = ? AND scope = ?"
 SELECT_INPUT_ITEMS = "SELECT input_items FROM responses WHERE id = ? AND scope = ?"
 SELECT_INTERRUPTED = (

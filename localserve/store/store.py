@@ -30,7 +30,6 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import orjson
 
@@ -40,7 +39,7 @@ from .sql import (
     DELETE_CONVERSATION, DELETE_ITEM, DELETE_RESPONSE, INSERT_CONVERSATION, INSERT_EVENT, INSERT_ITEM,
     INSERT_RESPONSE, MAX_CHAIN_DEPTH, MIGRATIONS, SELECT_ALL_ITEMS, SELECT_CHAIN, SELECT_CONVERSATION,
     SELECT_EVENTS, SELECT_INPUT_ITEMS, SELECT_INTERRUPTED, SELECT_ITEM, SELECT_ITEMS_ASC, SELECT_ITEMS_DESC,
-    SELECT_ITEM_POSITION, SELECT_LAST_SEQUENCE, SELECT_NEXT_POSITION, SELECT_RECORD, SELECT_RESPONSE,
+    SELECT_ITEM_POSITION, SELECT_LAST_SEQUENCE, SELECT_NEXT_POSITION, SELECT_RESPONSE,
     SELECT_STATUS, UPDATE_CONVERSATION, UPDATE_RESPONSE)
 
 
@@ -105,13 +104,6 @@ def page(items: list[dict], *, after: str | None, limit: int, order: str):
         start = ids.index(after) + 1
     chosen = ordered[start:start + limit]
     return chosen, start + limit < len(ordered)
-
-
-@dataclass
-class ResponseRecord:
-    response: dict
-    input_items: list[dict]
-    request: dict
 
 
 class Store:
@@ -181,10 +173,6 @@ class Store:
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {number}")
 
-    @property
-    def schema_version(self) -> int:
-        return self._one("PRAGMA user_version", ())[0]
-
     # ---- responses ----
 
     def create_response(self, response: dict, *, input_items: list[dict],
@@ -219,12 +207,6 @@ class Store:
         row = self._one(SELECT_RESPONSE, (response_id, self.scope))
         return None if row is None else _loads(row[0])
 
-    def get_response_record(self, response_id: str) -> ResponseRecord | None:
-        row = self._one(SELECT_RECORD, (response_id, self.scope))
-        if row is None:
-            return None
-        return ResponseRecord(_loads(row[0]), _loads(row[1]), _loads(row[2]))
-
     def delete_response(self, response_id: str) -> bool:
         return self._write(DELETE_RESPONSE, (response_id, self.scope)) > 0
 
@@ -256,9 +238,6 @@ class Store:
                              "response": response}
                     db.execute(INSERT_EVENT, (response_id, last + 1, _dumps(event)))
         return len(rows)
-
-    def append_event(self, response_id: str, event: dict) -> None:
-        self._write(INSERT_EVENT, (response_id, event["sequence_number"], _dumps(event)))
 
     def append_events(self, response_id: str, events: list[dict]) -> None:
         """Several events in one transaction (a stream's worth at a time)."""

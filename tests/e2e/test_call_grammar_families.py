@@ -10,12 +10,12 @@ import json
 import pytest
 from llama_cpp import llama_cpp as ll
 
-from localserve.engine.call_grammar import grammar_after
+from localserve.engine.lazy_grammar import grammar_after
 from localserve.engine.engine import Engine
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.parsing.tool_families import TOOL_SYNTAXES
 from localserve.parsing.tools import ToolProjector
-from localserve.runtime.call_grammar import grammar_follows
+from localserve.runtime.call_wake import grammar_follows
 from tinymodel import BYTE_TOKEN_OFFSET, write_tiny_gguf
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

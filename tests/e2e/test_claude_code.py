@@ -1,7 +1,7 @@
 """Claude Code (the real CLI, pinned in tests/support/agent_clis.py) runs a whole tool loop on localserve.
 
 `claude -p` with ANTHROPIC_BASE_URL pointed here, a dummy ANTHROPIC_API_KEY, and the
-variables that keep it off the network (README.rst, "Coding agents"). The model is
+variables that keep it off the network (docs/clients.rst, "Claude Code"). The model is
 scripted (tests/support/scripted_model.py): on the first turn it thinks and calls Bash with
 `touch made.txt`; Claude Code runs it, sends the result back, and the model thinks again
 and answers. Between Claude Code and the server a wiretap (tests/support/wiretap.py) keeps what Claude Code

@@ -36,7 +36,7 @@ CATALOG_MODEL = {
 
 
 def codex_config(base_url: str, catalog: Path | None = None) -> str:
-    """The config.toml README.rst documents (plus the test's catalog)."""
+    """The config.toml docs/clients.rst documents (plus the test's catalog)."""
     lines = ['model = "scripted"', 'model_provider = "localserve"', "check_for_update_on_startup = false"]
     if catalog is not None:
         lines.append(f'model_catalog_json = "{catalog}"')

@@ -10,7 +10,7 @@ import pytest
 from llama_cpp import llama_cpp as ll
 
 from localserve.engine import file_facts
-from localserve.engine.call_grammar import grammar_after
+from localserve.engine.lazy_grammar import grammar_after
 from localserve.engine.engine import Engine
 from localserve.engine.facade import GrammarError, TooManyTokens
 from localserve.generation import SamplingParams
@@ -81,9 +81,9 @@ def test_saved_sequence_restores_into_another(engine):
     tokens = engine.tokenize(TEXTS[0])
     engine.clear()
     engine.decode([(t, pos, 0, False) for pos, t in enumerate(tokens)])
-    state = engine.save_sequence(0)
+    state = engine.sequences.save(0)
     assert isinstance(state, bytes) and len(state) > 0
-    assert engine.restore_sequence(2, state)
+    assert engine.sequences.restore(2, state)
     nxt = engine.tokenize(" again", add_special=False)[0]
     engine.decode([(nxt, len(tokens), 0, True), (nxt, len(tokens), 2, True)])
     assert np.array_equal(engine.logits(0), engine.logits(1))
@@ -99,7 +99,7 @@ def test_a_written_bos_is_not_doubled(engine):
 
 
 
-# ---- a call grammar woken part-way (engine/call_grammar.py) -------------------------------------
+# ---- a call grammar woken part-way (engine/lazy_grammar.py) -------------------------------------
 
 CALL_GRAMMAR = 'root ::= "[[" [a-c] [a-c] [a-c] "]]"'
 

@@ -5,6 +5,7 @@ Each case runs in a subprocess so that its exit status can be checked (issue 15'
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -89,16 +90,16 @@ def test_an_app_takes_its_exit_clean_up_off_when_it_closes(tmp_path):
     model = write_tiny_gguf(tmp_path / "m.gguf", chat_template=CHATML_TEMPLATE)
     settings = resolve_settings(build_parser().parse_args(["--model", str(model), "--no-store", "--threads", "1"]),
                                 environ={})
-    before = fatal.pending_cleanups()
+    before = len(fatal._cleanups)      # the clean-ups an exit would run (read here alone)
     for _ in range(3):
         app = App(settings)
         app.load()
-        assert fatal.pending_cleanups() == before + 1
+        assert len(fatal._cleanups) == before + 1
         app.close()
-        assert fatal.pending_cleanups() == before
+        assert len(fatal._cleanups) == before
 
 
-def test_every_exit_status_is_distinct_and_in_the_readme():
+def test_every_exit_status_is_distinct_and_documented():
     from localserve.app import EXIT_LOAD_FAILED
     from localserve.cli.flags import EXIT_USAGE
     from localserve.engine.rpc_config import EXIT_WORKER_LOST
@@ -107,7 +108,7 @@ def test_every_exit_status_is_distinct_and_in_the_readme():
     statuses = {"EXIT_LOAD_FAILED": EXIT_LOAD_FAILED, "EXIT_USAGE": EXIT_USAGE,
                 "EXIT_ENGINE_FAILED": EXIT_ENGINE_FAILED, "EXIT_WORKER_LOST": EXIT_WORKER_LOST}
     assert len(set(statuses.values())) == len(statuses), statuses
-    readme = (ROOT / "README.rst").read_text()
-    section = readme.split("Exit status\n-----------\n", 1)[1].split("\n-----", 1)[0]
+    page = (ROOT / "docs" / "operations.rst").read_text()
+    section = re.split(r"\n[^\n]+\n[=~-]{3,}\n", page.split("Exit status\n-----------\n", 1)[1], maxsplit=1)[0]
     rows = {line.split()[0]: line for line in section.splitlines() if line[:1].isdigit()}
     assert set(rows) == {str(status) for status in statuses.values()} | {"0"}, rows

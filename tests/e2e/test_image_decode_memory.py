@@ -1,5 +1,5 @@
 """A decode's peak memory stays under what image_headers.py estimates from the header (the
-figure MAX_DECODE_BYTES holds, README's Images section): each image decoded through the real
+figure MAX_DECODE_BYTES holds, docs/images.rst): each image decoded through the real
 projector (libmtmd, stb_image) in a process of its own, its peak RSS read from /proc."""
 
 from __future__ import annotations

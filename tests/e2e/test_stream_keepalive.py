@@ -1,5 +1,5 @@
 """Keepalives in every streaming dialect: while the job waits in the queue and while its
-prompt is prefilled, before anything is generated (README: "Streams start as soon as the job is
+prompt is prefilled, before anything is generated (docs/requests.rst: "Streams start as soon as the job is
 accepted; while the prompt is processed the server sends an SSE comment").
 
 The dialects are the POST routes of the route table that stream: a route added to the table

@@ -20,7 +20,7 @@ from bench.bare_vision import BareVision
 from clients import openai_sdk
 from conftest import ServerProcess
 from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
-from localserve.wire.multipart import MAX_FIELD_BYTES
+from localserve.multipart import MAX_FIELD_BYTES
 from rawhttp import post_json, request
 from tinyaudio import audio_tokens, mp3_bytes, tone, wav_bytes, write_tiny_audio_mmproj
 from tinymodel import EOG_TEXTS, NO_EOG, token_ids

@@ -153,7 +153,7 @@ def test_a_responses_input_image_is_decoded_once(model, monkeypatch):
         {"type": "function_call", "call_id": "call_1", "name": "screenshot", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "call_1", "output": [{**image, "image_url": imagefiles.data_url(
             OTHER_PNG)}]}]}
-    plan = read_plan(body, "req-1", model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
+    plan = read_plan(body, "req-1", chat_model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
     assert len(plan.generation.images) == 2
     assert decoded == ["input[0].content[1]", "input[2].output[0]"]
 
@@ -187,7 +187,7 @@ def test_after_a_compaction_trigger_input_images_keep_their_places_and_are_decod
         {"role": "assistant", "content": "A checkerboard."},
         {"role": "user", "content": [{"type": "input_text", "text": "and this"},
                                      {**image, "image_url": imagefiles.data_url(OTHER_PNG)}]}]}
-    plan = read_plan(body, "req-1", model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
+    plan = read_plan(body, "req-1", chat_model=model.chat, model_id="tiny", signing_key=b"k" * 32, store=None)
     assert plan.triggered and plan.generation is None
     places = ["input[0].content[1]", "input[3].content[1]"]
     assert decoded == places

@@ -33,7 +33,8 @@ def loaded_with_projector(name: str, path: str, mmproj: str, **settings):
     try:
         yield loaded
     finally:
-        loaded.close().close()
+        loaded.close()
+        loaded.free_engine()
 
 
 @contextmanager

@@ -46,6 +46,7 @@ FLOORS = {
     "images": 1,          # an image's bytes checked from their header (format, size) into the conversation; stdlib only
     "audio_headers": 1,   # an audio file's structure (WAV chunks, MP3 tags, FLAC STREAMINFO) checked; stdlib only
     "audio": 1,           # a clip's bytes checked from their header (format, length) into the conversation; stdlib only
+    "multipart": 1,       # a multipart/form-data body parsed from bytes within its limits; stdlib only
 }
 
 
@@ -205,6 +206,56 @@ def test_nothing_below_the_dialects_writes_to_a_client():
     below = {name: path for name, path in read_modules().items() if FLOORS[part(name)] < FLOORS["dialects"]}
     assert "localserve.models.manager" in below
     assert sorted((name, sorted(uses)) for name, path in below.items() if (uses := client_uses(path))) == []
+
+
+# What says HTTP (a status, a header): the wire's and the dialects' to give, never models/'.
+HTTP_NAMES = {"ApiError", "context_exceeded", "ErrorShape"}
+
+
+def imported_names(path: Path) -> set[str]:
+    """The names a module imports (`from x import NAME`) and the modules it imports whole."""
+    tree = ast.parse(path.read_text())
+    names = {alias.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for alias in n.names}
+    modules = {(n.module or "") for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    return names | {alias.name for n in ast.walk(tree) if isinstance(n, ast.Import) for alias in n.names} | modules
+
+
+def test_models_speak_no_http_and_read_no_runtime_global():
+    """models/ says why it refuses in its own errors (models/errors.py), which dialects/failures.py
+    turns into answers; and it asks a loaded model's runtime what it needs, never runtime/'s module
+    state (pending_sample's count of abandoned samples)."""
+    models = {name: path for name, path in read_modules().items() if part(name) == "models"}
+    assert "localserve.models.manager" in models
+    leaks = {name: sorted(imported_names(path) & (HTTP_NAMES | {"abandoned_running"}))
+             for name, path in models.items()}
+    assert sorted((name, found) for name, found in leaks.items() if found) == []
+    pending = {name for name, path in models.items() if "localserve.runtime.pending_sample" in
+               imports_of(name, path, read_modules())}
+    assert pending == set()
+
+
+def test_no_dialect_fits_images_or_renders_a_chat_itself():
+    """Building the request (prompt/build.py: build_chat_request, render_prompt) fits a request's
+    images to its model: a dialect that reaches prompt/vision.py or renders with the bare
+    render_chat could skip that."""
+    dialects = {name: path for name, path in read_modules().items() if part(name) == "dialects"}
+    modules = read_modules()
+    found = sorted(name for name, path in dialects.items()
+                   if "localserve.prompt.vision" in imports_of(name, path, modules)
+                   or "render_chat" in imported_names(path))
+    assert found == []
+
+
+def test_handlers_see_a_served_model_not_the_loaded_one():
+    """A connection thread gets a ServedModel (models/served.py: the ChatModel with its
+    EngineFacade, the settings, the runtime's queue); the LoadedModel, whose Engine only the
+    runtime thread may use, stays inside models/ (and the app that starts it)."""
+    handlers = {name: path for name, path in read_modules().items() if part(name) in ("dialects", "webui", "wire")}
+    modules = read_modules()
+    assert sorted(name for name, path in handlers.items()
+                  if "localserve.models.loaded" in imports_of(name, path, modules)) == []
+    served = (PACKAGE / "models" / "served.py").read_text()
+    assert "Engine\n" not in served and "from ..engine.engine" not in served and "runtime.runtime" not in served
 
 
 def test_ops_never_reads_the_app():

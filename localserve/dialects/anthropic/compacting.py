@@ -19,36 +19,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 from ...errors import ApiError
-from ...generation import (ActiveGeneration, Chunk, Compacted, Finished, GenerationOutput, GenerationRequest,
-                          SamplingParams, ToolCallDelta, ToolCallStart)
-from ...prompt.build import ChatInput, ChatModel, build_chat_request
+from ...generation import ActiveGeneration, Chunk, Compacted, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...prompt.build import ChatInput
 from ...prompt.compaction import leading_system, summary_message
 from ..compaction import CompactionOptions, CompactionUsage, compact_pieces
 from ..exchange import Exchange
 from ..failures import prompt_refusals
-from ..jobs import error_from, job_events, submit
+from ..job_events import error_from, job_events, submit
 from ..pump import PREFILL_COMMENT, open_stream, pump
 from ..request_cycle import Reply
+from .answer import AnswerBuilder
 from .compaction import Compact, Compaction
 from .replies import MessageMeta, MessageStream, final_response, message_start, paused_end, paused_response
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
-
-
-@dataclass
-class AnswerJob:
-    """How a request's answer becomes a job: for the conversation as sent, or once compacted."""
-    model: ChatModel
-    sampling: SamplingParams
-    max_tokens: int
-    stop: list[str]
-    label: str
-
-    def build(self, chat: ChatInput, text: str | None = None) -> GenerationRequest:
-        # a copy: the build writes the grammars it derives into the sampling it is given
-        return build_chat_request(self.model, chat, dataclasses.replace(self.sampling), max_tokens=self.max_tokens,
-                                  stop=list(self.stop), label=self.label, text=text)
+    from ...models.served import ServedModel
 
 
 def compacted(chat: ChatInput, summary: str) -> ChatInput:
@@ -70,7 +55,7 @@ class RunFailure:
     error: ApiError
 
 
-def compacting_reply(exchange: Exchange, model: LoadedModel, chat: ChatInput, answer: AnswerJob, meta: MessageMeta,
+def compacting_reply(exchange: Exchange, model: ServedModel, chat: ChatInput, answer: AnswerBuilder, meta: MessageMeta,
                      compact: Compact, *, stream: bool, max_tokens: int, keepalive: float) -> Reply:
     """The request's job is the (last) summary's; the answer's follows it. max_tokens: the
     summary's (--compact-max-tokens)."""
@@ -98,9 +83,9 @@ def _keepalive(exchange: Exchange) -> None:
 @dataclass
 class CompactingRun:
     exchange: Exchange
-    model: LoadedModel
+    model: ServedModel
     chat: ChatInput
-    answer: AnswerJob
+    answer: AnswerBuilder
     meta: MessageMeta
     pause: bool
     usage: CompactionUsage            # the pieces summarised before this request's job

@@ -2,7 +2,7 @@
 
 Input conversion lives in input.py and prompt.py; here the request becomes a GenerationRequest,
 answered in replies.py's shapes; a prompt past its compaction trigger is compacted first
-(compacting.py).
+(compacting.py); answer.py builds the answer's job either way.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from ..services import Services
 from ..failures import prompt_refusals
 from ..image_parts import report_omitted
 from ...parsing.tool_families import new_call_id
-from .compacting import AnswerJob, compacted, compacting_reply
+from .answer import AnswerBuilder
+from .compacting import compacted, compacting_reply
 from .compaction import is_summary, read_summarize
 from .prompt import MessagesPrompt, read_prompt
 from .replies import MessageMeta, final_response, message_stream
@@ -29,7 +30,7 @@ from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_d
                      read_str)
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 log = logging.getLogger("localserve.anthropic")
 
@@ -38,7 +39,7 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model))
 
 
-def read_reply(services: Services, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
+def read_reply(services: Services, exchange: Exchange, body: dict, model: ServedModel) -> Reply:
     name = read_model(body, model.model_id)
     signing_key = services.signing_key_for(exchange.scope)
     with prompt_refusals():
@@ -85,9 +86,9 @@ def read_model(body: dict, model_id: str) -> str:
     return read_str(body, "model") or model_id
 
 
-def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: str,
+def read_request(chat_model: ChatModel, signing_key: bytes, body: dict, request_id: str,
                  check_client: Callable[[], None] = lambda: None,
-                 betas: str | None = None) -> tuple[GenerationRequest | None, MessagesPrompt, AnswerJob]:
+                 betas: str | None = None) -> tuple[GenerationRequest | None, MessagesPrompt, AnswerBuilder]:
     """The answer's job, and how to make it again for a compacted conversation; no job when the
     prompt passes its compaction trigger. betas: the anthropic-beta header (interleaved thinking
     lifts the budget's limit)."""
@@ -95,19 +96,19 @@ def read_request(model: ChatModel, signing_key: bytes, body: dict, request_id: s
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
-    prompt = read_prompt(model, signing_key, body, check_client=check_client)
+    prompt = read_prompt(chat_model, signing_key, body, check_client=check_client)
     prompt.compact = read_summarize(body) or prompt.compact       # count_tokens ignores `compaction`
     check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
-    sampling = read_sampling(body, model.engine.n_vocab, temperature_high=1.0)
+    sampling = read_sampling(body, chat_model.engine.n_vocab, temperature_high=1.0)
     stop = read_stop(body, "stop_sequences")
-    answer = AnswerJob(model, sampling, max_tokens, stop, f"messages {request_id}")
-    if compaction_due(model, prompt):
+    answer = AnswerBuilder(chat_model, sampling, max_tokens, stop, f"messages {request_id}")
+    if compaction_due(chat_model, prompt):
         answer.build(compacted(prompt.chat, ""))     # what the answer's job would refuse, refused before the summary
         return None, prompt, answer
     return answer.build(prompt.chat, prompt.text), prompt, answer
 
 
-def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
+def compaction_due(chat_model: ChatModel, prompt: MessagesPrompt) -> bool:
     """The prompt passes its compact edit's trigger, or is too long for the context (compacted,
     it may fit). Not when the conversation is a summary already and nothing else (a paused
     compaction's block sent back, the system prompt and tools past the trigger on their own):
@@ -116,8 +117,8 @@ def compaction_due(model: ChatModel, prompt: MessagesPrompt) -> bool:
     if compact is None:
         return False
     tokens = len(prompt.tokens if prompt.tokens is not None
-                 else tokenize_shown(model.engine, prompt.text, prompt.chat.messages))
-    if tokens >= model.engine.n_ctx:
+                 else tokenize_shown(chat_model.engine, prompt.text, prompt.chat.messages))
+    if tokens >= chat_model.engine.n_ctx:
         return True
     messages = prompt.chat.messages[leading_system(prompt.chat.messages):]
     asked = compact.trigger == 0          # the compaction parameter: the compaction is the answer

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ...conversation import Message, Text, ToolResult
-from ...prompt.build import ChatInput, ChatModel, render_chat, tokenize_shown
+from ...prompt.build import ChatInput, ChatModel, fit_images, render_prompt, tokenize_shown
 from ...prompt.messages import result_text
-from ...prompt.vision import fit_images
 from .compaction import Compact
 from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
@@ -47,20 +46,20 @@ class MessagesPrompt:
         return None if self.edits is None else {"applied_edits": self.edits.applied}
 
 
-def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints: bool = True,
+def read_prompt(chat_model: ChatModel, signing_key: bytes, body: dict, *, breakpoints: bool = True,
                 check_client: Callable[[], None] = lambda: None) -> MessagesPrompt:
     """The request's prompt text; `breakpoints`: also find the cache breakpoint's token;
     check_client raises when the client has left (between context edits, before the render)."""
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
-    fit_images(model, chat)         # before any render: count_tokens counts what /v1/messages runs
-    edit_list = read_edits(body, model.engine.n_ctx)
+    fit_images(chat_model, chat)         # before the edits count: count_tokens counts what /v1/messages runs
+    edit_list = read_edits(body, chat_model.engine.n_ctx)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
         def count(messages: list[Message]) -> int:
-            text = render_chat(model.template, dataclasses.replace(chat, messages=messages))
-            counted.append((messages, text, tokenize_shown(model.engine, text, messages)))
+            text = render_prompt(chat_model, dataclasses.replace(chat, messages=messages))
+            counted.append((messages, text, tokenize_shown(chat_model.engine, text, messages)))
             return len(counted[-1][2])
         edits = apply_edits(edit_list, chat.messages, count, check_client)
         # the breakpoint keeps its index: edits change messages, never add or drop one
@@ -69,25 +68,26 @@ def read_prompt(model: ChatModel, signing_key: bytes, body: dict, *, breakpoints
     # the edits' last count may have been of the messages they left: rendered and tokenized once
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))
-    prompt = MessagesPrompt(messages_input, render_chat(model.template, chat) if text is None else text, edits,
+    prompt = MessagesPrompt(messages_input, render_prompt(chat_model, chat) if text is None else text, edits,
                             tokens=tokens, compact=compact_edit(edit_list))
     if breakpoints and messages_input.cache_breakpoint is not None:
-        prompt.cache_breakpoint_tokens = _breakpoint_tokens(model, chat, messages_input.cache_breakpoint, prompt.text)
+        prompt.cache_breakpoint_tokens = _breakpoint_tokens(chat_model, chat, messages_input.cache_breakpoint,
+                                                            prompt.text)
     return prompt
 
 
-def _breakpoint_tokens(model: ChatModel, chat: ChatInput, index: int, text: str) -> int:
+def _breakpoint_tokens(chat_model: ChatModel, chat: ChatInput, index: int, text: str) -> int:
     """Prompt tokens up to the end of message `index`: render once more with a mark there;
     the text before the mark, when the real prompt starts with it, is tokenized."""
     marked = list(chat.messages)
     marked[index] = _with_mark(chat.messages[index])
-    marked_text = render_chat(model.template, dataclasses.replace(chat, messages=marked))
+    marked_text = render_prompt(chat_model, dataclasses.replace(chat, messages=marked))
     cut = marked_text.find(_MARK)
     if cut < 0 or not text.startswith(marked_text[:cut]):
         return 0
     # a part of the prompt, which must fit the context as the whole must (a prompt too long for
     # it is context_length_exceeded, whatever its size, not a text too long to count)
-    return len(tokenize_shown(model.engine, marked_text[:cut], chat.messages, fit=True))
+    return len(tokenize_shown(chat_model.engine, marked_text[:cut], chat.messages, fit=True))
 
 
 def _with_mark(message: Message) -> Message:

@@ -31,7 +31,7 @@ import orjson
 from ...errors import ApiError
 from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, ToolCall, ToolCallDelta,
                           ToolCallStart)
-from ..pump import PREFILL_COMMENT, sse
+from ..pump import PREFILL_COMMENT, StreamShape, sse
 from ..signing import sign
 from .compaction import Compaction, compaction_block, compaction_events, with_iterations
 from .errors import anthropic_error_body
@@ -224,7 +224,7 @@ def error_event(error: ApiError) -> bytes:
     return sse(anthropic_error_body(error), "error")
 
 
-class MessageStream:
+class MessageStream(StreamShape):
     """Runtime events → message_start, content blocks, message_delta, message_stop."""
     done = False
 

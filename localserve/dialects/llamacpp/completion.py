@@ -19,25 +19,24 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...errors import ApiError
-from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, SamplingParams
+from ...generation import Chunk, GenerationOutput, GenerationRequest, SamplingParams
 from ...grammar.grammar import SchemaError, json_schema_grammar
 from ...prompt.build import MALFORMED_SCHEMA, ChatModel, check_fits, check_grammar, schema_problem, tokenize_to_fit
 from ..exchange import Exchange, RouteTable
 from ..failures import prompt_refusals
 from ..fields import invalid, kind_of, read_bool, read_int, read_number, read_sampling, read_stop
 from ..fim import fills_the_middle, writes_its_own_fim
-from ..infill import InfillFinal, InfillPlan, read_response_fields, read_samplers
+from ..infill import InfillChunks, InfillFinal, InfillPlan, read_response_fields, read_samplers
 from ..openai.completion_images import is_object_prompt, read_object_prompt
-from ..pump import PREFILL_COMMENT, sse
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 MAX_N_PROBS = 20         # alternatives per token (n_probs), as OpenAI's top_logprobs
 
@@ -48,7 +47,7 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 def handle(services: Services, exchange: Exchange) -> None:
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals("prompt"):
             plan = read_request(model.chat, body, exchange.request_id)
         final = CompletionFinal(plan, model.model_id, model.chat)
@@ -64,9 +63,9 @@ class CompletionPlan(InfillPlan):
     post_sampling_probs: bool = False
 
 
-def read_request(model: ChatModel, body: dict, request_id: str) -> CompletionPlan:
-    engine = model.engine
-    tokens, images = read_prompt(model, body)
+def read_request(chat_model: ChatModel, body: dict, request_id: str) -> CompletionPlan:
+    engine = chat_model.engine
+    tokens, images = read_prompt(chat_model, body)
     check_fits(engine, tokens)
     n_predict = read_int(body, "n_predict", low=-1)
     if n_predict is None:
@@ -104,7 +103,7 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> CompletionPla
                           post_sampling_probs=read_bool(body, "post_sampling_probs"))
 
 
-def read_prompt(model: ChatModel, body: dict) -> tuple[list[int], list]:
+def read_prompt(chat_model: ChatModel, body: dict) -> tuple[list[int], list]:
     """The prompt's tokens, and its image chunks (an object prompt's)."""
     if "prompt" not in body:
         raise invalid("prompt", "is required: a string, token ids, or both mixed")
@@ -112,23 +111,23 @@ def read_prompt(model: ChatModel, body: dict) -> tuple[list[int], list]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (list, dict)):
         prompt = prompt[0]      # a batch of one
     if is_object_prompt(prompt):
-        multimodal = read_object_prompt(model, prompt, lambda text: mixed_tokens(model, [text]))
+        multimodal = read_object_prompt(chat_model, prompt, lambda text: mixed_tokens(chat_model, [text]))
         return multimodal.tokens, multimodal.images
     if isinstance(prompt, str):
-        return mixed_tokens(model, [prompt]), []
+        return mixed_tokens(chat_model, [prompt]), []
     if isinstance(prompt, list) and all(isinstance(part, (str, int)) and not isinstance(part, bool)
                                         for part in prompt):
-        return mixed_tokens(model, prompt), []
+        return mixed_tokens(chat_model, prompt), []
     if isinstance(prompt, list) and len(prompt) > 1:
         raise invalid("prompt", "holds several prompts; send one per request")
     raise invalid("prompt", f"expected a string, token ids, both mixed, or an object with prompt_string; "
                             f"got {kind_of(prompt)}")
 
 
-def mixed_tokens(model: ChatModel, parts: list[str | int]) -> list[int]:
+def mixed_tokens(chat_model: ChatModel, parts: list[str | int]) -> list[int]:
     """llama-server's mixed prompt: each string tokenized (special tokens read as such; a string
     that comes first gets the BOS), each number a token id."""
-    engine = model.engine
+    engine = chat_model.engine
     tokens: list[int] = []
     for i, part in enumerate(parts):
         if isinstance(part, str):
@@ -201,30 +200,13 @@ class CompletionFinal(InfillFinal):
         return answer
 
 
-class CompletionChunks:
-    """Runtime events → /completion's stream: content pieces, then the whole object."""
-    done = False
+class CompletionChunks(InfillChunks):
+    """Runtime events → /completion's stream: /infill's, each piece with its probabilities when asked."""
+    final: CompletionFinal
+    error_body = staticmethod(llama_error_body)
 
-    def __init__(self, final: CompletionFinal):
-        self.final = final
-        self.evaluated = len(final.plan.request.prompt_tokens)
-
-    def feed(self, event: object) -> list[bytes]:
-        if isinstance(event, Chunk) and event.text and not event.reasoning:
-            piece: dict[str, Any] = {"index": 0, "content": event.text, "tokens": [], "stop": False, "id_slot": -1,
-                                     "tokens_evaluated": self.evaluated}
-            if event.logprobs:
-                piece["completion_probabilities"] = probabilities(event.logprobs, self.final.plan.post_sampling_probs)
-            return [sse(piece)]
-        if isinstance(event, Finished):
-            return [sse(self.final.body(event.output, streamed=True))]
-        return []
-
-    def fail(self, error: ApiError) -> list[bytes]:
-        return [sse(llama_error_body(error))]
-
-    def keepalive(self) -> list[bytes]:
-        return [PREFILL_COMMENT]
-
-    def end(self) -> list[bytes]:
-        return []
+    def piece(self, chunk: Chunk) -> dict:
+        piece = super().piece(chunk)
+        if chunk.logprobs:
+            piece["completion_probabilities"] = probabilities(chunk.logprobs, self.final.plan.post_sampling_probs)
+        return piece

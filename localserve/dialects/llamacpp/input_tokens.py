@@ -46,7 +46,7 @@ def responses_input_tokens(services: Services, exchange: Exchange) -> None:
     body = {**exchange.json(), "stream": False, "background": False, "store": False}    # read, never run nor stored
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals("input"):
         scope = exchange.scope          # the key's own stored chain and sealed reasoning
-        plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
+        plan = read_plan(body, exchange.request_id, chat_model=model.chat, model_id=model.model_id,
                          signing_key=services.signing_key_for(scope), store=services.store_for(scope),
                          check_client=exchange.raise_if_gone)
         if plan.generation is None:     # a compaction's first: what runs after it is not known yet

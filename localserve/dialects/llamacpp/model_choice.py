@@ -16,7 +16,7 @@ def named_model(services: Services, query: dict[str, str], path: str) -> str | N
     models = services.ready()
     if models.catalogue.any_name:
         return None
-    loaded = models.loaded_models()
+    loaded = models.served_models()
     if len(loaded) == 1:
         return loaded[0].name
     names = ", ".join(models.catalogue.names())

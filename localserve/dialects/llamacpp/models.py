@@ -18,9 +18,9 @@ from functools import partial
 
 from ...errors import ApiError, ClientGone
 from ..exchange import Exchange, RouteTable
-from ..jobs import KEEPALIVE
+from ..job_events import KEEPALIVE
 from ..models_and_health import list_models
-from ..pump import open_stream, pump, sse
+from ..pump import StreamShape, open_stream, pump, sse
 from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
 
@@ -71,7 +71,7 @@ def status_event(name: str, state: str, error: str | None) -> dict:
     return {"model": name, "event": "model_status", "data": data}
 
 
-class StatusEvents:
+class StatusEvents(StreamShape):
     """Model status changes → llama-server's `data:` lines."""
     done = False
 

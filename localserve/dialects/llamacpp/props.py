@@ -28,7 +28,7 @@ from .errors import LLAMA_ERRORS
 from .model_choice import named_model
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
 def add_routes(table: RouteTable, services: Services) -> None:
@@ -42,7 +42,7 @@ def get_props(services: Services, exchange: Exchange) -> None:
         exchange.send_json(props(model))
 
 
-def props(model: LoadedModel) -> dict[str, Any]:
+def props(model: ServedModel) -> dict[str, Any]:
     engine, template = model.chat.engine, model.chat.template
     defaults = SamplingParams()
     return {

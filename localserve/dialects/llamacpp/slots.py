@@ -36,7 +36,7 @@ from .errors import LLAMA_ERRORS
 from .model_choice import named_model
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 MAGIC = b"LSSLOT1\n"            # a slot file: MAGIC, a u32 header length, the JSON header, tokens, state
 MAX_FILENAME_BYTES = 240         # UTF-8 bytes: the name, a dot before it and a temp suffix fit NAME_MAX (255)
@@ -92,10 +92,10 @@ def read_filename(body: dict) -> str:
     return name
 
 
-def run(model: LoadedModel, request: SlotRequest) -> SlotRequest:
+def run(model: ServedModel, request: SlotRequest) -> SlotRequest:
     """The request done on the model's runtime thread; its failure as the client's answer."""
     with runtime_refusals():
-        model.runtime.submit_slot_request(request)
+        model.submit_slot_request(request)
     request.done.wait()
     if isinstance(request.error, SlotBusy):
         raise ApiError(409, f"{request.error}; try again once it ends", code="slot_busy")
@@ -106,14 +106,14 @@ def run(model: LoadedModel, request: SlotRequest) -> SlotRequest:
     return request
 
 
-def fingerprint(model: LoadedModel) -> dict:
+def fingerprint(model: ServedModel) -> dict:
     """What a state needs to fit a model's cache again: the same model, the same cache layout."""
     engine, info = model.chat.engine, model.chat.engine.info
     return {"model": model.model_id, "architecture": info.architecture, "n_params": info.n_params,
             "n_vocab": info.n_vocab, "n_layer": engine.n_layer, "n_ctx": engine.n_ctx}
 
 
-def save(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
+def save(model: ServedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
     done = run(model, SlotRequest(SAVE, seq_id, scope))
     header = orjson.dumps({**fingerprint(model), "scope": scope, "n_tokens": len(done.tokens)})
@@ -137,7 +137,7 @@ def save(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename:
             "n_written": path.stat().st_size, "timings": {"save_ms": round((time.monotonic() - started) * 1000, 3)}}
 
 
-def restore(model: LoadedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
+def restore(model: ServedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
     data = read_regular_file(directory / filename, filename)
     tokens, state = read_slot_file(data, fingerprint(model), scope, filename)

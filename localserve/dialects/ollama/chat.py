@@ -14,7 +14,6 @@ from ...conversation import Message
 from ...errors import ApiError
 from ...generation import GenerationRequest
 from ...prompt.build import build_chat_request
-from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..failures import prompt_refusals
 from ..fields import read_bool
@@ -28,7 +27,7 @@ from .replies import Answer, NdjsonLines
 from .truncation import newest_that_fit
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
 def handle(services: Services, exchange: Exchange) -> None:
@@ -46,10 +45,9 @@ def handle(services: Services, exchange: Exchange) -> None:
     read_bool(body, "shift", default=True)      # no context shift here: an answer stops at the context's end
     label = f"ollama chat {exchange.request_id}"
 
-    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+    def build(model: ServedModel, options: Options) -> GenerationRequest:
         def attempt(messages: list[Message]) -> GenerationRequest:
             trial = dataclasses.replace(chat, messages=messages)
-            fit_images(model.chat, trial)
             return build_chat_request(model.chat, trial, dataclasses.replace(options.sampling),
                                       max_tokens=options.max_tokens, stop=options.stop, label=label)
         return newest_that_fit(chat.messages, attempt, truncate, exchange.raise_if_gone, label)
@@ -58,7 +56,7 @@ def handle(services: Services, exchange: Exchange) -> None:
 
 
 def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: str,
-                 build: Callable[[LoadedModel, Options], GenerationRequest], prompt_param: str) -> None:
+                 build: Callable[[ServedModel, Options], GenerationRequest], prompt_param: str) -> None:
     """/api/chat's and /api/generate's turn in the one request cycle: build(model, options) makes
     the job once the model is there (a prompt too long for the context is a 400 naming
     `prompt_param`); the answer is NDJSON lines or one object. A model's load is
@@ -67,14 +65,14 @@ def serve_ollama(services: Services, exchange: Exchange, answer: Answer, label: 
     models = services.ready()
     body["model"] = catalogue_name(models, requested_name(body))    # the older `name` too: the cycle reads `model`
 
-    def read(model: LoadedModel, body: dict) -> Reply:
+    def read(model: ServedModel, body: dict) -> Reply:
         answer.model_ready()
         options = read_options(body, model.chat.engine.n_vocab, label)
         with format_named(), prompt_refusals(prompt_param):
             request = build(model, options)
         return Reply(request, shape=lambda gen: NdjsonLines(answer), whole=answer.whole)
 
-    serve_generation(exchange, services, read, streams=read_stream, notice=None)
+    serve_generation(exchange, services, read, streams=read_stream, shape_type=NdjsonLines)
 
 
 @contextmanager

@@ -22,7 +22,6 @@ from ...engine.facade import EngineFacade
 from ...generation import GenerationRequest
 from ...prompt.build import ChatInput, build_chat_request, check_fits, check_grammar, output_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput
-from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..fields import invalid, kind_of, read_bool, read_str
 from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
@@ -35,7 +34,7 @@ from .options import Options, read_format, read_stream, read_think
 from .replies import Answer
 
 if TYPE_CHECKING:
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 log = logging.getLogger("localserve.dialects")
 
@@ -68,12 +67,11 @@ def handle(services: Services, exchange: Exchange) -> None:
     chat = read_chat({"format": body.get("format")}, think, level, messages)
     label = f"ollama generate {exchange.request_id}"
 
-    def build(model: LoadedModel, options: Options) -> GenerationRequest:
+    def build(model: ServedModel, options: Options) -> GenerationRequest:
         if suffix:
             return fill_request(model, prompt, suffix, chat, options, label)
         if raw:
             return raw_request(model.chat.engine, prompt, chat, options, label)
-        fit_images(model.chat, chat)
         return build_chat_request(model.chat, chat, options.sampling, max_tokens=options.max_tokens,
                                   stop=options.stop, label=label)
 
@@ -91,7 +89,7 @@ def raw_request(engine: EngineFacade, prompt: str, chat: ChatInput, options: Opt
     return request
 
 
-def fill_request(model: LoadedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
+def fill_request(model: ServedModel, prefix: str, suffix: str, chat: ChatInput, options: Options,
                  label: str) -> GenerationRequest:
     """The model's fill-in-the-middle prompt for the text around the hole; the answer ends
     where the model would start another FIM section."""

@@ -12,6 +12,7 @@ import orjson
 from ...errors import ApiError
 from ...models.units import parse_duration
 from ..exchange import Exchange
+from ..failures import refusals
 from ..services import Services
 from .names import catalogue_name, requested_name, serve_with_ollama_model
 from .replies import NDJSON, Answer
@@ -26,8 +27,9 @@ def load_or_unload(services: Services, exchange: Exchange, body: dict, answer: A
 
     models = services.ready()
     if unloads(body):
-        record = models.find(catalogue_name(models, requested_name(body)))
-        models.unload(record.name)
+        with refusals():
+            record = models.find(catalogue_name(models, requested_name(body)))
+            models.unload(record.name)
         send("unload")
         return
     serve_with_ollama_model(exchange, models, body, lambda model: send("load"))

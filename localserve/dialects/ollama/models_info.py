@@ -17,6 +17,7 @@ from ...errors import ApiError
 from ...models.facts import ModelFacts, facts_of
 from ...settings import Settings
 from ..exchange import Exchange
+from ..failures import refusals
 from ..services import Services
 from .clock import expires_at, timestamp
 from .names import catalogue_name, requested_name, tagged
@@ -36,7 +37,7 @@ def list_running(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     running = []
     for record in models.all_models():
-        model = record.loaded
+        model = record.served
         if model is None:
             continue
         size = model.memory_bytes
@@ -51,7 +52,8 @@ def list_running(services: Services, exchange: Exchange) -> None:
 
 def show(services: Services, exchange: Exchange) -> None:
     models = services.ready()
-    record = models.find(catalogue_name(models, requested_name(exchange.json())))
+    with refusals():
+        record = models.find(catalogue_name(models, requested_name(exchange.json())))
     exchange.send_json(show_body(record, facts(record, services.settings)))
 
 
@@ -83,7 +85,7 @@ def show_body(record: Record, found: ModelFacts | None) -> dict:
 
 def served_context(record: Record, found: ModelFacts) -> int:
     """Each sequence's context: the loaded model's, else what its next load gives it."""
-    model = record.loaded
+    model = record.served
     return model.chat.engine.n_ctx if model is not None else found.n_ctx
 
 

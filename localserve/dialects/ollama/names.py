@@ -16,7 +16,7 @@ from ..exchange import Exchange
 from ..loading import serve_with_model
 
 if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
     from ...models.manager import ModelManager
 
 def tagged(name: str) -> str:
@@ -58,7 +58,7 @@ def model_request(models: ModelManager, body: dict) -> dict:
 
 
 def serve_with_ollama_model(exchange: Exchange, models: ModelManager, body: dict,
-                            serve: Callable[[LoadedModel], None]) -> None:
+                            serve: Callable[[ServedModel], None]) -> None:
     """serve(model) with the model the body names, loaded and held. A load renders nothing:
     NDJSON has no comment a client would skip, so the client waits in silence (the socket is
     still watched)."""

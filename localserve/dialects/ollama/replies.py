@@ -19,6 +19,7 @@ import orjson
 
 from ...errors import ApiError
 from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
+from ..pump import StreamShape
 from .clock import nanoseconds, timestamp
 from .errors import ollama_error_body
 
@@ -124,10 +125,15 @@ class WholeCalls:
         return [call_json(call.index, call.id, call.name, arguments)]
 
 
-class NdjsonLines:
+class NdjsonLines(StreamShape):
     """Runtime events → NDJSON lines (the pump writes them)."""
     done = False
     content_type = NDJSON
+
+    @classmethod
+    def loading_notice(cls) -> None:
+        """NDJSON has no comment line: a load is silence (a line would be read as an answer)."""
+        return None
 
     def __init__(self, answer: Answer):
         self.answer = answer

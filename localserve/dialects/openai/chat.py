@@ -9,12 +9,11 @@ from typing import TYPE_CHECKING, Any
 from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
 from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
-from ...prompt.vision import fit_images
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
 from ..limits import MAX_PREDICTION_TOKENS
-from ..pump import DONE, PREFILL_COMMENT, sse
+from ..pump import DONE, PREFILL_COMMENT, StreamShape, sse
 from ..request_cycle import Reply, serve_generation
 from ..exchange import Exchange
 from ..services import Services
@@ -25,7 +24,7 @@ from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, re
                      read_template_kwargs)
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
 def handle(services: Services, exchange: Exchange) -> None:
@@ -38,7 +37,7 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
     """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
     job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
     stream; `param`: the field a refused prompt names (the prompt's field)."""
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals(param):
             gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
@@ -49,7 +48,7 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
     serve_generation(exchange, services, reply)
 
 
-def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
+def read_request(chat_model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
     messages = read_messages(body)
     n = read_int(body, "n", low=1, default=1)
     if n != 1:
@@ -69,13 +68,12 @@ def read_request(model: ChatModel, body: dict, request_id: str) -> GenerationReq
     chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.parallel_tool_calls = read_bool(body, "parallel_tool_calls", default=True)
     read_response_format(body, chat)
-    fit_images(model, chat)
-    sampling = read_sampling(body, model.engine.n_vocab)
+    sampling = read_sampling(body, chat_model.engine.n_vocab)
     cache_key = read_str(body, "prompt_cache_key")
-    request = build_chat_request(model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
+    request = build_chat_request(chat_model, chat, sampling, max_tokens=max_tokens, stop=read_stop(body),
                                  logprobs=logprobs, top_logprobs=top_logprobs, label=f"chat {request_id}")
     request.cache_key = cache_key     # a slot-affinity hint (runtime/scheduler.choose_slot)
-    request.prediction = read_prediction(model.engine, body)
+    request.prediction = read_prediction(chat_model.engine, body)
     return request
 
 
@@ -188,7 +186,7 @@ def timings(output: GenerationOutput) -> dict:
     }
 
 
-class ChatChunks:
+class ChatChunks(StreamShape):
     """Runtime events → chat.completion.chunk frames (the pump writes them)."""
     done = False
 

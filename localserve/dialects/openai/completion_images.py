@@ -11,8 +11,8 @@ from typing import Any, Callable
 
 from ...conversation import Audio, Image, Message
 from ...generation import MEDIA_MARKER, ImageChunk, PromptRefused
-from ...prompt.audio import fit_audio
-from ...prompt.build import ChatInput, ChatModel
+from ...prompt.audio import fitted_audio
+from ...prompt.build import ChatModel
 from ...prompt.media import tokenize_with_images
 from ..fields import invalid
 from ..audio_parts import audio_from_base64, is_audio_base64
@@ -36,7 +36,7 @@ def is_object_prompt(prompt: Any) -> bool:
     return isinstance(prompt, dict) or (isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], dict))
 
 
-def read_object_prompt(model: ChatModel, prompt: Any, text_tokens: Callable[[str], list[int]]) -> MultimodalPrompt:
+def read_object_prompt(chat_model: ChatModel, prompt: Any, text_tokens: Callable[[str], list[int]]) -> MultimodalPrompt:
     """The prompt's tokens and image chunks; text_tokens(text) tokenizes a prompt with no
     images, as a plain string prompt is."""
     if isinstance(prompt, list):
@@ -60,12 +60,13 @@ def read_object_prompt(model: ChatModel, prompt: Any, text_tokens: Callable[[str
     if not images:
         return MultimodalPrompt(text, text_tokens(text))
     first_image = next((m.where for m in images if isinstance(m, Image)), None)
-    if not model.vision and first_image is not None:
-        raise PromptRefused(f"invalid '{first_image}': model '{model.name}' has no vision projector, so it "
+    if not chat_model.vision and first_image is not None:
+        raise PromptRefused(f"invalid '{first_image}': model '{chat_model.name}' has no vision projector, so it "
                             f"cannot read images; use a model with one, or send text",
                             code="model_has_no_vision", param=first_image)
-    fit_audio(model, ChatInput([Message("user", tuple(m for m in images if isinstance(m, Audio)))]))
+    fitted_audio([Message("user", tuple(m for m in images if isinstance(m, Audio)))], audio=chat_model.audio,
+                 model_name=chat_model.name)
     if text.endswith(LIBMTMD_MARKER):     # the next token's logits are read off the prompt's last token
         raise invalid(TEXT_FIELD, "ends with an image: put text after the last marker")
-    tokens, chunks = tokenize_with_images(model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)
+    tokens, chunks = tokenize_with_images(chat_model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)
     return MultimodalPrompt(text, tokens, chunks)

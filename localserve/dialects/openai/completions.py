@@ -55,7 +55,7 @@ def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:
                             "and multimodal_data (images)")
 
 
-def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str) -> tuple[GenerationRequest, str]:
+def read_completion(chat_model: ChatModel, model_id: str, body: dict, request_id: str) -> tuple[GenerationRequest, str]:
     """The job, and the text `echo` puts before the answer: the prompt (OpenAI's echo returns the
     prompt; a suffix is not part of it, so it is not echoed)."""
     if "prompt" not in body:
@@ -63,33 +63,34 @@ def read_completion(model: ChatModel, model_id: str, body: dict, request_id: str
     suffix = read_str(body, "suffix")
     images = []
     if suffix:          # an empty suffix is no hole: the prompt is continued as it is
-        tokens, prompt_text = read_fim_prompt(model, model_id, body["prompt"], suffix)
+        tokens, prompt_text = read_fim_prompt(chat_model, model_id, body["prompt"], suffix)
     elif is_object_prompt(body["prompt"]):      # llama-server's {prompt_string, multimodal_data}
-        multimodal = read_object_prompt(model, body["prompt"], lambda text: read_prompt_tokens(model.engine, text))
+        multimodal = read_object_prompt(chat_model, body["prompt"],
+                                        lambda text: read_prompt_tokens(chat_model.engine, text))
         tokens, images, prompt_text = multimodal.tokens, multimodal.images, multimodal.text
     else:
-        tokens = read_prompt_tokens(model.engine, body["prompt"])
+        tokens = read_prompt_tokens(chat_model.engine, body["prompt"])
         prompt_text = None
     echo = read_bool(body, "echo")
     if echo and read_int(body, "logprobs", low=0, high=20) is not None:
         raise invalid("echo", "echo with logprobs (the prompt's own logprobs) is not supported")
-    request = read_request(model, body, request_id, tokens)
+    request = read_request(chat_model, body, request_id, tokens)
     request.images = images
-    if suffix or writes_its_own_fim(model.engine, tokens):
-        fills_the_middle(model.engine, request)
+    if suffix or writes_its_own_fim(chat_model.engine, tokens):
+        fills_the_middle(chat_model.engine, request)
     if not echo:
         return request, ""
-    return request, prompt_text if prompt_text is not None else _prompt_text(model.engine, body["prompt"], tokens)
+    return request, prompt_text if prompt_text is not None else _prompt_text(chat_model.engine, body["prompt"], tokens)
 
 
-def read_fim_prompt(model: ChatModel, model_id: str, prompt: Any, suffix: str) -> tuple[list[int], str]:
+def read_fim_prompt(chat_model: ChatModel, model_id: str, prompt: Any, suffix: str) -> tuple[list[int], str]:
     """The fill-in-the-middle prompt for a text prompt (the prefix) and its suffix."""
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
     if not isinstance(prompt, str):
         raise invalid("prompt", "with a suffix, expected a string (the text before the insertion)")
-    tokens = fim_prompt(model.engine, model_id, FimInput(prefix=prompt, suffix=suffix), "suffix")
-    check_fits(model.engine, tokens)
+    tokens = fim_prompt(chat_model.engine, model_id, FimInput(prefix=prompt, suffix=suffix), "suffix")
+    check_fits(chat_model.engine, tokens)
     return tokens, prompt
 
 
@@ -99,16 +100,16 @@ def _prompt_text(engine: EngineFacade, prompt: Any, tokens: list[int]) -> str:
     return prompt if isinstance(prompt, str) else engine.detokenize(tokens)
 
 
-def read_request(model: ChatModel, body: dict, request_id: str, tokens: list[int]) -> GenerationRequest:
+def read_request(chat_model: ChatModel, body: dict, request_id: str, tokens: list[int]) -> GenerationRequest:
     """The job for these prompt tokens and the body's other fields."""
     if read_int(body, "n", low=1, default=1) != 1:
         raise invalid("n", "only n=1 is supported")
     if read_int(body, "best_of", low=1, default=1) != 1:
         raise invalid("best_of", "only best_of=1 is supported")
     logprobs = read_int(body, "logprobs", low=0, high=20)
-    check_fits(model.engine, tokens)
-    sampling = read_sampling(body, model.engine.n_vocab)
-    check_grammar(model.engine, sampling)
+    check_fits(chat_model.engine, tokens)
+    sampling = read_sampling(body, chat_model.engine.n_vocab)
+    check_grammar(chat_model.engine, sampling)
     return GenerationRequest(
         prompt_tokens=tokens,
         sampling=sampling,
@@ -117,7 +118,7 @@ def read_request(model: ChatModel, body: dict, request_id: str, tokens: list[int
         logprobs=logprobs is not None,
         top_logprobs=logprobs or 0,
         label=f"completion {request_id}",
-        prediction=read_prediction(model.engine, body),     # an extension here, as in chat
+        prediction=read_prediction(chat_model.engine, body),     # an extension here, as in chat
     )
 
 

@@ -1,5 +1,5 @@
 """The form of ``POST /v1/audio/transcriptions`` and ``/v1/audio/translations`` read into a
-:class:`TranscriptionAsk` (wire/multipart.py parses the body; every refusal here a 400 naming
+:class:`TranscriptionAsk` (localserve/multipart.py parses the body; every refusal here a 400 naming
 the field, in OpenAI's error shape).
 
 OpenAI's fields: ``file`` (required: WAV, MP3 or FLAC, localserve/audio.py checks it),
@@ -19,7 +19,7 @@ from ...audio import MAX_AUDIO_BYTES, from_bytes
 from ...audio_headers import AudioRefused
 from ...conversation import Audio
 from ...errors import ApiError
-from ...wire.multipart import Form, MultipartError, parse_form
+from ...multipart import Form, MultipartError, parse_form
 from ..fields import invalid
 
 RESPONSE_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")

@@ -20,19 +20,18 @@ from ...conversation import Message, Text
 from ...errors import ApiError
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatInput, build_chat_request
-from ...prompt.vision import fit_images
 from ..exchange import Exchange
 from ..failures import prompt_refusals
 from ..fields import read_int, read_sampling
-from ..jobs import wait_for_output
-from ..pump import PREFILL_COMMENT, sse
+from ..job_events import wait_for_output
+from ..pump import PREFILL_COMMENT, StreamShape, sse
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .errors import openai_error_body
 from .transcription_form import TranscriptionAsk, read_form
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 TRANSCRIBE = "Transcribe the audio: write exactly what is said, nothing else."
 TRANSLATE = "Translate what is said in the audio into English: write the English text, nothing else."
@@ -45,24 +44,24 @@ def handle(services: Services, exchange: Exchange, *, translate: bool = False) -
     request = exchange.request
     ask = read_form(request.header("content-type"), request.body, translate=translate)
 
-    def reply(model: LoadedModel, body: dict) -> Reply:
+    def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals("file"):
             gen_request = build(model, ask, translate, exchange.request_id)
         return Reply(gen_request, shape=lambda gen: TranscriptEvents(gen_request),
                      deliver=None if body.get("stream") else lambda gen: deliver(exchange, ask, translate, gen_request,
                                                                                  wait_for_output(exchange.writer, gen)))
 
-    serve_generation(exchange, services, reply, body=ask.body)
+    serve_generation(exchange, services, reply, shape_type=TranscriptEvents, body=ask.body)
 
 
-def build(model: LoadedModel, ask: TranscriptionAsk, translate: bool, request_id: str) -> GenerationRequest:
+def build(model: ServedModel, ask: TranscriptionAsk, translate: bool, request_id: str) -> GenerationRequest:
     instruction = TRANSLATE if translate else TRANSCRIBE
     if ask.language and not translate:
         instruction += f" The speech is in {ask.language}."
     if ask.prompt:
         instruction += f"\nContext (earlier words, names, spellings): {ask.prompt}"
-    chat = ChatInput(messages=[Message("user", (Text(instruction), ask.clip))])
-    fit_images(model.chat, chat)            # and its audio: model_has_no_audio naming 'file'
+    chat = ChatInput(messages=[Message("user", (Text(instruction), ask.clip))])    # fitted by build_chat_request:
+    # on a model without an audio encoder, 400 model_has_no_audio naming 'file'
     max_tokens = read_int(ask.body, "max_tokens", low=1, default=MAX_TRANSCRIPT_TOKENS)
     return build_chat_request(model.chat, chat, read_sampling(ask.body, model.chat.engine.n_vocab),
                               max_tokens=max_tokens, stop=[],
@@ -103,7 +102,7 @@ def _stamp(seconds: float, comma: str) -> str:
     return f"{ms // 3_600_000:02d}:{ms // 60_000 % 60:02d}:{ms // 1000 % 60:02d}{comma}{ms % 1000:03d}"
 
 
-class TranscriptEvents:
+class TranscriptEvents(StreamShape):
     """Runtime events → transcript.text.delta frames, then transcript.text.done (the pump writes them)."""
     done = False
 

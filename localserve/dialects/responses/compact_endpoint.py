@@ -28,7 +28,7 @@ from .stream import usage
 from .tools import read_tools
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
     from ..services import Services
 
 
@@ -39,7 +39,7 @@ def compact_conversation(services: Services, exchange: Exchange) -> None:
                      lambda model: exchange.send_json(compacted(services, exchange, model, body)))
 
 
-def compacted(services: Services, exchange: Exchange, model: LoadedModel, body: dict) -> dict:
+def compacted(services: Services, exchange: Exchange, model: ServedModel, body: dict) -> dict:
     instructions = read_str(body, "instructions")
     previous_id = read_str(body, "previous_response_id")
     store = services.store_for(exchange.scope)

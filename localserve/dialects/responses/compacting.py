@@ -1,4 +1,4 @@
-"""Context compaction in the Responses API (README: Long sessions).
+"""Context compaction in the Responses API (docs/compaction.rst).
 
 - A `compaction` item carries a summary sealed in `encrypted_content`; as input (anywhere) it is
   opened and renders as the summary (prompt/compaction.summary_message). In a stored chain
@@ -26,7 +26,7 @@ from ..compaction import open_summary, seal_summary
 from ..fields import invalid
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 COMPACTION_ITEM_PREFIX = "cmp"
 KEPT_USER_SHARE_OF_CONTEXT = 4      # /v1/responses/compact keeps user messages of at most n_ctx // this tokens
@@ -93,7 +93,7 @@ def opened(item: dict, summary: str) -> dict:
     return {**item, "summary": summary}
 
 
-def kept_user_items(model: LoadedModel, items: list[dict]) -> list[dict]:
+def kept_user_items(model: ServedModel, items: list[dict]) -> list[dict]:
     """What /v1/responses/compact keeps besides the compaction: the user messages, newest first
     while they fit a quarter of the context, in their order."""
     budget = model.chat.engine.n_ctx // KEPT_USER_SHARE_OF_CONTEXT

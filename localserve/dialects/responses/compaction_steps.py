@@ -25,10 +25,10 @@ from .request import Plan
 COMPACTING_COMMENT = b": compacting\n\n"     # a stream's keepalive while its input is compacted
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
 
 
-def compact_as_planned(exchange: Exchange, model: LoadedModel, plan: Plan, key: bytes, max_tokens: int,
+def compact_as_planned(exchange: Exchange, model: ServedModel, plan: Plan, key: bytes, max_tokens: int,
                        keepalive: float) -> None:
     """Set plan.generation (and plan.compaction, once compacted) as the request asks. A stream's
     head goes out with the first `: compacting` comment, every `keepalive` seconds of a compaction
@@ -65,7 +65,7 @@ def _comment(exchange: Exchange) -> None:
     exchange.writer.stream(COMPACTING_COMMENT)
 
 
-def _compact(exchange: Exchange, model: LoadedModel, plan: Plan, key: bytes, chat, options: CompactionOptions) -> None:
+def _compact(exchange: Exchange, model: ServedModel, plan: Plan, key: bytes, chat, options: CompactionOptions) -> None:
     if plan.triggered:
         last = compact_pieces(exchange, model, chat, options)
         plan.generation, plan.compaction_usage = last.step.request, last.usage

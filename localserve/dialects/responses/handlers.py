@@ -18,8 +18,8 @@ from ...errors import ApiError, ClientGone
 from ...generation import ActiveGeneration, Finished, GenerationFailure
 from ..exchange import Exchange
 from ..fields import IGNORED_TOOLS_HEADER, ignored_tools_value, invalid
-from ..jobs import KEEPALIVE, error_from, job_events
-from ..pump import PREFILL_COMMENT, pump, sse, stream_job
+from ..job_events import KEEPALIVE, error_from, job_events
+from ..pump import PREFILL_COMMENT, StreamShape, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .compaction_steps import compact_as_planned
@@ -28,7 +28,7 @@ from .request import Plan, read_plan
 from .runs import ACTIVE, ResponseRun, ResponseRuns
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ...models.loaded import LoadedModel
+    from ...models.served import ServedModel
     from ...store.store import Store
 
 log = logging.getLogger("localserve.responses")
@@ -49,9 +49,9 @@ def create(responses: ResponsesServices, exchange: Exchange) -> None:
                      streams=lambda body: body.get("stream") is True)
 
 
-def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: LoadedModel) -> Reply:
+def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: ServedModel) -> Reply:
     services = responses.services
-    plan = read_plan(body, exchange.request_id, model=model.chat, model_id=model.model_id,
+    plan = read_plan(body, exchange.request_id, chat_model=model.chat, model_id=model.model_id,
                      signing_key=services.signing_key_for(exchange.scope), store=services.store_for(exchange.scope),
                      check_client=exchange.raise_if_gone)
     if plan.ignored_tools:
@@ -105,7 +105,7 @@ def answer(exchange: Exchange, run: ResponseRun) -> None:
     exchange.send_json(run.shaper.snapshot())
 
 
-class RunStream:
+class RunStream(StreamShape):
     """A run's Responses events as frames: the run shapes and stores them (another thread may
     add some: a cancel), this sends each once, in order."""
 
@@ -138,7 +138,7 @@ class RunStream:
         return self.pending()
 
 
-class Replay:
+class Replay(StreamShape):
     """Stored events, batch by batch, as they are read or followed."""
     done = False
 

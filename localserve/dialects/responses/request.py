@@ -17,7 +17,6 @@ from ...errors import ApiError
 from ..limits import MAX_PROMPT_ITEMS
 from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
-from ...prompt.vision import fit_images
 from ..failures import api_error, context_overflow
 from ..compaction import CompactionUsage
 from ..signing import seal, unseal
@@ -74,7 +73,7 @@ def storage_off(what: str) -> ApiError:
                     param=None, code="storage_disabled")
 
 
-def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, signing_key: bytes,
+def read_plan(body: dict, request_id: str, *, chat_model: ChatModel, model_id: str, signing_key: bytes,
               store: Store | None, check_client: Callable[[], None] = lambda: None) -> Plan:
     """check_client raises ClientGone once the client has left: a long build stops then."""
     stream = read_bool(body, "stream")
@@ -125,7 +124,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     top_logprobs = read_int(body, "top_logprobs", low=0, high=20, default=0)
     max_output = read_int(body, "max_output_tokens", low=1)
     truncation = read_str(body, "truncation", "disabled", choices=TRUNCATIONS)
-    sampling = read_sampling(body, model.engine.n_vocab)
+    sampling = read_sampling(body, chat_model.engine.n_vocab)
     metadata = read_metadata(body)
     read_dict(body, "client_metadata")   # accepted (Codex sends it); it has no effect here
     cache_key = read_str(body, "prompt_cache_key")
@@ -137,7 +136,7 @@ def read_plan(body: dict, request_id: str, *, model: ChatModel, model_id: str, s
     stop = read_stop(body)
 
     def rebuild(kept: list[dict], truncation_mode: str) -> GenerationRequest:
-        generation = build_prompt(model, kept, instructions, chat, sampling, truncation=truncation_mode,
+        generation = build_prompt(chat_model, kept, instructions, chat, sampling, truncation=truncation_mode,
                                   check_client=check_client, inputs=min(len(read), len(kept)), images=images,
                                   max_tokens=max_output,
                                   stop=stop, logprobs=logprobs,
@@ -243,7 +242,7 @@ def context_items(store: Store | None, previous_id: str | None, conversation_id:
     return []
 
 
-def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
+def build_prompt(chat_model: ChatModel, items: list[dict], instructions: str | None, chat: ChatInput,
                  sampling: SamplingParams, *, truncation: str, check_client: Callable[[], None],
                  inputs: int = 0, images: DecodedImages | None = None, **options: Any) -> GenerationRequest:
     """Render and tokenize; with truncation "auto", the newest items that fit. `inputs`: how
@@ -252,8 +251,7 @@ def build_prompt(model: ChatModel, items: list[dict], instructions: str | None, 
 
     def build(kept: list[dict]) -> GenerationRequest:
         attempt = dataclasses.replace(chat, messages=to_messages(kept, instructions, inputs, images))
-        fit_images(model, attempt)
-        return build_chat_request(model, attempt, dataclasses.replace(sampling), **options)
+        return build_chat_request(chat_model, attempt, dataclasses.replace(sampling), **options)
 
     try:
         try:

@@ -157,7 +157,7 @@ def test_internal_failure_is_500_api_error():
 def test_failure_mid_stream_is_an_error_event():
     exchange, theirs = _exchange()
     gen = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3]))
-    for ev in (Context(0, 64, None), Chunk(False, "Hi"),
+    for ev in (Context(0, 64), Chunk(False, "Hi"),
                Finished(error=GenerationFailure("the engine failed to decode (status -1)"))):
         gen.events.put(ev)
     stream_job(exchange, replies.message_stream(replies.MessageMeta("msg_1", "m", b"k"), gen), gen, 0.0)

@@ -15,6 +15,7 @@ from localserve.dialects.pump import LOADING_COMMENT
 from localserve.dialects.openai.errors import OPENAI_ERRORS
 from localserve.errors import ApiError, ClientGone
 from localserve.generation import Loading
+from localserve.models.errors import ModelLoadFailed
 from localserve.models.manager import ModelManager
 from localserve.models.record import Attempt
 from localserve.wire.http import Request
@@ -22,12 +23,12 @@ from localserve.wire.response_writer import ResponseWriter
 
 
 class _LoadingModels:
-    """A model that loads (one Loading event), then fails as a load can: 500 model_load_failed."""
+    """A model that loads (one Loading event), then fails as a load can (500 model_load_failed)."""
 
     @contextlib.contextmanager
     def use(self, name, *, keep_alive, n_ctx, on_loading):
         on_loading(Loading("alpha"))
-        raise ApiError(500, "cannot load model 'alpha'", code="model_load_failed")
+        raise ModelLoadFailed("cannot load model 'alpha'")
         yield
 
 
@@ -99,3 +100,25 @@ def test_the_manager_tells_its_listener_while_a_load_runs_and_not_after():
     heard.clear()
     ModelManager._wait(attempt, Loading("alpha"), heard.append)
     assert heard == []
+
+
+def test_every_stream_shape_is_a_stream_shape_and_says_its_load_notice():
+    """A dialect's stream shape subclasses StreamShape: the pump reads its media type and the
+    request cycle its load notice off it (SSE: a comment; Ollama's NDJSON: silence)."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import localserve.dialects
+    from localserve.dialects.ollama.replies import NdjsonLines
+    from localserve.dialects.pump import StreamShape
+
+    shapes = []
+    for info in pkgutil.walk_packages(localserve.dialects.__path__, "localserve.dialects."):
+        for _, cls in inspect.getmembers(importlib.import_module(info.name), inspect.isclass):
+            if cls.__module__ == info.name and all(hasattr(cls, m) for m in ("feed", "keepalive", "end", "fail")):
+                shapes.append(cls)
+    assert len(shapes) >= 8
+    assert [cls.__name__ for cls in shapes if StreamShape not in cls.__mro__] == []
+    assert NdjsonLines.loading_notice() is None and NdjsonLines.content_type == "application/x-ndjson"
+    assert {cls.loading_notice() for cls in shapes if cls is not NdjsonLines} == {LOADING_COMMENT}

@@ -48,7 +48,7 @@ def body_chunks(sock: socket.socket) -> list[bytes]:
 
 def test_frames_wait_until_the_source_is_idle_and_go_in_one_write():
     ex, theirs = exchange()
-    events = [Context(3, 64, None), Chunk(False, "H"), Chunk(False, "i"), Chunk(False, "!"), DONE]
+    events = [Context(3, 64), Chunk(False, "H"), Chunk(False, "i"), Chunk(False, "!"), DONE]
     pump(ex, ChatChunks(META, include_usage=False), events, idle=lambda: False)
     chunks = body_chunks(theirs)
     assert len(chunks) == 1

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.errors import ApiError
+from localserve.dialects.failures import model_error
 from localserve.models.catalogue import ModelEntry
 from localserve.models.context_size import wanted_context
+from localserve.models.errors import BadModelRequest
 from localserve.models.footprint import estimate_bytes
 from localserve.settings import Settings
 from tinymodel import write_tiny_gguf
@@ -34,8 +35,8 @@ def test_past_max_memory_is_a_400_naming_the_limit(entry):
     limit = (small + large) // 2
     settings = Settings(ctx_size=256, max_memory=limit)
     assert wanted_context(entry, settings, 512) == 512
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(BadModelRequest) as caught:
         wanted_context(entry, settings, 4096)
-    error = caught.value
+    error = model_error(caught.value)       # the answer every dialect gives it
     assert error.status == 400 and error.param == "num_ctx" and "--max-memory" in error.message
     assert f"({limit // (1024 * 1024)} MiB)" in error.message

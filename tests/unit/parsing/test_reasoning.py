@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 import family_templates      # tests/family_templates.py: always there, never skipped
 from localserve.parsing.reasoning import (
     HARMONY, REASONING_FORMATS, ReasoningSplitter, detect_reasoning, prompt_opens_reasoning,
-    split_reasoning,
 )
+from reasoning_split import split_reasoning      # tests/support/
 from localserve.parsing.tools import parse_generated_tools
 
 THINK = REASONING_FORMATS["think"]

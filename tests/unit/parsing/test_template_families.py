@@ -17,7 +17,8 @@ from localserve.generation import Chunk, GenerationRequest, ToolCallDelta, ToolC
 from localserve.grammar.grammar import tool_call_grammar
 from localserve.models.loaded import detect_chat_family
 from localserve.parsing.content_markup import detect_content_markup
-from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning, split_reasoning
+from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning
+from reasoning_split import split_reasoning      # tests/support/
 from localserve.parsing.tools import ToolProjector, marker_prompt_opened
 from localserve.runtime.textstream import OutputPipeline
 

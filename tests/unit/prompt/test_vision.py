@@ -7,10 +7,10 @@ import pytest
 
 import imagefiles  # tests/support/
 from localserve.conversation import Image, Message, Text, ToolCall, ToolResult, text_message
-from localserve.generation import PromptRefused
+from localserve.generation import PromptRefused, SamplingParams
 from localserve.images import MAX_IMAGES_PER_REQUEST
-from localserve.prompt.build import ChatInput, ChatModel
-from localserve.prompt.vision import IMAGE_OMITTED, fit_images
+from localserve.prompt.build import ChatInput, ChatModel, build_chat_request, fit_images
+from localserve.prompt.vision import IMAGE_OMITTED
 
 TEXT_ONLY = ChatModel(engine=None, template=None, name="tiny")     # the policy reads neither
 SEEING = ChatModel(engine=None, template=None, name="seer", vision=True)
@@ -112,3 +112,16 @@ def test_images_past_the_request_limit_are_refused_naming_the_first_one_over(mod
     assert f"MAX_IMAGES_PER_REQUEST ({MAX_IMAGES_PER_REQUEST})" in str(caught.value)
     chat.messages[0] = Message("user", images[:-1])
     fit_images(model, chat)          # at the limit: taken
+
+
+def test_building_the_request_fits_the_images_itself():
+    """No dialect calls fit_images before build_chat_request: the refusal comes from building
+    (before any render or token: this model has neither)."""
+    chat = ChatInput([Message("user", (Text("what is this?"), image()))])
+    with pytest.raises(PromptRefused) as refused:
+        build_chat_request(TEXT_ONLY, chat, SamplingParams(), max_tokens=None, stop=[])
+    assert refused.value.code == "model_has_no_vision"
+    many = ChatInput([Message("user", tuple(image(f"messages[0].content[{i}]") for i in range(MAX_IMAGES_PER_REQUEST + 1)))])
+    with pytest.raises(PromptRefused) as refused:
+        build_chat_request(SEEING, many, SamplingParams(), max_tokens=None, stop=[])
+    assert refused.value.code == "too_many_images"

@@ -5,9 +5,10 @@ inside one, and an image's placeholder ids tell two images apart and find a repe
 from __future__ import annotations
 
 import hashlib
+from types import SimpleNamespace
 
 from localserve.generation import ActiveGeneration, GenerationRequest, ImageChunk, outside_images, placeholder_id
-from localserve.runtime.images import text_tokens
+from localserve.runtime.images import ImageWork, text_tokens
 from localserve.runtime.jobs import Job, Slot
 from localserve.runtime.kvslots import SlotKeeper
 from localserve.runtime.promptcache import PromptCache, common_prefix
@@ -31,7 +32,7 @@ def prompt_with_image(data: bytes, before=(1, 10, 11), after=(12, 13)) -> Genera
 def job_for(request: GenerationRequest, n_cached: int = 0) -> Job:
     slot = Slot(0)
     job = Job(ActiveGeneration(request), slot, sampler=None, n_cached=n_cached)
-    slot.job = job
+    job.start()
     return job
 
 
@@ -98,7 +99,7 @@ class Sequences:
     def can_extend(self, seq_id, keep):
         return True
 
-    def seq_remove(self, seq_id, start=0, end=-1):
+    def remove(self, seq_id, start=0, end=-1):
         self.cuts.append((seq_id, start, end))
         return True
 
@@ -116,3 +117,44 @@ def test_a_cancelled_prefill_keeps_its_whole_images_cut_at_their_kv_position():
     inside_it.decoded(2 + 4)                # the image decoded in part: cut where it starts
     keeper.keep_computed(inside_it)
     assert engine.cuts[-1] == (0, 2, -1) and inside_it.slot.tokens == [1, 10]
+
+
+class PartsProjector:
+    """A projector whose images are decoded in parts (vision.Projector.splits), noting each call."""
+    def __init__(self):
+        self.encoded, self.parts = [], []
+
+    def splits(self, handle):
+        return True
+
+    def encode(self, handle):
+        image = SimpleNamespace(handle=handle, seconds=0.5)
+        self.encoded.append(image)
+        return image
+
+    def decode_part(self, image, start, count, position, seq_id):
+        self.parts.append((image, start, count, position))
+
+
+class Images:
+    """The image counts ImageWork records (ServerMetrics.record_image)."""
+    def __init__(self):
+        self.seconds = []
+
+    def record_image(self, seconds):
+        self.seconds.append(seconds)
+
+
+def test_an_image_decoded_in_parts_is_encoded_once_and_its_job_holds_it_until_the_last_part():
+    projector, metrics = PartsProjector(), Images()
+    work = ImageWork(SimpleNamespace(projector=projector, n_batch=3), metrics)
+    job = job_for(prompt_with_image(b"photo"))      # three text tokens, an image of four, two more
+    job.decoded(3)
+    for expected_in_parts in (True, False):
+        [advance] = work.evaluate([job])
+        assert advance.error is None and (advance.in_parts is not None) is expected_in_parts
+        job.image_advanced(advance.decoded, advance.in_parts)      # as the runtime step applies it
+    [image] = projector.encoded
+    assert [(i, start, count) for i, start, count, _ in projector.parts] == [(image, 0, 3), (image, 3, 1)]
+    assert job.n_past == 7 and job.stops.image_in_parts is None and metrics.seconds == [0.5]
+    assert work.evaluate([job]) == []               # past the image: nothing more to evaluate

@@ -10,24 +10,31 @@ from localserve.runtime.jobs import Job, JobStatus, Slot
 from localserve.runtime.outcome import finished_output
 from localserve.runtime.runtime import Runtime
 
-from .test_runtime_step import ScriptedEngine, drained, request
+from .test_runtime_step import ScriptedEngine, ScriptedSequences, drained, request
 
 
-class RecordingEngine(ScriptedEngine):
+class RecordingSequences(ScriptedSequences):
     """Saves and restores sequences as llama.cpp would be asked to, noting each call."""
 
-    def __init__(self, answer=(10, 11, 12) * 20, restores=True):
-        super().__init__(answer)
+    def __init__(self, calls: list, restores: bool):
+        self.calls = calls
         self.restores = restores
-        self.calls = []
 
-    def save_sequence(self, seq_id):
+    def save(self, seq_id):
         self.calls.append(("save", seq_id))
         return f"state of {seq_id}".encode()
 
-    def restore_sequence(self, seq_id, state):
+    def restore(self, seq_id, state):
         self.calls.append(("restore", seq_id, state))
         return self.restores
+
+
+class RecordingEngine(ScriptedEngine):
+    """The scripted engine, its sequences' saves and restores noted in `calls`."""
+
+    def __init__(self, answer=(10, 11, 12) * 20, restores=True):
+        self.calls = []
+        super().__init__(answer, RecordingSequences(self.calls, restores))
 
 
 def editor(**kw):
@@ -183,13 +190,12 @@ def test_a_parked_job_counts_as_waiting_so_its_model_is_not_idle():
 
 def test_a_parked_jobs_timings_leave_its_pauses_out():
     """The clock is given: each pause counts apart (parked_ms), neither as prefill nor as decoding."""
-    job = Job(ActiveGeneration(request(max_tokens=4)), Slot(0), sampler=None, n_cached=0)
-    job.t_admitted = 100.0
-    job.park(101.0)
-    job.resume(105.0)                       # parked while prefilling: 4 s
-    job.t_first_token = 106.0
-    job.park(110.0)
-    job.resume(130.0)                       # parked while decoding: 20 s
+    job = Job(ActiveGeneration(request(max_tokens=4)), Slot(0), sampler=None, n_cached=0, now=100.0)
+    job.resume(job.park(101.0))
+    job.resumed(105.0)                      # parked while prefilling: 4 s
+    job.taking(10, 106.0)                   # its first token
+    job.resume(job.park(110.0))
+    job.resumed(130.0)                      # parked while decoding: 20 s
     t = finished_output(job, "length", 140.0).timings
     assert (t.prefill_ms, t.decode_ms, t.parked_ms) == (2000.0, 14000.0, 24000.0)
     job.park(150.0)                         # it ends while parked (its client left): that pause too

@@ -6,8 +6,12 @@ test_runtime_step; the real engine floods /infill in tests/e2e/test_infill_fairn
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 from localserve.generation import Finished
 from localserve.runtime.fairness import MAX_PREEMPTED_SECONDS, MAX_PREEMPTIONS_PER_CLIENT, MAX_PREEMPTIONS_PER_JOB
+from localserve.runtime import preempt
 from localserve.runtime.runtime import Runtime
 
 from .test_preempt import RecordingEngine, editor
@@ -96,7 +100,7 @@ def test_one_client_alone_has_a_share_of_the_preemptions_another_client_the_rest
     assert rt.parking.jobs[0].gen is chat and rt.slots[0].job.gen is other
 
 
-def test_a_chat_parked_past_the_time_limit_is_due():
+def test_a_chat_parked_past_the_time_limit_is_due(monkeypatch):
     rt = Runtime(RecordingEngine(), slots=1, max_queue=4)
     chat = rt.submit(request(max_tokens=50))
     rt.step()
@@ -105,7 +109,8 @@ def test_a_chat_parked_past_the_time_limit_is_due():
     [job] = rt.parking.jobs
     flood.step()
     assert rt.parking.parked                    # one completion went before it: it waits on
-    job.t_parked -= MAX_PREEMPTED_SECONDS       # the clock is given: parked that long
+    later = time.monotonic() + MAX_PREEMPTED_SECONDS      # the clock is given: parked that long
+    monkeypatch.setattr(preempt, "time", SimpleNamespace(monotonic=lambda: later))
     flood.step()
     assert rt.slots[0].job is job and rt.parking.fairness.preemptions(chat) < MAX_PREEMPTIONS_PER_JOB
 

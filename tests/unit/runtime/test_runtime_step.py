@@ -12,6 +12,7 @@ import numpy as np
 
 from localserve.engine.engine import GrammarError
 from localserve.generation import ActiveGeneration, Chunk, Context, GenerationRequest, InvalidGrammar, SamplingParams
+from localserve.runtime.admission import Admitted
 from localserve.runtime.jobs import JobStatus
 from localserve.runtime.runtime import Runtime
 
@@ -36,16 +37,36 @@ class ScriptedSampler:
         pass
 
 
+class ScriptedSequences:
+    """What the runtime calls on the KV cache's sequences (engine/sequences.py): every call succeeds."""
+    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (prefix_copy.SHARING_OFF)
+    n_swa = 0                                   # no sliding window: no checkpoints (swa_checkpoints.py)
+
+    def remove(self, seq_id, start=0, end=-1):
+        return True
+
+    def length(self, seq_id):
+        return 0
+
+    def can_extend(self, seq_id, keep):
+        return True
+
+    def save(self, seq_id):
+        return b""
+
+    def restore(self, seq_id, state):
+        return True
+
+
 class ScriptedEngine:
     """What the runtime calls on the engine, answering from a script; it records each batch."""
     n_batch = 64
     n_ctx_seq = 256
-    copy_blocker = "--no-prefix-sharing"     # the scripted cache holds nothing to share (kv_share.SHARING_OFF)
-    n_swa = 0                                   # no sliding window: no checkpoints (swa_checkpoints.py)
 
-    def __init__(self, answer=(10, 11, 12)):
+    def __init__(self, answer=(10, 11, 12), sequences=None):
         self.answer = answer
         self.batches = []
+        self.sequences = sequences or ScriptedSequences()
 
     def decode(self, entries, abort_check=None):
         self.batches.append(list(entries))
@@ -67,21 +88,6 @@ class ScriptedEngine:
 
     def is_eog(self, token):
         return token == EOS
-
-    def seq_remove(self, seq_id, start=0, end=-1):
-        return True
-
-    def seq_length(self, seq_id):
-        return 0
-
-    def can_extend(self, seq_id, keep):
-        return True
-
-    def save_sequence(self, seq_id):
-        return b""
-
-    def restore_sequence(self, seq_id, state):
-        return True
 
 
 def drained(gen) -> list:
@@ -200,6 +206,8 @@ def test_a_job_started_in_a_slot_chosen_elsewhere_starts_with_its_own_prefix():
     """A slot picked outside admission (an editor's preemption) starts a job with no placement."""
     rt = Runtime(ScriptedEngine(), slots=1, max_queue=4)
     gen = ActiveGeneration(GenerationRequest(prompt_tokens=[1, 2, 3]))
-    rt._start(gen, rt.slots[0])
-    assert rt.slots[0].job is not None and rt.slots[0].job.n_cached == 0
+    admitted = Admitted()
+    rt.admission._start(gen, rt.slots[0], None, admitted)
+    assert [g for g, _ in admitted.started] == [gen]
+    assert rt.slots[0].job is not None and rt.slots[0].job.progress.n_cached == 0
     assert rt.kv.prefix_json(0) == {"tokens": 0, "source": "own", "slot": None}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from localserve.generation import ActiveGeneration, GenerationRequest
-from localserve.runtime.jobs import Job, JobStatus, Slot
+from localserve.runtime.jobs import Job, JobStatus, PendingChoice, Slot
 from localserve.runtime.scheduler import (SHARED_PREFILL_CHUNK, QueueFull, RuntimeStopped, Scheduler,
                                           choose_slot, plan_batch)
 
@@ -27,14 +27,14 @@ def admitted(scheduler: Scheduler, prompt, n_cached=0, seq_id=None) -> Job:
     """A job in a slot, as the runtime leaves it after admission (no sampler: it never samples here)."""
     slot = scheduler.slots[seq_id] if seq_id is not None else next(s for s in scheduler.slots if s.job is None)
     job = Job(gen(prompt), slot, sampler=None, n_cached=n_cached)
-    slot.job = job
+    job.start()
     return job
 
 
 def decoding(scheduler: Scheduler, prompt, next_token: int) -> Job:
     job = admitted(scheduler, prompt, n_cached=len(prompt))
-    job.status = JobStatus.DECODING
-    job.next_token = next_token
+    job.reached_choice()
+    job.chose(next_token)
     return job
 
 
@@ -65,11 +65,11 @@ def test_admission_in_order_into_free_slots_then_none():
     got, placement = s.next_admission()
     slot = placement.slot
     assert got is first and slot.job is None
-    slot.job = Job(got, slot, sampler=None, n_cached=0)
+    Job(got, slot, sampler=None, n_cached=0).start()
     got, placement = s.next_admission()
     slot2 = placement.slot
     assert got is second and slot2 is not slot
-    slot2.job = Job(got, slot2, sampler=None, n_cached=0)
+    Job(got, slot2, sampler=None, n_cached=0).start()
     assert s.next_admission() is None       # no slot free: the third keeps its place
     assert list(s.waiting) == [third]
 
@@ -84,7 +84,7 @@ def test_a_cancelled_waiting_job_is_handed_back_without_a_slot():
 
 def test_jobs_that_left_the_queue_give_their_places_back_and_the_rest_keep_their_order():
     s = Scheduler(slots=1, max_queue=8)
-    s.slots[0].job = Job(gen([9]), s.slots[0], sampler=None, n_cached=0)   # busy: everyone waits
+    Job(gen([9]), s.slots[0], sampler=None, n_cached=0).start()   # busy: everyone waits
     gens = [gen([i]) for i in range(5)]
     for g in gens:
         s.enqueue(g)
@@ -134,7 +134,7 @@ def test_a_prompt_alone_is_fed_a_whole_batch_at_a_time_and_only_its_last_token_i
     assert len(plan.entries) == 256 and plan.prefill_jobs == [job]
     assert plan.entries[0] == (100, 0, 0, False) and plan.entries[-1] == (355, 255, 0, False)
     assert [(r.job, r.logits_row, r.n_tokens) for r in plan.rows] == [(job, None, 256)]
-    job.n_past += 256
+    job.decoded(256)
     plan = plan_batch([job], n_batch=256)
     assert len(plan.entries) == 44 and plan.entries[-1] == (399, 299, 0, True)
     assert [(r.logits_row, r.n_tokens) for r in plan.rows] == [(43, 44)]
@@ -185,7 +185,7 @@ def test_cancelled_jobs_are_ended_before_the_step_and_a_cancel_aborts_a_prompt_c
 def test_a_job_waiting_on_its_grammar_sample_sits_out_of_the_batch():
     s = Scheduler(slots=2, max_queue=1)
     busy = decoding(s, [1], next_token=3)
-    busy.pending = object()                 # its token is being chosen off-thread
+    busy.awaits(PendingChoice(object(), None, None, [], None))     # its token is being chosen off-thread
     other = decoding(s, [2], next_token=4)
     assert s.runnable() == [other]
 
@@ -208,7 +208,8 @@ def test_a_slot_of_another_scope_continues_nothing():
 
 def test_admission_places_a_job_by_sequences_of_its_own_scope_only():
     s = Scheduler(2, 8, can_copy=lambda seq_id, n: True, wait_for_prefixes=True)
-    s.slots[0].tokens, s.slots[0].scope = list(range(50)), "victim"
+    s.slots[0].holds(list(range(50)))
+    s.slots[0].belongs_to("victim")
     s.enqueue(ActiveGeneration(GenerationRequest(list(range(50)) + [99], scope="attacker")))
     _, placement = s.next_admission()
     assert (placement.slot.seq_id, placement.source, placement.copied) == (1, None, 0)

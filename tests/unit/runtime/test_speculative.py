@@ -69,14 +69,17 @@ def test_a_prediction_is_followed_by_its_text_then_by_lookup_once_the_output_str
     assert strays.lookup(list(b"abXcd"), 4) == list(b"efgh")     # strayed at X; (c, d) found in the prediction
 
 
-def job_in(slot: Slot, prompt, status=JobStatus.DECODING, **request) -> Job:
-    job = Job(ActiveGeneration(GenerationRequest(prompt_tokens=list(prompt), **request)), slot, None, 0)
-    job.status = status
+def job_in(slot: Slot, prompt, status=JobStatus.DECODING, speculator: Speculator | None = None, **request) -> Job:
+    """A job in the slot as the runtime step leaves it: decoding (its prompt in the cache, 50 written
+    and next to decode), or prefilling; with its drafts when a speculator is given."""
+    drafts = speculator.start(list(prompt), None) if speculator is not None else None
+    job = Job(ActiveGeneration(GenerationRequest(prompt_tokens=list(prompt), **request)), slot, None, 0, drafts=drafts)
     if status is JobStatus.DECODING:
-        job.n_past = len(prompt)
-        job.next_token = 50
-        job.generated = [50]
-    slot.job = job
+        job.decoded(len(prompt))
+        job.reached_choice()
+        job.took(50, in_reasoning=False)
+        job.chose(50)
+    job.start()
     return job
 
 
@@ -101,16 +104,14 @@ def test_the_step_shares_its_drafts_and_stops_them_at_the_end_of_generation_and_
     speculator = Speculator("ngram", 4, Text())
     slots = [Slot(i) for i in range(3)]
     echo = [10, 11, 50, 12, 13, 14, 15, 16, 11]        # each job then wrote 50: after (11, 50) came 12..16
-    jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
-    for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
+    jobs = [job_in(slots[0], echo, speculator=speculator), job_in(slots[1], echo, speculator=speculator),
+            job_in(slots[2], echo, speculator=speculator, max_tokens=3)]
     alone = speculator.propose([jobs[2]], budget=100, n_ctx_seq=4096)
     assert alone[id(jobs[2])] == [12]                 # max_tokens 3: one token written, one more to choose
     # the step's share (2 x --draft-max) goes where it is wanted: 1, then 3 and 4 of the 4 each asks;
     # shared by three streams, every draft is cut to one length
     assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {id(job): [12] for job in jobs}
-    ended = job_in(Slot(3), [11, 50, 12, EOS, 13, 11])
-    ended.drafts = speculator.start(ended.prompt, None)
+    ended = job_in(Slot(3), [11, 50, 12, EOS, 13, 11], speculator=speculator)
     assert speculator.propose([ended], budget=100, n_ctx_seq=4096)[id(ended)] == [12]
     assert speculator.propose(jobs[:2], budget=0, n_ctx_seq=4096) == {}
     off = Speculator("off", 4, Text())
@@ -126,9 +127,8 @@ def test_a_shared_step_drafts_only_what_pays_every_stream_in_it():
     speculator = Speculator("ngram", 8, Priced())
     slots = [Slot(i) for i in range(3)]
     echo = [10, 11, 50, 12, 13, 14, 15, 16, 17, 18, 19, 11]
-    jobs = [job_in(slots[0], echo), job_in(slots[1], echo)]
+    jobs = [job_in(slots[0], echo, speculator=speculator), job_in(slots[1], echo, speculator=speculator)]
     for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
         for _ in range(6):          # its drafts were accepted: the next ones are expected to be
             job.drafts.record(8, 8)
     assert {len(d) for d in speculator.propose(jobs, budget=100, n_ctx_seq=4096).values()} == {8}
@@ -212,9 +212,8 @@ def test_with_a_kv_stream_per_slot_a_steps_drafts_are_cut_to_one_length_or_dropp
     speculator = Speculator("ngram", 4, Text(), equal_rows=True)
     slots = [Slot(i) for i in range(3)]
     echo = [10, 11, 50, 12, 13, 14, 15, 16, 11]
-    jobs = [job_in(slots[0], echo), job_in(slots[1], echo), job_in(slots[2], echo, max_tokens=3)]
-    for job in jobs:
-        job.drafts = speculator.start(job.prompt, None)
+    jobs = [job_in(slots[0], echo, speculator=speculator), job_in(slots[1], echo, speculator=speculator),
+            job_in(slots[2], echo, speculator=speculator, max_tokens=3)]
     assert speculator.propose(jobs, budget=100, n_ctx_seq=4096) == {id(job): [12] for job in jobs}
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from localserve.store.store import INTERRUPTED_ERROR, MIGRATIONS, ResponseRecord, Store, page
+from localserve.store.store import INTERRUPTED_ERROR, MIGRATIONS, Store, page
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -66,7 +66,7 @@ def test_open_creates_parent_dirs_and_sets_pragmas(store, db_path):
         assert store._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert store._db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
-    assert store.schema_version == len(MIGRATIONS)
+    assert raw(db_path, "PRAGMA user_version")[0][0] == len(MIGRATIONS)
 
 
 def test_reopen_is_idempotent_and_keeps_data(db_path):
@@ -75,7 +75,7 @@ def test_reopen_is_idempotent_and_keeps_data(db_path):
         conv = s.create_conversation(items=[user("a")], metadata={"k": "v"})
     for _ in range(3):
         with Store(db_path) as s:
-            assert s.schema_version == len(MIGRATIONS)
+            assert raw(db_path, "PRAGMA user_version")[0][0] == len(MIGRATIONS)
             assert s.get_response("resp_1")["status"] == "completed"
             assert s.get_conversation(conv["id"])["metadata"] == {"k": "v"}
     assert raw(db_path, "PRAGMA user_version")[0][0] == len(MIGRATIONS)
@@ -110,11 +110,9 @@ def test_response_round_trip_and_item_ids(store):
     got = store.get_response("resp_a")
     assert got["model"] == "tiny" and got["status"] == "completed"
     assert got["output"][0]["id"].startswith("msg_")
-    record = store.get_response_record("resp_a")
-    assert isinstance(record, ResponseRecord)
-    assert record.response == got and record.input_items == stored and record.request == request
+    assert store.list_input_items("resp_a", order="asc", limit=100)[0] == stored
     assert store.get_response("resp_missing") is None
-    assert store.get_response_record("resp_missing") is None
+    assert store.list_input_items("resp_missing") is None
 
 
 def test_update_response_replaces_object(store):
@@ -152,7 +150,7 @@ def test_set_status_conditional_semantics(store):
 def test_delete_response_cascades_events(store):
     store.create_response(response("resp_d"), input_items=[user("x")], request={})
     for n in range(3):
-        store.append_event("resp_d", {"type": "response.output_text.delta", "sequence_number": n})
+        store.append_events("resp_d", [{"type": "response.output_text.delta", "sequence_number": n}])
     assert store.delete_response("resp_d")
     assert not store.delete_response("resp_d")
     assert store.get_response("resp_d") is None
@@ -167,14 +165,14 @@ def test_events_replay_and_starting_after(store):
               {"type": "response.output_text.delta", "sequence_number": 2, "delta": "hé",
                "logprobs": []}]
     for e in events:
-        store.append_event("resp_e", e)
+        store.append_events("resp_e", [e])
     assert store.events("resp_e") == events
     assert store.events("resp_e", starting_after=0) == events[1:]
     assert store.events("resp_e", starting_after=2) == []
     with pytest.raises(sqlite3.IntegrityError):
-        store.append_event("resp_e", {"type": "x", "sequence_number": 1})
+        store.append_events("resp_e", [{"type": "x", "sequence_number": 1}])
     with pytest.raises(sqlite3.IntegrityError):  # events need their response
-        store.append_event("resp_missing", {"type": "x", "sequence_number": 0})
+        store.append_events("resp_missing", [{"type": "x", "sequence_number": 0}])
 
 
 def test_list_input_items_paging(store):
@@ -321,8 +319,8 @@ def test_recover_interrupted_after_sigkill(db_path):
         store.create_response(r("resp_run", "in_progress"), input_items=[], request={})
         store.create_response(r("resp_wait", "queued"), input_items=[], request={})
         store.create_response(r("resp_done", "completed"), input_items=[], request={})
-        store.append_event("resp_run", {"type": "response.created", "sequence_number": 0})
-        store.append_event("resp_run", {"type": "response.in_progress", "sequence_number": 1})
+        store.append_events("resp_run", [{"type": "response.created", "sequence_number": 0}])
+        store.append_events("resp_run", [{"type": "response.in_progress", "sequence_number": 1}])
         os.kill(os.getpid(), signal.SIGKILL)
     """)
     child.communicate(timeout=60)
@@ -368,7 +366,7 @@ def test_survives_sigkill_of_a_writer_mid_writes(db_path):
                                   input_items=[{"type": "message", "role": "user",
                                                 "content": "x" * 500}], request={"n": n})
             for seq in range(5):
-                store.append_event(rid, {"type": "delta", "sequence_number": seq})
+                store.append_events(rid, [{"type": "delta", "sequence_number": seq}])
             store.update_response({"id": rid, "status": "completed", "output": [
                 {"type": "message", "id": "msg_%d" % n, "role": "assistant", "content": []}]})
             store.add_items(conv["id"], [{"type": "message", "role": "user", "content": rid}])
@@ -404,7 +402,7 @@ def test_concurrent_writers_from_eight_threads(store):
                 rid = f"resp_{t}_{n}"
                 store.create_response(response(rid, "in_progress"),
                                       input_items=[user(rid)], request={})
-                store.append_event(rid, {"type": "response.created", "sequence_number": 0})
+                store.append_events(rid, [{"type": "response.created", "sequence_number": 0}])
                 store.add_items(conv["id"], [user(rid)])
                 assert store.set_status(rid, "completed", only_if_in=("in_progress",))
                 store.get_response(rid)
@@ -442,7 +440,6 @@ def test_a_response_is_found_in_its_own_scope_only(store):
     mine.append_events("resp_1", [{"type": "response.created", "sequence_number": 0}])
     assert mine.get_response("resp_1")["id"] == "resp_1"
     assert theirs.get_response("resp_1") is None and store.get_response("resp_1") is None
-    assert theirs.get_response_record("resp_1") is None
     assert theirs.list_input_items("resp_1") is None
     assert theirs.events("resp_1") == [] and len(mine.events("resp_1")) == 1
     assert theirs.chain_items("resp_1") is None
@@ -483,6 +480,6 @@ def test_rows_from_before_scopes_belong_to_the_single_key_scope(db_path):
         db.execute("INSERT INTO responses (id, created_at, status, request, input_items, response) "
                    "VALUES ('resp_old', 1, 'completed', '{}', '[]', '{\"id\": \"resp_old\"}')")
     with Store(db_path) as s:
-        assert s.schema_version == len(MIGRATIONS)
+        assert raw(db_path, "PRAGMA user_version")[0][0] == len(MIGRATIONS)
         assert s.get_response("resp_old") == {"id": "resp_old"}
         assert s.scoped("k1").get_response("resp_old") is None

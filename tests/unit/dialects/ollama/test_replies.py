@@ -41,7 +41,7 @@ def run(events, chat: bool = True) -> tuple[str, list[dict]]:
 
 
 def test_chat_lines_and_the_last_one():
-    head, lines = run([KEEPALIVE, Context(3, 64, None), Chunk(True, "hm"), Chunk(False, "Hi"),
+    head, lines = run([KEEPALIVE, Context(3, 64), Chunk(True, "hm"), Chunk(False, "Hi"),
                        ToolCallStart(0, "call_1", "get_weather"), ToolCallDelta(0, '{"city":'), DONE])
     assert "Content-Type: application/x-ndjson" in head
     assert [line["message"] for line in lines[:2]] == [{"role": "assistant", "content": "", "thinking": "hm"},

@@ -6,7 +6,7 @@ sampler (llama_sampler_init_grammar_lazy_patterns) wakes on a regex over the raw
 replays the tokens that matched into the grammar, where a token the grammar cannot take aborts
 the process; and a regex cannot know what our text stages know (a marker inside reasoning is
 no call, a `{` opens a call only at the message's start). So the text pipeline says where a call
-opens (runtime/call_grammar.py), and here a fresh grammar sampler takes the call's text so far,
+opens (runtime/call_wake.py), and here a fresh grammar sampler takes the call's text so far,
 each token checked before it is accepted, and becomes the job's grammar from then on.
 """
 

@@ -11,7 +11,7 @@ from localserve.dialects.anthropic.tools_and_thinking import read_tools as read_
 from localserve.dialects.function_tools import function_definitions
 from localserve.dialects.responses.tools import read_tools as read_responses_tools
 from localserve.prompt.build import ChatInput, strict_call_grammar
-from localserve.runtime.call_grammar import grammar_follows, split_call
+from localserve.runtime.call_wake import grammar_follows, split_call
 from localserve.runtime.textstream import OutputPipeline
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

@@ -28,12 +28,12 @@ from .exchange import Scope, Writer
 from .failures import api_error, runtime_refusals
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
-    from ..models.loaded import LoadedModel
+    from ..models.served import ServedModel
 
 KEEPALIVE = object()   # yielded by a source: time for a keepalive (pump.py)
 
 
-def submit(model: LoadedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
+def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
     """To the runtime of `model`, the one the request holds (loading.serve_with_model); `scope`:
     the exchange's, whose prompt caches the job may use (exchange.Scope)."""
     if model.embeddings_only:
@@ -42,7 +42,7 @@ def submit(model: LoadedModel, request: GenerationRequest, scope: Scope) -> Acti
                        code="model_not_supported")
     request.scope = scope.cache
     with runtime_refusals():
-        return model.runtime.submit(request)
+        return model.submit(request)
 
 
 def error_from(finished: Finished) -> ApiError:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from localserve.generation import ActiveGeneration, GenerationRequest, ImageChunk, placeholder_id
 from localserve.runtime.jobs import Job, Slot
-from localserve.runtime.prefix_share import MIN_WAIT_TOKENS, Held, place, waits_for, whole_run
+from localserve.runtime.placement import MIN_WAIT_TOKENS, Held, place, waits_for, whole_run
 from localserve.runtime.promptcache import common_prefix
 from localserve.runtime.scheduler import Scheduler, choose_slot
 
@@ -185,8 +185,8 @@ class Model:
 
 def test_a_model_that_cannot_copy_says_so_once_and_nothing_is_shared(caplog):
     import logging
-    from localserve.engine.kv_share import SHARING_OFF
-    from localserve.runtime.sharing import PrefixSharing
+    from localserve.engine.prefix_copy import SHARING_OFF
+    from localserve.runtime.kvslots import PrefixSharing
     with caplog.at_level(logging.INFO, logger="localserve.runtime"):
         recurrent = PrefixSharing(Model("its recurrent state cannot be copied in part"))
         off = PrefixSharing(Model(SHARING_OFF))

@@ -1,7 +1,7 @@
 """Waking a strict tool call's grammar where the model opens a call on its own.
 
 A request whose strict tools the model may call when it likes (tool_choice auto) carries a
-call grammar that sleeps (engine/call_grammar.py). After each token the runtime asks the text
+call grammar that sleeps (engine/lazy_grammar.py). After each token the runtime asks the text
 pipeline whether a block of calls has opened (the family's start marker, or a `{` opening the
 message for the families that write bare objects); the first time one has, the grammar wakes
 with the block's text so far, as the model's own tokens, and holds every token after it. No
@@ -26,23 +26,24 @@ from .jobs import Job
 log = logging.getLogger("localserve.runtime")
 
 
-def wake_at_open_call(job: Job, piece: Callable[[int], bytes]) -> None:
-    """Wake the job's call grammar if the token just taken opened a block of tool calls."""
+def wake_at_open_call(job: Job, piece: Callable[[int], bytes]) -> int | None:
+    """Wake the job's call grammar if the token just taken opened a block of tool calls; the
+    block's number when its text strays from the grammar (the job records it: take_token.py)."""
     if not job.sampler.grammar_asleep:
-        return
+        return None
     opened = job.pipeline.open_call()
     if opened is None or opened.number == job.call_refused:
-        return
+        return None
     texts = [opened.text]
     if grammar_follows(job.request.tools.syntax, opened.marker):
         texts.append(opened.text[len(opened.marker):])
     for text in texts:
         split = split_call(text.encode("utf-8"), job.generated, piece)
         if split is not None and job.sampler.wake(*split):
-            return
-    job.call_refused = opened.number
+            return None
     log.info("job %s (%s): a tool call opened as %r, which its grammar does not allow; "
              "the call is left as written", job.gen.id, job.request.label, opened.text[:80])
+    return opened.number
 
 
 @functools.lru_cache(maxsize=64)

@@ -3,7 +3,7 @@ it is handed instead of computing it (shared prefixes, issue 35).
 
 Agents send the same long head (system prompt, tool definitions) on every request and run
 several conversations at once. A sequence of the unified KV cache can own another's prefix for
-the price of a metadata change (engine/kv_share.py), so a job never needs a particular slot to
+the price of a metadata change (engine/prefix_copy.py), so a job never needs a particular slot to
 reuse what is computed: it takes the free slot whose loss costs least, and the longest prefix any
 sequence holds (idle or busy) is copied into it. The choice, then, weighs what the job gains
 against what the slot it takes loses: a conversation kept nowhere else is not destroyed to serve
@@ -15,7 +15,7 @@ head rather than computing it a second time beside it (waits_for).
 Only sequences of the job's own scope (GenerationRequest.scope: its API key's) count: a prefix
 copied from another scope's prompt, or a wait for it, would tell that prompt's text.
 
-Plain decisions over token lists: no llama.cpp here (tests/unit/runtime/test_prefix_share.py).
+Plain decisions over token lists: no llama.cpp here (tests/unit/runtime/test_placement.py).
 """
 
 from __future__ import annotations

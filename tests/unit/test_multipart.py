@@ -1,11 +1,11 @@
-"""wire/multipart.py on bytes alone: what a form is read into, and every limit and malformation a
+"""localserve/multipart.py on bytes alone: what a form is read into, and every limit and malformation a
 MultipartError naming what broke (the field where there is one)."""
 
 from __future__ import annotations
 
 import pytest
 
-from localserve.wire.multipart import (MAX_FIELD_BYTES, MAX_PART_HEAD_BYTES, MAX_PARTS, MultipartError,
+from localserve.multipart import (MAX_FIELD_BYTES, MAX_PART_HEAD_BYTES, MAX_PARTS, MultipartError,
                                        boundary_of, parse_form)
 
 B = "----localserve-test"

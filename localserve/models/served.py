@@ -1,0 +1,76 @@
+"""A loaded model as a connection thread sees it: what a handler may read and call, nothing more.
+
+Only the runtime thread touches the llama.cpp context. A handler needs the model's name and
+settings, its ChatModel (the template, the tool syntax, and the engine through EngineFacade:
+tokenize, detokenize, check a grammar, read the model's facts) to build a request, and its
+runtime's queue to hand the job over and read how busy it is. ModelManager.use() yields a
+ServedModel, never the LoadedModel behind it (whose Engine is the runtime thread's alone).
+This module imports neither the engine nor the runtime: a dialect may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from ..engine.embedding_spec import EmbeddingSpec
+from ..prompt.build import ChatModel
+from ..settings import Settings
+from .catalogue import ModelEntry
+
+if TYPE_CHECKING:
+    from ..generation import ActiveGeneration, GenerationRequest
+    from ..runtime.embedding_jobs import EmbeddingJob
+    from ..runtime.slot_state import SlotRequest
+
+
+class JobQueue(Protocol):
+    """What a connection thread may ask of a model's runtime (runtime.Runtime): queue a job, and
+    read the counts /slots, /metrics and /health show. Each call is safe off the runtime thread."""
+    busy_slots: int
+    queue_depth: int
+    threads: int
+
+    def submit(self, request: GenerationRequest) -> ActiveGeneration: ...
+
+    def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob: ...
+
+    def submit_slot_request(self, request: SlotRequest) -> SlotRequest: ...
+
+    def slot_state(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """One loaded model, for handlers: facts fixed at load, and its runtime's queue."""
+    entry: ModelEntry
+    settings: Settings                  # the server's, with this model's own on top
+    chat: ChatModel                     # the prompt builder's view: template, tool syntax, EngineFacade
+    embedding_spec: EmbeddingSpec       # how it embeds (or ranks): engine/embed.py
+    embeddings_only: bool               # an encoder, a reranker, or embeddings-only: no chat
+    loaded_at: float                    # time.time() of the load
+    load_seconds: float
+    estimated_bytes: int
+    measured_bytes: int                 # how much the process grew while it loaded
+    memory_bytes: int                   # the larger of the two
+    jobs: JobQueue
+
+    @property
+    def name(self) -> str:
+        """The model's name in the catalogue: the one answers carry (model_id)."""
+        return self.entry.name
+
+    model_id = name
+
+    def submit(self, request: GenerationRequest) -> ActiveGeneration:
+        """The job to the model's runtime; QueueFull or RuntimeStopped when it takes no more."""
+        return self.jobs.submit(request)
+
+    def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob:
+        return self.jobs.submit_embedding(job)
+
+    def submit_slot_request(self, request: SlotRequest) -> SlotRequest:
+        return self.jobs.submit_slot_request(request)
+
+    def slot_state(self) -> dict:
+        return self.jobs.slot_state()
