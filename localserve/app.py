@@ -49,6 +49,7 @@ from .models.discovery import sources as discovery
 from .models.hub import pull as hub_pull
 from .models.hub.errors import HubError
 from .engine.cpu_weights import describe as describe_buffers
+from .models.facts import projector_encoders
 from .models.loaded import LoadFailed, human_count, offload_summary
 from .models.manager import ModelManager
 
@@ -343,7 +344,7 @@ def log_serving(app: App, host: str, port: int) -> None:
                  human_count(engine.info.n_params), model.name, host, port, engine.n_ctx_seq, settings.slots,
                  settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
                  offload_summary(engine), describe_buffers(engine.weight_buffers),
-                 f", vision projector {engine.projector.path}" if engine.projector is not None else "")
+                 f", {engine.projector.describe()}" if engine.projector is not None else "")
         return
     log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
              host, port, ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
@@ -356,7 +357,8 @@ def models_summary(app: App) -> str:
     catalogue = app.models.catalogue
     if catalogue.any_name:
         return "any model name answered by the one model"
-    names = [f"{e.name} (+ vision)" if e.settings(s).mmproj else e.name for e in catalogue]
+    names = [f"{e.name} (+ {' and '.join(projector_encoders(e.settings(s).mmproj))})" if e.settings(s).mmproj
+             else e.name for e in catalogue]
     return f"catalogue {', '.join(names)}" + "".join(f", {x}" for x in limits if x)
 
 
@@ -384,7 +386,8 @@ def check(settings: Settings) -> int:
             continue
         projector = entry.settings(settings).mmproj
         print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
-              f"{shape.file_bytes // (1024 * 1024)} MiB" + (f", vision projector {projector}" if projector else ""))
+              f"{shape.file_bytes // (1024 * 1024)} MiB"
+              + (f", {' and '.join(projector_encoders(projector))} projector {projector}" if projector else ""))
     for model in app.models.loaded_models():
         info = model.engine.info
         print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "

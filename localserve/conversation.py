@@ -57,6 +57,23 @@ class Image:
 
 
 @dataclass(frozen=True, slots=True)
+class Audio:
+    """An audio clip in a prompt: the bytes libmtmd's decoder is handed (localserve/audio.py
+    checked them: a canonical WAV, or an MP3 or FLAC stream), their format, and their sha256
+    (hex), which two clips are compared by (the prompt cache keys a clip by it). seconds: the
+    duration its header declares; where: the request part it came from."""
+    data: bytes = field(repr=False, compare=False)
+    format: str
+    digest: str = ""
+    where: str = field(default="", compare=False)
+    seconds: float = field(default=0.0, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.digest:
+            object.__setattr__(self, "digest", hashlib.sha256(self.data).hexdigest())
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     """What a call returned. call_id: the call it answers (None when the client named none);
     name: the tool's name, where the dialect knows it."""
@@ -66,7 +83,7 @@ class ToolResult:
     name: str | None = None
 
 
-Part = Text | Reasoning | ToolCall | ToolResult | Image
+Part = Text | Reasoning | ToolCall | ToolResult | Image | Audio
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,3 +125,22 @@ def images_in(messages: list[Message], *, results: bool = True) -> list[Image]:
             elif results and isinstance(part, ToolResult) and not isinstance(part.content, str):
                 found.extend(p for p in part.content if isinstance(p, Image))
     return found
+
+
+def media_in(messages: list[Message]) -> list[Image | Audio]:
+    """The images and clips of the messages in the order a template shows them (each one a media
+    marker: prompt/messages.py), a tool result's inside it."""
+    found: list[Image | Audio] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, (Image, Audio)):
+                found.append(part)
+            elif isinstance(part, ToolResult) and not isinstance(part.content, str):
+                found.extend(p for p in part.content if isinstance(p, (Image, Audio)))
+    return found
+
+
+def audio_in(messages: list[Message]) -> list[Audio]:
+    """The clips of the messages, in order."""
+    return [part for part in media_in(messages) if isinstance(part, Audio)]
+

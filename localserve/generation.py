@@ -61,6 +61,7 @@ class MediaHandle(Protocol):
     """The engine's image chunk (engine/vision.py's MediaChunk), as the prompt carries it."""
     n_tokens: int
     n_pos: int
+    audio: bool             # an audio chunk (a window of a clip), evaluated as an image's is
 
 
 @dataclass(frozen=True)

@@ -605,6 +605,23 @@ MUTANTS = [
     Mutant("more prompts than the queue holds", "localserve/dialects/llamacpp/completion.py",
            "min(MAX_PROMPTS, services.settings.max_queue)", "MAX_PROMPTS",
            ("tests/e2e/test_llama_server_api.py::test_more_prompts_than_the_queue_holds_is_a_400_not_a_503",)),
+    # audio (issue 49): what a decoder would trust, checked before it sees the bytes
+    Mutant("flac length unknown taken", "localserve/audio_headers.py", "    if total == 0:", "    if False:",
+           ("tests/unit/test_audio.py::test_flac_streaminfo_must_declare_a_known_length_within_the_limit",
+            "tests/e2e/test_audio_dialects.py::test_a_bad_clip_is_a_400_naming_its_part")),
+    Mutant("xing count unbounded", "localserve/audio_headers.py", "            if seconds > max_seconds:",
+           "            if False:",
+           ("tests/unit/test_audio.py::test_an_mp3_s_xing_tag_may_not_declare_more_than_the_limit",
+            "tests/e2e/test_audio_dialects.py::test_a_bad_clip_is_a_400_naming_its_part")),
+    Mutant("wav data past its end", "localserve/audio_headers.py", "            if size > len(data) - body:",
+           "            if False:", ("tests/unit/test_audio.py",)),
+    # (a one-sample clip let through to mtmd_tokenize is no mutant: GGML_ASSERT ends the test process)
+    Mutant("deaf model hears", "localserve/prompt/audio.py", "    if audio:\n        return messages, 0",
+           "    if True:\n        return messages, 0",
+           ("tests/e2e/test_audio_dialects.py::test_a_model_without_audio_refuses_the_newest_clip_and_shows_an_older_one_as_text",
+            "tests/e2e/test_transcriptions.py::test_a_model_without_an_audio_encoder_is_a_400")),
+    Mutant("multipart parts unbounded", "localserve/multipart.py", "        if count > MAX_PARTS:",
+           "        if False:", ("tests/unit/test_multipart.py",)),
 ]
 
 

@@ -13,7 +13,8 @@ from .option_values import (Option, discovery_sources, duration, flag, listen_ad
 MODELS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the demo model, SmolLM2-135M-Instruct)", "PATH"),
     Option("model-id", str, None, "model name reported by the API (default: the file's stem)", "NAME"),
-    Option("mmproj", str, None, "vision projector (an mmproj GGUF) for --model: images in prompts "
+    Option("mmproj", str, None, "multimodal projector (an mmproj GGUF) for --model: images and/or audio in "
+           "prompts, as its encoders read "
            "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
     Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
            "first use", "DIR"),

@@ -135,7 +135,8 @@ def meta(model: ServedModel) -> dict:
         "cpu_weights": engine.weight_plan.mode,
         "weight_buffers_mib": engine.weight_buffers,       # {"CPU_REPACK": 52.5, "CPU": 182.7}
         "vision": engine.has_vision,                         # a projector is loaded: it reads images
-        "mmproj": settings.mmproj if engine.has_vision else None,
+        "audio": engine.has_audio,                           # its projector has an audio encoder: it hears clips
+        "mmproj": settings.mmproj if engine.has_vision or engine.has_audio else None,
     }
 
 

@@ -44,12 +44,13 @@ def wants_stream(body: dict) -> bool:
 
 def serve_generation(exchange: Exchange, services: Services, read: Callable[[ServedModel, dict], Reply],
                      streams: Callable[[dict], bool] = wants_stream,
-                     shape_type: type[StreamShape] = StreamShape) -> None:
+                     shape_type: type[StreamShape] = StreamShape, body: dict | None = None) -> None:
     """read(model, body) → the Reply; the cycle runs around it. `streams(body)`: whether the
     client asked for a stream; `shape_type`: the class of the Reply's stream shape, whose
-    loading_notice() such a stream hears while its model loads."""
+    loading_notice() such a stream hears while its model loads; `body`: the fields of a body
+    that is no JSON (a multipart form: openai/transcriptions.py), else the JSON body is read."""
     models = services.ready()
-    body = exchange.json()
+    body = exchange.json() if body is None else body
     stream = streams(body)
 
     def serve(model: ServedModel) -> None:

@@ -35,6 +35,15 @@ class ImageUnreadable(ValueError):
     """The vision projector's loader (libmtmd) cannot read these bytes as an image."""
 
 
+class AudioUnreadable(ValueError):
+    """The projector's audio decoder (libmtmd's miniaudio) cannot read these bytes, or what it
+    decoded is a clip the encoder must not be handed (engine/audio.py); code as audio.py's."""
+
+    def __init__(self, message: str, code: str = "invalid_audio"):
+        super().__init__(message)
+        self.code = code
+
+
 class ImageTooLargeForBatch(ValueError):
     """The projector decodes an image with attention both ways (Gemma 3): its embeddings must go
     into one decode batch, and this image takes more tokens than the server's batch holds."""
@@ -157,8 +166,20 @@ class EngineFacade:
 
     @property
     def has_vision(self) -> bool:
-        """A vision projector is loaded with the model: it reads images."""
-        return self._engine.projector is not None
+        """A projector with a vision encoder is loaded with the model: it reads images."""
+        return self._engine.projector is not None and self._engine.projector.vision
+
+    @property
+    def has_audio(self) -> bool:
+        """A projector with an audio encoder is loaded with the model: it hears audio (engine/audio.py)."""
+        return self._engine.projector is not None and self._engine.projector.audio
+
+    def audio_segments(self, data: bytes) -> list:
+        """One clip (bytes audio.py checked) as prompt segments: token lists (the model's own
+        wrapping) and one audio chunk per 30-second window (engine/audio.py); AudioUnreadable."""
+        if not self.has_audio:
+            raise AudioUnreadable("this model has no audio encoder")
+        return self._engine.projector.audio_segments(data)
 
     def image_segments(self, data: bytes) -> list:
         """One image as prompt segments (token lists and one image chunk, vision.py);

@@ -39,6 +39,7 @@ from llama_cpp import mtmd_cpp as mtmd
 from ..generation import MEDIA_MARKER
 from ..images import reaches_libmtmd
 from . import model_load
+from .audio import CHUNK_AUDIO, audio_segments
 from .facade import ImageTooLargeForBatch, ImageUnreadable
 from .model_load import ModelLoadError
 
@@ -62,6 +63,7 @@ class MediaChunk:
     pointer: int
     n_tokens: int
     n_pos: int
+    audio: bool = False     # an audio chunk: one window of a clip (engine/audio.py)
     _free: weakref.finalize = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -98,15 +100,23 @@ class Projector:
         self.n_embd = ll.llama_model_n_embd(model)
         self.n_batch = n_batch
         self._part_batch = None         # made when a first image is decoded in parts
-        if not mtmd.mtmd_support_vision(self.ctx):
+        self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(self.ctx))     # engine/audio.py reads clips through it
+        self.sample_rate = mtmd.mtmd_get_audio_sample_rate(self.ctx) if self.audio else 0
+        if not (self.vision or self.audio):
             self.close()
-            raise ModelLoadError(f"{path} is a projector without vision (audio only?): not served")
+            raise ModelLoadError(f"{path} is a projector with neither a vision nor an audio encoder: not served")
         if mtmd.mtmd_helper_support_video(self.ctx):
             log.warning("this libmtmd was built with video (MTMD_VIDEO): images still never start a program "
                         "(only PNG, JPEG, GIF and BMP reach it, with no ffmpeg directory), but rebuild with "
                         "`make install`, which turns it off")
         # M-RoPE (the Qwen2-VL family) needs nothing here: an image of w x h tokens says it takes
         # max(w, h) positions (MediaChunk.n_pos), and the runtime places what follows accordingly
+
+    def describe(self) -> str:
+        """"vision projector PATH", "audio projector PATH" or "vision and audio projector PATH"."""
+        kinds = " and ".join(kind for kind, has in (("vision", self.vision), ("audio", self.audio)) if has)
+        return f"{kinds} projector {self.path}"
 
     def close(self) -> None:
         if self._part_batch is not None:
@@ -122,13 +132,23 @@ class Projector:
         """One image as prompt segments, in order: token lists (the model's own wrapping) and its
         image chunk. ImageUnreadable when libmtmd cannot decode the bytes, or they are of no
         format images.py reads (they never reach libmtmd then)."""
+        if not self.vision:
+            raise ImageUnreadable("this model's projector has no vision encoder")
         if not reaches_libmtmd(data):
             raise ImageUnreadable("the bytes are no PNG, JPEG, GIF or BMP image")
         with _decoding:
             return self._decode(data)
 
+    def audio_segments(self, data: bytes) -> list[list[int] | MediaChunk]:
+        """One clip as prompt segments (engine/audio.py); AudioUnreadable."""
+        return audio_segments(self, data)
+
     def _decode(self, data: bytes) -> list[list[int] | MediaChunk]:
-        bitmap = self._bitmap(data)
+        return self.segments_of(self._bitmap(data), CHUNK_IMAGE)
+
+    def segments_of(self, bitmap: int, kind: int) -> list[list[int] | MediaChunk]:
+        """A bitmap (freed here) through mtmd_tokenize alone: its chunks, each of `kind` or text
+        (engine/audio.py hands audio bitmaps here)."""
         chunks = mtmd.mtmd_input_chunks_init()
         try:
             text = mtmd.mtmd_input_text()
@@ -140,7 +160,7 @@ class Projector:
             if status != 0:
                 raise ImageUnreadable(f"libmtmd could not prepare the image (status {status})")
             return [segment for i in range(mtmd.mtmd_input_chunks_size(chunks))
-                    if (segment := self._segment(mtmd.mtmd_input_chunks_get(chunks, i)))]
+                    if (segment := self._segment(mtmd.mtmd_input_chunks_get(chunks, i), kind))]
         finally:
             mtmd.mtmd_input_chunks_free(chunks)
             mtmd.mtmd_bitmap_free(bitmap)
@@ -160,14 +180,15 @@ class Projector:
             raise ImageUnreadable("libmtmd could not decode the image")
         return made.bitmap
 
-    def _segment(self, chunk: int) -> list[int] | MediaChunk:
+    def _segment(self, chunk: int, expected: int) -> list[int] | MediaChunk:
         kind = mtmd.mtmd_input_chunk_get_type(chunk)
         if kind == CHUNK_TEXT:
             n = ctypes.c_size_t(0)
             tokens = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
             return [tokens[i] for i in range(n.value)]
-        if kind != CHUNK_IMAGE:
-            raise ImageUnreadable("libmtmd read the data as audio, not an image")
+        if kind != expected:
+            raise ImageUnreadable("libmtmd read the data as audio, not an image" if kind == CHUNK_AUDIO
+                                  else "libmtmd read the data as an image, not audio")
         n_tokens, n_pos = mtmd.mtmd_input_chunk_get_n_tokens(chunk), mtmd.mtmd_input_chunk_get_n_pos(chunk)
         if n_tokens > self.n_batch and mtmd.mtmd_decode_use_non_causal(self.ctx, chunk):
             # libmtmd would decode it in batches, each attending only to those before it and
@@ -176,7 +197,7 @@ class Projector:
         copy = mtmd.mtmd_input_chunk_copy(chunk)
         if not copy:
             raise ImageUnreadable("libmtmd could not keep the image's chunk")
-        return MediaChunk(copy, n_tokens, n_pos)
+        return MediaChunk(copy, n_tokens, n_pos, audio=kind == CHUNK_AUDIO)
 
     def one_batch_image_tokens(self) -> int | None:
         """When the projector decodes each image in one batch (attention both ways): the tokens

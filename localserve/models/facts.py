@@ -98,7 +98,7 @@ def _facts(header: Header, settings: Settings) -> ModelFacts:
         if header.fills_in_the_middle:
             capabilities.append("insert")
         if settings.mmproj and os.path.isfile(settings.mmproj):
-            capabilities.append("vision")
+            capabilities += projector_encoders(settings.mmproj)
     n_ctx_train = header.context_length
     fim = tuple(piece(header, header.fim[part]) for part in ("pre", "suf", "mid")) \
         if header.fills_in_the_middle else None
@@ -128,3 +128,16 @@ def human_number(n: int) -> str:
             number = n / scale
             return f"{number:.0f}{unit}" if number == int(number) or unit == "K" else f"{number:.{decimals}f}{unit}"
     return str(n)
+
+
+def projector_encoders(path: str) -> tuple[str, ...]:
+    """What a projector file reads, from its header (clip.has_vision_encoder,
+    clip.has_audio_encoder): ("vision",), ("audio",) or both; ("vision",) when the header cannot
+    be read (the load says why)."""
+    try:
+        meta = read_header(path).meta
+    except HeaderError:
+        return ("vision",)
+    found = tuple(kind for kind in ("vision", "audio") if meta.get(f"clip.has_{kind}_encoder") is True)
+    return found or ("vision",)
+

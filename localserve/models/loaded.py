@@ -206,7 +206,8 @@ def _chat_model(engine: Engine, settings: Settings, name: str) -> ChatModel:
     template = replace(template, calls_family=family)   # calls shown as text in its words
     return ChatModel(EngineFacade(engine), template, tool_syntax=family.name, tool_family=family,
                      default_reasoning=REASONING_FORMATS["think"] if thinks else None, name=name,
-                     vision=engine.projector is not None)
+                     vision=engine.projector is not None and engine.projector.vision,
+                     audio=engine.projector is not None and engine.projector.audio)
 
 
 def detect_chat_family(template: ChatTemplate) -> ToolSyntax:
@@ -225,7 +226,7 @@ def _log_loaded(model: LoadedModel) -> None:
              "tool syntax %s, %s%s", engine.info.path, model.name, model.load_seconds, engine.info.architecture,
              human_count(engine.info.n_params), engine.n_ctx_seq, model.settings.slots, model.chat.template.source,
              model.chat.tool_syntax, offload_summary(engine),
-             f", vision projector {engine.projector.path}" if engine.projector is not None else "")
+             f", {engine.projector.describe()}" if engine.projector is not None else "")
     spec = model.embedding_spec
     log.info("'%s' embeds: pooling %s, %d %s per input, inputs up to %d tokens%s", model.name, spec.pooling,
              spec.n_out, "scores" if spec.ranks else "dimensions", spec.max_tokens,

@@ -121,6 +121,11 @@ class ServerMetrics:
                                         "projector and decoded into a sequence (a cached image counts none)")
         self.image_seconds = r.counter("localserve_image_seconds_total", "Seconds spent encoding images and "
                                        "decoding their embeddings")
+        self.audio_encoded = r.counter("localserve_audio_chunks_encoded_total", "Audio chunks (a clip's windows, "
+                                       "30 s each for Whisper-style encoders) encoded by an audio encoder and "
+                                       "decoded into a sequence (a cached clip counts none)")
+        self.audio_seconds = r.counter("localserve_audio_seconds_total", "Seconds spent encoding audio chunks "
+                                       "and decoding their embeddings")
         self.generations = r.counter("localserve_generations_total", "Generations that ended, by finish reason "
                                      "(error: the generation failed)", ("finish_reason",))
         self.compactions = r.counter("localserve_compactions_total", "Context compactions: summaries the model "
@@ -260,8 +265,12 @@ class ServerMetrics:
         if waited:
             self.prefix_waits.inc()
 
-    def record_image(self, seconds: float) -> None:
-        """One image evaluated into a sequence: encoded, its embeddings decoded."""
+    def record_image(self, seconds: float, audio: bool = False) -> None:
+        """One image (or audio chunk) evaluated into a sequence: encoded, its embeddings decoded."""
+        if audio:
+            self.audio_encoded.inc()
+            self.audio_seconds.inc(seconds)
+            return
         self.images_encoded.inc()
         self.image_seconds.inc(seconds)
 
@@ -353,8 +362,8 @@ class ModelMetrics:
     def record_prefix(self, source: str, tokens: int, waited: bool) -> None:
         self.server.record_prefix(source, tokens, waited)
 
-    def record_image(self, seconds: float) -> None:
-        self.server.record_image(seconds)
+    def record_image(self, seconds: float, audio: bool = False) -> None:
+        self.server.record_image(seconds, audio)
 
     def record_compaction(self) -> None:
         self.server.record_compaction()

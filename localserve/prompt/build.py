@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..conversation import Message, ToolDefinition, images_in
+from ..conversation import Message, ToolDefinition, media_in
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
@@ -28,6 +28,7 @@ from .media import tokenize_with_images
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns, has_user_runs,
                         normalize_messages, shows_every_system_turn)
+from .audio import fitted_audio
 from .vision import fitted_messages
 
 
@@ -44,6 +45,7 @@ class ChatModel:
     default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
     name: str = ""                                     # the model's name, as refusals name it
     vision: bool = False                               # it has a vision projector: it reads images (vision.py)
+    audio: bool = False                                # its projector has an audio encoder: it hears clips (audio.py)
 
 
 @dataclass
@@ -75,8 +77,9 @@ def fit_images(model: ChatModel, chat: ChatInput) -> bool:
     """chat.messages as `model` can take them (vision.py), chat.images_omitted counting the images
     that became text; PromptRefused naming an image part past the limit, or one a model without
     vision is asked about. True when it changed the messages; again on the same chat, a no-op."""
-    messages, omitted = fitted_messages(chat.messages, vision=model.vision, model_name=model.name)
-    if not omitted:
+    messages, unheard = fitted_audio(chat.messages, audio=model.audio, model_name=model.name)   # prompt/audio.py
+    messages, omitted = fitted_messages(messages, vision=model.vision, model_name=model.name)
+    if not omitted and not unheard:
         return False
     chat.messages = messages
     chat.images_omitted += omitted
@@ -128,7 +131,7 @@ def tokenize_prompt(engine: EngineFacade, text: str, *, fit: bool = False, param
 def tokenize_shown(engine: EngineFacade, text: str, messages: list[Message], *, fit: bool = False) -> list[int]:
     """The tokens of a rendered chat, or of its start, counted as the runtime would run them: each
     media marker in it as its image's positions (the messages' images, in order)."""
-    images = images_in(messages)[:text.count(MEDIA_MARKER)]
+    images = media_in(messages)[:text.count(MEDIA_MARKER)]
     if not images:
         return tokenize_prompt(engine, text, fit=fit)
     return tokenize_with_images(engine, text, images, fit=fit, text_after=False)[0]
@@ -166,7 +169,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     with images is never cut); without it such a prompt is ContextOverflow."""
     if fit_images(model, chat) or text is None:     # a text rendered before its images were fitted is stale
         text = render_chat(model.template, chat)
-    images = images_in(chat.messages)
+    images = media_in(chat.messages)
     if images:
         tokens, chunks = tokenize_with_images(model.engine, text, images)
     elif cut is not None:

@@ -25,9 +25,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ..conversation import Image
+from ..conversation import Audio, Image
 from ..engine.facade import EngineFacade, ImageTooLargeForBatch, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
+from .audio_media import add_audio
 
 MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels of one request's images, each distinct one once (100 of 1.3 MP)
 
@@ -91,11 +92,14 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
         raise PromptRefused(f"the chat template showed {len(pieces) - 1} image(s) of the {len(images)} the "
                             f"conversation has: it cannot place them", code="template_error", param="messages")
     scope = _request.get() or RequestImages()
-    scope.admit(images)
+    scope.admit([image for image in images if isinstance(image, Image)])
     tokens = _text_tokens(engine, pieces[0], fit, first=True)
     chunks: list[ImageChunk] = []
     for image, piece in zip(images, pieces[1:]):
-        _add_image(engine, scope, image, tokens, chunks)
+        if isinstance(image, Audio):            # a clip stands at a marker too (prompt/audio_media.py)
+            add_audio(engine, scope, image, tokens, chunks)
+        else:
+            _add_image(engine, scope, image, tokens, chunks)
         tokens += _text_tokens(engine, piece, fit, first=False)
     if fit and len(tokens) >= engine.n_ctx:
         raise ContextOverflow(len(tokens), engine.n_ctx)

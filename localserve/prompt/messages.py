@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import orjson
 
-from ..conversation import Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult
+from ..conversation import Audio, Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult
 from ..generation import MEDIA_MARKER
 from .jinja_env import TemplateError, tojson as _tojson
 
@@ -80,7 +80,7 @@ def _template_message(message: Message) -> dict:
         out["content"] = result_text(result)
         return out
     calls = message.of(ToolCall)
-    shown = [p for p in message.parts if isinstance(p, (Text, Image))]
+    shown = [p for p in message.parts if isinstance(p, (Text, Image, Audio))]
     out["content"] = join_with_images(shown) if shown else (None if calls else "")
     reasoning = message.of(Reasoning)
     if reasoning:
@@ -119,7 +119,7 @@ def join_with_images(parts) -> str:
     out = ""
     joined = False          # a line break goes between two text parts only
     for part in parts:
-        if isinstance(part, Image):
+        if isinstance(part, (Image, Audio)):        # an audio clip stands where libmtmd puts it too
             out += MEDIA_MARKER
             joined = False
         else:

@@ -66,7 +66,7 @@ class ImageWork:
         projector, at, encoded = self.engine.projector, job.position(job.n_past), job.stops.image_in_parts
         if encoded is None and not projector.splits(image.handle):
             seconds = projector.evaluate(image.handle, at, job.slot.seq_id)
-            self.metrics.record_image(seconds)
+            self.metrics.record_image(seconds, image.handle.audio)
             return ImageAdvance(job, image.n_tokens)
         if encoded is None:
             encoded = projector.encode(image.handle)
@@ -74,7 +74,7 @@ class ImageWork:
         projector.decode_part(encoded, job.n_past - image.start, count, at, job.slot.seq_id)
         if job.n_past + count < image.end:
             return ImageAdvance(job, count, encoded)
-        self.metrics.record_image(encoded.seconds)
+        self.metrics.record_image(encoded.seconds, image.handle.audio)
         return ImageAdvance(job, count)
 
 

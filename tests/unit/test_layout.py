@@ -44,6 +44,9 @@ FLOORS = {
     "image_headers": 1,   # what decoding an image will cost, from its header and structure; stdlib only
     "image_lzw": 1,       # what a GIF frame's LZW codes draw, followed without drawing; stdlib only
     "images": 1,          # an image's bytes checked from their header (format, size) into the conversation; stdlib only
+    "audio_headers": 1,   # an audio file's structure (WAV chunks, MP3 tags, FLAC STREAMINFO) checked; stdlib only
+    "audio": 1,           # a clip's bytes checked from their header (format, length) into the conversation; stdlib only
+    "multipart": 1,       # a multipart/form-data body parsed from bytes within its limits; stdlib only
 }
 
 

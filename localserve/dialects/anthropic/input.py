@@ -38,6 +38,7 @@ from typing import Any
 from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...prompt.build import ChatInput
 from ...prompt.compaction import summary_message
+from ..audio_parts import AUDIO_KINDS, no_audio_here
 from ..signing import recover, verify
 from ..fields import invalid, read_template_kwargs
 from ..image_parts import hold_image_count, image_from_base64, refused, typed_parts
@@ -374,4 +375,6 @@ def _text_of(block: Any, where: str) -> str:
 def _unsupported(kind: str, where: str):
     if kind == "image":
         return invalid(where, "image blocks are taken in user messages and tool results only")
+    if kind in AUDIO_KINDS:
+        return no_audio_here(where, "Anthropic's Messages API")
     return invalid(where, f"content blocks of type '{kind}' are not supported; {TAKEN}")

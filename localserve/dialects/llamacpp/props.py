@@ -53,7 +53,7 @@ def props(model: ServedModel) -> dict[str, Any]:
         "total_slots": model.settings.slots,
         "model_alias": model.model_id,
         "model_path": os.path.basename(model.entry.path),
-        "modalities": {"vision": engine.has_vision, "audio": False, "video": False},
+        "modalities": {"vision": engine.has_vision, "audio": engine.has_audio, "video": False},
         "media_marker": LIBMTMD_MARKER,
         "endpoint_slots": True, "endpoint_props": False, "endpoint_metrics": True,
         "chat_template": template.text,

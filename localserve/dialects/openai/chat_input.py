@@ -2,7 +2,8 @@
 
 Content is a string or text parts (``text``, ``input_text``), and in a user turn image parts
 (``image_url``: a base64 data: URL, as an object with ``url`` and ``detail`` or as the bare
-string some clients send; dialects/image_parts.py checks it); an assistant turn's
+string some clients send; dialects/image_parts.py checks it) and audio parts (``input_audio``:
+base64 ``data`` and its ``format``; dialects/audio_parts.py); an assistant turn's
 ``reasoning_content`` and ``tool_calls`` (arguments a JSON string, or an object) and a tool
 turn's ``tool_call_id`` are kept with the client's ids; ``name`` too. Other fields of a
 message are not read.
@@ -15,6 +16,7 @@ from typing import Any
 from ...conversation import Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
 from ..fields import invalid, kind_of
 from ..function_tools import call_arguments
+from ..audio_parts import INPUT_AUDIO, hold_audio_count, input_audio
 from ..image_parts import hold_image_count, image_from_url, typed_parts
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -27,6 +29,8 @@ def read_messages(body: dict) -> list[Message]:
         raise invalid("messages", "expected a non-empty array of messages")
     hold_image_count(place for i, message in enumerate(messages) if isinstance(message, dict)
                      for place in typed_parts(message.get("content"), f"messages[{i}].content", "image_url"))
+    hold_audio_count(place for i, message in enumerate(messages) if isinstance(message, dict)
+                     for place in typed_parts(message.get("content"), f"messages[{i}].content", INPUT_AUDIO))
     return [read_message(message, f"messages[{i}]") for i, message in enumerate(messages)]
 
 
@@ -68,9 +72,13 @@ def _content(content: Any, where: str, *, images: bool) -> list[Text | Image]:
             parts.append(_image(part, f"{where}[{i}]"))
         elif kind == "image_url":
             raise invalid(f"{where}[{i}]", "image parts are taken in user messages only")
+        elif kind == INPUT_AUDIO and images:
+            parts.append(input_audio(part, f"{where}[{i}]"))
+        elif kind == INPUT_AUDIO:
+            raise invalid(f"{where}[{i}]", "audio parts are taken in user messages only")
         else:
-            raise invalid(where, f"content part type '{kind}' is not supported; this server takes text and "
-                                 f"image_url parts")
+            raise invalid(where, f"content part type '{kind}' is not supported; this server takes text, "
+                                 f"image_url and input_audio parts")
     return parts
 
 

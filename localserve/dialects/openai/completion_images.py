@@ -9,10 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ...conversation import Audio, Image, Message
 from ...generation import MEDIA_MARKER, ImageChunk, PromptRefused
+from ...prompt.audio import fitted_audio
 from ...prompt.build import ChatModel
 from ...prompt.media import tokenize_with_images
 from ..fields import invalid
+from ..audio_parts import audio_from_base64, is_audio_base64
 from ..image_parts import hold_image_count, image_from_base64
 
 # What llama-server's clients write where an image stands (libmtmd's mtmd_default_marker()).
@@ -47,17 +50,22 @@ def read_object_prompt(chat_model: ChatModel, prompt: Any, text_tokens: Callable
     if not isinstance(data, list):
         raise invalid(IMAGES_FIELD, "expected an array of base64 images")
     hold_image_count(f"{IMAGES_FIELD}[{i}]" for i in range(len(data)))
-    images = [image_from_base64(item, None, f"{IMAGES_FIELD}[{i}]") for i, item in enumerate(data)]
+    # an item is a clip where its bytes say so (audio_parts.py), as llama-server's helper sniffs them
+    images = [audio_from_base64(item, None, f"{IMAGES_FIELD}[{i}]") if is_audio_base64(item)
+              else image_from_base64(item, None, f"{IMAGES_FIELD}[{i}]") for i, item in enumerate(data)]
     markers = text.count(LIBMTMD_MARKER)
     if markers != len(images):
         raise invalid(TEXT_FIELD, f"holds {markers} {LIBMTMD_MARKER} marker(s) for the {len(images)} image(s) "
                                   f"of multimodal_data: put one where each image stands, in order")
     if not images:
         return MultimodalPrompt(text, text_tokens(text))
-    if not chat_model.vision:
-        raise PromptRefused(f"invalid '{IMAGES_FIELD}[0]': model '{chat_model.name}' has no vision projector, so it "
+    first_image = next((m.where for m in images if isinstance(m, Image)), None)
+    if not chat_model.vision and first_image is not None:
+        raise PromptRefused(f"invalid '{first_image}': model '{chat_model.name}' has no vision projector, so it "
                             f"cannot read images; use a model with one, or send text",
-                            code="model_has_no_vision", param=f"{IMAGES_FIELD}[0]")
+                            code="model_has_no_vision", param=first_image)
+    fitted_audio([Message("user", tuple(m for m in images if isinstance(m, Audio)))], audio=chat_model.audio,
+                 model_name=chat_model.name)
     if text.endswith(LIBMTMD_MARKER):     # the next token's logits are read off the prompt's last token
         raise invalid(TEXT_FIELD, "ends with an image: put text after the last marker")
     tokens, chunks = tokenize_with_images(chat_model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)

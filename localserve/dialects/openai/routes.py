@@ -6,10 +6,12 @@ from functools import partial
 
 from ..exchange import RouteTable
 from ..services import Services
-from . import chat, completions, embeddings
+from . import chat, completions, embeddings, transcriptions
 
 
 def add_routes(table: RouteTable, services: Services) -> None:
     table.add("/v1/chat/completions", "POST", partial(chat.handle, services))
     table.add("/v1/completions", "POST", partial(completions.handle, services))
     table.add("/v1/embeddings", "POST", partial(embeddings.handle, services))
+    table.add("/v1/audio/transcriptions", "POST", partial(transcriptions.handle, services))
+    table.add("/v1/audio/translations", "POST", partial(transcriptions.handle, services, translate=True))

@@ -18,12 +18,13 @@ from typing import Any
 
 import orjson
 
-from ...conversation import Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
+from ...conversation import Audio, Image, Message, Reasoning, Text, ToolCall, ToolResult, text_message
 from ...errors import ApiError
 from ...prompt.compaction import join_user_turn, summary_message
 from ...store.store import ITEM_ID_PREFIXES, new_id
 from ..fields import invalid
 from ..function_tools import call_arguments
+from ..audio_parts import INPUT_AUDIO, hold_audio_count, input_audio
 from ..image_parts import hold_image_count, image_from_url, refused, typed_parts
 from .tools import CUSTOM_INPUT, LOCAL_SHELL, qualified, shell_arguments
 
@@ -36,8 +37,9 @@ OUTPUT_TYPES = ("function_call_output", "custom_tool_call_output", "local_shell_
 TEXT_PARTS = ("input_text", "output_text", "text")
 MAX_ITEMS = 20          # per POST /v1/conversations or /v1/conversations/{id}/items, as the API allows
 
-# Images decoded, by their place in the request (input[0].content[1]) and their URL.
-DecodedImages = dict[tuple[str, str], Image]
+# Images (and audio clips) decoded, by their place in the request (input[0].content[1]) and their
+# URL (a clip's base64 data).
+DecodedImages = dict[tuple[str, str], Image | Audio]
 
 
 def unsupported(param: str, message: str) -> ApiError:
@@ -52,6 +54,8 @@ def read_input(value: Any, param: str = "input", images: DecodedImages | None = 
     if not isinstance(value, list):
         raise invalid(param, "expected a string or an array of input items")
     hold_image_count(_image_places(value, param))
+    hold_audio_count(place for i, item in enumerate(value) if isinstance(item, dict)
+                     for place in typed_parts(item.get("content"), f"{param}[{i}].content", INPUT_AUDIO))
     return [normalize_item(item, f"{param}[{i}]", images) for i, item in enumerate(value)]
 
 
@@ -153,9 +157,11 @@ def _content(content: Any, where: str, images: DecodedImages | None, *, takes_im
             parts.append(_input_image(part, f"{where}[{i}]", images))
         elif kind == "input_image":
             raise invalid(f"{where}[{i}]", "image parts are taken in user messages and function call outputs only")
+        elif kind == INPUT_AUDIO and takes_images:        # audio_parts.py: kept as sent, like an image
+            parts.append(_input_audio(part, f"{where}[{i}]", images))
         else:
             raise unsupported(f"{where}[{i}].type", f"content part type '{kind}' is not supported; "
-                                                    f"this server takes text and input_image parts")
+                                                    f"this server takes text, input_image and input_audio parts")
     return parts
 
 
@@ -172,6 +178,14 @@ def _input_image(part: dict, where: str, images: DecodedImages | None) -> dict:
     if images is not None:
         images[(where, part["image_url"])] = image
     return {"type": "input_image", "image_url": part["image_url"], "detail": detail or "auto", "file_id": None}
+
+
+def _input_audio(part: dict, where: str, images: DecodedImages | None) -> dict:
+    """{"type": "input_audio", "input_audio": {"data", "format"}}, checked (kept in `images`)."""
+    clip = input_audio(part, where)
+    if images is not None:
+        images[(where, part[INPUT_AUDIO]["data"])] = clip
+    return {"type": INPUT_AUDIO, INPUT_AUDIO: {"data": part[INPUT_AUDIO]["data"], "format": clip.format}}
 
 
 def _required_str(item: dict, key: str, where: str) -> str:
@@ -324,6 +338,11 @@ def _parts(parts: list[dict], where: str, images: DecodedImages) -> tuple[Text |
             key = (f"{where}[{k}]", part["image_url"])
             if key not in images:
                 images[key] = image_from_url(part["image_url"], key[0])
+            out.append(images[key])
+        elif part["type"] == INPUT_AUDIO:
+            key = (f"{where}[{k}]", part[INPUT_AUDIO]["data"])
+            if key not in images:
+                images[key] = input_audio(part, key[0])
             out.append(images[key])
         else:
             out.append(Text(part.get("text") or part.get("refusal") or ""))

@@ -19,6 +19,7 @@ from localserve.engine.vision import Projector
 def projector(decode) -> Projector:
     made = Projector.__new__(Projector)
     made._decode = decode
+    made.vision = True          # a projector with a vision encoder (one without refuses every image first)
     return made
 
 

@@ -21,6 +21,7 @@ def digest(data: bytes) -> str:
 
 class Chunk:
     n_tokens, n_pos = 4, 4
+    audio = False
 
 
 def prompt_with_image(data: bytes, before=(1, 10, 11), after=(12, 13)) -> GenerationRequest:
@@ -73,6 +74,7 @@ def test_drafts_never_see_an_image_s_placeholders():
 class MropeChunk:
     """An M-RoPE image of 2 x 3 tokens: max(2, 3) positions."""
     n_tokens, n_pos = 6, 3
+    audio = False
 
 
 def test_after_an_mrope_image_a_token_sits_at_its_index_less_the_positions_the_image_saved():
@@ -141,7 +143,7 @@ class Images:
     def __init__(self):
         self.seconds = []
 
-    def record_image(self, seconds):
+    def record_image(self, seconds, audio=False):
         self.seconds.append(seconds)
 
 

@@ -200,6 +200,7 @@ def test_a_model_that_cannot_copy_says_so_once_and_nothing_is_shared(caplog):
 class MropeImage:
     """An image's engine chunk as an M-RoPE model has it: 16 tokens in 4 positions."""
     n_tokens, n_pos = 16, 4
+    audio = False
 
 
 def test_a_head_with_an_image_is_offered_whole_and_asked_for_in_positions():

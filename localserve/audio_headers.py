@@ -1,0 +1,239 @@
+"""The structure of an audio file, read from its bytes before any decoder sees them (stdlib only).
+
+libmtmd decodes audio with miniaudio's dr_wav, dr_mp3 and dr_flac, and sizes its sample buffer
+from what the file *declares*, before reading a sample (mtmd-helper.cpp's decode_audio_from_buf:
+``ma_decoder_get_length_in_pcm_frames`` then ``resize``): a FLAC STREAMINFO or an MP3's
+Xing/Info tag that claims hours is hours of floats allocated, or a C++ exception that ends the
+process. So each format is read here first, and only bytes whose declarations were checked go on:
+
+- WAV is read whole here (RIFF chunks walked with their sizes checked against the bytes, at most
+  MAX_WAV_CHUNKS of them, the ``fmt `` chunk's channels, rate, sample size and block alignment
+  checked against each other) and rewritten as a plain canonical WAV of the same samples
+  (:func:`canonical_wav`): the decoder only ever reads a header written here;
+- MP3 must start (after ID3v2 tags, which are cut off) with an MPEG-1/2/2.5 Layer III frame
+  header; every Xing/Info tag that sits where dr_mp3 reads one, inside a frame, must declare no
+  more frames than :func:`read_mp3`'s caller allows;
+- FLAC must start (after ID3v2 tags, cut off) with ``fLaC`` and a STREAMINFO block whose sample
+  count is known (not 0) and within the limit.
+
+Each reader returns :class:`AudioFacts` (the bytes to hand on, their format, the duration the
+header declares) or raises :class:`AudioRefused` saying why.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+MAX_CHANNELS = 8                 # as many as 7.1; dr_wav takes more, nothing here needs them
+MIN_SAMPLE_RATE = 1000           # below this no speech survives; it would also be upsampled 16-fold or more
+MAX_SAMPLE_RATE = 384000
+MAX_WAV_CHUNKS = 64              # RIFF chunks walked before the data chunk (LIST, fact, cue, ...)
+MAX_ID3_TAGS = 4                 # ID3v2 tags in a row before the audio
+
+_PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
+_GUID_TAIL = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+
+
+class AudioRefused(ValueError):
+    """Why a clip is not taken; code: invalid_audio, unsupported_audio_format,
+    audio_format_mismatch, audio_too_large, audio_too_long, audio_too_short."""
+
+    def __init__(self, message: str, code: str = "invalid_audio"):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class AudioFacts:
+    data: bytes            # what goes to libmtmd's decoder: a canonical WAV, or the stream without ID3 tags
+    format: str            # "wav", "mp3", "flac"
+    seconds: float         # the duration the header declares (MP3 without a tag: estimated from its bitrate)
+    sample_rate: int
+    channels: int
+
+
+# ---- WAV ---------------------------------------------------------------------------------
+
+def read_wav(data: bytes) -> AudioFacts:
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise AudioRefused("the data is not a RIFF WAVE file")
+    fmt, at = None, 12
+    for _ in range(MAX_WAV_CHUNKS):
+        if at + 8 > len(data):
+            raise AudioRefused("the WAV file ends before its data chunk")
+        kind, size = data[at:at + 4], struct.unpack_from("<I", data, at + 4)[0]
+        body = at + 8
+        if kind == b"data":
+            if fmt is None:
+                raise AudioRefused("the WAV file's data chunk comes before its fmt chunk")
+            if size > len(data) - body:
+                raise AudioRefused(f"the WAV data chunk declares {size} bytes but {len(data) - body} follow")
+            return _wav_facts(fmt, data[body:body + size])
+        if size > len(data) - body:
+            raise AudioRefused(f"the WAV chunk {kind!r} declares {size} bytes but {len(data) - body} follow")
+        if kind == b"fmt ":
+            fmt = _wav_format(data[body:body + size])
+        at = body + size + (size & 1)          # chunks are word-aligned
+    raise AudioRefused(f"the WAV file has more than MAX_WAV_CHUNKS ({MAX_WAV_CHUNKS}) chunks before its data")
+
+
+@dataclass(frozen=True)
+class _WavFormat:
+    tag: int               # _PCM or _FLOAT
+    channels: int
+    rate: int
+    bits: int
+
+    @property
+    def block(self) -> int:
+        return self.channels * self.bits // 8
+
+
+def _wav_format(chunk: bytes) -> _WavFormat:
+    if len(chunk) < 16:
+        raise AudioRefused("the WAV fmt chunk is shorter than 16 bytes")
+    tag, channels, rate, _byte_rate, block, bits = struct.unpack_from("<HHIIHH", chunk)
+    if tag == _EXTENSIBLE:
+        if len(chunk) < 40 or chunk[26:40] != _GUID_TAIL:
+            raise AudioRefused("the WAV file's extensible format names no PCM or float subformat",
+                               "unsupported_audio_format")
+        tag = struct.unpack_from("<H", chunk, 24)[0]
+    if tag not in (_PCM, _FLOAT):
+        raise AudioRefused(f"the WAV file is encoded (format tag {tag}); only PCM and float WAV are read here",
+                           "unsupported_audio_format")
+    if (tag == _PCM and bits not in (8, 16, 24, 32)) or (tag == _FLOAT and bits not in (32, 64)):
+        raise AudioRefused(f"the WAV file has {bits}-bit {'float' if tag == _FLOAT else 'PCM'} samples, "
+                           "which are not read here", "unsupported_audio_format")
+    if not 1 <= channels <= MAX_CHANNELS:
+        raise AudioRefused(f"the WAV file has {channels} channels; 1 to MAX_CHANNELS ({MAX_CHANNELS}) are read")
+    _check_rate(rate)
+    found = _WavFormat(tag, channels, rate, bits)
+    if block != found.block:
+        raise AudioRefused(f"the WAV fmt chunk's block alignment ({block}) is not channels x sample bytes "
+                           f"({found.block})")
+    return found
+
+
+def _wav_facts(fmt: _WavFormat, samples: bytes) -> AudioFacts:
+    frames = len(samples) // fmt.block
+    if frames == 0:
+        raise AudioRefused("the WAV file holds no samples", "audio_too_short")
+    return AudioFacts(canonical_wav(fmt.tag, fmt.channels, fmt.rate, fmt.bits, samples[:frames * fmt.block]),
+                      "wav", frames / fmt.rate, fmt.rate, fmt.channels)
+
+
+def canonical_wav(tag: int, channels: int, rate: int, bits: int, samples: bytes) -> bytes:
+    """A WAV of a 16-byte fmt chunk and the data chunk, nothing else."""
+    block = channels * bits // 8
+    fmt = struct.pack("<HHIIHH", tag, channels, rate, rate * block, block, bits)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(samples))
+    return b"RIFF" + struct.pack("<I", len(body) + len(samples)) + body + samples
+
+
+def _check_rate(rate: int) -> None:
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise AudioRefused(f"the sample rate is {rate} Hz; {MIN_SAMPLE_RATE} to {MAX_SAMPLE_RATE} Hz are read")
+
+
+# ---- ID3v2 -------------------------------------------------------------------------------
+
+def without_id3(data: bytes) -> bytes:
+    """The bytes after the ID3v2 tags at their start (each tag's syncsafe size checked)."""
+    for _ in range(MAX_ID3_TAGS):
+        if not data.startswith(b"ID3"):
+            return data
+        if len(data) < 10 or any(b & 0x80 for b in data[6:10]):
+            raise AudioRefused("the ID3 tag's header is damaged")
+        size = 10 + (data[6] << 21 | data[7] << 14 | data[8] << 7 | data[9]) + (10 if data[5] & 0x10 else 0)
+        if size > len(data):
+            raise AudioRefused(f"the ID3 tag declares {size} bytes but the file has {len(data)}")
+        data = data[size:]
+    raise AudioRefused(f"more than MAX_ID3_TAGS ({MAX_ID3_TAGS}) ID3 tags in a row")
+
+
+# ---- MP3 -------------------------------------------------------------------------------
+
+_MPEG1_RATES = (44100, 48000, 32000)
+_BITRATES_V1 = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320)
+_BITRATES_V2 = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
+
+
+@dataclass(frozen=True)
+class _Mp3Frame:
+    rate: int
+    samples: int           # per frame: 1152 (MPEG-1) or 576 (MPEG-2 and 2.5)
+    side_info: int         # bytes between the header (and CRC) and a Xing tag
+    crc: bool
+    kbps: int
+
+
+def _mp3_frame(data: bytes, at: int) -> _Mp3Frame | None:
+    """The Layer III frame header at `at`, or None where there is none."""
+    if at < 0 or at + 4 > len(data) or data[at] != 0xFF or data[at + 1] & 0xE0 != 0xE0:
+        return None
+    version, layer = (data[at + 1] >> 3) & 3, (data[at + 1] >> 1) & 3
+    bitrate, rate_index = data[at + 2] >> 4, (data[at + 2] >> 2) & 3
+    if version == 1 or layer != 1 or bitrate in (0, 15) or rate_index == 3:
+        return None
+    mono = (data[at + 3] >> 6) == 3
+    divisor = {3: 1, 2: 2, 0: 4}[version]
+    mpeg1 = version == 3
+    return _Mp3Frame(_MPEG1_RATES[rate_index] // divisor, 1152 if mpeg1 else 576,
+                     (17 if mono else 32) if mpeg1 else (9 if mono else 17), not data[at + 1] & 1,
+                     (_BITRATES_V1 if mpeg1 else _BITRATES_V2)[bitrate])
+
+
+def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
+    """An MP3 whose first frame is Layer III and whose Xing/Info tags declare at most max_seconds."""
+    stream = without_id3(data)
+    first = _mp3_frame(stream, 0)
+    if first is None:
+        raise AudioRefused("the MP3 data does not start with an MPEG Layer III frame (free-format, Layer I and "
+                           "Layer II streams are not read here)")
+    for tag in (b"Xing", b"Info"):
+        at = stream.find(tag)
+        while at >= 0:
+            _check_tag(stream, at, max_seconds)
+            at = stream.find(tag, at + 1)
+    seconds = len(stream) * 8 / (first.kbps * 1000)
+    return AudioFacts(stream, "mp3", seconds, first.rate, 1)
+
+
+def _check_tag(stream: bytes, at: int, max_seconds: float) -> None:
+    """A Xing/Info tag at `at` that dr_mp3 would read (right after a frame's side information)
+    declares its frame count: at most max_seconds of that frame's samples."""
+    for crc in (False, True):
+        for side_info in (9, 17, 32):
+            frame = _mp3_frame(stream, at - 4 - side_info - (2 if crc else 0))
+            if frame is None or frame.crc != crc or frame.side_info != side_info or at + 12 > len(stream):
+                continue
+            if not stream[at + 7] & 1:
+                continue
+            frames = struct.unpack_from(">I", stream, at + 8)[0]
+            seconds = frames * frame.samples / frame.rate
+            if seconds > max_seconds:
+                raise AudioRefused(f"the MP3's {stream[at:at + 4].decode()} tag declares {seconds:.0f} seconds, "
+                                   f"more than {max_seconds:g} are read", "audio_too_long")
+
+
+# ---- FLAC --------------------------------------------------------------------------------
+
+def read_flac(data: bytes) -> AudioFacts:
+    """A FLAC stream whose STREAMINFO declares its sample count, rate and channels."""
+    stream = without_id3(data)
+    if len(stream) < 8 + 34 or stream[:4] != b"fLaC":
+        raise AudioRefused("the data is not a FLAC stream")
+    block_type, length = stream[4] & 0x7F, int.from_bytes(stream[5:8], "big")
+    if block_type != 0 or length != 34:
+        raise AudioRefused("the FLAC stream does not start with its STREAMINFO block")
+    info = int.from_bytes(stream[18:26], "big")        # rate 20 bits, channels 3, bits 5, samples 36
+    rate, channels, bits, total = info >> 44, ((info >> 41) & 7) + 1, ((info >> 36) & 31) + 1, info & (2**36 - 1)
+    _check_rate(rate)
+    if not 4 <= bits <= 32:
+        raise AudioRefused(f"the FLAC stream has {bits}-bit samples, which are not read here",
+                           "unsupported_audio_format")
+    if total == 0:
+        raise AudioRefused("the FLAC stream does not declare its length (STREAMINFO's sample count is 0); "
+                           "re-encode it with the count, or send WAV")
+    return AudioFacts(stream, "flac", total / rate, rate, channels)

@@ -1,0 +1,72 @@
+"""Audio parts as the dialects read them: localserve/audio.py's checks, each refusal a 400 naming
+the request part (``messages[2].content[1]``) in the route's own error shape.
+
+OpenAI's shape, which Chat Completions and Responses share:
+``{"type": "input_audio", "input_audio": {"data": "<base64>", "format": "wav" | "mp3"}}`` (FLAC
+is taken too, as llama-server takes it). A dialect that defines no audio (Anthropic) refuses the
+part by its place (:func:`no_audio_here`). MAX_AUDIO_PER_REQUEST is held before any clip's base64
+is decoded (:func:`hold_audio_count`), as image_parts.py holds the image count."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Iterable
+from typing import Any
+
+from ..audio import FORMATS, MAX_AUDIO_PER_REQUEST, from_base64, sniff
+from ..audio_headers import AudioRefused
+from ..conversation import Audio
+from ..errors import ApiError
+from .fields import invalid
+
+INPUT_AUDIO = "input_audio"
+AUDIO_KINDS = (INPUT_AUDIO, "audio", "input_file_audio")   # what clients call an audio part, in dialects without one
+
+
+def refused(where: str, reason: str, code: str = "invalid_audio") -> ApiError:
+    return ApiError(400, f"invalid '{where}': {reason}", param=where, code=code)
+
+
+def input_audio(part: dict, where: str) -> Audio:
+    """{"type": "input_audio", "input_audio": {"data": base64, "format": "wav" | "mp3" | "flac"}}."""
+    value = part.get(INPUT_AUDIO)
+    if not isinstance(value, dict):
+        raise invalid(f"{where}.{INPUT_AUDIO}", 'expected {"data": "<base64>", "format": "wav"}')
+    if value.get("format") is None:
+        raise invalid(f"{where}.{INPUT_AUDIO}.format", "expected the clip's format: wav, mp3 or flac")
+    return audio_from_base64(value.get("data"), value.get("format"), where)
+
+
+def audio_from_base64(data: Any, audio_format: Any, where: str) -> Audio:
+    try:
+        return from_base64(data, audio_format, where)
+    except AudioRefused as exc:
+        raise refused(where, str(exc), exc.code) from None
+
+
+def is_audio_base64(data: Any) -> bool:
+    """Whether base64 text starts with an audio format's magic bytes (RIFF/WAVE, ID3, an MPEG
+    sync word, fLaC): llama-server's multimodal_data holds images and clips alike."""
+    if not isinstance(data, str):
+        return False
+    head = "".join(data[:64].split())[:24]
+    try:
+        return sniff(base64.b64decode(head + "=" * (-len(head) % 4))) in FORMATS
+    except (binascii.Error, ValueError):
+        return False
+
+
+def hold_audio_count(places: Iterable[str]) -> None:
+    """A 400 (too_many_audio_clips) naming the first audio part beyond MAX_AUDIO_PER_REQUEST,
+    before any is read."""
+    places = list(places)
+    if len(places) > MAX_AUDIO_PER_REQUEST:
+        raise refused(places[MAX_AUDIO_PER_REQUEST], f"the request carries {len(places)} audio clips, more than "
+                      f"MAX_AUDIO_PER_REQUEST ({MAX_AUDIO_PER_REQUEST}) allows", "too_many_audio_clips")
+
+
+def no_audio_here(where: str, dialect: str) -> ApiError:
+    """The 400 for an audio part in a dialect that defines none."""
+    return refused(where, f"{dialect} defines no audio content; send audio through /v1/chat/completions "
+                   "(input_audio parts) or /v1/audio/transcriptions", "unsupported_content_type")

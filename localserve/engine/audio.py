@@ -1,0 +1,84 @@
+"""A clip through the projector's audio encoder (libmtmd), on a connection thread.
+
+The bytes come checked by localserve/audio.py (a WAV rewritten there, or an MP3 / FLAC stream
+whose declared length was held to the limit). libmtmd's helper decodes them with miniaudio,
+mixed to mono and resampled to the encoder's rate (16 kHz for the Whisper family); then, before
+mtmd_tokenize sees the samples, the decoded length is checked again, since mtmd_tokenize asserts
+on shapes it does not expect (a clip of one sample: ``GGML_ASSERT(buf.size() > sizeof(float))``,
+which ends the whole process). mtmd_tokenize cuts the clip into the encoder's windows (30 s of
+log-mel frames for Whisper's), one audio chunk each, with the tokens its model wraps a clip in
+(Qwen2-Audio's <|audio_bos|> ... <|audio_eos|>); a cut in the prompt cache never falls inside
+one, as none falls inside an image. The runtime evaluates them as it does images
+(runtime/images.py): encoded once, decoded in parts between steps.
+
+The projector (vision.Projector) is handed in: this module reads its context and sample rate
+and gets its segments back through Projector.segments_of, and imports nothing of vision.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Protocol
+
+from llama_cpp import mtmd_cpp as mtmd
+
+from ..audio import MAX_AUDIO_SECONDS
+from .facade import AudioUnreadable, ImageUnreadable
+
+CHUNK_AUDIO = 2
+# Clips decoded at once, all models together: each holds up to MAX_AUDIO_SECONDS of float
+# samples twice over (miniaudio's buffer, libmtmd's copy) and its log-mel frames.
+MAX_CONCURRENT_AUDIO_DECODES = 2
+_decoding = threading.BoundedSemaphore(MAX_CONCURRENT_AUDIO_DECODES)
+MIN_DECODED_SAMPLES = 2          # mtmd_tokenize asserts more than one float's bytes
+SLACK_SECONDS = 1.0              # resampling and an MP3's estimated length may differ this much
+
+
+class _Projector(Protocol):
+    ctx: int
+    audio: bool
+    sample_rate: int
+
+    def segments_of(self, bitmap: int, kind: int) -> list: ...
+
+
+def audio_segments(projector: _Projector, data: bytes) -> list:
+    """The clip's prompt segments: token lists and its audio chunks (vision.MediaChunk)."""
+    if not projector.audio:
+        raise AudioUnreadable("this model's projector has no audio encoder")
+    with _decoding:
+        bitmap = _bitmap(projector, data)
+        try:
+            _check_decoded(mtmd.mtmd_bitmap_get_nx(bitmap), projector.sample_rate, MAX_AUDIO_SECONDS)
+        except AudioUnreadable:
+            mtmd.mtmd_bitmap_free(bitmap)
+            raise
+        try:
+            return projector.segments_of(bitmap, CHUNK_AUDIO)
+        except ImageUnreadable as exc:
+            raise AudioUnreadable(str(exc).replace("the image", "the clip")) from None
+
+
+def _bitmap(projector: _Projector, data: bytes) -> int:
+    if not data.startswith((b"RIFF", b"fLaC", b"\xff")):
+        # the helper sniffs the same magic bytes; anything else it would hand to stb as an image
+        raise AudioUnreadable("the bytes are no WAV, MP3 or FLAC stream audio.py checked")
+    buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+    bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(projector.ctx, buf, len(data), False)
+    if not bitmap:
+        raise AudioUnreadable("libmtmd could not decode the audio")
+    if not mtmd.mtmd_bitmap_is_audio(bitmap):
+        mtmd.mtmd_bitmap_free(bitmap)
+        raise AudioUnreadable("libmtmd read the data as an image, not audio")
+    return bitmap
+
+
+def _check_decoded(n_samples: int, rate: int, max_seconds: float) -> None:
+    if n_samples < MIN_DECODED_SAMPLES:
+        raise AudioUnreadable(f"the clip decodes to {n_samples} sample(s); at least {MIN_DECODED_SAMPLES} are needed",
+                              "audio_too_short")
+    seconds = n_samples / rate
+    if seconds > max_seconds + SLACK_SECONDS:
+        raise AudioUnreadable(f"the clip decodes to {seconds:.1f} seconds, more than MAX_AUDIO_SECONDS "
+                              f"({max_seconds:g}) allows", "audio_too_long")

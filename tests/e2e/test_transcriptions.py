@@ -1,0 +1,159 @@
+"""POST /v1/audio/transcriptions and /v1/audio/translations with the official openai SDK strict
+(``client.audio.transcriptions.create``), on the tiny model with the tiny audio projector: the
+transcript is what the bare engine answers to the model's own transcription prompt (the chat
+template's user turn with the instruction and the clip: bench/bare_vision.py, greedy token for
+token) in json, text, verbose_json, srt, vtt and streamed (transcript.text.delta events, then
+transcript.text.done with the usage); translations likewise; multipart edge cases (no file,
+two files, a huge field, a file that is no audio, a truncated body, another content type) and a
+model without an audio encoder are each a 400 naming the field, and the server goes on."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import openai
+import pytest
+
+from bench.bare_vision import BareVision
+from clients import openai_sdk
+from conftest import ServerProcess
+from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
+from localserve.multipart import MAX_FIELD_BYTES
+from rawhttp import post_json, request
+from tinyaudio import audio_tokens, mp3_bytes, tone, wav_bytes, write_tiny_audio_mmproj
+from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+
+N = 8
+CLIP = wav_bytes(tone(1.5, freq=250, glide=400))
+SERVER_MARKER = re.compile(r"<__media_[0-9a-f]+__>")
+BANNED = {token_ids()[t] for t in EOG_TEXTS}
+STEER = {"max_tokens": str(N), "logit_bias": json.dumps(NO_EOG)}     # extensions: exact length, no end token
+
+
+@pytest.fixture(scope="module")
+def mmproj(tmp_path_factory):
+    return write_tiny_audio_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-audio.gguf")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model, mmproj):
+    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--mmproj", str(mmproj))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def bare(tiny_model, mmproj):
+    b = BareVision(str(tiny_model), str(mmproj), n_ctx=1024)
+    yield b
+    b.close()
+
+
+def expected(server, bare, instruction: str, clip: bytes = CLIP, fmt: str = "wav") -> str:
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(clip).decode(), "format": fmt}}
+    shown = request(server.port, post_json("/apply-template", {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": instruction}, part]}]}))
+    prompt, n = SERVER_MARKER.subn(bare.marker.decode(), shown.json()["prompt"])
+    assert n == 1
+    tokens = bare.greedy(prompt, [clip], N, BANNED)
+    return b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace").strip()
+
+
+def transcribe(server, response_format: str = "json", **kwargs):
+    return openai_sdk(server).audio.transcriptions.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
+                                                          response_format=response_format, temperature=0,
+                                                          extra_body=STEER, **kwargs)
+
+
+def test_json_is_the_bare_engine_s_transcript_with_usage(server, bare):
+    result = transcribe(server)
+    assert result.text == expected(server, bare, TRANSCRIBE)
+    assert result.usage.type == "tokens" and result.usage.output_tokens == N
+    assert result.usage.input_token_details.audio_tokens == audio_tokens()
+
+
+def test_text_verbose_json_srt_and_vtt(server, bare):
+    text = expected(server, bare, TRANSCRIBE)
+    assert transcribe(server, "text").strip() == text
+    verbose = transcribe(server, "verbose_json", language="en")
+    assert verbose.text == expected(server, bare, TRANSCRIBE + " The speech is in en.")
+    assert verbose.duration == pytest.approx(1.5) and verbose.language == "en"
+    assert verbose.segments[0].end == pytest.approx(1.5)
+    srt = transcribe(server, "srt")
+    assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\n") and text in srt
+    vtt = transcribe(server, "vtt")
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n") and text in vtt
+
+
+def test_streamed_as_transcript_text_events(server, bare):
+    events = list(transcribe(server, stream=True))
+    deltas = [e for e in events if e.type == "transcript.text.delta"]
+    [done] = [e for e in events if e.type == "transcript.text.done"]
+    assert events[-1] is done and deltas
+    assert done.text == "".join(d.delta for d in deltas).strip() == expected(server, bare, TRANSCRIBE)
+    assert done.usage.output_tokens == N
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")      # the SDK marks translations deprecated
+def test_translations_and_an_mp3_file(server, bare):
+    result = openai_sdk(server).audio.translations.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
+                                                          temperature=0, extra_body=STEER)
+    assert result.text == expected(server, bare, TRANSLATE)
+    mp3 = mp3_bytes(tone(1.0, freq=440))
+    got = openai_sdk(server).audio.transcriptions.create(model="tiny", file=("clip.mp3", mp3, "audio/mpeg"),
+                                                         temperature=0, extra_body=STEER)
+    assert got.text == expected(server, bare, TRANSCRIBE, mp3, "mp3")
+
+
+def form(*parts: tuple[str, bytes, str | None], boundary: str = "xyz") -> bytes:
+    out = b""
+    for name, data, filename in parts:
+        extra = f'; filename="{filename}"' if filename else ""
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{extra}\r\n\r\n'.encode() + data + b"\r\n"
+    return out + f"--{boundary}--\r\n".encode()
+
+
+def post_form(server, body: bytes, content_type: str = "multipart/form-data; boundary=xyz"):
+    head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+    return request(server.port, head + body, timeout=30)
+
+
+MODEL = ("model", b"tiny", None)
+EDGES = [
+    ("no file", form(MODEL), "file"),
+    ("two files", form(MODEL, ("file", CLIP, "a.wav"), ("file", CLIP, "b.wav")), "file"),
+    ("file as a field", form(MODEL, ("file", b"RIFF", None)), "file"),
+    ("huge field", form(MODEL, ("prompt", b"x" * (MAX_FIELD_BYTES + 1), None), ("file", CLIP, "a.wav")), "prompt"),
+    ("no audio", form(MODEL, ("file", b"just some text, not audio", "a.wav")), "file"),
+    ("truncated", form(MODEL, ("file", CLIP, "a.wav"))[:-40], "file"),
+    ("no model", form(("file", CLIP, "a.wav")), "model"),
+    ("bad format", form(MODEL, ("file", CLIP, "a.wav"), ("response_format", b"xml", None)), "response_format"),
+    ("word timings", form(MODEL, ("file", CLIP, "a.wav"), ("timestamp_granularities[]", b"word", None)),
+     "timestamp_granularities[]"),
+]
+
+
+@pytest.mark.parametrize("name, body, param", EDGES, ids=[e[0] for e in EDGES])
+def test_multipart_edge_cases_are_a_400_naming_the_field(server, name, body, param):
+    resp = post_form(server, body)
+    assert resp.status == 400, resp.body
+    assert resp.json()["error"]["param"] == param, resp.body
+    assert transcribe(server, "text")                     # the server goes on
+
+
+def test_a_json_body_is_no_form(server):
+    resp = post_form(server, b'{"model": "tiny"}', "application/json")
+    assert resp.status == 400 and "multipart/form-data" in resp.json()["error"]["message"]
+
+
+def test_a_model_without_an_audio_encoder_is_a_400(tiny_model):
+    srv = ServerProcess(tiny_model, "--model-id", "tiny")
+    try:
+        with pytest.raises(openai.BadRequestError) as caught:
+            transcribe(srv)
+        assert caught.value.body["code"] == "model_has_no_audio" and caught.value.body["param"] == "file"
+    finally:
+        srv.stop()
