@@ -318,8 +318,10 @@ def test_cancelling_a_finished_response_is_400(c):
     ({"input": [{"type": "web_search_call", "id": "x"}]}, "input[0].type", None),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
      "input[0].content[0]", "invalid_image"),
-    ({"input": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},
+    ({"input": [{"role": "user", "content": [{"type": "input_video", "video_url": "x"}]}]},
      "input[0].content[0].type", None),
+    ({"input": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]},     # audio: issue 49
+     "input[0].content[0].input_audio.format", None),
     ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", None),
     ({"input": [{"type": "function_call_output", "output": "x"}]}, "input[0].call_id", None),
     ({"metadata": {"k": 5}}, "metadata", None),
