@@ -71,7 +71,9 @@ def test_curl_dash_d_as_ollamas_docs_write_it(server):
     assert lines[-1]["done"] is True and lines[-1]["done_reason"] in ("stop", "length"), lines[-1]
     whole = json.loads(curl(server, "/api/generate", '{\n  "model": "ctx",\n  "prompt": "Why is the sky blue?",\n'
                                                      '  "stream": false,\n  "options": {"num_predict": 3}\n}'))
-    assert whole["done"] is True and whole["eval_count"] == 3
+    # Ollama's default sampling (temperature 0.8, a random seed) may draw the tiny model's end token first
+    assert whole["done"] is True and (whole["eval_count"] == 3 and whole["done_reason"] == "length"
+                                      or whole["eval_count"] < 3 and whole["done_reason"] == "stop"), whole
     shown = json.loads(curl(server, "/api/show", '{\n  "model": "ctx"\n}'))
     assert shown["details"]["family"] == "llama"
 
