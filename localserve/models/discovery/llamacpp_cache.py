@@ -10,10 +10,11 @@ as `llama-server --cache-list` named it. A flat GGUF no manifest names is served
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path
+
+import orjson
 
 from ..catalogue import ModelEntry
 from ..gguf_files import basename, is_model, split_info
@@ -71,7 +72,7 @@ def manifest_entry(base: Path, manifest: Path) -> ModelEntry | None:
     try:
         if manifest.stat().st_size > MAX_MANIFEST_BYTES:
             raise ValueError("too large for a manifest")
-        body = json.loads(manifest.read_bytes())
+        body = orjson.loads(manifest.read_bytes())
         model_file = body["ggufFile"]["rfilename"]
         projector_file = (body.get("mmprojFile") or {}).get("rfilename")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

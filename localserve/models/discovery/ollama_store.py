@@ -17,11 +17,12 @@ newer tensor formats), is skipped with a log line. Names as Ollama shows them
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
 from pathlib import Path
+
+import orjson
 
 from ..catalogue import ModelEntry
 from ..defaults import ModelDefaults
@@ -91,7 +92,7 @@ def read_layers(store: Path, manifest: Path) -> dict[str, list[Path]]:
     if manifest.stat().st_size > MAX_MANIFEST_BYTES:
         raise Skip(f"its manifest {manifest} is too large to be one")
     try:
-        body = json.loads(manifest.read_bytes())
+        body = orjson.loads(manifest.read_bytes())
         layers = body["layers"]
         if not isinstance(layers, list):
             raise TypeError("layers is not a list")
@@ -139,7 +140,7 @@ def read_params(path: Path) -> dict:
     if path.stat().st_size > MAX_TEXT_LAYER_BYTES:
         raise Skip(f"its params layer {path} is too large")
     try:
-        params = json.loads(path.read_bytes())
+        params = orjson.loads(path.read_bytes())
     except ValueError as exc:
         raise Skip(f"its params layer {path} is not JSON ({exc})") from None
     if not isinstance(params, dict):

@@ -14,12 +14,13 @@ bodies, with the rules a download from an untrusted network needs.
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import socket
 import ssl
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
+
+import orjson
 
 from ... import __version__
 from .errors import HubError
@@ -103,7 +104,7 @@ class HubClient:
         finally:
             answer.close()
         try:
-            return json.loads(body), answer
+            return orjson.loads(body), answer
         except ValueError:
             raise HubError(502, f"{what}: {shown_host(url)} did not answer JSON") from None
 
