@@ -15,7 +15,8 @@ from ...errors import ApiError
 from ..exchange import Exchange
 from ..fields import invalid
 from ..services import Services
-from .items import list_page, read_items, read_page_query
+from .items import read_items
+from .paging import list_page, read_page_query
 from .request import read_metadata, storage_off
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from ..pump import PREFILL_COMMENT, StreamShape, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .compaction_steps import compact_as_planned
-from .items import list_page, read_page_query
+from .paging import list_page, read_page_query
 from .request import Plan, read_plan
 from .runs import ACTIVE, ResponseRun, ResponseRuns
 

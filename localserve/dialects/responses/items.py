@@ -379,25 +379,3 @@ def cut_points(items: list[dict]) -> list[int]:
             start += 1
         cuts.append(start)
     return cuts
-
-
-# ---- listing -----------------------------------------------------------------------
-
-def read_page_query(query: dict[str, str]) -> tuple[str | None, int, str]:
-    """`after`, `limit` (1..100, default 20) and `order` (asc|desc, default desc) of a list."""
-    raw = query.get("limit", "20")
-    try:
-        limit = int(raw)
-    except ValueError:
-        raise invalid("limit", f"expected an integer, got '{raw}'") from None
-    if not 1 <= limit <= 100:
-        raise invalid("limit", f"must be from 1 to 100, got {limit}")
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise invalid("order", f"must be asc or desc, got '{order}'")
-    return query.get("after") or None, limit, order
-
-
-def list_page(items: list[dict], has_more: bool) -> dict:
-    return {"object": "list", "data": items, "first_id": items[0]["id"] if items else None,
-            "last_id": items[-1]["id"] if items else None, "has_more": has_more}
