@@ -75,6 +75,13 @@ def parts_of(paths: list[str], first: str) -> list[str]:
     return sorted(parts, key=lambda p: split_info(p).index)
 
 
+def whole(parts: list[str]) -> bool:
+    """Whether parts_of found parts 1 to N of N, each once: a name can lie about its count, a
+    part be missing, or two names (`-of-` and `-OF-`) claim one number."""
+    info = split_info(parts[0])
+    return info is not None and [split_info(p).index for p in parts] == list(range(1, info.count + 1))
+
+
 def quant_bits(tag: str) -> int:
     """Q4_0 → 4, F16 → 16, BF16 → 16, IQ2_XXS → 2; 0 when the tag has no digit."""
     digits = re.search(r"\d+", tag)

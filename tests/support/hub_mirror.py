@@ -34,11 +34,15 @@ class Repo:
     gated: bool = False
     token: str | None = None              # the token a gated repo takes
     mode: str = ""                        # html, corrupt, cut, redirect_scheme, huge_length, endless, traversal,
-    #                                       no_range, slow, relative_redirect
+    #                                       no_range, slow, relative_redirect, redirect_loop, wrong_range,
+    #                                       short_length, looping_pages; several joined by "+"
     cut_at: int = 0                       # cut: the connection closes after this many body bytes (once per file)
     delay: float = 0.0                    # slow: seconds between chunks
     extra_listing: list[dict] = field(default_factory=list)
     cuts_left: int = 1
+
+    def has(self, mode: str) -> bool:
+        return mode in self.mode.split("+")
 
 
 @dataclass
@@ -88,7 +92,7 @@ def listing(repo: Repo) -> list[dict]:
         items.append({"type": "file", "oid": hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest(),
                       "size": len(data), "path": path,
                       "lfs": {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}})
-    if repo.mode == "traversal":
+    if repo.has("traversal"):
         data = next(iter(repo.files.values()))
         for bad in ("../../../evil-Q4_K_M.gguf", "/etc/evil-Q4_K_M.gguf", "sub/../../evil-Q4_K_M.gguf"):
             items.append({"type": "file", "oid": "1" * 40, "size": len(data), "path": bad,
@@ -124,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
         repo = self.mirror.repos.get(repo_id)
         if repo is None:
             return self.error(404, "RepoNotFound", "Repository not found")
-        if repo.mode == "html":
+        if repo.has("html"):
             return self.reply(200, b"<!doctype html><html><body>Welcome to the proxy</body></html>", "text/html")
         if parts[2:3] == ["revision"]:
             body = {"id": repo_id, "modelId": repo_id, "sha": repo.commit, "private": False,
@@ -136,7 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
             start = int(query.get("cursor", ["0"])[0])
             page = items[start:start + PAGE_SIZE]
             headers = []
-            if start + PAGE_SIZE < len(items):
+            if repo.has("looping_pages"):       # a next page that is this page again, for ever
+                headers.append(("Link", f'<{self.mirror.endpoint}/api/models/{repo_id}/tree/{repo.commit}'
+                                        f'?recursive=true&cursor={start}>; rel="next"'))
+            elif start + PAGE_SIZE < len(items):
                 headers.append(("Link", f'<{self.mirror.endpoint}/api/models/{repo_id}/tree/{repo.commit}'
                                         f'?recursive=true&cursor={start + PAGE_SIZE}>; rel="next"'))
             return self.reply(200, json.dumps(page).encode(), "application/json", headers)
@@ -153,9 +160,11 @@ class _Handler(BaseHTTPRequestHandler):
         if data is None:
             return self.error(404, "EntryNotFound", "Entry not found")
         sha = hashlib.sha256(data).hexdigest()
-        if repo.mode == "redirect_scheme":
+        if repo.has("redirect_scheme"):
             return self.reply(302, b"", None, [("Location", f"file:///etc/{sha}")])
-        if repo.mode == "relative_redirect":
+        if repo.has("redirect_loop"):
+            return self.reply(302, b"", None, [("Location", f"/{repo_id}/resolve/{repo.commit}/{path}")])
+        if repo.has("relative_redirect"):
             return self.reply(302, b"", None, [("Location", f"/cdn/{sha}")])
         headers = [("Location", f"http://{self.mirror.cdn_host}:{self.mirror.port}/cdn/{sha}"),
                    ("X-Repo-Commit", repo.commit), ("X-Linked-Etag", f'"{sha}"'), ("X-Linked-Size", str(len(data))),
@@ -168,34 +177,37 @@ class _Handler(BaseHTTPRequestHandler):
                                                                    for d in r.files.values())), None)
         if data is None or repo is None:
             return self.reply(404, b"", "text/plain")
-        mode = repo.mode
-        if mode == "html":
+        if repo.has("html"):
             return self.reply(200, b"<html>blocked</html>", "text/html")
-        if mode == "corrupt":
+        if repo.has("corrupt"):
             data = data[:100] + bytes([data[100] ^ 1]) + data[101:]
         start, status, headers = 0, 200, [("ETag", f'"{sha}"'), ("Accept-Ranges", "bytes")]
         wanted = self.headers.get("Range")
-        if wanted and mode != "no_range":
+        if wanted and not repo.has("no_range"):
             start = int(wanted.removeprefix("bytes=").split("-")[0])
             status = 206
+            if repo.has("wrong_range"):     # the answer starts elsewhere than asked (and says so)
+                start = max(0, start - 1000)
             headers.append(("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}"))
         body = data[start:]
         length = len(body)
-        if mode == "huge_length":
+        if repo.has("huge_length"):
             length = 1 << 50
-        headers.append(("Content-Length", str(length)) if mode != "endless" else ("Connection", "close"))
+        if repo.has("short_length"):        # a Content-Length less than the file, then the whole file
+            length -= 1000
+        headers.append(("Content-Length", str(length)) if not repo.has("endless") else ("Connection", "close"))
         self.send_response(status)
         for name, value in headers + [("Content-Type", "application/octet-stream")]:
             self.send_header(name, value)
         self.end_headers()
-        if mode == "cut" and repo.cuts_left > 0:
+        if repo.has("cut") and repo.cuts_left > 0:
             repo.cuts_left -= 1
             self.wfile.write(body[:repo.cut_at])
             self.wfile.flush()
             self.close_connection = True
             return
         try:
-            if mode == "endless":
+            if repo.has("endless"):
                 self.wfile.write(body)
                 for _ in range(1000):
                     self.wfile.write(b"\0" * 65536)
@@ -207,7 +219,7 @@ class _Handler(BaseHTTPRequestHandler):
                     time.sleep(repo.delay)
         except OSError:
             pass
-        self.close_connection = mode == "endless"
+        self.close_connection = repo.has("endless") or repo.has("short_length")
 
     def error(self, status: int, code: str, message: str) -> None:
         self.reply(status, json.dumps({"error": message}).encode(), "application/json",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from pathlib import Path
 
 import orjson
@@ -70,7 +71,10 @@ def manifest_entry(base: Path, manifest: Path) -> ModelEntry | None:
         return None
     org, repo, tag = parts
     try:
-        if manifest.stat().st_size > MAX_MANIFEST_BYTES:
+        found = manifest.stat()
+        if not stat.S_ISREG(found.st_mode):      # a FIFO would block the read: the server would not start
+            raise ValueError("not a regular file")
+        if found.st_size > MAX_MANIFEST_BYTES:
             raise ValueError("too large for a manifest")
         body = orjson.loads(manifest.read_bytes())
         model_file = body["ggufFile"]["rfilename"]

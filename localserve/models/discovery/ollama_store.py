@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import stat
 from pathlib import Path
 
 import orjson
@@ -113,12 +114,12 @@ def entry_of(store: Path, name: str, layers: dict[str, list[Path]]) -> ModelEntr
         raise Skip("it has no GGUF model layer (a format only Ollama's own engine runs)")
     if "adapter" in layers:
         raise Skip("it applies an adapter (LoRA), which this server does not")
-    path = layers["model"][0]
+    path = regular(layers["model"][0], "model")
     with open(path, "rb") as f:
         if f.read(4) != GGUF_MAGIC:
             raise Skip(f"its model layer {path} is not a GGUF file")
     projector = layers.get("projector", [None])[0]
-    if projector is not None and not os.access(projector, os.R_OK):
+    if projector is not None and not (os.access(projector, os.R_OK) and regular(projector, "projector")):
         raise Skip(f"its projector layer {projector} is missing or unreadable")
     system = read_text(layers["system"][-1]) if "system" in layers else None
     params = read_params(layers["params"][-1]) if "params" in layers else {}
@@ -130,14 +131,22 @@ def entry_of(store: Path, name: str, layers: dict[str, list[Path]]) -> ModelEntr
     return ModelEntry(name, str(path), (), overrides, SOURCE, str(store), defaults)
 
 
+def regular(path: Path, layer: str) -> Path:
+    """The layer's blob, once it is a regular file: a FIFO or a device there would block a read
+    (or never end one) and hang the server's start."""
+    if not stat.S_ISREG(path.stat().st_mode):
+        raise Skip(f"its {layer} layer {path} is not a regular file")
+    return path
+
+
 def read_text(path: Path) -> str:
-    if path.stat().st_size > MAX_TEXT_LAYER_BYTES:
+    if regular(path, "system").stat().st_size > MAX_TEXT_LAYER_BYTES:
         raise Skip(f"its system layer {path} is too large")
     return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def read_params(path: Path) -> dict:
-    if path.stat().st_size > MAX_TEXT_LAYER_BYTES:
+    if regular(path, "params").stat().st_size > MAX_TEXT_LAYER_BYTES:
         raise Skip(f"its params layer {path} is too large")
     try:
         params = orjson.loads(path.read_bytes())

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..catalogue import ModelEntry
-from ..gguf_files import basename, best_projector, default_model, first_parts, parts_of, split_info
+from ..gguf_files import basename, best_projector, default_model, first_parts, parts_of, split_info, whole
 
 log = logging.getLogger("localserve.models")
 
@@ -32,6 +32,10 @@ def repo_entries(repo_id: str, base: Path, files: list[str], source: str, origin
     taken: set[str] = set()
     for first in first_parts(files):
         parts = parts_of(files, first)
+        if not whole(parts):
+            log.warning("discovery: %s %s: %s is part 1 of %d but the folder holds %s; skipped", source, repo_id,
+                        first, split_info(first).count, ", ".join(parts))
+            continue
         unreadable = [p for p in parts if not readable(base / p)]
         if unreadable:
             log.warning("discovery: %s %s: %s is missing or unreadable; skipped", source, repo_id,

@@ -15,6 +15,7 @@ Directories inside the repo's folder that lead elsewhere (links planted there) a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -93,27 +94,49 @@ def hasher_for(remote: RemoteFile):
     return digest
 
 
+def check_space(repo: RepoCache, files: list[RemoteFile]) -> None:
+    """Room on the disk for every file a pull still lacks (less what their partials hold), before
+    its first byte: a split model must not fail at its last part for want of room."""
+    blobs = inside(repo.path, repo.path / "blobs")
+    needed = 0
+    for remote in files:
+        if not repo.blob(remote.blob_name).is_file():
+            partial = repo.incomplete(remote.blob_name)
+            have = partial.stat().st_size if partial.is_file() and not partial.is_symlink() else 0
+            needed += remote.size - min(have, remote.size)
+    refuse_unless_room(blobs, needed, f"{len(files)} file(s)" if len(files) > 1 else files[0].path)
+
+
+def refuse_unless_room(blobs: Path, needed: int, what: str) -> None:
+    free = shutil.disk_usage(blobs).free
+    if free < needed + DISK_MARGIN:
+        raise HubError(507, f"not enough disk space for {what}: it needs {mib(needed)} MiB (and {mib(DISK_MARGIN)} "
+                            f"MiB to spare), {mib(free)} MiB are free in {blobs}", "insufficient_storage")
+
+
 def download(client: HubClient, repo: RepoCache, commit: str, remote: RemoteFile, blobs: Path,
              progress: Callable[[int], None], cancelled: threading.Event) -> None:
     partial = repo.incomplete(remote.blob_name)
     fd = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    with os.fdopen(fd, "r+b") as out:
-        have = os.fstat(fd).st_size
-        if have > remote.size:          # not a prefix of this file: start again
-            out.truncate(0)
-            have = 0
-        free = shutil.disk_usage(blobs).free
-        if free < remote.size - have + DISK_MARGIN:
-            raise HubError(507, f"not enough disk space for {remote.path}: it needs {mib(remote.size - have)} MiB "
-                                f"(and {mib(DISK_MARGIN)} MiB to spare), {mib(free)} MiB are free in {blobs}",
-                           "insufficient_storage")
-        digest = hasher_for(remote)
-        out.seek(0)
-        for chunk in iter(lambda: out.read(CHUNK), b""):
-            digest.update(chunk)
-        have, digest = receive(client, repo, commit, remote, out, have, digest, progress, cancelled)
-        out.flush()
-        os.fsync(out.fileno())
+    try:
+        with os.fdopen(fd, "r+b") as out:
+            have = os.fstat(fd).st_size
+            if have > remote.size:          # not a prefix of this file: start again
+                out.truncate(0)
+                have = 0
+            refuse_unless_room(blobs, remote.size - have, remote.path)
+            digest = hasher_for(remote)
+            out.seek(0)
+            for chunk in iter(lambda: out.read(CHUNK), b""):
+                digest.update(chunk)
+            have, digest = receive(client, repo, commit, remote, out, have, digest, progress, cancelled)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise HubError(507, f"{remote.path}: the disk filled up while it downloaded ({blobs}); the part received is "
+                            f"kept for the next pull to resume once there is room", "insufficient_storage") from None
     expected = remote.sha256 or remote.git_oid
     if digest.hexdigest() != expected:
         partial.unlink(missing_ok=True)      # wrong bytes are no start for a resume
@@ -161,15 +184,15 @@ def receive(client: HubClient, repo: RepoCache, commit: str, remote: RemoteFile,
 
 
 def check_length(answer, remote: RemoteFile, have: int) -> None:
-    declared = answer.header("Content-Length")
-    if declared is not None and (not declared.isdigit() or int(declared) != remote.size - have):
-        raise HubError(502, f"{remote.path}: {shown_host(answer.url)} announced {declared[:30]} bytes where "
-                            f"{remote.size - have} were left of the {remote.size} the listing gives", "size_mismatch")
-    if have and answer.status == 206:
+    if have and answer.status == 206:      # the range first: a range elsewhere has its own right length
         ranged = answer.header("Content-Range") or ""
         if not ranged.startswith(f"bytes {have}-"):
             raise HubError(502, f"{remote.path}: {shown_host(answer.url)} sent the range '{ranged[:60]}' where "
                                 f"bytes {have}- were asked", "size_mismatch")
+    declared = answer.header("Content-Length")
+    if declared is not None and (not declared.isdigit() or int(declared) != remote.size - have):
+        raise HubError(502, f"{remote.path}: {shown_host(answer.url)} announced {declared[:30]} bytes where "
+                            f"{remote.size - have} were left of the {remote.size} the listing gives", "size_mismatch")
 
 
 def mib(n: int) -> int:

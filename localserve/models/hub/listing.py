@@ -23,6 +23,7 @@ from .errors import HubError
 log = logging.getLogger("localserve.models")
 
 MAX_PAGES = 100               # pages of a tree listing (the Hub sends 1,000 entries a page)
+MAX_FILES = 100_000           # files a repo may list (the Hub's largest GGUF repos list a few thousand)
 GIT_OID = re.compile(r"^[0-9a-f]{40}$")
 NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 
@@ -57,19 +58,25 @@ def list_repo(client: HubClient, repo_id: str, revision: str = "main") -> Listin
     if info.get("gated") not in (None, False) and not client.config.token:
         raise HubError(401, f"{what}: the repo is gated: accept its terms on the Hub and set HF_TOKEN", "gated_repo")
     files: dict[str, RemoteFile] = {}
-    url: str | None = client.api_url("models", repo_id, "tree", commit, query="recursive=true")
+    listed = 0
+    url = client.api_url("models", repo_id, "tree", commit, query="recursive=true")
     for _ in range(MAX_PAGES):
-        if url is None:
-            break
         items, answer = client.get_json(url, f"{what}: its file list")
         if not isinstance(items, list):
             raise HubError(502, f"{what}: its file list is not a JSON array")
+        listed += len(items)
+        if listed > MAX_FILES:      # counted before each is read: a bad one is a log line
+            raise HubError(502, f"{what}: its file list names more than {MAX_FILES} files; not a repo to pull from")
         for item in items:
             remote = read_item(item, repo_id)
             if remote is not None:
                 files[remote.path] = remote
-        url = next_page(answer.header("Link"), client.config.endpoint)
-    return Listing(repo_id, commit, files)
+        following = next_page(answer.header("Link"), client.config.endpoint)
+        if following is None:
+            return Listing(repo_id, commit, files)
+        url = following
+    # a partial list could choose the wrong quant or miss a part: none at all
+    raise HubError(502, f"{what}: its file list goes on past {MAX_PAGES} pages; not a repo to pull from")
 
 
 def read_item(item: object, repo_id: str) -> RemoteFile | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..gguf_files import best_projector, default_model, first_parts, matching_quant, split_info
+from ..gguf_files import best_projector, default_model, first_parts, matching_quant, parts_of, split_info, whole
 from .errors import HubError
 from .listing import Listing, RemoteFile
 from .names import HubName
@@ -30,11 +30,10 @@ def plan_pull(listing: Listing, name: HubName) -> Plan:
         raise HubError(404, f"repo {listing.repo_id} has no '{name.quant}' quant; it has {', '.join(quants)}",
                        "unknown_quant")
     info = split_info(chosen)
-    parts = [p for p in paths if (s := split_info(p)) is not None and s.prefix == info.prefix and s.count == info.count]
-    if len(parts) != info.count:
+    parts = parts_of(paths, chosen)
+    if not whole(parts):
         raise HubError(502, f"repo {listing.repo_id}: {chosen} is part 1 of {info.count} but the repo lists "
-                            f"{len(parts)} of them")
-    parts.sort(key=lambda p: split_info(p).index)
+                            f"{', '.join(parts[:4])}{' …' if len(parts) > 4 else ''}")
     projector = best_projector(paths, chosen)
     wanted = parts + ([projector] if projector else [])
     return Plan(chosen, [listing.files[p] for p in wanted], info.tag or info.prefix.rsplit("/", 1)[-1])

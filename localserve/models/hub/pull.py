@@ -22,7 +22,7 @@ from ..hf_layout import RepoCache, cache_root, snapshot_files
 from .client import HubClient, HubConfig
 from .downloads import SHARED, Downloads
 from .errors import HubError
-from .fetch import fetch_file, inside
+from .fetch import check_space, fetch_file, inside
 from .listing import Listing, RemoteFile, list_repo
 from .names import HubName, parse_hub_name
 from .plan import Plan, plan_pull
@@ -101,6 +101,7 @@ def run(prepared: Prepared, downloads: Downloads = SHARED) -> Iterator[Progress]
         yield Progress("success")
         return
     plan, repo, client = prepared.plan, prepared.repo, prepared.client
+    check_space(repo, plan.files)
     for remote in plan.files:
         yield from fetch_shared(prepared, remote, downloads)
     yield Progress("verifying sha256 digest")

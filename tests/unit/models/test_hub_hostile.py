@@ -1,0 +1,190 @@
+"""A pull and discovery attacked: a mirror that lies (a listing that never ends, a range that
+starts elsewhere, a Content-Length less than the file, a redirect loop, split parts that lie
+about their count), a full disk found before the first byte or during a write, and stores whose
+files are not files (a FIFO would block a read for ever)."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
+
+from hub_mirror import Mirror, Repo  # noqa: E402
+from stores import hf_cache, llamacpp_flat, ollama_store  # noqa: E402
+
+from localserve.models.discovery import sources as discovery  # noqa: E402
+from localserve.models.hub import fetch as hub_fetch  # noqa: E402
+from localserve.models.hub import listing as hub_listing  # noqa: E402
+from localserve.models.hub import pull as hub_pull  # noqa: E402
+from localserve.models.hub.client import HubConfig  # noqa: E402
+from localserve.models.hub.downloads import Downloads  # noqa: E402
+from localserve.models.hub.errors import HubError  # noqa: E402
+
+MODEL = b"GGUF" + os.urandom(200_000)
+PART2 = b"GGUF" + os.urandom(100_000)
+GGUF = b"GGUF" + b"\0" * 60
+
+
+@pytest.fixture
+def mirror():
+    server = Mirror()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    root = tmp_path / "hub"
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    return root
+
+
+def pull(mirror, name):
+    prepared = hub_pull.prepare(name, HubConfig(mirror.endpoint, None, False))
+    return prepared, list(hub_pull.run(prepared, Downloads()))
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def finished(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.name.endswith((".incomplete", ".lock"))]
+
+
+def test_a_listing_whose_next_page_never_ends_is_refused(mirror, cache):
+    mirror.add("org/Loop-GGUF", Repo({"a-Q4_K_M.gguf": MODEL, "b-Q8_0.gguf": PART2, "c.md": b"x"},
+                                     mode="looping_pages"))
+    with pytest.raises(HubError, match="pages") as caught:
+        hub_pull.prepare("org/Loop-GGUF", HubConfig(mirror.endpoint, None, False))
+    assert caught.value.status == 502
+    assert len([s for s in mirror.seen if "/tree/" in s.path]) == hub_listing.MAX_PAGES
+
+
+def test_a_listing_of_too_many_files_is_refused(mirror, cache, monkeypatch):
+    monkeypatch.setattr(hub_listing, "MAX_FILES", 3)
+    repo = Repo({"a-Q4_K_M.gguf": MODEL})
+    repo.extra_listing = [{"type": "file", "path": f"f{i}.txt", "size": 1, "oid": "1" * 40} for i in range(5)]
+    mirror.add("org/Many-GGUF", repo)
+    with pytest.raises(HubError, match="more than 3 files"):
+        hub_pull.prepare("org/Many-GGUF", HubConfig(mirror.endpoint, None, False))
+
+
+@pytest.mark.parametrize("files", [
+    {"s-Q4_0-00001-of-00003.gguf": MODEL, "s-Q4_0-00002-of-00003.gguf": PART2},
+    {"s-Q4_0-00001-of-00002.gguf": MODEL, "s-Q4_0-00003-of-00002.gguf": PART2},
+    {"s-Q4_0-00001-of-00002.gguf": MODEL, "s-Q4_0-00002-of-00002.gguf": PART2, "s-Q4_0-00002-OF-00002.gguf": GGUF}])
+def test_split_parts_that_lie_about_their_count(mirror, cache, tmp_path, files):
+    mirror.add("org/Split-GGUF", Repo(files))
+    with pytest.raises(HubError, match="part 1 of") as caught:
+        hub_pull.prepare("org/Split-GGUF", HubConfig(mirror.endpoint, None, False))
+    assert caught.value.status == 502
+    hf_cache(tmp_path / "disc", "org/Split-GGUF", files)
+    assert discovery.discover(("hf",), {"HOME": str(tmp_path), "HF_HUB_CACHE": str(tmp_path / "disc")}) == []
+
+
+@pytest.mark.parametrize("mode, words", [
+    ("redirect_loop", "more than 5 redirects"), ("short_length", "announced"),
+    ("cut+wrong_range", "sent the range 'bytes 99000-")])
+def test_lying_answers(mirror, cache, mode, words):
+    mirror.add("org/Lie-GGUF", Repo({"l-Q4_K_M.gguf": MODEL}, mode=mode, cut_at=100_000))
+    if "cut" in mode:
+        with pytest.raises(HubError, match="ended the file"):
+            pull(mirror, "org/Lie-GGUF")
+    with pytest.raises(HubError, match=words) as caught:
+        pull(mirror, "org/Lie-GGUF")
+    assert caught.value.status == 502 and finished(cache) == []
+
+
+def test_a_200_where_206_was_asked_starts_again(mirror, cache):
+    mirror.add("org/Whole-GGUF", Repo({"w-Q4_K_M.gguf": MODEL}, mode="cut+no_range", cut_at=100_000))
+    with pytest.raises(HubError, match="ended the file"):
+        pull(mirror, "org/Whole-GGUF")
+    pull(mirror, "org/Whole-GGUF")
+    assert [s.range for s in mirror.cdn_requests(sha(MODEL))] == [None, "bytes=100000-"]
+    assert (cache / "models--org--Whole-GGUF" / "blobs" / sha(MODEL)).read_bytes() == MODEL
+
+
+def test_the_disk_is_checked_for_every_part_before_the_first_byte(mirror, cache, monkeypatch):
+    mirror.add("org/Big-GGUF", Repo({"b-Q4_0-00001-of-00002.gguf": MODEL, "b-Q4_0-00002-of-00002.gguf": PART2}))
+    real = shutil.disk_usage
+    free = hub_fetch.DISK_MARGIN + len(MODEL) + len(PART2) // 2      # room for the first part, not both
+    monkeypatch.setattr(hub_fetch.shutil, "disk_usage", lambda p: real(p)._replace(free=free))
+    with pytest.raises(HubError, match="not enough disk space") as caught:
+        pull(mirror, "org/Big-GGUF")
+    assert caught.value.status == 507 and not [s for s in mirror.seen if "/resolve/" in s.path]
+
+
+def test_a_disk_that_fills_during_the_download(mirror, cache, monkeypatch):
+    mirror.add("org/Full-GGUF", Repo({"f-Q4_K_M.gguf": MODEL}))
+    real_fdopen = os.fdopen
+
+    class Filling:
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            if self.f.tell() + len(data) > 50_000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(data)
+
+    monkeypatch.setattr(hub_fetch.os, "fdopen", lambda fd, mode: Filling(real_fdopen(fd, mode)))
+    with pytest.raises(HubError, match="disk") as caught:
+        pull(mirror, "org/Full-GGUF")
+    assert caught.value.status == 507 and caught.value.code == "insufficient_storage"
+    assert finished(cache) == []
+
+
+def discover_within(sources, env, seconds: float = 5.0):
+    """Discovery on a thread: a store that blocks a read must not hang it."""
+    found: list = []
+    thread = threading.Thread(target=lambda: found.append(discovery.discover(sources, env)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert found, "discovery hung on a file that is no regular file"
+    return found[0]
+
+
+@pytest.mark.parametrize("layer", ["model", "system", "params"])
+def test_an_ollama_layer_that_is_a_fifo_is_skipped(tmp_path, caplog, layer):
+    store = tmp_path / "ollama"
+    blob = ollama_store(store, ("registry.ollama.ai", "library", "fifo", "latest"), GGUF + b"f", system="s",
+                        params={"temperature": 0.1})
+    ollama_store(store, ("registry.ollama.ai", "library", "ok", "latest"), GGUF + b"o")
+    if layer != "model":
+        data = b"s" if layer == "system" else json.dumps({"temperature": 0.1}).encode()
+        blob = store / "blobs" / f"sha256-{sha(data)}"
+    blob.unlink()
+    os.mkfifo(blob)
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discover_within(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
+    assert [e.name for e in found] == ["ok:latest"]
+    assert any("fifo:latest" in r.getMessage() for r in caplog.records)
+
+
+def test_a_llamacpp_manifest_that_is_a_fifo_is_skipped(tmp_path):
+    llamacpp_flat(tmp_path / "llama.cpp", "ggml-org", "flat-GGUF", "Q4_0", "flat-Q4_0.gguf", GGUF)
+    manifest = next((tmp_path / "llama.cpp").glob("manifest=*.json"))
+    manifest.unlink()
+    os.mkfifo(manifest)
+    found = discover_within(("llamacpp",), {"HOME": str(tmp_path), "LLAMA_CACHE": str(tmp_path / "llama.cpp")})
+    assert [e.path for e in found] == [str(tmp_path / "llama.cpp" / "ggml-org_flat-GGUF_flat-Q4_0.gguf")]
