@@ -22,6 +22,7 @@ from .job_events import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
 from .pump import StreamShape, stream_job
 from .services import Services
+from .stored_defaults import StoredFields, put_stored
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ..models.served import ServedModel
@@ -44,16 +45,20 @@ def wants_stream(body: dict) -> bool:
 
 def serve_generation(exchange: Exchange, services: Services, read: Callable[[ServedModel, dict], Reply],
                      streams: Callable[[dict], bool] = wants_stream,
-                     shape_type: type[StreamShape] = StreamShape, body: dict | None = None) -> None:
+                     shape_type: type[StreamShape] = StreamShape, body: dict | None = None,
+                     stored: StoredFields | None = None) -> None:
     """read(model, body) → the Reply; the cycle runs around it. `streams(body)`: whether the
     client asked for a stream; `shape_type`: the class of the Reply's stream shape, whose
     loading_notice() such a stream hears while its model loads; `body`: the fields of a body
-    that is no JSON (a multipart form: openai/transcriptions.py), else the JSON body is read."""
+    that is no JSON (a multipart form: openai/transcriptions.py), else the JSON body is read;
+    `stored`: where the dialect's body takes the model's stored defaults (stored_defaults.py)."""
     models = services.ready()
     body = exchange.json() if body is None else body
     stream = streams(body)
 
     def serve(model: ServedModel) -> None:
+        if stored is not None:
+            put_stored(model.entry.defaults, body, stored)
         reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 class ModelDefaults:
     system: str | None = None
     options: tuple[tuple[str, object], ...] = ()      # Ollama's option names: temperature, stop, top_k, ...
+    template: str | None = None     # Ollama's Go template (never run: a GGUF without its own is refused at load)
 
     def options_under(self, given: dict | None) -> dict:
         """The request's options with this model's beneath them."""

@@ -132,7 +132,8 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
         engine.projector = _projector(engine, settings, threads)
         progress(MMPROJ_MODEL, 1.0)
         watch.lap("vision projector")
-        chat = _chat_model(engine, settings, entry.name)
+        chat = _chat_model(engine, settings, entry.name,
+                           go_template=entry.defaults is not None and bool(entry.defaults.template))
         watch.lap("chat template")
         spec = spec_for(engine, settings.pooling, settings.batch_size)
         progress(SPEC_MODEL, 0.0)
@@ -191,7 +192,10 @@ def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel
         raise LoadFailed(str(exc), usage=True) from None
 
 
-def _chat_model(engine: Engine, settings: Settings, name: str) -> ChatModel:
+def _chat_model(engine: Engine, settings: Settings, name: str, go_template: bool = False) -> ChatModel:
+    """go_template: Ollama's store keeps a Go template for the model (its template layer), which
+    this server cannot run: a model whose GGUF has no usable template of its own is refused
+    rather than served with a builtin one its maker never wrote it for."""
     info = engine.info
     try:
         template = choose_template(gguf_template=info.chat_template, architecture=info.architecture,
@@ -199,6 +203,11 @@ def _chat_model(engine: Engine, settings: Settings, name: str) -> ChatModel:
                                    override_path=settings.chat_template_file)
     except TemplateError as exc:
         raise LoadFailed(f"chat template: {exc}", usage=True) from None
+    if go_template and template.source.startswith("builtin:"):
+        raise LoadFailed(f"chat template: '{name}' has no usable chat template in its GGUF, and the one Ollama "
+                         f"keeps for it is a Go template, which this server does not run; give it a Jinja one: a "
+                         f"[models.\"{name}\"] table with its path and chat_template_file",
+                         usage=True)
     template.caps  # noqa: B018  (probed now, at load, not on the first request)
     # <think> splitting for models whose vocabulary has it as one token
     thinks = len(engine.tokenize("<think>", add_special=False)) == 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -95,6 +96,30 @@ def test_ollama_pull_streams_progress_then_serves(server, home, files, mirror):
     assert models["org/Tiny-GGUF:Q8_0"]["architecture"]["input_modalities"] == ["text", "image"]
     again = httpx.post(server.base_url + "/api/pull", json={"model": "hf.co/org/Tiny-GGUF:Q8_0", "stream": False})
     assert again.json() == {"status": "success"}
+
+
+OLLAMA_AS_DOCUMENTED = """
+import json, ollama
+statuses = [p.status for p in ollama.pull("hf.co/org/Tiny-GGUF", stream=True)]
+names = [m.model for m in ollama.list().models]
+shown = ollama.show("hf.co/org/Tiny-GGUF:Q4_K_M")
+print(json.dumps({"statuses": statuses, "names": names, "family": shown.details.family,
+                  "capabilities": shown.capabilities}))
+"""
+
+
+def test_the_ollama_module_as_its_readme_configures_it(server):
+    """The ollama package's own functions (its README's `ollama.pull`, `ollama.list`,
+    `ollama.show`), pointed at this server by OLLAMA_HOST as its docs say."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "HTTP_", "HTTPS_", "http_", "https_"))}
+    done = subprocess.run([sys.executable, "-c", OLLAMA_AS_DOCUMENTED], capture_output=True, text=True, timeout=120,
+                          env={**env, "OLLAMA_HOST": f"127.0.0.1:{server.port}"})
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["statuses"][0] == "pulling manifest" and said["statuses"][-1] == "success"
+    assert any(s.startswith("pulling ") and s != "pulling manifest" for s in said["statuses"])
+    assert "org/Tiny-GGUF:Q4_K_M" in said["names"] and "own" in said["names"]
+    assert said["family"] == "llama" and "completion" in said["capabilities"]
 
 
 @pytest.mark.parametrize("name, status, words", [

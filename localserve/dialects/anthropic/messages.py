@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
+from .. import stored_defaults
 from ...generation import GenerationRequest
 from ...prompt.build import ChatModel, tokenize_shown
 from ...prompt.compaction import leading_system
@@ -36,7 +37,8 @@ log = logging.getLogger("localserve.anthropic")
 
 
 def handle_messages(services: Services, exchange: Exchange) -> None:
-    serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model))
+    serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model),
+                     stored=stored_defaults.MESSAGES)
 
 
 def read_reply(services: Services, exchange: Exchange, body: dict, model: ServedModel) -> Reply:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from .. import stored_defaults
 from ...errors import ApiError
 from ...generation import Chunk, GenerationOutput, GenerationRequest, SamplingParams
 from ...grammar.grammar import SchemaError, json_schema_grammar
@@ -62,7 +63,7 @@ def handle(services: Services, exchange: Exchange) -> None:
         final = CompletionFinal(plan, model.model_id, model.chat)
         return Reply(plan.request, shape=lambda gen: CompletionChunks(final), whole=final.body)
 
-    serve_generation(exchange, services, reply)
+    serve_generation(exchange, services, reply, stored=stored_defaults.LLAMA_COMPLETION)
 
 
 def read_one(model: ServedModel, body: dict, prompt: Any, index: int, label: str) -> CompletionFinal:

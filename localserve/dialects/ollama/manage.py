@@ -8,8 +8,10 @@ progress lines (`pulling manifest`, `pulling <digest>` with `digest`, `total`, `
 `verifying sha256 digest`, `writing manifest`, `success`). A bad name, a repo or quant not
 there, a gated repo are errors before the stream; a failure during it is an `{"error"}` line.
 A client that leaves stops the download (once no other pull wants the file; the partial file
-is kept for the next pull). Ollama's own registry is not reached; push, create, copy and
-delete are a clear 400: this server never writes or removes models.
+is kept for the next pull). Ollama's own registry is not reached; push, create and copy are a
+clear 400. So is delete, touching nothing: a model found in another tool's store is that tool's
+to remove (the answer names how), and a pulled one lives in the Hugging Face cache that other
+tools share and may be using it (`hf cache delete` removes it there).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from ..exchange import Exchange
 from ..fields import read_bool
 from ..pulls import api_error, prepare, progress
 from ..services import Services
-from .names import catalogue_name, requested_name
+from .names import not_found, requested_name
 
 NDJSON = "application/x-ndjson"
-LOCAL_ONLY = "this server (localserve) never writes or removes models"
+LOCAL_ONLY = ("this server (localserve) makes no models of its own: it serves files, other tools' stores and "
+              "pulls from the Hub")
 HUB_ONLY = ("it pulls from the Hugging Face Hub only (hf.co/org/repo[:quant]), never from Ollama's registry")
 
 
@@ -86,9 +89,21 @@ def refused(action: str, services: Services, exchange: Exchange) -> None:
     raise ApiError(400, f"{action} is not available: {LOCAL_ONLY}", code="not_supported")
 
 
+# How each store's own tool removes a model (discovery's sources, and the configured ones)
+REMOVED_BY = {
+    "ollama": "it is in Ollama's store, which this server only reads: remove it with `ollama rm {name}`",
+    "hf-cache": "it is in the Hugging Face cache, which other tools share: remove it with `hf cache delete` "
+                "(huggingface_hub's CLI)",
+    "lmstudio": "it is in LM Studio's models folder, which this server only reads: remove it in LM Studio",
+    "llamacpp-cache": "it is in llama.cpp's download cache, which this server only reads: remove its files there",
+}
+
+
 def delete(services: Services, exchange: Exchange) -> None:
     models = services.ready()
     name = requested_name(exchange.json())
-    catalogue_name(models, name)        # Ollama's 404 for a name not there
-    raise ApiError(400, f"model '{shown(name)}' was not deleted: {LOCAL_ONLY}; remove it from the "
-                        f"configuration instead", code="not_supported")
+    entry = models.catalogue.exact(name)
+    if entry is None:
+        raise not_found(name)           # Ollama's 404 for a name not there
+    why = REMOVED_BY.get(entry.source, "remove it from the configuration instead").format(name=entry.name)
+    raise ApiError(400, f"model '{shown(name)}' was not deleted: {why}", code="not_supported")

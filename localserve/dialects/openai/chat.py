@@ -6,6 +6,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from .. import stored_defaults
+from ..stored_defaults import StoredFields
 from ...conversation import ToolDefinition
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
 from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
@@ -29,14 +31,15 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 
 def handle(services: Services, exchange: Exchange) -> None:
     serve_openai(services, exchange, lambda model, body, request_id: read_request(model.chat, body, request_id),
-                 "chatcmpl-", final_response, ChatChunks)
+                 "chatcmpl-", final_response, ChatChunks, stored=stored_defaults.CHAT)
 
 
 def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks,
-                 param: str = "messages") -> None:
+                 param: str = "messages", stored: StoredFields | None = None) -> None:
     """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
     job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
-    stream; `param`: the field a refused prompt names (the prompt's field)."""
+    stream; `param`: the field a refused prompt names (the prompt's field); `stored`: where the
+    body takes a model's stored defaults."""
     def reply(model: ServedModel, body: dict) -> Reply:
         with prompt_refusals(param):
             gen_request = read(model, body, exchange.request_id)
@@ -45,7 +48,7 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
         return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
                      whole=lambda output: final(output, meta, gen_request.logprobs))
 
-    serve_generation(exchange, services, reply)
+    serve_generation(exchange, services, reply, stored=stored)
 
 
 def read_request(chat_model: ChatModel, body: dict, request_id: str) -> GenerationRequest:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import stored_defaults
 from ...engine.facade import EngineFacade
 from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
@@ -33,7 +34,7 @@ def handle(services: Services, exchange: Exchange) -> None:
     def chunks(meta: dict, include_usage: bool) -> CompletionChunks:
         return CompletionChunks(meta, include_usage, echoed[0])
 
-    serve_openai(services, exchange, read, "cmpl-", final, chunks, param="prompt")
+    serve_openai(services, exchange, read, "cmpl-", final, chunks, param="prompt", stored=stored_defaults.COMPLETIONS)
 
 
 def read_prompt_tokens(engine: EngineFacade, prompt: Any) -> list[int]:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import stored_defaults
 from ...errors import ApiError, ClientGone
 from ...generation import ActiveGeneration, Finished, GenerationFailure
 from ..exchange import Exchange
@@ -46,7 +47,7 @@ def encode(events: list[dict]) -> bytes:
 
 def create(responses: ResponsesServices, exchange: Exchange) -> None:
     serve_generation(exchange, responses.services, lambda model, body: read_reply(responses, exchange, body, model),
-                     streams=lambda body: body.get("stream") is True)
+                     streams=lambda body: body.get("stream") is True, stored=stored_defaults.RESPONSES)
 
 
 def read_reply(responses: ResponsesServices, exchange: Exchange, body: dict, model: ServedModel) -> Reply:

@@ -8,7 +8,7 @@ Layers read (Ollama's server/images.go): `application/vnd.ollama.image.model` th
 `…image.projector` its projector, `…image.system` the system prompt, `…image.params` the
 options (JSON; `num_ctx` becomes the model's context, the rest defaults under each request's
 options: defaults.py). `…image.template` is a Go template this server cannot run: the GGUF's
-own chat template is used. A model with an adapter, or whose model layer is not a GGUF (Ollama's
+own chat template is used, and a model whose GGUF has none is refused at load (loaded.py). A model with an adapter, or whose model layer is not a GGUF (Ollama's
 newer tensor formats), is skipped with a log line. Names as Ollama shows them
 (types/model/name.go DisplayShortest): `llama3.2:latest` for registry.ollama.ai/library,
 `namespace/model:tag` for its other namespaces, `host/namespace/model:tag` for other hosts
@@ -121,13 +121,15 @@ def entry_of(store: Path, name: str, layers: dict[str, list[Path]]) -> ModelEntr
     projector = layers.get("projector", [None])[0]
     if projector is not None and not (os.access(projector, os.R_OK) and regular(projector, "projector")):
         raise Skip(f"its projector layer {projector} is missing or unreadable")
-    system = read_text(layers["system"][-1]) if "system" in layers else None
+    system = read_text(layers["system"][-1], "system") if "system" in layers else None
+    template = read_text(layers["template"][-1], "template") if "template" in layers else None
     params = read_params(layers["params"][-1]) if "params" in layers else {}
     overrides: tuple[tuple[str, object], ...] = (("mmproj", str(projector) if projector else None),)
     num_ctx = params.pop("num_ctx", None)
     if isinstance(num_ctx, int) and not isinstance(num_ctx, bool) and num_ctx > 0:
         overrides += (("ctx_size", num_ctx),)
-    defaults = ModelDefaults(system, tuple(sorted(params.items()))) if system or params else None
+    defaults = ModelDefaults(system, tuple(sorted(params.items())), template) if system or params or template \
+        else None
     return ModelEntry(name, str(path), (), overrides, SOURCE, str(store), defaults)
 
 
@@ -139,9 +141,9 @@ def regular(path: Path, layer: str) -> Path:
     return path
 
 
-def read_text(path: Path) -> str:
-    if regular(path, "system").stat().st_size > MAX_TEXT_LAYER_BYTES:
-        raise Skip(f"its system layer {path} is too large")
+def read_text(path: Path, layer: str) -> str:
+    if regular(path, layer).stat().st_size > MAX_TEXT_LAYER_BYTES:
+        raise Skip(f"its {layer} layer {path} is too large")
     return path.read_bytes().decode("utf-8", errors="replace")
 
 

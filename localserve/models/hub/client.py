@@ -17,6 +17,7 @@ import http.client
 import os
 import socket
 import ssl
+import time
 from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -30,6 +31,7 @@ CONNECT_TIMEOUT = 30.0      # seconds to reach the Hub or a mirror
 READ_TIMEOUT = 60.0         # seconds a read may wait for the next bytes before the pull fails (resumable)
 MAX_REDIRECTS = 5
 MAX_API_BYTES = 16 << 20    # a repo listing of thousands of files is a few MB
+API_DEADLINE = 120.0        # seconds one API answer may take whole (a mirror dripping a byte at a time)
 REDIRECTS = (301, 302, 303, 307, 308)
 USER_AGENT = f"localserve/{__version__}"
 
@@ -97,10 +99,13 @@ class HubClient:
             if declared and declared.isdigit() and int(declared) > MAX_API_BYTES:
                 raise HubError(502, f"{what}: {shown_host(url)} answered {declared} bytes; more than a listing holds")
             body = bytearray()
+            deadline = time.monotonic() + API_DEADLINE
             while chunk := answer.read(1 << 16):
                 body += chunk
                 if len(body) > MAX_API_BYTES:
                     raise HubError(502, f"{what}: {shown_host(url)} answered more than {MAX_API_BYTES} bytes")
+                if time.monotonic() > deadline:     # each read within READ_TIMEOUT is no bound on them all
+                    raise HubError(502, f"{what}: {shown_host(url)} took more than {API_DEADLINE:g} s to answer")
         finally:
             answer.close()
         try:

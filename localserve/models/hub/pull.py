@@ -9,6 +9,7 @@ already in the cache is found there, anything else is an error.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,16 +139,21 @@ def link(repo: RepoCache, snapshot: Path, remote: RemoteFile) -> None:
     relative = os.path.relpath(repo.blob(remote.blob_name), parent)
     if target.is_symlink() and os.readlink(target) == relative:
         return
-    temporary = parent / f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    temporary = temporary_beside(parent, target.name)
     os.symlink(relative, temporary)
     os.replace(temporary, target)
 
 
 def write_ref(repo: RepoCache, commit: str) -> None:
     refs = inside(repo.path, repo.ref().parent)
-    temporary = refs / f".main.{os.getpid()}.tmp"
+    temporary = temporary_beside(refs, "main")
     temporary.write_text(commit)
     os.replace(temporary, repo.ref())
+
+
+def temporary_beside(directory: Path, name: str) -> Path:
+    """A name no other writer uses: pulls of one repo run on several threads of one process."""
+    return directory / f".{name}.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
 
 
 def pull_now(name: str, report: Callable[[str], None]) -> list[ModelEntry]:

@@ -23,6 +23,7 @@ from hub_mirror import Mirror, Repo  # noqa: E402
 from stores import hf_cache, llamacpp_flat, ollama_store  # noqa: E402
 
 from localserve.models.discovery import sources as discovery  # noqa: E402
+from localserve.models.hub import client as hub_client  # noqa: E402
 from localserve.models.hub import fetch as hub_fetch  # noqa: E402
 from localserve.models.hub import listing as hub_listing  # noqa: E402
 from localserve.models.hub import pull as hub_pull  # noqa: E402
@@ -69,6 +70,14 @@ def test_a_listing_whose_next_page_never_ends_is_refused(mirror, cache):
         hub_pull.prepare("org/Loop-GGUF", HubConfig(mirror.endpoint, None, False))
     assert caught.value.status == 502
     assert len([s for s in mirror.seen if "/tree/" in s.path]) == hub_listing.MAX_PAGES
+
+
+def test_an_api_answer_dripped_a_byte_at_a_time_is_refused(mirror, cache, monkeypatch):
+    monkeypatch.setattr(hub_client, "API_DEADLINE", 0.3)
+    mirror.add("org/Drip-GGUF", Repo({"a-Q4_K_M.gguf": MODEL}, mode="drip_api"))
+    with pytest.raises(HubError, match="took more than 0.3 s") as caught:
+        hub_pull.prepare("org/Drip-GGUF", HubConfig(mirror.endpoint, None, False))
+    assert caught.value.status == 502
 
 
 def test_a_listing_of_too_many_files_is_refused(mirror, cache, monkeypatch):
@@ -188,3 +197,28 @@ def test_a_llamacpp_manifest_that_is_a_fifo_is_skipped(tmp_path):
     os.mkfifo(manifest)
     found = discover_within(("llamacpp",), {"HOME": str(tmp_path), "LLAMA_CACHE": str(tmp_path / "llama.cpp")})
     assert [e.path for e in found] == [str(tmp_path / "llama.cpp" / "ggml-org_flat-GGUF_flat-Q4_0.gguf")]
+
+
+def test_concurrent_pulls_in_one_process_record_the_commit_each(tmp_path):
+    """Pulls of one repo on several threads finish together: each writes refs/main through its
+    own temporary file (one shared name made one of them fail with FileNotFoundError)."""
+    from localserve.models.hf_layout import RepoCache
+    repo = RepoCache(tmp_path, "org/Tiny-GGUF")
+    failures: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def write() -> None:
+        start.wait()
+        for _ in range(50):
+            try:
+                hub_pull.write_ref(repo, "a" * 40)
+            except OSError as exc:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == [] and repo.read_ref() == "a" * 40
+    assert [p.name for p in (repo.path / "refs").iterdir()] == ["main"]
