@@ -35,7 +35,7 @@ class Repo:
     token: str | None = None              # the token a gated repo takes
     mode: str = ""                        # html, corrupt, cut, redirect_scheme, huge_length, endless, traversal,
     #                                       no_range, slow, relative_redirect, redirect_loop, wrong_range,
-    #                                       short_length, looping_pages, drip_api; several joined by "+"
+    #                                       short_length, looping_pages, drip_api, bad_port; several joined by "+"
     cut_at: int = 0                       # cut: the connection closes after this many body bytes (once per file)
     delay: float = 0.0                    # slow: seconds between chunks
     extra_listing: list[dict] = field(default_factory=list)
@@ -128,6 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
         repo = self.mirror.repos.get(repo_id)
         if repo is None:
             return self.error(404, "RepoNotFound", "Repository not found")
+        if repo.has("bad_port"):      # a redirect to a URL no client can open (its port past 65535)
+            return self.reply(302, b"", None, [("Location", f"http://localhost:99999/api/models/{rest}")])
         if repo.has("drip_api"):      # the API's answer a byte at a time, each well within a read timeout
             body = json.dumps({"id": repo_id, "sha": repo.commit, "padding": " " * 4000}).encode()
             self.send_response(200)

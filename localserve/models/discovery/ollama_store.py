@@ -39,6 +39,10 @@ DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})$")
 MAX_MANIFEST_BYTES = 1 << 20       # a manifest lists a few layers: a few kB
 MAX_TEXT_LAYER_BYTES = 1 << 20     # a system prompt or a params object
 GGUF_MAGIC = b"GGUF"
+# Ollama's own rules for a name's parts (types/model/name.go): a folder named otherwise (a
+# newline, an escape sequence) is no model Ollama made, and would be a name in every log line
+HOST_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,349}$")
+NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}$")
 
 
 def stores(environ: dict[str, str]) -> list[Path]:
@@ -76,6 +80,10 @@ def read_model(store: Path, manifest: Path) -> ModelEntry | None:
     if not manifest.is_file():
         return None
     host, namespace, model, tag = manifest.relative_to(store / "manifests").parts
+    if not HOST_PART.match(host) or not all(NAME_PART.match(part) for part in (namespace, model, tag)):
+        log.warning("discovery: %s: %s is not a name Ollama gives; skipped", SOURCE,
+                    ascii("/".join((host, namespace, model, tag)))[:200])
+        return None
     name = display_name(host, namespace, model, tag)
     try:
         layers = read_layers(store, manifest)

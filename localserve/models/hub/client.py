@@ -133,6 +133,11 @@ class HubClient:
 
     def _redirect_target(self, current: str, location: str, what: str) -> str:
         target = urljoin(current, location.strip())
+        try:
+            urlsplit(target).port       # a port past 65535 is a ValueError wherever it is read
+        except ValueError:
+            raise HubError(502, f"{what}: {shown_host(current)} redirected to a URL that cannot be opened (its port "
+                                f"is no port)") from None
         scheme = urlsplit(target).scheme.lower()
         if scheme not in ("http", "https") or not urlsplit(target).hostname:
             raise HubError(502, f"{what}: {shown_host(current)} redirected to a {scheme or 'relative'}: URL; "

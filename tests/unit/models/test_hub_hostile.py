@@ -80,6 +80,13 @@ def test_an_api_answer_dripped_a_byte_at_a_time_is_refused(mirror, cache, monkey
     assert caught.value.status == 502
 
 
+def test_a_redirect_to_a_port_past_65535_is_a_hub_error(mirror, cache):
+    mirror.add("org/Port-GGUF", Repo({"a-Q4_K_M.gguf": MODEL}, mode="bad_port"))
+    with pytest.raises(HubError, match="redirected to a URL that cannot be opened") as caught:
+        hub_pull.prepare("org/Port-GGUF", HubConfig(mirror.endpoint, None, False))
+    assert caught.value.status == 502
+
+
 def test_a_listing_of_too_many_files_is_refused(mirror, cache, monkeypatch):
     monkeypatch.setattr(hub_listing, "MAX_FILES", 3)
     repo = Repo({"a-Q4_K_M.gguf": MODEL})
@@ -222,3 +229,14 @@ def test_concurrent_pulls_in_one_process_record_the_commit_each(tmp_path):
         t.join()
     assert failures == [] and repo.read_ref() == "a" * 40
     assert [p.name for p in (repo.path / "refs").iterdir()] == ["main"]
+
+
+def test_an_ollama_name_ollama_would_not_give_is_skipped(tmp_path, caplog):
+    store = tmp_path / "ollama"
+    ollama_store(store, ("registry.ollama.ai", "library", "evil", "x\n\x1b[31mINJECTED"), GGUF + b"e")
+    ollama_store(store, ("registry.ollama.ai", "library", "ok", "latest"), GGUF + b"o")
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discovery.discover(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
+    assert [e.name for e in found] == ["ok:latest"]
+    said = [r.getMessage() for r in caplog.records if "evil" in r.getMessage()]
+    assert len(said) == 1 and "\n" not in said[0] and "\x1b" not in said[0]
