@@ -556,7 +556,7 @@ MUTANTS = [
             "tests/e2e/test_discovery.py::test_ollama_stored_defaults")),
     # issue 50 attacked: a hostile mirror and store, concurrent pulls, stored defaults on every dialect
     Mutant("concurrent pulls in one process share one temporary refs file", "localserve/models/hub/pull.py",
-           'temporary = temporary_beside(refs, "main")', 'temporary = refs / f".main.{os.getpid()}.tmp"',
+           'temporary = refs / private_name("main")', 'temporary = refs / f".main.{os.getpid()}.tmp"',
            ("tests/unit/models/test_hub_hostile.py::test_concurrent_pulls_in_one_process_record_the_commit_each",)),
     Mutant("split parts that lie about their count taken", "localserve/models/gguf_files.py",
            "[split_info(p).index for p in parts] == list(range(1, info.count + 1))", "len(parts) == info.count",

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -139,21 +138,22 @@ def link(repo: RepoCache, snapshot: Path, remote: RemoteFile) -> None:
     relative = os.path.relpath(repo.blob(remote.blob_name), parent)
     if target.is_symlink() and os.readlink(target) == relative:
         return
-    temporary = temporary_beside(parent, target.name)
+    temporary = parent / private_name(target.name)
     os.symlink(relative, temporary)
     os.replace(temporary, target)
 
 
+def private_name(stem: str) -> str:
+    """A temporary file's name no other writer uses: pulls of one repo run on several threads of
+    one process (and in several processes), each finishing with the same ref and links."""
+    return f".{stem}.{os.getpid()}.{threading.get_ident()}.tmp"
+
+
 def write_ref(repo: RepoCache, commit: str) -> None:
     refs = inside(repo.path, repo.ref().parent)
-    temporary = temporary_beside(refs, "main")
+    temporary = refs / private_name("main")
     temporary.write_text(commit)
     os.replace(temporary, repo.ref())
-
-
-def temporary_beside(directory: Path, name: str) -> Path:
-    """A name no other writer uses: pulls of one repo run on several threads of one process."""
-    return directory / f".{name}.{os.getpid()}.{threading.get_ident()}.{time.monotonic_ns()}.tmp"
 
 
 def pull_now(name: str, report: Callable[[str], None]) -> list[ModelEntry]:
