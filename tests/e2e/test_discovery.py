@@ -137,14 +137,16 @@ def test_stored_defaults_on_every_dialect(server):
 def test_delete_refused_naming_the_stores_own_tool(server, home):
     """Discovered models are read-only: Ollama's DELETE /api/delete answers in Ollama's shape,
     naming the tool that removes the model, and touches nothing."""
-    before = sorted(str(p) for p in home.rglob("*"))
+    stores = (home / ".ollama", home / ".cache" / "huggingface", home / ".lmstudio")
+    listing = lambda: sorted((str(p), p.lstat().st_size) for s in stores for p in s.rglob("*"))   # noqa: E731
+    before = listing()
     client = ollama_client(server)
     for name, words in (("tiny", "ollama rm tiny:latest"), ("hf.co/org/Tiny-GGUF:Q8_0", "hf cache delete"),
                         ("lmstudio-community/Studio-GGUF:Q5_K_M", "LM Studio")):
         with pytest.raises(ollama.ResponseError) as caught:
             client.delete(name)
         assert caught.value.status_code == 400 and words in caught.value.error
-    assert sorted(str(p) for p in home.rglob("*")) == before
+    assert listing() == before
     assert client.show("tiny").details is not None
 
 
