@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from ..errors import ApiError
@@ -49,11 +49,16 @@ def progress(prepared: hub_pull.Prepared, models: ModelManager) -> Iterator[hub_
 
 
 def join_catalogue(prepared: hub_pull.Prepared, models: ModelManager) -> list[str]:
+    """The pulled model's names served. An alias another model holds stays that model's: the
+    repo's bare name belongs to the quant pulled first, though a later pull brings the repo's
+    default quant (Q4_K_M after Q8_0); the model joins by its other names."""
     names = []
     for entry in prepared.entries():
         existing = models.catalogue.exact(entry.name)
-        if existing is None and models.add(entry) is not None:
-            existing = entry
+        if existing is None:
+            entry = replace(entry, aliases=tuple(a for a in entry.aliases if models.catalogue.exact(a) is None))
+            if models.add(entry) is not None:
+                existing = entry
         if existing is not None:
             names.append(existing.name)
     return names

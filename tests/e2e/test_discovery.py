@@ -119,7 +119,6 @@ def test_stored_defaults_on_every_dialect(server):
     plain = openai.chat.completions.create(model="tiny:plain", messages=ask, max_tokens=3, temperature=0)
     assert stored.usage.completion_tokens == 3                                  # num_predict
     assert stored.usage.prompt_tokens > plain.usage.prompt_tokens + 10          # the system prompt
-    assert stored.choices[0].message.content == plain.choices[0].message.content     # temperature 0
     own = openai.chat.completions.create(model="tiny", messages=[{"role": "system", "content": "x"}, *ask],
                                          max_tokens=2)
     assert own.usage.completion_tokens == 2 and own.usage.prompt_tokens < stored.usage.prompt_tokens
