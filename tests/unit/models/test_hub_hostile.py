@@ -240,3 +240,17 @@ def test_an_ollama_name_ollama_would_not_give_is_skipped(tmp_path, caplog):
     assert [e.name for e in found] == ["ok:latest"]
     said = [r.getMessage() for r in caplog.records if "evil" in r.getMessage()]
     assert len(said) == 1 and "\n" not in said[0] and "\x1b" not in said[0]
+
+
+def test_looping_and_huge_manifests_are_skipped(tmp_path, caplog):
+    store = tmp_path / "ollama"
+    ollama_store(store, ("registry.ollama.ai", "library", "ok", "latest"), GGUF + b"o")
+    library = store / "manifests" / "registry.ollama.ai" / "library"
+    (library / "loop").mkdir()
+    (library / "loop" / "latest").symlink_to(library / "loop" / "latest")       # a link to itself
+    (library / "huge").mkdir()
+    (library / "huge" / "latest").write_bytes(b" " * (2 << 20))
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discover_within(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
+    assert [e.name for e in found] == ["ok:latest"]
+    assert any("huge:latest" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records)
