@@ -21,7 +21,7 @@ import pytest
 from bench.bare_vision import BareVision
 from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
-from localserve.prompt.audio import AUDIO_OMITTED
+from localserve.media_checks import AUDIO_OMITTED
 from rawhttp import post_json, request
 from tinyaudio import audio_tokens, flac_bytes, mp3_bytes, tone, wav_bytes, with_xing, write_tiny_audio_mmproj
 from tinymodel import EOG_TEXTS, NO_EOG, token_ids

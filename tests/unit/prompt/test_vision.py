@@ -1,5 +1,6 @@
-"""prompt/vision.py: a model without a vision projector refuses an image in the turn it is asked
-to answer, and shows every other image (earlier turns, tool results) as a placeholder text."""
+"""media_checks.py's fit_media, through prompt/build.py's fit_images: a model without a vision
+projector refuses an image in the turn it is asked to answer, and shows every other image
+(earlier turns, tool results) as a placeholder text."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from localserve.conversation import Image, Message, Text, ToolCall, ToolResult, 
 from localserve.generation import PromptRefused, SamplingParams
 from localserve.images import MAX_IMAGES_PER_REQUEST
 from localserve.prompt.build import ChatInput, ChatModel, build_chat_request, fit_images
-from localserve.prompt.vision import IMAGE_OMITTED
+from localserve.media_checks import IMAGE_OMITTED
 
 TEXT_ONLY = ChatModel(engine=None, template=None, name="tiny")     # the policy reads neither
 SEEING = ChatModel(engine=None, template=None, name="seer", vision=True)
