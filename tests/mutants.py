@@ -621,6 +621,23 @@ MUTANTS = [
             "tests/e2e/test_transcriptions.py::test_a_model_without_an_audio_encoder_is_a_400")),
     Mutant("multipart parts unbounded", "localserve/multipart.py", "        if count > MAX_PARTS:",
            "        if False:", ("tests/unit/test_multipart.py",)),
+    # an image's and a clip's checks in one place (issue 48): media_checks.py
+    Mutant("one clip past the count taken", "localserve/media_checks.py",
+           "    if len(places) > kind.max_per_request:",
+           "    if len(places) > kind.max_per_request + (kind is AUDIO):",
+           ("tests/unit/test_media_checks.py::test_a_body_s_parts_are_counted_at_the_kind_s_own_limit_naming_the_first_"
+            "past_it",)),
+    Mutant("base64 images read without their header checks", "localserve/dialects/image_parts.py",
+           "        return charged(read_base64(IMAGE, data, media_type, where))",
+           "        return charged(Image(__import__('base64').b64decode(data), media_type or 'image/png', where=where))",
+           ("tests/unit/dialects/test_conversation_reading.py", "tests/e2e/test_image_bombs.py")),
+    Mutant("clips counted as images omitted", "localserve/prompt/build.py",
+           "    chat.images_omitted += omitted.get(IMAGE.noun, 0)", "    chat.images_omitted += sum(omitted.values())",
+           ("tests/unit/prompt/test_vision.py::test_only_images_count_as_images_omitted_and_a_clip_is_fitted_in_the_"
+            "same_call",)),
+    Mutant("a repeated clip's seconds counted again", "localserve/media_checks.py",
+           "        if part.digest in seen:\n            continue\n", "",
+           ("tests/unit/test_media_checks.py::test_a_request_s_clips_add_up_once_per_distinct_clip",)),
 ]
 
 
