@@ -1,0 +1,216 @@
+"""OpenAI's `n` (issue 51): several choices of one request on the real engine, through the
+official SDK and on the raw wire. Each choice equals a request of its own with seed + i; the
+prompt is prefilled once and copied to the other choices (/metrics); streams carry each choice's
+index; usage is summed with the prompt counted once; a client gone cancels every choice; bad
+`n` is a 400 naming it, and the dialects without `n` refuse it as their APIs do."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+
+import pytest
+
+from clients import anthropic_sdk, openai_sdk
+from conftest import ServerProcess
+from promtext import parse
+from rawhttp import post_json, request
+from sse import parse_sse
+from tinymodel import NO_EOG
+
+SLOTS, MAX_QUEUE = 4, 3
+
+
+@pytest.fixture(scope="module")
+def srv(tiny_model, tmp_path_factory):
+    server = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", str(SLOTS), "--max-queue", str(MAX_QUEUE),
+                           "--no-store")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def client(srv):
+    return openai_sdk(srv)
+
+
+def question() -> list[dict]:
+    """A prompt no earlier test left in a slot, so its prefill is counted whole."""
+    return [{"role": "system", "content": f"You are test {uuid.uuid4().hex}."},
+            {"role": "user", "content": "Say something."}]
+
+
+SAMPLED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}     # sampled, so the choices differ
+
+
+def metrics(srv) -> object:
+    return parse(request(srv.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").body.decode())
+
+
+def prefilled(scrape) -> float:
+    return scrape.value("localserve_prefilled_tokens_total")
+
+
+def copied(scrape) -> float:
+    return scrape.value("localserve_prompt_tokens_reused_total", source="slot")
+
+
+# ---- the choices equal separate requests ----------------------------------------------------
+
+def test_whole_choices_equal_separate_requests_with_seed_plus_i(srv, client):
+    messages = question()
+    before = metrics(srv)
+    reply = client.chat.completions.create(model="tiny", messages=messages, n=3, seed=41, max_tokens=12,
+                                           logit_bias=NO_EOG, **SAMPLED)
+    after = metrics(srv)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    texts = [c.message.content for c in reply.choices]
+    assert len(set(texts)) > 1, texts           # sampled: the seeds differ, so do the choices
+    prompt = reply.usage.prompt_tokens
+    # the prompt computed once: the first choice's whole prompt, then one token in each other
+    # (its last: its logits are needed), the rest copied
+    assert prefilled(after) - prefilled(before) == prompt + 2
+    assert copied(after) - copied(before) == 2 * (prompt - 1)
+    singles = [client.chat.completions.create(model="tiny", messages=messages, seed=41 + i, max_tokens=12,
+                                              logit_bias=NO_EOG, **SAMPLED) for i in range(3)]
+    assert texts == [s.choices[0].message.content for s in singles]
+    assert reply.usage.prompt_tokens == singles[0].usage.prompt_tokens       # counted once
+    assert reply.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles) == 36
+    assert reply.usage.total_tokens == prompt + 36
+    assert all(c.finish_reason == "length" for c in reply.choices)
+
+
+def test_streamed_choices_equal_separate_requests(srv, client):
+    messages = question()
+    stream = client.chat.completions.create(model="tiny", messages=messages, n=3, seed=7, max_tokens=10,
+                                            logit_bias=NO_EOG, stream=True, stream_options={"include_usage": True},
+                                            **SAMPLED)
+    texts, finishes, usages = ["", "", ""], [None, None, None], []
+    for chunk in stream:
+        if chunk.usage is not None:
+            assert chunk.choices == []
+            usages.append(chunk.usage)
+            continue
+        choice, = chunk.choices             # every chunk one choice
+        texts[choice.index] += choice.delta.content or ""
+        if choice.finish_reason is not None:
+            assert finishes[choice.index] is None
+            finishes[choice.index] = choice.finish_reason
+    singles = [client.chat.completions.create(model="tiny", messages=messages, seed=7 + i, max_tokens=10,
+                                              logit_bias=NO_EOG, **SAMPLED) for i in range(3)]
+    assert texts == [s.choices[0].message.content for s in singles]
+    assert finishes == ["length"] * 3
+    usage, = usages
+    assert usage.prompt_tokens == singles[0].usage.prompt_tokens and usage.completion_tokens == 30
+
+
+def test_completions_choices_with_echo_logprobs_and_stop(srv, client):
+    prompt = f"Once {uuid.uuid4().hex[:6]} upon a time"
+    fields = dict(model="tiny", prompt=prompt, seed=3, max_tokens=8, logprobs=2, echo=False, stop=["e"],
+                  logit_bias=NO_EOG, extra_body={"top_k": 0, "min_p": 0.0}, temperature=1.0, top_p=1.0)
+    reply = client.completions.create(n=4, **fields)
+    singles = [client.completions.create(**{**fields, "seed": 3 + i}) for i in range(4)]
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3]
+    assert [c.text for c in reply.choices] == [s.choices[0].text for s in singles]
+    assert [c.finish_reason for c in reply.choices] == [s.choices[0].finish_reason for s in singles]
+    assert [c.logprobs.tokens for c in reply.choices] == [s.choices[0].logprobs.tokens for s in singles]
+    assert reply.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
+    streamed = ["", "", "", ""]
+    for chunk in client.completions.create(n=4, stream=True, **{**fields, "echo": True}):
+        for choice in chunk.choices:
+            streamed[choice.index] += choice.text
+    assert streamed == [prompt + s.choices[0].text for s in singles]     # each choice echoes the prompt
+
+
+def test_tool_calls_per_choice(srv, client):
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+    reply = client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=40,
+                                           tools=tools, tool_choice="required", **SAMPLED)
+    assert [c.finish_reason for c in reply.choices] == ["tool_calls", "tool_calls"]
+    assert all(c.message.tool_calls[0].function.name == "get_time" for c in reply.choices)
+    seen = {0: [], 1: []}
+    for chunk in client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=40,
+                                                tools=tools, tool_choice="required", stream=True, **SAMPLED):
+        choice, = chunk.choices
+        for call in choice.delta.tool_calls or []:
+            seen[choice.index].append(call)
+    for calls in seen.values():
+        assert calls[0].function.name == "get_time" and calls[0].index == 0
+        json.loads("".join(c.function.arguments or "" for c in calls))
+
+
+# ---- the raw wire ---------------------------------------------------------------------------
+
+def test_raw_stream_shape(srv):
+    body = {"model": "tiny", "messages": question(), "n": 2, "max_tokens": 3, "logit_bias": NO_EOG,
+            "stream": True, "stream_options": {"include_usage": True}}
+    resp = request(srv.port, post_json("/v1/chat/completions", body), timeout=60)
+    assert resp.status == 200
+    assert resp.body.rstrip().endswith(b"data: [DONE]")
+    chunks = [data for _, data in parse_sse(resp.body)]
+    assert len({(c["id"], c["created"], c["model"]) for c in chunks}) == 1
+    *choice_chunks, usage = chunks
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 6
+    for index in (0, 1):
+        own = [c["choices"][0] for c in choice_chunks if c["choices"][0]["index"] == index]
+        assert own[0]["delta"] == {"role": "assistant", "content": ""}
+        assert [c["finish_reason"] for c in own[:-1]] == [None] * (len(own) - 1)
+        assert own[-1]["delta"] == {} and own[-1]["finish_reason"] == "length"
+    assert all(len(c["choices"]) == 1 for c in choice_chunks)
+
+
+@pytest.mark.parametrize("value", [0, -1, 17, 1.5, "2", True, None])
+def test_bad_n_is_a_400_naming_n(srv, value):
+    for path, field in (("/v1/chat/completions", {"messages": question()}), ("/v1/completions", {"prompt": "hi"})):
+        resp = request(srv.port, post_json(path, {"model": "tiny", "n": value, **field}))
+        if value is None:           # null is the default, as OpenAI takes it
+            assert resp.status == 200, resp.body
+            continue
+        assert resp.status == 400, resp.body
+        error = resp.json()["error"]
+        assert error["param"] == "n" and error["type"] == "invalid_request_error"
+
+
+def test_more_choices_than_slots_queue_and_more_than_fit_are_a_400(srv, client):
+    reply = client.chat.completions.create(model="tiny", messages=question(), n=SLOTS + MAX_QUEUE, seed=1,
+                                           max_tokens=2, **SAMPLED)
+    assert len(reply.choices) == SLOTS + MAX_QUEUE
+    resp = request(srv.port, post_json("/v1/chat/completions", {"model": "tiny", "messages": question(),
+                                                                 "n": SLOTS + MAX_QUEUE + 1}))
+    assert resp.status == 400
+    error = resp.json()["error"]
+    assert error["param"] == "n" and "--slots" in error["message"] and "--max-queue" in error["message"]
+
+
+def test_dialects_without_n_refuse_it(srv):
+    anthropic = anthropic_sdk(srv)
+    import anthropic as sdk
+    with pytest.raises(sdk.BadRequestError) as refused:
+        anthropic.messages.create(model="tiny", max_tokens=4, messages=[{"role": "user", "content": "hi"}],
+                                  extra_body={"n": 2})
+    assert "n" in refused.value.message
+    resp = request(srv.port, post_json("/v1/responses", {"model": "tiny", "input": "hi", "n": 2}))
+    assert resp.status == 400 and resp.json()["error"]["param"] == "n"
+    resp = request(srv.port, post_json("/api/generate", {"model": "tiny", "prompt": "hi", "n": 2, "stream": False,
+                                                         "options": {"num_predict": 2}}))
+    assert resp.status == 200 and "response" in resp.json()      # Ollama ignores fields it has not
+
+
+def test_client_gone_cancels_every_choice(srv):
+    body = {"model": "tiny", "messages": question(), "n": 3, "max_tokens": 4000, "logit_bias": NO_EOG, "stream": True}
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
+        sock.sendall(post_json("/v1/chat/completions", body))
+        received = b""
+        while b'"content":"' not in received.split(b"\r\n\r\n", 1)[-1] or received.count(b"data:") < 6:
+            received += sock.recv(65536)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        slots = request(srv.port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["slots"]
+        if not any(s["busy"] for s in slots):
+            break
+        time.sleep(0.05)
+    assert not any(s["busy"] for s in slots)
+    assert metrics(srv).value("localserve_cancellations_total") >= 3
