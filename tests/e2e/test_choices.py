@@ -15,8 +15,10 @@ import pytest
 
 from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
+from localserve.runtime.placement import MIN_WAIT_TOKENS
 from promtext import parse
 from rawhttp import post_json, request
+from responses_support import hermes_model
 from sse import parse_sse
 from tinymodel import NO_EOG
 
@@ -24,9 +26,10 @@ SLOTS, MAX_QUEUE = 4, 3
 
 
 @pytest.fixture(scope="module")
-def srv(tiny_model, tmp_path_factory):
-    server = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", str(SLOTS), "--max-queue", str(MAX_QUEUE),
-                           "--no-store")
+def srv(models_dir):
+    """A tiny model in Hermes' style: its template renders tools, so choices can call them."""
+    server = ServerProcess(hermes_model(models_dir), "--model-id", "tiny", "--slots", str(SLOTS),
+                           "--max-queue", str(MAX_QUEUE), "--no-store")
     yield server
     server.stop()
 
@@ -37,9 +40,10 @@ def client(srv):
 
 
 def question() -> list[dict]:
-    """A prompt no earlier test left in a slot, so its prefill is counted whole."""
-    return [{"role": "system", "content": f"You are test {uuid.uuid4().hex}."},
-            {"role": "user", "content": "Say something."}]
+    """A prompt no earlier test left in a slot, so its prefill is counted whole; shorter than the
+    head any other job would wait for (placement.MIN_WAIT_TOKENS), so only the choices' own rule
+    makes them wait for it."""
+    return [{"role": "user", "content": uuid.uuid4().hex[:8]}]
 
 
 SAMPLED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}     # sampled, so the choices differ
@@ -69,6 +73,7 @@ def test_whole_choices_equal_separate_requests_with_seed_plus_i(srv, client):
     texts = [c.message.content for c in reply.choices]
     assert len(set(texts)) > 1, texts           # sampled: the seeds differ, so do the choices
     prompt = reply.usage.prompt_tokens
+    assert prompt < MIN_WAIT_TOKENS
     # the prompt computed once: the first choice's whole prompt, then one token in each other
     # (its last: its logits are needed), the rest copied
     assert prefilled(after) - prefilled(before) == prompt + 2
@@ -126,7 +131,7 @@ def test_completions_choices_with_echo_logprobs_and_stop(srv, client):
 
 def test_tool_calls_per_choice(srv, client):
     tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
-        "type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}]
+        "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
     reply = client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=40,
                                            tools=tools, tool_choice="required", **SAMPLED)
     assert [c.finish_reason for c in reply.choices] == ["tool_calls", "tool_calls"]
