@@ -630,7 +630,7 @@ MUTANTS = [
     Mutant("choices prefill the prompt each", "localserve/runtime/placement.py",
            "least = 1 if group is not None and h.group == group else MIN_WAIT_TOKENS", "least = MIN_WAIT_TOKENS",
            ("tests/unit/runtime/test_placement.py::test_a_choice_waits_for_its_siblings_head_however_short",
-            "tests/e2e/test_choices.py::test_whole_choices_equal_separate_requests_with_seed_plus_i")),
+            "tests/e2e/test_choices.py::test_the_prompt_is_prefilled_once")),
     Mutant("choices' prompt counted n times", "localserve/dialects/openai/chat.py",
            "    prompt = outputs[0].prompt_tokens\n", "    prompt = sum(o.prompt_tokens for o in outputs)\n",
            ("tests/unit/dialects/test_choices.py::test_every_chunk_carries_one_choice_each_ends_alone_and_usage_is_summed_once",

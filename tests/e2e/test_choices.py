@@ -15,6 +15,7 @@ import pytest
 
 from clients import anthropic_sdk, openai_sdk
 from conftest import ServerProcess
+from localserve.engine.sequences import MIN_DATA_COPY_TOKENS
 from localserve.runtime.placement import MIN_WAIT_TOKENS
 from promtext import parse
 from rawhttp import post_json, request
@@ -40,9 +41,7 @@ def client(srv):
 
 
 def question() -> list[dict]:
-    """A prompt no earlier test left in a slot, so its prefill is counted whole; shorter than the
-    head any other job would wait for (placement.MIN_WAIT_TOKENS), so only the choices' own rule
-    makes them wait for it."""
+    """A prompt no earlier test left in a slot."""
     return [{"role": "user", "content": uuid.uuid4().hex[:8]}]
 
 
@@ -65,19 +64,12 @@ def copied(scrape) -> float:
 
 def test_whole_choices_equal_separate_requests_with_seed_plus_i(srv, client):
     messages = question()
-    before = metrics(srv)
     reply = client.chat.completions.create(model="tiny", messages=messages, n=3, seed=41, max_tokens=12,
                                            logit_bias=NO_EOG, **SAMPLED)
-    after = metrics(srv)
     assert [c.index for c in reply.choices] == [0, 1, 2]
     texts = [c.message.content for c in reply.choices]
     assert len(set(texts)) > 1, texts           # sampled: the seeds differ, so do the choices
     prompt = reply.usage.prompt_tokens
-    assert prompt < MIN_WAIT_TOKENS
-    # the prompt computed once: the first choice's whole prompt, then one token in each other
-    # (its last: its logits are needed), the rest copied
-    assert prefilled(after) - prefilled(before) == prompt + 2
-    assert copied(after) - copied(before) == 2 * (prompt - 1)
     singles = [client.chat.completions.create(model="tiny", messages=messages, seed=41 + i, max_tokens=12,
                                               logit_bias=NO_EOG, **SAMPLED) for i in range(3)]
     assert texts == [s.choices[0].message.content for s in singles]
@@ -85,6 +77,21 @@ def test_whole_choices_equal_separate_requests_with_seed_plus_i(srv, client):
     assert reply.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles) == 36
     assert reply.usage.total_tokens == prompt + 36
     assert all(c.finish_reason == "length" for c in reply.choices)
+
+
+def test_the_prompt_is_prefilled_once(srv, client):
+    """A prompt shorter than the head another request would wait for (placement.MIN_WAIT_TOKENS),
+    long enough to be worth a copy as data (engine/sequences.MIN_DATA_COPY_TOKENS): the choices'
+    own rule alone makes them wait for the first one's and copy it."""
+    before = metrics(srv)
+    reply = client.completions.create(model="tiny", prompt=uuid.uuid4().hex, n=3, max_tokens=2, **SAMPLED)
+    after = metrics(srv)
+    prompt, cached = reply.usage.prompt_tokens, reply.usage.prompt_tokens_details.cached_tokens
+    assert MIN_DATA_COPY_TOKENS < prompt < MIN_WAIT_TOKENS
+    # the first choice computes what no slot held, each other one token (its last: its logits are
+    # its own to sample), the rest copied
+    assert prefilled(after) - prefilled(before) == prompt - cached + 2
+    assert copied(after) - copied(before) == 2 * (prompt - 1)
 
 
 def test_streamed_choices_equal_separate_requests(srv, client):
@@ -123,7 +130,7 @@ def test_completions_choices_with_echo_logprobs_and_stop(srv, client):
     assert [c.logprobs.tokens for c in reply.choices] == [s.choices[0].logprobs.tokens for s in singles]
     assert reply.usage.completion_tokens == sum(s.usage.completion_tokens for s in singles)
     streamed = ["", "", "", ""]
-    for chunk in client.completions.create(n=4, stream=True, **{**fields, "echo": True}):
+    for chunk in client.completions.create(n=4, stream=True, **{**fields, "echo": True, "logprobs": None}):
         for choice in chunk.choices:
             streamed[choice.index] += choice.text
     assert streamed == [prompt + s.choices[0].text for s in singles]     # each choice echoes the prompt
