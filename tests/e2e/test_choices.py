@@ -212,17 +212,25 @@ def test_dialects_without_n_refuse_it(srv):
 
 
 def test_client_gone_cancels_every_choice(srv):
+    before = metrics(srv)
     body = {"model": "tiny", "messages": question(), "n": 3, "max_tokens": 4000, "logit_bias": NO_EOG, "stream": True}
     with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as sock:
         sock.sendall(post_json("/v1/chat/completions", body))
         received = b""
-        while b'"content":"' not in received.split(b"\r\n\r\n", 1)[-1] or received.count(b"data:") < 6:
-            received += sock.recv(65536)
+        while received.count(b'"content":"') < 6:        # every choice under way
+            data = sock.recv(65536)
+            assert data, received
+            received += data
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        slots = request(srv.port, b"GET /slots HTTP/1.1\r\nHost: localhost\r\n\r\n").json()["slots"]
-        if not any(s["busy"] for s in slots):
+    while True:
+        after = metrics(srv)
+        if ended(after, "cancelled") - ended(before, "cancelled") >= 3 and not after.value("localserve_slots_busy"):
             break
+        assert time.monotonic() < deadline, "the choices were not all cancelled"
         time.sleep(0.05)
-    assert not any(s["busy"] for s in slots)
-    assert metrics(srv).value("localserve_cancellations_total") >= 3
+    assert ended(after, "cancelled") - ended(before, "cancelled") == 3
+    assert ended(after, "length") == ended(before, "length")        # none ran on to its end
+
+
+def ended(scrape, reason: str) -> float:
+    return scrape.value("localserve_generations_total", finish_reason=reason)
