@@ -6,7 +6,8 @@
 - job_events: the one wait loop. The job's events as they come, KEEPALIVE while nothing has
   been generated, and a peek at the socket every DISCONNECT_POLL_INTERVAL by the clock, not
   only when the queue goes quiet (a fast decode never lets it): a client that left is
-  ClientGone. Streams (pump.py) and whole answers read it alike.
+  ClientGone. Streams (pump.py) and whole answers read it alike; a request's choices read the
+  queue they share through the same loop (queue_events; choices.py).
 - wait_for_output: a whole answer; a client that left cancels the job and gets nothing.
 - cancel_on_error: whatever fails between submit and the job's end cancels the job.
 Nothing here knows a wire format.
@@ -21,8 +22,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
-from ..generation import (ActiveGeneration, ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
-                          ToolCallStart)
+from ..generation import (ActiveGeneration, ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest,
+                          ToolCallDelta, ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Scope, Writer
 from .failures import api_error, runtime_refusals
@@ -91,7 +92,8 @@ def queue_events(writer: Writer, events: queue.SimpleQueue, keepalive: float,
                 next_keepalive = time.monotonic() + keepalive
                 yield KEEPALIVE
             continue
-        if isinstance(event.event if isinstance(event, ChoiceEvent) else event, (Chunk, ToolCallStart, ToolCallDelta)):
+        payload = event.event if isinstance(event, ChoiceEvent) else event
+        if isinstance(payload, (Chunk, ToolCallStart, ToolCallDelta)):
             started = True
         yield event
         if last(event):
