@@ -45,7 +45,8 @@ def question() -> list[dict]:
     return [{"role": "user", "content": uuid.uuid4().hex[:8]}]
 
 
-SAMPLED = {"temperature": 1.0, "top_k": 0, "top_p": 1.0, "min_p": 0.0}     # sampled, so the choices differ
+# sampled, so the choices differ
+SAMPLED = {"temperature": 1.0, "top_p": 1.0, "extra_body": {"top_k": 0, "min_p": 0.0}}
 
 
 def metrics(srv) -> object:
@@ -121,7 +122,7 @@ def test_streamed_choices_equal_separate_requests(srv, client):
 def test_completions_choices_with_echo_logprobs_and_stop(srv, client):
     prompt = f"Once {uuid.uuid4().hex[:6]} upon a time"
     fields = dict(model="tiny", prompt=prompt, seed=3, max_tokens=8, logprobs=2, echo=False, stop=["e"],
-                  logit_bias=NO_EOG, extra_body={"top_k": 0, "min_p": 0.0}, temperature=1.0, top_p=1.0)
+                  logit_bias=NO_EOG, **SAMPLED)
     reply = client.completions.create(n=4, **fields)
     singles = [client.completions.create(**{**fields, "seed": 3 + i}) for i in range(4)]
     assert [c.index for c in reply.choices] == [0, 1, 2, 3]
@@ -139,12 +140,12 @@ def test_completions_choices_with_echo_logprobs_and_stop(srv, client):
 def test_tool_calls_per_choice(srv, client):
     tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
         "type": "object", "properties": {"zone": {"enum": ["UTC", "CET"]}}, "required": ["zone"]}}}]
-    reply = client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=40,
+    reply = client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=200,
                                            tools=tools, tool_choice="required", **SAMPLED)
     assert [c.finish_reason for c in reply.choices] == ["tool_calls", "tool_calls"]
     assert all(c.message.tool_calls[0].function.name == "get_time" for c in reply.choices)
     seen = {0: [], 1: []}
-    for chunk in client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=40,
+    for chunk in client.chat.completions.create(model="tiny", messages=question(), n=2, seed=5, max_tokens=200,
                                                 tools=tools, tool_choice="required", stream=True, **SAMPLED):
         choice, = chunk.choices
         for call in choice.delta.tool_calls or []:
@@ -177,7 +178,7 @@ def test_raw_stream_shape(srv):
 @pytest.mark.parametrize("value", [0, -1, 17, 1.5, "2", True, None])
 def test_bad_n_is_a_400_naming_n(srv, value):
     for path, field in (("/v1/chat/completions", {"messages": question()}), ("/v1/completions", {"prompt": "hi"})):
-        resp = request(srv.port, post_json(path, {"model": "tiny", "n": value, **field}))
+        resp = request(srv.port, post_json(path, {"model": "tiny", "n": value, "max_tokens": 2, **field}))
         if value is None:           # null is the default, as OpenAI takes it
             assert resp.status == 200, resp.body
             continue
