@@ -37,27 +37,21 @@ KEEPALIVE = object()   # yielded by a source: time for a keepalive (pump.py)
 def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
     """To the runtime of `model`, the one the request holds (loading.serve_with_model); `scope`:
     the exchange's, whose prompt caches the job may use (exchange.Scope)."""
-    generates(model)
-    request.scope = scope.cache
-    with runtime_refusals():
-        return model.submit(request)
+    return submit_all(model, [request], scope)[0]
 
 
 def submit_all(model: ServedModel, requests: list[GenerationRequest], scope: Scope,
-               events: queue.SimpleQueue) -> list[ActiveGeneration]:
-    """submit() for a request's choices: queued together or not at all, their events on `events`."""
-    generates(model)
-    for request in requests:
-        request.scope = scope.cache
-    with runtime_refusals():
-        return model.submit_all(requests, events)
-
-
-def generates(model: ServedModel) -> None:
+               events: queue.SimpleQueue | None = None) -> list[ActiveGeneration]:
+    """submit() for several jobs at once (a request's choices: choices.py): queued together or
+    not at all; with `events`, their events on that one queue."""
     if model.embeddings_only:
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
+    for request in requests:
+        request.scope = scope.cache
+    with runtime_refusals():
+        return model.submit_all(requests, events)
 
 
 def error_from(finished: Finished) -> ApiError:

@@ -70,8 +70,10 @@ class ServedModel:
         """The job to the model's runtime; QueueFull or RuntimeStopped when it takes no more."""
         return self.jobs.submit(request)
 
-    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue) -> list[ActiveGeneration]:
-        """A request's `n` choices, queued together or not at all, their events on one queue."""
+    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue | None = None
+                   ) -> list[ActiveGeneration]:
+        """Jobs queued together or not at all (a request's `n` choices), their events on `events`
+        when given."""
         return self.jobs.submit_all(requests, events)
 
     def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob:
