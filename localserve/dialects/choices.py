@@ -33,12 +33,16 @@ def read_choices(body: dict, model: ServedModel, param: str = "n") -> int:
     """How many choices the request asks for (1 to MAX_CHOICES), within what the model's runtime
     can ever hold at once: its slots and its queue."""
     n = read_int(body, param, low=1, high=MAX_CHOICES, default=1)
-    room = model.settings.slots + model.settings.max_queue
-    if n > room:
+    check_room(n, model, param)
+    return n
+
+
+def check_room(n: int, model: ServedModel, param: str) -> None:
+    """A 400 naming `param` when n jobs could never be queued together on this model."""
+    if n > model.settings.slots + model.settings.max_queue:
         raise invalid(param, f"is {n}: each choice is a sequence of its own, and this model runs "
                              f"{model.settings.slots} at once (--slots) with {model.settings.max_queue} "
                              f"queued (--max-queue)")
-    return n
 
 
 def refuse_choices(body: dict, message: str) -> None:

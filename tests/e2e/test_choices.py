@@ -155,6 +155,26 @@ def test_tool_calls_per_choice(srv, client):
         json.loads("".join(c.function.arguments or "" for c in calls))
 
 
+def test_llama_servers_n_cmpl(srv):
+    """/completion's n_cmpl (and `n`, its alias there): an array of completion objects, a prompt's
+    choices numbered after it, each with seed + i; a stream's lines carry their index."""
+    body = {"prompt": uuid.uuid4().hex, "n_predict": 6, "seed": 9, "temperature": 1.0, "top_k": 0, "min_p": 0,
+            "top_p": 1.0, "ignore_eos": True}
+    answers = request(srv.port, post_json("/completion", {**body, "n_cmpl": 3})).json()
+    alone = [request(srv.port, post_json("/completion", {**body, "seed": 9 + i})).json() for i in range(3)]
+    assert [a["index"] for a in answers] == [0, 1, 2]
+    assert [a["content"] for a in answers] == [a["content"] for a in alone]
+    two = request(srv.port, post_json("/completion", {**body, "prompt": [body["prompt"], "other"], "n": 2})).json()
+    assert [a["index"] for a in two] == [0, 1, 2, 3]
+    assert [a["content"] for a in two[:2]] == [a["content"] for a in alone[:2]]
+    resp = request(srv.port, post_json("/completion", {**body, "n_cmpl": 2, "stream": True}))
+    events = [data for _, data in parse_sse(resp.body)]
+    for index in (0, 1):
+        assert "".join(e["content"] for e in events if e["index"] == index and not e["stop"]) == alone[index]["content"]
+    refused = request(srv.port, post_json("/completion", {**body, "n_cmpl": 0}))
+    assert refused.status == 400 and "n_cmpl" in refused.body.decode()
+
+
 # ---- the raw wire ---------------------------------------------------------------------------
 
 def test_raw_stream_shape(srv):
