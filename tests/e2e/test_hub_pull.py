@@ -100,7 +100,7 @@ def test_ollama_pull_streams_progress_then_serves(server, home, files, mirror):
 
 OLLAMA_AS_DOCUMENTED = """
 import json, ollama
-statuses = [p.status for p in ollama.pull("hf.co/org/Tiny-GGUF", stream=True)]
+statuses = [p.status for p in ollama.pull("hf.co/org/Tiny-GGUF:Q4_K_M", stream=True)]
 names = [m.model for m in ollama.list().models]
 shown = ollama.show("hf.co/org/Tiny-GGUF:Q4_K_M")
 print(json.dumps({"statuses": statuses, "names": names, "family": shown.details.family,
@@ -110,7 +110,8 @@ print(json.dumps({"statuses": statuses, "names": names, "family": shown.details.
 
 def test_the_ollama_module_as_its_readme_configures_it(server):
     """The ollama package's own functions (its README's `ollama.pull`, `ollama.list`,
-    `ollama.show`), pointed at this server by OLLAMA_HOST as its docs say."""
+    `ollama.show`), pointed at this server by OLLAMA_HOST as its docs say. The repo's default
+    quant, pulled after another quant took the repo's bare name, is served by its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "HTTP_", "HTTPS_", "http_", "https_"))}
     done = subprocess.run([sys.executable, "-c", OLLAMA_AS_DOCUMENTED], capture_output=True, text=True, timeout=120,
                           env={**env, "OLLAMA_HOST": f"127.0.0.1:{server.port}"})
