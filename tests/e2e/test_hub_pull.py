@@ -119,7 +119,7 @@ def test_the_ollama_module_as_its_readme_configures_it(server):
     said = json.loads(done.stdout)
     assert said["statuses"][0] == "pulling manifest" and said["statuses"][-1] == "success"
     assert any(s.startswith("pulling ") and s != "pulling manifest" for s in said["statuses"])
-    assert "org/Tiny-GGUF:Q4_K_M" in said["names"] and "own" in said["names"]
+    assert "org/Tiny-GGUF:Q4_K_M" in said["names"] and "own:latest" in said["names"]
     assert said["family"] == "llama" and "completion" in said["capabilities"]
 
 
