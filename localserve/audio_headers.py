@@ -12,7 +12,10 @@ process. So each format is read here first, and only bytes whose declarations we
   (:func:`canonical_wav`): the decoder only ever reads a header written here;
 - MP3 must start (after ID3v2 tags, which are cut off) with an MPEG-1/2/2.5 Layer III frame
   header; every Xing/Info tag that sits where dr_mp3 reads one, inside a frame, must declare no
-  more frames than :func:`read_mp3`'s caller allows;
+  more frames than :func:`read_mp3`'s caller allows; without a tag dr_mp3 decodes every frame to
+  count them, so the frames are walked here and their samples summed (the length estimated from
+  the first frame's bitrate let a 160 kbps first frame and 8 kbps ones after it pass as 300 s
+  while they decoded to 5,900 s: 760 MB of floats for a 6 MB upload);
 - FLAC must start (after ID3v2 tags, cut off) with ``fLaC`` and a STREAMINFO block whose sample
   count is known (not 0) and within the limit.
 
@@ -22,6 +25,7 @@ header declares) or raises :class:`AudioRefused` saying why.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -159,6 +163,13 @@ _BITRATES_V1 = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320
 _BITRATES_V2 = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
 
 
+# a Layer III frame header's first three bytes: the sync, a version that is not the reserved
+# one, layer III, a bitrate that is neither free (0) nor bad (15), a rate index that is not 3
+_MP3_SYNC = re.compile(rb"\xff[\xe2\xe3\xf2\xf3\xfa\xfb][\x10-\x1b\x20-\x2b\x30-\x3b\x40-\x4b\x50-\x5b"
+                       rb"\x60-\x6b\x70-\x7b\x80-\x8b\x90-\x9b\xa0-\xab\xb0-\xbb\xc0-\xcb\xd0-\xdb\xe0-\xeb]")
+MP3_SECONDS_PER_BYTE = 1 / 1000        # 8 kbps, the lowest bitrate of any version: 1,000 bytes a second
+
+
 @dataclass(frozen=True)
 class _Mp3Frame:
     rate: int
@@ -166,6 +177,11 @@ class _Mp3Frame:
     side_info: int         # bytes between the header (and CRC) and a Xing tag
     crc: bool
     kbps: int
+    size: int              # bytes, the header and its padding byte included
+
+    @property
+    def seconds(self) -> float:
+        return self.samples / self.rate
 
 
 def _mp3_frame(data: bytes, at: int) -> _Mp3Frame | None:
@@ -179,9 +195,10 @@ def _mp3_frame(data: bytes, at: int) -> _Mp3Frame | None:
     mono = (data[at + 3] >> 6) == 3
     divisor = {3: 1, 2: 2, 0: 4}[version]
     mpeg1 = version == 3
-    return _Mp3Frame(_MPEG1_RATES[rate_index] // divisor, 1152 if mpeg1 else 576,
-                     (17 if mono else 32) if mpeg1 else (9 if mono else 17), not data[at + 1] & 1,
-                     (_BITRATES_V1 if mpeg1 else _BITRATES_V2)[bitrate])
+    rate, kbps = _MPEG1_RATES[rate_index] // divisor, (_BITRATES_V1 if mpeg1 else _BITRATES_V2)[bitrate]
+    size = (144 if mpeg1 else 72) * kbps * 1000 // rate + ((data[at + 2] >> 1) & 1)
+    return _Mp3Frame(rate, 1152 if mpeg1 else 576, (17 if mono else 32) if mpeg1 else (9 if mono else 17),
+                     not data[at + 1] & 1, kbps, size)
 
 
 def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
@@ -196,8 +213,29 @@ def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
         while at >= 0:
             _check_tag(stream, at, max_seconds)
             at = stream.find(tag, at + 1)
-    seconds = len(stream) * 8 / (first.kbps * 1000)
+    seconds = _mp3_seconds(stream, max_seconds)
+    if seconds > max_seconds:
+        raise AudioRefused(f"the MP3's frames come to {seconds:.0f} seconds or more, more than {max_seconds:g} "
+                           "are read", "audio_too_long")
     return AudioFacts(stream, "mp3", seconds, first.rate, 1)
+
+
+def _mp3_seconds(stream: bytes, max_seconds: float) -> float:
+    """The stream's length as dr_mp3 could decode it: its frames walked one after another, bytes
+    between them (a damaged stretch, an ID3v1 tag) counted as the densest frames could fill them.
+    Stops once past max_seconds (each frame is at least 12 ms, so a few tens of thousands of steps)."""
+    seconds, at = 0.0, 0
+    while at < len(stream) and seconds <= max_seconds:
+        frame = _mp3_frame(stream, at)
+        if frame is not None:
+            seconds += frame.seconds
+            at += frame.size
+            continue
+        found = _MP3_SYNC.search(stream, at + 1)
+        resume = found.start() if found else len(stream)
+        seconds += (resume - at) * MP3_SECONDS_PER_BYTE
+        at = resume
+    return seconds
 
 
 def _check_tag(stream: bytes, at: int, max_seconds: float) -> None:

@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from localserve import audio
-from localserve.audio_headers import MAX_WAV_CHUNKS, AudioRefused, canonical_wav, read_wav
+from localserve.audio_headers import MAX_WAV_CHUNKS, AudioRefused, canonical_wav, read_mp3, read_wav
 from tinyaudio import flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
 
 CLIP = wav_bytes(tone(0.5))
@@ -120,6 +120,26 @@ def test_an_mp3_s_xing_tag_may_not_declare_more_than_the_limit():
     assert refused(with_xing(mp3, 2 ** 32 - 1)).code == "audio_too_long"
     # a tag where dr_mp3 would not read one (not after a frame's side information) is audio data
     assert audio.from_bytes(mp3[:100] + b"Xing\x00\x00\x00\x01\xff\xff\xff\xff" + mp3[112:], "mp3")
+
+
+def mpeg25_frame(kbps_index: int, size: int) -> bytes:
+    """An MPEG-2.5 Layer III mono frame at 8 kHz of silence (all side information zero)."""
+    return bytes([0xFF, 0xE3, kbps_index << 4 | 0x08, 0xC0]) + bytes(size - 4)
+
+
+def test_an_mp3_s_length_is_its_frames_not_its_first_frame_s_bitrate():
+    """A 160 kbps first frame and 8 kbps frames after it: read as 200 KB at 160 kbps (10 s) it
+    decoded to 20 times that (a 6 MB upload was 760 MB of floats before its length was checked)."""
+    first, dense = mpeg25_frame(14, 1440), mpeg25_frame(1, 72)          # 160 and 8 kbps: 72 ms each
+    bomb = first + dense * ((200_000 - 1440) // 72)
+    error = pytest.raises(AudioRefused, read_mp3, bomb, 10.0).value
+    assert error.code == "audio_too_long" and "frames" in str(error)
+    assert read_mp3(first + dense * 100, 10.0).seconds == pytest.approx(101 * 0.072)
+    # bytes between frames count as the densest frames could fill them (8 kbps: 1 ms a byte)
+    assert read_mp3(first + bytes(5000) + dense, 10.0).seconds == pytest.approx(2 * 0.072 + 5.0)
+    assert pytest.raises(AudioRefused, read_mp3, first + bytes(20_000), 10.0).value.code == "audio_too_long"
+    mp3 = mp3_bytes(tone(1.0))
+    assert read_mp3(mp3 + b"TAG" + bytes(125), 10.0).seconds == pytest.approx(read_mp3(mp3, 10.0).seconds + 0.128)
 
 
 def test_an_mp3_must_start_with_a_layer_iii_frame():
