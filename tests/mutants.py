@@ -613,6 +613,13 @@ MUTANTS = [
            "            if False:",
            ("tests/unit/test_audio.py::test_an_mp3_s_xing_tag_may_not_declare_more_than_the_limit",
             "tests/e2e/test_audio_dialects.py::test_a_bad_clip_is_a_400_naming_its_part")),
+    Mutant("mp3 frames not counted", "localserve/audio_headers.py", "    if decodable > max_seconds:",
+           "    if False:", ("tests/unit/test_audio.py::test_an_mp3_s_length_is_its_frames_not_its_first_frame_s_bitrate",
+                            "tests/unit/test_audio.py::test_a_chain_of_frames_hidden_in_another_s_data_is_counted")),
+    Mutant("mp3 hidden chains not counted", "localserve/audio_headers.py",
+           "        seconds += _header_seconds(stream[at + 1], stream[at + 2])",
+           "        seconds += _header_seconds(stream[at + 1], stream[at + 2]) if stream[at + 1] in b\"\\xe3\" else 0",
+           ("tests/unit/test_audio.py::test_a_chain_of_frames_hidden_in_another_s_data_is_counted",)),
     Mutant("wav data past its end", "localserve/audio_headers.py", "            if size > len(data) - body:",
            "            if False:", ("tests/unit/test_audio.py",)),
     # (a one-sample clip let through to mtmd_tokenize is no mutant: GGML_ASSERT ends the test process)
