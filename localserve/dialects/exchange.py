@@ -54,6 +54,8 @@ class Writer(Protocol):
 
     def peer_closed(self) -> bool: ...
 
+    def peer_host(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Scope:
