@@ -121,10 +121,20 @@ def _wav_format(chunk: bytes) -> _WavFormat:
     return found
 
 
+# A float sample's top exponent byte (little-endian: the last of its 4 or 8 bytes) at or past
+# these is a magnitude of 2**17 or more, infinite or NaN: libmtmd's log-mel of such a clip is
+# infinite and the model's logits NaN (a 200 whose logprobs were null, its tokens noise).
+_FLOAT_TOO_LARGE = {32: re.compile(rb"[\x48-\x7f\xc8-\xff]"), 64: re.compile(rb"[\x41-\x7f\xc1-\xff]")}
+
+
 def _wav_facts(fmt: _WavFormat, samples: bytes) -> AudioFacts:
     frames = len(samples) // fmt.block
     if frames == 0:
         raise AudioRefused("the WAV file holds no samples", "audio_too_short")
+    size = fmt.bits // 8
+    if fmt.tag == _FLOAT and _FLOAT_TOO_LARGE[fmt.bits].search(samples[size - 1:frames * fmt.block:size]):
+        raise AudioRefused("the WAV file's float samples include NaN, infinity or values past +-131072 "
+                           "(float audio runs from -1 to 1)")
     return AudioFacts(canonical_wav(fmt.tag, fmt.channels, fmt.rate, fmt.bits, samples[:frames * fmt.block]),
                       "wav", frames / fmt.rate, fmt.rate, fmt.channels)
 

@@ -122,6 +122,24 @@ def test_an_mp3_s_xing_tag_may_not_declare_more_than_the_limit():
     assert audio.from_bytes(mp3[:100] + b"Xing\x00\x00\x00\x01\xff\xff\xff\xff" + mp3[112:], "mp3")
 
 
+def float64_wav(samples: list[float]) -> bytes:
+    data = struct.pack(f"<{len(samples)}d", *samples)
+    return riff(chunk(b"fmt ", struct.pack("<HHIIHH", 3, 1, 16000, 16000 * 8, 8, 64)), chunk(b"data", data))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), 3e38, 131072.0, -131072.0])
+def test_float_samples_that_make_the_logits_nan_are_refused(bad):
+    """A float WAV of NaN, infinity or 1e18 went through: the log-mel was infinite, the logits NaN,
+    and the 200 carried null logprobs and noise. Float audio runs from -1 to 1; 2**17 is far
+    past it and far below what overflows (1e16 still decoded)."""
+    samples = tone(0.1)[:100] + [bad] + tone(0.1)[:100]
+    assert "NaN, infinity" in str(refused(wav_bytes(samples, bits=-32)))
+    assert "NaN, infinity" in str(refused(float64_wav(samples)))
+    for good in (131071.0, -2.5, 1e-45):
+        samples[100] = good
+        assert audio.from_bytes(wav_bytes(samples, bits=-32)) and audio.from_bytes(float64_wav(samples))
+
+
 def mpeg25_frame(kbps_index: int, size: int) -> bytes:
     """An MPEG-2.5 Layer III mono frame at 8 kHz of silence (all side information zero)."""
     return bytes([0xFF, 0xE3, kbps_index << 4 | 0x08, 0xC0]) + bytes(size - 4)
