@@ -1,15 +1,17 @@
-"""/completion with several prompts (`"prompt": ["a", "b"]`, `[[1, 2], [3]]`), as llama-server
-answers it: each prompt its own job, submitted together so they share the model's batches; the
-whole answer an array of completion objects in the prompts' order (each with its `index`), a
-stream one SSE stream whose lines carry their prompt's `index` (a prompt's lines in order; the
-prompts one after the other: the later jobs' events wait in their queues meanwhile).
+"""/completion with several prompts (`"prompt": ["a", "b"]`, `[[1, 2], [3]]`) or several choices
+of each (`n_cmpl`), as llama-server answers it: each prompt's choice its own job, submitted
+together so they share the model's batches (a prompt's choices its one prefill: choices.py); the
+whole answer an array of completion objects in order (each with its `index`: prompt i's choice j
+is i * n_cmpl + j), a stream one SSE stream whose lines carry their `index` (a job's lines in
+order; the jobs one after the other: the later jobs' events wait in their queues meanwhile).
 
 The request's other fields go with every prompt (id_slot too: the jobs then take that slot in
 turn). The jobs go to the model's queue a window at a time (PROMPTS_IN_QUEUE_PER_SLOT for each
 of the model's slots): the next is submitted as the oldest is read whole. All at once, 64 of them
 sat in the queue before any other client's request, which waited behind every one (a 3-token
 chat took 21 s behind 64 prompts of 400 tokens on two slots); now another request waits behind
-one window. A later job that finds the queue full waits for a place while the client is there. A prompt that cannot be read is the request's 400 before any job runs; a job that fails
+one window (a choice submitted later copies the prompt its siblings computed, as a waiting one
+does). A later job that finds the queue full waits for a place while the client is there. A prompt that cannot be read is the request's 400 before any job runs; a job that fails
 ends a stream with the error line, and the other jobs are cancelled; a client gone cancels them
 all. An editor's FIM prompt among them keeps its priority, but a newer request from the same
 editor does not supersede these.
@@ -38,8 +40,9 @@ from .errors import llama_error_body
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ...models.served import ServedModel
 
-# (the model, the request's body, one prompt, its index, its label) → its completion object's maker
-ReadOne = Callable[["ServedModel", dict, Any, int, str], InfillFinal]
+# (the model, the request's body, one prompt, its index, its label) → its completion objects'
+# makers: one per choice (n_cmpl), each a job
+ReadOne = Callable[["ServedModel", dict, Any, int, str], list[InfillFinal]]
 PROMPTS_IN_QUEUE_PER_SLOT = 2    # one request's jobs submitted at once, per slot: each slot busy, the next ready
 QUEUE_FULL = "server_overloaded"     # failures.py's code for QueueFull
 
@@ -55,7 +58,7 @@ def serve_several(services: Services, exchange: Exchange, prompts: list[Any], re
         finals = []
         for index, prompt in enumerate(prompts):
             with prompt_refusals("prompt"):
-                finals.append(read(model, body, prompt, index, f"{exchange.request_id}/{index}"))
+                finals += read(model, body, prompt, index, f"{exchange.request_id}/{index}")
         for final in finals:
             if final.plan.request.editor_completion:     # editor priority is shared out per client (runtime/fairness.py)
                 final.plan.request.client = priority_client(exchange)
