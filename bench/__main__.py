@@ -24,6 +24,9 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   /v1/chat/completions and /v1/completions on the same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py);
+- audio: a clip's decode, encode and prefill through the API (chat and a transcription form)
+  against libmtmd's own calls, and a second turn with the same clip (audio.py; a synthetic
+  projector);
 - images: an image's encode and prefill through the API against libmtmd's own calls, and a
   second turn with the same image against the first (vision.py; a synthetic projector unless
   --mmproj names the model's own);
@@ -47,7 +50,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, busy, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
+from . import agents, audio, busy, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
     speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
@@ -75,6 +78,8 @@ def parse_args() -> argparse.Namespace:
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
                         help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
+    parser.add_argument("--audio-only", action="store_true",
+                        help="only a clip's encode and prefill against bare libmtmd (bench/audio.py)")
     parser.add_argument("--ollama-only", action="store_true",
                         help="only /api/chat and /completion against OpenAI's routes (bench/ollama_chat.py)")
     return parser.parse_args()
@@ -87,6 +92,9 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
+    if args.audio_only:
+        audio.run(model, args)
+        return 0
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
@@ -128,6 +136,7 @@ def main() -> int:
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
     embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     vision.run(model, args, args.mmproj)    # an image through the API against bare libmtmd (bench/vision.py)
+    audio.run(model, args)              # a clip through the API against bare libmtmd (bench/audio.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)

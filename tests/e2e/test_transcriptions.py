@@ -5,7 +5,9 @@ template's user turn with the instruction and the clip: bench/bare_vision.py, gr
 token) in json, text, verbose_json, srt, vtt and streamed (transcript.text.delta events, then
 transcript.text.done with the usage); translations likewise; multipart edge cases (no file,
 two files, a huge field, a file that is no audio, a truncated body, another content type) and a
-model without an audio encoder are each a 400 naming the field, and the server goes on."""
+model without an audio encoder are each a 400 naming the field, and the server goes on. Ollama's
+audio (a clip among a message's `images`, as Ollama sends it) through the official ollama client,
+against the bare engine too."""
 
 from __future__ import annotations
 
@@ -13,11 +15,12 @@ import base64
 import json
 import re
 
+import ollama
 import openai
 import pytest
 
 from bench.bare_vision import BareVision
-from clients import openai_sdk
+from clients import ollama_client, openai_sdk
 from conftest import ServerProcess
 from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
 from localserve.multipart import MAX_FIELD_BYTES
@@ -51,10 +54,11 @@ def bare(tiny_model, mmproj):
     b.close()
 
 
-def expected(server, bare, instruction: str, clip: bytes = CLIP, fmt: str = "wav") -> str:
+def expected(server, bare, instruction: str, clip: bytes = CLIP, fmt: str = "wav", *, audio_first: bool = False) -> str:
     part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(clip).decode(), "format": fmt}}
+    text = {"type": "text", "text": instruction}
     shown = request(server.port, post_json("/apply-template", {"messages": [
-        {"role": "user", "content": [{"type": "text", "text": instruction}, part]}]}))
+        {"role": "user", "content": [part, text] if audio_first else [text, part]}]}))
     prompt, n = SERVER_MARKER.subn(bare.marker.decode(), shown.json()["prompt"])
     assert n == 1
     tokens = bare.greedy(prompt, [clip], N, BANNED)
@@ -107,6 +111,21 @@ def test_translations_and_an_mp3_file(server, bare):
     assert got.text == expected(server, bare, TRANSCRIBE, mp3, "mp3")
 
 
+def test_ollama_chat_and_generate_take_a_clip_among_images(server, bare):
+    """Ollama sends audio in `images` (its llm/media.go tells a WAV or MP3 by its first bytes);
+    its messages put the media before the text."""
+    client = ollama_client(server)
+    options = {"num_predict": N, "temperature": 0, "logit_bias": NO_EOG}
+    want = expected(server, bare, "What is said?", audio_first=True)
+    chat = client.chat(model="tiny", options=options, messages=[
+        {"role": "user", "content": "What is said?", "images": [ollama.Image(value=CLIP)]}])
+    assert chat.message.content.strip() == want
+    generated = client.generate(model="tiny", prompt="What is said?", images=[ollama.Image(value=CLIP)],
+                                options=options)
+    assert generated.response.strip() == want
+    assert chat.prompt_eval_count == generated.prompt_eval_count > audio_tokens()
+
+
 def form(*parts: tuple[str, bytes, str | None], boundary: str = "xyz") -> bytes:
     out = b""
     for name, data, filename in parts:
@@ -155,5 +174,9 @@ def test_a_model_without_an_audio_encoder_is_a_400(tiny_model):
         with pytest.raises(openai.BadRequestError) as caught:
             transcribe(srv)
         assert caught.value.body["code"] == "model_has_no_audio" and caught.value.body["param"] == "file"
+        with pytest.raises(ollama.ResponseError) as refused:
+            ollama_client(srv).chat(model="tiny", messages=[{"role": "user", "content": "hi",
+                                                             "images": [ollama.Image(value=CLIP)]}])
+        assert refused.value.status_code == 400 and "messages[0].images[0]" in refused.value.error
     finally:
         srv.stop()
