@@ -93,7 +93,7 @@ def main() -> int:
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
     if args.audio_only:
-        audio.run(model, args)
+        audio.run(model, args, rounds=args.repeat)
         return 0
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)

@@ -164,10 +164,11 @@ def print_table(result: dict) -> None:
     table.print_table(header, rows)
 
 
-def run(model: str, args) -> None:
+def run(model: str, args, rounds: int | None = None) -> None:
+    """The table, in `rounds` rounds (default: --repeat, at most MAX_ROUNDS inside make bench)."""
     with tempfile.TemporaryDirectory() as directory:
         print_table(measure(model, synthetic_projector(model, directory), args.threads,
-                            min(args.repeat, MAX_ROUNDS)))
+                            rounds or min(args.repeat, MAX_ROUNDS)))
 
 
 def main() -> int:
