@@ -622,6 +622,23 @@ MUTANTS = [
             "tests/e2e/test_transcriptions.py::test_a_model_without_an_audio_encoder_is_a_400")),
     Mutant("multipart parts unbounded", "localserve/multipart.py", "        if count > MAX_PARTS:",
            "        if False:", ("tests/unit/test_multipart.py",)),
+    # audio leftovers (issue 49): fuzzed readers, Ollama's clips, a browser's form, a cancel mid-encode
+    Mutant("flac rate unchecked", "localserve/audio_headers.py", "    _check_rate(rate)\n    if not 4 <= bits",
+           "    if not 4 <= bits", ("tests/unit/test_audio_fuzz.py",)),
+    Mutant("clip length unbounded", "localserve/audio.py", "    if facts.seconds > MAX_AUDIO_SECONDS:",
+           "    if False:", ("tests/unit/test_audio_fuzz.py::test_any_bytes_are_a_clip_or_refused",)),
+    Mutant("ollama clip read as an image", "localserve/dialects/ollama/messages.py",
+           'f"{param}[{k}]") if is_audio_base64(data)', 'f"{param}[{k}]") if False',
+           ("tests/unit/dialects/ollama/test_requests.py::test_a_clip_among_images_is_audio_as_ollama_tells_it",
+            "tests/e2e/test_transcriptions.py::test_ollama_chat_and_generate_take_a_clip_among_images")),
+    Mutant("a browser's transcription form refused", "localserve/app.py",
+           'not is_body_type(request.header("content-type"), body_type)',
+           'not is_body_type(request.header("content-type"), "application/json")',
+           ("tests/e2e/test_cross_site.py::test_the_own_page_may_post_a_transcription_form_and_another_site_may_not",)),
+    Mutant("a cancelled clip encodes on", "localserve/runtime/scheduler.py",
+           "        return [job for job in self.active() if job.gen.cancelled]\n",
+           "        return [job for job in self.active() if job.gen.cancelled and not job.prefilling]\n",
+           ("tests/e2e/test_stream_keepalive.py::test_a_client_gone_while_a_clip_is_encoded_cancels_between_its_windows",)),
 ]
 
 
