@@ -639,6 +639,9 @@ MUTANTS = [
            "        return [job for job in self.active() if job.gen.cancelled]\n",
            "        return [job for job in self.active() if job.gen.cancelled and not job.prefilling]\n",
            ("tests/e2e/test_stream_keepalive.py::test_a_client_gone_while_a_clip_is_encoded_cancels_between_its_windows",)),
+    Mutant("a miscounted stacking loads", "localserve/engine/vision.py", "    refusal = stacking_refusal(meta)\n    if refusal:",
+           "    refusal = stacking_refusal(meta)\n    if False:",
+           ("tests/unit/engine/test_audio_stacking.py::test_the_projector_is_refused_before_libmtmd_loads_it",)),
 ]
 
 
