@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import tracemalloc
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from localserve import audio
@@ -65,14 +65,22 @@ def wav_headers(draw) -> bytes:
     return b"RIFF" + struct.pack("<I", len(body)) + body
 
 
-@st.composite
-def flac_headers(draw) -> bytes:
-    """A FLAC whose STREAMINFO's rate, channels, sample size and sample count are drawn."""
-    info = (draw(st.integers(0, 2**20 - 1)) << 44 | draw(st.integers(0, 7)) << 41 | draw(st.integers(0, 31)) << 36
-            | draw(st.integers(0, 2**36 - 1)))
+def flac_declaring(rate: int, total: int, *, channels: int = 1, bits: int = 16, tail: int = 0) -> bytes:
+    """The seed FLAC with its STREAMINFO's rate, channels, sample size and sample count replaced."""
+    info = rate << 44 | (channels - 1) << 41 | (bits - 1) << 36 | total
     head = bytearray(FLAC[:42])
     head[18:26] = info.to_bytes(8, "big")
-    return bytes(head) + FLAC[42:42 + draw(st.integers(0, 64))]
+    return bytes(head) + FLAC[42:42 + tail]
+
+
+@st.composite
+def flac_headers(draw) -> bytes:
+    """A FLAC whose STREAMINFO fields are drawn: rates and lengths about the limits, or any."""
+    rate = draw(st.one_of(st.sampled_from((0, 999, 1000, 16000, 44100, 384000, 384001)), st.integers(0, 2**20 - 1)))
+    limit = int(audio.MAX_AUDIO_SECONDS * max(rate, 1))
+    total = draw(st.one_of(st.integers(limit - 2, limit + 2), st.integers(0, 2**36 - 1)).filter(lambda t: 0 <= t < 2**36))
+    return flac_declaring(rate, total, channels=draw(st.integers(1, 8)), bits=draw(st.integers(1, 32)),
+                          tail=draw(st.integers(0, 64)))
 
 
 @st.composite
@@ -100,6 +108,8 @@ def read_or_refuse(data: bytes, fmt: object = None):
 
 @FUZZ
 @given(clips, formats)
+@example(flac_declaring(16000, int(audio.MAX_AUDIO_SECONDS * 16000) + 1), None)        # one sample past the limit
+@example(with_xing(mp3_bytes(tone(0.1)), 2**32 - 1), "mp3")                             # a Xing tag claiming days
 def test_any_bytes_are_a_clip_or_refused(data, fmt):
     clip = read_or_refuse(data, fmt)
     if clip is not None:
