@@ -1,6 +1,7 @@
 """The audio readers fuzzed (hypothesis), as `make fuzz` fuzzes the HTTP parser: whatever bytes
-arrive, localserve/audio.py, audio_headers.py, multipart.py and the transcription form answer
-with a clip (or a form) or their own refusal (AudioRefused, MultipartError, ApiError), never
+arrive, localserve/audio.py, audio_headers.py, media_checks.py's base64 reader, multipart.py and
+the transcription form answer with a clip (or a form) or their own refusal (AudioRefused and the
+InputRefused it is, MultipartError, ApiError), never
 another exception; and what they accept is bounded: a clip's declared length within
 MAX_AUDIO_SECONDS (libmtmd sizes its sample buffer from it), the bytes handed on no larger than
 those received plus a canonical WAV header, the memory a read takes a small multiple of its input.
@@ -20,7 +21,8 @@ from hypothesis import strategies as st
 from localserve import audio
 from localserve.audio_headers import AudioRefused
 from localserve.dialects.openai.transcription_form import read_form
-from localserve.errors import ApiError
+from localserve.errors import ApiError, InputRefused
+from localserve.media_checks import AUDIO, read_base64
 from localserve.multipart import MAX_FIELD_BYTES, MAX_PARTS, MultipartError, parse_form
 from tinyaudio import flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
 
@@ -133,9 +135,9 @@ def test_an_accepted_clip_is_accepted_again_as_it_is_handed_on(data):
                  clips.map(lambda b: __import__("base64").b64encode(b).decode())), formats)
 def test_any_base64_is_a_clip_or_refused(data, fmt):
     try:
-        audio.from_base64(data, fmt, "x")
-    except AudioRefused:
-        pass
+        read_base64(AUDIO, data, fmt, "x")
+    except InputRefused as exc:
+        assert str(exc) and exc.code
 
 
 def peak_bytes(read, *args, **kwargs) -> int:
