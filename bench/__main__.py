@@ -70,7 +70,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
     parser.add_argument("--scene", help="plain decoding (and --ollama-only): only the configurations whose label "
-                                        "holds this (e.g. 'n-gram', '/completion')")
+                                        "holds this (e.g. 'n-gram', '/completion'), without the sampled and "
+                                        "busy scenes")
     parser.add_argument("--busy-only", action="store_true",
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
@@ -146,6 +147,8 @@ def main() -> int:
 def run_decode_scenes(model: str, engine, work, args) -> bool:
     """Plain decoding, sampled default and the busy machine, each with its guard: False when one fails."""
     decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
+    if args.scene:          # some plain-decoding configurations alone
+        return decode_ok
     decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
     decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
     return decode_ok
