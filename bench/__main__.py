@@ -33,7 +33,9 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   the turns after it against the same turns without it (compaction.py);
 - agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
   and the time to the last first token, against sharing off, the bare engine copying the head
-  and llama-server (agents.py).
+  and llama-server (agents.py);
+- several choices: one request with n = 4 against 4 separate requests, one after another and at
+  once (choices.py; target: <= 0.6 x one after another).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -47,7 +49,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, busy, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
+from . import agents, busy, choices, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
     speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
@@ -79,6 +81,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--table-only", action="store_true",
                         help="only the main table: localserve and llama-server against the bare engine "
                              "(single stream, 1-8 streams, second turn, peak RSS)")
+    parser.add_argument("--choices-only", action="store_true",
+                        help="only n = 4 against 4 separate requests (bench/choices.py)")
     parser.add_argument("--ollama-only", action="store_true",
                         help="only /api/chat and /completion against OpenAI's routes (bench/ollama_chat.py)")
     return parser.parse_args()
@@ -99,6 +103,10 @@ def main() -> int:
         ollama_chat.run(model, work.ban, args)
         engine.close()
         return 0
+    if args.choices_only:
+        ok = choices.run(model, work.ban, args)
+        engine.close()
+        return 0 if ok else 1
     if args.speculative_only:
         speculative.run(model, engine, work, args)
         engine.close()
@@ -141,6 +149,7 @@ def main() -> int:
         editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
         compaction.run(model, args)     # a compaction against one generation, and the turns after it (bench/compaction.py)
         agents.run(model, args.threads)  # a shared 4,000-token head, 4 conversations at once (bench/agents.py)
+        choices.run(model, work.ban, args)     # n = 4 against 4 separate requests (bench/choices.py)
     return 0 if decode_ok else 1
 
 
