@@ -75,13 +75,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
     parser.add_argument("--scene", help="plain decoding (and --ollama-only): only the configurations whose label "
-                                        "holds this (e.g. 'n-gram', '/completion')")
+                                        "holds this (e.g. 'n-gram', '/completion'), without the sampled and "
+                                        "busy scenes")
     parser.add_argument("--busy-only", action="store_true",
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
                         help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
     parser.add_argument("--audio-only", action="store_true",
                         help="only a clip's encode and prefill against bare libmtmd (bench/audio.py)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="only the main table: localserve and llama-server against the bare engine "
+                             "(single stream, 1-8 streams, second turn, peak RSS)")
     parser.add_argument("--choices-only", action="store_true",
                         help="only n = 4 against 4 separate requests (bench/choices.py)")
     parser.add_argument("--ollama-only", action="store_true",
@@ -119,9 +123,9 @@ def main() -> int:
         ok = busy.run(model, engine, work, args) if args.busy_only else sampled.run(model, engine, work, args)
         engine.close()
         return 0 if ok else 1
-    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
-    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
-    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
+    decode_ok = True
+    if not args.table_only:
+        decode_ok = run_decode_scenes(model, engine, work, args)
     if args.decode_only:
         engine.close()
         return 0 if decode_ok else 1
@@ -134,10 +138,13 @@ def main() -> int:
     if LlamaServer.available() and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
             contenders["llama-server"] = measure_server(server, work, args)
-    if LlamaCppPythonServer.available() and not args.quick:
+    if LlamaCppPythonServer.available() and not args.quick and not args.table_only:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     print_report(bare, contenders, args)
+    if args.table_only:
+        engine.close()
+        return 0
     ollama_chat.run(model, work.ban, args)          # /api/chat's and /completion's rows beside OpenAI's routes
     speculative.run(model, engine, work, args)     # the four ratios and their chart
     engine.close()
@@ -153,6 +160,16 @@ def main() -> int:
         agents.run(model, args.threads)  # a shared 4,000-token head, 4 conversations at once (bench/agents.py)
         choices.run(model, work.ban, args)     # n = 4 against 4 separate requests (bench/choices.py)
     return 0 if decode_ok else 1
+
+
+def run_decode_scenes(model: str, engine, work, args) -> bool:
+    """Plain decoding, sampled default and the busy machine, each with its guard: False when one fails."""
+    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
+    if args.scene:          # some plain-decoding configurations alone
+        return decode_ok
+    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
+    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
+    return decode_ok
 
 
 def print_report(bare: dict, contenders: dict, args) -> None:
