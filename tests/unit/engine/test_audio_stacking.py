@@ -8,6 +8,7 @@ import pytest
 
 from localserve.engine.audio import stacking_refusal
 from localserve.engine.model_load import ModelLoadError
+from localserve.engine import vision
 from localserve.engine.vision import Projector
 from tinyaudio import write_tiny_audio_mmproj
 
@@ -27,8 +28,12 @@ def test_other_encoders_and_a_projector_without_the_key_pass():
     assert stacking_refusal({}) is None
 
 
-def test_the_projector_is_refused_before_libmtmd_loads_it(tmp_path):
+def test_the_projector_is_refused_before_libmtmd_loads_it(tmp_path, monkeypatch):
     path = write_tiny_audio_mmproj(tmp_path / "mmproj-stack8.gguf", stack_factor=8)
+    loads = []
+    # no model here: libmtmd is never to be asked (a load that got this far fails, and the test says so)
+    monkeypatch.setattr(vision.mtmd, "mtmd_init_from_file", lambda *args: loads.append(args) or None)
     with pytest.raises(ModelLoadError) as caught:
-        Projector(str(path), 0, 0, n_batch=1, threads=1, use_gpu=False)    # no model: refused before it is needed
+        Projector(str(path), 0, 0, n_batch=1, threads=1, use_gpu=False)
+    assert loads == []
     assert "stacks 8 frames" in str(caught.value) and "187" in str(caught.value)
