@@ -1,7 +1,7 @@
 """Request fields every dialect shares: typed reads that fail with a 400 naming the param.
 
 Also the llama.cpp extensions (grammar, top_k, min_p, repeat_penalty, seed,
-logit_bias, chat_template_kwargs) that every dialect accepts.
+logit_bias, chat_template_kwargs, lora) that every dialect accepts.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 from ..errors import ApiError
 from ..generation import SamplingParams
 from ..grammar.limits import GrammarTooCostly, check_client_grammar
+from ..models.adapters import read_pairs
 from .limits import MAX_INT_PARAM
 
 SEED_LOW, SEED_HIGH = -(2**63), 2**64 - 1     # any 64-bit seed; llama.cpp uses its low 32 bits
@@ -163,6 +164,7 @@ def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0,
     if p.repeat_last_n == -1:
         p.repeat_last_n = 0x7FFFFFFF
     p.logit_bias = read_logit_bias(body, n_vocab)
+    p.lora = read_lora(body)
     p.grammar = read_str(body, "grammar")
     if p.grammar:
         try:
@@ -170,6 +172,12 @@ def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0,
         except GrammarTooCostly as exc:
             raise ApiError(400, f"invalid 'grammar': {exc}", param="grammar", code="grammar_too_costly") from None
     return p
+
+
+def read_lora(body: dict) -> tuple[tuple[int, float], ...] | None:
+    """llama-server's per-request `lora: [{"id", "scale"}]` (the model checks the ids at submit)."""
+    value = body.get("lora")
+    return None if value is None else read_pairs(value)
 
 
 def read_template_kwargs(body: dict) -> dict:

@@ -24,6 +24,7 @@ from ..errors import ApiError, ClientGone
 from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                           ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
+from ..models.adapters import cache_scope
 from .exchange import Scope, Writer
 from .failures import api_error, runtime_refusals
 
@@ -35,12 +36,14 @@ KEEPALIVE = object()   # yielded by a source: time for a keepalive (pump.py)
 
 def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
     """To the runtime of `model`, the one the request holds (loading.serve_with_model); `scope`:
-    the exchange's, whose prompt caches the job may use (exchange.Scope)."""
+    the exchange's, whose prompt caches the job may use (exchange.Scope), narrowed to the job's
+    LoRA adapter set (a 400 when its `lora` asks for one the model cannot run)."""
     if model.embeddings_only:
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
-    request.scope = scope.cache
+    request.adapters = model.adapter_set(request.sampling.lora)
+    request.scope = cache_scope(scope.cache, request.adapters)
     with runtime_refusals():
         return model.submit(request)
 
