@@ -33,7 +33,8 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   the turns after it against the same turns without it (compaction.py);
 - agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
   and the time to the last first token, against sharing off, the bare engine copying the head
-  and llama-server (agents.py).
+  and llama-server (agents.py);
+- LoRA adapters (--lora-only alone): a decode step with and without a switch of adapter set (lora.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -47,7 +48,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, busy, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
+from . import agents, busy, compaction, decode, editor, embeddings, latency, lora, models, ollama_chat, sampled, \
     speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
@@ -75,6 +76,9 @@ def parse_args() -> argparse.Namespace:
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
                         help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
+    parser.add_argument("--lora-only", action="store_true",
+                        help="only LoRA adapters' figures: a decode step with and without an adapter switch "
+                             "(bench/lora.py)")
     parser.add_argument("--ollama-only", action="store_true",
                         help="only /api/chat and /completion against OpenAI's routes (bench/ollama_chat.py)")
     return parser.parse_args()
@@ -87,6 +91,9 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
+    if args.lora_only:
+        lora.run(model, args)
+        return 0
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
     work.as_text(work.prompt, *work.conversations, *(c + work.follow_up for c in work.conversations))

@@ -160,6 +160,8 @@ class Runtime:
             "swa_checkpoints": self.kv.checkpoints.as_json(),
             "threads": self.engine.threads_json(),
             "speculation": self.speculator.as_json(),
+            # LoRA adapter sets set on the context since the load: each one a graph reserve
+            "lora": {"switches": self.engine.lora.switches} if self.engine.lora is not None else None,
         }
 
     def _slot_json(self, slot: Slot) -> dict:
