@@ -42,9 +42,9 @@ def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> Acti
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
-    request.adapters = model.adapter_set(request.sampling.lora)
-    request.scope = cache_scope(scope.cache, request.adapters)
     with runtime_refusals():
+        request.adapters = model.adapter_set(request.sampling.lora)
+        request.scope = cache_scope(scope.cache, request.adapters)
         return model.submit(request)
 
 

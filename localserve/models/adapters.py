@@ -5,9 +5,10 @@ llama-server's shapes and rules: GET /lora-adapters lists `[{id, path, scale, ..
 /lora-adapters takes `[{id, scale}]` and sets the global scales (an adapter not listed gets 0);
 a request's `lora: [{id, scale}]` is the whole set it runs under (an adapter not listed: 0); a
 request that lists none runs under the global scales. A model named `base+adapter` picks that
-adapter alone at scale 1 (adapter_files.py). Every scale lies within ±LORA_SCALE_LIMIT.
-An adapter llama.cpp refused at load (engine/lora.py) is listed with its reason; a request
-that asks for it is a 400 naming it, and its global scale stays 0.
+adapter alone at scale 1 (adapter_files.py). Every scale lies within ±LORA_SCALE_LIMIT
+(dialects/fields.py reads them). An adapter llama.cpp refused at load (engine/lora.py) is
+listed with its reason; a request that asks for it is refused (BadAdapter: a 400 naming it),
+and its global scale stays 0.
 
 The set a job runs under also keys its prompt caches (cache_scope): a prefix computed under
 one set is another text's prefix under another, and is never reused there.
@@ -15,14 +16,12 @@ one set is another text's prefix under another, and is never reused there.
 
 from __future__ import annotations
 
-import math
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..errors import ApiError
 from ..generation import AdapterSet
-from ..settings import LORA_SCALE_LIMIT
+from .errors import BadAdapter
 
 
 @dataclass
@@ -39,37 +38,6 @@ class Adapter:
         if self.error is not None:
             shown["error"] = self.error
         return shown
-
-
-def bad_lora(message: str, param: str = "lora") -> ApiError:
-    return ApiError(400, message, param=param, code="invalid_lora")
-
-
-def check_scale(scale: Any, where: str, param: str = "lora") -> float:
-    """A scale as a client sent it: a finite number within ±LORA_SCALE_LIMIT."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-        raise bad_lora(f"invalid '{param}': the scale of {where} must be a number", param)
-    if abs(scale) > LORA_SCALE_LIMIT:
-        raise bad_lora(f"invalid '{param}': the scale of {where} is {scale:g}, outside -{LORA_SCALE_LIMIT:g} to "
-                       f"{LORA_SCALE_LIMIT:g} (LORA_SCALE_LIMIT)", param)
-    return float(scale)
-
-
-def read_pairs(value: Any, param: str = "lora") -> tuple[tuple[int, float], ...]:
-    """`[{"id": 0, "scale": 0.5}, ...]` as (id, scale) pairs by id; a scale left out is 1 (the
-    adapter on); an id listed twice, its last scale. Ids are checked against a model later."""
-    if not isinstance(value, list):
-        raise bad_lora(f"invalid '{param}': expected an array of {{\"id\", \"scale\"}} objects", param)
-    pairs: dict[int, float] = {}
-    for item in value:
-        if not isinstance(item, dict):
-            raise bad_lora(f"invalid '{param}': each entry is an object {{\"id\", \"scale\"}}", param)
-        adapter_id = item.get("id")
-        if isinstance(adapter_id, bool) or not isinstance(adapter_id, int) or adapter_id < 0:
-            raise bad_lora(f"invalid '{param}': an adapter's id is a whole number from 0 (GET /lora-adapters "
-                           f"lists them), got {adapter_id!r}"[:300], param)
-        pairs[adapter_id] = check_scale(item.get("scale", 1.0), f"adapter {adapter_id}", param)
-    return tuple(sorted(pairs.items()))
 
 
 class AdapterTable:
@@ -111,15 +79,15 @@ class AdapterTable:
     def _check(self, pairs: tuple[tuple[int, float], ...], param: str) -> None:
         for adapter_id, scale in pairs:
             if adapter_id >= len(self.adapters):
-                raise bad_lora(f"invalid '{param}': model '{self.model_name}' has no LoRA adapter {adapter_id} "
-                               f"({self._listing()})", param)
+                raise BadAdapter(f"invalid '{param}': model '{self.model_name}' has no LoRA adapter {adapter_id} "
+                               f"({self._listing()})", param=param)
             if scale != 0.0:
                 self._usable(self.adapters[adapter_id], param)
 
     def _usable(self, adapter: Adapter, param: str) -> None:
         if adapter.error is not None:
-            raise bad_lora(f"LoRA adapter '{adapter.name}' (id {adapter.id}) cannot run on model "
-                           f"'{self.model_name}': {adapter.error}", param)
+            raise BadAdapter(f"LoRA adapter '{adapter.name}' (id {adapter.id}) cannot run on model "
+                           f"'{self.model_name}': {adapter.error}", param=param)
 
     def _listing(self) -> str:
         if not self.adapters:

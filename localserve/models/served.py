@@ -18,7 +18,8 @@ from ..prompt.build import ChatModel
 from ..generation import AdapterSet
 from ..settings import Settings
 from .adapter_files import ADAPTER_MARK
-from .adapters import AdapterTable, bad_lora
+from .adapters import AdapterTable
+from .errors import BadAdapter
 from .catalogue import ModelEntry
 
 if TYPE_CHECKING:
@@ -69,11 +70,11 @@ class ServedModel:
 
     def adapter_set(self, requested: tuple[tuple[int, float], ...] | None) -> AdapterSet:
         """The LoRA adapters a request runs under, given what its `lora` lists (None: nothing);
-        an ApiError (400) naming what is wrong."""
+        BadAdapter naming what is wrong."""
         if self.adapters is not None:
             return self.adapters.resolve(requested, self.adapter)
         if requested and any(scale != 0.0 for _, scale in requested):
-            raise bad_lora(f"invalid 'lora': model '{self.entry.name}' has no LoRA adapters")
+            raise BadAdapter(f"invalid 'lora': model '{self.entry.name}' has no LoRA adapters")
         return ()
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration:

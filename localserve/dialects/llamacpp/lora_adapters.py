@@ -13,8 +13,9 @@ from __future__ import annotations
 from functools import partial
 
 from ...errors import ApiError
-from ...models.adapters import read_pairs
 from ..exchange import Exchange, RouteTable
+from ..failures import refusals
+from ..fields import read_adapter_scales
 from ..loading import LoadWait, use_model
 from ..services import Services
 from .errors import LLAMA_ERRORS
@@ -33,7 +34,7 @@ def list_adapters(services: Services, exchange: Exchange) -> None:
 
 
 def set_scales(services: Services, exchange: Exchange) -> None:
-    pairs = read_pairs(exchange.json(array=True))
+    pairs = read_adapter_scales(exchange.json(array=True))
     name = named_model(services, exchange.request.query, "/lora-adapters")
     with use_model(services.ready(), {"model": name}, LoadWait(exchange)) as model:
         if model.adapters is None:
@@ -41,5 +42,6 @@ def set_scales(services: Services, exchange: Exchange) -> None:
                 raise ApiError(400, f"model '{model.name}' has no LoRA adapters", param="lora",
                                code="invalid_lora")
         else:
-            model.adapters.set_scales(pairs)
+            with refusals():
+                model.adapters.set_scales(pairs)
     exchange.send_json({"success": True})
