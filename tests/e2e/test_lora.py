@@ -111,7 +111,7 @@ def test_two_adapters_at_once_each_get_their_own_text(lora_server, alone):
             "lora": [{"id": ALPHA, "scale": 1}]}
     solo = "".join(c["choices"][0]["delta"].get("content") or ""
                    for c in sse_data(call(lora_server, "/v1/chat/completions", body).body) if c["choices"])
-    started, streamed = threading.Event(), []
+    streamed = []
 
     def stream():
         conn = RawConnection(lora_server.port, timeout=60)
@@ -123,6 +123,8 @@ def test_two_adapters_at_once_each_get_their_own_text(lora_server, alone):
     switches = call(lora_server, "/slots", {}, "GET").json()["models"]["tiny"]["lora"]["switches"]
     runner = threading.Thread(target=stream)
     runner.start()
+    while not any(slot["busy"] for slot in call(lora_server, "/slots", {}, "GET").json()["slots"]):
+        assert runner.is_alive()
     # the beta requests run while the long alpha one decodes: their steps take turns
     betas = [text(chat(lora_server, lora=[{"id": BETA, "scale": 1}])) for _ in range(3)]
     runner.join(60)
