@@ -10,8 +10,8 @@ adapter alone at scale 1 (adapter_files.py). Every scale lies within ±LORA_SCAL
 listed with its reason; a request that asks for it is refused (BadAdapter: a 400 naming it),
 and its global scale stays 0.
 
-The set a job runs under also keys its prompt caches (cache_scope): a prefix computed under
-one set is another text's prefix under another, and is never reused there.
+The set a job runs under also keys its prompt caches (cache_scope): the KV cache of a prefix
+computed under one set is not that prefix's under another, and is never reused there.
 """
 
 from __future__ import annotations
@@ -93,10 +93,6 @@ class AdapterTable:
         if not self.adapters:
             return "it has none"
         return "it has " + ", ".join(f"{a.id} ({a.name})" for a in self.adapters)
-
-
-def no_adapters(model_name: str) -> AdapterTable:
-    return AdapterTable(model_name, [])
 
 
 def cache_scope(key_scope: str, adapters: AdapterSet) -> str:
