@@ -34,8 +34,6 @@ DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
 DEFAULT_DRAFT_MAX = 32             # --draft-max: most tokens drafted per sequence per step (measured: docs/performance.rst)
-# LoRA adapters (models/adapters.py): a scale, per request or global, lies within ±this
-LORA_SCALE_LIMIT = 4.0
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 

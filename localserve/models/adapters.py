@@ -6,7 +6,7 @@ llama-server's shapes and rules: GET /lora-adapters lists `[{id, path, scale, ..
 a request's `lora: [{id, scale}]` is the whole set it runs under (an adapter not listed: 0); a
 request that lists none runs under the global scales. A model named `base+adapter` picks that
 adapter alone at scale 1 (adapter_files.py). Every scale lies within ±LORA_SCALE_LIMIT
-(dialects/fields.py reads them). An adapter llama.cpp refused at load (engine/lora.py) is
+(dialects/fields.py reads them, dialects/limits.py). An adapter llama.cpp refused at load (engine/lora.py) is
 listed with its reason; a request that asks for it is refused (BadAdapter: a 400 naming it),
 and its global scale stays 0.
 

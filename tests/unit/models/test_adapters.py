@@ -17,7 +17,8 @@ from localserve.models.adapter_files import AdapterSpecError, adapter_files, rea
 from localserve.models.adapters import Adapter, AdapterTable, cache_scope
 from localserve.models.errors import BadAdapter
 from localserve.models.catalogue import CatalogueError, read_catalogue, scan_dir
-from localserve.settings import LORA_SCALE_LIMIT, Settings
+from localserve.dialects.limits import LORA_SCALE_LIMIT
+from localserve.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 from tinylora import write_tiny_lora  # noqa: E402
