@@ -44,7 +44,7 @@ def lora_server(tmp_path_factory):
 
 
 def call(server, path: str, body: dict | list, method: str = "POST"):
-    data = post_json(path, body) if method == "POST" else f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
+    data = post_json(path, body) if method == "POST" else f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
     return request(server.port, data, timeout=60)
 
 
