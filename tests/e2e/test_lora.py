@@ -136,7 +136,7 @@ def test_two_adapters_at_once_each_get_their_own_text(lora_server, alone):
 
 def test_prompt_caches_never_cross_adapter_sets(lora_server):
     """The prompt is new to every set: each set may reuse no more than the chat template's head its
-    earlier requests left (a few tokens); alpha's second run reuses all but its last token."""
+    earlier requests left (a few tokens); alpha's second run reuses it."""
     messages = [{"role": "user", "content": "A prompt of its own, long enough to be worth a cache: " * 4}]
 
     def run(**lora) -> tuple[str, int, int]:
@@ -150,7 +150,7 @@ def test_prompt_caches_never_cross_adapter_sets(lora_server):
     assert run(lora=[{"id": BETA, "scale": 1}])[1] < n_prompt // 4       # beta: nothing of alpha's or the base's
     assert run(lora=[{"id": ALPHA, "scale": 0.5}])[1] < n_prompt // 4    # alpha at another scale is another set
     again, cached, _ = run(lora=[{"id": ALPHA, "scale": 1}])
-    assert cached == n_prompt - 1 and again == first                 # its own prefix, kept
+    assert cached > n_prompt // 2 and again == first                 # its own prefix, kept (a slot or RAM)
 
 
 BAD = [([{"id": 7, "scale": 1}], "no LoRA adapter 7"),
