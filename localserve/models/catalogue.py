@@ -204,7 +204,9 @@ def config_entry(name: str, table: dict) -> ModelEntry:
         overrides = tuple((k, os.path.expanduser(v) if k == "mmproj" else v) for k, v in overrides)
     else:       # --mmproj is --model's projector, not every model's
         overrides += (("mmproj", None),)
-    if "lora" not in table:        # likewise --lora
+    if "lora" in table:            # a tuple: an entry is a frozen value
+        overrides = tuple((k, tuple(v) if k == "lora" else v) for k, v in overrides)
+    else:                           # likewise --lora
         overrides += (("lora", ()),)
     return ModelEntry(name, os.path.expanduser(path), tuple(table.get("aliases") or ()), overrides, "config")
 

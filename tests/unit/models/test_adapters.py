@@ -107,3 +107,14 @@ def test_lora_is_the_models_own_and_names_it(tmp_path):
         read_catalogue(Settings(models_dir=str(tmp_path), lora=["x.gguf"]), lambda: "")
     with pytest.raises(CatalogueError, match="finite"):
         read_catalogue(Settings(model=str(model), lora=["x.gguf:nan"]), lambda: "")
+
+
+def test_a_tables_lora_is_its_models_own(tmp_path):
+    model = write_tiny_gguf(tmp_path / "tiny.gguf")
+    settings = Settings(models={"chat": {"path": str(model), "lora": ["/m/style.gguf:0.5", "/m/sql.gguf"]},
+                                "plain": {"path": str(model)}})
+    catalogue = read_catalogue(settings, lambda: "")
+    chat, plain = catalogue.exact("chat"), catalogue.exact("plain")
+    assert [(f.name, f.scale) for f in chat.adapter_files()] == [("style", 0.5), ("sql", 1.0)]
+    assert plain.adapter_files() == [] and hash(chat)
+    assert catalogue.exact("chat+sql") is chat and catalogue.exact("plain+sql") is None
