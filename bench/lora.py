@@ -23,6 +23,7 @@ import numpy as np
 
 from localserve.engine.engine import Engine
 from localserve.engine.lora import LoraAdapters
+from localserve.engine.model_load import quiet_llama_logs
 
 from . import table
 
@@ -71,6 +72,7 @@ def step_times(engine: Engine, sets: list[tuple]) -> list[float]:
 
 
 def run(model: str, args) -> None:
+    quiet_llama_logs()
     with tempfile.TemporaryDirectory() as folder:
         paths = [write_adapter(model, os.path.join(folder, f"adapter-{i}.gguf"), seed=i) for i in range(2)]
         engine = Engine(model, n_ctx=1024, n_seq=SEQUENCES, n_batch=512, threads=args.threads)
