@@ -10,6 +10,7 @@ This module imports neither the engine nor the runtime: a dialect may import it.
 
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +37,9 @@ class JobQueue(Protocol):
     threads: int
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration: ...
+
+    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue | None = None
+                   ) -> list[ActiveGeneration]: ...
 
     def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob: ...
 
@@ -80,6 +84,12 @@ class ServedModel:
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
         """The job to the model's runtime; QueueFull or RuntimeStopped when it takes no more."""
         return self.jobs.submit(request)
+
+    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue | None = None
+                   ) -> list[ActiveGeneration]:
+        """Jobs queued together or not at all (a request's `n` choices), their events on `events`
+        when given."""
+        return self.jobs.submit_all(requests, events)
 
     def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob:
         return self.jobs.submit_embedding(job)
