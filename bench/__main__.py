@@ -24,6 +24,9 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   /v1/chat/completions and /v1/completions on the same server (ollama_chat.py), within 2%;
 - embeddings: inputs/s and tokens/s of /v1/embeddings for 256 inputs of ~64 tokens in one
   call and in 8 concurrent calls, against the bare engine (embeddings.py);
+- audio: a clip's decode, encode and prefill through the API (chat and a transcription form)
+  against libmtmd's own calls, and a second turn with the same clip (audio.py; a synthetic
+  projector);
 - images: an image's encode and prefill through the API against libmtmd's own calls, and a
   second turn with the same image against the first (vision.py; a synthetic projector unless
   --mmproj names the model's own);
@@ -50,8 +53,8 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, busy, choices, compaction, decode, editor, embeddings, latency, lora, models, ollama_chat, \
-    sampled, speculative, vision, weights
+from . import agents, audio, busy, choices, compaction, decode, editor, embeddings, latency, lora, models, \
+    ollama_chat, sampled, speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -82,6 +85,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--lora-only", action="store_true",
                         help="only LoRA adapters' figures: a decode step with and without an adapter switch "
                              "(bench/lora.py)")
+    parser.add_argument("--audio-only", action="store_true",
+                        help="only a clip's encode and prefill against bare libmtmd (bench/audio.py)")
     parser.add_argument("--table-only", action="store_true",
                         help="only the main table: localserve and llama-server against the bare engine "
                              "(single stream, 1-8 streams, second turn, peak RSS)")
@@ -101,6 +106,9 @@ def main() -> int:
           f"median of {args.repeat}", flush=True)
     if args.lora_only:
         lora.run(model, args)
+        return 0
+    if args.audio_only:
+        audio.run(model, args, rounds=args.repeat)
         return 0
     engine = BareEngine(model, n_ctx=args.ctx_size, threads=args.threads, weights=cpu_weights.plan(model, "auto"))
     work = Workload(engine)
@@ -150,6 +158,7 @@ def main() -> int:
     weights.print_table(model, args)   # the chosen CPU weight layout against use_extra_bufts = False
     embeddings.run(model, args)         # /v1/embeddings against the bare engine (bench/embeddings.py)
     vision.run(model, args, args.mmproj)    # an image through the API against bare libmtmd (bench/vision.py)
+    audio.run(model, args)              # a clip through the API against bare libmtmd (bench/audio.py)
     if not args.quick:
         latency.run(model, args)        # /health under load and during slowloris (bench/latency.py)
         models.run(model, args)         # cold load and model switches against a bare load (bench/models.py)

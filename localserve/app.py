@@ -37,7 +37,7 @@ from .dialects.ollama import routes as ollama_routes
 from .dialects.services import Services
 from .webui import page as webui
 from .wire.routes import Router
-from .wire.access import AccessPolicy, is_json_media_type, load_api_keys, sent_by_browser
+from .wire.access import AccessPolicy, is_body_type, load_api_keys, sent_by_browser
 from .ops import systemd
 from .ops.signals import StopSignals
 from .wire.server import HTTPServer, listen_address
@@ -136,12 +136,14 @@ class App:
                            # OpenAI's clients read this type for a bad key (Anthropic's shape names its own)
                            type="invalid_request_error",
                            code="invalid_api_key", headers=[("WWW-Authenticate", "Bearer")])
+        body_type = self.router.body_type_of(request.path)
         if request.method not in ("GET", "HEAD") and exchange.has_body() and \
                 sent_by_browser(request.header("origin"), request.header("sec-fetch-site")) and \
-                not is_json_media_type(request.header("content-type")):
-            # a browser's body must say it is JSON (which no simple request can); other clients'
-            # (LiteLLM sends none, curl -d a form type) are read as JSON whatever they say, as Ollama's
-            raise ApiError(415, f"the request body must be sent as Content-Type: application/json, not "
+                not is_body_type(request.header("content-type"), body_type):
+            # a browser's body must say it is JSON (which no simple request can), or the form its
+            # route takes (the cross-site check above has refused other sites' pages); other
+            # clients' (LiteLLM sends none, curl -d a form type) are read as JSON whatever they say
+            raise ApiError(415, f"the request body must be sent as Content-Type: {body_type}, not "
                                 f"'{(request.header('content-type') or 'none')[:100]}'", code="unsupported_media_type")
 
     def preflight_headers(self, exchange, allow: str) -> list[tuple[str, str]]:

@@ -12,7 +12,12 @@ process. So each format is read here first, and only bytes whose declarations we
   (:func:`canonical_wav`): the decoder only ever reads a header written here;
 - MP3 must start (after ID3v2 tags, which are cut off) with an MPEG-1/2/2.5 Layer III frame
   header; every Xing/Info tag that sits where dr_mp3 reads one, inside a frame, must declare no
-  more frames than :func:`read_mp3`'s caller allows;
+  more frames than :func:`read_mp3`'s caller allows; without a tag dr_mp3 decodes every frame to
+  count them, so the durations of every frame header in the stream must come to no more (the
+  length estimated from the first frame's bitrate let a 160 kbps first frame and 8 kbps ones
+  after it pass as 300 s while they decoded to 5,900 s: 760 MB of floats for a 6 MB upload;
+  walking the frames alone misses a second chain of short frames hidden in the data of long
+  ones, which dr_mp3 follows when the long ones do not chain);
 - FLAC must start (after ID3v2 tags, cut off) with ``fLaC`` and a STREAMINFO block whose sample
   count is known (not 0) and within the limit.
 
@@ -22,6 +27,7 @@ header declares) or raises :class:`AudioRefused` saying why.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass
 
@@ -114,10 +120,20 @@ def _wav_format(chunk: bytes) -> _WavFormat:
     return found
 
 
+# A float sample's top exponent byte (little-endian: the last of its 4 or 8 bytes) at or past
+# these is a magnitude of 2**17 or more, infinite or NaN: libmtmd's log-mel of such a clip is
+# infinite and the model's logits NaN (a 200 whose logprobs were null, its tokens noise).
+_FLOAT_TOO_LARGE = {32: re.compile(rb"[\x48-\x7f\xc8-\xff]"), 64: re.compile(rb"[\x41-\x7f\xc1-\xff]")}
+
+
 def _wav_facts(fmt: _WavFormat, samples: bytes) -> AudioFacts:
     frames = len(samples) // fmt.block
     if frames == 0:
         raise AudioRefused("the WAV file holds no samples", "audio_too_short")
+    size = fmt.bits // 8
+    if fmt.tag == _FLOAT and _FLOAT_TOO_LARGE[fmt.bits].search(samples[size - 1:frames * fmt.block:size]):
+        raise AudioRefused("the WAV file's float samples include NaN, infinity or values past +-131072 "
+                           "(float audio runs from -1 to 1)")
     return AudioFacts(canonical_wav(fmt.tag, fmt.channels, fmt.rate, fmt.bits, samples[:frames * fmt.block]),
                       "wav", frames / fmt.rate, fmt.rate, fmt.channels)
 
@@ -158,6 +174,24 @@ _BITRATES_V1 = (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320
 _BITRATES_V2 = (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)
 
 
+# where a frame header dr_mp3 decodes could start (its hdr_valid: Layers I, II and III, MPEG-2.5
+# for Layer III only, free format too; a bitrate that is not 15, a rate index that is not 3),
+# every such place, overlapping ones included (a lookahead)
+_MP3_SYNC = re.compile(rb"(?=\xff[\xe2\xe3\xf2-\xf7\xfa-\xff][\x00-\x0b\x10-\x1b\x20-\x2b\x30-\x3b\x40-\x4b"
+                       rb"\x50-\x5b\x60-\x6b\x70-\x7b\x80-\x8b\x90-\x9b\xa0-\xab\xb0-\xbb\xc0-\xcb\xd0-\xdb\xe0-\xeb])")
+
+
+_MP3_LAYER_III = re.compile(rb"\xff[\xe2\xe3\xf2\xf3\xfa\xfb]")
+
+
+def _header_seconds(b1: int, b2: int) -> float:
+    """The duration of the frame whose header's second and third bytes these are (dr_mp3's
+    hdr_frame_samples over hdr_sample_rate_hz): 8 ms at the least (Layer I at 48 kHz)."""
+    rate = _MPEG1_RATES[(b2 >> 2) & 3] >> (not b1 & 0x08) >> (not b1 & 0x10)
+    samples = 384 if b1 & 6 == 6 else 576 if b1 & 14 == 2 else 1152
+    return samples / rate
+
+
 @dataclass(frozen=True)
 class _Mp3Frame:
     rate: int
@@ -165,6 +199,11 @@ class _Mp3Frame:
     side_info: int         # bytes between the header (and CRC) and a Xing tag
     crc: bool
     kbps: int
+    size: int              # bytes, the header and its padding byte included
+
+    @property
+    def seconds(self) -> float:
+        return self.samples / self.rate
 
 
 def _mp3_frame(data: bytes, at: int) -> _Mp3Frame | None:
@@ -178,9 +217,10 @@ def _mp3_frame(data: bytes, at: int) -> _Mp3Frame | None:
     mono = (data[at + 3] >> 6) == 3
     divisor = {3: 1, 2: 2, 0: 4}[version]
     mpeg1 = version == 3
-    return _Mp3Frame(_MPEG1_RATES[rate_index] // divisor, 1152 if mpeg1 else 576,
-                     (17 if mono else 32) if mpeg1 else (9 if mono else 17), not data[at + 1] & 1,
-                     (_BITRATES_V1 if mpeg1 else _BITRATES_V2)[bitrate])
+    rate, kbps = _MPEG1_RATES[rate_index] // divisor, (_BITRATES_V1 if mpeg1 else _BITRATES_V2)[bitrate]
+    size = (144 if mpeg1 else 72) * kbps * 1000 // rate + ((data[at + 2] >> 1) & 1)
+    return _Mp3Frame(rate, 1152 if mpeg1 else 576, (17 if mono else 32) if mpeg1 else (9 if mono else 17),
+                     not data[at + 1] & 1, kbps, size)
 
 
 def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
@@ -195,8 +235,40 @@ def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
         while at >= 0:
             _check_tag(stream, at, max_seconds)
             at = stream.find(tag, at + 1)
-    seconds = len(stream) * 8 / (first.kbps * 1000)
-    return AudioFacts(stream, "mp3", seconds, first.rate, 1)
+    decodable = _mp3_decodable_seconds(stream, max_seconds)
+    if decodable > max_seconds:
+        raise AudioRefused(f"the MP3's frame headers come to {decodable:.0f} seconds or more, more than "
+                           f"{max_seconds:g} are read", "audio_too_long")
+    return AudioFacts(stream, "mp3", _mp3_walked_seconds(stream), first.rate, 1)
+
+
+def _mp3_decodable_seconds(stream: bytes, max_seconds: float) -> float:
+    """At most how long dr_mp3 could decode the stream: every frame it decodes starts at a frame
+    header, so the durations of every place a header could start bound it, however the frames
+    are chained (a chain hidden in another's data included). An honest stream adds a few
+    stray patterns in its data. Stops once past max_seconds (a frame is at least 8 ms)."""
+    seconds = 0.0
+    for found in _MP3_SYNC.finditer(stream):
+        at = found.start()
+        seconds += _header_seconds(stream[at + 1], stream[at + 2])
+        if seconds > max_seconds:
+            break
+    return seconds
+
+
+def _mp3_walked_seconds(stream: bytes) -> float:
+    """The stream's length: its frames walked one after another (past a damaged stretch to the
+    next header); what a transcription's duration says."""
+    seconds, at = 0.0, 0
+    while at < len(stream):
+        frame = _mp3_frame(stream, at)
+        if frame is not None:
+            seconds += frame.seconds
+            at += frame.size
+            continue
+        found = _MP3_LAYER_III.search(stream, at + 1)
+        at = found.start() if found else len(stream)
+    return seconds
 
 
 def _check_tag(stream: bytes, at: int, max_seconds: float) -> None:

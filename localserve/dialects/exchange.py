@@ -54,6 +54,8 @@ class Writer(Protocol):
 
     def peer_closed(self) -> bool: ...
 
+    def peer_host(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Scope:
@@ -121,11 +123,16 @@ class Exchange:
 Handler = Callable[[Exchange], None]
 
 
+JSON_BODY = "application/json"
+FORM_BODY = "multipart/form-data"     # a route whose body is a form (the transcription routes)
+
+
 class RouteTable(Protocol):
-    """Where a dialect registers its routes (the wire's Router)."""
+    """Where a dialect registers its routes (the wire's Router), with the media type their
+    bodies are sent as (a browser's body is held to it: app.py)."""
 
     def add(self, pattern: str, methods: str | tuple[str, ...], handler: Handler,
-            errors: ErrorShape = OPENAI_ERRORS) -> None: ...
+            errors: ErrorShape = OPENAI_ERRORS, body_type: str = JSON_BODY) -> None: ...
 
     def add_family(self, prefix: str, errors: ErrorShape) -> None: ...
 

@@ -76,31 +76,28 @@ def read_num_ctx(body: dict) -> int | None:
 
 
 def read_bool(body: dict, name: str, default: bool = False) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(name, f"expected a boolean, got {kind_of(value)}")
-    return value
+    value = _typed(body, name, bool, "a boolean")
+    return default if value is None else value
 
 
 def read_str(body: dict, name: str, default: str | None = None, *, choices: tuple[str, ...] | None = None) -> Any:
-    value = body.get(name)
+    value = _typed(body, name, str, "a string")
     if value is None:
         return default
-    if not isinstance(value, str):
-        raise invalid(name, f"expected a string, got {kind_of(value)}")
     if choices is not None and value not in choices:
         raise invalid(name, f"must be one of {', '.join(choices)}; got '{value}'")
     return value
 
 
 def read_dict(body: dict, name: str) -> dict | None:
+    return _typed(body, name, dict, "an object")
+
+
+def _typed(body: dict, name: str, kind: type, expected: str) -> Any:
+    """body[name] when it is a `kind`, None when absent or null; a 400 naming it otherwise."""
     value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise invalid(name, f"expected an object, got {kind_of(value)}")
+    if value is not None and not isinstance(value, kind):
+        raise invalid(name, f"expected {expected}, got {kind_of(value)}")
     return value
 
 

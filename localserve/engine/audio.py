@@ -33,6 +33,10 @@ MAX_CONCURRENT_AUDIO_DECODES = 2
 _decoding = threading.BoundedSemaphore(MAX_CONCURRENT_AUDIO_DECODES)
 MIN_DECODED_SAMPLES = 2          # mtmd_tokenize asserts more than one float's bytes
 SLACK_SECONDS = 1.0              # resampling and an MP3's estimated length may differ this much
+# Encoders that stack a Whisper window's frames with no pooling after (clip-model.h's
+# audio_has_stack_frames without audio_has_avgpool), and that window's log-mel frames
+STACKING_TYPES = ("ultravox", "meralion")
+WINDOW_FRAMES = 3000
 
 
 class _Projector(Protocol):
@@ -58,6 +62,23 @@ def audio_segments(projector: _Projector, data: bytes) -> list:
             return projector.segments_of(bitmap, CHUNK_AUDIO)
         except ImageUnreadable as exc:
             raise AudioUnreadable(str(exc).replace("the image", "the clip")) from None
+
+
+def stacking_refusal(meta: dict) -> str | None:
+    """Why a projector's audio encoder cannot be served, or None. libmtmd counts a window's
+    positions as ceil(3000 / s) // 2 (clip.cpp, clip_n_output_tokens) while the graph makes
+    ceil(1500 / s) (build_stack pads the 1,500 positions the convolutions leave): where the two
+    differ (a stack factor s of 7 or 8) the first clip aborts the process ("Invalid number of
+    output tokens"), so such a projector is refused at load."""
+    kind = meta.get("clip.audio.projector_type", meta.get("clip.projector_type"))
+    factor = meta.get("clip.audio.projector.stack_factor")
+    if kind not in STACKING_TYPES or not isinstance(factor, int) or factor <= 1:
+        return None
+    counted, made = -(-WINDOW_FRAMES // factor) // 2, -(-(WINDOW_FRAMES // 2) // factor)
+    if counted == made:
+        return None
+    return (f"its {kind} audio encoder stacks {factor} frames, which libmtmd counts as {counted} positions a "
+            f"window while its graph makes {made}: the first clip would abort the process")
 
 
 def _bitmap(projector: _Projector, data: bytes) -> int:

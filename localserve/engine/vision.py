@@ -39,8 +39,9 @@ from llama_cpp import mtmd_cpp as mtmd
 from ..generation import MEDIA_MARKER
 from ..images import reaches_libmtmd
 from . import model_load
-from .audio import CHUNK_AUDIO, audio_segments
+from .audio import CHUNK_AUDIO, audio_segments, stacking_refusal
 from .facade import ImageTooLargeForBatch, ImageUnreadable
+from .gguf_header import HeaderError, read_header
 from .model_load import ModelLoadError
 
 CHUNK_TEXT = 0
@@ -78,11 +79,23 @@ class EncodedImage:
     seconds: float          # spent on it so far: the encode and the parts decoded
 
 
+def _check_audio_encoder(path: str) -> None:
+    """A projector libmtmd loads but would abort on at its first clip is refused before it loads."""
+    try:
+        meta = read_header(path).meta
+    except HeaderError:
+        return                      # libmtmd's own load says what is wrong with the file
+    refusal = stacking_refusal(meta)
+    if refusal:
+        raise ModelLoadError(f"the projector {path} is not served: {refusal}")
+
+
 class Projector:
     """The loaded projector of one model, on that model's llama context."""
 
     def __init__(self, path: str, model: int, llama_ctx: int, *, n_batch: int, threads: int, use_gpu: bool):
         model_load.check_model_file(path)
+        _check_audio_encoder(path)
         model_load.route_mtmd_logs(mtmd)
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = use_gpu

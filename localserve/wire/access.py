@@ -14,7 +14,9 @@ send it on every non-GET request) or `Sec-Fetch-Site: cross-site`, so a request
 that acts is refused when either names a site that is neither ours nor allowed;
 and a browser's JSON body must say so in Content-Type, which no simple request
 can, so a browser has to ask first with a preflight, which the allowlist then
-decides. SDKs, curl and agent CLIs send no Origin and no Sec-Fetch-Site: their
+decides. A form route's body (a transcription's multipart/form-data) is one a simple
+request can send: there the cross-site check is the whole defence, and a page of this
+server's own origin (or a --cors-origin one) may post its form. SDKs, curl and agent CLIs send no Origin and no Sec-Fetch-Site: their
 bodies are read as JSON whatever their Content-Type says (LiteLLM sends none,
 `curl -d` a form type), as Ollama and llama-server read them.
 
@@ -161,6 +163,14 @@ def sent_by_browser(origin: str | None, fetch_site: str | None) -> bool:
 def scope_id(key: bytes) -> str:
     """A key's scope: a digest that names it in the store and the caches without holding it."""
     return hashlib.sha256(b"localserve key scope\0" + key).hexdigest()[:SCOPE_HEX_DIGITS]
+
+
+def is_body_type(content_type: str | None, expected: str) -> bool:
+    """Whether a body's Content-Type is the media type its route takes (application/*+json
+    counts as JSON), parameters (charset, boundary) allowed."""
+    if expected == "application/json":
+        return is_json_media_type(content_type)
+    return (content_type or "").split(";", 1)[0].strip().lower() == expected
 
 
 def is_json_media_type(content_type: str | None) -> bool:

@@ -82,6 +82,15 @@ class ResponseWriter:
             self._write_body(LAST_CHUNK)
         self.finished = True
 
+    def peer_host(self) -> str:
+        """The client's address without its port ("" for a Unix socket, or a socket already gone):
+        what tells one machine's clients from another's."""
+        try:
+            peer = self.sock.getpeername()
+        except OSError:
+            return ""
+        return peer[0] if isinstance(peer, tuple) else ""
+
     def peer_closed(self) -> bool:
         """True when the client has gone away (EOF or reset) while we wait for a result."""
         # poll first: a socket with a timeout would otherwise wait in recv. (Not select():

@@ -1,8 +1,9 @@
 """Method + path → handler, with the answers HTTP expects for the rest.
 
-A route is a path pattern (``{name}`` segments), the methods it serves, a handler
-and the ErrorShape its failures use (its dialect's, which the route carries: the
-router itself names no dialect). Unknown path → 404 in the shape of the family of
+A route is a path pattern (``{name}`` segments), the methods it serves, a handler,
+the ErrorShape its failures use (its dialect's, which the route carries: the
+router itself names no dialect) and the media type its body is sent as (JSON, or a
+multipart form for the transcription routes: the app holds a browser's body to it). Unknown path → 404 in the shape of the family of
 paths it falls in; known path, other method → 405 with Allow; OPTIONS → 204 with Allow;
 a WebSocket handshake on a known path → 426 (this server speaks plain HTTP only).
 """
@@ -14,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ..dialects.exchange import Exchange, Handler
+from ..dialects.exchange import JSON_BODY, Exchange, Handler
 from ..dialects.openai.errors import OPENAI_ERRORS
 from ..errors import ApiError, ClientGone, ErrorShape
 from ..prompt.media import request_images
@@ -30,6 +31,7 @@ class Route:
     methods: tuple[str, ...]
     handler: Handler
     errors: ErrorShape = OPENAI_ERRORS
+    body_type: str = JSON_BODY
     regex: re.Pattern = field(init=False)
 
     def __post_init__(self) -> None:
@@ -53,9 +55,9 @@ class Router:
         self.families: list[tuple[str, ErrorShape]] = []   # path prefix → shape, for paths no route matches
 
     def add(self, pattern: str, methods: str | tuple[str, ...], handler: Handler,
-            errors: ErrorShape = OPENAI_ERRORS) -> None:
+            errors: ErrorShape = OPENAI_ERRORS, body_type: str = JSON_BODY) -> None:
         methods = (methods,) if isinstance(methods, str) else methods
-        self.routes.append(Route(pattern, tuple(methods), handler, errors))
+        self.routes.append(Route(pattern, tuple(methods), handler, errors, body_type))
 
     def add_family(self, prefix: str, errors: ErrorShape) -> None:
         """Paths under `prefix` that no route matches still answer in `errors`' shape: the
@@ -96,6 +98,12 @@ class Router:
         if "GET" in methods and "HEAD" not in methods:
             methods.append("HEAD")
         return methods + ["OPTIONS"]
+
+    def body_type_of(self, path: str) -> str:
+        """The media type the body of a request on `path` is sent as (JSON unless its route says)."""
+        for route, _ in self.match(path):
+            return route.body_type
+        return JSON_BODY
 
     def all_methods(self) -> list[str]:
         return self.allowed([(route, {}) for route in self.routes])

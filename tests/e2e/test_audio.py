@@ -11,34 +11,18 @@ from __future__ import annotations
 import pytest
 
 from localserve import audio
-from localserve.conversation import Audio, Message, Text
+from localserve.conversation import Message, Text
 from localserve.generation import PromptRefused
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from tinyaudio import audio_tokens, tone, wav_bytes, write_tiny_audio_mmproj
-from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, token_ids, write_tiny_gguf  # tests/support/
-from vision_engine import N_TOKENS, bare_reference, greedy, loaded_with_projector, log_softmax, run
+from tinymodel import EOG_TEXTS, token_ids  # tests/support/
+from vision_engine import N_TOKENS, greedy, log_softmax, projector_fixtures, run
 
 CLIP = wav_bytes(tone(1.0))
 SWEEP = wav_bytes(tone(2.0, freq=200, glide=600))
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("audio")
-    return (str(write_tiny_gguf(d / "tiny.gguf", chat_template=CHATML_TEMPLATE)),
-            str(write_tiny_audio_mmproj(d / "mmproj-audio.gguf")))
-
-
-@pytest.fixture(scope="module")
-def model(files):
-    with loaded_with_projector("tiny", *files, ctx_size=1024, slots=2, cache_ram=64) as loaded:
-        yield loaded
-
-
-@pytest.fixture(scope="module")
-def bare(files):
-    with bare_reference(*files, n_ctx=1024) as reference:
-        yield reference
+files, model, bare = projector_fixtures(write_tiny_audio_mmproj, n_ctx=1024)
 
 
 def hear(*clips: bytes, text: str = "what is this?") -> list[Message]:

@@ -5,10 +5,14 @@ goes out as text/plain (or form data) with the page's Origin and `Sec-Fetch-Site
 The page cannot read the answer, so what matters is whether anything happened: these tests
 send exactly those headers as raw requests and then look at the daemon's state. The last test
 does it from a real headless Chromium on a page served from a second local port.
+
+A transcription's body is a multipart form, which a simple request can send: the server's own
+page may post one (its Origin is ours), another site's page may not (403 before the form is read).
 """
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 import threading
@@ -21,6 +25,7 @@ from browser import Browser, find_browser
 from conftest import ROOT, ServerProcess
 from needs import check_skip, missing
 from rawhttp import post_json, request
+from tinyaudio import tone, wav_bytes
 
 EVIL = "https://evil.example"
 BROWSER_HEADERS = f"Origin: {EVIL}\r\nSec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: no-cors\r\n"
@@ -148,6 +153,37 @@ def test_json_content_types_are_read(srv, content_type):
     assert from_page.status == 200, from_page.body
 
 
+# ---- a transcription's multipart form -----------------------------------------------------------
+
+CLIP = wav_bytes(tone(0.2))
+FORM_TYPE = "multipart/form-data; boundary=page"
+FORM = (b'--page\r\nContent-Disposition: form-data; name="model"\r\n\r\ntiny\r\n'
+        b'--page\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\nContent-Type: audio/wav\r\n\r\n'
+        + CLIP + b"\r\n--page--\r\n")
+
+
+def test_the_own_page_may_post_a_transcription_form_and_another_site_may_not(srv):
+    """The form reaches the handler from our own page: this model has no audio encoder, so the
+    answer is the handler's 400 naming the file (not the gate's 415 or 403)."""
+    own = post(srv.port, "/v1/audio/transcriptions", FORM, FORM_TYPE, **own_page(srv))
+    assert own.status == 400 and own.json()["error"]["code"] == "model_has_no_audio", own.body
+    allowed = post(srv.port, "/v1/audio/transcriptions", FORM, FORM_TYPE, "Origin: http://app.example\r\n")
+    assert allowed.status == 400 and allowed.json()["error"]["code"] == "model_has_no_audio"
+    for headers in (BROWSER_HEADERS, "Sec-Fetch-Site: cross-site\r\n", "Origin: null\r\n",
+                    f"Origin: http://localhost:{srv.port + 1}\r\nSec-Fetch-Site: same-site\r\n"):
+        foreign = post(srv.port, "/v1/audio/transcriptions", FORM, FORM_TYPE, headers)
+        assert foreign.status == 403 and foreign.json()["error"]["code"] == "cross_site_request", headers
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "application/json", None])
+def test_a_browsers_transcription_body_must_be_a_form(srv, content_type):
+    resp = post(srv.port, "/v1/audio/transcriptions", FORM, content_type, **own_page(srv))
+    assert resp.status == 415 and "multipart/form-data" in resp.json()["error"]["message"]
+    # other clients are not held to it: the route's own parser answers (a 400 naming the type)
+    sdk = post(srv.port, "/v1/audio/transcriptions", FORM, content_type)
+    assert sdk.status == 400 and "multipart/form-data" in sdk.json()["error"]["message"]
+
+
 # ---- who may still act ------------------------------------------------------------------------
 
 def test_the_servers_own_origin_and_allowed_origins_may_act(srv):
@@ -181,12 +217,19 @@ def test_sdk_and_curl_requests_are_unchanged(srv):
 ATTACK_PAGE = """<!doctype html><title>a page on another site</title><script>
 const target = "http://127.0.0.1:%(port)d";
 const body = JSON.stringify({model: "tiny"});
+function form() {
+  const data = new FormData();
+  data.append("model", "tiny");
+  data.append("file", new Blob([new Uint8Array([82, 73, 70, 70])], {type: "audio/wav"}), "a.wav");
+  return data;
+}
 window.attempts = Promise.allSettled([
   fetch(target + "/models/unload", {method: "POST", mode: "no-cors", body}),
   fetch(target + "/models/unload", {method: "POST", mode: "no-cors", body,
                                     headers: {"Content-Type": "application/x-www-form-urlencoded"}}),
   fetch(target + "/v1/responses", {method: "POST", mode: "no-cors",
         body: JSON.stringify({model: "tiny", input: "hi", background: true, max_output_tokens: 2})}),
+  fetch(target + "/v1/audio/transcriptions", {method: "POST", mode: "no-cors", body: form()}),
 ]).then(results => { window.done = results.map(r => r.status); });
 </script>"""
 
@@ -213,14 +256,30 @@ def test_a_no_cors_fetch_from_another_local_port_changes_nothing(srv, browser, t
         deadline = time.monotonic() + 20
         while browser.driver.execute_script("return window.done") is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert browser.driver.execute_script("return window.done") == ["fulfilled"] * 3
+        assert browser.driver.execute_script("return window.done") == ["fulfilled"] * 4
     finally:
         site.shutdown()
         site.server_close()
     assert state_of(srv.port) == "loaded"
-    # the three requests reached the daemon and were refused: the test is not passing for want of them
+    # the four requests reached the daemon and were refused: the test is not passing for want of them
     deadline = time.monotonic() + 5
-    while srv.log.count(" 403 ") < refused_before + 3 and time.monotonic() < deadline:
+    while srv.log.count(" 403 ") < refused_before + 4 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert srv.log.count(" 403 ") == refused_before + 3
+    assert srv.log.count(" 403 ") == refused_before + 4
     assert responses_created(srv) == 0
+
+
+def test_the_servers_own_page_posts_a_transcription_form_from_a_real_browser(srv, browser):
+    """Chromium's own FormData POST (its Origin, Sec-Fetch-Site and boundary) from the built-in
+    page reaches the handler: the tiny model has no audio encoder, so its 400 names the file."""
+    browser.driver.get(f"http://127.0.0.1:{srv.port}/")
+    answer = browser.driver.execute_async_script("""
+        const [clip, done] = arguments;
+        const data = new FormData();
+        data.append("model", "tiny");
+        data.append("file", new Blob([Uint8Array.from(atob(clip), c => c.charCodeAt(0))], {type: "audio/wav"}),
+                    "clip.wav");
+        fetch("/v1/audio/transcriptions", {method: "POST", body: data})
+          .then(r => r.json().then(body => done([r.status, body])), e => done([0, String(e)]));
+    """, base64.b64encode(CLIP).decode())
+    assert answer[0] == 400 and answer[1]["error"]["code"] == "model_has_no_audio", answer

@@ -243,6 +243,9 @@ def test_compacting_a_history_with_an_earlier_image_shows_it_as_text(server):
                         timeout=120)
     assert compacted.status == 200, compacted.body[:300]
     assert compacted.json()["output"][-1]["type"] == "compaction"
+    newest = request(server.port, post_json("/v1/responses/compact", {"model": "tiny", "input": history[:1]}),
+                     timeout=120)      # the image in the newest turn: the summary request joins it, still text
+    assert newest.status == 200, newest.body[:300]
 
 
 # ---- bad images: a 400 naming the part, in every dialect; the server keeps serving ---------

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
+import threading
 
 import pytest
 
 from clients import openai_sdk
 from conftest import ServerProcess
 from embedmodels import write_pooled_decoder
-from rawhttp import post_json, request
+from rawhttp import RawConnection, post_json, request
 from sse import sse_data
 
 ERROR_KEYS = {"code", "message", "type"}
@@ -198,6 +200,35 @@ def test_several_prompts_stream_with_their_index(server):
         assert mine[-1]["stop"] is True and mine[-1]["stop_type"] == "eos" and "timings" in mine[-1]
         assert [e["stop"] for e in mine].count(True) == 1
     assert b"[DONE]" not in resp.body
+
+
+def test_many_prompts_leave_another_client_its_turn(server):
+    """32 prompts went into the queue at once, and another client's request waited behind all of
+    them; now a request holds a window of the queue (2 per slot), and the other request runs
+    before most of the 32 have."""
+    conn = RawConnection(server.port, timeout=120)
+    body = {"prompt": [f"prompt {i}" for i in range(32)], "n_predict": 100, "ignore_eos": True, "stream": True}
+    conn.send(post_json("/completion", body))
+    seen = bytearray()
+
+    def read():
+        while b"0\r\n\r\n" not in seen[-16:] and (data := conn.sock.recv(65536)):
+            seen.extend(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        while b'"index":0' not in seen:
+            assert reader.is_alive(), bytes(seen[:500])
+            reader.join(0.01)
+        other = post(server, "/completion", {"prompt": "another client", "n_predict": 3})
+        assert other.status == 200, other.body
+        finished = len(re.findall(rb'"stop":\s*true', bytes(seen)))
+        assert finished < 12, finished           # all at once: about 30 ran first
+        reader.join(120)
+        assert len(re.findall(rb'"stop":\s*true', bytes(seen))) == 32
+    finally:
+        conn.close()
 
 
 def test_a_json_schema_holds_the_answer(server):
@@ -518,6 +549,7 @@ def keyed(model_path, tmp_path_factory):
     keys.write_text("alice-key\nbob-key\n")
     srv = ServerProcess(model_path, "--model-id", "tiny", "--slots", "1", "--no-store", "--api-key-file", str(keys),
                         "--slot-save-path", str(folder / "saved"))
+    srv.slot_dir = folder / "saved"
     yield srv
     srv.stop()
 
@@ -532,6 +564,26 @@ def test_a_slot_is_its_keys_own(keyed):
     assert post(keyed, "/slots/0?action=erase", {}, bob).json()["n_erased"] == 0
     saved = post(keyed, "/slots/0?action=save", {"filename": "alice.bin"}, alice).json()
     assert saved["n_saved"] > 0
-    assert_llama_error(post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, bob), 400, "another API key")
+    assert_llama_error(post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, bob), 404, "no slot file")
     assert post(keyed, "/slots/0?action=restore", {"filename": "alice.bin"}, alice).json()["n_restored"] == \
         saved["n_saved"]
+
+
+def test_two_keys_saving_one_name_keep_two_files(keyed):
+    """Bob's save under the name Alice used replaced her file (and a restore told Bob the name
+    was taken): each key's files are its own, and a file moved into another key's folder is
+    still refused to that key."""
+    alice, bob = "Authorization: Bearer alice-key\r\n", "Authorization: Bearer bob-key\r\n"
+    assert post(keyed, "/completion", {"prompt": "alice's other prompt " * 4, "grammar": forced("ok")},
+                alice).status == 200
+    saved = post(keyed, "/slots/0?action=save", {"filename": "same.bin"}, alice).json()
+    assert saved["n_saved"] > 0
+    assert post(keyed, "/slots/0?action=save", {"filename": "same.bin"}, bob).json()["n_saved"] == 0
+    assert post(keyed, "/slots/0?action=restore", {"filename": "same.bin"}, alice).json()["n_restored"] == \
+        saved["n_saved"]
+    folders = {p.parent for p in (keyed.slot_dir).rglob("same.bin")}
+    assert len(folders) == 2 and keyed.slot_dir not in folders
+    alice_file = next(p for p in keyed.slot_dir.rglob("same.bin") if p.stat().st_size == saved["n_written"])
+    bob_file = next(p for p in keyed.slot_dir.rglob("same.bin") if p != alice_file)
+    bob_file.write_bytes(alice_file.read_bytes())
+    assert_llama_error(post(keyed, "/slots/0?action=restore", {"filename": "same.bin"}, bob), 400, "another API key")

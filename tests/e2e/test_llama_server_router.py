@@ -16,7 +16,7 @@ from embedmodels import write_pooled_decoder, write_tiny_bert
 from procstat import context_switches
 from rawhttp import RawConnection, post_json, request
 
-from localserve.dialects.llamacpp.models import MAX_SSE_STREAMS, SSE_CLIENT_CHECK
+from localserve.dialects.llamacpp.models import MAX_SSE_STREAMS, MAX_SSE_STREAMS_PER_CLIENT, SSE_CLIENT_CHECK
 
 ERROR_KEYS = {"code", "message", "type"}
 
@@ -85,12 +85,12 @@ class ModelEvents:
         self.conn.close()
 
 
-def stream(server, headers: bytes = b"", wait: float = 20.0) -> RawConnection:
+def stream(server, headers: bytes = b"", wait: float = 20.0, source: str | None = None) -> RawConnection:
     """A /models/sse stream whose head has come. Streams an earlier test closed hold their places
     until the server looks at their sockets (SSE_CLIENT_CHECK): a 503 is tried again for `wait` s."""
     deadline = time.monotonic() + wait
     while True:
-        conn = RawConnection(server.port, timeout=30)
+        conn = RawConnection(server.port, timeout=30, source=source)
         conn.send(b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n" + headers + b"\r\n")
         head = b""
         while b"\r\n\r\n" not in head:
@@ -103,8 +103,9 @@ def stream(server, headers: bytes = b"", wait: float = 20.0) -> RawConnection:
 
 
 def open_streams(server, n: int) -> list[RawConnection]:
-    """n /models/sse streams whose heads have come (nothing more is read from them)."""
-    return [stream(server) for _ in range(n)]
+    """n /models/sse streams whose heads have come (nothing more is read from them), from as many
+    loopback addresses as MAX_SSE_STREAMS_PER_CLIENT needs (127.0.0.2 on: 127.0.0.1 stays free)."""
+    return [stream(server, source=f"127.0.0.{2 + i // MAX_SSE_STREAMS_PER_CLIENT}") for i in range(n)]
 
 
 def test_the_listing_has_each_models_status_and_modalities(router):
@@ -196,6 +197,23 @@ def test_streams_past_the_limit_are_a_503_in_llama_servers_shape(router):
         conns.append(stream(router, wait=SSE_CLIENT_CHECK + 10))    # its place, once the server looked
     finally:
         for conn in conns:
+            conn.close()
+
+
+def test_one_client_holds_at_most_its_share_of_the_streams(router):
+    """One client opening streams in a loop took all MAX_SSE_STREAMS: another address still gets one."""
+    mine = [stream(router) for _ in range(MAX_SSE_STREAMS_PER_CLIENT)]
+    try:
+        refused = request(router.port, b"GET /models/sse HTTP/1.1\r\nHost: localhost\r\n\r\n", timeout=10)
+        assert refused.status == 503 and refused.header("retry-after") == "5"
+        error = refused.json()["error"]
+        assert error["type"] == "unavailable_error" and "this client" in error["message"], error
+        other = stream(router, source="127.0.0.200")
+        other.close()
+        mine.pop().close()
+        mine.append(stream(router, wait=SSE_CLIENT_CHECK + 10))    # its own place back, once the server looked
+    finally:
+        for conn in mine:
             conn.close()
 
 

@@ -5,21 +5,32 @@ accepted; while the prompt is processed the server sends an SSE comment").
 The dialects are the POST routes of the route table that stream: a route added to the table
 must be named here as streaming (with a request) or not, or the guard test fails. A keepalive
 is the `: prefill` comment, or Anthropic's `ping` event (its keepalive once message_start is out).
+
+The slow server has an audio projector slow enough to watch (a Whisper encoder 256 wide): the
+keepalive goes on while a clip's 30-second windows are encoded, in a streamed transcription (a
+multipart form) and a chat stream with an input_audio part, and a client that leaves while a
+long clip encodes cancels the job between its windows (/metrics counts the windows encoded).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+import base64
+import json
+import random
+import re
 from dataclasses import dataclass
 
 import pytest
 
 from conftest import ServerProcess, slow_model
-from rawhttp import RawConnection, post_json
+from rawhttp import RawConnection, post_json, request, request_id_of
 from sse import parse_sse
+from tinyaudio import write_tiny_audio_mmproj
 from tinymodel import NO_EOG
 
 from localserve.app import App
+from localserve.audio_headers import canonical_wav
 from localserve.settings import Settings
 
 LONG_PROMPT = "hello world " * 1500          # ~3000 tokens: seconds of prefill on the slow model
@@ -68,24 +79,29 @@ NOT_STREAMING = {"/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detok
                  "/embedding", "/embeddings", "/reranking", "/v1/reranking", "/props", "/slots/{id_slot}",
                  "/chat/completions/input_tokens", "/v1/chat/completions/input_tokens",
                  "/responses/input_tokens", "/v1/responses/input_tokens",
-                 "/models"}      # POST /models starts a download in the background; /models/sse reports it
+                 "/models",      # POST /models starts a download in the background; /models/sse reports it
+                 "/v1/audio/translations"}       # a multipart form; never streamed, as OpenAI's are not
 # Streams read from a multipart form (an audio file): the same pump and keepalives as the chat routes
-# (dialects/openai/transcriptions.py's TranscriptEvents); their keepalives are not exercised here
-MULTIPART_STREAMING = {"/v1/audio/transcriptions", "/v1/audio/translations"}
+# (dialects/openai/transcriptions.py's TranscriptEvents), exercised while the clip encodes
+# (test_keepalives_while_a_clip_is_encoded).
+MULTIPART_STREAMING = {"/v1/audio/transcriptions": lambda clip, n: transcription_form(clip, n, stream=True)}
 # Ollama's NDJSON streams: no comment line exists there, so their keepalive is silence
 SILENT_STREAMING = {"/api/chat", "/api/generate", "/api/pull"}
 
 
 def test_every_post_route_of_the_table_is_named_streaming_or_not():
     posts = {route.pattern for route in App(Settings()).router.routes if "POST" in route.methods}
-    named = set(STREAMING) | NOT_STREAMING | SILENT_STREAMING | MULTIPART_STREAMING
+    named = set(STREAMING) | NOT_STREAMING | SILENT_STREAMING | set(MULTIPART_STREAMING)
     assert posts == named, f"new: {sorted(posts - named)}, gone: {sorted(named - posts)}"
 
 
 @pytest.fixture(scope="module")
-def slow_server(models_dir):
+def slow_server(models_dir, tmp_path_factory):
+    # a Whisper encoder 256 wide: a 30-second window takes a visible while to encode
+    mmproj = write_tiny_audio_mmproj(tmp_path_factory.mktemp("slowaudio") / "mmproj-slow-audio.gguf",
+                                     n_embd_text=256, n_embd=256, n_head=4, n_ff=1024, n_layer=2)
     srv = ServerProcess(slow_model(models_dir), "--model-id", "slow", "--ctx-size", "8192",
-                        "--prefill-keepalive", "0.2", "--slots", "1", "--no-store")
+                        "--prefill-keepalive", "0.2", "--slots", "1", "--no-store", "--mmproj", str(mmproj))
     yield srv
     srv.stop()
 
@@ -164,3 +180,78 @@ def test_keepalives_while_queued_then_the_freed_slot(slow_server, path):
     finally:
         running.close()
         queued.close()
+
+
+# ---- while a clip is encoded ----------------------------------------------------------------
+
+WINDOW_SECONDS = 30                       # one audio chunk of the Whisper encoder a window
+
+
+def clip(windows: int, seed: int) -> bytes:
+    """A WAV of noise (8 kHz, 8-bit: small on the wire) just past `windows - 1` whole windows:
+    `windows` audio chunks. Each seed its own clip, so none comes from the cache."""
+    samples = random.Random(seed).randbytes(((windows - 1) * WINDOW_SECONDS + 1) * 8000)
+    return canonical_wav(1, 1, 8000, 8, samples)
+
+
+def transcription_form(data: bytes, n: int, *, stream: bool, boundary: str = "slowaudio") -> bytes:
+    fields = {"model": "slow", "max_tokens": str(n), "logit_bias": json.dumps(NO_EOG), "stream": str(stream).lower()}
+    body = b"".join(f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"\r\n\r\n{value}\r\n'.encode()
+                    for name, value in fields.items())
+    body += (f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="clip.wav"\r\n'
+             f"Content-Type: audio/wav\r\n\r\n").encode() + data + f"\r\n--{boundary}--\r\n".encode()
+    return (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: localhost\r\n"
+            f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {len(body)}\r\n\r\n"
+            ).encode() + body
+
+
+def chat_with_audio(data: bytes, n: int) -> bytes:
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"}}
+    return post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "What is said?"}, part]}], "max_tokens": n, "stream": True, "logit_bias": NO_EOG})
+
+
+AUDIO_STREAMS = {**MULTIPART_STREAMING, "/v1/chat/completions input_audio": chat_with_audio}
+AUDIO_ENDS = {"/v1/audio/transcriptions": b'"type":"transcript.text.done"',
+              "/v1/chat/completions input_audio": b"data: [DONE]"}
+
+
+def audio_chunks_encoded(server) -> float:
+    body = request(server.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").body
+    found = re.search(r"^localserve_audio_chunks_encoded_total ([0-9.e+]+)$", body.decode(), re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.parametrize("route", AUDIO_STREAMS)
+def test_keepalives_while_a_clip_is_encoded(slow_server, route):
+    before = audio_chunks_encoded(slow_server)
+    conn = RawConnection(slow_server.port, timeout=120)
+    try:
+        conn.send(AUDIO_STREAMS[route](clip(4, seed=len(route)), 2))
+        resp = conn.read_response()
+    finally:
+        conn.close()
+    assert resp.status == 200 and resp.header("content-type") == "text/event-stream", resp.body[:300]
+    assert keepalives_before_generation(resp.body, Dialect(lambda *_: {}, None, b"")) >= 2
+    assert AUDIO_ENDS[route] in resp.body
+    assert audio_chunks_encoded(slow_server) - before == 4
+
+
+def test_a_client_gone_while_a_clip_is_encoded_cancels_between_its_windows(slow_server):
+    before = audio_chunks_encoded(slow_server)
+    conn = RawConnection(slow_server.port, timeout=120)
+    conn.send(MULTIPART_STREAMING["/v1/audio/transcriptions"](clip(10, seed=99), 2))
+    received = b""
+    while b": prefill" not in received:          # the head is out and the clip is being encoded
+        chunk = conn.sock.recv(4096)
+        assert chunk, received
+        received += chunk
+    conn.close()
+    assert slow_server.wait_cancelled(request_id_of(received), "client went away", timeout=60), slow_server.log[-2000:]
+    assert audio_chunks_encoded(slow_server) - before < 10          # the rest were never encoded
+    conn = RawConnection(slow_server.port, timeout=120)             # and the server goes on
+    try:
+        conn.send(MULTIPART_STREAMING["/v1/audio/transcriptions"](clip(1, seed=100), 2))
+        assert b"transcript.text.done" in conn.read_response().body
+    finally:
+        conn.close()

@@ -5,17 +5,20 @@ template's user turn with the instruction and the clip: bench/bare_vision.py, gr
 token) in json, text, verbose_json, srt, vtt and streamed (transcript.text.delta events, then
 transcript.text.done with the usage); translations likewise; multipart edge cases (no file,
 two files, a huge field, a file that is no audio, a truncated body, another content type) and a
-model without an audio encoder are each a 400 naming the field, and the server goes on."""
+model without an audio encoder are each a 400 naming the field, and the server goes on. Ollama's
+audio (a clip among a message's `images`, as Ollama sends it) through the official ollama client,
+against the bare engine too."""
 
 from __future__ import annotations
 
 import base64
 import json
 
+import ollama
 import openai
 import pytest
 
-from clients import openai_sdk
+from clients import ollama_client, openai_sdk
 from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
 from localserve.multipart import MAX_FIELD_BYTES
 from media_server import N, bare_answer
@@ -79,6 +82,23 @@ def test_translations_and_an_mp3_file(audio_server, audio_bare):
     assert got.text == expected(audio_server, audio_bare, TRANSCRIBE, mp3, "mp3")
 
 
+def test_ollama_chat_and_generate_take_a_clip_among_images(audio_server, audio_bare):
+    """Ollama sends audio in `images` (its llm/media.go tells a WAV or MP3 by its first bytes);
+    its messages put the media before the text."""
+    client = ollama_client(audio_server)
+    options = {"num_predict": N, "temperature": 0, "logit_bias": NO_EOG}
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(CLIP).decode(), "format": "wav"}}
+    want = bare_answer(audio_server, audio_bare, [{"role": "user", "content": [
+        part, {"type": "text", "text": "What is said?"}]}], [CLIP]).strip()
+    chat = client.chat(model="tiny", options=options, messages=[
+        {"role": "user", "content": "What is said?", "images": [ollama.Image(value=CLIP)]}])
+    assert chat.message.content.strip() == want
+    generated = client.generate(model="tiny", prompt="What is said?", images=[ollama.Image(value=CLIP)],
+                                options=options)
+    assert generated.response.strip() == want
+    assert chat.prompt_eval_count == generated.prompt_eval_count > audio_tokens()
+
+
 def form(*parts: tuple[str, bytes, str | None], boundary: str = "xyz") -> bytes:
     out = b""
     for name, data, filename in parts:
@@ -125,3 +145,7 @@ def test_a_model_without_an_audio_encoder_is_a_400(vision_server):
     with pytest.raises(openai.BadRequestError) as caught:           # its projector has no audio encoder
         transcribe(vision_server)
     assert caught.value.body["code"] == "model_has_no_audio" and caught.value.body["param"] == "file"
+    with pytest.raises(ollama.ResponseError) as refused:
+        ollama_client(vision_server).chat(model="tiny", messages=[{"role": "user", "content": "hi",
+                                                                   "images": [ollama.Image(value=CLIP)]}])
+    assert refused.value.status_code == 400 and "messages[0].images[0]" in refused.value.error

@@ -19,29 +19,13 @@ from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, token_ids, write_tiny_gguf  # tests/support/
 from tinyvision import IMAGE_TOKENS, checkerboard, png_bytes, solid, write_tiny_mmproj
 from vision_engine import (N_TOKENS, ask, assert_same_as_bare, bare_reference, bare_tokens, greedy,
-                           images_encoded, loaded_with_projector, run)
+                           images_encoded, loaded_with_projector, projector_fixtures, run)
 
 PNG = png_bytes(checkerboard(20, 12))
 OTHER_PNG = png_bytes(solid(20, 12, (200, 30, 30)))
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("vision")
-    return (str(write_tiny_gguf(d / "tiny.gguf", chat_template=CHATML_TEMPLATE)),
-            str(write_tiny_mmproj(d / "mmproj-tiny.gguf")))
-
-
-@pytest.fixture(scope="module")
-def model(files):
-    with loaded_with_projector("tiny", *files, ctx_size=512, slots=2, cache_ram=64) as loaded:
-        yield loaded
-
-
-@pytest.fixture(scope="module")
-def bare(files):
-    with bare_reference(*files, n_ctx=512) as reference:
-        yield reference
+files, model, bare = projector_fixtures(write_tiny_mmproj)
 
 
 def test_the_projector_loads_with_its_model(model):

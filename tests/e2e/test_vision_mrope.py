@@ -8,34 +8,16 @@ and a next turn that continues the cached sequence past an image."""
 from __future__ import annotations
 
 import llama_cpp.mtmd_cpp as mtmd
-import pytest
 
 from localserve.conversation import Image, Message, Text
-from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # tests/support/
-from tinyvision import QWEN2VL_TEXT, checkerboard, png_bytes, solid, write_tiny_qwen2vl_mmproj
-from vision_engine import ask, assert_same_as_bare, bare_reference, images_encoded, loaded_with_projector, run
+from tinyvision import QWEN2VL_TEXT, checkerboard, png_bytes, solid, write_tiny_qwen2vl_mmproj  # tests/support/
+from vision_engine import ask, assert_same_as_bare, images_encoded, projector_fixtures, run
 
 WIDE = png_bytes(checkerboard(100, 40, cell=6))         # not square: more tokens than positions
 TALL = png_bytes(solid(30, 90, (20, 200, 90)))
 
 
-@pytest.fixture(scope="module")
-def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("mrope")
-    return (str(write_tiny_gguf(d / "tiny-qwen2vl.gguf", chat_template=CHATML_TEMPLATE, **QWEN2VL_TEXT)),
-            str(write_tiny_qwen2vl_mmproj(d / "mmproj-tiny-qwen2vl.gguf")))
-
-
-@pytest.fixture(scope="module")
-def model(files):
-    with loaded_with_projector("qwen", *files, ctx_size=1024, slots=2, cache_ram=64) as loaded:
-        yield loaded
-
-
-@pytest.fixture(scope="module")
-def bare(files):
-    with bare_reference(*files, n_ctx=1024) as reference:
-        yield reference
+files, model, bare = projector_fixtures(write_tiny_qwen2vl_mmproj, name="qwen", n_ctx=1024, **QWEN2VL_TEXT)
 
 
 def test_the_projector_places_images_by_mrope_with_fewer_positions_than_tokens(model):

@@ -27,8 +27,10 @@ class RawResponse:
 
 
 class RawConnection:
-    def __init__(self, port: int, timeout: float = 10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10.0, source: str | None = None):
+        # source: another loopback address (127.0.0.2, ...) to connect from, as another machine would
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout,
+                                             source_address=(source, 0) if source else None)
         self.timeout = timeout
         self.buffer = b""
 

@@ -26,8 +26,9 @@ What clip.cpp requires of an ``ultravox`` projector (llama.cpp's tools/mtmd/clip
   ``mm.a.mlp.2`` (to the text width).
 
 The stack factor must agree with itself: libmtmd counts a window's tokens as
-``ceil(3000 / s) // 2`` and the graph makes ``ceil(1500 / s)``; where the two differ (s = 7)
-the encoder's output does not fill the chunk. :func:`write_tiny_av_mmproj` writes one file with
+``ceil(3000 / s) // 2`` and the graph makes ``ceil(1500 / s)``; where the two differ (s = 7, 8)
+the first clip aborts the process, and the server refuses such a projector at load
+(engine/audio.py's stacking_refusal). :func:`write_tiny_av_mmproj` writes one file with
 both encoders, the vision one of tinyvision.py.
 """
 

@@ -1,6 +1,6 @@
-"""In-process image tests below the dialects: a model loaded with its projector (models/loaded.py),
-a conversation run through its runtime, and libmtmd's own answer to the same prompt
-(bench/bare_vision.py), greedy token for token, to compare with."""
+"""In-process image and audio tests below the dialects: a model loaded with its projector
+(models/loaded.py), a conversation run through its runtime, and libmtmd's own answer to the same
+prompt (bench/bare_vision.py), greedy token for token, to compare with."""
 
 from __future__ import annotations
 
@@ -18,9 +18,33 @@ from localserve.models.loaded import load
 from localserve.ops.metrics import ServerMetrics
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from localserve.settings import Settings
-from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+from tinymodel import CHATML_TEMPLATE, EOG_TEXTS, NO_EOG, token_ids, write_tiny_gguf
 
 N_TOKENS = 10
+
+
+def projector_fixtures(write_mmproj, *, name: str = "tiny", n_ctx: int = 512, **model_args):
+    """A module's fixtures `files` (a tiny ChatML model written with model_args, and the projector
+    write_mmproj writes, as mmproj-<name>.gguf), `model` (the two loaded as the server loads them,
+    two slots and a RAM cache) and `bare` (libmtmd's reference for the pair): assign them to
+    those three names in the module."""
+    @pytest.fixture(scope="module", name="files")
+    def files(tmp_path_factory):
+        d = tmp_path_factory.mktemp(name)
+        return (str(write_tiny_gguf(d / f"{name}.gguf", chat_template=CHATML_TEMPLATE, **model_args)),
+                str(write_mmproj(d / f"mmproj-{name}.gguf")))
+
+    @pytest.fixture(scope="module", name="model")
+    def model(files):
+        with loaded_with_projector(name, *files, ctx_size=n_ctx, slots=2, cache_ram=64) as loaded:
+            yield loaded
+
+    @pytest.fixture(scope="module", name="bare")
+    def bare(files):
+        with bare_reference(*files, n_ctx=n_ctx) as reference:
+            yield reference
+
+    return files, model, bare
 
 
 @contextmanager

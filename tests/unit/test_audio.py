@@ -12,7 +12,7 @@ import struct
 import pytest
 
 from localserve import audio
-from localserve.audio_headers import MAX_WAV_CHUNKS, AudioRefused, canonical_wav, read_wav
+from localserve.audio_headers import MAX_WAV_CHUNKS, AudioRefused, canonical_wav, read_mp3, read_wav
 from localserve.media_checks import AUDIO, read_base64
 from tinyaudio import flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
 
@@ -121,6 +121,58 @@ def test_an_mp3_s_xing_tag_may_not_declare_more_than_the_limit():
     assert refused(with_xing(mp3, 2 ** 32 - 1)).code == "audio_too_long"
     # a tag where dr_mp3 would not read one (not after a frame's side information) is audio data
     assert audio.from_bytes(mp3[:100] + b"Xing\x00\x00\x00\x01\xff\xff\xff\xff" + mp3[112:], "mp3")
+
+
+def float64_wav(samples: list[float]) -> bytes:
+    data = struct.pack(f"<{len(samples)}d", *samples)
+    return riff(chunk(b"fmt ", struct.pack("<HHIIHH", 3, 1, 16000, 16000 * 8, 8, 64)), chunk(b"data", data))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), 3e38, 131072.0, -131072.0])
+def test_float_samples_that_make_the_logits_nan_are_refused(bad):
+    """A float WAV of NaN, infinity or 1e18 went through: the log-mel was infinite, the logits NaN,
+    and the 200 carried null logprobs and noise. Float audio runs from -1 to 1; 2**17 is far
+    past it and far below what overflows (1e16 still decoded)."""
+    samples = tone(0.1)[:100] + [bad] + tone(0.1)[:100]
+    assert "NaN, infinity" in str(refused(wav_bytes(samples, bits=-32)))
+    assert "NaN, infinity" in str(refused(float64_wav(samples)))
+    for good in (131071.0, -2.5, 1e-45):
+        samples[100] = good
+        assert audio.from_bytes(wav_bytes(samples, bits=-32)) and audio.from_bytes(float64_wav(samples))
+
+
+def mpeg25_frame(kbps_index: int, size: int) -> bytes:
+    """An MPEG-2.5 Layer III mono frame at 8 kHz of silence (all side information zero)."""
+    return bytes([0xFF, 0xE3, kbps_index << 4 | 0x08, 0xC0]) + bytes(size - 4)
+
+
+def test_an_mp3_s_length_is_its_frames_not_its_first_frame_s_bitrate():
+    """A 160 kbps first frame and 8 kbps frames after it: read as 200 KB at 160 kbps (10 s) it
+    decoded to 20 times that (a 6 MB upload was 760 MB of floats before its length was checked)."""
+    first, dense = mpeg25_frame(14, 1440), mpeg25_frame(1, 72)          # 160 and 8 kbps: 72 ms each
+    error = pytest.raises(AudioRefused, read_mp3, first + dense * 2760, 10.0).value
+    assert error.code == "audio_too_long" and "frame headers" in str(error)
+    assert read_mp3(first + dense * 100, 10.0).seconds == pytest.approx(101 * 0.072)
+    assert read_mp3(first + bytes(5000) + dense, 10.0).seconds == pytest.approx(2 * 0.072)   # a damaged stretch
+    mp3 = mp3_bytes(tone(1.0))
+    assert read_mp3(mp3 + b"TAG" + bytes(125), 10.0).seconds == pytest.approx(read_mp3(mp3, 10.0).seconds)
+
+
+def test_a_chain_of_frames_hidden_in_another_s_data_is_counted():
+    """Long frames that do not chain for dr_mp3 (MPEG-2.5 at 8 kHz and MPEG-2 at 16 kHz in turn)
+    and a chain of 8 kbps frames in their data, 36 bytes off: dr_mp3 follows the hidden chain (a
+    4 MB upload walked as 200 s decoded to 4,000 s), so every header counts."""
+    data = bytearray(200_000)
+    for at in range(36, len(data) - 72, 72):
+        data[at:at + 4] = mpeg25_frame(1, 4)
+    at, turn = 0, 0
+    while at + 1440 <= len(data):
+        data[at:at + 4] = bytes([0xFF, 0xE3 if turn == 0 else 0xF3, 0xE8, 0xC0])
+        at, turn = at + (1440 if turn == 0 else 720), turn ^ 1
+    assert pytest.raises(AudioRefused, read_mp3, bytes(data[:at]), 20.0).value.code == "audio_too_long"
+    # dr_mp3 decodes Layer I and free-format frames too: hidden ones count (3,000 of 8.7 ms)
+    hidden = mpeg25_frame(14, 1440) + b"\xff\xff\x00" * 3000
+    assert pytest.raises(AudioRefused, read_mp3, hidden, 20.0).value.code == "audio_too_long"
 
 
 def test_an_mp3_must_start_with_a_layer_iii_frame():

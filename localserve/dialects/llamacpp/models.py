@@ -9,7 +9,9 @@ again when one loads or unloads); while a model loads, `data.progress` says how 
 (`{"stages", "current", "value"}`, models/load_progress.py). A stream sleeps on the models'
 StateFeed until a change (nothing polls); a comment line every SSE_KEEPALIVE seconds of quiet;
 a look at its socket every SSE_CLIENT_CHECK seconds (a client gone frees its thread); it ends
-when the server stops. At most MAX_SSE_STREAMS are open at once: one more is a 503.
+when the server stops. At most MAX_SSE_STREAMS are open at once, and at most
+MAX_SSE_STREAMS_PER_CLIENT of them one client's (its API key from its address): one more is a
+503 with Retry-After, so one client opening streams in a loop leaves the others theirs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..services import Services
 from .errors import LLAMA_ERRORS, llama_error_body
 
 MAX_SSE_STREAMS = 64         # /models/sse streams open at once (each holds a connection thread)
+MAX_SSE_STREAMS_PER_CLIENT = 8   # of them one client's: an editor or a page opens one or two
 SSE_RETRY_AFTER = 5          # seconds, on the 503 past MAX_SSE_STREAMS
 SSE_KEEPALIVE = 15.0         # seconds of quiet before a comment line (proxies drop silent streams)
 SSE_CLIENT_CHECK = 2.0       # seconds of quiet between two looks at whether the client is still there
@@ -41,23 +44,37 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 
 class StreamCount:
-    """The /models/sse streams open now, up to a limit."""
+    """The /models/sse streams open now, up to a limit in all and another per client."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, per_client: int = MAX_SSE_STREAMS_PER_CLIENT):
         self.limit = limit
+        self.per_client = per_client
         self.open = 0
+        self.by_client: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def take(self) -> bool:
+    def take(self, client: str) -> str | None:
+        """None when the client may open one more; else why not."""
         with self._lock:
             if self.open >= self.limit:
-                return False
+                return f"{self.limit} /models/sse streams are open, the most this server keeps"
+            if self.by_client.get(client, 0) >= self.per_client:
+                return f"this client has {self.per_client} /models/sse streams open, the most one client may"
             self.open += 1
-            return True
+            self.by_client[client] = self.by_client.get(client, 0) + 1
+            return None
 
-    def give_back(self) -> None:
+    def give_back(self, client: str) -> None:
         with self._lock:
             self.open -= 1
+            left = self.by_client.pop(client) - 1
+            if left:
+                self.by_client[client] = left
+
+
+def client_of(exchange: Exchange) -> str:
+    """Who opens a stream: the API key's scope (one per key) and the address it came from."""
+    return f"{exchange.scope.owner}@{exchange.writer.peer_host()}"
 
 
 def models_sse(services: Services, streams: StreamCount, exchange: Exchange) -> None:
@@ -66,9 +83,10 @@ def models_sse(services: Services, streams: StreamCount, exchange: Exchange) -> 
         open_stream(exchange)
         exchange.writer.end_stream()
         return
-    if not streams.take():
-        raise ApiError(503, f"{streams.limit} /models/sse streams are open, the most this server keeps; "
-                            f"close one or retry later", code="too_many_streams",
+    client = client_of(exchange)
+    refusal = streams.take(client)
+    if refusal is not None:
+        raise ApiError(503, f"{refusal}; close one or retry later", code="too_many_streams",
                        headers=[("Retry-After", str(SSE_RETRY_AFTER))])
     feed = models.changes
 
@@ -97,7 +115,7 @@ def models_sse(services: Services, streams: StreamCount, exchange: Exchange) -> 
     try:
         pump(exchange, StatusEvents(), changes())
     finally:
-        streams.give_back()
+        streams.give_back(client)
 
 
 def status_event(name: str, state: str, error: str | None, progress: dict | None = None) -> dict:

@@ -6,7 +6,10 @@ back into a slot (a prompt that starts with its tokens then goes there and skips
 prefill); erase empties the slot. A name is a plain file name: no directory, no path
 separator, no "..", no leading dot. A file records the model it was saved from and the
 key's cache scope (the digest the store keeps too), and is restored into that model, for
-that key, only; a slot holding another key's prompt is empty to a request (slot_state.py). A slot running a request is a 409. Without --slot-save-path
+that key, only; a slot holding another key's prompt is empty to a request (slot_state.py). With
+several API keys each key's files live in a folder of its own (its scope digest, as the store
+names it): two keys saving one name keep two files, and one key never learns another's names.
+A slot running a request is a 409. Without --slot-save-path
 every action is a 501, as llama-server answers. The model is the body's or `?model=`'s, else
 the one served.
 """
@@ -59,16 +62,24 @@ def slot_action(services: Services, exchange: Exchange) -> None:
     filename = None if action == ERASE else read_filename(body)
     name = body.get("model") or named_model(services, exchange.request.query, "/slots/ID")
     scope = exchange.scope.cache
+    folder = key_folder(Path(save_path), exchange.scope.owner)
     with use_model(services.ready(), {"model": name}, LoadWait(exchange)) as model:
         seq_id = read_slot_id(exchange.params["id_slot"], model.settings.slots)
         if action == SAVE:
-            answer = save(model, seq_id, scope, Path(save_path), filename)
+            answer = save(model, seq_id, scope, folder, filename)
         elif action == RESTORE:
-            answer = restore(model, seq_id, scope, Path(save_path), filename)
+            answer = restore(model, seq_id, scope, folder, filename)
         else:
             done = run(model, SlotRequest(ERASE, seq_id, scope))
             answer = {"id_slot": seq_id, "n_erased": done.n_erased}
     exchange.send_json(answer)
+
+
+def key_folder(save_path: Path, owner: str) -> Path:
+    """Where a key's slot files live: --slot-save-path itself with one key or none (llama-server's
+    layout), a folder named by the key's scope digest with several; else a save under a name
+    another key used would replace that key's file."""
+    return save_path / owner if owner else save_path
 
 
 def read_slot_id(text: str, slots: int) -> int:

@@ -8,7 +8,8 @@ suffix is: it parks a long chat, and a newer one from the same client cancels it
 model's fill-in-the-middle prompt (dialects/fim.py; a 400 for a model without FIM tokens),
 `system` and `raw` aside as Ollama leaves them. `template` (a Go template in Ollama) is
 ignored with a log line: this server renders the model's own Jinja template. `images`
-(base64) go with the prompt's user turn (not raw, no suffix). `context`
+(base64; an audio clip among them by its bytes, as in chat) go with the prompt's user turn (not raw, no
+suffix). `context`
 (deprecated: the tokens of an earlier answer) is ignored, and answered as an empty list.
 A prompt too long for the context is cut in the middle unless `truncate` or `shift` is false,
 and an answer that reaches the context's end goes on unless `shift` is false (truncation.py).

@@ -6,17 +6,20 @@ images?}. A call's arguments are data (an object; some clients send OpenAI's JSO
 matches a tool result to its call by order and name, not by id: a call the client sent without
 an id gets one of its own, and the tool result that follows it (the earliest open call of its
 `tool_name`) the same id. A user or tool message's `images` (base64, the format found from
-the bytes) go before its text.
+the bytes) go before its text. Ollama sends audio the same way: an item of `images` whose bytes
+are a WAV or an MP3 (llm/media.go's AudioFormat: RIFF/WAVE, ID3, an MPEG sync word) is a clip,
+as is a FLAC here (libmtmd decodes it as Chat Completions' input_audio does).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...conversation import Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
+from ...conversation import Audio, Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
 from ...prompt.build import ChatInput, ToolChoice
 from ..fields import invalid, kind_of
 from ..function_tools import call_arguments, function_definitions
+from ..audio_parts import audio_from_base64, hold_audio_count, is_audio_base64
 from ..image_parts import hold_image_count, image_from_base64
 from .options import read_format, template_kwargs
 
@@ -35,9 +38,9 @@ def read_chat(body: dict, think: bool | None, level: str | None, messages: list[
 def read_messages(value: Any) -> list[Message]:
     if not isinstance(value, list):
         raise invalid("messages", f"expected an array of messages, got {kind_of(value)}")
-    hold_image_count(f"messages[{i}].images[{k}]" for i, message in enumerate(value)
-                     if isinstance(message, dict) and isinstance(message.get("images"), list)
-                     for k in range(len(message["images"])))
+    hold_media_count([(f"messages[{i}].images[{k}]", data) for i, message in enumerate(value)
+                      if isinstance(message, dict) and isinstance(message.get("images"), list)
+                      for k, data in enumerate(message["images"])])
     out: list[Message] = []
     open_calls: list[tuple[str, str]] = []       # (name, id) of calls whose results have not come yet
     for i, message in enumerate(value):
@@ -72,16 +75,25 @@ def read_messages(value: Any) -> list[Message]:
     return out
 
 
-def read_images(value: Any, param: str, allowed: bool = True) -> list[Image]:
-    """`images`: base64 strings (the ollama clients encode bytes and files so)."""
+def read_images(value: Any, param: str, allowed: bool = True) -> list[Image | Audio]:
+    """`images`: base64 strings (the ollama clients encode bytes and files so), each an image
+    or, by its first bytes, an audio clip."""
     if value is None or value == []:
         return []
     if not allowed:
         raise invalid(param, "images are taken on user and tool messages only")
     if not isinstance(value, list):
         raise invalid(param, f"expected an array of base64 images, got {kind_of(value)}")
-    hold_image_count(f"{param}[{k}]" for k in range(len(value)))
-    return [image_from_base64(data, None, f"{param}[{k}]") for k, data in enumerate(value)]
+    hold_media_count([(f"{param}[{k}]", data) for k, data in enumerate(value)])
+    return [audio_from_base64(data, None, f"{param}[{k}]") if is_audio_base64(data)
+            else image_from_base64(data, None, f"{param}[{k}]") for k, data in enumerate(value)]
+
+
+def hold_media_count(items: list[tuple[str, Any]]) -> None:
+    """The image and the audio counts held apart, before any item's base64 is decoded whole
+    (an item's kind is read from its first bytes)."""
+    hold_audio_count(place for place, data in items if is_audio_base64(data))
+    hold_image_count(place for place, data in items if not is_audio_base64(data))
 
 
 def read_calls(value: Any, param: str, turn: int) -> list[ToolCall]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from ..exchange import RouteTable
+from ..exchange import FORM_BODY, RouteTable
 from ..services import Services
 from . import chat, completions, embeddings, transcriptions
 
@@ -13,5 +13,6 @@ def add_routes(table: RouteTable, services: Services) -> None:
     table.add("/v1/chat/completions", "POST", partial(chat.handle, services))
     table.add("/v1/completions", "POST", partial(completions.handle, services))
     table.add("/v1/embeddings", "POST", partial(embeddings.handle, services))
-    table.add("/v1/audio/transcriptions", "POST", partial(transcriptions.handle, services))
-    table.add("/v1/audio/translations", "POST", partial(transcriptions.handle, services, translate=True))
+    table.add("/v1/audio/transcriptions", "POST", partial(transcriptions.handle, services), body_type=FORM_BODY)
+    table.add("/v1/audio/translations", "POST", partial(transcriptions.handle, services, translate=True),
+              body_type=FORM_BODY)

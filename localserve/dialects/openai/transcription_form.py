@@ -66,7 +66,8 @@ def read_form(content_type: str | None, raw: bytes | bytearray, *, translate: bo
         raise invalid("response_format", f"expected one of {', '.join(RESPONSE_FORMATS)}")
     granularities = form.fields.get("timestamp_granularities[]") or []
     if any(g != "segment" for g in granularities):
-        raise invalid("timestamp_granularities[]", "only 'segment' is given: this server has no word timings")
+        raise invalid("timestamp_granularities[]", "only 'segment' is given: the model writes the transcript as "
+                      "text, with no timings of its words (verbose_json has one segment spanning the clip)")
     language = _text(form, "language")
     if language is not None and (len(language) > MAX_LANGUAGE or not language.replace("-", "").isalpha()):
         raise invalid("language", "expected a language's code or name (ISO-639-1: en, de, ...)")

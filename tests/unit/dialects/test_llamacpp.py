@@ -11,8 +11,8 @@ import pytest
 
 from localserve.dialects.llamacpp.embedding import normalised
 from localserve.dialects.llamacpp.errors import llama_error_body
-from localserve.dialects.llamacpp.models import status_event
-from localserve.dialects.llamacpp.slots import MAGIC, read_filename, read_slot_file
+from localserve.dialects.llamacpp.models import StreamCount, status_event
+from localserve.dialects.llamacpp.slots import MAGIC, key_folder, read_filename, read_slot_file
 from localserve.errors import ApiError, context_exceeded
 from localserve.runtime.slot_state import fits
 
@@ -108,3 +108,22 @@ def test_status_events():
                                                                  "error": "bad file"}
     progress = {"stages": ["text_model"], "current": "text_model", "value": 0.5}
     assert status_event("m", "loading", None, progress)["data"] == {"status": "loading", "progress": progress}
+
+
+def test_one_client_holds_its_share_of_the_streams_and_all_clients_the_limit():
+    streams = StreamCount(5, per_client=2)
+    assert streams.take("a@1") is None and streams.take("a@1") is None
+    assert "this client" in streams.take("a@1")
+    assert streams.take("b@1") is None and streams.take("@2") is None and streams.take("@3") is None
+    assert "5 /models/sse streams" in streams.take("@4")
+    streams.give_back("a@1")
+    assert streams.take("a@1") is None                         # its own place back
+    for client in ("a@1", "a@1", "b@1", "@2", "@3"):
+        streams.give_back(client)
+    assert streams.open == 0 and streams.by_client == {}       # nothing kept for clients gone
+
+
+def test_each_key_saves_into_its_own_folder(tmp_path):
+    """One key or none: llama-server's flat layout; several: a folder per key's scope digest."""
+    assert key_folder(tmp_path, "") == tmp_path
+    assert key_folder(tmp_path, "0123abcd") == tmp_path / "0123abcd" != key_folder(tmp_path, "4567ef01")

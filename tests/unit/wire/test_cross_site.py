@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.wire.access import AccessPolicy, is_json_media_type, sent_by_browser
+from localserve.wire.access import AccessPolicy, is_body_type, is_json_media_type, sent_by_browser
 
 
 @pytest.mark.parametrize("origin,fetch_site,host", [
@@ -64,3 +64,24 @@ def test_json_media_types(value, ok):
 ])
 def test_who_is_a_browser(origin, fetch_site, browser):
     assert sent_by_browser(origin, fetch_site) is browser
+
+
+@pytest.mark.parametrize("value,expected,ok", [
+    ("multipart/form-data; boundary=x", "multipart/form-data", True),
+    (" Multipart/Form-Data;boundary=----WebKitFormBoundary", "multipart/form-data", True),
+    ("application/json", "multipart/form-data", False), ("text/plain", "multipart/form-data", False),
+    ("multipart/mixed; boundary=x", "multipart/form-data", False), (None, "multipart/form-data", False),
+    ("application/vnd.api+json", "application/json", True), ("multipart/form-data", "application/json", False),
+])
+def test_a_body_is_held_to_its_routes_media_type(value, expected, ok):
+    assert is_body_type(value, expected) is ok
+
+
+def test_the_transcription_routes_take_a_form_and_the_rest_json():
+    from localserve.app import App
+    from localserve.settings import Settings
+    router = App(Settings()).router
+    assert router.body_type_of("/v1/audio/transcriptions") == router.body_type_of("/v1/audio/translations") \
+        == "multipart/form-data"
+    assert {route.body_type for route in router.routes} == {"application/json", "multipart/form-data"}
+    assert router.body_type_of("/v1/chat/completions") == router.body_type_of("/nowhere") == "application/json"

@@ -8,7 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 import imagefiles  # tests/support/
+from tinyaudio import mp3_bytes, tone, wav_bytes
 
+from localserve.audio import MAX_AUDIO_PER_REQUEST
 from localserve.conversation import Reasoning, Text, ToolCall, ToolResult, text_message
 from localserve.dialects.ollama.messages import read_chat, read_messages
 from localserve.dialects.ollama.names import catalogue_name, tagged
@@ -56,8 +58,31 @@ def test_a_tool_message_takes_images_before_its_text():
     assert result.content[1].where == "messages[2].images[1]"
 
 
+def test_a_clip_among_images_is_audio_as_ollama_tells_it():
+    """Ollama sends audio in `images`: a WAV or an MP3 by its first bytes (llm/media.go)."""
+    png, wav, mp3 = imagefiles.png(8, 8), wav_bytes(tone(0.1)), mp3_bytes(tone(0.2))
+    (message,) = read_messages([{"role": "user", "content": "hear this",
+                                 "images": [imagefiles.b64(png), imagefiles.b64(wav), imagefiles.b64(mp3)]}])
+    assert [type(part).__name__ for part in message.parts] == ["Image", "Audio", "Audio", "Text"]
+    assert [message.parts[1].format, message.parts[2].format] == ["wav", "mp3"]
+    assert message.parts[2].where == "messages[0].images[2]"
+
+
+def test_clips_and_images_among_images_are_counted_apart():
+    wav = imagefiles.b64(wav_bytes(tone(0.01)))
+    png = imagefiles.b64(imagefiles.png(8, 8))
+    (message,) = read_messages([{"role": "user", "content": "x", "images": [png] * 30 + [wav] * MAX_AUDIO_PER_REQUEST}])
+    assert len(message.parts) == 30 + MAX_AUDIO_PER_REQUEST + 1
+    with pytest.raises(ApiError) as caught:
+        read_messages([{"role": "user", "content": "x", "images": [png] + [wav] * (MAX_AUDIO_PER_REQUEST + 1)}])
+    assert caught.value.code == "too_many_audio_clips"
+    assert caught.value.param == f"messages[0].images[{MAX_AUDIO_PER_REQUEST + 1}]"
+
+
 @pytest.mark.parametrize("messages, param", [
     ("hi", "messages"),
+    ([{"role": "user", "content": "x", "images": [imagefiles.b64(b"RIFF\x04\x00\x00\x00WAVE")]}],
+     "messages[0].images[0]"),
     ([5], "messages[0]"),
     ([{"role": "bot", "content": "x"}], "messages[0].role"),
     ([{"role": "user", "content": ["x"]}], "messages[0].content"),
