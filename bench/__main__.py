@@ -38,7 +38,8 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   and the time to the last first token, against sharing off, the bare engine copying the head
   and llama-server (agents.py);
 - several choices: one request with n = 4 against 4 separate requests, one after another and at
-  once (choices.py; target: <= 0.6 x one after another).
+  once (choices.py; target: <= 0.6 x one after another);
+- LoRA adapters (--lora-only alone): a decode step with and without a switch of adapter set (lora.py).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -52,8 +53,8 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, audio, busy, choices, compaction, decode, editor, embeddings, latency, models, ollama_chat, \
-    sampled, speculative, vision, weights
+from . import agents, audio, busy, choices, compaction, decode, editor, embeddings, latency, lora, models, \
+    ollama_chat, sampled, speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
 from .measure import CONCURRENCY, BareRuns, Workload, measure_server
@@ -81,6 +82,9 @@ def parse_args() -> argparse.Namespace:
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
                         help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
+    parser.add_argument("--lora-only", action="store_true",
+                        help="only LoRA adapters' figures: a decode step with and without an adapter switch "
+                             "(bench/lora.py)")
     parser.add_argument("--audio-only", action="store_true",
                         help="only a clip's encode and prefill against bare libmtmd (bench/audio.py)")
     parser.add_argument("--table-only", action="store_true",
@@ -100,6 +104,9 @@ def main() -> int:
         return 2
     print(f"model {Path(model).name}, {args.threads} threads, {args.tokens} tokens per stream, "
           f"median of {args.repeat}", flush=True)
+    if args.lora_only:
+        lora.run(model, args)
+        return 0
     if args.audio_only:
         audio.run(model, args, rounds=args.repeat)
         return 0

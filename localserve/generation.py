@@ -41,6 +41,14 @@ class SamplingParams:
     # it from its first marker on (strict tools under tool_choice auto: runtime/call_wake.py).
     call_grammar: str | None = None
     grammar_tokens: frozenset[int] | None = None    # the tokens `grammar` names whole, found when it was checked
+    # llama-server's per-request `lora`: (adapter id, scale) pairs as the request lists them; None when
+    # it lists none. The model's adapters turn it into GenerationRequest.adapters (models/adapters.py).
+    lora: tuple[tuple[int, float], ...] | None = None
+
+
+# The LoRA adapters a job runs under: (adapter id, scale) for each at work, by id; () for none.
+# Jobs of different sets never share a decode batch (runtime/adapter_turns.py).
+AdapterSet = tuple[tuple[int, float], ...]
 
 
 @dataclass
@@ -145,6 +153,7 @@ class GenerationRequest:
     # Ollama's shift: at the context's end the job keeps its first `context_shift` tokens, drops
     # half of the rest and goes on (runtime/context_shift.py); None: it stops there ("length")
     context_shift: int | None = None
+    adapters: AdapterSet = ()        # its LoRA adapters, resolved at submit (models/adapters.py)
     # The choices of one request (OpenAI's `n`) share this id: each waits for a sibling's prompt
     # head whatever its length and copies it (runtime/placement.waits_for), so the prompt is
     # computed once

@@ -61,6 +61,7 @@ class Settings:
     model: str | None = None
     model_id: str | None = None
     mmproj: str | None = None                      # the model's vision projector (an mmproj GGUF)
+    lora: list[str] = field(default_factory=list)  # --model's LoRA adapters: PATH[:SCALE] (models/adapter_files.py)
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     ollama_listen: str | None = None               # a second address ("127.0.0.1:11434"), the same app

@@ -16,6 +16,9 @@ MODELS: tuple[Option, ...] = (
     Option("mmproj", str, None, "multimodal projector (an mmproj GGUF) for --model: images and/or audio in "
            "prompts, as its encoders read "
            "(in --models-dir one is paired by its name; per model: mmproj in [models.NAME])", "PATH"),
+    Option("lora", str, [], "LoRA adapter GGUF for --model, at SCALE (default 1) unless a request chooses "
+           "its own; also served as the model BASE+ADAPTER (repeatable; in --models-dir one is found "
+           "beside its base; per model: lora in [models.NAME])", "PATH[:SCALE]", repeat=True),
     Option("models-dir", str, None, "serve every *.gguf in DIR, each named by its file's stem, loaded on "
            "first use", "DIR"),
     Option("no-discover", flag, False, "serve no models found in other tools' stores (Ollama, the Hugging "

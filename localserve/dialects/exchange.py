@@ -82,9 +82,9 @@ class Exchange:
         body = self.request.body
         return bool(body) and not body.isspace()     # not body.strip(): that copies the body
 
-    def json(self) -> dict[str, Any]:
-        """The body as a JSON object, or a 400 naming the problem. Parsed once; the raw bytes are
-        dropped then, so a request holds one copy of its text, not two."""
+    def json(self, *, array: bool = False) -> Any:
+        """The body as a JSON object (or, with `array`, an array too), or a 400 naming the problem.
+        Parsed once; the raw bytes are dropped then, so a request holds one copy of its text, not two."""
         if self._json is not None:
             return self._json
         if not self.has_body():
@@ -94,8 +94,9 @@ class Exchange:
                 value = orjson.loads(self.request.body)
         except orjson.JSONDecodeError as exc:
             raise ApiError(400, f"the request body is not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise ApiError(400, f"the request body must be a JSON object, not {type(value).__name__}")
+        if not isinstance(value, dict) and not (array and isinstance(value, list)):
+            raise ApiError(400, f"the request body must be a JSON {'array' if array else 'object'}, "
+                                f"not {type(value).__name__}")
         if nests_deeper(self.request.body, value, MAX_JSON_DEPTH):
             raise ApiError(400, f"the request body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels "
                                 f"(MAX_JSON_DEPTH)", code="json_too_deep")

@@ -1,7 +1,7 @@
 """Request fields every dialect shares: typed reads that fail with a 400 naming the param.
 
 Also the llama.cpp extensions (grammar, top_k, min_p, repeat_penalty, seed,
-logit_bias, chat_template_kwargs) that every dialect accepts.
+logit_bias, chat_template_kwargs, lora) that every dialect accepts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import ApiError
 from ..generation import SamplingParams
 from ..grammar.limits import GrammarTooCostly, check_client_grammar
-from .limits import MAX_INT_PARAM
+from .limits import LORA_SCALE_LIMIT, MAX_INT_PARAM
 
 SEED_LOW, SEED_HIGH = -(2**63), 2**64 - 1     # any 64-bit seed; llama.cpp uses its low 32 bits
 
@@ -160,6 +160,7 @@ def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0,
     if p.repeat_last_n == -1:
         p.repeat_last_n = 0x7FFFFFFF
     p.logit_bias = read_logit_bias(body, n_vocab)
+    p.lora = read_lora(body)
     p.grammar = read_str(body, "grammar")
     if p.grammar:
         try:
@@ -167,6 +168,38 @@ def read_sampling(body: dict, n_vocab: int, *, temperature_high: float = 2.0,
         except GrammarTooCostly as exc:
             raise ApiError(400, f"invalid 'grammar': {exc}", param="grammar", code="grammar_too_costly") from None
     return p
+
+
+def read_lora(body: dict) -> tuple[tuple[int, float], ...] | None:
+    """llama-server's per-request `lora: [{"id", "scale"}]` (the model checks the ids at submit)."""
+    value = body.get("lora")
+    return None if value is None else read_adapter_scales(value)
+
+
+def read_adapter_scales(value: Any, param: str = "lora") -> tuple[tuple[int, float], ...]:
+    """`[{"id": 0, "scale": 0.5}, ...]` as (id, scale) pairs by id; a scale left out is 1 (the
+    adapter on); an id listed twice, its last scale. Every scale within ±LORA_SCALE_LIMIT."""
+    if not isinstance(value, list):
+        raise bad_lora(param, "expected an array of {\"id\", \"scale\"} objects")
+    pairs: dict[int, float] = {}
+    for item in value:
+        if not isinstance(item, dict):
+            raise bad_lora(param, f"each entry is an object {{\"id\", \"scale\"}}, got {kind_of(item)}")
+        adapter_id, scale = item.get("id"), item.get("scale", 1.0)
+        if isinstance(adapter_id, bool) or not isinstance(adapter_id, int) or adapter_id < 0:
+            raise bad_lora(param, f"an adapter's id is a whole number from 0 (GET /lora-adapters lists them), "
+                                  f"got {kind_of(adapter_id)}")
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise bad_lora(param, f"the scale of adapter {adapter_id} must be a finite number")
+        if abs(scale) > LORA_SCALE_LIMIT:
+            raise bad_lora(param, f"the scale of adapter {adapter_id} is {scale:g}, outside -{LORA_SCALE_LIMIT:g} "
+                                  f"to {LORA_SCALE_LIMIT:g} (LORA_SCALE_LIMIT)")
+        pairs[adapter_id] = float(scale)
+    return tuple(sorted(pairs.items()))
+
+
+def bad_lora(param: str, message: str) -> ApiError:
+    return ApiError(400, f"invalid '{param}': {message}", param=param, code="invalid_lora")
 
 
 def read_template_kwargs(body: dict) -> dict:

@@ -25,6 +25,7 @@ from ..errors import ApiError, ClientGone
 from ..generation import (ActiveGeneration, ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest,
                           ToolCallDelta, ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
+from ..models.adapters import cache_scope
 from .exchange import Scope, Writer
 from .failures import api_error, runtime_refusals
 
@@ -36,7 +37,8 @@ KEEPALIVE = object()   # yielded by a source: time for a keepalive (pump.py)
 
 def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
     """To the runtime of `model`, the one the request holds (loading.serve_with_model); `scope`:
-    the exchange's, whose prompt caches the job may use (exchange.Scope)."""
+    the exchange's, whose prompt caches the job may use (exchange.Scope), narrowed to the job's
+    LoRA adapter set (a 400 when its `lora` asks for one the model cannot run)."""
     return submit_all(model, [request], scope)[0]
 
 
@@ -48,9 +50,10 @@ def submit_all(model: ServedModel, requests: list[GenerationRequest], scope: Sco
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
-    for request in requests:
-        request.scope = scope.cache
     with runtime_refusals():
+        for request in requests:
+            request.adapters = model.adapter_set(request.sampling.lora)
+            request.scope = cache_scope(scope.cache, request.adapters)
         return model.submit_all(requests, events)
 
 

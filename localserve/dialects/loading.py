@@ -13,6 +13,7 @@ ends the wait (ClientGone).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -62,11 +63,14 @@ def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], 
     model_not_found otherwise), loaded, held while the request runs; on_loading hears the load;
     the body's `keep_alive` (Ollama's) is how long it stays loaded after this request, its
     `num_ctx` (Ollama's, in `options` or beside the other fields) the context it needs. What the
-    manager refuses is the answer failures.py gives it."""
+    manager refuses is the answer failures.py gives it. A name `base+adapter` is the base model
+    running that LoRA adapter (models/adapter_files.py): answers carry that name."""
     n_ctx = read_num_ctx(body)
-    with refusals(), models.use(body.get("model"), keep_alive=body.get("keep_alive"), n_ctx=n_ctx,
+    name = body.get("model")
+    with refusals(), models.use(name, keep_alive=body.get("keep_alive"), n_ctx=n_ctx,
                                       on_loading=on_loading) as model:
-        yield model
+        adapter = models.catalogue.adapter_named(name)
+        yield model if adapter is None else dataclasses.replace(model, adapter=adapter)
 
 
 def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[ServedModel], None],

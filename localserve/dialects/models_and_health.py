@@ -13,6 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ApiError, shown
+from ..models.adapter_files import ADAPTER_MARK, AdapterFile
 from ..models.facts import facts_of
 from ..models.states import LOADED
 from ..models.units import describe_duration
@@ -162,8 +163,22 @@ def _describe(services: Services, exchange: Exchange, record: Record) -> dict:
     return model_object(record, services.created, services.settings)
 
 
+def _with_adapters(services: Services, exchange: Exchange, record: Record) -> list[dict]:
+    """The model, then each of its LoRA adapters as a model of its own (`base+adapter`, as vLLM
+    lists them: `parent` the base model, `root` the adapter's file)."""
+    base = _describe(services, exchange, record)
+    return [base] + [adapter_object(base, record, adapter) for adapter in record.entry.adapter_files()]
+
+
+def adapter_object(base: dict, record: Record, adapter: AdapterFile) -> dict:
+    name = f"{record.name}{ADAPTER_MARK}{adapter.name}"
+    if "display_name" in base:      # Anthropic's shape
+        return {**base, "id": name, "display_name": name}
+    return {**base, "id": name, "aliases": [], "parent": record.name, "root": adapter.path}
+
+
 def list_models(services: Services, exchange: Exchange) -> None:
-    models = [_describe(services, exchange, record) for record in services.ready().all_models()]
+    models = [obj for record in services.ready().all_models() for obj in _with_adapters(services, exchange, record)]
     if wants_anthropic(exchange):
         exchange.send_json({"data": models, "has_more": False, "first_id": models[0]["id"],
                             "last_id": models[-1]["id"]})
@@ -173,7 +188,14 @@ def list_models(services: Services, exchange: Exchange) -> None:
 
 def get_model(services: Services, exchange: Exchange) -> None:
     models = services.ready()
-    exchange.send_json(_describe(services, exchange, find_exact(models, exchange.params["model"])))
+    name = exchange.params["model"]
+    record = find_exact(models, name)
+    adapter = models.catalogue.adapter_named(name)
+    if adapter is None:
+        exchange.send_json(_describe(services, exchange, record))
+        return
+    chosen = next(f for f in record.entry.adapter_files() if f.name == adapter)
+    exchange.send_json(adapter_object(_describe(services, exchange, record), record, chosen))
 
 
 def slots(services: Services, exchange: Exchange) -> None:

@@ -19,9 +19,10 @@ from typing import Callable, Sequence
 from llama_cpp import llama_cpp as ll
 
 from . import cpu_weights, file_facts, model_facts, model_load, prefix_copy
-from ..generation import SamplingParams
+from ..generation import AdapterSet, SamplingParams
 from .decode_batch import DECODE_ABORTED, DecodeBatch, DecodeError
 from .facade import GrammarError, TooManyTokens
+from .lora import LoraAdapters
 from .ggml_lib import device_report
 from .model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .sampler import NoLegalToken, Sampler
@@ -41,6 +42,7 @@ log = logging.getLogger("localserve.engine")
 
 class Engine:
     projector = None        # the model's vision projector (vision.py), attached once both are loaded
+    lora: LoraAdapters | None = None    # the model's LoRA adapters (lora.py), attached once loaded
 
     def __init__(self, path: str, *, n_ctx: int | None, n_seq: int, n_batch: int, threads: int,
                  n_gpu_layers: int = 0, max_default_ctx: int = 8192,
@@ -294,6 +296,11 @@ class Engine:
 
     def clear(self) -> None:
         ll.llama_memory_clear(self.memory, True)
+
+    def use_adapters(self, adapters: AdapterSet) -> None:
+        """The LoRA adapters (and scales) the next decodes run under: one set for a whole batch."""
+        if self.lora is not None:
+            self.lora.use(self.ctx, adapters)
 
     def decode(self, entries: Sequence[tuple[int, int, int, bool]], abort_check: Callable[[], bool] | None = None) -> None:
         """Decode (token, position, seq_id, wants_logits) entries in one llama_decode call.

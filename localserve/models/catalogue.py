@@ -5,10 +5,13 @@ Three sources, read once at start:
 - `--models-dir DIR`: every *.gguf in it, named by its stem; a model split in parts
   (NAME-00001-of-00003.gguf ...) is one model, NAME, loaded from its first part; a file
   named mmproj* is a vision projector, paired with the model it is named after (pairing.py);
+  one whose header says it is a LoRA adapter goes to the base model beside it (adapter_files.py);
 - `[models.NAME]` tables in the config file: `path`, `aliases` and per-model settings
   (cli/flags.py checks their types; here they become Settings overrides).
 `--model PATH` alone (or the demo model, with none of them) is today's server: one model,
-and whatever name a request gives is that model.
+and whatever name a request gives is that model. Each model's LoRA adapters (`--lora` for
+--model, `lora` in its table, or found beside it) also name it: `base+adapter` is the base
+model running that adapter (exact, adapter_named).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Callable, Iterator
 
 from ..parsing.family_detection import FAMILY_NAMES
 from ..settings import DEFAULT_KEEP_ALIVE, Settings
+from .adapter_files import ADAPTER_MARK, AdapterFile, AdapterSpecError, adapter_files, is_adapter, pair_adapters
 from .defaults import ModelDefaults
 from .pairing import is_projector, pair_projectors
 
@@ -30,7 +34,7 @@ SPLIT_PART = re.compile(r"^(?P<name>.+)-(?P<part>\d{5})-of-(?P<parts>\d{5})$")
 # Settings a [models.NAME] table may set for its model alone (attribute names)
 PER_MODEL = ("ctx_size", "slots", "n_gpu_layers", "threads", "chat_template_file", "tool_syntax", "cache_ram",
              "batch_size", "keep_alive", "pooling", "embeddings_only", "max_embedding_inputs",
-             "speculative", "draft_model", "draft_max", "no_prefix_sharing", "kv_unified", "mmproj")
+             "speculative", "draft_model", "draft_max", "no_prefix_sharing", "kv_unified", "mmproj", "lora")
 
 
 LATEST_TAG = ":latest"     # Ollama's tag for a name given without one
@@ -58,6 +62,10 @@ class ModelEntry:
     def own(self, name: str) -> bool:
         return any(key == name for key, _ in self.overrides)
 
+    def adapter_files(self) -> list[AdapterFile]:
+        """Its LoRA adapters: its own `lora` setting (--lora is --model's alone, not every model's)."""
+        return adapter_files(dict(self.overrides).get("lora", ()))
+
 
 class Catalogue:
     """`found`: models discovered in other tools' stores (discovery/), after the configured ones;
@@ -69,6 +77,7 @@ class Catalogue:
         self.entries: dict[str, ModelEntry] = {}
         self._names: dict[str, ModelEntry] = {}
         self._folded: dict[str, ModelEntry | None] = {}    # case-folded names (Ollama's are case-blind)
+        self._adapters: dict[str, tuple[ModelEntry, str]] = {}    # base+adapter: the base, the adapter's name
         for entry in entries:
             self._add(entry)
         for entry in found:
@@ -84,6 +93,8 @@ class Catalogue:
             self._names[name] = entry
             folded = name.casefold()
             self._folded[folded] = entry if self._folded.get(folded, entry) is entry else None
+        for adapter in entry.adapter_files():
+            self._adapters[f"{entry.name}{ADAPTER_MARK}{adapter.name}"] = (entry, adapter.name)
 
     def add(self, entry: ModelEntry) -> bool:
         """A model found or pulled while the catalogue stands: False (and nothing added) when one
@@ -113,7 +124,21 @@ class Catalogue:
             entry = self._names.get(name + LATEST_TAG)
         if entry is None:
             entry = self._folded.get(name.casefold())
+        if entry is None and ADAPTER_MARK in name:
+            entry = self._adapters.get(name.removesuffix(LATEST_TAG), (None, ""))[0]
         return entry
+
+    def adapter_named(self, name: object) -> str | None:
+        """The LoRA adapter a model name picks (`base+adapter`, Ollama's `:latest` or not); None for
+        a name that picks none."""
+        if not isinstance(name, str) or ADAPTER_MARK not in name or name in self._names:
+            return None
+        found = self._adapters.get(name.removesuffix(LATEST_TAG))
+        return found[1] if found is not None else None
+
+    def adapter_names(self, entry: ModelEntry) -> list[str]:
+        """The model names its adapters give `entry` (base+adapter), for the model lists."""
+        return [name for name, (base, _) in self._adapters.items() if base is entry]
 
     def find(self, name: str | None) -> ModelEntry | None:
         """The entry a request's `model` names; None for a name there is not. With one model
@@ -132,9 +157,13 @@ def read_catalogue(settings: Settings, demo_path: Callable[[], str], found: list
     if settings.mmproj and not settings.model and (settings.models or settings.models_dir):
         raise CatalogueError("--mmproj is --model's vision projector; with --models-dir or [models.NAME] tables, "
                              "give each model its own (mmproj in its table, or an mmproj*.gguf named after it)")
+    if settings.lora and not settings.model and (settings.models or settings.models_dir):
+        raise CatalogueError("--lora is --model's LoRA adapter; with --models-dir or [models.NAME] tables, give "
+                             "each model its own (lora in its table, or an adapter GGUF beside it)")
+    own_lora = (("lora", tuple(settings.lora)),) if settings.lora else ()
     entries: list[ModelEntry] = []
     if settings.model:
-        entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model))
+        entries.append(ModelEntry(settings.model_id or Path(settings.model).stem, settings.model, overrides=own_lora))
     entries += [e for e in pulled if e.name not in {x.name for x in entries}]
     for name, table in settings.models.items():
         entries.append(config_entry(name, table))
@@ -149,8 +178,13 @@ def read_catalogue(settings: Settings, demo_path: Callable[[], str], found: list
         return Catalogue([], found=list(found))
     if not entries:
         path = demo_path()
-        return Catalogue([ModelEntry(settings.model_id or Path(path).stem, path, source="demo")], any_name=True)
+        return Catalogue([ModelEntry(settings.model_id or Path(path).stem, path, overrides=own_lora, source="demo")],
+                         any_name=True)
     for entry in entries:
+        try:
+            entry.adapter_files()
+        except AdapterSpecError as exc:
+            raise CatalogueError(f"model '{entry.name}': {exc}") from None
         syntax = dict(entry.overrides).get("tool_syntax", settings.tool_syntax)
         if syntax and syntax not in FAMILY_NAMES:
             raise CatalogueError(f"model '{entry.name}': unknown tool-syntax '{syntax}'; choose from "
@@ -170,6 +204,10 @@ def config_entry(name: str, table: dict) -> ModelEntry:
         overrides = tuple((k, os.path.expanduser(v) if k == "mmproj" else v) for k, v in overrides)
     else:       # --mmproj is --model's projector, not every model's
         overrides += (("mmproj", None),)
+    if "lora" in table:            # a tuple: an entry is a frozen value
+        overrides = tuple((k, tuple(v) if k == "lora" else v) for k, v in overrides)
+    else:                           # likewise --lora
+        overrides += (("lora", ()),)
     return ModelEntry(name, os.path.expanduser(path), tuple(table.get("aliases") or ()), overrides, "config")
 
 
@@ -181,8 +219,10 @@ def scan_dir(directory: str) -> list[ModelEntry]:
         raise CatalogueError(f"cannot read --models-dir {directory}: {exc.strerror}") from None
     models: dict[str, str] = {}
     projectors = [os.path.join(directory, f) for f in files if is_projector(f)]
+    adapters = [os.path.join(directory, f) for f in files
+                if not is_projector(f) and is_adapter(os.path.join(directory, f))]
     for filename in files:
-        if is_projector(filename):
+        if is_projector(filename) or os.path.join(directory, filename) in adapters:
             continue
         stem = filename[:-len(".gguf")]
         split = SPLIT_PART.match(stem)
@@ -192,5 +232,7 @@ def scan_dir(directory: str) -> list[ModelEntry]:
             stem = split["name"]
         models[stem] = os.path.join(directory, filename)
     paired = pair_projectors(models, projectors)
-    return [ModelEntry(stem, path, overrides=(("mmproj", paired.get(stem)),), source="models-dir")
+    lora = pair_adapters(models, adapters)
+    return [ModelEntry(stem, path, overrides=(("mmproj", paired.get(stem)), ("lora", tuple(lora.get(stem, ())))),
+                       source="models-dir")
             for stem, path in models.items()]

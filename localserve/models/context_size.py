@@ -47,7 +47,8 @@ def wanted_context(entry: ModelEntry, server: Settings, n_ctx: int | None) -> in
     limit = server.max_memory
     if limit is not None:
         try:
-            need = estimate_bytes(entry.path, dataclasses.replace(settings, ctx_size=n_ctx))
+            need = estimate_bytes(entry.path, dataclasses.replace(settings, ctx_size=n_ctx),
+                                  [f.path for f in entry.adapter_files()])
         except LoadFailed:
             return None         # the load says what is wrong with the file
         if need > limit:

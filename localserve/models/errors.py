@@ -29,6 +29,12 @@ class BadModelRequest(ModelError):
     """The request's model fields are wrong (`model` not a name, `keep_alive`, `num_ctx`)."""
 
 
+class BadAdapter(BadModelRequest):
+    """A LoRA adapter the model has not, or cannot run (models/adapters.py)."""
+    default_code = "invalid_lora"
+    default_param = "lora"
+
+
 class UnknownModel(ModelError):
     """The request names no model of the catalogue."""
     default_code = "model_not_found"

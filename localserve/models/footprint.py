@@ -7,6 +7,7 @@ the process's real growth after it).
 from __future__ import annotations
 
 import os
+from typing import Sequence
 
 from ..engine.gguf_meta import estimate, read_shape
 from ..engine.model_load import ModelLoadError, check_model_file
@@ -16,10 +17,11 @@ from .loaded import LoadFailed
 COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
 
 
-def estimate_bytes(path: str, settings: Settings) -> int:
+def estimate_bytes(path: str, settings: Settings, adapters: Sequence[str] = ()) -> int:
     """Bytes the model at `path` will take loaded with `settings`: weights, KV cache, compute and,
-    for speculative decoding, the draft outputs and draft model. LoadFailed for a file that is
-    no model; a file whose header cannot be read is llama.cpp's to refuse."""
+    for speculative decoding, the draft outputs and draft model; and its LoRA `adapters`' weights
+    (files). LoadFailed for a file that is no model; a file whose header cannot be read is
+    llama.cpp's to refuse."""
     try:
         check_model_file(path)
     except ModelLoadError as exc:
@@ -35,6 +37,7 @@ def estimate_bytes(path: str, settings: Settings) -> int:
                     outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
     if settings.mmproj and os.path.isfile(settings.mmproj):    # the vision projector: its weights, and
         need += os.path.getsize(settings.mmproj) + COMPUTE_RESERVE_BYTES    # its encoder's compute
+    need += sum(os.path.getsize(adapter) for adapter in adapters if os.path.isfile(adapter))
     if settings.speculative == "draft":     # the draft model's weights, KV and compute
         try:
             need += estimate(read_shape(settings.draft_model), n_ctx_seq=n_ctx_seq, n_seq=settings.slots,

@@ -18,6 +18,7 @@ from ..engine.embed import Embedder, spec_for
 from ..engine.embedding_spec import EmbeddingSpec
 from ..engine.engine import Engine
 from ..engine.facade import EngineFacade
+from ..engine.lora import LoraAdapters
 from ..engine.model_load import ModelLoadError
 from ..engine.stopwatch import Stopwatch
 from ..engine.vision import Projector
@@ -30,6 +31,7 @@ from ..prompt.templates import ChatTemplate, TemplateError, choose_template
 from ..runtime.runtime import Runtime
 from ..runtime.speculative import Speculator
 from ..settings import MAX_DEFAULT_CTX, Settings
+from .adapters import Adapter, AdapterTable
 from .catalogue import ModelEntry
 from .load_progress import MMPROJ_MODEL, SPEC_MODEL, TEXT_MODEL, LoadProgress, load_stages
 from .served import ServedModel
@@ -54,6 +56,7 @@ class LoadedModel:
     runtime: Runtime
     embedding_spec: EmbeddingSpec   # how it embeds (or ranks): engine/embed.py
     draft_model: DraftModel | None = None   # --draft-model's context, used by the runtime thread alone
+    adapters: AdapterTable | None = None    # its LoRA adapters (adapters.py); None: it has none
     loaded_at: float = field(default_factory=time.time)
     load_seconds: float = 0.0
     estimated_bytes: int = 0
@@ -78,7 +81,7 @@ class LoadedModel:
         """What a connection thread may see and call of it (served.py): never the Engine."""
         return ServedModel(self.entry, self.settings, self.chat, self.embedding_spec, self.embeddings_only,
                            self.loaded_at, self.load_seconds, self.estimated_bytes, self.measured_bytes,
-                           self.memory_bytes, jobs=self.runtime)
+                           self.memory_bytes, jobs=self.runtime, adapters=self.adapters)
 
     @property
     def idle(self) -> bool:
@@ -132,6 +135,8 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
         engine.projector = _projector(engine, settings, threads)
         progress(MMPROJ_MODEL, 1.0)
         watch.lap("vision projector")
+        adapters = _adapters(engine, entry)
+        watch.lap("LoRA adapters")
         chat = _chat_model(engine, settings, entry.name,
                            go_template=entry.defaults is not None and bool(entry.defaults.template))
         watch.lap("chat template")
@@ -154,7 +159,7 @@ def load(entry: ModelEntry, settings: Settings, metrics: ServerMetrics, threads:
     runtime.thread.name = f"runtime {entry.name}"
     runtime.start()
     watch.lap("runtime start")
-    loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, draft_model,
+    loaded = LoadedModel(entry, settings, engine, chat, runtime, spec, draft_model, adapters,
                          load_seconds=time.perf_counter() - started)
     _log_loaded(loaded)
     log.debug("load steps of %s: %s", entry.name, watch)
@@ -178,6 +183,21 @@ def _projector(engine: Engine, settings: Settings, threads: int) -> Projector | 
                     "to read them",
                     settings.mmproj, image_tokens, engine.n_batch, image_tokens)
     return projector
+
+
+def _adapters(engine: Engine, entry: ModelEntry) -> AdapterTable | None:
+    """The model's LoRA adapters, loaded onto it; one llama.cpp refuses is kept with its reason
+    (a request for it is refused, the model serves on)."""
+    files = entry.adapter_files()
+    if not files:
+        return None
+    engine.lora = LoraAdapters(engine.model, engine.info.architecture, [f.path for f in files])
+    adapters = []
+    for i, (file, loaded) in enumerate(zip(files, engine.lora.adapters)):
+        if loaded.error is not None:
+            log.warning("model %s: LoRA adapter %s cannot run: %s", entry.name, file.name, loaded.error)
+        adapters.append(Adapter(i, file.name, file.path, file.scale if loaded.error is None else 0.0, loaded.error))
+    return AdapterTable(entry.name, adapters)
 
 
 def _draft_model(engine: Engine, settings: Settings, threads: int) -> DraftModel | None:

@@ -307,7 +307,7 @@ class ModelManager:
         if record.n_ctx is not None:        # a request's num_ctx
             settings = dataclasses.replace(settings, ctx_size=record.n_ctx)
         watch = Stopwatch()
-        need = estimate_bytes(entry.path, settings)
+        need = estimate_bytes(entry.path, settings, [f.path for f in entry.adapter_files()])
         watch.lap("estimate")
         self._make_room(record, need)
         watch.lap("making room")

@@ -16,7 +16,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..engine.embedding_spec import EmbeddingSpec
 from ..prompt.build import ChatModel
+from ..generation import AdapterSet
 from ..settings import Settings
+from .adapter_files import ADAPTER_MARK
+from .adapters import AdapterTable
+from .errors import BadAdapter
 from .catalogue import ModelEntry
 
 if TYPE_CHECKING:
@@ -58,13 +62,24 @@ class ServedModel:
     measured_bytes: int                 # how much the process grew while it loaded
     memory_bytes: int                   # the larger of the two
     jobs: JobQueue
+    adapters: AdapterTable | None = None    # its LoRA adapters (adapters.py); None: it has none
+    adapter: str | None = None              # the adapter the request's model name picks (`base+adapter`)
 
     @property
     def name(self) -> str:
-        """The model's name in the catalogue: the one answers carry (model_id)."""
-        return self.entry.name
+        """The name answers carry (model_id): the catalogue's, and the adapter the request named."""
+        return self.entry.name if self.adapter is None else f"{self.entry.name}{ADAPTER_MARK}{self.adapter}"
 
     model_id = name
+
+    def adapter_set(self, requested: tuple[tuple[int, float], ...] | None) -> AdapterSet:
+        """The LoRA adapters a request runs under, given what its `lora` lists (None: nothing);
+        BadAdapter naming what is wrong."""
+        if self.adapters is not None:
+            return self.adapters.resolve(requested, self.adapter)
+        if requested and any(scale != 0.0 for _, scale in requested):
+            raise BadAdapter(f"invalid 'lora': model '{self.entry.name}' has no LoRA adapters")
+        return ()
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
         """The job to the model's runtime; QueueFull or RuntimeStopped when it takes no more."""

@@ -25,6 +25,7 @@ from ..ops.fatal import exit_engine_failed
 from ..generation import (ActiveGeneration, ChoiceEvents, Finished, GenerationFailure,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
+from .adapter_turns import AdapterTurns
 from .admission import Admission, Admitted
 from .context_shift import at_context_end, shift_context
 from .embedding_jobs import EmbeddingJob, EmbeddingWork
@@ -82,6 +83,7 @@ class Runtime:
         # embedding batches run between decode steps, on a context of their own (embedding_jobs.py)
         self.embeddings = EmbeddingWork(self.cond, max_queue, make_embedder)
         self.images = ImageWork(engine, self.metrics)     # image chunks, between decode steps
+        self.turns = AdapterTurns()     # one LoRA adapter set's jobs per step (adapter_turns.py)
         self.admission = Admission(engine, self.kv, self.scheduler, self.parking, self.speculator, self.metrics)
         self.slot_states = SlotStates(self.sequences, self.kv, self.cond)   # slot save/restore/erase, between steps
         self.thread = threading.Thread(target=self._loop, name="runtime", daemon=True)
@@ -167,6 +169,8 @@ class Runtime:
             "swa_checkpoints": self.kv.checkpoints.as_json(),
             "threads": self.engine.threads_json(),
             "speculation": self.speculator.as_json(),
+            # LoRA adapter sets set on the context since the load: each one a graph reserve
+            "lora": {"switches": self.engine.lora.switches} if self.engine.lora is not None else None,
         }
 
     def _slot_json(self, slot: Slot) -> dict:
@@ -236,15 +240,20 @@ class Runtime:
         for job in self.scheduler.cancelled():
             self.endings.cancel(job)
         self._take_decided(self.choice.take_ready())
-        for advance in self.images.evaluate(self.scheduler.runnable()):
+        ready = self.scheduler.runnable()
+        if not ready:
+            if self._active():
+                self._take_decided(self.choice.idle_until_a_sample())
+            return None
+        adapters, turn = self.turns.pick(ready)
+        self.engine.use_adapters(adapters)      # images are decoded under the job's adapters too
+        for advance in self.images.evaluate(turn):
             if advance.error is not None:
                 self.endings.fail(advance.job, advance.error)
             else:
                 advance.job.image_advanced(advance.decoded, advance.in_parts)
-        jobs = self.scheduler.runnable()
+        jobs = [job for job in self.scheduler.runnable() if job.request.adapters == adapters]
         if not jobs:
-            if self._active():
-                self._take_decided(self.choice.idle_until_a_sample())
             return None
         drafts = None
         if self.speculator.on:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ...errors import ApiError
+from ...models.adapter_files import ADAPTER_MARK
 from ...models.facts import ModelFacts, facts_of
 from ...settings import Settings
 from ..exchange import Exchange
@@ -32,7 +33,14 @@ PARAMETER_NAME_WIDTH = 30       # Ollama's `parameters` text: each name padded t
 
 def list_tags(services: Services, exchange: Exchange) -> None:
     models = services.ready()
-    exchange.send_json({"models": [tag_entry(record, services.settings) for record in models.all_models()]})
+    exchange.send_json({"models": [entry for record in models.all_models()
+                                   for entry in with_adapters(tag_entry(record, services.settings), record)]})
+
+
+def with_adapters(entry: dict, record: Record) -> list[dict]:
+    """The model's entry, then one per LoRA adapter: `base+adapter` runs the base with it."""
+    names = [tagged(f"{record.name}{ADAPTER_MARK}{adapter.name}") for adapter in record.entry.adapter_files()]
+    return [entry] + [{**entry, "name": name, "model": name} for name in names]
 
 
 def list_running(services: Services, exchange: Exchange) -> None:

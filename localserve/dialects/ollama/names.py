@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from ...errors import ApiError, shown
+from ...models.adapter_files import ADAPTER_MARK
 from ...models.catalogue import LATEST_TAG
 from ..exchange import Exchange
 from ..loading import serve_with_model
@@ -31,7 +32,8 @@ def catalogue_name(models: ModelManager, name: str) -> str:
     entry = models.catalogue.exact(name)
     if entry is None:
         raise not_found(name)
-    return entry.name
+    adapter = models.catalogue.adapter_named(name)      # base+adapter: the base running that adapter
+    return entry.name if adapter is None else f"{entry.name}{ADAPTER_MARK}{adapter}"
 
 
 def not_found(name: str) -> ApiError:

@@ -19,7 +19,8 @@ from typing import Any
 
 from ...errors import ApiError
 from ...generation import SamplingParams
-from ..fields import invalid, kind_of, read_bool, read_dict, read_int, read_number, read_sampling, read_stop
+from ..fields import (invalid, kind_of, read_bool, read_dict, read_int, read_lora, read_number, read_sampling,
+                      read_stop)
 
 log = logging.getLogger("localserve.dialects")
 
@@ -60,6 +61,7 @@ def read_options(body: dict, n_vocab: int, label: str) -> Options:
         num_keep = read_int(options, "num_keep", low=-1, default=OLLAMA_NUM_KEEP)
     except ApiError as exc:        # a 400 naming the option: name it as options.NAME
         raise renamed(exc, f"options.{exc.param}") from None
+    sampling.lora = read_lora(body)     # beside the options, as on every other route
     left = set(options) - set(SAMPLING_OPTIONS) - {"typical_p", "num_predict", "stop", "num_keep"} - READ_ELSEWHERE
     if left & IGNORED_OPTIONS:
         log.debug("%s: options %s ignored (fixed at load, or not a llama.cpp sampler)", label,

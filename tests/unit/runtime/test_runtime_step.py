@@ -59,17 +59,25 @@ class ScriptedSequences:
 
 
 class ScriptedEngine:
-    """What the runtime calls on the engine, answering from a script; it records each batch."""
+    """What the runtime calls on the engine, answering from a script; it records each batch, and
+    the LoRA adapter set it ran under."""
     n_batch = 64
     n_ctx_seq = 256
+    lora = None
 
     def __init__(self, answer=(10, 11, 12), sequences=None):
         self.answer = answer
         self.batches = []
+        self.adapter_sets = []      # each batch's
+        self.adapters = ()
         self.sequences = sequences or ScriptedSequences()
+
+    def use_adapters(self, adapters):
+        self.adapters = adapters
 
     def decode(self, entries, abort_check=None):
         self.batches.append(list(entries))
+        self.adapter_sets.append(self.adapters)
 
     def new_sampler(self, params: SamplingParams):
         if params.grammar == "bad":
