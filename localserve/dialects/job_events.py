@@ -25,7 +25,7 @@ from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, G
                           ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Scope, Writer
-from .failures import api_error, runtime_refusals
+from .failures import api_error, refusals
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ..models.served import ServedModel
@@ -41,7 +41,7 @@ def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> Acti
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
     request.scope = scope.cache
-    with runtime_refusals():
+    with refusals():
         return model.submit(request)
 
 
