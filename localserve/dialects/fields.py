@@ -76,31 +76,27 @@ def read_num_ctx(body: dict) -> int | None:
 
 
 def read_bool(body: dict, name: str, default: bool = False) -> bool:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise invalid(name, f"expected a boolean, got {kind_of(value)}")
-    return value
+    return _typed(body, name, bool, default)
 
 
 def read_str(body: dict, name: str, default: str | None = None, *, choices: tuple[str, ...] | None = None) -> Any:
-    value = body.get(name)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise invalid(name, f"expected a string, got {kind_of(value)}")
-    if choices is not None and value not in choices:
+    value = _typed(body, name, str, default)
+    if choices is not None and body.get(name) is not None and value not in choices:
         raise invalid(name, f"must be one of {', '.join(choices)}; got '{value}'")
     return value
 
 
 def read_dict(body: dict, name: str) -> dict | None:
+    return _typed(body, name, dict, None)
+
+
+def _typed(body: dict, name: str, kind: type, default: Any) -> Any:
+    """body[name] when it is a `kind`; `default` when it is absent or null."""
     value = body.get(name)
     if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise invalid(name, f"expected an object, got {kind_of(value)}")
+        return default
+    if not isinstance(value, kind):
+        raise invalid(name, f"expected {_KINDS[kind]}, got {kind_of(value)}")
     return value
 
 
@@ -177,6 +173,8 @@ def read_template_kwargs(body: dict) -> dict:
     return dict(kwargs or {})
 
 
+_KINDS = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+
+
 def kind_of(value: Any) -> str:
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-            type(None): "null"}.get(type(value), type(value).__name__)
+    return _KINDS.get(type(value), type(value).__name__)

@@ -210,20 +210,23 @@ def _function_call(item: dict, where: str) -> dict:
         arguments = orjson.dumps(arguments).decode()
     if not isinstance(arguments, str):
         raise invalid(f"{where}.arguments", "expected a JSON string")
-    return _namespace(item, where, {
-        "id": _item_id(item, where, "function_call"), "type": "function_call",
-        "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
-        "arguments": arguments, "status": "completed"})
+    return _call(item, where, "function_call", "arguments", arguments)
 
 
 def _custom_tool_call(item: dict, where: str) -> dict:
     text = item.get("input")
     if not isinstance(text, str):
         raise invalid(f"{where}.input", "expected a string")
+    return _call(item, where, "custom_tool_call", "input", text)
+
+
+def _call(item: dict, where: str, kind: str, field: str, value: str) -> dict:
+    """A tool call the client sends back: its id, call_id and name checked, and what it carries
+    (`field`: a function's arguments, a custom tool's input)."""
     return _namespace(item, where, {
-        "id": _item_id(item, where, "custom_tool_call"), "type": "custom_tool_call",
+        "id": _item_id(item, where, kind), "type": kind,
         "call_id": _required_str(item, "call_id", where), "name": _required_str(item, "name", where),
-        "input": text, "status": "completed"})
+        field: value, "status": "completed"})
 
 
 def _local_shell_call(item: dict, where: str) -> dict:
