@@ -1,25 +1,22 @@
-"""Audio clips a request carries, read from what clients send and checked before anything decodes them.
+"""A clip's bytes, checked before anything decodes them: media_checks.py's reader of a clip.
 
 A client sends a clip inline: base64 with a declared format (Chat Completions'
-``input_audio`` {data, format}), or a file's bytes (a transcription's multipart ``file``). Here
-that becomes a :class:`~localserve.conversation.Audio` or an AudioRefused saying why not, from
-the bytes' own structure alone (stdlib only; the samples are decoded later by libmtmd's own
-decoders, resampled to its encoder's rate: engine/audio.py):
+``input_audio`` {data, format}, decoded by media_checks.py within MAX_AUDIO_BYTES), or a file's
+bytes (a transcription's multipart ``file``). Here the bytes become a
+:class:`~localserve.conversation.Audio` or an AudioRefused saying why not, from their own
+structure alone (stdlib only; the samples are decoded later by libmtmd's own decoders,
+resampled to its encoder's rate: engine/audio.py):
 
 - the format is sniffed from the magic bytes (WAV, MP3, FLAC); a declared one must agree;
   other containers (Ogg, WebM, MP4/M4A, AIFF, ...) are refused by name;
-- the bytes are held to MAX_AUDIO_BYTES before base64 is decoded; then audio_headers.py reads
+- the bytes are held to MAX_AUDIO_BYTES; then audio_headers.py reads
   the header (channels, rate, sample size, the declared length) and the clip is held to
-  MAX_AUDIO_SECONDS; a request's clips together to MAX_REQUEST_AUDIO_SECONDS (prompt/audio.py),
+  MAX_AUDIO_SECONDS; a request's clips together to MAX_REQUEST_AUDIO_SECONDS (media_checks.py),
   the decoded length checked again against both once libmtmd has decoded it.
 The caller names the request part (``messages[2].content[1]``) in the error it makes.
 """
 
 from __future__ import annotations
-
-import base64
-import binascii
-import re
 
 from .audio_headers import AudioRefused, read_flac, read_mp3, read_wav, without_id3
 from .conversation import Audio
@@ -32,28 +29,12 @@ MAX_AUDIO_PER_REQUEST = 20             # clips in one request's conversation
 FORMATS = ("wav", "mp3", "flac")
 FORMAT_ALIASES = {"wave": "wav", "x-wav": "wav", "mpeg": "mp3", "mpga": "mp3", "x-flac": "flac"}
 
-_WHITESPACE = re.compile(rb"[ \t\r\n]+")
-
-
-def from_base64(data: object, audio_format: object = None, where: str = "") -> Audio:
-    """A clip from base64 text and the format the client declared (None: none declared)."""
-    if not isinstance(data, (str, bytes)):
-        raise AudioRefused("expected base64 audio data as a string")
-    raw = _WHITESPACE.sub(b"", data.encode("ascii", "replace") if isinstance(data, str) else data)
-    if len(raw) * 3 // 4 > MAX_AUDIO_BYTES:      # refused before it is decoded
-        raise _too_large(len(raw) * 3 // 4)
-    try:
-        decoded = base64.b64decode(raw + b"=" * (-len(raw) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise AudioRefused("the audio data is not valid base64") from None
-    return from_bytes(decoded, audio_format, where)
-
 
 def from_bytes(data: bytes, audio_format: object = None, where: str = "") -> Audio:
     """A clip from its bytes: a format libmtmd decodes, agreeing with the declared one, within
     the byte and duration limits."""
     if len(data) > MAX_AUDIO_BYTES:
-        raise _too_large(len(data))
+        raise too_large(len(data))
     if not data:
         raise AudioRefused("the audio is empty", "audio_too_short")
     found = sniff(data)
@@ -90,7 +71,7 @@ def too_long(seconds: float) -> AudioRefused:
                         "allows", "audio_too_long")
 
 
-def _too_large(size: int) -> AudioRefused:
+def too_large(size: int) -> AudioRefused:
     return AudioRefused(f"the audio is {size} bytes, more than MAX_AUDIO_BYTES ({MAX_AUDIO_BYTES}) allows",
                         "audio_too_large")
 

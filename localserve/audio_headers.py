@@ -25,6 +25,8 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from .errors import InputRefused
+
 MAX_CHANNELS = 8                 # as many as 7.1; dr_wav takes more, nothing here needs them
 MIN_SAMPLE_RATE = 1000           # below this no speech survives; it would also be upsampled 16-fold or more
 MAX_SAMPLE_RATE = 384000
@@ -35,13 +37,10 @@ _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 _GUID_TAIL = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
 
 
-class AudioRefused(ValueError):
-    """Why a clip is not taken; code: invalid_audio, unsupported_audio_format,
-    audio_format_mismatch, audio_too_large, audio_too_long, audio_too_short."""
-
-    def __init__(self, message: str, code: str = "invalid_audio"):
-        super().__init__(message)
-        self.code = code
+class AudioRefused(InputRefused):
+    """Why a clip is not taken; code: invalid_audio, unsupported_audio_format, audio_format_mismatch,
+    audio_too_large, audio_too_long, audio_too_short, too_many_audio_clips, model_has_no_audio."""
+    code = "invalid_audio"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,20 @@ class ClientGone(Exception):
     """The peer closed the connection or a write to it failed: whoever runs a job for it cancels it."""
 
 
+class InputRefused(ValueError):
+    """Why a reader below the dialects does not take a part of a request (an image, an audio clip,
+    a multipart form): code, the error code the answer carries; param, the part it names where the
+    reader knows it (None: the caller, which knows where the bytes came from, names it). A dialect
+    answers it as a 400 in its own shape."""
+    code = "invalid_request"
+
+    def __init__(self, message: str, code: str | None = None, param: str | None = None):
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.param = param
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
                  code: str | None = None, headers: list[tuple[str, str]] | None = None,

@@ -34,6 +34,7 @@ import zlib
 from dataclasses import dataclass
 
 from . import image_lzw
+from .errors import InputRefused
 
 MAX_IMAGE_PIXELS = 8192 * 4096         # width × height of one image: 32 megapixels (a GIF: its screen)
 MAX_DECODE_BYTES = 256 * 1024 * 1024   # one decode's buffers (stb_image's and libmtmd's), estimated from the header
@@ -48,13 +49,10 @@ MTMD_BYTES_PER_PIXEL = 6       # stb's RGB result and libmtmd's bitmap, then tha
 INFLATE_PIECE = 1 << 20        # a PNG's IDAT inflated this much at a time when checked
 
 
-class ImageRefused(ValueError):
+class ImageRefused(InputRefused):
     """Why an image is not taken; code: invalid_image, unsupported_image_format,
-    image_media_type_mismatch, image_too_large, remote_image_url, too_many_images."""
-
-    def __init__(self, message: str, code: str = "invalid_image"):
-        super().__init__(message)
-        self.code = code
+    image_media_type_mismatch, image_too_large, remote_image_url, too_many_images, model_has_no_vision."""
+    code = "invalid_image"
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,24 @@
-"""Images a request carries, read from what clients send and checked before anything decodes them.
+"""An image's bytes, checked before anything decodes them: media_checks.py's reader of an image.
 
 A client sends an image inline: a ``data:`` URL (OpenAI's ``image_url``, Responses'
 ``input_image``) or base64 with a declared media type (Anthropic's ``source``, Ollama's
-``images``). Here that text becomes a :class:`~localserve.conversation.Image` or an
-:class:`ImageRefused` saying why not, from the bytes' own structure alone (stdlib only: the
-pixels are decoded later, by libmtmd's stb loader, which reads PNG, JPEG, GIF and BMP):
+``images``); media_checks.py decodes that text within MAX_IMAGE_BYTES. Here the bytes become a
+:class:`~localserve.conversation.Image` or an :class:`ImageRefused` saying why not, from their
+own structure alone (stdlib only: the pixels are decoded later, by libmtmd's stb loader, which
+reads PNG, JPEG, GIF and BMP):
 
 - the format is sniffed from the magic bytes; a declared media type must agree with them;
 - a format the loader cannot read (WebP, HEIC/AVIF, TIFF, SVG, ...) is refused by its name,
   and only the four it reads ever reach libmtmd (none of their magic bytes is one libmtmd's
   helper takes for audio);
-- the bytes are held to MAX_IMAGE_BYTES before base64 is decoded; then image_headers.py reads
+- the bytes are held to MAX_IMAGE_BYTES; then image_headers.py reads
   the header and structure: the pixels (MAX_IMAGE_PIXELS), what the decode would allocate
   (MAX_DECODE_BYTES), a progressive JPEG's scans, and whether the data holds the pixels the
-  header declares;
-- a remote ``http(s)`` URL is refused, never fetched: the server is meant to run with no
-  network at all, and a fetch on a client's behalf would be a request forgery.
+  header declares.
 The caller names the request part (``messages[2].content[1]``) in the error it makes.
 """
 
 from __future__ import annotations
-
-import base64
-import binascii
-import re
 
 from .conversation import Image
 from .image_headers import ImageRefused, read_facts
@@ -37,46 +32,12 @@ ACCEPTED_NAMES = "PNG, JPEG, GIF or BMP"
 MEDIA_TYPE_ALIASES = {"image/jpg": "image/jpeg", "image/x-png": "image/png", "image/x-bmp": "image/bmp",
                       "image/x-ms-bmp": "image/bmp", "image/pjpeg": "image/jpeg"}
 
-MAX_DATA_URL_HEAD = 256               # "data:<media type>;<parameters>," before the data: a header, not a body
-_WHITESPACE = re.compile(rb"[ \t\r\n]+")
-
-
-def from_url(url: str, where: str = "") -> Image:
-    """An image from an ``image_url``: a base64 ``data:`` URL; anything else is refused."""
-    if not isinstance(url, str):
-        raise ImageRefused("expected a data: URL string")
-    scheme = url[:8].lower()
-    if scheme.startswith(("http://", "https://")):
-        raise ImageRefused("remote image URLs are not fetched: this server does not reach the network "
-                           "(air-gapped by design); send the image inline as a base64 data: URL", "remote_image_url")
-    comma = url.find(",", 0, MAX_DATA_URL_HEAD)
-    if not url[:5].lower() == "data:" or comma < 0:
-        raise ImageRefused("expected a data: URL (data:image/png;base64,...)")
-    media_type, *params = url[5:comma].split(";")
-    if "base64" not in (p.strip().lower() for p in params):
-        raise ImageRefused("a data: URL of an image must be base64 (data:image/png;base64,...)")
-    return from_base64(url[comma + 1:], media_type.strip() or None, where)
-
-
-def from_base64(data: str | bytes, media_type: str | None = None, where: str = "") -> Image:
-    """An image from base64 text and the media type the client declared (None: none declared)."""
-    if not isinstance(data, (str, bytes)):
-        raise ImageRefused("expected base64 image data as a string")
-    raw = _WHITESPACE.sub(b"", data.encode("ascii", "replace") if isinstance(data, str) else data)
-    if len(raw) * 3 // 4 > MAX_IMAGE_BYTES:      # refused before it is decoded
-        raise _too_large(len(raw) * 3 // 4)
-    try:
-        decoded = base64.b64decode(raw + b"=" * (-len(raw) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise ImageRefused("the image data is not valid base64") from None
-    return from_bytes(decoded, media_type, where)
-
 
 def from_bytes(data: bytes, media_type: str | None = None, where: str = "") -> Image:
     """An image from its bytes: a format the loader reads, agreeing with the declared media
     type, within the byte and pixel limits."""
     if len(data) > MAX_IMAGE_BYTES:
-        raise _too_large(len(data))
+        raise too_large(len(data))
     if not data:
         raise ImageRefused("the image is empty")
     found = sniff(data)
@@ -96,14 +57,9 @@ def from_bytes(data: bytes, media_type: str | None = None, where: str = "") -> I
     return Image(data, found, where=where, pixels=facts.decoded_pixels)
 
 
-def _too_large(size: int) -> ImageRefused:
+def too_large(size: int) -> ImageRefused:
     return ImageRefused(f"the image is {size} bytes, more than MAX_IMAGE_BYTES ({MAX_IMAGE_BYTES}) allows",
                         "image_too_large")
-
-
-def count_refusal(count: int) -> ImageRefused:
-    return ImageRefused(f"the request carries {count} images, more than MAX_IMAGES_PER_REQUEST "
-                        f"({MAX_IMAGES_PER_REQUEST}) allows", "too_many_images")
 
 
 def reaches_libmtmd(data: bytes) -> bool:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from .errors import InputRefused
+
 MAX_BOUNDARY = 70                  # RFC 2046 §5.1.1
 MAX_PREAMBLE = 1024                # bytes before the first delimiter (clients send none)
 MAX_PARTS = 32                     # OpenAI's transcription form has a dozen fields
@@ -29,12 +31,12 @@ _BOUNDARY = re.compile(r"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]
 _PARAM = re.compile(r';\s*([A-Za-z0-9_*-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]*))')
 
 
-class MultipartError(ValueError):
+class MultipartError(InputRefused):
     """Why a form is not taken; param: the field it names (or "body")."""
+    code = "invalid_multipart"
 
     def __init__(self, message: str, param: str = "body"):
-        super().__init__(message)
-        self.param = param
+        super().__init__(message, param=param)
 
 
 @dataclass(frozen=True)

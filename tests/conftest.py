@@ -174,3 +174,7 @@ def server(tiny_model, tmp_path_factory):
 @pytest.fixture
 def openai_client(server):
     return openai_sdk(server)
+
+
+# The image and audio servers every module of those tests shares (one process each, for the session).
+from media_server import audio_bare, audio_mmproj, audio_server, vision_bare, vision_mmproj, vision_server  # noqa: E402,F401

@@ -347,7 +347,7 @@ MUTANTS = [
     Mutant("the watchdog pinged without a pause", "localserve/ops/systemd.py",
            "return max(int(usec) / 2_000_000, 0.05)", "return max(int(usec) / 2_000_000_000, 0.0)",
            ("tests/e2e/test_clocks.py::test_the_watchdog_is_pinged_at_its_interval_and_no_faster",)),
-    Mutant("an image one reply back is asked about", "localserve/prompt/vision.py",
+    Mutant("an image one reply back is asked about", "localserve/media_checks.py",
            "    for i in reversed(range(len(messages))):\n        if messages[i].role == \"assistant\":",
            "    for i in range(len(messages)):\n        if messages[i].role == \"assistant\":",
            ("tests/unit/prompt/test_vision.py::test_an_image_in_an_older_turn_is_a_placeholder_however_many_replies_ago",)),
@@ -469,12 +469,12 @@ MUTANTS = [
     Mutant("progressive JPEGs refused", "localserve/image_headers.py",
            "_SOF_READ = {0xC0, 0xC1, 0xC2}", "_SOF_READ = {0xC0, 0xC1}",
            ("tests/e2e/test_image_bombs.py::test_valid_images_of_every_format_are_still_read",)),
-    Mutant("the turn answered starts after the first reply", "localserve/prompt/vision.py",
+    Mutant("the turn answered starts after the first reply", "localserve/media_checks.py",
            "    for i in reversed(range(len(messages))):", "    for i in range(len(messages)):",
            ("tests/unit/prompt/test_vision.py::test_an_image_before_the_second_assistant_reply_is_an_earlier_one",
             "tests/e2e/test_images.py::test_chat_an_image_two_assistant_replies_back_is_a_placeholder")),
     Mutant("compaction keeps images on a text-only model", "localserve/prompt/compaction.py",
-           "messages = chat.messages if model.vision else [without_images(m) for m in chat.messages]",
+           "messages = chat.messages if model.vision else [without_media(m, IMAGE) for m in chat.messages]",
            "messages = chat.messages",
            ("tests/e2e/test_images.py::test_compacting_a_history_with_an_earlier_image_shows_it_as_text",)),
     Mutant("a decode's buffers unbounded", "localserve/image_headers.py",
@@ -616,8 +616,7 @@ MUTANTS = [
     Mutant("wav data past its end", "localserve/audio_headers.py", "            if size > len(data) - body:",
            "            if False:", ("tests/unit/test_audio.py",)),
     # (a one-sample clip let through to mtmd_tokenize is no mutant: GGML_ASSERT ends the test process)
-    Mutant("deaf model hears", "localserve/prompt/audio.py", "    if audio:\n        return messages, 0",
-           "    if True:\n        return messages, 0",
+    Mutant("deaf model hears", "localserve/prompt/build.py", "(AUDIO, model.audio)", "(AUDIO, True)",
            ("tests/e2e/test_audio_dialects.py::test_a_model_without_audio_refuses_the_newest_clip_and_shows_an_older_one_as_text",
             "tests/e2e/test_transcriptions.py::test_a_model_without_an_audio_encoder_is_a_400")),
     Mutant("multipart parts unbounded", "localserve/multipart.py", "        if count > MAX_PARTS:",
@@ -632,6 +631,23 @@ MUTANTS = [
     Mutant("NaN seconds taken as a flag's value", "localserve/cli/option_values.py",
            '"non_negative_float", float, lambda n: n >= 0,', '"non_negative_float", float, lambda n: not n < 0,',
            ("tests/unit/test_option_values.py",)),
+    # an image's and a clip's checks in one place (issue 48): media_checks.py
+    Mutant("one clip past the count taken", "localserve/media_checks.py",
+           "    if len(places) > kind.max_per_request:",
+           "    if len(places) > kind.max_per_request + (kind is AUDIO):",
+           ("tests/unit/test_media_checks.py::test_a_body_s_parts_are_counted_at_the_kind_s_own_limit_naming_the_first_"
+            "past_it",)),
+    Mutant("base64 images read without their header checks", "localserve/dialects/image_parts.py",
+           "        return charged(read_base64(IMAGE, data, media_type, where))",
+           "        return charged(Image(__import__('base64').b64decode(data), media_type or 'image/png', where=where))",
+           ("tests/unit/dialects/test_conversation_reading.py", "tests/e2e/test_image_bombs.py")),
+    Mutant("clips counted as images omitted", "localserve/prompt/build.py",
+           "    chat.images_omitted += omitted.get(IMAGE.noun, 0)", "    chat.images_omitted += sum(omitted.values())",
+           ("tests/unit/prompt/test_vision.py::test_only_images_count_as_images_omitted_and_a_clip_is_fitted_in_the_"
+            "same_call",)),
+    Mutant("a repeated clip's seconds counted again", "localserve/media_checks.py",
+           "        if part.digest in seen:\n            continue\n", "",
+           ("tests/unit/test_media_checks.py::test_a_request_s_clips_add_up_once_per_distinct_clip",)),
 ]
 
 

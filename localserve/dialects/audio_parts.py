@@ -1,4 +1,4 @@
-"""Audio parts as the dialects read them: localserve/audio.py's checks, each refusal a 400 naming
+"""Audio parts as the dialects read them: localserve/media_checks.py's checks, each refusal a 400 naming
 the request part (``messages[2].content[1]``) in the route's own error shape.
 
 OpenAI's shape, which Chat Completions and Responses share:
@@ -14,18 +14,15 @@ import binascii
 from collections.abc import Iterable
 from typing import Any
 
-from ..audio import FORMATS, MAX_AUDIO_PER_REQUEST, from_base64, sniff
-from ..audio_headers import AudioRefused
+from ..audio import FORMATS, sniff
 from ..conversation import Audio
-from ..errors import ApiError
+from ..errors import ApiError, InputRefused
+from ..media_checks import AUDIO, hold_count, read_base64
 from .fields import invalid
+from .image_parts import part_refused, refused
 
 INPUT_AUDIO = "input_audio"
 AUDIO_KINDS = (INPUT_AUDIO, "audio", "input_file_audio")   # what clients call an audio part, in dialects without one
-
-
-def refused(where: str, reason: str, code: str = "invalid_audio") -> ApiError:
-    return ApiError(400, f"invalid '{where}': {reason}", param=where, code=code)
 
 
 def input_audio(part: dict, where: str) -> Audio:
@@ -40,9 +37,9 @@ def input_audio(part: dict, where: str) -> Audio:
 
 def audio_from_base64(data: Any, audio_format: Any, where: str) -> Audio:
     try:
-        return from_base64(data, audio_format, where)
-    except AudioRefused as exc:
-        raise refused(where, str(exc), exc.code) from None
+        return read_base64(AUDIO, data, audio_format, where)
+    except InputRefused as exc:
+        raise part_refused(exc, where) from None
 
 
 def is_audio_base64(data: Any) -> bool:
@@ -60,10 +57,10 @@ def is_audio_base64(data: Any) -> bool:
 def hold_audio_count(places: Iterable[str]) -> None:
     """A 400 (too_many_audio_clips) naming the first audio part beyond MAX_AUDIO_PER_REQUEST,
     before any is read."""
-    places = list(places)
-    if len(places) > MAX_AUDIO_PER_REQUEST:
-        raise refused(places[MAX_AUDIO_PER_REQUEST], f"the request carries {len(places)} audio clips, more than "
-                      f"MAX_AUDIO_PER_REQUEST ({MAX_AUDIO_PER_REQUEST}) allows", "too_many_audio_clips")
+    try:
+        hold_count(AUDIO, places)
+    except InputRefused as exc:
+        raise part_refused(exc, "messages") from None
 
 
 def no_audio_here(where: str, dialect: str) -> ApiError:

@@ -1,12 +1,11 @@
-"""Image parts as the dialects read them: localserve/images.py's checks, each refusal a 400
+"""Image parts as the dialects read them: localserve/media_checks.py's checks, each refusal a 400
 naming the request part (``messages[2].content[1]``) in the route's own error shape.
 
-Each image read is charged to the request's MAX_REQUEST_PIXELS (prompt/media.py) at once.
-MAX_IMAGES_PER_REQUEST is held before any image is decoded: each dialect lists where its
-body's image parts are (their places, found by their type alone) and hold_image_count refuses
-a request with too many, so a body of thousands of tiny images costs no base64 decoding and
-sniffing before its 400. (prompt/vision.py counts again on the whole conversation, stored
-turns included.)"""
+A dialect only finds its parts: it lists where its body's image parts are (their places, found
+by their type alone, :func:`typed_parts`) for :func:`hold_image_count` before any is read, then
+reads each one's data with :func:`image_from_url` or :func:`image_from_base64`. Each image read
+is charged to the request's MAX_REQUEST_PIXELS (prompt/media.py) at once. Building the request
+checks the whole conversation again, stored turns included (media_checks.fit_media)."""
 
 from __future__ import annotations
 
@@ -16,9 +15,9 @@ from typing import Any
 
 from ..conversation import Image
 from ..errors import ApiError
+from ..errors import InputRefused
 from ..generation import PromptRefused
-from ..image_headers import ImageRefused
-from ..images import MAX_IMAGES_PER_REQUEST, count_refusal, from_base64, from_url
+from ..media_checks import IMAGE, hold_count, read_base64, read_data_url
 from ..prompt.media import current_request
 from .exchange import Exchange
 
@@ -32,20 +31,25 @@ def refused(where: str, reason: str, code: str = "invalid_image") -> ApiError:
     return ApiError(400, f"invalid '{where}': {reason}", param=where, code=code)
 
 
+def part_refused(exc: InputRefused, where: str) -> ApiError:
+    """The 400 for a media part's refusal: the part it names, else `where`."""
+    return refused(exc.param or where, str(exc), exc.code)
+
+
 def image_from_url(url: Any, where: str) -> Image:
     """A data: URL's image (an http(s) URL is refused, not fetched)."""
     try:
-        return charged(from_url(url, where))
-    except ImageRefused as exc:
-        raise refused(where, str(exc), exc.code) from None
+        return charged(read_data_url(url, where))
+    except InputRefused as exc:
+        raise part_refused(exc, where) from None
 
 
 def image_from_base64(data: Any, media_type: str | None, where: str) -> Image:
     """Base64 data's image, its declared media type checked against the bytes."""
     try:
-        return charged(from_base64(data, media_type, where))
-    except ImageRefused as exc:
-        raise refused(where, str(exc), exc.code) from None
+        return charged(read_base64(IMAGE, data, media_type, where))
+    except InputRefused as exc:
+        raise part_refused(exc, where) from None
 
 
 def charged(image: Image) -> Image:
@@ -63,9 +67,10 @@ def charged(image: Image) -> Image:
 def hold_image_count(places: Iterable[str]) -> None:
     """A 400 (too_many_images) naming the first image part beyond MAX_IMAGES_PER_REQUEST, from
     the places of a body's image parts, before any is read."""
-    places = list(places)
-    if len(places) > MAX_IMAGES_PER_REQUEST:
-        raise refused(places[MAX_IMAGES_PER_REQUEST], str(count_refusal(len(places))), "too_many_images")
+    try:
+        hold_count(IMAGE, places)
+    except InputRefused as exc:
+        raise part_refused(exc, "messages") from None
 
 
 def typed_parts(parts: Any, where: str, kind: str) -> Iterator[str]:

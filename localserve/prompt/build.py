@@ -2,11 +2,11 @@
 
 Every chat-shaped dialect (Chat Completions, Anthropic Messages, Responses) reads its
 input into the typed conversation (localserve/conversation.py: messages and tool
-definitions), then calls build_chat_request. Here the images are fitted to the model
-(vision.py: how many, and what a model without vision makes of them), the template is
-rendered, the prompt tokenized and checked against the context, the reasoning format found,
-and tool_choice or a response format turned into a grammar. A dialect that only shows the
-prompt renders it with render_prompt, which fits the images the same way.
+definitions), then calls build_chat_request. Here the images and clips are fitted to the
+model (media_checks.py: how many, and what a model without vision or an audio encoder makes of
+them), the template is rendered, the prompt tokenized and checked against the context, the
+reasoning format found, and tool_choice or a response format turned into a grammar. A dialect
+that only shows the prompt renders it with render_prompt, which fits the media the same way.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 
 from ..conversation import Message, ToolDefinition, media_in
 from ..engine.facade import EngineFacade, GrammarError, TooManyTokens
+from ..errors import InputRefused
 from ..generation import MEDIA_MARKER, ContextOverflow, GenerationRequest, PromptRefused, SamplingParams, ToolSpec
 from ..grammar.grammar import GrammarBuilder, SchemaError, tool_call_grammar
 from ..grammar.limits import GrammarTooCostly, check_size
+from ..media_checks import AUDIO, IMAGE, fit_media
 from ..parsing.content_markup import detect_content_markup
 from ..parsing.reasoning import ReasoningFormat, detect_reasoning, prompt_opens_reasoning
 from ..parsing.call_format import CallFormat
@@ -28,8 +30,6 @@ from .media import tokenize_with_images
 from .messages import template_messages, template_tools
 from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns, has_user_runs,
                         normalize_messages, shows_every_system_turn)
-from .audio import fitted_audio
-from .vision import fitted_messages
 
 
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
@@ -44,8 +44,8 @@ class ChatModel:
     tool_family: ToolSyntax | None = None              # the family itself, when derived from the template
     default_reasoning: ReasoningFormat | None = None   # <think> splitting the vocabulary implies
     name: str = ""                                     # the model's name, as refusals name it
-    vision: bool = False                               # it has a vision projector: it reads images (vision.py)
-    audio: bool = False                                # its projector has an audio encoder: it hears clips (audio.py)
+    vision: bool = False                               # it has a vision projector: it reads images
+    audio: bool = False                                # its projector has an audio encoder: it hears clips
 
 
 @dataclass
@@ -65,7 +65,7 @@ class ChatInput:
     template_kwargs: dict = field(default_factory=dict)
     reasoning_budget: int | None = None
     add_generation_prompt: bool = True                   # False: a history only (/apply-template)
-    images_omitted: int = 0                              # images shown as text: the model has no vision (vision.py)
+    images_omitted: int = 0                              # images shown as text: the model has no vision (media_checks.py)
 
     @property
     def strict_tools(self) -> frozenset[str]:
@@ -74,15 +74,19 @@ class ChatInput:
 
 
 def fit_images(model: ChatModel, chat: ChatInput) -> bool:
-    """chat.messages as `model` can take them (vision.py), chat.images_omitted counting the images
-    that became text; PromptRefused naming an image part past the limit, or one a model without
-    vision is asked about. True when it changed the messages; again on the same chat, a no-op."""
-    messages, unheard = fitted_audio(chat.messages, audio=model.audio, model_name=model.name)   # prompt/audio.py
-    messages, omitted = fitted_messages(messages, vision=model.vision, model_name=model.name)
-    if not omitted and not unheard:
+    """chat.messages as `model` can take their images and clips (media_checks.fit_media),
+    chat.images_omitted counting the images that became text; PromptRefused naming a part past a
+    limit, or one of a kind the model cannot take that it is asked about. True when it changed
+    the messages; again on the same chat, a no-op."""
+    takes = [kind for kind, has in ((IMAGE, model.vision), (AUDIO, model.audio)) if has]
+    try:
+        messages, omitted = fit_media(chat.messages, takes=takes, model_name=model.name)
+    except InputRefused as exc:
+        raise PromptRefused(f"invalid '{exc.param}': {exc}", code=exc.code, param=exc.param) from None
+    if not omitted:
         return False
     chat.messages = messages
-    chat.images_omitted += omitted
+    chat.images_omitted += omitted.get(IMAGE.noun, 0)
     return True
 
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from ..conversation import Message, Text, text_message
 from ..engine.facade import EngineFacade
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams
+from ..media_checks import IMAGE, without_media
 from .build import ChatInput, ChatModel, ToolChoice, build_chat_request, render_chat
-from .vision import without_images
 
 SUMMARY_PROMPT = (
     "The conversation above is about to be compacted: it will be replaced by the summary you write now, "
@@ -107,7 +107,7 @@ def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | N
     room = summary_room(model.engine.n_ctx, max_tokens)
     # A model without vision summarises what it can read: every image (the newest turn's too,
     # since the turn being answered is the summary request) becomes the placeholder text.
-    messages = chat.messages if model.vision else [without_images(m) for m in chat.messages]
+    messages = chat.messages if model.vision else [without_media(m, IMAGE) for m in chat.messages]
 
     def attempt(covered: int) -> ChatInput:
         request = text_message("user", summary_request_text(instructions))

@@ -13,51 +13,25 @@ earlier one a text placeholder."""
 from __future__ import annotations
 
 import base64
-import re
 
 import openai
 import pytest
 
-from bench.bare_vision import BareVision
 from clients import anthropic_sdk, openai_sdk
-from conftest import ServerProcess
-from localserve.prompt.audio import AUDIO_OMITTED
+from localserve.media_checks import AUDIO_OMITTED
+from media_server import N, SERVER_MARKER, BANNED, bare_answer, chat, metric
 from rawhttp import post_json, request
-from tinyaudio import audio_tokens, flac_bytes, mp3_bytes, tone, wav_bytes, with_xing, write_tiny_audio_mmproj
-from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+from tinyaudio import audio_tokens, flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
+from tinymodel import NO_EOG
 
-N = 8
 CLIP = wav_bytes(tone(1.0, freq=300, glide=500))
 OTHER = wav_bytes(tone(1.0, freq=900))
-SERVER_MARKER = re.compile(r"<__media_[0-9a-f]+__>")
-BANNED = {token_ids()[t] for t in EOG_TEXTS}
 
 
 @pytest.fixture(scope="module")
-def mmproj(tmp_path_factory):
-    return write_tiny_audio_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-audio.gguf")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model, mmproj, tmp_path_factory):
-    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--slots", "2", "--mmproj", str(mmproj),
-                        env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def deaf(tiny_model, tmp_path_factory):
-    srv = ServerProcess(tiny_model, "--model-id", "tiny", env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("d2"))})
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def bare(tiny_model, mmproj):
-    b = BareVision(str(tiny_model), str(mmproj), n_ctx=1024)
-    yield b
-    b.close()
+def deaf(vision_server):
+    """A model whose projector has no audio encoder."""
+    return vision_server
 
 
 def part(data: bytes, fmt: str = "wav") -> dict:
@@ -68,78 +42,53 @@ def ask(data: bytes, fmt: str = "wav") -> list[dict]:
     return [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part(data, fmt)]}]
 
 
-def bare_answer(server, bare, body: dict, clips: list[bytes]) -> str:
-    shown = request(server.port, post_json("/apply-template", body))
-    assert shown.status == 200, shown.body
-    prompt, n = SERVER_MARKER.subn(bare.marker.decode(), shown.json()["prompt"])
-    assert n == len(clips)
-    tokens = bare.greedy(prompt, clips, N, BANNED)
-    return b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace")
-
-
-def metric(server, name: str) -> float:
-    body = request(server.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").body
-    found = re.search(rf"^{name} ([0-9.e+]+)$", body.decode(), re.M)
-    return float(found.group(1)) if found else 0.0
-
-
-def chat(server, messages: list[dict], stream: bool = False):
-    client = openai_sdk(server)
-    if not stream:
-        return client.chat.completions.create(model="tiny", messages=messages, max_tokens=N, temperature=0,
-                                              logit_bias=NO_EOG)
-    chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_tokens=N, temperature=0,
-                                                 logit_bias=NO_EOG, stream=True,
-                                                 stream_options={"include_usage": True}))
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].usage
-
-
 @pytest.mark.parametrize("stream", [False, True])
-def test_chat_a_clip_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
-    expected = bare_answer(server, bare, {"messages": ask(CLIP)}, [CLIP])
+def test_chat_a_clip_is_answered_as_the_bare_engine_answers_it(audio_server, audio_bare, stream):
+    expected = bare_answer(audio_server, audio_bare, ask(CLIP), [CLIP])
     if stream:
-        content, usage = chat(server, ask(CLIP), stream=True)
+        content, usage = chat(audio_server, ask(CLIP), stream=True)
     else:
-        reply = chat(server, ask(CLIP))
+        reply = chat(audio_server, ask(CLIP))
         content, usage = reply.choices[0].message.content, reply.usage
     assert content == expected
     assert usage.prompt_tokens > audio_tokens()
 
 
 @pytest.mark.parametrize("fmt, data", [("mp3", mp3_bytes(tone(1.2, freq=500))), ("flac", flac_bytes(tone(1.2, freq=500)))])
-def test_mp3_and_flac_go_through_libmtmd_s_own_decoders(server, bare, fmt, data):
-    reply = chat(server, ask(data, fmt))
-    assert reply.choices[0].message.content == bare_answer(server, bare, {"messages": ask(data, fmt)}, [data])
+def test_mp3_and_flac_go_through_libmtmd_s_own_decoders(audio_server, audio_bare, fmt, data):
+    reply = chat(audio_server, ask(data, fmt))
+    assert reply.choices[0].message.content == bare_answer(audio_server, audio_bare, ask(data, fmt), [data])
 
 
-def test_the_same_clip_next_turn_comes_from_the_cache(server, bare):
-    first = chat(server, ask(OTHER))
-    encoded = metric(server, "localserve_audio_chunks_encoded_total")
+def test_the_same_clip_next_turn_comes_from_the_cache(audio_server, audio_bare):
+    first = chat(audio_server, ask(OTHER))
+    encoded = metric(audio_server, "localserve_audio_chunks_encoded_total")
     assert encoded >= 1
     turn = [*ask(OTHER), {"role": "assistant", "content": first.choices[0].message.content},
             {"role": "user", "content": "and now?"}]
-    second = chat(server, turn)
+    second = chat(audio_server, turn)
     assert second.usage.prompt_tokens_details.cached_tokens > audio_tokens()
-    assert metric(server, "localserve_audio_chunks_encoded_total") == encoded        # not encoded again
-    assert second.choices[0].message.content == bare_answer(server, bare, {"messages": turn}, [OTHER])
-    assert metric(server, "localserve_audio_seconds_total") > 0
+    assert metric(audio_server, "localserve_audio_chunks_encoded_total") == encoded        # not encoded again
+    assert second.choices[0].message.content == bare_answer(audio_server, audio_bare, turn, [OTHER])
+    assert metric(audio_server, "localserve_audio_seconds_total") > 0
 
 
-def test_responses_input_audio_is_answered_as_chat_is(server, bare):
+def test_responses_input_audio_is_answered_as_chat_is(audio_server, audio_bare):
     body = {"input": [{"role": "user", "content": [{"type": "input_text", "text": "what is this?"}, part(CLIP)]}]}
-    reply = openai_sdk(server).responses.create(model="tiny", max_output_tokens=N, temperature=0,
+    reply = openai_sdk(audio_server).responses.create(model="tiny", max_output_tokens=N, temperature=0,
                                                 extra_body={"logit_bias": NO_EOG}, **body)
-    assert reply.output_text == bare_answer(server, bare, body, [CLIP])
+    assert reply.output_text == bare_answer(audio_server, audio_bare, body, [CLIP])
 
 
-def test_completions_multimodal_data_takes_clips_as_llama_server_does(server, bare):
+def test_completions_multimodal_data_takes_clips_as_llama_server_does(audio_server, audio_bare):
     prompt = "Listen: <__media__> and say"
-    reply = request(server.port, post_json("/v1/completions", {
+    reply = request(audio_server.port, post_json("/v1/completions", {
         "model": "tiny", "max_tokens": N, "temperature": 0, "logit_bias": NO_EOG,
         "prompt": {"prompt_string": prompt, "multimodal_data": [base64.b64encode(CLIP).decode()]}}))
     assert reply.status == 200, reply.body
-    tokens = bare.greedy(prompt, [CLIP], N, BANNED)
-    assert reply.json()["choices"][0]["text"] == b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace")
+    tokens = audio_bare.greedy(prompt, [CLIP], N, BANNED)
+    expected = b"".join(audio_bare.piece(t) for t in tokens).decode("utf-8", "replace")
+    assert reply.json()["choices"][0]["text"] == expected
 
 
 BAD = [
@@ -157,20 +106,20 @@ BAD = [
 
 
 @pytest.mark.parametrize("name, bad, code", BAD, ids=[b[0] for b in BAD])
-def test_a_bad_clip_is_a_400_naming_its_part(server, name, bad, code):
+def test_a_bad_clip_is_a_400_naming_its_part(audio_server, name, bad, code):
     messages = [{"role": "user", "content": [{"type": "text", "text": "hi"}, bad]}]
     with pytest.raises(openai.BadRequestError) as caught:
-        chat(server, messages)
+        chat(audio_server, messages)
     error = caught.value.body
     assert error["param"].startswith("messages[0].content[1]"), error
     if code:
         assert error["code"] == code, error
-    assert chat(server, ask(CLIP)).choices[0].message.content          # the server goes on
+    assert chat(audio_server, ask(CLIP)).choices[0].message.content          # the server goes on
 
 
-def test_anthropic_defines_no_audio_and_refuses_the_block_by_its_place(server):
+def test_anthropic_defines_no_audio_and_refuses_the_block_by_its_place(audio_server):
     with pytest.raises(Exception) as caught:
-        anthropic_sdk(server).messages.create(model="tiny", max_tokens=4, messages=[
+        anthropic_sdk(audio_server).messages.create(model="tiny", max_tokens=4, messages=[
             {"role": "user", "content": [{"type": "text", "text": "hi"}, part(CLIP)]}])
     assert caught.value.status_code == 400
     assert "messages[0].content[1]" in str(caught.value) and "defines no audio" in str(caught.value)

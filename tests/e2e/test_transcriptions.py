@@ -11,100 +11,72 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 
 import openai
 import pytest
 
-from bench.bare_vision import BareVision
 from clients import openai_sdk
-from conftest import ServerProcess
 from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
 from localserve.multipart import MAX_FIELD_BYTES
-from rawhttp import post_json, request
-from tinyaudio import audio_tokens, mp3_bytes, tone, wav_bytes, write_tiny_audio_mmproj
-from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+from media_server import N, bare_answer
+from rawhttp import request
+from tinyaudio import audio_tokens, mp3_bytes, tone, wav_bytes
+from tinymodel import NO_EOG
 
-N = 8
 CLIP = wav_bytes(tone(1.5, freq=250, glide=400))
-SERVER_MARKER = re.compile(r"<__media_[0-9a-f]+__>")
-BANNED = {token_ids()[t] for t in EOG_TEXTS}
 STEER = {"max_tokens": str(N), "logit_bias": json.dumps(NO_EOG)}     # extensions: exact length, no end token
 
 
-@pytest.fixture(scope="module")
-def mmproj(tmp_path_factory):
-    return write_tiny_audio_mmproj(tmp_path_factory.mktemp("mmproj") / "mmproj-audio.gguf")
-
-
-@pytest.fixture(scope="module")
-def server(tiny_model, mmproj):
-    srv = ServerProcess(tiny_model, "--model-id", "tiny", "--mmproj", str(mmproj))
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture(scope="module")
-def bare(tiny_model, mmproj):
-    b = BareVision(str(tiny_model), str(mmproj), n_ctx=1024)
-    yield b
-    b.close()
-
-
-def expected(server, bare, instruction: str, clip: bytes = CLIP, fmt: str = "wav") -> str:
+def expected(audio_server, audio_bare, instruction: str, clip: bytes = CLIP, fmt: str = "wav") -> str:
     part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(clip).decode(), "format": fmt}}
-    shown = request(server.port, post_json("/apply-template", {"messages": [
-        {"role": "user", "content": [{"type": "text", "text": instruction}, part]}]}))
-    prompt, n = SERVER_MARKER.subn(bare.marker.decode(), shown.json()["prompt"])
-    assert n == 1
-    tokens = bare.greedy(prompt, [clip], N, BANNED)
-    return b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace").strip()
+    messages = [{"role": "user", "content": [{"type": "text", "text": instruction}, part]}]
+    return bare_answer(audio_server, audio_bare, messages, [clip]).strip()
 
 
-def transcribe(server, response_format: str = "json", **kwargs):
-    return openai_sdk(server).audio.transcriptions.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
+def transcribe(audio_server, response_format: str = "json", **kwargs):
+    return openai_sdk(audio_server).audio.transcriptions.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
                                                           response_format=response_format, temperature=0,
                                                           extra_body=STEER, **kwargs)
 
 
-def test_json_is_the_bare_engine_s_transcript_with_usage(server, bare):
-    result = transcribe(server)
-    assert result.text == expected(server, bare, TRANSCRIBE)
+def test_json_is_the_bare_engine_s_transcript_with_usage(audio_server, audio_bare):
+    result = transcribe(audio_server)
+    assert result.text == expected(audio_server, audio_bare, TRANSCRIBE)
     assert result.usage.type == "tokens" and result.usage.output_tokens == N
     assert result.usage.input_token_details.audio_tokens == audio_tokens()
 
 
-def test_text_verbose_json_srt_and_vtt(server, bare):
-    text = expected(server, bare, TRANSCRIBE)
-    assert transcribe(server, "text").strip() == text
-    verbose = transcribe(server, "verbose_json", language="en")
-    assert verbose.text == expected(server, bare, TRANSCRIBE + " The speech is in en.")
+def test_text_verbose_json_srt_and_vtt(audio_server, audio_bare):
+    text = expected(audio_server, audio_bare, TRANSCRIBE)
+    assert transcribe(audio_server, "text").strip() == text
+    verbose = transcribe(audio_server, "verbose_json", language="en")
+    assert verbose.text == expected(audio_server, audio_bare, TRANSCRIBE + " The speech is in en.")
     assert verbose.duration == pytest.approx(1.5) and verbose.language == "en"
     assert verbose.segments[0].end == pytest.approx(1.5)
-    srt = transcribe(server, "srt")
+    srt = transcribe(audio_server, "srt")
     assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\n") and text in srt
-    vtt = transcribe(server, "vtt")
+    vtt = transcribe(audio_server, "vtt")
     assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n") and text in vtt
 
 
-def test_streamed_as_transcript_text_events(server, bare):
-    events = list(transcribe(server, stream=True))
+def test_streamed_as_transcript_text_events(audio_server, audio_bare):
+    events = list(transcribe(audio_server, stream=True))
     deltas = [e for e in events if e.type == "transcript.text.delta"]
     [done] = [e for e in events if e.type == "transcript.text.done"]
     assert events[-1] is done and deltas
-    assert done.text == "".join(d.delta for d in deltas).strip() == expected(server, bare, TRANSCRIBE)
+    assert done.text == "".join(d.delta for d in deltas).strip() == expected(audio_server, audio_bare, TRANSCRIBE)
     assert done.usage.output_tokens == N
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")      # the SDK marks translations deprecated
-def test_translations_and_an_mp3_file(server, bare):
-    result = openai_sdk(server).audio.translations.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
+def test_translations_and_an_mp3_file(audio_server, audio_bare):
+    result = openai_sdk(audio_server).audio.translations.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
                                                           temperature=0, extra_body=STEER)
-    assert result.text == expected(server, bare, TRANSLATE)
+    assert result.text == expected(audio_server, audio_bare, TRANSLATE)
     mp3 = mp3_bytes(tone(1.0, freq=440))
-    got = openai_sdk(server).audio.transcriptions.create(model="tiny", file=("clip.mp3", mp3, "audio/mpeg"),
+    got = openai_sdk(audio_server).audio.transcriptions.create(model="tiny", file=("clip.mp3", mp3, "audio/mpeg"),
                                                          temperature=0, extra_body=STEER)
-    assert got.text == expected(server, bare, TRANSCRIBE, mp3, "mp3")
+    assert got.text == expected(audio_server, audio_bare, TRANSCRIBE, mp3, "mp3")
 
 
 def form(*parts: tuple[str, bytes, str | None], boundary: str = "xyz") -> bytes:
@@ -115,10 +87,10 @@ def form(*parts: tuple[str, bytes, str | None], boundary: str = "xyz") -> bytes:
     return out + f"--{boundary}--\r\n".encode()
 
 
-def post_form(server, body: bytes, content_type: str = "multipart/form-data; boundary=xyz"):
+def post_form(audio_server, body: bytes, content_type: str = "multipart/form-data; boundary=xyz"):
     head = (f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: localhost\r\nContent-Type: {content_type}\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-    return request(server.port, head + body, timeout=30)
+    return request(audio_server.port, head + body, timeout=30)
 
 
 MODEL = ("model", b"tiny", None)
@@ -137,23 +109,19 @@ EDGES = [
 
 
 @pytest.mark.parametrize("name, body, param", EDGES, ids=[e[0] for e in EDGES])
-def test_multipart_edge_cases_are_a_400_naming_the_field(server, name, body, param):
-    resp = post_form(server, body)
+def test_multipart_edge_cases_are_a_400_naming_the_field(audio_server, name, body, param):
+    resp = post_form(audio_server, body)
     assert resp.status == 400, resp.body
     assert resp.json()["error"]["param"] == param, resp.body
-    assert transcribe(server, "text")                     # the server goes on
+    assert transcribe(audio_server, "text")                     # the server goes on
 
 
-def test_a_json_body_is_no_form(server):
-    resp = post_form(server, b'{"model": "tiny"}', "application/json")
+def test_a_json_body_is_no_form(audio_server):
+    resp = post_form(audio_server, b'{"model": "tiny"}', "application/json")
     assert resp.status == 400 and "multipart/form-data" in resp.json()["error"]["message"]
 
 
-def test_a_model_without_an_audio_encoder_is_a_400(tiny_model):
-    srv = ServerProcess(tiny_model, "--model-id", "tiny")
-    try:
-        with pytest.raises(openai.BadRequestError) as caught:
-            transcribe(srv)
-        assert caught.value.body["code"] == "model_has_no_audio" and caught.value.body["param"] == "file"
-    finally:
-        srv.stop()
+def test_a_model_without_an_audio_encoder_is_a_400(vision_server):
+    with pytest.raises(openai.BadRequestError) as caught:           # its projector has no audio encoder
+        transcribe(vision_server)
+    assert caught.value.body["code"] == "model_has_no_audio" and caught.value.body["param"] == "file"

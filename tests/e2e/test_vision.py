@@ -145,8 +145,8 @@ def test_a_responses_input_image_is_decoded_once(model, monkeypatch):
     """Read (checked) and rendered, each image of a Responses input is decoded once: the data URL
     decoder, wrapped, is called once per image, and the job holds both images."""
     decoded = []
-    real = image_parts.from_url
-    monkeypatch.setattr(image_parts, "from_url", lambda url, where="": decoded.append(where) or real(url, where))
+    real = image_parts.read_data_url
+    monkeypatch.setattr(image_parts, "read_data_url", lambda url, where="": decoded.append(where) or real(url, where))
     image = {"type": "input_image", "image_url": imagefiles.data_url(PNG)}
     body = {"model": "tiny", "store": False, "max_output_tokens": 2, "input": [
         {"role": "user", "content": [{"type": "input_text", "text": "look"}, image]},
@@ -178,8 +178,8 @@ def test_after_a_compaction_trigger_input_images_keep_their_places_and_are_decod
     `input` (the names a refusal gives), and the conversation the compaction summarises takes
     every image as it was read, decoding none again."""
     decoded = []
-    real = image_parts.from_url
-    monkeypatch.setattr(image_parts, "from_url", lambda url, where="": decoded.append(where) or real(url, where))
+    real = image_parts.read_data_url
+    monkeypatch.setattr(image_parts, "read_data_url", lambda url, where="": decoded.append(where) or real(url, where))
     image = {"type": "input_image", "image_url": imagefiles.data_url(PNG)}
     body = {"model": "tiny", "store": False, "input": [
         {"role": "user", "content": [{"type": "input_text", "text": "look"}, image]},

@@ -11,15 +11,13 @@ import pytest
 
 import imagefiles
 from clients import openai_sdk
+from media_server import BANNED, N
 from rawhttp import post_json, request
-from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+from tinymodel import NO_EOG
 from tinyvision import IMAGE_TOKENS
-from vision_server import bare, mmproj, vision_server  # noqa: F401  (module fixtures)
 
-N = 8
 PNG = imagefiles.png(24, 16, seed=1)
 OTHER = imagefiles.png(24, 16, seed=2)
-BANNED = {token_ids()[t] for t in EOG_TEXTS}
 TEXT = "what is <__media__> this?"
 
 
@@ -31,15 +29,15 @@ def complete(server, body: dict):
     return request(server.port, post_json("/v1/completions", {"model": "tiny", "max_tokens": N, **body}))
 
 
-def bare_text(bare, text: str, images: list[bytes]) -> str:
-    assert bare.marker == b"<__media__>"       # libmtmd's default: what the client writes
-    tokens = bare.greedy(text, images, N, BANNED)
-    return b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace")
+def bare_text(vision_bare, text: str, images: list[bytes]) -> str:
+    assert vision_bare.marker == b"<__media__>"       # libmtmd's default: what the client writes
+    tokens = vision_bare.greedy(text, images, N, BANNED)
+    return b"".join(vision_bare.piece(t) for t in tokens).decode("utf-8", "replace")
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_a_completion_with_an_image_is_answered_as_the_bare_engine_answers_it(vision_server, bare, stream):
-    expected = bare_text(bare, TEXT, [PNG])
+def test_a_completion_with_an_image_is_answered_as_the_bare_engine_answers_it(vision_server, vision_bare, stream):
+    expected = bare_text(vision_bare, TEXT, [PNG])
     # streamed, not strict: the SDK's Completion type forbids the null finish_reason of every chunk but the last
     client = openai_sdk(vision_server, strict=not stream)
     if stream:
@@ -111,7 +109,7 @@ def test_a_model_without_a_projector_refuses_images_and_keeps_serving(server, st
     assert complete(server, {"prompt": "hello"}).status == 200
 
 
-def test_llama_servers_own_completion_reads_the_image_and_props_say_vision(vision_server, bare):
+def test_llama_servers_own_completion_reads_the_image_and_props_say_vision(vision_server, vision_bare):
     """/completion (llama-server's shape) takes the same object prompt; /props reports the
     modality and the marker a client writes."""
     props = request(vision_server.port, b"GET /props HTTP/1.1\r\nHost: localhost\r\n\r\n").json()
@@ -120,4 +118,4 @@ def test_llama_servers_own_completion_reads_the_image_and_props_say_vision(visio
                                                                  "temperature": 0, "logit_bias": NO_EOG}))
     assert resp.status == 200, resp.body
     answer = resp.json()
-    assert answer["content"] == bare_text(bare, TEXT, [PNG]) and answer["tokens_evaluated"] > IMAGE_TOKENS
+    assert answer["content"] == bare_text(vision_bare, TEXT, [PNG]) and answer["tokens_evaluated"] > IMAGE_TOKENS

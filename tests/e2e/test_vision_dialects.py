@@ -6,103 +6,65 @@ two images answer differently, and the next turn with the same image is served f
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 import imagefiles
 from clients import anthropic_sdk, ollama_client, openai_sdk
+from media_server import N, SERVER_MARKER, bare_answer, chat, metric
 from rawhttp import post_json, request
-from tinymodel import EOG_TEXTS, NO_EOG, token_ids
+from tinymodel import NO_EOG
 from tinyvision import IMAGE_TOKENS
-from vision_server import bare, mmproj, vision_server  # noqa: F401  (module fixtures)
 
-N = 8
 PNG = imagefiles.png(24, 16, seed=1)
 OTHER = imagefiles.png(24, 16, seed=2)
-SERVER_MARKER = re.compile(r"<__media_[0-9a-f]+__>")
-BANNED = {token_ids()[t] for t in EOG_TEXTS}
-
-
-@pytest.fixture(scope="module")
-def server(vision_server):
-    return vision_server
 
 
 def url(data: bytes) -> dict:
     return {"type": "image_url", "image_url": {"url": imagefiles.data_url(data)}}
 
 
-def bare_answer(server, bare, messages: list[dict], images: list[bytes]) -> str:
-    """What the bare engine answers to the prompt the server renders for these chat messages (the
-    server's own marker, random per process, given as libmtmd's default one)."""
-    shown = request(server.port, post_json("/apply-template", {"messages": messages}))
-    assert shown.status == 200, shown.body
-    prompt, n = SERVER_MARKER.subn(bare.marker.decode(), shown.json()["prompt"])
-    assert n == len(images)
-    tokens = bare.greedy(prompt, images, N, BANNED)
-    return b"".join(bare.piece(t) for t in tokens).decode("utf-8", "replace")
-
-
-def metric(server, name: str) -> float:
-    body = request(server.port, b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").body
-    found = re.search(rf"^{name} ([0-9.e+]+)$", body.decode(), re.M)
-    return float(found.group(1)) if found else 0.0
-
-
-def chat(server, messages: list[dict], stream: bool = False):
-    client = openai_sdk(server)
-    if not stream:
-        return client.chat.completions.create(model="tiny", messages=messages, max_tokens=N, temperature=0,
-                                              logit_bias=NO_EOG)
-    chunks = list(client.chat.completions.create(model="tiny", messages=messages, max_tokens=N, temperature=0,
-                                                 logit_bias=NO_EOG, stream=True,
-                                                 stream_options={"include_usage": True}))
-    return "".join(c.choices[0].delta.content or "" for c in chunks if c.choices), chunks[-1].usage
-
-
 ASK = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, url(PNG)]}]
 
 
-def test_the_projector_is_said_at_start_in_the_model_list_and_in_ollama_s_capabilities(server, mmproj):
-    assert f"vision projector {mmproj}" in server.log
-    model = openai_sdk(server, strict=False).models.retrieve("tiny")
-    assert model.meta["vision"] is True and model.meta["mmproj"] == str(mmproj)
-    assert "vision" in ollama_client(server).show("tiny").capabilities
+def test_the_projector_is_said_at_start_in_the_model_list_and_in_ollama_s_capabilities(vision_server, vision_mmproj):
+    assert f"vision projector {vision_mmproj}" in vision_server.log
+    model = openai_sdk(vision_server, strict=False).models.retrieve("tiny")
+    assert model.meta["vision"] is True and model.meta["mmproj"] == str(vision_mmproj)
+    assert "vision" in ollama_client(vision_server).show("tiny").capabilities
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_chat_an_image_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
-    expected = bare_answer(server, bare, ASK, [PNG])
+def test_chat_an_image_is_answered_as_the_bare_engine_answers_it(vision_server, vision_bare, stream):
+    expected = bare_answer(vision_server, vision_bare, ASK, [PNG])
     if stream:
-        content, usage = chat(server, ASK, stream=True)
+        content, usage = chat(vision_server, ASK, stream=True)
     else:
-        reply = chat(server, ASK)
+        reply = chat(vision_server, ASK)
         content, usage = reply.choices[0].message.content, reply.usage
     assert content == expected
     assert usage.prompt_tokens > IMAGE_TOKENS       # the image's positions count
 
 
-def test_two_images_answer_differently_and_the_same_image_next_turn_comes_from_the_cache(server, bare):
-    first = chat(server, [{"role": "user", "content": [{"type": "text", "text": "one"}, url(OTHER)]}])
-    other = chat(server, [{"role": "user", "content": [{"type": "text", "text": "one"}, url(PNG)]}])
+def test_two_images_answer_differently_and_the_same_image_next_turn_comes_from_the_cache(vision_server, vision_bare):
+    first = chat(vision_server, [{"role": "user", "content": [{"type": "text", "text": "one"}, url(OTHER)]}])
+    other = chat(vision_server, [{"role": "user", "content": [{"type": "text", "text": "one"}, url(PNG)]}])
     assert first.choices[0].message.content != other.choices[0].message.content
-    encoded = metric(server, "localserve_images_encoded_total")
+    encoded = metric(vision_server, "localserve_images_encoded_total")
     turn = [{"role": "user", "content": [{"type": "text", "text": "one"}, url(OTHER)]},
             {"role": "assistant", "content": first.choices[0].message.content},
             {"role": "user", "content": "and now?"}]
-    second = chat(server, turn)
+    second = chat(vision_server, turn)
     assert second.usage.prompt_tokens_details.cached_tokens > IMAGE_TOKENS
-    assert metric(server, "localserve_images_encoded_total") == encoded     # not encoded again
-    assert second.choices[0].message.content == bare_answer(server, bare, turn, [OTHER])
-    again = chat(server, turn)
+    assert metric(vision_server, "localserve_images_encoded_total") == encoded     # not encoded again
+    assert second.choices[0].message.content == bare_answer(vision_server, vision_bare, turn, [OTHER])
+    again = chat(vision_server, turn)
     assert again.choices[0].message.content == second.choices[0].message.content
-    assert metric(server, "localserve_image_seconds_total") > 0
+    assert metric(vision_server, "localserve_image_seconds_total") > 0
 
 
-def test_apply_template_shows_the_marker_where_an_image_stands_in_both_shapes(server):
-    chat = request(server.port, post_json("/apply-template", {"messages": ASK})).json()["prompt"]
-    responses = request(server.port, post_json("/apply-template", {"input": [
+def test_apply_template_shows_the_marker_where_an_image_stands_in_both_shapes(vision_server):
+    chat = request(vision_server.port, post_json("/apply-template", {"messages": ASK})).json()["prompt"]
+    responses = request(vision_server.port, post_json("/apply-template", {"input": [
         {"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
                                      {"type": "input_image", "image_url": imagefiles.data_url(PNG)}]}]})).json()
     assert len(SERVER_MARKER.findall(chat)) == 1
@@ -124,18 +86,18 @@ def anthropic_text(client, stream: bool, **kwargs) -> str:
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_anthropic_an_image_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
-    expected = bare_answer(server, bare, ASK, [PNG])
+def test_anthropic_an_image_is_answered_as_the_bare_engine_answers_it(vision_server, vision_bare, stream):
+    expected = bare_answer(vision_server, vision_bare, ASK, [PNG])
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, anthropic_image(PNG)]}]
-    client = anthropic_sdk(server)
+    client = anthropic_sdk(vision_server)
     assert anthropic_text(client, stream, messages=messages, extra_body={"logit_bias": NO_EOG}) == expected
     counted = client.messages.count_tokens(model="tiny", messages=messages).input_tokens
     usage = client.messages.create(model="tiny", max_tokens=1, messages=messages).usage
     assert counted == usage.input_tokens + usage.cache_read_input_tokens + usage.cache_creation_input_tokens
-    assert counted == chat(server, ASK).usage.prompt_tokens      # the same prompt, its image's positions counted
+    assert counted == chat(vision_server, ASK).usage.prompt_tokens      # the same prompt, its image's positions counted
 
 
-def test_anthropic_an_image_in_a_tool_result_reaches_the_model(server):
+def test_anthropic_an_image_in_a_tool_result_reaches_the_model(vision_server):
     """Claude Code's Read tool on a PNG: the image comes back inside a tool_result."""
     def loop(data: bytes) -> str:
         messages = [{"role": "user", "content": "look at the screen"},
@@ -144,15 +106,15 @@ def test_anthropic_an_image_in_a_tool_result_reaches_the_model(server):
                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
                                                   "content": [anthropic_image(data)]}]}]
         tools = [{"name": "Read", "description": "Read a file", "input_schema": {"type": "object"}}]
-        return anthropic_text(anthropic_sdk(server), False, messages=messages, tools=tools,
+        return anthropic_text(anthropic_sdk(vision_server), False, messages=messages, tools=tools,
                               extra_body={"logit_bias": NO_EOG}, tool_choice={"type": "none"})
     assert loop(PNG) != loop(OTHER)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_responses_input_image_is_answered_as_the_bare_engine_answers_it(server, bare, stream):
-    expected = bare_answer(server, bare, ASK, [PNG])
-    client = openai_sdk(server)
+def test_responses_input_image_is_answered_as_the_bare_engine_answers_it(vision_server, vision_bare, stream):
+    expected = bare_answer(vision_server, vision_bare, ASK, [PNG])
+    client = openai_sdk(vision_server)
     item = [{"role": "user", "content": [{"type": "input_text", "text": "what is this?"},
                                          {"type": "input_image", "image_url": imagefiles.data_url(PNG)}]}]
     if stream:
@@ -166,11 +128,11 @@ def test_responses_input_image_is_answered_as_the_bare_engine_answers_it(server,
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_ollama_images_are_answered_as_the_bare_engine_answers_them(server, bare, stream):
+def test_ollama_images_are_answered_as_the_bare_engine_answers_them(vision_server, vision_bare, stream):
     # Ollama's images stand before the message's text
-    expected = bare_answer(server, bare, [{"role": "user", "content": [url(PNG), {"type": "text", "text": "hi"}]}],
-                           [PNG])
-    client = ollama_client(server)
+    messages = [{"role": "user", "content": [url(PNG), {"type": "text", "text": "hi"}]}]
+    expected = bare_answer(vision_server, vision_bare, messages, [PNG])
+    client = ollama_client(vision_server)
     options = {"temperature": 0, "num_predict": N}
     bias = {"logit_bias": {int(k): v for k, v in NO_EOG.items()}}
     reply = client.chat(model="tiny", stream=stream, options={**options, **bias},
@@ -179,25 +141,25 @@ def test_ollama_images_are_answered_as_the_bare_engine_answers_them(server, bare
     assert text == expected
 
 
-def test_responses_an_image_in_a_function_call_output_reaches_the_model(server):
+def test_responses_an_image_in_a_function_call_output_reaches_the_model(vision_server):
     """Codex's view_image: the picture comes back as a function call's output parts."""
     def loop(data: bytes) -> str:
         items = [{"role": "user", "content": "look at the screen"},
                  {"type": "function_call", "call_id": "call_1", "name": "view_image", "arguments": "{}"},
                  {"type": "function_call_output", "call_id": "call_1", "output": [
                      {"type": "input_image", "image_url": imagefiles.data_url(data)}]}]
-        return openai_sdk(server).responses.create(model="tiny", input=items, max_output_tokens=N, temperature=0,
+        return openai_sdk(vision_server).responses.create(model="tiny", input=items, max_output_tokens=N, temperature=0,
                                                    store=False, extra_body={"logit_bias": NO_EOG}).output_text
     assert loop(PNG) != loop(OTHER)
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_an_image_libmtmd_cannot_decode_is_a_400_naming_its_part_and_the_server_goes_on(server, stream):
+def test_an_image_libmtmd_cannot_decode_is_a_400_naming_its_part_and_the_server_goes_on(vision_server, stream):
     broken = PNG[:60] + bytes(len(PNG) - 60)         # a sound header, its pixel data zeroed
-    resp = request(server.port, post_json("/v1/chat/completions", {
+    resp = request(vision_server.port, post_json("/v1/chat/completions", {
         "stream": stream, "max_tokens": 2, "messages": [
             {"role": "user", "content": [{"type": "text", "text": "look"}, url(broken)]}]}))
     assert resp.status == 400, resp.body
     error = resp.json()["error"]
     assert error["param"] == "messages[0].content[1]" and error["code"] == "invalid_image"
-    assert chat(server, ASK).choices[0].finish_reason == "length"
+    assert chat(vision_server, ASK).choices[0].finish_reason == "length"

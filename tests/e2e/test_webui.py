@@ -440,7 +440,7 @@ def test_status_view_lists_a_job_parked_for_an_editor_completion(browser, editor
     try:
         chat.send(post_json("/v1/chat/completions", {"messages": [{"role": "user", "content": "a long story"}],
                                                      "max_tokens": 8000, "stream": True, "logit_bias": NO_EOG}))
-        chat.sock.recv(4096)                            # streaming: the only slot is the chat's
+        chat.wait_for(b"\"content\"")                   # a token streamed: the only slot is the chat's
         fim_ids = token_ids(list(FIM_TOKENS.values()))         # FIM tokens would end the completion
         completion.send(post_json("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": 8000,
                                               "stream": True, "logit_bias": {

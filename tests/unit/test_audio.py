@@ -13,6 +13,7 @@ import pytest
 
 from localserve import audio
 from localserve.audio_headers import MAX_WAV_CHUNKS, AudioRefused, canonical_wav, read_wav
+from localserve.media_checks import AUDIO, read_base64
 from tinyaudio import flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
 
 CLIP = wav_bytes(tone(0.5))
@@ -142,14 +143,14 @@ def test_the_byte_limit_is_held_before_base64_is_decoded(monkeypatch):
     monkeypatch.setattr(audio, "MAX_AUDIO_BYTES", 1000)
     assert refused_b64("A" * 1400).code == "audio_too_large"
     small = wav_bytes(tone(0.02))                 # 320 frames: 684 bytes
-    assert audio.from_base64(base64.b64encode(small).decode(), "wav").seconds == pytest.approx(0.02)
+    assert read_base64(AUDIO, base64.b64encode(small).decode(), "wav").seconds == pytest.approx(0.02)
     assert refused_b64("not base64 at all!").code == "invalid_audio"
     assert refused_b64(12).code == "invalid_audio"
 
 
 def refused_b64(data) -> AudioRefused:
     with pytest.raises(AudioRefused) as caught:
-        audio.from_base64(data, "wav")
+        read_base64(AUDIO, data, "wav")
     return caught.value
 
 

@@ -1,4 +1,4 @@
-"""localserve/images.py: an image's bytes checked from their header alone, before any decoder
+"""localserve/images.py and media_checks.py: an image's bytes checked from their header alone, before any decoder
 sees them (format, declared media type, byte and pixel limits, data URLs, remote URLs)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 
 import imagefiles  # tests/support/
 from imagefiles import AVIF, HEIC, SVG, TIFF, WEBP, b64, data_url
-from localserve import image_headers, images
-from localserve.images import ImageRefused, from_base64, from_bytes, from_url
+from localserve import image_headers, images, media_checks
+from localserve.images import ImageRefused, from_bytes
+from localserve.media_checks import IMAGE, read_base64, read_data_url
 
 
 @pytest.mark.parametrize("media_type", sorted(imagefiles.WRITERS))
@@ -21,7 +22,7 @@ def test_every_accepted_format_is_read_with_its_size(media_type):
     assert (image.media_type, image.data, image.where) == (media_type, data, "messages[0].content[1]")
     assert image.digest == hashlib.sha256(data).hexdigest()
     assert image_headers.size_of(data, media_type) == (33, 17)
-    assert from_url(data_url(data, media_type)) == image      # compared by media type and digest
+    assert read_data_url(data_url(data, media_type)) == image      # compared by media type and digest
 
 
 def test_a_declared_type_is_optional_and_its_aliases_agree():
@@ -85,56 +86,56 @@ def test_a_declared_media_type_the_bytes_contradict_is_refused():
     assert caught.value.code == "image_media_type_mismatch"
     assert "'image/png'" in str(caught.value) and "JPEG" in str(caught.value)
     with pytest.raises(ImageRefused, match="media type says 'image/webp'"):
-        from_url(data_url(imagefiles.gif(), "image/webp"))
+        read_data_url(data_url(imagefiles.gif(), "image/webp"))
 
 
 def test_base64_is_checked_whitespace_and_missing_padding_aside():
     data = imagefiles.png()
     text = b64(data)
-    assert from_base64(text.rstrip("=")).data == data
-    assert from_base64("\n".join(text[i:i + 76] for i in range(0, len(text), 76))).data == data
+    assert read_base64(IMAGE, text.rstrip("=")).data == data
+    assert read_base64(IMAGE, "\n".join(text[i:i + 76] for i in range(0, len(text), 76))).data == data
     for bad in ("not base64!", "iVBORw0KGgo=é", "a"):
         with pytest.raises(ImageRefused, match="not valid base64"):
-            from_base64(bad)
+            read_base64(IMAGE, bad)
     with pytest.raises(ImageRefused, match="expected base64"):
-        from_base64(5)
+        read_base64(IMAGE, 5)
 
 
 def test_data_urls_must_be_base64_and_remote_urls_are_not_fetched():
     with pytest.raises(ImageRefused) as caught:
-        from_url("https://example.com/cat.png")
+        read_data_url("https://example.com/cat.png")
     assert caught.value.code == "remote_image_url"
     assert "not fetched" in str(caught.value) and "air-gapped" in str(caught.value)
     with pytest.raises(ImageRefused, match="not fetched"):
-        from_url("HTTP://10.0.0.1/admin")
+        read_data_url("HTTP://10.0.0.1/admin")
     with pytest.raises(ImageRefused, match="expected a data: URL"):
-        from_url("file:///etc/passwd")
+        read_data_url("file:///etc/passwd")
     with pytest.raises(ImageRefused, match="must be base64"):
-        from_url("data:image/png,%89PNG")
+        read_data_url("data:image/png,%89PNG")
     with pytest.raises(ImageRefused, match="expected a data: URL string"):
-        from_url(None)
-    assert from_url("data:;base64," + b64(imagefiles.bmp())).media_type == "image/bmp"
-    assert from_url("DATA:image/gif;name=a.gif;base64," + b64(imagefiles.gif())).media_type == "image/gif"
+        read_data_url(None)
+    assert read_data_url("data:;base64," + b64(imagefiles.bmp())).media_type == "image/bmp"
+    assert read_data_url("DATA:image/gif;name=a.gif;base64," + b64(imagefiles.gif())).media_type == "image/gif"
 
 
 def test_a_data_url_s_head_is_read_only_so_far():
     """Where the comma should end the head: a megabyte of parameters is refused, not parsed."""
     with pytest.raises(ImageRefused, match="expected a data: URL"):
-        from_url("data:image/png" + ";base64" * 1_000_000 + "," + b64(imagefiles.png()))
-    long_head = "data:image/png;" + "x" * (images.MAX_DATA_URL_HEAD - 30) + ";base64,"
-    assert from_url(long_head + b64(imagefiles.png())).media_type == "image/png"
+        read_data_url("data:image/png" + ";base64" * 1_000_000 + "," + b64(imagefiles.png()))
+    long_head = "data:image/png;" + "x" * (media_checks.MAX_DATA_URL_HEAD - 30) + ";base64,"
+    assert read_data_url(long_head + b64(imagefiles.png())).media_type == "image/png"
 
 
 def test_the_byte_limit_is_named_and_checked_before_decoding(monkeypatch):
     monkeypatch.setattr(images, "MAX_IMAGE_BYTES", 100)
     data = imagefiles.png(16, 16)
     assert len(data) > 100
-    for read in (lambda: from_bytes(data), lambda: from_base64(b64(data))):
+    for read in (lambda: from_bytes(data), lambda: read_base64(IMAGE, b64(data))):
         with pytest.raises(ImageRefused, match=r"MAX_IMAGE_BYTES \(100\)") as caught:
             read()
         assert caught.value.code == "image_too_large"
     with pytest.raises(ImageRefused, match="MAX_IMAGE_BYTES"):
-        from_base64("A" * 1000)      # refused by its length alone: never decoded
+        read_base64(IMAGE, "A" * 1000)      # refused by its length alone: never decoded
 
 
 def test_the_pixel_limit_is_read_from_the_header():

@@ -47,6 +47,7 @@ FLOORS = {
     "audio_headers": 1,   # an audio file's structure (WAV chunks, MP3 tags, FLAC STREAMINFO) checked; stdlib only
     "audio": 1,           # a clip's bytes checked from their header (format, length) into the conversation; stdlib only
     "multipart": 1,       # a multipart/form-data body parsed from bytes within its limits; stdlib only
+    "media_checks": 1,    # what an image or a clip must pass before libmtmd sees it, both kinds; stdlib only
 }
 
 
@@ -235,14 +236,12 @@ def test_models_speak_no_http_and_read_no_runtime_global():
 
 
 def test_no_dialect_fits_images_or_renders_a_chat_itself():
-    """Building the request (prompt/build.py: build_chat_request, render_prompt) fits a request's
-    images to its model: a dialect that reaches prompt/vision.py or renders with the bare
-    render_chat could skip that."""
+    """Building the request (prompt/build.py: build_chat_request, render_prompt, fit_images) fits a
+    request's images and clips to its model: a dialect that fits them with media_checks.py's
+    fit_media or renders with the bare render_chat could skip that, or do it its own way."""
     dialects = {name: path for name, path in read_modules().items() if part(name) == "dialects"}
-    modules = read_modules()
     found = sorted(name for name, path in dialects.items()
-                   if "localserve.prompt.vision" in imports_of(name, path, modules)
-                   or "render_chat" in imported_names(path))
+                   if imported_names(path) & {"fit_media", "without_media", "render_chat"})
     assert found == []
 
 

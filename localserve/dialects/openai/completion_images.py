@@ -1,7 +1,7 @@
 """Images in a legacy completion, as llama-server's /completion takes them: the prompt is an
 object ``{"prompt_string": text, "multimodal_data": [base64, ...]}`` whose text holds libmtmd's
 default marker ``<__media__>`` once per image, in order. Each image is checked as every
-dialect's is (localserve/images.py); the markers then become the per-process media marker, so
+dialect's is (localserve/media_checks.py); the markers then become the per-process media marker, so
 the prompt goes down the same tokenization path as a chat's rendered prompt (prompt/media.py)."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...conversation import Audio, Image, Message
-from ...generation import MEDIA_MARKER, ImageChunk, PromptRefused
-from ...prompt.audio import fitted_audio
-from ...prompt.build import ChatModel
+from ...conversation import Message
+from ...generation import MEDIA_MARKER, ImageChunk
+from ...prompt.build import ChatInput, ChatModel, fit_images
 from ...prompt.media import tokenize_with_images
 from ..fields import invalid
 from ..audio_parts import audio_from_base64, is_audio_base64
@@ -59,13 +58,7 @@ def read_object_prompt(chat_model: ChatModel, prompt: Any, text_tokens: Callable
                                   f"of multimodal_data: put one where each image stands, in order")
     if not images:
         return MultimodalPrompt(text, text_tokens(text))
-    first_image = next((m.where for m in images if isinstance(m, Image)), None)
-    if not chat_model.vision and first_image is not None:
-        raise PromptRefused(f"invalid '{first_image}': model '{chat_model.name}' has no vision projector, so it "
-                            f"cannot read images; use a model with one, or send text",
-                            code="model_has_no_vision", param=first_image)
-    fitted_audio([Message("user", tuple(m for m in images if isinstance(m, Audio)))], audio=chat_model.audio,
-                 model_name=chat_model.name)
+    fit_images(chat_model, ChatInput([Message("user", tuple(images))]))     # all of them in the turn answered
     if text.endswith(LIBMTMD_MARKER):     # the next token's logits are read off the prompt's last token
         raise invalid(TEXT_FIELD, "ends with an image: put text after the last marker")
     tokens, chunks = tokenize_with_images(chat_model.engine, text.replace(LIBMTMD_MARKER, MEDIA_MARKER), images)

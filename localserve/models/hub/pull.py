@@ -9,7 +9,7 @@ already in the cache is found there, anything else is an error.
 from __future__ import annotations
 
 import os
-import time
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -137,14 +137,20 @@ def link(repo: RepoCache, snapshot: Path, remote: RemoteFile) -> None:
     relative = os.path.relpath(repo.blob(remote.blob_name), parent)
     if target.is_symlink() and os.readlink(target) == relative:
         return
-    temporary = parent / f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    temporary = parent / private_name(target.name)
     os.symlink(relative, temporary)
     os.replace(temporary, target)
 
 
+def private_name(stem: str) -> str:
+    """A temporary file's name no other writer uses: pulls of one repo run on several threads of
+    one process (and in several processes), each finishing with the same ref and links."""
+    return f".{stem}.{os.getpid()}.{threading.get_ident()}.tmp"
+
+
 def write_ref(repo: RepoCache, commit: str) -> None:
     refs = inside(repo.path, repo.ref().parent)
-    temporary = refs / f".main.{os.getpid()}.tmp"
+    temporary = refs / private_name("main")
     temporary.write_text(commit)
     os.replace(temporary, repo.ref())
 

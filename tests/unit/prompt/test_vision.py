@@ -1,16 +1,17 @@
-"""prompt/vision.py: a model without a vision projector refuses an image in the turn it is asked
-to answer, and shows every other image (earlier turns, tool results) as a placeholder text."""
+"""media_checks.py's fit_media, through prompt/build.py's fit_images: a model without a vision
+projector refuses an image in the turn it is asked to answer, and shows every other image
+(earlier turns, tool results) as a placeholder text."""
 
 from __future__ import annotations
 
 import pytest
 
 import imagefiles  # tests/support/
-from localserve.conversation import Image, Message, Text, ToolCall, ToolResult, text_message
+from localserve.conversation import Audio, Image, Message, Text, ToolCall, ToolResult, text_message
 from localserve.generation import PromptRefused, SamplingParams
 from localserve.images import MAX_IMAGES_PER_REQUEST
 from localserve.prompt.build import ChatInput, ChatModel, build_chat_request, fit_images
-from localserve.prompt.vision import IMAGE_OMITTED
+from localserve.media_checks import AUDIO_OMITTED, IMAGE_OMITTED
 
 TEXT_ONLY = ChatModel(engine=None, template=None, name="tiny")     # the policy reads neither
 SEEING = ChatModel(engine=None, template=None, name="seer", vision=True)
@@ -89,6 +90,18 @@ def test_images_beside_tool_results_are_what_the_tools_saw_and_shown_as_text():
     fit_images(TEXT_ONLY, chat)
     assert chat.messages[-1] == Message("user", (Text("the screenshot:"), Text(IMAGE_OMITTED)))
     assert chat.images_omitted == 1
+
+
+def test_only_images_count_as_images_omitted_and_a_clip_is_fitted_in_the_same_call():
+    """The header says how many images became text; a clip on a model without audio becomes its
+    own placeholder in the same fitting, not counted there."""
+    clip = Audio(b"RIFF", "wav", where="messages[0].content[2]", seconds=1.0)
+    chat = ChatInput([Message("user", (Text("look, listen"), image("messages[0].content[1]"), clip)),
+                      text_message("assistant", "ok"), text_message("user", "and?")])
+    assert fit_images(TEXT_ONLY, chat)
+    assert chat.messages[0] == Message("user", (Text("look, listen"), Text(IMAGE_OMITTED), Text(AUDIO_OMITTED)))
+    assert chat.images_omitted == 1
+    assert not fit_images(TEXT_ONLY, chat)          # again: a no-op
 
 
 def test_a_model_with_vision_keeps_its_images_and_text_only_chats_are_untouched():
