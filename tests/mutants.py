@@ -624,7 +624,7 @@ MUTANTS = [
     Mutant("buried engines freed while one is still in use", "localserve/models/graveyard.py",
            "            if any(buried.engine_in_use for buried in self._buried):\n                return\n", "",
            ("tests/unit/models/test_keep_alive.py::test_an_engine_in_use_is_freed_by_the_sweep_once_no_buried_one_is_in_use",)),
-    Mutant("--model alone unloaded by a request's keep_alive", "localserve/models/keep_alive.py",
+    Mutant("the one --model unloaded by a request's keep_alive", "localserve/models/keep_alive.py",
            "        return None if self.pinned else seconds", "        return seconds",
            ("tests/unit/models/test_keep_alive.py::test_one_model_alone_stays_and_ignores_a_requests_keep_alive",
             "tests/e2e/test_models.py::test_model_alone_stays_loaded_whatever_a_request_asks")),
