@@ -33,7 +33,9 @@ Measures, on Gemma 3 270M (bench/gemma.py) unless --model is given:
   the turns after it against the same turns without it (compaction.py);
 - agents: a 4,000-token head shared by 4 conversations of 3 turns at once: prompt tokens computed
   and the time to the last first token, against sharing off, the bare engine copying the head
-  and llama-server (agents.py).
+  and llama-server (agents.py);
+- several choices: one request with n = 4 against 4 separate requests, one after another and at
+  once (choices.py; target: <= 0.6 x one after another).
 Prints one table with the ratios and the targets. Figures are medians over rounds; each
 ratio is the median of ratios paired within a round (see measure_server).
 """
@@ -47,7 +49,7 @@ from pathlib import Path
 
 from localserve.engine import cpu_weights
 
-from . import agents, busy, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
+from . import agents, busy, choices, compaction, decode, editor, embeddings, latency, models, ollama_chat, sampled, \
     speculative, vision, weights
 from .bare import BareEngine
 from .demo import model_or_demo
@@ -70,11 +72,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--decode-only", action="store_true",
                         help="only plain decoding's figures and their guard (bench/decode.py)")
     parser.add_argument("--scene", help="plain decoding (and --ollama-only): only the configurations whose label "
-                                        "holds this (e.g. 'n-gram', '/completion')")
+                                        "holds this (e.g. 'n-gram', '/completion'), without the sampled and "
+                                        "busy scenes")
     parser.add_argument("--busy-only", action="store_true",
                         help="only the busy machine: quiet and with a spinner beside (bench/busy.py)")
     parser.add_argument("--sampled-only", action="store_true",
                         help="only sampled decoding's default against --speculative off and bare (bench/sampled.py)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="only the main table: localserve and llama-server against the bare engine "
+                             "(single stream, 1-8 streams, second turn, peak RSS)")
+    parser.add_argument("--choices-only", action="store_true",
+                        help="only n = 4 against 4 separate requests (bench/choices.py)")
     parser.add_argument("--ollama-only", action="store_true",
                         help="only /api/chat and /completion against OpenAI's routes (bench/ollama_chat.py)")
     return parser.parse_args()
@@ -95,6 +103,10 @@ def main() -> int:
         ollama_chat.run(model, work.ban, args)
         engine.close()
         return 0
+    if args.choices_only:
+        ok = choices.run(model, work.ban, args)
+        engine.close()
+        return 0 if ok else 1
     if args.speculative_only:
         speculative.run(model, engine, work, args)
         engine.close()
@@ -103,9 +115,9 @@ def main() -> int:
         ok = busy.run(model, engine, work, args) if args.busy_only else sampled.run(model, engine, work, args)
         engine.close()
         return 0 if ok else 1
-    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
-    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
-    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
+    decode_ok = True
+    if not args.table_only:
+        decode_ok = run_decode_scenes(model, engine, work, args)
     if args.decode_only:
         engine.close()
         return 0 if decode_ok else 1
@@ -118,10 +130,13 @@ def main() -> int:
     if LlamaServer.available() and not args.quick:
         with LlamaServer(model, args.threads, args.ctx_size, slots=4) as server:
             contenders["llama-server"] = measure_server(server, work, args)
-    if LlamaCppPythonServer.available() and not args.quick:
+    if LlamaCppPythonServer.available() and not args.quick and not args.table_only:
         with LlamaCppPythonServer(model, args.threads, args.ctx_size) as server:
             contenders["llama-cpp-python"] = measure_server(server, work, args)
     print_report(bare, contenders, args)
+    if args.table_only:
+        engine.close()
+        return 0
     ollama_chat.run(model, work.ban, args)          # /api/chat's and /completion's rows beside OpenAI's routes
     speculative.run(model, engine, work, args)     # the four ratios and their chart
     engine.close()
@@ -134,7 +149,18 @@ def main() -> int:
         editor.run(model, args)         # code completion through /infill against the bare engine (bench/editor.py)
         compaction.run(model, args)     # a compaction against one generation, and the turns after it (bench/compaction.py)
         agents.run(model, args.threads)  # a shared 4,000-token head, 4 conversations at once (bench/agents.py)
+        choices.run(model, work.ban, args)     # n = 4 against 4 separate requests (bench/choices.py)
     return 0 if decode_ok else 1
+
+
+def run_decode_scenes(model: str, engine, work, args) -> bool:
+    """Plain decoding, sampled default and the busy machine, each with its guard: False when one fails."""
+    decode_ok = decode.run(model, engine, work, args)      # greedy, sampled, default: the guard
+    if args.scene:          # some plain-decoding configurations alone
+        return decode_ok
+    decode_ok &= sampled.run(model, engine, work, args)    # the default against --speculative off and bare
+    decode_ok &= busy.run(model, engine, work, args)       # quiet and beside a spinner, llama-server too
+    return decode_ok
 
 
 def print_report(bare: dict, contenders: dict, args) -> None:

@@ -145,6 +145,10 @@ class GenerationRequest:
     # Ollama's shift: at the context's end the job keeps its first `context_shift` tokens, drops
     # half of the rest and goes on (runtime/context_shift.py); None: it stops there ("length")
     context_shift: int | None = None
+    # The choices of one request (OpenAI's `n`) share this id: each waits for a sibling's prompt
+    # head whatever its length and copies it (runtime/placement.waits_for), so the prompt is
+    # computed once
+    choice_group: str | None = None
 
 
 # ---- events, one queue per job -------------------------------------------------
@@ -305,13 +309,33 @@ class ContextOverflow(GenerationFailure):
         self.at_least = at_least
 
 
-class ActiveGeneration:
-    """One job's handle, shared by the connection thread and the runtime thread."""
+class ChoiceEvents:
+    """One choice's events (a request's `n`), put on the queue the request's choices share as
+    ChoiceEvents; the runtime puts on it as on any job's queue."""
 
-    def __init__(self, request: GenerationRequest):
+    def __init__(self, shared: queue.SimpleQueue, index: int):
+        self.shared = shared
+        self.index = index
+
+    def put(self, event: Event) -> None:
+        self.shared.put(ChoiceEvent(self.index, event))
+
+
+@dataclass(frozen=True)
+class ChoiceEvent:
+    """An event of the choice `index` of a request's `n`."""
+    index: int
+    event: Event
+
+
+class ActiveGeneration:
+    """One job's handle, shared by the connection thread and the runtime thread. `events`: where
+    the runtime puts its events (its own queue unless given: a choice's ChoiceEvents)."""
+
+    def __init__(self, request: GenerationRequest, events: ChoiceEvents | None = None):
         self.id = uuid.uuid4().hex[:12]
         self.request = request
-        self.events: queue.SimpleQueue[Event] = queue.SimpleQueue()
+        self.events: queue.SimpleQueue[Event] | ChoiceEvents = queue.SimpleQueue() if events is None else events
         self.cancel_flag = threading.Event()
         self.created = time.monotonic()
         self.cancel_reason = ""

@@ -6,7 +6,8 @@
 - job_events: the one wait loop. The job's events as they come, KEEPALIVE while nothing has
   been generated, and a peek at the socket every DISCONNECT_POLL_INTERVAL by the clock, not
   only when the queue goes quiet (a fast decode never lets it): a client that left is
-  ClientGone. Streams (pump.py) and whole answers read it alike.
+  ClientGone. Streams (pump.py) and whole answers read it alike; a request's choices read the
+  queue they share through the same loop (queue_events; choices.py).
 - wait_for_output: a whole answer; a client that left cancels the job and gets nothing.
 - cancel_on_error: whatever fails between submit and the job's end cancels the job.
 Nothing here knows a wire format.
@@ -17,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
-from ..generation import (ActiveGeneration, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
-                          ToolCallStart)
+from ..generation import (ActiveGeneration, ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest,
+                          ToolCallDelta, ToolCallStart)
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Scope, Writer
 from .failures import api_error, refusals
@@ -36,13 +37,21 @@ KEEPALIVE = object()   # yielded by a source: time for a keepalive (pump.py)
 def submit(model: ServedModel, request: GenerationRequest, scope: Scope) -> ActiveGeneration:
     """To the runtime of `model`, the one the request holds (loading.serve_with_model); `scope`:
     the exchange's, whose prompt caches the job may use (exchange.Scope)."""
+    return submit_all(model, [request], scope)[0]
+
+
+def submit_all(model: ServedModel, requests: list[GenerationRequest], scope: Scope,
+               events: queue.SimpleQueue | None = None) -> list[ActiveGeneration]:
+    """submit() for several jobs at once (a request's choices: choices.py): queued together or
+    not at all; with `events`, their events on that one queue."""
     if model.embeddings_only:
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
-    request.scope = scope.cache
+    for request in requests:
+        request.scope = scope.cache
     with refusals():
-        return model.submit(request)
+        return model.submit_all(requests, events)
 
 
 def error_from(finished: Finished) -> ApiError:
@@ -53,12 +62,19 @@ def error_from(finished: Finished) -> ApiError:
 def job_events(writer: Writer, gen: ActiveGeneration, keepalive: float) -> Iterator[object]:
     """The job's events up to its Finished; KEEPALIVE every `keepalive` seconds while nothing has
     been generated yet (0: never). Raises ClientGone when the socket closes."""
+    return queue_events(writer, gen.events, keepalive, lambda event: isinstance(event, Finished))
+
+
+def queue_events(writer: Writer, events: queue.SimpleQueue, keepalive: float,
+                 last: Callable[[object], bool]) -> Iterator[object]:
+    """job_events' loop over any queue of events (a request's choices share one: choices.py),
+    up to the event last() says ends it."""
     started = False
     next_peek = time.monotonic() + DISCONNECT_POLL_INTERVAL
     next_keepalive = time.monotonic() + keepalive if keepalive > 0 else None
     while True:
         try:
-            event = gen.events.get(timeout=DISCONNECT_POLL_INTERVAL)
+            event = events.get(timeout=DISCONNECT_POLL_INTERVAL)
         except queue.Empty:
             event = None
         if time.monotonic() >= next_peek:
@@ -70,10 +86,11 @@ def job_events(writer: Writer, gen: ActiveGeneration, keepalive: float) -> Itera
                 next_keepalive = time.monotonic() + keepalive
                 yield KEEPALIVE
             continue
-        if isinstance(event, (Chunk, ToolCallStart, ToolCallDelta)):
+        payload = event.event if isinstance(event, ChoiceEvent) else event
+        if isinstance(payload, (Chunk, ToolCallStart, ToolCallDelta)):
             started = True
         yield event
-        if isinstance(event, Finished):
+        if last(event):
             return
 
 

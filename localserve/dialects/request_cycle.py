@@ -13,14 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..generation import ActiveGeneration, GenerationOutput, GenerationRequest
+from ..generation import ActiveGeneration, Finished, GenerationOutput, GenerationRequest
+from .choices import Choices, choice_events, submit_choices, wait_for_choices
 from .exchange import Exchange
 from .fields import read_bool
 from .fim import priority_client, supersede_key, superseding
 from .image_parts import report_omitted
 from .job_events import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
-from .pump import StreamShape, stream_job
+from .pump import StreamShape, pump, stream_job
 from .services import Services
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
@@ -31,11 +32,15 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 class Reply:
     """A dialect's answer to one request, made before its job runs."""
     request: GenerationRequest
-    shape: Callable[[ActiveGeneration], StreamShape] | None = None     # a stream's frames
+    shape: Callable[[ActiveGeneration | Choices], StreamShape] | None = None     # a stream's frames
     whole: Callable[[GenerationOutput], object] | None = None          # a whole answer's JSON body
     # A dialect's own delivery instead (a Responses run, stored as it goes): it returns a body to
     # send once the job is no longer this request's to cancel (a background run's opening), or None.
     deliver: Callable[[ActiveGeneration], object | None] | None = None
+    # OpenAI's n: the request's choices, each a job of its own (choices.py); with more than one,
+    # the stream's shape reads ChoiceEvents and choices_whole makes the whole answer of their ends
+    choices: int = 1
+    choices_whole: Callable[[list[Finished]], object] | None = None
 
 
 def wants_stream(body: dict) -> bool:
@@ -59,6 +64,9 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Ser
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")
         if reply.request.editor_completion:     # editor priority is shared out per client (runtime/fairness.py)
             reply.request.client = priority_client(exchange)
+        if reply.choices > 1:
+            serve_choices(exchange, services, model, reply, stream)
+            return
         gen = submit(model, reply.request, exchange.scope)
         handed_over = None
         # an editor's completion: a newer one from its client cancels it, and it cancels an older one
@@ -75,3 +83,17 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Ser
             exchange.send_json(handed_over)
 
     serve_with_model(exchange, models, body, serve, notice=shape_type.loading_notice() if stream else None)
+
+
+def serve_choices(exchange: Exchange, services: Services, model: ServedModel, reply: Reply, stream: bool) -> None:
+    """The request's choices (choices.py) where a single job would be: submitted together, one
+    stream of them all or one whole answer; whatever fails cancels every one."""
+    choices = submit_choices(model, reply.request, reply.choices, exchange.scope)
+    with cancel_on_error(choices), superseding(supersede_key(exchange, reply.request), choices):
+        if stream:
+            assert reply.shape is not None
+            events = choice_events(exchange.writer, choices, services.prefill_keepalive)
+            pump(exchange, reply.shape(choices), events, job=choices, idle=choices.events.empty)
+        else:
+            assert reply.choices_whole is not None
+            exchange.send_json(reply.choices_whole(wait_for_choices(exchange.writer, choices)))

@@ -2,17 +2,18 @@
 
 Only the runtime thread touches the llama.cpp context. A handler needs the model's name and
 settings, its ChatModel (the template, the tool syntax, and the engine through EngineFacade:
-tokenize, detokenize, check a grammar, read the model's facts) to build a request, and four calls
-into its runtime, each safe off the runtime thread: hand over a generation, an embedding or a
-slot request, and read the slots' state. ModelManager.use() yields a ServedModel, never the
+tokenize, detokenize, check a grammar, read the model's facts) to build a request, and the calls
+into its runtime, each safe off the runtime thread: hand over a generation (or a request's `n`
+choices together), an embedding or a slot request, and read the slots' state. ModelManager.use() yields a ServedModel, never the
 LoadedModel behind it (whose Engine is the runtime thread's alone), and the ServedModel holds
-those four calls, not the Runtime: a handler cannot name a runtime attribute through it (only
+those calls, not the Runtime: a handler cannot name a runtime attribute through it (only
 through a bound method's `__self__`, which test_layout.py refuses in every handler module).
 This module imports neither the engine nor the runtime: a dialect may import it.
 """
 
 from __future__ import annotations
 
+import queue
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -42,6 +43,8 @@ class ServedModel:
     memory_bytes: int                   # the larger of the two
     # the runtime's calls (runtime.Runtime): QueueFull or RuntimeStopped when it takes no more
     submit: Callable[[GenerationRequest], ActiveGeneration]
+    # jobs queued together or not at all (a request's `n` choices), their events on the queue when given
+    submit_all: Callable[[list[GenerationRequest], queue.SimpleQueue | None], list[ActiveGeneration]]
     submit_embedding: Callable[[EmbeddingJob], EmbeddingJob]
     submit_slot_request: Callable[[SlotRequest], SlotRequest]      # wait on request.done
     slot_state: Callable[[], dict]                                  # what /slots and /health show

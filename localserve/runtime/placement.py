@@ -10,7 +10,8 @@ against what the slot it takes loses: a conversation kept nowhere else is not de
 a prompt that merely shares its template header.
 
 And a job whose prompt shares a long head with a prompt still being prefilled waits for that
-head rather than computing it a second time beside it (waits_for).
+head rather than computing it a second time beside it (waits_for); the choices of one request
+(OpenAI's `n`) wait for a sibling's head however short, so their prompt is computed once.
 
 Only sequences of the job's own scope (GenerationRequest.scope: its API key's) count: a prefix
 copied from another scope's prompt, or a wait for it, would tell that prompt's text.
@@ -39,6 +40,7 @@ class Held:
     tokens: Sequence[int]
     coming: Sequence[int] = ()
     scope: str = ""             # whose prompt it holds
+    group: str | None = None    # the choice group of the job prefilling it (GenerationRequest.choice_group)
 
 
 @dataclass(frozen=True)
@@ -75,10 +77,11 @@ def place(free: list[Slot], held: list[Held], prompt: Sequence[int], key: str | 
     return Placement(slot, source, n)
 
 
-def waits_for(prompt: Sequence[int], held: list[Held], scope: str = "") -> tuple[int, int] | None:
+def waits_for(prompt: Sequence[int], held: list[Held], scope: str = "",
+              group: str | None = None) -> tuple[int, int] | None:
     """(seq_id, length) of the head of this prompt a prefilling sequence is on its way to holding,
-    at least MIN_WAIT_TOKENS longer than any other sequence holds; None when computing it here is
-    as good. Once waiting, a job waits until that head is whole: the part the other job has
+    at least MIN_WAIT_TOKENS longer than any other sequence holds (any longer, for a sibling
+    choice of the same `group`); None when computing it here is as good. Once waiting, a job waits until that head is whole: the part the other job has
     computed counts for nothing. The holder's prefill stops at the head's end for a step
     (Scheduler.stops), so a sliding window still covers it when the copy is made."""
     usable = len(prompt) - 1
@@ -89,7 +92,8 @@ def waits_for(prompt: Sequence[int], held: list[Held], scope: str = "") -> tuple
             continue
         n = whole_run(prompt, min(common_prefix(h.coming, prompt), usable))
         elsewhere = max((common_prefix(o.tokens, prompt) for o in held if o.seq_id != h.seq_id), default=0)
-        if n - elsewhere >= MIN_WAIT_TOKENS and len(h.tokens) < n and n > best_n:
+        least = 1 if group is not None and h.group == group else MIN_WAIT_TOKENS
+        if n - elsewhere >= least and len(h.tokens) < n and n > best_n:
             best, best_n = h.seq_id, n
     return (best, best_n) if best is not None else None
 

@@ -15,13 +15,14 @@ ends jobs through endings.py.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from typing import Callable
 
 from ..engine.engine import DECODE_ABORTED, DecodeError, Engine, NoLegalToken
 from ..ops.fatal import exit_engine_failed
-from ..generation import (ActiveGeneration, Finished, GenerationFailure,
+from ..generation import (ActiveGeneration, ChoiceEvents, Finished, GenerationFailure,
                          GenerationRequest, GrammarBacklog, NoAllowedToken, QueueFull, RuntimeStopped,
                          SamplingTooSlow)
 from .admission import Admission, Admitted
@@ -105,16 +106,24 @@ class Runtime:
         self.thread.join(timeout=5)
 
     def submit(self, request: GenerationRequest) -> ActiveGeneration:
-        if not request.prompt_tokens:
-            raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
-        grammar = request.sampling.grammar or request.sampling.call_grammar
-        if grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
-            # each is a core busy inside llama.cpp until it returns; more would starve every job
-            log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
-            raise GrammarBacklog()
-        gen = ActiveGeneration(request)
-        self.scheduler.enqueue(gen)
-        return gen
+        return self.submit_all([request])[0]
+
+    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue | None = None
+                   ) -> list[ActiveGeneration]:
+        """Queue the jobs together or not at all (a request's `n` choices); with `events`, they
+        share that queue, each event a ChoiceEvent of its job's index."""
+        for request in requests:
+            if not request.prompt_tokens:
+                raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
+            grammar = request.sampling.grammar or request.sampling.call_grammar
+            if grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+                # each is a core busy inside llama.cpp until it returns; more would starve every job
+                log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
+                raise GrammarBacklog()
+        gens = [ActiveGeneration(request, ChoiceEvents(events, i) if events is not None else None)
+                for i, request in enumerate(requests)]
+        self.scheduler.enqueue_all(gens)
+        return gens
 
     def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob:
         """Queue an embedding or ranking job; QueueFull or RuntimeStopped as submit()."""

@@ -72,13 +72,17 @@ class Scheduler:
     # ---- the queue (connection threads) -------------------------------------------------
 
     def enqueue(self, gen: ActiveGeneration) -> None:
+        self.enqueue_all([gen])
+
+    def enqueue_all(self, gens: list[ActiveGeneration]) -> None:
+        """Queue every job or none (a request's `n` choices): QueueFull when they do not all fit."""
         with self.cond:
             if self.stopping:
                 raise RuntimeStopped()
             free = sum(1 for s in self.slots if s.job is None)   # these take a waiting job at once
-            if len(self.waiting) - free >= self.max_queue:
+            if len(self.waiting) + len(gens) - free > self.max_queue:
                 raise QueueFull()
-            self.waiting.append(gen)
+            self.waiting.extend(gens)
             self.cond.notify()
 
     def take_all_waiting(self) -> list[ActiveGeneration]:
@@ -142,7 +146,7 @@ class Scheduler:
             job = slot.job
             if job is not None and job.prefilling:     # an image decoded in part counts from its end
                 held.append(Held(slot.seq_id, job.prompt[:outside_images(job.request.images, job.n_past)], job.prompt,
-                                 job.request.scope))
+                                 job.request.scope, job.request.choice_group))
             elif slot.tokens:
                 held.append(Held(slot.seq_id, slot.tokens, scope=slot.scope))
         return held
@@ -162,7 +166,7 @@ class Scheduler:
         """Whether this job waits for a head of its prompt that another job is prefilling now."""
         if not self.wait_for_prefixes:
             return False
-        head = waits_for(gen.request.prompt_tokens, held, gen.request.scope)
+        head = waits_for(gen.request.prompt_tokens, held, gen.request.scope, gen.request.choice_group)
         if head is None:
             return False
         seq_id, n = head

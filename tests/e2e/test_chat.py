@@ -145,7 +145,7 @@ def test_logprob_bytes_of_a_character_split_across_byte_tokens(openai_client):
 
 @pytest.mark.parametrize("field,value", [
     ("temperature", "hot"), ("temperature", 5), ("top_p", 1.5), ("max_tokens", 0), ("max_tokens", "ten"),
-    ("n", 2), ("logit_bias", {"abc": 1}), ("logit_bias", {"99999999": 1}), ("stop", 5), ("top_k", -1),
+    ("n", 0), ("n", 17), ("logit_bias", {"abc": 1}), ("logit_bias", {"99999999": 1}), ("stop", 5), ("top_k", -1),
     ("seed", 1.5), ("grammar", "root ::= ("), ("grammar", "root ::= \"hi\" <|im_end|>"),
     ("response_format", {"type": "xml"}), ("tool_choice", "sometimes"), ("messages", []),
 ])

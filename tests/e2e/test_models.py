@@ -331,7 +331,7 @@ def test_a_busy_model_is_never_unloaded_under_its_stream_and_waiters_share_one_l
                 results.append((status, b"".join(chunks), time.monotonic()))
 
         def ask_badly():     # a stream whose head goes out while alpha loads: its 400 comes in-band
-            body = {"model": "alpha", "messages": HI, "stream": True, "n": 2}
+            body = {"model": "alpha", "messages": HI, "stream": True, "n": 17}
             status, chunks, response = stream_chunks(server.base_url + "/v1/chat/completions", body)
             with response:
                 bad.append((status, b"".join(chunks)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -271,7 +272,7 @@ def test_a_served_model_holds_its_runtimes_calls_not_the_runtime():
     annotations = {f.name: str(f.type) for f in fields(ServedModel)}
     assert {"submit", "submit_embedding", "submit_slot_request", "slot_state"} <= annotations.keys()
     assert sorted(name for name, annotation in annotations.items()
-                  if any(word in annotation for word in ("Runtime", "Engine", "Queue", "Any"))) == []
+                  if re.search(r"\b(Runtime|Engine|JobQueue|Any)\b", annotation)) == []
     handlers = {name: path for name, path in read_modules().items() if part(name) in ("dialects", "webui", "wire")}
     assert "localserve.dialects.job_events" in handlers
     assert sorted((name, sorted(found)) for name, path in handlers.items()

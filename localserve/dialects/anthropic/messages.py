@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..choices import refuse_choices
 from ...generation import GenerationRequest
 from ...prompt.build import ChatModel, tokenize_shown
 from ...prompt.compaction import leading_system
@@ -95,6 +96,7 @@ def read_request(chat_model: ChatModel, signing_key: bytes, body: dict, request_
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
+    refuse_choices(body, "n: Extra inputs are not permitted (Messages answers one message per request)")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
     prompt = read_prompt(chat_model, signing_key, body, check_client=check_client)
     prompt.compact = read_summarize(body) or prompt.compact       # count_tokens ignores `compaction`

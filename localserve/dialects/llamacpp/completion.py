@@ -4,7 +4,8 @@ The prompt is a string, token ids, both mixed (`[12, "text", 34]`: a string firs
 BOS), or `{prompt_string, multimodal_data}` with images. An array holding no number is several
 prompts (`["a", "b"]`, `[[1, 2], [3]]`), each its own job, answered as an array of completion
 objects (each with its `index`), or one stream whose lines carry their prompt's `index`
-(several_prompts.py). Fields read: n_predict (max_tokens), the sampling fields every dialect
+(several_prompts.py); so are a prompt's n_cmpl choices (`n` its alias), each a job whose seed
+is the request's + its number, their prompt computed once (dialects/choices.py). Fields read: n_predict (max_tokens), the sampling fields every dialect
 shares, typical_p, ignore_eos (the end tokens banned), stop, grammar or json_schema, n_probs
 and post_sampling_probs, n_indent and t_max_predict_ms (as /infill), return_tokens,
 response_fields, stream, id_slot (the job runs in that slot, waiting while it is busy; -1: the
@@ -18,6 +19,7 @@ the last the whole object with `"stop": true`, and no [DONE].
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import partial
@@ -27,10 +29,12 @@ from ...errors import ApiError
 from ...generation import Chunk, GenerationOutput, GenerationRequest, SamplingParams
 from ...grammar.grammar import SchemaError, json_schema_grammar
 from ...prompt.build import MALFORMED_SCHEMA, ChatModel, check_fits, check_grammar, schema_problem, tokenize_to_fit
+from ..choices import check_room, choice_requests
 from ..exchange import Exchange, RouteTable
 from ..failures import prompt_refusals
 from ..fields import invalid, kind_of, read_bool, read_int, read_number, read_sampling, read_stop
 from ..fim import fills_the_middle, writes_its_own_fim
+from ..limits import MAX_CHOICES
 from ..infill import InfillChunks, InfillFinal, InfillPlan, read_response_fields, read_samplers
 from ..openai.completion_images import is_object_prompt, read_object_prompt
 from ..request_cycle import Reply, serve_generation
@@ -52,8 +56,9 @@ def add_routes(table: RouteTable, services: Services) -> None:
 
 def handle(services: Services, exchange: Exchange) -> None:
     prompts = split_prompts(exchange.json(), min(MAX_PROMPTS, services.settings.max_queue))
-    if len(prompts) > 1:
-        serve_several(services, exchange, prompts, read_one, CompletionChunks)
+    choices = read_n_cmpl(exchange.json())
+    if len(prompts) > 1 or choices > 1:
+        serve_several(services, exchange, prompts, partial(read_choices_of, choices=choices), CompletionChunks)
         return
 
     def reply(model: ServedModel, body: dict) -> Reply:
@@ -65,10 +70,27 @@ def handle(services: Services, exchange: Exchange) -> None:
     serve_generation(exchange, services, reply)
 
 
-def read_one(model: ServedModel, body: dict, prompt: Any, index: int, label: str) -> CompletionFinal:
-    """One of several prompts' completion object maker (several_prompts.py)."""
-    return CompletionFinal(read_request(model.chat, body, prompt, label, model.settings.slots), model.model_id,
-                           model.chat, index)
+def read_choices_of(model: ServedModel, body: dict, prompt: Any, index: int, label: str,
+                    choices: int = 1) -> list[CompletionFinal]:
+    """One of the request's prompts' completion object makers (several_prompts.py), one per
+    choice (n_cmpl): their indices follow the prompt's, as llama-server numbers them."""
+    check_room(choices, model, choice_param(body))
+    plan = read_request(model.chat, body, prompt, label, model.settings.slots)
+    if choices == 1:
+        return [CompletionFinal(plan, model.model_id, model.chat, index)]
+    return [CompletionFinal(dataclasses.replace(plan, request=request), model.model_id, model.chat,
+                            index * choices + i)
+            for i, request in enumerate(choice_requests(plan.request, choices))]
+
+
+def read_n_cmpl(body: dict) -> int:
+    """llama-server's n_cmpl (`n` its alias, as in OpenAI's Completions): choices per prompt,
+    1 to MAX_CHOICES."""
+    return read_int(body, choice_param(body), low=1, high=MAX_CHOICES, default=1)
+
+
+def choice_param(body: dict) -> str:
+    return "n_cmpl" if body.get("n_cmpl") is not None else "n"
 
 
 def split_prompts(body: dict, limit: int = MAX_PROMPTS) -> list:
@@ -104,8 +126,6 @@ def read_request(chat_model: ChatModel, body: dict, prompt: Any, request_id: str
     n_predict = read_int(body, "n_predict", low=-1)
     if n_predict is None:
         n_predict = read_int(body, "max_tokens", low=-1, default=-1)
-    if read_int(body, "n_cmpl", low=1, default=1) != 1:
-        raise invalid("n_cmpl", "only one completion per request is supported")
     if body.get("lora"):
         raise invalid("lora", "no LoRA adapters are loaded on this server")
     n_indent = read_int(body, "n_indent", low=0, default=0)

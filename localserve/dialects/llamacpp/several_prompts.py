@@ -1,8 +1,9 @@
-"""/completion with several prompts (`"prompt": ["a", "b"]`, `[[1, 2], [3]]`), as llama-server
-answers it: each prompt its own job, submitted together so they share the model's batches; the
-whole answer an array of completion objects in the prompts' order (each with its `index`), a
-stream one SSE stream whose lines carry their prompt's `index` (a prompt's lines in order; the
-prompts one after the other: the later jobs' events wait in their queues meanwhile).
+"""/completion with several prompts (`"prompt": ["a", "b"]`, `[[1, 2], [3]]`) or several choices
+of each (`n_cmpl`), as llama-server answers it: each prompt's choice its own job, submitted
+together so they share the model's batches (a prompt's choices its one prefill: choices.py); the
+whole answer an array of completion objects in order (each with its `index`: prompt i's choice j
+is i * n_cmpl + j), a stream one SSE stream whose lines carry their `index` (a job's lines in
+order; the jobs one after the other: the later jobs' events wait in their queues meanwhile).
 
 The request's other fields go with every prompt (id_slot too: the jobs then take that slot in
 turn). A prompt that cannot be read is the request's 400 before any job runs; a job that fails
@@ -33,8 +34,9 @@ from .errors import llama_error_body
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ...models.served import ServedModel
 
-# (the model, the request's body, one prompt, its index, its label) → its completion object's maker
-ReadOne = Callable[["ServedModel", dict, Any, int, str], InfillFinal]
+# (the model, the request's body, one prompt, its index, its label) → its completion objects'
+# makers: one per choice (n_cmpl), each a job
+ReadOne = Callable[["ServedModel", dict, Any, int, str], list[InfillFinal]]
 
 
 def serve_several(services: Services, exchange: Exchange, prompts: list[Any], read: ReadOne,
@@ -48,7 +50,7 @@ def serve_several(services: Services, exchange: Exchange, prompts: list[Any], re
         finals = []
         for index, prompt in enumerate(prompts):
             with prompt_refusals("prompt"):
-                finals.append(read(model, body, prompt, index, f"{exchange.request_id}/{index}"))
+                finals += read(model, body, prompt, index, f"{exchange.request_id}/{index}")
         with ExitStack() as running:
             gens = []
             for final in finals:

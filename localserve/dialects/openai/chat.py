@@ -7,7 +7,8 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from ...conversation import ToolDefinition
-from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta, ToolCallStart
+from ...generation import (ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
+                           ToolCallStart)
 from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
@@ -15,6 +16,7 @@ from .errors import openai_error_body
 from ..limits import MAX_PREDICTION_TOKENS
 from ..pump import DONE, PREFILL_COMMENT, StreamShape, sse
 from ..request_cycle import Reply, serve_generation
+from ..choices import choice_error, read_choices
 from ..exchange import Exchange
 from ..services import Services
 from ..function_tools import function_definitions, openai_call_id
@@ -35,24 +37,24 @@ def handle(services: Services, exchange: Exchange) -> None:
 def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, final, chunks,
                  param: str = "messages") -> None:
     """What both OpenAI endpoints say in the request cycle: read(model, body, request id) for the
-    job, final(output, meta, logprobs) for a whole answer, chunks(meta, include_usage) for a
-    stream; `param`: the field a refused prompt names (the prompt's field)."""
+    job, final(each choice's Finished, meta, logprobs) for a whole answer, chunks(meta,
+    include_usage, n) for a stream; `param`: the field a refused prompt names (the prompt's
+    field). `n` choices run as jobs of their own (dialects/choices.py)."""
     def reply(model: ServedModel, body: dict) -> Reply:
+        n = read_choices(body, model)
         with prompt_refusals(param):
             gen_request = read(model, body, exchange.request_id)
         include_usage = bool((read_dict(body, "stream_options") or {}).get("include_usage"))
         meta = {"id": id_prefix + uuid.uuid4().hex[:24], "created": int(time.time()), "model": model.model_id}
-        return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage),
-                     whole=lambda output: final(output, meta, gen_request.logprobs))
+        return Reply(gen_request, shape=lambda gen: chunks(meta, include_usage, n),
+                     whole=lambda output: final([Finished(output)], meta, gen_request.logprobs),
+                     choices=n, choices_whole=lambda ends: final(ends, meta, gen_request.logprobs))
 
     serve_generation(exchange, services, reply)
 
 
 def read_request(chat_model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
     messages = read_messages(body)
-    n = read_int(body, "n", low=1, default=1)
-    if n != 1:
-        raise invalid("n", "only n=1 is supported")
     max_tokens = read_int(body, "max_completion_tokens", low=1)
     if max_tokens is None:
         max_tokens = read_int(body, "max_tokens", low=1)
@@ -139,15 +141,21 @@ def read_response_format(body: dict, chat: ChatInput) -> None:
 
 # ---- shaping ------------------------------------------------------------------------
 
-def usage(output: GenerationOutput) -> dict:
+def usage(outputs: list[GenerationOutput]) -> dict:
+    """The choices' usage summed; their one prompt counted once (as OpenAI counts `n`), and
+    cached as far as every choice found it so (the first computed it)."""
+    prompt = outputs[0].prompt_tokens
+    completion = sum(o.completion_tokens for o in outputs)
     return {
-        "prompt_tokens": output.prompt_tokens,
-        "completion_tokens": output.completion_tokens,
-        "total_tokens": output.prompt_tokens + output.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": output.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": output.reasoning_tokens,
-                                      "accepted_prediction_tokens": output.accepted_prediction_tokens,
-                                      "rejected_prediction_tokens": output.rejected_prediction_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": min(o.cached_tokens for o in outputs)},
+        "completion_tokens_details": {"reasoning_tokens": sum(o.reasoning_tokens for o in outputs),
+                                      "accepted_prediction_tokens": sum(o.accepted_prediction_tokens
+                                                                        for o in outputs),
+                                      "rejected_prediction_tokens": sum(o.rejected_prediction_tokens
+                                                                        for o in outputs)},
     }
 
 
@@ -155,7 +163,31 @@ def finish_reason(output: GenerationOutput) -> str:
     return "stop" if output.finish_reason == "cancelled" else output.finish_reason
 
 
-def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
+def succeeded(ends: list[Finished]) -> list[GenerationOutput]:
+    return [end.output for end in ends if end.error is None and end.output is not None]
+
+
+def failed_choice(error: ApiError) -> dict:
+    """What a choice that failed while others went on carries beside finish_reason "error"."""
+    return openai_error_body(error)["error"]
+
+
+def final_response(ends: list[Finished], meta: dict, with_logprobs: bool) -> dict:
+    """The whole answer of the choices' ends (at least one of them an output: choices.py)."""
+    choices = []
+    for index, end in enumerate(ends):
+        error = choice_error(end)
+        if error is not None:
+            choices.append({"index": index, "message": {"role": "assistant", "content": None},
+                            "finish_reason": "error", "logprobs": None, "error": failed_choice(error)})
+        else:
+            choices.append(chat_choice(end.output, index, with_logprobs))
+    outputs = succeeded(ends)
+    return {**meta, "object": "chat.completion", "choices": choices, "usage": usage(outputs),
+            "system_fingerprint": None, "timings": timings(outputs)}
+
+
+def chat_choice(output: GenerationOutput, index: int, with_logprobs: bool) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": output.content}
     if output.reasoning:
         message["reasoning_content"] = output.reasoning
@@ -165,61 +197,89 @@ def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) ->
             for c in output.tool_calls]
         if not output.content:
             message["content"] = None
-    choice = {"index": 0, "message": message, "finish_reason": finish_reason(output),
-              "logprobs": {"content": output.logprobs or [], "refusal": None} if with_logprobs else None}
-    return {**meta, "object": "chat.completion", "choices": [choice], "usage": usage(output),
-            "system_fingerprint": None, "timings": timings(output)}
+    return {"index": index, "message": message, "finish_reason": finish_reason(output),
+            "logprobs": {"content": output.logprobs or [], "refusal": None} if with_logprobs else None}
 
 
-def timings(output: GenerationOutput) -> dict:
-    t = output.timings
-    decoded = max(output.completion_tokens - 1, 0)
+def timings(outputs: list[GenerationOutput]) -> dict:
+    """llama-server's timings, of all the choices: prompt tokens each computed, tokens each
+    generated; the times of the longest (they run side by side)."""
+    decoded = sum(max(o.completion_tokens - 1, 0) for o in outputs)
+    decode_ms = max(o.timings.decode_ms for o in outputs)
     return {
-        "prompt_n": output.prompt_tokens - output.cached_tokens,
-        "prompt_ms": round(t.prefill_ms, 3),
-        "predicted_n": output.completion_tokens,
-        "predicted_ms": round(t.decode_ms, 3),
-        "predicted_per_second": round(decoded / (t.decode_ms / 1000), 3) if t.decode_ms > 0 else None,
-        "parked_ms": round(t.parked_ms, 3),     # ours: the time an editor completion held it back
-        "draft_n": t.draft_n,                   # speculative decoding, named as llama-server names them
-        "draft_n_accepted": t.draft_n_accepted,
+        "prompt_n": sum(o.prompt_tokens - o.cached_tokens for o in outputs),
+        "prompt_ms": round(max(o.timings.prefill_ms for o in outputs), 3),
+        "predicted_n": sum(o.completion_tokens for o in outputs),
+        "predicted_ms": round(decode_ms, 3),
+        "predicted_per_second": round(decoded / (decode_ms / 1000), 3) if decode_ms > 0 else None,
+        "parked_ms": round(max(o.timings.parked_ms for o in outputs), 3),   # ours: time an editor completion held it back
+        "draft_n": sum(o.timings.draft_n for o in outputs),       # speculative decoding, named as llama-server names them
+        "draft_n_accepted": sum(o.timings.draft_n_accepted for o in outputs),
     }
 
 
 class ChatChunks(StreamShape):
-    """Runtime events → chat.completion.chunk frames (the pump writes them)."""
-    done = False
+    """Runtime events → chat.completion.chunk frames (the pump writes them). With `n` choices the
+    events are ChoiceEvents, every chunk carries one choice, each choice ends with its own finish
+    chunk, and the usage chunk (summed) follows the last."""
 
-    def __init__(self, meta: dict, include_usage: bool):
+    def __init__(self, meta: dict, include_usage: bool, choices: int = 1):
         self.base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
         self.include_usage = include_usage
-        self.role_sent = False
+        self.choices = choices
+        self.role_sent: set[int] = set()
+        self.ends: dict[int, Finished] = {}     # each choice's end, once it came
 
-    def chunk(self, delta: dict, finish: str | None = None, logprobs: Any = None) -> bytes:
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+    @property
+    def done(self) -> bool:
+        """Every choice has ended (the pump ends a stream of several choices here)."""
+        return len(self.ends) == self.choices
+
+    def chunk(self, delta: dict, finish: str | None = None, logprobs: Any = None, index: int = 0,
+              **extra: Any) -> bytes:
+        choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": logprobs, **extra}
         return sse({**self.base, "choices": [choice]})
 
     def feed(self, event: object) -> list[bytes]:
+        index, event = (event.index, event.event) if isinstance(event, ChoiceEvent) else (0, event)
         out = []
-        if not self.role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
-            out.append(self.chunk({"role": "assistant", "content": ""}))
-            self.role_sent = True
+        if index not in self.role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
+            out.append(self.chunk({"role": "assistant", "content": ""}, index=index))
+            self.role_sent.add(index)
         if isinstance(event, Chunk):
             key = "reasoning_content" if event.reasoning else "content"
             logprobs = {"content": event.logprobs, "refusal": None} if event.logprobs else None
-            out.append(self.chunk({key: event.text}, logprobs=logprobs))
+            out.append(self.chunk({key: event.text}, logprobs=logprobs, index=index))
         elif isinstance(event, ToolCallStart):
             call = {"index": event.index, "id": openai_call_id(event), "type": "function",
                     "function": {"name": event.name, "arguments": ""}}
-            out.append(self.chunk({"tool_calls": [call]}))
+            out.append(self.chunk({"tool_calls": [call]}, index=index))
         elif isinstance(event, ToolCallDelta):
             out.append(self.chunk({"tool_calls": [{"index": event.index,
-                                                   "function": {"arguments": event.fragment}}]}))
+                                                   "function": {"arguments": event.fragment}}]}, index=index))
         elif isinstance(event, Finished):
-            out.append(self.chunk({}, finish_reason(event.output)))
-            if self.include_usage:
-                out.append(sse({**self.base, "choices": [], "usage": usage(event.output)}))
+            out += self.finish(index, event)
         return out
+
+    def finish(self, index: int, end: Finished) -> list[bytes]:
+        """A choice's finish chunk; after the last choice's, the usage (or, when every one of
+        several choices failed, the first one's error)."""
+        self.ends[index] = end
+        error = choice_error(end)
+        out = [self.chunk({}, "error", index=index, error=failed_choice(error)) if error is not None
+               else self.chunk({}, self.finish_reason_of(end), index=index)]
+        if not self.done:
+            return out
+        ends = [self.ends[i] for i in range(self.choices)]
+        outputs = succeeded(ends)
+        if not outputs:
+            return out + self.fail(choice_error(ends[0]))
+        if self.include_usage:
+            out.append(sse({**self.base, "choices": [], "usage": usage(outputs)}))
+        return out
+
+    def finish_reason_of(self, end: Finished) -> str:
+        return finish_reason(end.output)
 
     def fail(self, error: ApiError) -> list[bytes]:
         # the SDKs raise on a data event that carries "error", in the shape of a whole error response

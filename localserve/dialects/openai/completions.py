@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...engine.facade import EngineFacade
-from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
+from ...generation import ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest
 from ...prompt.build import ChatModel, check_fits, check_grammar, tokenize_to_fit
 from ...prompt.fim import FimInput
 from .completion_images import is_object_prompt, read_object_prompt
@@ -13,7 +13,8 @@ from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
 from ..pump import sse
 from ..exchange import Exchange
 from ..services import Services
-from .chat import ChatChunks, finish_reason, read_prediction, serve_openai, timings, usage
+from ..choices import choice_error
+from .chat import ChatChunks, failed_choice, finish_reason, read_prediction, serve_openai, succeeded, timings, usage
 from ..fields import invalid, read_bool, read_int, read_sampling, read_stop, read_str
 
 
@@ -25,13 +26,11 @@ def handle(services: Services, exchange: Exchange) -> None:
         echoed.append(echo)
         return request
 
-    def final(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
-        answer = final_response(output, meta, with_logprobs)
-        answer["choices"][0]["text"] = echoed[0] + output.content
-        return answer
+    def final(ends: list[Finished], meta: dict, with_logprobs: bool) -> dict:
+        return final_response(ends, meta, with_logprobs, echoed[0])
 
-    def chunks(meta: dict, include_usage: bool) -> CompletionChunks:
-        return CompletionChunks(meta, include_usage, echoed[0])
+    def chunks(meta: dict, include_usage: bool, n: int) -> CompletionChunks:
+        return CompletionChunks(meta, include_usage, echoed[0], n)
 
     serve_openai(services, exchange, read, "cmpl-", final, chunks, param="prompt")
 
@@ -102,8 +101,6 @@ def _prompt_text(engine: EngineFacade, prompt: Any, tokens: list[int]) -> str:
 
 def read_request(chat_model: ChatModel, body: dict, request_id: str, tokens: list[int]) -> GenerationRequest:
     """The job for these prompt tokens and the body's other fields."""
-    if read_int(body, "n", low=1, default=1) != 1:
-        raise invalid("n", "only n=1 is supported")
     if read_int(body, "best_of", low=1, default=1) != 1:
         raise invalid("best_of", "only best_of=1 is supported")
     logprobs = read_int(body, "logprobs", low=0, high=20)
@@ -144,40 +141,56 @@ def completion_finish(output: GenerationOutput) -> str:
     return "cancelled" if output.finish_reason == "cancelled" else finish_reason(output)
 
 
-def final_response(output: GenerationOutput, meta: dict, with_logprobs: bool) -> dict:
-    choice = {"text": output.content, "index": 0,
-              "logprobs": legacy_logprobs(output.logprobs) if with_logprobs else None,
-              "finish_reason": completion_finish(output)}
-    return {**meta, "object": "text_completion", "choices": [choice], "usage": usage(output),
-            "system_fingerprint": None, "timings": timings(output)}
+def final_response(ends: list[Finished], meta: dict, with_logprobs: bool, echo: str = "") -> dict:
+    """The whole answer of the choices' ends, each choice's text after the echoed prompt."""
+    choices = []
+    for index, end in enumerate(ends):
+        error = choice_error(end)
+        if error is not None:
+            choices.append({"text": echo, "index": index, "logprobs": None, "finish_reason": "error",
+                            "error": failed_choice(error)})
+        else:
+            choices.append({"text": echo + end.output.content, "index": index,
+                            "logprobs": legacy_logprobs(end.output.logprobs) if with_logprobs else None,
+                            "finish_reason": completion_finish(end.output)})
+    outputs = succeeded(ends)
+    return {**meta, "object": "text_completion", "choices": choices, "usage": usage(outputs),
+            "system_fingerprint": None, "timings": timings(outputs)}
 
 
 class CompletionChunks(ChatChunks):
-    """Runtime events → text_completion frames: text only, and the same error and end."""
+    """Runtime events → text_completion frames: text only, and the same error and end; each
+    choice's text starts with the echoed prompt."""
 
-    def __init__(self, meta: dict, include_usage: bool, echo: str = ""):
-        super().__init__(meta, include_usage)
+    def __init__(self, meta: dict, include_usage: bool, echo: str = "", choices: int = 1):
+        super().__init__(meta, include_usage, choices)
         self.base = {**meta, "object": "text_completion", "system_fingerprint": None}
-        self.text_offset = 0        # where the next entries' text begins, as the whole answer counts it
-        self.echo = echo            # the prompt's text, sent first
+        self.text_offsets: dict[int, int] = {}  # where each choice's next entries' text begins, as its whole answer counts it
+        self.echo = echo            # the prompt's text, sent first in each choice
 
     def feed(self, event: object) -> list[bytes]:
-        first = [self.text(self.echo)] if self.echo else []
-        self.echo = ""
-        return first + self._frames(event)
+        index, event = (event.index, event.event) if isinstance(event, ChoiceEvent) else (0, event)
+        first = [self.text(self.echo, index=index)] if self.echo and index not in self.text_offsets else []
+        self.text_offsets.setdefault(index, 0)
+        return first + self._frames(index, event)
 
-    def text(self, text: str, finish: str | None = None, logprobs: Any = None) -> bytes:
-        return sse({**self.base, "choices": [{"text": text, "index": 0, "logprobs": logprobs,
-                                              "finish_reason": finish}]})
+    def text(self, text: str, finish: str | None = None, logprobs: Any = None, index: int = 0, **extra: Any) -> bytes:
+        return sse({**self.base, "choices": [{"text": text, "index": index, "logprobs": logprobs,
+                                              "finish_reason": finish, **extra}]})
 
-    def _frames(self, event: object) -> list[bytes]:
+    def _frames(self, index: int, event: object) -> list[bytes]:
         if isinstance(event, Chunk):
-            logprobs = legacy_logprobs(event.logprobs, self.text_offset)
-            self.text_offset += sum(len(e["token"]) for e in event.logprobs or [])
-            return [self.text(event.text, logprobs=logprobs)]
+            logprobs = legacy_logprobs(event.logprobs, self.text_offsets[index])
+            self.text_offsets[index] += sum(len(e["token"]) for e in event.logprobs or [])
+            return [self.text(event.text, logprobs=logprobs, index=index)]
         if isinstance(event, Finished):
-            out = [self.text("", completion_finish(event.output))]
-            if self.include_usage:
-                out.append(sse({**self.base, "choices": [], "usage": usage(event.output)}))
-            return out
+            return self.finish(index, event)
         return []
+
+    def chunk(self, delta: dict, finish: str | None = None, logprobs: Any = None, index: int = 0,
+              **extra: Any) -> bytes:
+        """ChatChunks' finish chunk, as text (its delta is always empty here)."""
+        return self.text("", finish, logprobs, index, **extra)
+
+    def finish_reason_of(self, end: Finished) -> str:
+        return completion_finish(end.output)

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..choices import refuse_choices
 from ...errors import ApiError
 from ..limits import MAX_PROMPT_ITEMS
 from ...generation import ContextOverflow, GenerationRequest, PromptRefused, SamplingParams
@@ -123,6 +124,8 @@ def read_plan(body: dict, request_id: str, *, chat_model: ChatModel, model_id: s
         stored = False
     if background and not stored:
         raise invalid("background", "a background response must be stored; set store to true")
+    refuse_choices(body, "Unknown parameter: 'n'. A response has one output; ask /v1/chat/completions for "
+                         "several choices")
     if body.get("prompt") is not None:
         raise unsupported("prompt", "stored prompt templates are not supported; send input and instructions")
 

@@ -9,7 +9,7 @@ import orjson
 from localserve.dialects.anthropic.replies import MessageMeta, final_response as anthropic_final, tool_use_id
 from localserve.dialects.openai.chat import ChatChunks, final_response as chat_final
 from localserve.dialects.responses.stream import ResponseEvents
-from localserve.generation import GenerationOutput, ToolCall, ToolCallStart
+from localserve.generation import Finished, GenerationOutput, ToolCall, ToolCallStart
 from localserve.parsing.tools import parse_generated_tools
 
 MINTED = ToolCall("aB3dE5gH7kL9mN1pQ2rS4tU6", "f", "{}", minted=True)
@@ -18,7 +18,7 @@ OWN = ToolCall("q1w2e3r4t", "f", "{}")
 
 def test_chat_shows_a_minted_id_after_call_and_the_model_s_own_as_it_is():
     output = GenerationOutput(tool_calls=[MINTED, OWN], finish_reason="tool_calls")
-    calls = chat_final(output, {"id": "chatcmpl-1"}, False)["choices"][0]["message"]["tool_calls"]
+    calls = chat_final([Finished(output)], {"id": "chatcmpl-1"}, False)["choices"][0]["message"]["tool_calls"]
     assert [c["id"] for c in calls] == ["call_aB3dE5gH7kL9mN1pQ2rS4tU6", "q1w2e3r4t"]
     [frame] = [f for f in ChatChunks({"id": "chatcmpl-1"}, False).feed(ToolCallStart(0, MINTED.id, "f", minted=True))
                if b"tool_calls" in f]

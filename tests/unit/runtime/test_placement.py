@@ -261,3 +261,14 @@ def test_a_job_never_waits_for_another_scopes_head():
     coming = Held(0, HEAD[:40], HEAD + [1, 2], scope="victim")
     assert waits_for(HEAD + [3, 4], [coming], "attacker") is None
     assert waits_for(HEAD + [3, 4], [coming], "victim") == (0, len(HEAD))
+
+
+def test_a_choice_waits_for_its_siblings_head_however_short():
+    """OpenAI's n: the choices of one request compute their prompt once, even a short one."""
+    prompt = list(range(10))
+    sibling = Held(0, [], prompt, group="req-1")
+    assert waits_for(prompt, [sibling], group="req-1") == (0, len(prompt) - 1)
+    assert waits_for(prompt, [sibling], group="req-2") is None       # another request's: too short to wait for
+    assert waits_for(prompt, [Held(0, [], prompt)], group="req-1") is None
+    done = Held(0, prompt[:-1], prompt, group="req-1")               # its head is whole: copy it now
+    assert waits_for(prompt, [done], group="req-1") is None

@@ -236,3 +236,38 @@ def test_a_job_pinned_to_a_slot_takes_that_slot_and_waits_while_it_is_busy():
     busy.end()
     got, placement = s.next_admission()
     assert got is again and placement.slot is s.slots[1]
+
+
+def test_a_requests_choices_are_queued_all_or_none():
+    s = Scheduler(slots=2, max_queue=2)
+    s.enqueue_all([gen([1]) for _ in range(4)])         # two take slots at once, two wait
+    with pytest.raises(QueueFull):
+        s.enqueue_all([gen([1])])
+    s = Scheduler(slots=2, max_queue=2)
+    s.enqueue(gen([1]))
+    with pytest.raises(QueueFull):
+        s.enqueue_all([gen([1]) for _ in range(4)])       # three would fit, four do not: none is queued
+    assert len(s.waiting) == 1
+
+
+def test_choices_wait_for_the_first_ones_prompt_and_copy_it():
+    """n = 3 on a short prompt: the first choice prefills, the others wait for its head (all but
+    the last token), then each copies it and decodes only its last prompt token."""
+    s = Scheduler(slots=4, max_queue=8, can_copy=lambda seq_id, n: True, wait_for_prefixes=True)
+    prompt = list(range(20, 30))
+    choices = [ActiveGeneration(GenerationRequest(list(prompt), choice_group="g")) for _ in range(3)]
+    s.enqueue_all(choices)
+    first, placement = s.next_admission()
+    assert first is choices[0] and placement.source is None
+    job = Job(first, placement.slot, sampler=None, n_cached=0)
+    job.start()
+    assert s.next_admission() is None                     # the siblings wait for its head
+    assert s.stops == {placement.slot.seq_id: len(prompt) - 1}
+    plan = s.plan(s.runnable(), n_batch=64)
+    assert plan.rows[0].n_tokens == len(prompt) - 1      # its prefill pauses where the head ends
+    job.decoded(plan.rows[0].n_tokens)
+    for sibling in choices[1:]:
+        got, copy = s.next_admission()
+        assert got is sibling and copy.copied == len(prompt) - 1 and copy.waited
+        Job(got, copy.slot, sampler=None, n_cached=copy.copied).start()
+    assert [row.n_tokens for row in s.plan(s.runnable(), n_batch=64).rows] == [1, 1, 1]
