@@ -32,11 +32,37 @@ class Option:
         return "LOCALSERVE_" + self.name.replace("-", "_").upper()
 
 
-def log_level(value: str) -> str:
-    value = value.lower()
-    if value not in ("debug", "info", "warning", "error"):
-        raise argparse.ArgumentTypeError("must be one of debug, info, warning, error")
-    return value
+def _checked(name: str, read: Callable[[str], Any], ok: Callable[[Any], bool], refusal: str,
+             returns: str) -> Callable[[str], Any]:
+    """A converter named `name`: `read` the text (its ValueError is argparse's "invalid NAME
+    value"), then refuse what `ok` says no to. `returns` ("int", "float" or "str") is what the
+    config file reader expects (flags.py reads it from the return annotation)."""
+    def convert(value: str) -> Any:
+        result = read(value)
+        if not ok(result):
+            raise argparse.ArgumentTypeError(refusal)
+        return result
+    convert.__name__ = convert.__qualname__ = name
+    convert.__annotations__ = {"value": "str", "return": returns}
+    return convert
+
+
+def _one_of(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    """A converter that takes one of `choices`, in any case, spaces around it ignored."""
+    return _checked(name, lambda value: value.strip().lower(), lambda value: value in choices,
+                    f"must be one of {', '.join(choices)}", "str")
+
+
+def _parsed(name: str, parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """A converter from a parser whose ValueError says what is wrong (argparse shows it as is)."""
+    def convert(value: str) -> Any:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = convert.__qualname__ = name
+    convert.__annotations__ = {"value": "str", "return": "str"}   # parses text itself, numbers too
+    return convert
 
 
 def flag(value: str) -> bool:
@@ -48,45 +74,18 @@ def flag(value: str) -> bool:
     raise argparse.ArgumentTypeError("expected true or false")
 
 
-def speculative_mode(value: str) -> str:
-    value = value.strip().lower()
-    if value not in defaults.SPECULATIVE_MODES:
-        raise argparse.ArgumentTypeError(f"must be one of {', '.join(defaults.SPECULATIVE_MODES)}")
-    return value
-
-
-def non_negative_int(value: str) -> int:
-    number = int(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return number
-
-
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return number
-
-
-def pooling_mode(value: str) -> str:
-    if value not in ("mean", "last", "cls"):
-        raise argparse.ArgumentTypeError("must be one of mean, last, cls")
-    return value
-
-
-def non_negative_float(value: str) -> float:
-    number = float(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError("must not be negative")
-    return number
-
-
-def positive_seconds(value: str) -> float:
-    number = float(value)
-    if not number > 0 or number == float("inf"):
-        raise argparse.ArgumentTypeError("must be a positive number of seconds")
-    return number
+log_level = _one_of("log_level", ("debug", "info", "warning", "error"))
+speculative_mode = _one_of("speculative_mode", defaults.SPECULATIVE_MODES)
+pooling_mode = _one_of("pooling_mode", ("mean", "last", "cls"))
+non_negative_int = _checked("non_negative_int", int, lambda n: n >= 0, "must not be negative", "int")
+positive_int = _checked("positive_int", int, lambda n: n >= 1, "must be at least 1", "int")
+# NaN is no number of seconds: `n >= 0` and `0 < n` say no to it
+non_negative_float = _checked("non_negative_float", float, lambda n: n >= 0, "must not be negative", "float")
+positive_seconds = _checked("positive_seconds", float, lambda n: 0 < n < float("inf"),
+                            "must be a positive number of seconds", "float")
+duration = _parsed("duration", parse_duration)
+size = _parsed("size", parse_size)
+discovery_sources = _parsed("discovery_sources", parse_sources)
 
 
 def listen_address_value(value: str) -> str:
@@ -95,30 +94,6 @@ def listen_address_value(value: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def duration(value: str) -> float:
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def size(value: str) -> int:
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def discovery_sources(value: str) -> tuple[str, ...]:
-    try:
-        return parse_sources(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-LOOSE = (duration, size)     # a config file may give these as a number or a string ("5m", "8G")
 
 
 LOOSE = (duration, size)     # a config file may give these as a number or a string ("5m", "8G")

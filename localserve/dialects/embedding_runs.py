@@ -23,7 +23,7 @@ from .exchange import Exchange
 from .fields import invalid
 from .loading import LoadWait, use_model
 from .services import Services
-from .failures import api_error, runtime_refusals
+from .failures import api_error, refusals
 
 
 @dataclass
@@ -79,7 +79,7 @@ def check_tokens(model: EmbeddingModel, tokens: list, param: str) -> list[int]:
 def run(exchange: Exchange, model: EmbeddingModel, inputs: list[list[int]]) -> list[Any]:
     """The vectors of every input (rank: the scores), in input order."""
     job = EmbeddingJob(inputs, label=f"{exchange.request.path} {exchange.request_id}")
-    with runtime_refusals():
+    with refusals():
         model.submit(job)
     try:
         while not job.done.wait(DISCONNECT_POLL_INTERVAL):

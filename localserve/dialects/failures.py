@@ -71,9 +71,6 @@ def refusals():
         raise model_error(refusal) from None
 
 
-runtime_refusals = refusals      # the name submit()'s callers know it by
-
-
 def context_overflow(failure: ContextOverflow, param: str = "messages") -> ApiError:
     """400 context_length_exceeded, naming the sizes (n_prompt_tokens, n_ctx) and the request's
     field that holds the prompt (`param`: the dialect's own)."""

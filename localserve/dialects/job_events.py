@@ -27,7 +27,7 @@ from ..generation import (ActiveGeneration, ChoiceEvent, Chunk, Finished, Genera
 from ..settings import DISCONNECT_POLL_INTERVAL
 from ..models.adapters import cache_scope
 from .exchange import Scope, Writer
-from .failures import api_error, runtime_refusals
+from .failures import api_error, refusals
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ..models.served import ServedModel
@@ -50,7 +50,7 @@ def submit_all(model: ServedModel, requests: list[GenerationRequest], scope: Sco
         raise ApiError(400, f"model '{model.model_id}' serves embeddings only (an encoder, a reranker or "
                             f"embeddings-only): use /v1/embeddings or /v1/rerank", param="model",
                        code="model_not_supported")
-    with runtime_refusals():
+    with refusals():
         for request in requests:
             request.adapters = model.adapter_set(request.sampling.lora)
             request.scope = cache_scope(scope.cache, request.adapters)

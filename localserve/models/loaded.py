@@ -81,7 +81,10 @@ class LoadedModel:
         """What a connection thread may see and call of it (served.py): never the Engine."""
         return ServedModel(self.entry, self.settings, self.chat, self.embedding_spec, self.embeddings_only,
                            self.loaded_at, self.load_seconds, self.estimated_bytes, self.measured_bytes,
-                           self.memory_bytes, jobs=self.runtime, adapters=self.adapters)
+                           self.memory_bytes, submit=self.runtime.submit, submit_all=self.runtime.submit_all,
+                           submit_embedding=self.runtime.submit_embedding,
+                           submit_slot_request=self.runtime.submit_slot_request,
+                           slot_state=self.runtime.slot_state, adapters=self.adapters)
 
     @property
     def idle(self) -> bool:

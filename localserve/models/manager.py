@@ -15,8 +15,9 @@ unloaded → loading → loaded → unloading → unloaded.
   HTTP status.
   Idle = no request inside use() and no job in its runtime (a background response counts).
 - Keep-alive: after its last request a model stays loaded for its keep-alive (--keep-alive,
-  the model's own, or the request's `keep_alive` for that one request), then the sweeper
-  thread unloads it; -1 never.
+  the model's own, or the request's `keep_alive` for that one request: keep_alive.py), then
+  the sweeper thread unloads it; -1 never. The sweeper also frees the engines of unloaded
+  models that were still in use (graveyard.py).
 - Threads: --threads is shared among the models busy at once (with a request inside use()):
   each gets threads // busy (at least 1), unless its [models.NAME] table sets its own.
 """
@@ -35,11 +36,13 @@ from ..errors import shown
 from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
-from ..settings import DEFAULT_KEEP_ALIVE, DISCONNECT_POLL_INTERVAL, Settings
+from ..settings import DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue, ModelEntry
 from .context_size import wanted_context
 from .errors import BadModelRequest, ModelBusy, ModelError, UnknownModel
 from .footprint import estimate_bytes
+from .graveyard import Graveyard
+from .keep_alive import KeepAlive, expiry
 from .load_progress import LoadProgress, load_stages
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
@@ -47,7 +50,6 @@ from .room import check_fits_alone, room_for, threads_for
 from .served import ServedModel
 from .state_feed import StateFeed
 from .states import LOADED, LOADING, UNLOADED, UNLOADING
-from .units import KEEP_ALIVE_NEVER, parse_duration
 
 KEEP_ALIVE_SWEEP = 0.25            # seconds between looks for idle models whose keep-alive ran out
 
@@ -59,18 +61,12 @@ class ModelManager:
         self.settings = settings
         self.catalogue = catalogue
         self.metrics = metrics
-        # --model alone is today's server: loaded at start and kept, whatever a request's keep_alive
-        # says, unless --keep-alive asks otherwise
-        self.pinned = catalogue.any_name and settings.keep_alive is None
-        default = KEEP_ALIVE_NEVER if catalogue.any_name else DEFAULT_KEEP_ALIVE
-        server_keep = settings.keep_alive if settings.keep_alive is not None else default
-        self.server_keep = settings.keep_alive if settings.keep_alive is not None else DEFAULT_KEEP_ALIVE
+        self.keep_alive = KeepAlive(settings, one_model=catalogue.any_name)
         self.changes = StateFeed()      # each model's state as it changes (GET /models/sse follows it)
-        self.records = {e.name: Record(e, dict(e.overrides).get("keep_alive", server_keep), self.changes)
-                        for e in catalogue}
+        self.records = {e.name: Record(e, self.keep_alive.of_entry(e), self.changes) for e in catalogue}
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
-        self.graveyard: list[LoadedModel] = []    # unloaded, their engines not freed: an abandoned grammar sample may still be inside
+        self.graveyard = Graveyard()
         self.stopping = False
         self.sweeper = threading.Thread(target=self._sweep, name="models keep-alive", daemon=True)
 
@@ -97,9 +93,7 @@ class ModelManager:
         `n_ctx`: the context the request asks for (Ollama's num_ctx, context_size.py): a model
         loaded with less is loaded again with that much, once its requests in flight are done."""
         record = self.find(name)
-        keep = _request_keep_alive(keep_alive)
-        if self.pinned:
-            keep = None
+        keep = self.keep_alive.of_request(keep_alive)
         ask = wanted_context(record.entry, self.settings, n_ctx)
         with self.cond:
             record.users += 1
@@ -147,7 +141,7 @@ class ModelManager:
         with self.cond:
             if not self.catalogue.add(entry):
                 return None
-            keep = dict(entry.overrides).get("keep_alive", self.server_keep)
+            keep = self.keep_alive.of_entry(entry, added=True)
             record = self.records[entry.name] = Record(entry, keep, self.changes)
             return record
 
@@ -364,10 +358,7 @@ class ModelManager:
 
     def _free(self, loaded: LoadedModel, reason: str) -> None:
         loaded.close()
-        if loaded.engine_in_use:
-            self.graveyard.append(loaded)
-        else:
-            loaded.free_engine()
+        self.graveyard.free(loaded)
         memory.release_free_memory()
         self.metrics.model_unloads.inc(model=loaded.name, reason=reason)
         (log.debug if reason == "shutdown" else log.info)("unloaded model %s (%s)", loaded.name, reason)
@@ -382,9 +373,7 @@ class ModelManager:
                 now = time.monotonic()
                 due = [r for r in self.records.values()
                        if r.expires is not None and now >= r.expires and r.unloadable()]
-            if self.graveyard and not any(buried.engine_in_use for buried in self.graveyard):
-                while self.graveyard:
-                    self.graveyard.pop().free_engine()
+            self.graveyard.sweep()
             for record in due:
                 if self.load_lock.acquire(blocking=False):     # a load in progress: next round
                     try:
@@ -393,7 +382,7 @@ class ModelManager:
                         self.load_lock.release()
 
     def _start_keep_alive(self, record: Record, seconds: float) -> None:
-        record.expires = None if seconds < 0 else time.monotonic() + seconds
+        record.expires = expiry(seconds)
 
     def _share_threads(self) -> None:
         """Under cond, whenever a model's requests start or end: each busy model's share (room.py)."""
@@ -404,11 +393,3 @@ class ModelManager:
     def _names(self) -> str:
         return ", ".join(f"'{name}'" for name in self.catalogue.names())
 
-
-def _request_keep_alive(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise BadModelRequest(f"keep_alive: {exc}", param="keep_alive") from None

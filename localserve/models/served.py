@@ -2,9 +2,12 @@
 
 Only the runtime thread touches the llama.cpp context. A handler needs the model's name and
 settings, its ChatModel (the template, the tool syntax, and the engine through EngineFacade:
-tokenize, detokenize, check a grammar, read the model's facts) to build a request, and its
-runtime's queue to hand the job over and read how busy it is. ModelManager.use() yields a
-ServedModel, never the LoadedModel behind it (whose Engine is the runtime thread's alone).
+tokenize, detokenize, check a grammar, read the model's facts) to build a request, and the calls
+into its runtime, each safe off the runtime thread: hand over a generation (or a request's `n`
+choices together), an embedding or a slot request, and read the slots' state. ModelManager.use() yields a ServedModel, never the
+LoadedModel behind it (whose Engine is the runtime thread's alone), and the ServedModel holds
+those calls, not the Runtime: a handler cannot name a runtime attribute through it (only
+through a bound method's `__self__`, which test_layout.py refuses in every handler module).
 This module imports neither the engine nor the runtime: a dialect may import it.
 """
 
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import queue
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from ..engine.embedding_spec import EmbeddingSpec
 from ..prompt.build import ChatModel
@@ -29,28 +32,9 @@ if TYPE_CHECKING:
     from ..runtime.slot_state import SlotRequest
 
 
-class JobQueue(Protocol):
-    """What a connection thread may ask of a model's runtime (runtime.Runtime): queue a job, and
-    read the counts /slots, /metrics and /health show. Each call is safe off the runtime thread."""
-    busy_slots: int
-    queue_depth: int
-    threads: int
-
-    def submit(self, request: GenerationRequest) -> ActiveGeneration: ...
-
-    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue | None = None
-                   ) -> list[ActiveGeneration]: ...
-
-    def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob: ...
-
-    def submit_slot_request(self, request: SlotRequest) -> SlotRequest: ...
-
-    def slot_state(self) -> dict: ...
-
-
 @dataclass(frozen=True)
 class ServedModel:
-    """One loaded model, for handlers: facts fixed at load, and its runtime's queue."""
+    """One loaded model, for handlers: facts fixed at load, and the calls its runtime takes."""
     entry: ModelEntry
     settings: Settings                  # the server's, with this model's own on top
     chat: ChatModel                     # the prompt builder's view: template, tool syntax, EngineFacade
@@ -61,7 +45,13 @@ class ServedModel:
     estimated_bytes: int
     measured_bytes: int                 # how much the process grew while it loaded
     memory_bytes: int                   # the larger of the two
-    jobs: JobQueue
+    # the runtime's calls (runtime.Runtime): QueueFull or RuntimeStopped when it takes no more
+    submit: Callable[[GenerationRequest], ActiveGeneration]
+    # jobs queued together or not at all (a request's `n` choices), their events on the queue when given
+    submit_all: Callable[[list[GenerationRequest], queue.SimpleQueue | None], list[ActiveGeneration]]
+    submit_embedding: Callable[[EmbeddingJob], EmbeddingJob]
+    submit_slot_request: Callable[[SlotRequest], SlotRequest]      # wait on request.done
+    slot_state: Callable[[], dict]                                  # what /slots and /health show
     adapters: AdapterTable | None = None    # its LoRA adapters (adapters.py); None: it has none
     adapter: str | None = None              # the adapter the request's model name picks (`base+adapter`)
 
@@ -80,22 +70,3 @@ class ServedModel:
         if requested and any(scale != 0.0 for _, scale in requested):
             raise BadAdapter(f"invalid 'lora': model '{self.entry.name}' has no LoRA adapters")
         return ()
-
-    def submit(self, request: GenerationRequest) -> ActiveGeneration:
-        """The job to the model's runtime; QueueFull or RuntimeStopped when it takes no more."""
-        return self.jobs.submit(request)
-
-    def submit_all(self, requests: list[GenerationRequest], events: queue.SimpleQueue | None = None
-                   ) -> list[ActiveGeneration]:
-        """Jobs queued together or not at all (a request's `n` choices), their events on `events`
-        when given."""
-        return self.jobs.submit_all(requests, events)
-
-    def submit_embedding(self, job: EmbeddingJob) -> EmbeddingJob:
-        return self.jobs.submit_embedding(job)
-
-    def submit_slot_request(self, request: SlotRequest) -> SlotRequest:
-        return self.jobs.submit_slot_request(request)
-
-    def slot_state(self) -> dict:
-        return self.jobs.slot_state()

@@ -21,7 +21,7 @@ from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny
 
 PRE, SUF, MID = (FIM_TOKENS[role] for role in ("pre", "suf", "mid"))
 CONTEXT = 4096
-CHAT_TOKENS = 3000      # long enough that the completion, sent after its first chunk, lands mid-chat
+CHAT_TOKENS = 1200      # long enough that the completion, sent after its first chunk, lands mid-chat
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ from promtext import parse
 from sse import parse_sse
 from tinymodel import CHATML_TEMPLATE, NO_EOG, write_tiny_gguf
 
-LONG_ANSWER = 2500          # tokens of a slow model's stream: seconds on one thread
+LONG_ANSWER = 1500          # tokens of a slow model's stream: seconds on one thread
 HI = [{"role": "user", "content": "hi"}]
 
 

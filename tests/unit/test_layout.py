@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -255,6 +256,43 @@ def test_handlers_see_a_served_model_not_the_loaded_one():
                   if "localserve.models.loaded" in imports_of(name, path, modules)) == []
     served = (PACKAGE / "models" / "served.py").read_text()
     assert "Engine\n" not in served and "from ..engine.engine" not in served and "runtime.runtime" not in served
+
+
+# what would take a handler behind one of ServedModel's calls to the Runtime (or the Engine) itself
+BEHIND_A_CALL = {"__self__", "__func__", "__closure__", "__globals__", "__wrapped__", "runtime"}
+
+
+def test_a_served_model_holds_its_runtimes_calls_not_the_runtime():
+    """ServedModel carries its runtime's calls (Callables), never the Runtime, an Engine or a
+    Protocol standing for one; no handler module reaches behind a call (`__self__`,
+    `__closure__`...) or reads a `runtime` off anything."""
+    from dataclasses import fields
+
+    from localserve.models.served import ServedModel
+    annotations = {f.name: str(f.type) for f in fields(ServedModel)}
+    assert {"submit", "submit_embedding", "submit_slot_request", "slot_state"} <= annotations.keys()
+    assert sorted(name for name, annotation in annotations.items()
+                  if re.search(r"\b(Runtime|Engine|JobQueue|Any)\b", annotation)) == []
+    handlers = {name: path for name, path in read_modules().items() if part(name) in ("dialects", "webui", "wire")}
+    assert "localserve.dialects.job_events" in handlers
+    assert sorted((name, sorted(found)) for name, path in handlers.items()
+                  if (found := attributes_read(path) & BEHIND_A_CALL)) == []
+
+
+def attributes_read(path: Path) -> set[str]:
+    """Every attribute named in a module (x.NAME, and getattr(x, "NAME") with a literal name)."""
+    tree = ast.parse(path.read_text())
+    found = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return found | {n.args[1].value for n in ast.walk(tree) if isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Name) and n.func.id == "getattr" and len(n.args) > 1
+                    and isinstance(n.args[1], ast.Constant) and isinstance(n.args[1].value, str)}
+
+
+def test_the_reach_check_sees_a_handler_behind_a_call(tmp_path):
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("def slots(model):\n    runtime = model.submit.__self__\n"
+                      "    return getattr(runtime, 'slots'), getattr(model.submit, '__closure__')\n")
+    assert attributes_read(sneaky) & BEHIND_A_CALL == {"__self__", "__closure__"}
 
 
 def test_ops_never_reads_the_app():

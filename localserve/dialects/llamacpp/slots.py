@@ -31,7 +31,7 @@ import orjson
 from ...errors import ApiError
 from ...runtime.slot_state import ERASE, RESTORE, SAVE, SlotBusy, SlotRefused, SlotRequest
 from ..exchange import Exchange, RouteTable
-from ..failures import runtime_refusals
+from ..failures import refusals
 from ..fields import invalid, kind_of
 from ..loading import LoadWait, use_model
 from ..services import Services
@@ -105,7 +105,7 @@ def read_filename(body: dict) -> str:
 
 def run(model: ServedModel, request: SlotRequest) -> SlotRequest:
     """The request done on the model's runtime thread; its failure as the client's answer."""
-    with runtime_refusals():
+    with refusals():
         model.submit_slot_request(request)
     request.done.wait()
     if isinstance(request.error, SlotBusy):

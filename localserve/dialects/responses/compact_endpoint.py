@@ -18,12 +18,11 @@ from ...prompt.build import ChatInput
 from ...store.store import new_id
 from ..compaction import CompactionOptions, compact
 from ..exchange import Exchange
-from ..fields import invalid, read_str, read_template_kwargs
+from ..fields import read_str, read_template_kwargs
 from ..loading import serve_with_model
-from .compacting import check_conversation, compaction_item, kept_user_items, open_compactions, \
-    since_last_compaction, split_trigger
-from .items import DecodedImages, read_input, to_messages
-from .request import context_items, open_reasoning, storage_off
+from .compacting import check_conversation, compaction_item, kept_user_items
+from .items import to_messages
+from .request import read_turn, storage_off
 from .stream import usage
 from .tools import read_tools
 
@@ -45,16 +44,9 @@ def compacted(services: Services, exchange: Exchange, model: ServedModel, body: 
     store = services.store_for(exchange.scope)
     if previous_id and store is None:
         raise storage_off("previous_response_id")
-    images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
-    read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
-    items, _ = split_trigger(read)
-    context = since_last_compaction(context_items(store, previous_id, None))
-    if not items and not context:
-        raise invalid("input", "expected a string or a non-empty array of input items")
+    turn = read_turn(body, store, previous_id, None)
     key = services.signing_key_for(exchange.scope)
-    rendered = open_compactions(key, open_reasoning(key, context, "previous_response_id"), "previous_response_id") + \
-        open_compactions(key, open_reasoning(key, read, "input"), "input")
-    chat = ChatInput(messages=to_messages(rendered, instructions, len(read), images),
+    chat = ChatInput(messages=to_messages(turn.opened(key), instructions, len(turn.read), turn.images),
                      tools=read_tools(body).definitions,
                      template_kwargs=read_template_kwargs(body))
     check_conversation(chat.messages)
@@ -62,6 +54,6 @@ def compacted(services: Services, exchange: Exchange, model: ServedModel, body: 
                                 label=f"responses compact {exchange.request_id}",
                                 cache_key=read_str(body, "prompt_cache_key"))
     done = compact(exchange, model, chat, options)
-    kept = kept_user_items(model, [item for item in context + items if item["type"] == "message"])
+    kept = kept_user_items(model, [item for item in turn.context + turn.items if item["type"] == "message"])
     return {"id": new_id("resp"), "object": "response.compaction", "created_at": int(time.time()),
             "output": [*kept, compaction_item(key, done.summary)], "usage": usage(GenerationOutput(), done.usage)}

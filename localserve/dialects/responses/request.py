@@ -69,6 +69,34 @@ class Plan:
     seal_compaction: Callable[[str], dict] | None = None     # a summary → its compaction item
 
 
+@dataclass
+class TurnInput:
+    """A request's `input` and the stored context that goes before it (since its last compaction),
+    as a response and a compaction both read them."""
+    read: list[dict]                  # the input items as read, a compaction trigger included
+    items: list[dict]                 # the input less its trigger
+    triggered: bool                   # the input ends in a compaction_trigger
+    context: list[dict]
+    images: DecodedImages             # decoded as the input is read, not again when it is rendered
+
+    def opened(self, key: bytes) -> list[dict]:
+        """Context, then input, with their reasoning and compaction blobs unsealed."""
+        return open_compactions(key, open_reasoning(key, self.context, "previous_response_id"),
+                                "previous_response_id") + \
+            open_compactions(key, open_reasoning(key, self.read, "input"), "input")
+
+
+def read_turn(body: dict, store: Store | None, previous_id: str | None, conversation_id: str | None) -> TurnInput:
+    """The input and its stored context; a 400 when both are empty."""
+    images: DecodedImages = {}
+    read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
+    items, triggered = split_trigger(read)
+    context = since_last_compaction(context_items(store, previous_id, conversation_id))
+    if not items and not context:
+        raise invalid("input", "expected a string or a non-empty array of input items")
+    return TurnInput(read, items, triggered, context, images)
+
+
 def storage_off(what: str) -> ApiError:
     return ApiError(400, f"{what} needs stored state, but storage is off on this server (--no-store)",
                     param=None, code="storage_disabled")
@@ -102,12 +130,8 @@ def read_plan(body: dict, request_id: str, *, chat_model: ChatModel, model_id: s
         raise unsupported("prompt", "stored prompt templates are not supported; send input and instructions")
 
     instructions = read_str(body, "instructions")
-    images: DecodedImages = {}       # decoded as the input is read, not again when it is rendered
-    read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
-    items, triggered = split_trigger(read)
-    context = since_last_compaction(context_items(store, previous_id, conversation_id))
-    if not items and not context:
-        raise invalid("input", "expected a string or a non-empty array of input items")
+    turn = read_turn(body, store, previous_id, conversation_id)
+    read, items, triggered, context, images = turn.read, turn.items, turn.triggered, turn.context, turn.images
     if len(items) + len(context) > MAX_PROMPT_ITEMS:
         raise ApiError(400, f"invalid 'input': {len(items)} input items and {len(context)} of stored context "
                             f"are more than the {MAX_PROMPT_ITEMS} one response may render (MAX_PROMPT_ITEMS)",
@@ -133,9 +157,7 @@ def read_plan(body: dict, request_id: str, *, chat_model: ChatModel, model_id: s
     cache_key = read_str(body, "prompt_cache_key")
 
     management = read_context_management(body)
-    rendered = open_compactions(signing_key, open_reasoning(signing_key, context, "previous_response_id"),
-                                "previous_response_id") + \
-        open_compactions(signing_key, open_reasoning(signing_key, read, "input"), "input")
+    rendered = turn.opened(signing_key)
     stop = read_stop(body)
 
     def rebuild(kept: list[dict], truncation_mode: str) -> GenerationRequest:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from localserve.dialects.failures import GRAMMAR_RETRY_AFTER_SECONDS, api_error, prompt_refusals, runtime_refusals
+from localserve.dialects.failures import GRAMMAR_RETRY_AFTER_SECONDS, api_error, prompt_refusals, refusals
 from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
 from localserve.errors import ApiError
 from localserve.generation import (ContextOverflow, EmbeddingsUnavailable, GenerationFailure, GrammarBacklog,
@@ -35,7 +35,7 @@ def test_each_failure_has_its_status_code_and_message(failure, status, code, mes
 
 def test_a_refused_submit_raises_the_answer_and_anthropic_reads_a_full_queue_as_529():
     with pytest.raises(ApiError) as caught:
-        with runtime_refusals():
+        with refusals():
             raise QueueFull()
     assert ANTHROPIC_ERRORS.render(caught.value)[0] == 529
 
