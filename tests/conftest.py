@@ -16,7 +16,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
 from clients import openai_sdk
-from forkserver import Zygote
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,21 +25,6 @@ START_TIMEOUT = 60.0
 # llama.cpp stores (models/discovery/): what it lists must not depend on the machine. The tests of
 # discovery and pulls build their stores in a temporary home and turn it back on there.
 os.environ["LOCALSERVE_NO_DISCOVER"] = "1"
-
-
-_zygote: Zygote | None = None
-
-
-def zygote_for(env: dict[str, str]) -> Zygote | None:
-    """The zygote that forks servers with this environment (support/forkserver.py), started by the
-    first server; None where a server must start with `python -m localserve` after all:
-    LOCALSERVE_TEST_FORK=0, or an environment the zygote did not import with."""
-    global _zygote
-    if os.environ.get("LOCALSERVE_TEST_FORK", "1") == "0":
-        return None
-    if _zygote is None:
-        _zygote = Zygote(str(ROOT), {**os.environ, "PYTHONUNBUFFERED": "1"})
-    return _zygote if _zygote.usable(env) else None
 
 
 def free_port() -> int:
@@ -63,14 +47,8 @@ class ServerProcess:
             cmd += ["--model", str(model)]
         cmd += list(args)
         full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-        # a plain start is a fork of a process that has imported localserve already (forkserver.py);
-        # a server with its own environment, or whose start-up is under test, starts from scratch
-        zygote = zygote_for(full_env) if wait else None
-        if zygote is not None:
-            self.proc = zygote.spawn(cmd[3:], full_env, str(ROOT))
-        else:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
-                                         stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read_output, daemon=True)
         self._reader.start()
