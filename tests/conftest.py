@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import socket
 import subprocess
@@ -25,6 +26,13 @@ START_TIMEOUT = 60.0
 # llama.cpp stores (models/discovery/): what it lists must not depend on the machine. The tests of
 # discovery and pulls build their stores in a temporary home and turn it back on there.
 os.environ["LOCALSERVE_NO_DISCOVER"] = "1"
+
+
+def pytest_sessionstart(session):
+    """Byte-compile the package once: each test server is a new interpreter, and where
+    PYTHONDONTWRITEBYTECODE is set (some CI images, sandboxes) every one of them compiled every
+    module again (about half a second per start, a few hundred starts per run)."""
+    compileall.compile_dir(str(ROOT / "localserve"), quiet=1)
 
 
 def free_port() -> int:
