@@ -79,6 +79,7 @@ NOT_STREAMING = {"/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detok
                  "/embedding", "/embeddings", "/reranking", "/v1/reranking", "/props", "/slots/{id_slot}",
                  "/chat/completions/input_tokens", "/v1/chat/completions/input_tokens",
                  "/responses/input_tokens", "/v1/responses/input_tokens",
+                 "/lora-adapters",                  # global LoRA scales (dialects/llamacpp/lora_adapters.py)
                  "/models",      # POST /models starts a download in the background; /models/sse reports it
                  "/v1/audio/translations"}       # a multipart form; never streamed, as OpenAI's are not
 # Streams read from a multipart form (an audio file): the same pump and keepalives as the chat routes
