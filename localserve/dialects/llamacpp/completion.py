@@ -127,8 +127,6 @@ def read_request(chat_model: ChatModel, body: dict, prompt: Any, request_id: str
     n_predict = read_int(body, "n_predict", low=-1)
     if n_predict is None:
         n_predict = read_int(body, "max_tokens", low=-1, default=-1)
-    if read_int(body, "n_cmpl", low=1, default=1) != 1:
-        raise invalid("n_cmpl", "only one completion per request is supported")
     n_indent = read_int(body, "n_indent", low=0, default=0)
     t_max_predict_ms = read_int(body, "t_max_predict_ms", low=None, default=0)
     n_probs = read_int(body, "n_probs", low=0, high=MAX_N_PROBS, default=0)
