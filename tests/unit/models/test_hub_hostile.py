@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
-from hub_mirror import Mirror, Repo  # noqa: E402
+from hub_mirror import Repo  # noqa: E402
 from stores import hf_cache, llamacpp_flat, ollama_store  # noqa: E402
 
 from localserve.models.discovery import sources as discovery  # noqa: E402
@@ -34,20 +34,6 @@ from localserve.models.hub.errors import HubError  # noqa: E402
 MODEL = b"GGUF" + os.urandom(200_000)
 PART2 = b"GGUF" + os.urandom(100_000)
 GGUF = b"GGUF" + b"\0" * 60
-
-
-@pytest.fixture
-def mirror():
-    server = Mirror()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(root))
-    return root
 
 
 def pull(mirror, name):

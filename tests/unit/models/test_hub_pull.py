@@ -14,7 +14,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
-from hub_mirror import Mirror, Repo  # noqa: E402
+from hub_mirror import Repo  # noqa: E402
 
 from localserve.models.hub import pull as hub_pull  # noqa: E402
 from localserve.models.hub.client import HubConfig  # noqa: E402
@@ -26,20 +26,6 @@ MODEL = b"GGUF" + os.urandom(300_000)
 OTHER = b"GGUF" + os.urandom(200_000)
 PROJECTOR = b"GGUF" + os.urandom(50_000)
 FILES = {"tiny-Q4_K_M.gguf": MODEL, "tiny-Q8_0.gguf": OTHER, "mmproj-tiny-F16.gguf": PROJECTOR, "README.md": b"hi"}
-
-
-@pytest.fixture
-def mirror():
-    server = Mirror()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    root = tmp_path / "hub"
-    monkeypatch.setenv("HF_HUB_CACHE", str(root))
-    return root
 
 
 def config(mirror, token=None, offline=False) -> HubConfig:
