@@ -1,8 +1,9 @@
 """One loaded model: its engine, its runtime thread, and what connection threads see of it (served).
 
 load() does what the one-model server did at start (engine, chat template, tool syntax,
-speculative decoding and its draft model, runtime); close() undoes all of it: the runtime
-thread joined, the draft model, the llama.cpp context and model freed. Handlers reach a LoadedModel through ModelManager.use() (manager.py).
+speculative decoding and its draft model, runtime); close() undoes all of it: the runtime thread
+joined, the draft model, the llama.cpp context and model freed. Handlers reach a LoadedModel
+through ModelManager.use() (manager.py).
 """
 
 from __future__ import annotations

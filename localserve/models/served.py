@@ -4,10 +4,11 @@ Only the runtime thread touches the llama.cpp context. A handler needs the model
 settings, its ChatModel (the template, the tool syntax, and the engine through EngineFacade:
 tokenize, detokenize, check a grammar, read the model's facts) to build a request, and the calls
 into its runtime, each safe off the runtime thread: hand over a generation (or a request's `n`
-choices together), an embedding or a slot request, and read the slots' state. ModelManager.use() yields a ServedModel, never the
-LoadedModel behind it (whose Engine is the runtime thread's alone), and the ServedModel holds
-those calls, not the Runtime: a handler cannot name a runtime attribute through it (only
-through a bound method's `__self__`, which test_layout.py refuses in every handler module).
+choices together), an embedding or a slot request, and read the slots' state. ModelManager.use()
+yields a ServedModel, never the LoadedModel behind it (whose Engine is the runtime thread's
+alone), and the ServedModel holds those calls, not the Runtime: a handler cannot name a runtime
+attribute through it (only through a bound method's `__self__`, which test_layout.py refuses in
+every handler module).
 This module imports neither the engine nor the runtime: a dialect may import it.
 """
 
