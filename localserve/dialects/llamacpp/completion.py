@@ -1,20 +1,20 @@
 """llama-server's POST /completion (and /completions): a raw prompt continued, in its own shape.
 
-The prompt is a string, token ids, both mixed (`[12, "text", 34]`: a string first gets the
-BOS), or `{prompt_string, multimodal_data}` with images. An array holding no number is several
-prompts (`["a", "b"]`, `[[1, 2], [3]]`), each its own job, answered as an array of completion
-objects (each with its `index`), or one stream whose lines carry their prompt's `index`
+The prompt is a string, token ids, both mixed (`[12, "text", 34]`: a string first gets the BOS),
+or `{prompt_string, multimodal_data}` with images. An array holding no number is several prompts
+(`["a", "b"]`, `[[1, 2], [3]]`), each its own job, answered as an array of completion objects
+(each with its `index`), or one stream whose lines carry their prompt's `index`
 (several_prompts.py); so are a prompt's n_cmpl choices (`n` its alias), each a job whose seed is
 the request's + its number, their prompt computed once (dialects/choices.py). Fields read:
 n_predict (max_tokens), the sampling fields every dialect shares, typical_p, ignore_eos (the end
 tokens banned), stop, grammar or json_schema, n_probs and post_sampling_probs, n_indent and
 t_max_predict_ms (as /infill), return_tokens, response_fields, stream, id_slot (the job runs in
 that slot, waiting while it is busy; -1: the slot that holds the longest prefix of its prompt).
-cache_prompt, samplers, n_keep and the samplers this engine does not have (mirostat, dry_*, xtc_*, dynatemp_*) are accepted and
-change nothing: the prompt cache is always on. The answer is the completion object /infill
-answers with (`content`, `stop`, `stop_type`, `stopping_word`, `tokens_predicted`, `timings`,
-`generation_settings`..., `id_slot` the slot it ran in); a stream is `data:` lines of content,
-the last the whole object with `"stop": true`, and no [DONE].
+cache_prompt, samplers, n_keep and the samplers this engine does not have (mirostat, dry_*,
+xtc_*, dynatemp_*) are accepted and change nothing: the prompt cache is always on. The answer is
+the completion object /infill answers with (`content`, `stop`, `stop_type`, `stopping_word`,
+`tokens_predicted`, `timings`, `generation_settings`..., `id_slot` the slot it ran in); a stream
+is `data:` lines of content, the last the whole object with `"stop": true`, and no [DONE].
 """
 
 from __future__ import annotations
