@@ -22,7 +22,6 @@ from .ops import metrics
 from .engine import rpc
 from .ops.demo import DEMO_DESCRIPTION, DemoUnavailable, demo_model_path
 from .engine.build_info import read_build_info
-from .engine.gguf_meta import read_shape
 from .engine.model_load import ModelLoadError, check_model_file, quiet_llama_logs
 from .errors import ApiError
 from .ops.fatal import at_engine_failure
@@ -362,41 +361,3 @@ def models_summary(app: App) -> str:
     names = [f"{e.name} (+ {' and '.join(projector_encoders(e.settings(s).mmproj))})" if e.settings(s).mmproj
              else e.name for e in catalogue]
     return f"catalogue {', '.join(names)}" + "".join(f", {x}" for x in limits if x)
-
-
-def check(settings: Settings) -> int:
-    """--check: validate the configuration and the model, print the resolved settings."""
-    quiet_llama_logs(logging.WARNING)
-    try:
-        app = App(settings)
-        app.load()
-    except StartupError as exc:
-        print(f"localserve: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    for name, value in sorted(vars(settings).items()):
-        if name in ("api_key",) and value:
-            value = [f"<{len(value)} key(s)>"]
-        print(f"{name.replace('_', '-')} = {value!r}")
-    bad = 0
-    for entry in app.models.catalogue:      # the files of models not loaded: checked, not loaded
-        try:
-            check_model_file(entry.path)
-            shape = read_shape(entry.path)
-        except ModelLoadError as exc:
-            print(f"localserve: model {entry.name}: {exc}", file=sys.stderr)
-            bad += 1
-            continue
-        projector = entry.settings(settings).mmproj
-        print(f"# model {entry.name}: {entry.path} ({entry.source}), {shape.n_layer} layers, "
-              f"{shape.file_bytes // (1024 * 1024)} MiB"
-              + (f", {' and '.join(projector_encoders(projector))} projector {projector}" if projector else ""))
-    for model in app.models.loaded_models():
-        info = model.engine.info
-        print(f"# model {info.path}: {info.architecture}, {info.n_params} params, n_ctx {model.engine.n_ctx_seq}, "
-              f"chat template {model.chat.template.source}, tool syntax {model.chat.tool_syntax}")
-    build = read_build_info()
-    print(f"# llama.cpp: {build.describe()}")
-    if build.warning():
-        print(f"localserve: warning: {build.warning()}", file=sys.stderr)
-    app.close()
-    return EXIT_USAGE if bad else 0

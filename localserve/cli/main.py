@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     configure_logging(settings.log_level)
     if args.check:
-        from ..app import check  # imported late: loading llama_cpp takes a moment
+        from .check import check  # imported late: loading llama_cpp takes a moment
         return check(settings)
     from ..app import serve
     return serve(settings)
