@@ -19,6 +19,9 @@ import time
 from typing import Callable
 
 from ..engine.sampler import Sampler
+from ..generation import GenerationRequest, GrammarBacklog
+
+MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 
 _abandoned_lock = threading.Lock()
@@ -28,6 +31,15 @@ _abandoned_running = 0      # threads still inside llama.cpp for jobs that have 
 def abandoned_running() -> int:
     """Threads still choosing a token for a job that has ended: each keeps a CPU core busy."""
     return _abandoned_running
+
+
+def refuse_grammar_over_backlog(request: GenerationRequest, log) -> None:
+    """GrammarBacklog for a grammar job while MAX_ABANDONED_SAMPLES samples still run: each is a
+    core busy inside llama.cpp until it returns; more would starve every job."""
+    grammar = request.sampling.grammar or request.sampling.call_grammar
+    if grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
+        log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
+        raise GrammarBacklog()
 
 
 class PendingSample:

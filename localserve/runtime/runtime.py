@@ -35,7 +35,7 @@ from .jobs import Job, Slot
 from .kvslots import PrefixSharing, SlotKeeper
 from .mailbox import Outbox
 from ..ops.metrics import ServerMetrics
-from .pending_sample import abandoned_running
+from .pending_sample import abandoned_running, refuse_grammar_over_backlog
 from .preempt import Parking
 from .promptcache import PromptCache
 from .take_token import take_token
@@ -45,7 +45,6 @@ from .slot_state import SlotRequest, SlotStates
 from .speculative import Speculator
 from ..settings import DEFAULT_SAMPLE_TIME_LIMIT
 
-MAX_ABANDONED_SAMPLES = 4          # grammar samples past the time limit still running: then grammar jobs get 503
 
 __all__ = ["Runtime", "QueueFull", "RuntimeStopped", "GrammarBacklog", "EngineFailure"]
 
@@ -117,11 +116,7 @@ class Runtime:
         for request in requests:
             if not request.prompt_tokens:
                 raise ValueError("a generation needs at least one prompt token")   # the protocols refuse it first
-            grammar = request.sampling.grammar or request.sampling.call_grammar
-            if grammar and abandoned_running() >= MAX_ABANDONED_SAMPLES:
-                # each is a core busy inside llama.cpp until it returns; more would starve every job
-                log.warning("%d abandoned grammar samples still running: refusing a grammar job", abandoned_running())
-                raise GrammarBacklog()
+            refuse_grammar_over_backlog(request, log)
         gens = [ActiveGeneration(request, ChoiceEvents(events, i) if events is not None else None)
                 for i, request in enumerate(requests)]
         self.scheduler.enqueue_all(gens)
