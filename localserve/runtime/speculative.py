@@ -24,6 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from ..engine.thread_policy import MIN_ROW_SHARE
+from .copy_cursor import CopyCursor
 from .draft_budget import DraftBudget, shared_length
 from .jobs import JobStatus
 from .ngram import NgramIndex
@@ -31,7 +32,7 @@ from .ngram import NgramIndex
 if TYPE_CHECKING:
     from .jobs import Job
 
-COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens written match it this far
+STRAYED_DRAFT = 4                  # the most drafted from a place just found while the output strays from a copy
 NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
 DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences,
 MAX_STEP_DRAFTS = 32               # and no more than this many (--draft-max itself, where that is more)
@@ -54,31 +55,6 @@ class TextCodec(Protocol):
     def tokenize(self, text: str) -> list[int]: ...
 
 
-class CopyCursor:
-    """Follows a copy on from where the last draft came from, while the output still copies it.
-
-    Copied text repeats itself (a file's `with self.lock:` lines): the latest occurrence of the
-    output's last tokens may be a line written a moment ago, not the place being copied. So the
-    place a draft came from is kept, moved on by what was written since, and used again as long
-    as the last tokens written match the tokens before it there; else the lookup finds a new one."""
-
-    def __init__(self):
-        self.source: int | None = None      # the source position the next token was expected at
-        self.mark = 0                       # the output's length then
-
-    def draft(self, index: NgramIndex, tail: list[int], limit: int) -> list[int]:
-        tokens = index.tokens
-        if self.source is not None:
-            at = self.source + len(tail) - self.mark
-            check = min(COPY_CHECK_TOKENS, len(tail) - self.mark)
-            if check > 0 and at < len(tokens) and tokens[at - check:at] == tail[len(tail) - check:]:
-                self.source, self.mark = at, len(tail)
-                return tokens[at:at + limit]
-        at = index.find(tail)
-        self.source, self.mark = at, len(tail)
-        return tokens[at:at + limit] if at is not None else []
-
-
 class JobDrafts:
     """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
 
@@ -98,6 +74,7 @@ class JobDrafts:
         self.indexed = 0                # generated tokens already in self.history
         self.copying = CopyCursor()     # where the last draft from the history came from
         self.copying_prediction = CopyCursor()
+        self.strayed = False            # whether the last draft verified was refused in part (an edit)
         self.draft_max = draft_max
         self.length = draft_max         # what the next draft may be
         self.budget = DraftBudget(row_share, draft_max)     # what the next draft may cost
@@ -142,36 +119,46 @@ class JobDrafts:
         return self.predicted_drafted + drafted, self.predicted_accepted + accepted
 
     def lookup(self, generated: list[int], limit: int) -> list[int]:
-        """Prompt lookup: the predicted output first, then the job's own prompt and output."""
+        """Prompt lookup: the prediction while the output follows it (its beginning, or a place
+        in it the output goes on copying), else a copy the output goes on following in its own
+        prompt and output, else a place just found in either, the prediction's first. (After an
+        edit a model may write its own: it often repeats what it just wrote, which the prediction
+        cannot foresee.)"""
         self.from_prediction = False
         self.history.extend(generated[self.indexed:])
         self.indexed = len(generated)
-        if self.prediction is not None:
-            draft = self._predicted(generated, limit)
-            if draft:
-                self.from_prediction = True
-                return draft
-        return self.copying.draft(self.history, self.history.tokens, limit)
+        predicted, fresh = self._predicted(generated, limit) if self.prediction is not None else ([], True)
+        if predicted and not fresh:
+            self.from_prediction = True
+            return predicted
+        own = self._wary(self.copying.draft(self.history, self.history.tokens, limit), self.copying)
+        if predicted and (self.copying.fresh or not own):
+            self.from_prediction = True
+            return predicted
+        return own
 
-    def _predicted(self, generated: list[int], limit: int) -> list[int]:
-        """From the prediction: first as the tokenizer spells it (its beginning while the output is
-        that, else what followed the output's last tokens there), which is how a model copying
-        text tends to spell it; else, while the output's text is the prediction's beginning, the
-        next of its text as tokens (the model may spell the same text with other tokens)."""
+    def _wary(self, draft: list[int], cursor: CopyCursor) -> list[int]:
+        """A draft from a place just found, while the output strays from what it copied (an edit),
+        is short: there the latest match is often the request's own words about the edit, and a
+        place found near the copy may be a line like it."""
+        return draft[:STRAYED_DRAFT] if self.strayed and cursor.fresh else draft
+
+    def _predicted(self, generated: list[int], limit: int) -> tuple[list[int], bool]:
+        """From the prediction, and whether from a place just found there: first as the tokenizer
+        spells it (its beginning while the output is that, else what followed the output's last
+        tokens there), which is how a model copying text tends to spell it; else, while the
+        output's text is the prediction's beginning, the next of its text as tokens (the model
+        may spell the same text with other tokens)."""
         tokens = self.predicted.tokens
         if len(generated) < len(tokens) and tokens[:len(generated)] == generated:
-            return tokens[len(generated):len(generated) + limit]
-        return self.copying_prediction.draft(self.predicted, generated, limit) or self._by_text(generated, limit)
+            return tokens[len(generated):len(generated) + limit], False
+        draft = self.copying_prediction.draft(self.predicted, generated, limit)
+        if draft:
+            return self._wary(draft, self.copying_prediction), self.copying_prediction.fresh
+        return self._by_text(generated, limit), False
 
     def _by_text(self, generated: list[int], limit: int) -> list[int]:
-        while 0 <= self.aligned < len(generated):
-            piece = self.text.piece(generated[self.aligned])
-            if not self.prediction.startswith(piece, self.matched):
-                self.aligned = -1
-                break
-            self.matched += len(piece)
-            self.aligned += 1
-        if self.aligned < 0:
+        if not self.follows(generated):
             return []
         window = self.prediction[self.matched:self.matched + limit * PREDICTION_BYTES_PER_TOKEN]
         try:
@@ -182,11 +169,25 @@ class JobDrafts:
             draft = draft[:-1]          # the window's last token may be cut short
         return draft[:limit]
 
-    def wants(self, limit: int, row_share: float) -> int:
+    def follows(self, generated: list[int]) -> bool:
+        """Whether the output's text so far is the prediction's beginning (each token's piece read once)."""
+        while 0 <= self.aligned < len(generated):
+            piece = self.text.piece(generated[self.aligned])
+            if not self.prediction.startswith(piece, self.matched):
+                self.aligned = -1
+                break
+            self.matched += len(piece)
+            self.aligned += 1
+        return self.aligned >= 0
+
+    def wants(self, generated: list[int], limit: int, row_share: float) -> int:
         """How many tokens this job drafts this step, given room for `limit` (0: none) and a drafted
         row's price now. While the output is still the prediction's text, its drafts are what the
-        client asked for: no budget stops them."""
-        if self.prediction is not None and self.aligned >= 0:
+        client asked for: no budget stops them. Once it strays (an edit; a model writing its own),
+        they pay as every draft does: a prediction still accepted after an edit drafts on at full
+        length on what it earned, one refused stops (a prediction followed past where the output
+        left it drafted a token or two every step, most refused: each step 1.5-2 times a plain one)."""
+        if self.prediction is not None and self.follows(generated):
             return min(limit, self.length)
         self.budget.reprice(row_share)
         return self.budget.affordable(min(limit, self.length))
@@ -202,6 +203,7 @@ class JobDrafts:
             self.predicted_drafted += drafted
             self.predicted_accepted += accepted
         self.budget.record(drafted, accepted)
+        self.strayed = accepted < drafted
         if accepted == drafted:
             self.length = min(self.draft_max, self.length * 2)
         elif accepted == 0:
@@ -248,7 +250,7 @@ class Speculator:
         # work): several sequences share a step's drafts, so more of them do not slow every stream.
         asking = [(job, self._room(job, self.draft_max, n_ctx_seq)) for job in jobs]
         row_share = self.row_share
-        asking = [(job, job.drafts.wants(room, row_share)) for job, room in asking if room > 0]
+        asking = [(job, job.drafts.wants(job.generated, room, row_share)) for job, room in asking if room > 0]
         asking = [(job, want) for job, want in asking if want > 0]
         budget = min(budget, self.draft_max * DRAFT_STEP_SHARE, max(self.draft_max, MAX_STEP_DRAFTS))
         wanted: dict[int, tuple[Job, int]] = {}

@@ -220,7 +220,7 @@ def test_speculation_is_a_per_model_setting_in_models_tables(tmp_path):
 
 
 def test_a_copy_is_followed_on_where_a_repeated_line_would_mislead_the_latest_match():
-    from localserve.runtime.speculative import CopyCursor
+    from localserve.runtime.copy_cursor import CopyCursor
     source = [1, 2, 3, 9, 1, 2, 4, 8]            # (1, 2) twice, followed by 3 then by 4
     index = NgramIndex(source + [5, 1, 2, 3], sizes=(2,))
     cursor = CopyCursor()
@@ -260,7 +260,7 @@ def test_no_index_is_built_until_the_first_lookup(monkeypatch):
     monkeypatch.setattr(speculative, "NgramIndex", CountingIndex)
     CountingIndex.built = 0
     drafts = Speculator("ngram", 4, Text()).start(list(b"abcabcabc"), "abcd")
-    drafts.wants(4, 0.5)                # what a step asks before it looks a draft up
+    drafts.wants([], 4, 0.5)            # what a step asks before it looks a draft up
     drafts.record(0, 0)
     drafts.counts()
     assert CountingIndex.built == 0
