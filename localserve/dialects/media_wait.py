@@ -3,15 +3,15 @@
 libmtmd's decode of a long clip (miniaudio's decode and resampling, then the log-mel frames
 mtmd_tokenize makes of it) takes a second or more, and it happens while the request is built,
 before there is a job to stream. So it runs on a thread of its own while the connection thread
-waits as it waits for a job (job_events.py): a peek at the socket every DISCONNECT_POLL_INTERVAL,
-and a client that left sets the decode's stop (engine/audio.py stops before its next step) and
-ends the wait with ClientGone: no job is made. A stream's head goes out with its notice (the
-`: prefill` comment) once a keepalive interval has passed with the decode still running, and the
-notice again every interval after. A clip decoded sooner, every short or refused one among them,
-is answered as if it had been decoded on the connection thread, a refusal a plain 400; what is
-refused after the head went out (a clip that decoded to more than its header said, a prompt the
-clip made too long for the context) is an error in the stream (loading.serve_with_model,
-since the head went out early: Exchange.opened_early).
+waits as it waits for a job (job_events.py): a peek at the socket every DISCONNECT_POLL_INTERVAL;
+a client that left sets the decode's stop (engine/audio.py stops before its next step) and, once
+the decode stopped, the wait ends with ClientGone: no job is made. A stream's head goes out with
+its notice (the `: prefill` comment) once a keepalive interval has passed with the decode still
+running, and the notice again every interval after. A clip decoded sooner, every short or refused
+one among them, is answered as if it had been decoded on the connection thread, a refusal a
+plain 400; what is refused after the head went out (a clip that decoded to more than its header
+said, a prompt the clip made too long for the context) is an error in the stream
+(loading.serve_with_model: the head went out early, Exchange.opened_early).
 """
 
 from __future__ import annotations
@@ -54,6 +54,9 @@ class MediaWait:
                     self._send_notice()
         except BaseException:                    # the client left (or the write failed): stop the decode
             stop.set()
+            # and wait for it to stop (at most its current step): the model stays held (use_model)
+            # until then, so an unload cannot free the projector under the decode
+            done.wait()
             raise
         succeeded, value = outcome[0]
         if succeeded:

@@ -32,9 +32,11 @@ class _Models:
         return contextlib.nullcontext("model")
 
 
-def test_a_quick_decode_sends_nothing():
+def test_a_decode_within_the_interval_sends_nothing():
     exchange, theirs = _exchange()
     assert MediaWait(exchange, PREFILL_COMMENT, 5.0)(lambda stop: ["segments"]) == ["segments"]
+    # one that outlasts a few of the socket's peeks, still within the interval
+    assert MediaWait(exchange, PREFILL_COMMENT, 5.0)(lambda stop: stop.wait(0.35) or ["later"]) == ["later"]
     assert not exchange.writer.started and not exchange.opened_early
 
 
@@ -73,16 +75,13 @@ def test_a_client_gone_stops_the_decode_and_ends_the_wait(caplog):
 
     def decode(stop):
         theirs.close()              # the client leaves while the decode runs
-        assert stop.wait(10)
+        assert stop.wait(5)
         stopped.set()
         raise DecodeStopped("before its log-mel")
     with caplog.at_level("INFO", logger="localserve.dialects"):
         with pytest.raises(ClientGone):
             MediaWait(exchange, PREFILL_COMMENT, KEEPALIVE)(decode)
-        for thread in threading.enumerate():
-            if thread.name == "clip-decode":
-                thread.join(5)
-    assert stopped.is_set()
+    assert stopped.is_set()                 # it stopped before the wait ended (the model was still held)
     assert "(req_test): its client left; the clip's decode stopped before its log-mel" in caplog.text
 
 
