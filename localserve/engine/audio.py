@@ -1,4 +1,4 @@
-"""A clip through the projector's audio encoder (libmtmd), on a connection thread.
+"""A clip through the projector's audio encoder (libmtmd), off the runtime thread (a request's decode thread).
 
 The bytes come checked by localserve/audio.py (a WAV rewritten there, or an MP3 / FLAC stream
 whose declared length was held to the limit). libmtmd's helper decodes them with miniaudio,
