@@ -1,7 +1,8 @@
 """A clip's decode as a client sees it (dialects/media_wait.py), over a real socket pair and the real
 response writer: the decode runs on a thread of its own; a stream's head and `: prefill` go out
 only once a keepalive interval passed with it still running; a client gone stops it; its refusal
-comes back to the caller's thread. The decodes here wait on events the test sets: no sleeps."""
+comes back to the caller's thread. The decodes here wait on events the test sets (one outlasts a
+few of the socket's peeks on purpose)."""
 
 from __future__ import annotations
 
