@@ -780,6 +780,14 @@ MUTANTS = [
     Mutant("lora model name picks nothing", "localserve/dialects/loading.py",
            "        yield model if adapter is None else dataclasses.replace(model, adapter=adapter)",
            "        yield model", ("tests/e2e/test_lora.py::test_an_adapter_is_a_model_of_its_own",)),
+    Mutant("grammar backlog one late", "localserve/runtime/pending_sample.py",
+           "abandoned_running() >= MAX_ABANDONED_SAMPLES", "abandoned_running() > MAX_ABANDONED_SAMPLES",
+           ("tests/unit/runtime/test_grammar_backlog.py",)),
+    Mutant("grammar backlog spares forced calls", "localserve/runtime/pending_sample.py",
+           "grammar = request.sampling.grammar or request.sampling.call_grammar",
+           "grammar = request.sampling.grammar", ("tests/unit/runtime/test_grammar_backlog.py",)),
+    Mutant("abandoned sample never counted off", "localserve/runtime/pending_sample.py",
+           "            _count_abandoned(-1)", "            pass", ("tests/unit/runtime/test_grammar_backlog.py",)),
 ]
 
 
