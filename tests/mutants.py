@@ -733,6 +733,22 @@ MUTANTS = [
     Mutant("a repeated clip's seconds counted again", "localserve/media_checks.py",
            "        if part.digest in seen:\n            continue\n", "",
            ("tests/unit/test_media_checks.py::test_a_request_s_clips_add_up_once_per_distinct_clip",)),
+    # a clip's decode off the connection thread (issue 49): dialects/media_wait.py, engine/audio.py
+    Mutant("a client gone leaves the decode running", "localserve/dialects/media_wait.py",
+           "            stop.set()\n", "",
+           ("tests/unit/dialects/test_media_wait.py::test_a_client_gone_stops_the_decode_and_ends_the_wait",)),
+    Mutant("the head goes out as the decode starts", "localserve/dialects/media_wait.py",
+           "daemon=True).start()\n        next_notice = time.monotonic() + self.keepalive\n",
+           "daemon=True).start()\n        next_notice = time.monotonic()\n",
+           ("tests/unit/dialects/test_media_wait.py::test_a_decode_within_the_interval_sends_nothing",)),
+    Mutant("the log-mel made for a client that left", "localserve/engine/audio.py",
+           '            _stop_if(stop, "after its decode, before its log-mel")\n', "",
+           ("tests/e2e/test_audio.py::test_a_stop_set_before_the_decode_or_during_it_stops_it_before_the_log_mel",)),
+    Mutant("an error after a decode's head cut short, not in the stream", "localserve/dialects/loading.py",
+           "        if not exchange.opened_early or exchange.writer.finished:",
+           "        if not wait.opened or exchange.writer.finished:",
+           ("tests/unit/dialects/test_media_wait.py::test_a_refusal_comes_back_to_the_caller_and_after_the_head_goes_"
+            "in_the_stream",)),
     # several choices (issue 51)
     Mutant("every choice one seed", "localserve/dialects/choices.py",
            "seed=None if seed is None else seed + i)", "seed=seed)",
@@ -777,6 +793,14 @@ MUTANTS = [
     Mutant("lora model name picks nothing", "localserve/dialects/loading.py",
            "        yield model if adapter is None else dataclasses.replace(model, adapter=adapter)",
            "        yield model", ("tests/e2e/test_lora.py::test_an_adapter_is_a_model_of_its_own",)),
+    Mutant("grammar backlog one late", "localserve/runtime/pending_sample.py",
+           "abandoned_running() >= MAX_ABANDONED_SAMPLES", "abandoned_running() > MAX_ABANDONED_SAMPLES",
+           ("tests/unit/runtime/test_grammar_backlog.py",)),
+    Mutant("grammar backlog spares forced calls", "localserve/runtime/pending_sample.py",
+           "grammar = request.sampling.grammar or request.sampling.call_grammar",
+           "grammar = request.sampling.grammar", ("tests/unit/runtime/test_grammar_backlog.py",)),
+    Mutant("abandoned sample never counted off", "localserve/runtime/pending_sample.py",
+           "            _count_abandoned(-1)", "            pass", ("tests/unit/runtime/test_grammar_backlog.py",)),
 ]
 
 
