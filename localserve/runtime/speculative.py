@@ -75,6 +75,7 @@ class JobDrafts:
         self.copying = CopyCursor()     # where the last draft from the history came from
         self.copying_prediction = CopyCursor()
         self.strayed = False            # whether the last draft verified was refused in part (an edit)
+        self.shared = False             # whether this step's lookup is for a step with other streams
         self.draft_max = draft_max
         self.length = draft_max         # what the next draft may be
         self.budget = DraftBudget(row_share, draft_max)     # what the next draft may cost
@@ -118,13 +119,14 @@ class JobDrafts:
         drafted, accepted = self.run if self.from_prediction else (0, 0)
         return self.predicted_drafted + drafted, self.predicted_accepted + accepted
 
-    def lookup(self, generated: list[int], limit: int) -> list[int]:
+    def lookup(self, generated: list[int], limit: int, shared: bool = False) -> list[int]:
         """Prompt lookup: the prediction while the output follows it (its beginning, or a place
         in it the output goes on copying), else a copy the output goes on following in its own
         prompt and output, else a place just found in either, the prediction's first. (After an
         edit a model may write its own: it often repeats what it just wrote, which the prediction
-        cannot foresee.)"""
+        cannot foresee.) `shared`: the step decodes other streams too (see _wary)."""
         self.from_prediction = False
+        self.shared = shared
         self.history.extend(generated[self.indexed:])
         self.indexed = len(generated)
         predicted, fresh = self._predicted(generated, limit) if self.prediction is not None else ([], True)
@@ -140,8 +142,10 @@ class JobDrafts:
     def _wary(self, draft: list[int], cursor: CopyCursor) -> list[int]:
         """A draft from a place just found, while the output strays from what it copied (an edit),
         is short: there the latest match is often the request's own words about the edit, and a
-        place found near the copy may be a line like it."""
-        return draft[:STRAYED_DRAFT] if self.strayed and cursor.fresh else draft
+        place found near the copy may be a line like it. Not in a step shared with other streams:
+        their drafts are cut to the shortest (lined_up), so a short one would cost them theirs,
+        where a long one refused costs only its own rows."""
+        return draft[:STRAYED_DRAFT] if self.strayed and cursor.fresh and not self.shared else draft
 
     def _predicted(self, generated: list[int], limit: int) -> tuple[list[int], bool]:
         """From the prediction, and whether from a place just found there: first as the tokenizer
@@ -269,7 +273,7 @@ class Speculator:
             elif self.mode == "draft" and self.draft_model is not None:
                 draft = from_model.get(key, [])
             else:
-                draft = job.drafts.lookup(job.generated, limit)
+                draft = job.drafts.lookup(job.generated, limit, shared=len(jobs) > 1)
             draft = self._before_end(draft)
             if draft:
                 drafts[key] = draft

@@ -63,6 +63,7 @@ def test_a_draft_from_a_place_just_found_is_short_while_the_output_strays():
     draft = drafts.lookup(list(b"def running(self"), 16)
     assert draft == list(b")\nde")[:STRAYED_DRAFT]            # the latest match: the request's words, short
     drafts.record(len(draft), 0)
+    assert len(drafts.lookup(list(b"def running(self"), 16, shared=True)) == 16    # beside other streams: in full
     drafts.record(4, 4)                                         # a draft wholly accepted: the output copies again
     assert len(drafts.lookup(list(b"def running(self)"), 16)) > STRAYED_DRAFT
 
