@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import ollama
 import openai
@@ -80,6 +81,30 @@ def test_translations_and_an_mp3_file(audio_server, audio_bare):
     got = openai_sdk(audio_server).audio.transcriptions.create(model="tiny", file=("clip.mp3", mp3, "audio/mpeg"),
                                                          temperature=0, extra_body=STEER)
     assert got.text == expected(audio_server, audio_bare, TRANSCRIBE, mp3, "mp3")
+    verbose = openai_sdk(audio_server).audio.translations.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
+                                                                 response_format="verbose_json", extra_body=STEER)
+    assert (verbose.task, verbose.language, verbose.text) == ("translate", "english", result.text)
+
+
+def test_a_form_without_a_temperature_is_transcribed_at_openai_s_0(audio_server, audio_bare):
+    """OpenAI's default is 0 (the docs say so too), not a chat's 0.8: LiteLLM and curl send none."""
+    resp = post_form(audio_server, form(MODEL, ("file", CLIP, "a.wav"), ("response_format", b"text", None),
+                                        *((k, v.encode(), None) for k, v in STEER.items())))
+    assert resp.status == 200, resp.body
+    assert resp.body.decode().strip() == expected(audio_server, audio_bare, TRANSCRIBE)
+
+
+def test_litellm_transcription_as_its_docs_configure_it(audio_server, audio_bare):
+    """LiteLLM's ``transcription(model="openai/<name>", api_base=...)``, as its OpenAI-compatible
+    docs configure it: its Whisper config asks for verbose_json (it reads the duration) and sends
+    no temperature; the extensions go through as extra_body."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")     # LiteLLM fetches a price list at import
+    import litellm
+    result = litellm.transcription(model="openai/tiny", file=("clip.wav", CLIP, "audio/wav"),
+                                   api_base=audio_server.base_url + "/v1", api_key="test", max_retries=0,
+                                   extra_body=STEER)
+    assert result.text == expected(audio_server, audio_bare, TRANSCRIBE)
+    assert result["duration"] == pytest.approx(1.5)
 
 
 def test_ollama_chat_and_generate_take_a_clip_among_images(audio_server, audio_bare):

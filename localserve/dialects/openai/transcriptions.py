@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from ...conversation import Message, Text
 from ...errors import ApiError
-from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
+from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, SamplingParams
 from ...prompt.build import ChatInput, build_chat_request
 from ..exchange import Exchange
 from ..failures import prompt_refusals
@@ -36,6 +36,7 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 TRANSCRIBE = "Transcribe the audio: write exactly what is said, nothing else."
 TRANSLATE = "Translate what is said in the audio into English: write the English text, nothing else."
 MAX_TRANSCRIPT_TOKENS = 4096         # a transcript's tokens when the form sets no max_tokens (extension)
+DEFAULT_TEMPERATURE = 0.0            # OpenAI's when the form sends none (the likeliest transcript), not a chat's
 TEXT_TYPES = {"text": "text/plain; charset=utf-8", "srt": "application/x-subrip; charset=utf-8",
               "vtt": "text/vtt; charset=utf-8"}
 
@@ -63,7 +64,9 @@ def build(model: ServedModel, ask: TranscriptionAsk, translate: bool, request_id
     chat = ChatInput(messages=[Message("user", (Text(instruction), ask.clip))])    # fitted by build_chat_request:
     # on a model without an audio encoder, 400 model_has_no_audio naming 'file'
     max_tokens = read_int(ask.body, "max_tokens", low=1, default=MAX_TRANSCRIPT_TOKENS)
-    return build_chat_request(model.chat, chat, read_sampling(ask.body, model.chat.engine.n_vocab),
+    sampling = read_sampling(ask.body, model.chat.engine.n_vocab,
+                             defaults=SamplingParams(temperature=DEFAULT_TEMPERATURE))
+    return build_chat_request(model.chat, chat, sampling,
                               max_tokens=max_tokens, stop=[],
                               label=f"{'translation' if translate else 'transcription'} {request_id}")
 
