@@ -20,7 +20,7 @@ import openai
 import pytest
 
 from clients import ollama_client, openai_sdk
-from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
+from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE, subtitles
 from localserve.multipart import MAX_FIELD_BYTES
 from media_server import N, bare_answer
 from rawhttp import request
@@ -58,9 +58,9 @@ def test_text_verbose_json_srt_and_vtt(audio_server, audio_bare):
     assert verbose.duration == pytest.approx(1.5) and verbose.language == "en"
     assert verbose.segments[0].end == pytest.approx(1.5)
     srt = transcribe(audio_server, "srt")
-    assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\n") and text in srt
+    assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\n") and srt == subtitles("srt", text, 1.5)
     vtt = transcribe(audio_server, "vtt")
-    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n") and text in vtt
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n") and vtt == subtitles("vtt", text, 1.5)
 
 
 def test_streamed_as_transcript_text_events(audio_server, audio_bare):

@@ -84,8 +84,7 @@ def deliver(exchange: Exchange, ask: TranscriptionAsk, translate: bool, request:
     text = output.content.strip()
     seconds = round(ask.clip.seconds, 3)
     if ask.response_format in TEXT_TYPES:
-        body = {"text": text + "\n", "srt": f"1\n{_stamp(0, ',')} --> {_stamp(seconds, ',')}\n{text}\n\n",
-                "vtt": f"WEBVTT\n\n{_stamp(0, '.')} --> {_stamp(seconds, '.')}\n{text}\n\n"}[ask.response_format]
+        body = text + "\n" if ask.response_format == "text" else subtitles(ask.response_format, text, seconds)
         exchange.writer.send(200, body.encode("utf-8"), content_type=TEXT_TYPES[ask.response_format])
         return
     if ask.response_format == "json":
@@ -98,6 +97,17 @@ def deliver(exchange: Exchange, ask: TranscriptionAsk, translate: bool, request:
                         "language": "english" if translate else (ask.language or "unknown"),
                         "duration": seconds, "text": text, "segments": [segment],
                         "usage": {"type": "duration", "seconds": seconds}})
+
+
+def subtitles(response_format: str, text: str, seconds: float) -> str:
+    """The transcript as one SRT or WebVTT cue spanning the clip. A blank line ends a cue and
+    "-->" starts a timing line, so neither stays in the text: a model's transcript (of audio
+    that says so) cannot add cues of its own."""
+    lines = [line.replace("-->", "->") for line in text.splitlines() if line.strip()]
+    cue = "\n".join(lines)
+    if response_format == "srt":
+        return f"1\n{_stamp(0, ',')} --> {_stamp(seconds, ',')}\n{cue}\n\n"
+    return f"WEBVTT\n\n{_stamp(0, '.')} --> {_stamp(seconds, '.')}\n{cue}\n\n"
 
 
 def _stamp(seconds: float, comma: str) -> str:
