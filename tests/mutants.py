@@ -768,6 +768,22 @@ MUTANTS = [
     Mutant("lora model name picks nothing", "localserve/dialects/loading.py",
            "        yield model if adapter is None else dataclasses.replace(model, adapter=adapter)",
            "        yield model", ("tests/e2e/test_lora.py::test_an_adapter_is_a_model_of_its_own",)),
+    Mutant("chat tool messages refuse clips", "localserve/dialects/openai/chat_input.py",
+           'MEDIA_ROLES = ("user", "tool")', 'MEDIA_ROLES = ("user",)',
+           ("tests/e2e/test_audio_history.py::test_chat_a_clip_in_a_tool_message_reaches_the_model",
+            "tests/unit/dialects/test_conversation_reading.py::test_chat_a_tool_message_takes_what_the_tool_saw_and_heard")),
+    Mutant("clips shown as text unsaid", "localserve/dialects/image_parts.py",
+           "        exchange.writer.extra_headers.append((AUDIO_OMITTED_HEADER, str(audio)))", "        pass",
+           ("tests/e2e/test_audio_history.py::test_chat_clips_in_an_earlier_turn_and_a_tool_message_are_the_placeholder",)),
+    Mutant("call output clips uncounted", "localserve/dialects/responses/items.py",
+           '            yield from typed_parts(item.get("output"), f"{param}[{i}].output", kind)', "            pass",
+           ("tests/unit/dialects/test_image_count.py::test_one_clip_too_many_is_refused_before_any_is_read_tool_results_counted",)),
+    Mutant("transcriptions sample at a chat's temperature", "localserve/dialects/openai/transcriptions.py",
+           "DEFAULT_TEMPERATURE = 0.0 ", "DEFAULT_TEMPERATURE = 0.8 ",
+           ("tests/e2e/test_transcriptions.py::test_a_form_without_a_temperature_is_transcribed_at_openai_s_0",)),
+    Mutant("a clip of a few samples reaches libmtmd", "localserve/engine/audio.py",
+           "    shortest = max(2, math.ceil(MIN_CLIP_SECONDS * rate))", "    shortest = 2",
+           ("tests/e2e/test_audio.py::test_a_clip_libmtmd_decodes_to_too_few_samples_is_refused_before_tokenizing",)),
 ]
 
 
