@@ -42,6 +42,14 @@ class MultipartError(InputRefused):
         super().__init__(message, param=param)
 
 
+class FileTooLarge(MultipartError):
+    """A file past the caller's max_file_bytes: the caller names its own limit."""
+
+    def __init__(self, name: str, size: int, limit: int):
+        super().__init__(f"the file '{name}' is {size} bytes, more than {limit} are taken", name)
+        self.size = size
+
+
 @dataclass(frozen=True)
 class FilePart:
     filename: str
@@ -175,7 +183,7 @@ def _add(form: Form, name: str, filename: str | None, part_type: str | None, dat
          max_file_bytes: int) -> None:
     if filename is not None:
         if len(data) > max_file_bytes:
-            raise MultipartError(f"the file '{name}' is {len(data)} bytes, more than {max_file_bytes} are taken", name)
+            raise FileTooLarge(name, len(data), max_file_bytes)
         if name in form.files or name in form.fields:
             raise MultipartError(f"the form has two parts named '{name}'; send one", name)
         form.files[name] = FilePart(filename, part_type, data)
