@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
+import subprocess
 
 import ollama
 import openai
@@ -92,6 +94,22 @@ def test_a_form_without_a_temperature_is_transcribed_at_openai_s_0(audio_server,
                                         *((k, v.encode(), None) for k, v in STEER.items())))
     assert resp.status == 200, resp.body
     assert resp.body.decode().strip() == expected(audio_server, audio_bare, TRANSCRIBE)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_docs_curl_line_with_a_file_past_curl_s_expect_threshold(audio_server, audio_bare, tmp_path):
+    """docs/audio.rst's ``curl .../v1/audio/transcriptions -F model=... -F file=@speech.wav``, with
+    a file over 1 MiB, for which curl sends ``Expect: 100-continue`` and waits for the 100."""
+    speech = wav_bytes(tone(35.0, freq=300, glide=500, amplitude=0.3))
+    assert len(speech) > 1024 * 1024
+    (tmp_path / "speech.wav").write_bytes(speech)
+    steer = [arg for k, v in STEER.items() for arg in ("--form-string", f"{k}={v}")]
+    done = subprocess.run(["curl", "-sSv", "--fail-with-body", f"{audio_server.base_url}/v1/audio/transcriptions",
+                           "-F", "model=tiny", "-F", f"file=@{tmp_path / 'speech.wav'}", *steer],
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert b"> Expect: 100-continue" in done.stderr and b"< HTTP/1.1 100 Continue" in done.stderr
+    assert json.loads(done.stdout)["text"] == expected(audio_server, audio_bare, TRANSCRIBE, speech)
 
 
 def test_litellm_transcription_as_its_docs_configure_it(audio_server, audio_bare):
