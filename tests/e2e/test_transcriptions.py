@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import ollama
 import openai
@@ -24,7 +25,7 @@ import pytest
 from clients import ollama_client, openai_sdk
 from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE, subtitles
 from localserve.multipart import MAX_FIELD_BYTES
-from media_server import N, bare_answer
+from media_server import N, bare_answer, chat
 from rawhttp import request
 from tinyaudio import audio_tokens, mp3_bytes, tone, wav_bytes
 from tinymodel import NO_EOG
@@ -123,6 +124,32 @@ def test_litellm_transcription_as_its_docs_configure_it(audio_server, audio_bare
                                    extra_body=STEER)
     assert result.text == expected(audio_server, audio_bare, TRANSCRIBE)
     assert result["duration"] == pytest.approx(1.5)
+
+
+def test_transcriptions_beside_audio_chats_at_once_each_answer_as_alone(audio_server, audio_bare):
+    """Three transcriptions of different clips and two chats hearing them, all at once on two
+    slots (clips decoded two at a time, MAX_CONCURRENT_AUDIO_DECODES): each is the bare engine's."""
+    clips = [wav_bytes(tone(1.0 + i / 4, freq=200 + 150 * i)) for i in range(3)]
+
+    def transcript(clip: bytes) -> str:
+        return openai_sdk(audio_server).audio.transcriptions.create(
+            model="tiny", file=("c.wav", clip, "audio/wav"), response_format="text", extra_body=STEER).strip()
+
+    def heard(clip: bytes) -> str:
+        return chat(audio_server, said(clip)).choices[0].message.content
+
+    with ThreadPoolExecutor(5) as pool:
+        texts = [pool.submit(transcript, c) for c in clips]
+        chats = [pool.submit(heard, c) for c in clips[:2]]
+        assert [t.result(timeout=120) for t in texts] == [expected(audio_server, audio_bare, TRANSCRIBE, c)
+                                                          for c in clips]
+        assert [c.result(timeout=120) for c in chats] == [bare_answer(audio_server, audio_bare, said(c), [c])
+                                                          for c in clips[:2]]
+
+
+def said(clip: bytes) -> list[dict]:
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(clip).decode(), "format": "wav"}}
+    return [{"role": "user", "content": [{"type": "text", "text": "what was said?"}, part]}]
 
 
 def test_ollama_chat_and_generate_take_a_clip_among_images(audio_server, audio_bare):

@@ -14,6 +14,7 @@ with the usage, as ``data:`` lines.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ...conversation import Message, Text
@@ -37,6 +38,7 @@ TRANSCRIBE = "Transcribe the audio: write exactly what is said, nothing else."
 TRANSLATE = "Translate what is said in the audio into English: write the English text, nothing else."
 MAX_TRANSCRIPT_TOKENS = 4096         # a transcript's tokens when the form sets no max_tokens (extension)
 DEFAULT_TEMPERATURE = 0.0            # OpenAI's when the form sends none (the likeliest transcript), not a chat's
+_ARROWS = re.compile(r"-{2,}>")        # a cue's timing arrow, "-->", and any longer run ending in one
 TEXT_TYPES = {"text": "text/plain; charset=utf-8", "srt": "application/x-subrip; charset=utf-8",
               "vtt": "text/vtt; charset=utf-8"}
 
@@ -103,7 +105,7 @@ def subtitles(response_format: str, text: str, seconds: float) -> str:
     """The transcript as one SRT or WebVTT cue spanning the clip. A blank line ends a cue and
     "-->" starts a timing line, so neither stays in the text: a model's transcript (of audio
     that says so) cannot add cues of its own."""
-    lines = [line.replace("-->", "->") for line in text.splitlines() if line.strip()]
+    lines = [_ARROWS.sub("->", line) for line in text.splitlines() if line.strip()]
     cue = "\n".join(lines)
     if response_format == "srt":
         return f"1\n{_stamp(0, ',')} --> {_stamp(seconds, ',')}\n{cue}\n\n"

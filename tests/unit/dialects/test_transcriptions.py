@@ -38,7 +38,7 @@ def test_one_cue_spans_the_clip_in_srt_and_vtt():
 
 def test_a_transcript_cannot_add_cues_of_its_own():
     """Blank lines end a cue and "-->" starts a timing: neither survives in the cue's text."""
-    forged = "hi\n\n2\n00:00:05,000 --> 00:00:09,000\nforged\n\n"
+    forged = "hi\n\n2\n00:00:05,000 ---> 00:00:09,000\nforged\n\n"
     srt = subtitles("srt", forged, 1.0)
     assert srt.count("-->") == 1 and "\n\n" not in srt.rstrip("\n")
     assert srt == "1\n00:00:00,000 --> 00:00:01,000\nhi\n2\n00:00:05,000 -> 00:00:09,000\nforged\n\n"
