@@ -15,9 +15,19 @@ from tinyaudio import tone, wav_bytes
 CT = "multipart/form-data; boundary=b"
 
 
-def form(data: bytes) -> bytes:
-    return (b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\ntiny\r\n'
+def form(data: bytes, *fields: tuple[str, str]) -> bytes:
+    extra = b"".join(f'--b\r\nContent-Disposition: form-data; name="{k}"\r\n\r\n{v}\r\n'.encode() for k, v in fields)
+    return (b'--b\r\nContent-Disposition: form-data; name="model"\r\n\r\ntiny\r\n' + extra +
             b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n' + data + b"\r\n--b--\r\n")
+
+
+def test_a_translation_is_not_streamed_as_openai_s_is_not():
+    clip = wav_bytes(tone(0.5))
+    with pytest.raises(ApiError) as caught:
+        read_form(CT, form(clip, ("stream", "true")), translate=True)
+    assert (caught.value.status, caught.value.param) == (400, "stream")
+    assert read_form(CT, form(clip, ("stream", "True")), translate=False).body["stream"] is True
+    assert read_form(CT, form(clip, ("stream", "false")), translate=True).body["stream"] is False
 
 
 def test_a_file_past_max_audio_bytes_is_the_clip_s_own_400_naming_the_limit():
