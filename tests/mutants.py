@@ -782,7 +782,7 @@ MUTANTS = [
            "DEFAULT_TEMPERATURE = 0.0 ", "DEFAULT_TEMPERATURE = 0.8 ",
            ("tests/e2e/test_transcriptions.py::test_a_form_without_a_temperature_is_transcribed_at_openai_s_0",)),
     Mutant("a clip of a few samples reaches libmtmd", "localserve/engine/audio.py",
-           "    shortest = max(2, math.ceil(MIN_CLIP_SECONDS * rate))", "    shortest = 2",
+           "    return max(2, math.ceil(MIN_CLIP_SECONDS * rate))", "    return 2",
            ("tests/e2e/test_audio.py::test_a_clip_libmtmd_decodes_to_too_few_samples_is_refused_before_tokenizing",)),
 ]
 

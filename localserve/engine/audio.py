@@ -99,8 +99,13 @@ def _bitmap(projector: _Projector, data: bytes) -> int:
     return bitmap
 
 
+def shortest_clip(rate: int) -> int:
+    """The fewest decoded samples a clip may have at `rate`: MIN_CLIP_SECONDS of them, and never one."""
+    return max(2, math.ceil(MIN_CLIP_SECONDS * rate))
+
+
 def _check_decoded(n_samples: int, rate: int, max_seconds: float) -> None:
-    shortest = max(2, math.ceil(MIN_CLIP_SECONDS * rate))
+    shortest = shortest_clip(rate)
     if n_samples < shortest:
         raise AudioUnreadable(f"the clip decodes to {n_samples} sample(s) at {rate} Hz; at least {shortest} "
                               f"(MIN_CLIP_SECONDS: {MIN_CLIP_SECONDS:g}) are needed", "audio_too_short")

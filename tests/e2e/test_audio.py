@@ -8,13 +8,11 @@ client's own bytes, greedy token for token."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from localserve import audio
 from localserve.conversation import Message, Text
-from localserve.engine.audio import MIN_CLIP_SECONDS
+from localserve.engine.audio import shortest_clip
 from localserve.generation import PromptRefused
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
 from tinyaudio import SAMPLE_RATE, audio_tokens, tone, wav_bytes, write_tiny_audio_mmproj
@@ -83,7 +81,7 @@ def test_a_clip_libmtmd_decodes_to_too_few_samples_is_refused_before_tokenizing(
     GGML_ASSERT(buf.size() > sizeof(float)) and end the process; fewer than two hops (LFM2-Audio's
     conformer log-mel asserts GGML_ASSERT(effective_n_len > 1)): MIN_CLIP_SECONDS holds every
     encoder's front end, one sample fewer is refused and the shortest clip taken."""
-    shortest = math.ceil(MIN_CLIP_SECONDS * SAMPLE_RATE)
+    shortest = shortest_clip(SAMPLE_RATE)
     assert shortest >= 2 * 160 * 2         # two hops of 10 ms at 16 kHz, twice over
     for clip in (wav_bytes([0.5]), wav_bytes([0.5] * 3, rate=44100), wav_bytes([0.5, -0.5] * 160),
                  wav_bytes(tone(1.0)[:shortest - 1])):
