@@ -784,6 +784,14 @@ MUTANTS = [
     Mutant("a clip of a few samples reaches libmtmd", "localserve/engine/audio.py",
            "    return max(2, math.ceil(MIN_CLIP_SECONDS * rate))", "    return 2",
            ("tests/e2e/test_audio.py::test_a_clip_libmtmd_decodes_to_too_few_samples_is_refused_before_tokenizing",)),
+    Mutant("grammar backlog one late", "localserve/runtime/pending_sample.py",
+           "abandoned_running() >= MAX_ABANDONED_SAMPLES", "abandoned_running() > MAX_ABANDONED_SAMPLES",
+           ("tests/unit/runtime/test_grammar_backlog.py",)),
+    Mutant("grammar backlog spares forced calls", "localserve/runtime/pending_sample.py",
+           "grammar = request.sampling.grammar or request.sampling.call_grammar",
+           "grammar = request.sampling.grammar", ("tests/unit/runtime/test_grammar_backlog.py",)),
+    Mutant("abandoned sample never counted off", "localserve/runtime/pending_sample.py",
+           "            _count_abandoned(-1)", "            pass", ("tests/unit/runtime/test_grammar_backlog.py",)),
 ]
 
 
