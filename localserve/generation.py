@@ -147,6 +147,7 @@ class GenerationRequest:
     client: str | None = None
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
     images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
+    audio_omitted: int = 0           # clips it shows as text (no audio encoder): said in a header too
     # llama-server's id_slot: the job runs in this slot (modulo the slots there are), waiting for
     # it while it is busy; it neither parks another job nor is parked (runtime/preempt.py)
     slot_id: int | None = None

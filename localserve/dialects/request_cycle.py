@@ -71,7 +71,8 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Ser
         with decodes_run_by(MediaWait(exchange, media_notice, services.prefill_keepalive)):
             reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
-                       reply.request.label or f"{exchange.request.path} {exchange.request_id}")
+                       reply.request.label or f"{exchange.request.path} {exchange.request_id}",
+                       audio=reply.request.audio_omitted)
         if reply.request.editor_completion:     # editor priority is shared out per client (runtime/fairness.py)
             reply.request.client = priority_client(exchange)
         if reply.choices > 1:
