@@ -6,8 +6,8 @@ shapes are another model's; gemma's architecture is another), so a plain request
 Pinned: the per-request `lora` field (the SDK's extra_body), the `base+adapter` model names
 (answers carry them; the lists show them; Ollama's client reaches them), GET/POST /lora-adapters
 rescaling, two requests of different adapters at once each getting its text alone, prompt
-caches never crossing adapter sets (cached_tokens), and bad adapters refused in each
-dialect's error shape while the server goes on.
+caches never crossing adapter sets (cached_tokens) nor slot files, and bad adapters refused in
+each dialect's error shape while the server goes on.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def lora_server(tmp_path_factory):
     write_tiny_lora(folder / "wide.gguf", model, seed=3, n_embd=32)
     write_tiny_lora(folder / "gemma.gguf", model, seed=4, arch="gemma3")
     adapters = [arg for name in ("alpha", "beta", "wide", "gemma") for arg in ("--lora", f"{folder / name}.gguf:0")]
-    srv = ServerProcess(model, "--model-id", "tiny", "--slots", "2", *adapters,
+    srv = ServerProcess(model, "--model-id", "tiny", "--slots", "2", *adapters, "--slot-save-path", str(folder / "saved"),
                         env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
     yield srv
     srv.stop()
@@ -151,6 +151,28 @@ def test_prompt_caches_never_cross_adapter_sets(lora_server):
     assert run(lora=[{"id": ALPHA, "scale": 0.5}])[1] < n_prompt // 4    # alpha at another scale is another set
     again, cached, _ = run(lora=[{"id": ALPHA, "scale": 1}])
     assert cached > n_prompt // 2 and again == first                 # its own prefix, kept (a slot or RAM)
+
+
+def test_a_slot_saved_under_an_adapter_restores_for_that_adapter_set_alone(lora_server):
+    """/slots/N?action=save of a slot whose prompt ran under alpha saves it (it was saved empty),
+    with the set named in the file; restored, alpha's request reuses it and the base's does not."""
+    prompt = "A slot saved under an adapter: " + "lorem ipsum dolor sit amet " * 5
+    alpha = {"prompt": prompt, "n_predict": 2, "id_slot": 0, "lora": [{"id": ALPHA, "scale": 1}]}
+    first = call(lora_server, "/completion", alpha).json()
+    saved = call(lora_server, "/slots/0?action=save", {"filename": "alpha.bin"}).json()
+    assert saved["n_saved"] >= first["tokens_evaluated"]
+
+    def restored_then(body: dict) -> int:
+        for slot in (0, 1):
+            assert call(lora_server, f"/slots/{slot}?action=erase", {}).status == 200
+        done = call(lora_server, "/slots/0?action=restore", {"filename": "alpha.bin"}).json()
+        assert done["n_restored"] == saved["n_saved"]
+        return call(lora_server, "/completion", body).json()["timings"]["cache_n"]
+
+    assert restored_then(alpha) == first["tokens_evaluated"] - 1
+    assert restored_then({**alpha, "lora": []}) == 0
+    assert restored_then({**alpha, "lora": [{"id": ALPHA, "scale": 0.5}]}) == 0
+    assert restored_then({**alpha, "lora": [{"id": BETA, "scale": 1}]}) == 0
 
 
 BAD = [([{"id": 7, "scale": 1}], "no LoRA adapter 7"),
