@@ -3,7 +3,8 @@ tiny model's output matrix, each with greedy text of its own.
 
 One server: `--lora` four times at scale 0 (alpha and beta run only when a request asks; wide's
 shapes are another model's; gemma's architecture is another), so a plain request is the base's.
-Pinned: the per-request `lora` field (the SDK's extra_body), the `base+adapter` model names
+Pinned: the per-request `lora` field (the SDK's extra_body), drafts verified under the request's
+adapters, the `base+adapter` model names
 (answers carry them; the lists show them; Ollama's client reaches them), GET/POST /lora-adapters
 rescaling, two requests of different adapters at once each getting its text alone, prompt
 caches never crossing adapter sets (cached_tokens) nor slot files, and bad adapters refused in
@@ -103,6 +104,20 @@ def test_global_scales_are_listed_and_set(lora_server, alone):
     finally:
         call(lora_server, "/lora-adapters", [])
     assert text(chat(lora_server)) == alone["base"]
+
+
+def test_drafts_are_verified_under_the_requests_adapters(lora_server, alone):
+    """Speculation (ngram, the default) with a prediction to draft from: a draft of alpha's own
+    text is accepted under alpha, the base's is refused, and the text is alpha's either way (a
+    draft verified under another set would turn into that set's tokens)."""
+    for predicted, accepted in ((alone["alpha"], True), (alone["base"], False)):
+        answer = chat(lora_server, lora=[{"id": ALPHA, "scale": 1}],
+                      prediction={"type": "content", "content": predicted})
+        details = answer["usage"]["completion_tokens_details"]
+        assert text(answer) == alone["alpha"]
+        assert (details["accepted_prediction_tokens"] > 10) == accepted, details
+    answer = chat(lora_server, model="tiny+beta", prediction={"type": "content", "content": alone["beta"]})
+    assert text(answer) == alone["beta"] and answer["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] > 10
 
 
 def test_two_adapters_at_once_each_get_their_own_text(lora_server, alone):

@@ -136,8 +136,9 @@ def test_lmstudio_folders_linked_outside_are_skipped_and_walks_are_bounded(tmp_p
     with caplog.at_level(logging.WARNING, "localserve.models"):
         found = names(discovery.discover(("lmstudio",), env_for(tmp_path)))
     assert set(found) == {"pub/Kept-GGUF:Q4_K_M"}
-    said = " ".join(r.getMessage() for r in caplog.records)
-    assert "pub/Root-GGUF" in said and "everything" in said and "Deep-GGUF" in said and "Wide-GGUF" in said
+    said = [r.getMessage() for r in caplog.records]
+    for folder in ("pub/Root-GGUF", "everything", "Deep-GGUF", "Wide-GGUF"):
+        assert sum(folder in m for m in said) == 1, (folder, said)    # one line each, not one per folder of /
 
 
 def test_lmstudio_both_folders(tmp_path):
