@@ -200,7 +200,6 @@ def test_raw_stream_shape(srv):
     assert all(len(c["choices"]) == 1 for c in choice_chunks)
 
 
-DEAD_END = 'root ::= "x" "y" | "z"'      # with "y" banned, a choice that draws "x" fails (no allowed token)
 DEAD_END_SEED = 10
 
 
@@ -210,9 +209,10 @@ def test_a_choice_that_fails_fails_the_request_as_the_sdk_reads_it(srv, client):
     fails with the failed choice's error: a 400 whole, the error event once streaming (nothing
     of the failed choice before it), on Chat Completions and Completions."""
     pieces = request(srv.port, post_json("/tokenize", {"content": "xyz", "with_pieces": True})).json()["tokens"]
-    banned = {str(next(p["id"] for p in pieces if p["piece"] == "y")): -100}
-    fields = {"model": "tiny", "max_tokens": 4, "temperature": 1.0, "top_p": 1.0, "logit_bias": banned,
-              "extra_body": {"top_k": 0, "min_p": 0.0, "grammar": DEAD_END}}
+    x, y, z = (p["id"] for p in pieces)
+    dead_end = f"root ::= <[{x}]> <[{y}]> | <[{z}]>"     # y banned: a choice that draws x has no token left
+    fields = {"model": "tiny", "max_tokens": 4, "temperature": 1.0, "top_p": 1.0, "logit_bias": {str(y): -100},
+              "extra_body": {"top_k": 0, "min_p": 0.0, "grammar": dead_end}}
     messages = [{"role": "user", "content": "Pick one."}]
     alone = []
     for i in range(4):          # each choice as a request of its own: some end ("z"), some fail
