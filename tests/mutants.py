@@ -765,6 +765,23 @@ MUTANTS = [
     Mutant("lora model name picks nothing", "localserve/dialects/loading.py",
            "        yield model if adapter is None else dataclasses.replace(model, adapter=adapter)",
            "        yield model", ("tests/e2e/test_lora.py::test_an_adapter_is_a_model_of_its_own",)),
+    # leftovers of issues 50 and 51: bare-name pulls, slots under adapters, a failed choice, linked snapshots
+    Mutant("a repo's bare name answered by whichever quant holds it", "localserve/dialects/pulls.py",
+           "        return parse_hub_name(name).quant is None", "        return False",
+           ("tests/e2e/test_hub_pull.py::test_the_ollama_module_as_its_readme_configures_it",)),
+    Mutant("a slot under adapters saved empty", "localserve/runtime/slot_state.py",
+           "        key, adapters = scope_parts(slot.scope)", "        key, adapters = slot.scope, ()",
+           ("tests/e2e/test_lora.py::test_a_slot_saved_under_an_adapter_restores_for_that_adapter_set_alone",)),
+    Mutant("a restored slot's cache crosses adapter sets", "localserve/runtime/slot_state.py",
+           "            scope = cache_scope(request.scope, request.adapters)", "            scope = request.scope",
+           ("tests/e2e/test_lora.py::test_a_slot_saved_under_an_adapter_restores_for_that_adapter_set_alone",)),
+    Mutant("a failed choice does not fail the whole answer", "localserve/dialects/choices.py",
+           "                if event.event.error is not None:\n                    raise error_from(event.event)\n", "",
+           ("tests/unit/dialects/test_choices.py::test_waiting_for_choices_gives_their_ends_in_order_unless_one_failed",
+            "tests/e2e/test_choices.py::test_a_choice_that_fails_fails_the_request_as_the_sdk_reads_it")),
+    Mutant("a snapshot folder linked outside the cache followed", "localserve/models/hf_layout.py",
+           "    if not within(root, snapshot):", "    if False:",
+           ("tests/unit/models/test_discovery.py::test_a_linked_snapshot_folder_is_followed_only_inside_the_cache",)),
 ]
 
 

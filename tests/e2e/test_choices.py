@@ -23,7 +23,7 @@ from promtext import parse
 from rawhttp import post_json, request
 from responses_support import hermes_model
 from sse import parse_sse
-from tinymodel import NO_EOG
+from tinymodel import NO_EOG, byte_token_id
 
 SLOTS, MAX_QUEUE = 4, 3
 
@@ -200,7 +200,8 @@ def test_raw_stream_shape(srv):
     assert all(len(c["choices"]) == 1 for c in choice_chunks)
 
 
-DEAD_END_SEED = 10
+DEAD_END = 'root ::= "x" "y" | "z"'     # y banned (its piece and its byte token): a choice that draws x fails
+DEAD_END_SEED = 110                     # seeds 110..113 alone: x, z, x, z
 
 
 def test_a_choice_that_fails_fails_the_request_as_the_sdk_reads_it(srv, client):
@@ -208,11 +209,11 @@ def test_a_choice_that_fails_fails_the_request_as_the_sdk_reads_it(srv, client):
     was refused by the SDK's types, so the choices that went well were lost anyway. The request
     fails with the failed choice's error: a 400 whole, the error event once streaming (nothing
     of the failed choice before it), on Chat Completions and Completions."""
-    pieces = request(srv.port, post_json("/tokenize", {"content": "xyz", "with_pieces": True})).json()["tokens"]
-    x, y, z = (p["id"] for p in pieces)
-    dead_end = f"root ::= <[{x}]> <[{y}]> | <[{z}]>"     # y banned: a choice that draws x has no token left
-    fields = {"model": "tiny", "max_tokens": 4, "temperature": 1.0, "top_p": 1.0, "logit_bias": {str(y): -100},
-              "extra_body": {"top_k": 0, "min_p": 0.0, "grammar": dead_end}}
+    y = request(srv.port, post_json("/tokenize", {"content": "y"})).json()["tokens"]
+    assert request(srv.port, post_json("/detokenize", {"tokens": [byte_token_id(ord("y"))]})).json()["content"] == "y"
+    banned = {str(token): -100 for token in (*y, byte_token_id(ord("y")))}
+    fields = {"model": "tiny", "max_tokens": 4, "temperature": 1.0, "top_p": 1.0, "logit_bias": banned,
+              "extra_body": {"top_k": 0, "min_p": 0.0, "grammar": DEAD_END}}
     messages = [{"role": "user", "content": "Pick one."}]
     alone = []
     for i in range(4):          # each choice as a request of its own: some end ("z"), some fail
