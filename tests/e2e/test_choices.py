@@ -227,15 +227,16 @@ def test_a_choice_that_fails_fails_the_request_as_the_sdk_reads_it(srv, client):
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(messages=messages, seed=DEAD_END_SEED, n=4, **fields)
     assert "no token is allowed" in refused.value.message
+    loose = openai_sdk(srv, strict=False)   # Completion's type forbids a streamed chunk's null finish_reason
     for create, body in ((client.chat.completions.create, {"messages": messages}),
-                         (client.completions.create, {"prompt": "Pick one."})):
+                         (loose.completions.create, {"prompt": "Pick one."})):
         seen = []
         with pytest.raises(openai.APIError) as failed:
             for chunk in create(**body, seed=DEAD_END_SEED, n=4, stream=True, **fields):
                 seen.append(chunk)
         assert "no token is allowed" in failed.value.message
         assert all(c.choices[0].finish_reason in (None, "stop") for c in seen if c.choices)
-    assert client.chat.completions.create(messages=messages, n=2, max_tokens=2).choices[1].index == 1
+    assert client.chat.completions.create(model="tiny", messages=messages, n=2, max_tokens=2).choices[1].index == 1
 
 
 @pytest.mark.parametrize("value", [0, -1, 17, 1.5, "2", True, None])
