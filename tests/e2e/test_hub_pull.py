@@ -237,6 +237,18 @@ def test_llama_server_post_models_and_sse(server, mirror, files):
     assert again.status_code == 400 and "already exists" in again.json()["error"]["message"]
     bad = httpx.post(server.base_url + "/models", json={"model": "../x"})
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    # a repo's bare name, held by the quant pulled first, still brings the repo's default quant
+    mirror.add("org/Pair-GGUF", Repo({"p-Q4_K_M.gguf": files["tiny-Q4_K_M.gguf"] + b"p",
+                                      "p-Q8_0.gguf": files["tiny-Q8_0.gguf"] + b"p"}))
+    pulled = httpx.post(server.base_url + "/api/pull", json={"model": "org/Pair-GGUF:Q8_0", "stream": False}, timeout=60)
+    assert pulled.json() == {"status": "success"}
+    assert httpx.post(server.base_url + "/models", json={"model": "org/Pair-GGUF"}).json() == {"success": True}
+    deadline = time.monotonic() + 60
+    while "org/Pair-GGUF:Q4_K_M" not in {m["id"] for m in httpx.get(server.base_url + "/models").json()["data"]}:
+        assert time.monotonic() < deadline, "the default quant was not pulled"
+        time.sleep(0.05)
+    again = httpx.post(server.base_url + "/models", json={"model": "org/Pair-GGUF"})
+    assert again.status_code == 400 and "as 'org/Pair-GGUF:Q4_K_M'" in again.json()["error"]["message"]
 
 
 def run_cli(home, mirror, *args, **extra) -> subprocess.CompletedProcess:
