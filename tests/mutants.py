@@ -768,7 +768,8 @@ MUTANTS = [
     # leftovers of issues 50 and 51: bare-name pulls, slots under adapters, a failed choice, linked snapshots
     Mutant("a repo's bare name answered by whichever quant holds it", "localserve/dialects/pulls.py",
            "        return parse_hub_name(name).quant is None", "        return False",
-           ("tests/e2e/test_hub_pull.py::test_the_ollama_module_as_its_readme_configures_it",)),
+           ("tests/e2e/test_hub_pull.py::test_the_ollama_module_as_its_readme_configures_it",
+            "tests/e2e/test_hub_pull.py::test_llama_server_post_models_and_sse")),
     Mutant("a slot under adapters saved empty", "localserve/runtime/slot_state.py",
            "        key, adapters = scope_parts(slot.scope)", "        key, adapters = slot.scope, ()",
            ("tests/e2e/test_lora.py::test_a_slot_saved_under_an_adapter_restores_for_that_adapter_set_alone",)),
