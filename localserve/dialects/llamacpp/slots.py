@@ -4,15 +4,15 @@ save writes slot {id}'s KV cache (its tokens and llama.cpp's state of its sequen
 file the body names, `{"filename": NAME}`, inside --slot-save-path; restore puts such a file
 back into a slot (a prompt that starts with its tokens then goes there and skips that much
 prefill); erase empties the slot. A name is a plain file name: no directory, no path
-separator, no "..", no leading dot. A file records the model it was saved from, the
-key's cache scope (the digest the store keeps too) and the LoRA adapters (by name, with their
-scales) its prompt ran under, and is restored into that model, for that key, only, under that
-adapter set: only a request of that set reuses it (a model without one of them refuses it); a slot holding another key's prompt is empty to a request (slot_state.py). With
-several API keys each key's files live in a folder of its own (its scope digest, as the store
-names it): two keys saving one name keep two files, and one key never learns another's names.
-A slot running a request is a 409. Without --slot-save-path
-every action is a 501, as llama-server answers. The model is the body's or `?model=`'s, else
-the one served.
+separator, no "..", no leading dot. A file records the model it was saved from, the key's
+cache scope (the digest the store keeps too) and the LoRA adapters (by name, with their scales)
+its prompt ran under, and is restored into that model, for that key, only, under that adapter
+set: only a request of that set reuses it (a model without one of them refuses it); a slot
+holding another key's prompt is empty to a request (slot_state.py). With several API keys
+each key's files live in a folder of its own (its scope digest, as the store names it): two
+keys saving one name keep two files, and one key never learns another's names. A slot running
+a request is a 409. Without --slot-save-path every action is a 501, as llama-server answers.
+The model is the body's or `?model=`'s, else the one served.
 """
 
 from __future__ import annotations

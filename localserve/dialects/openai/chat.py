@@ -233,9 +233,9 @@ class ChatChunks(StreamShape):
 
     def feed(self, event: object) -> list[bytes]:
         index, event = (event.index, event.event) if isinstance(event, ChoiceEvent) else (0, event)
-        out = []
         if isinstance(event, Finished) and event.error is not None:
             return self.finish(index, event)
+        out = []
         if index not in self.role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
             out.append(self.chunk({"role": "assistant", "content": ""}, index=index))
             self.role_sent.add(index)
