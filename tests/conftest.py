@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 # The helpers (tiny models, raw HTTP, SSE, SDK clients) live in tests/support/ and are imported by name.
 sys.path.insert(0, str(Path(__file__).parent / "support"))
@@ -26,6 +27,13 @@ START_TIMEOUT = 60.0
 # llama.cpp stores (models/discovery/): what it lists must not depend on the machine. The tests of
 # discovery and pulls build their stores in a temporary home and turn it back on there.
 os.environ["LOCALSERVE_NO_DISCOVER"] = "1"
+
+# Property tests draw the same examples on every run: CI has one try, and a failure must not hang
+# on the run's seed (HYPOTHESIS_PROFILE=explore draws new ones, to search). Neither a per-example
+# deadline nor the too-slow check: both measure wall time, which a loaded 2-core box stretches.
+settings.register_profile("ci", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def pytest_sessionstart(session):

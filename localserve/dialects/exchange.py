@@ -75,6 +75,9 @@ class Exchange:
     errors: ErrorShape = OPENAI_ERRORS     # the route's dialect: how its clients read an error
     request_id: str = ""
     stream_open: bool = False      # the stream's head is out (pump.open_stream), maybe while the model loaded
+    # the head went out before the handler knew its answer (a model load: loading.py; a clip's decode:
+    # media_wait.py): an error then goes in the stream
+    opened_early: bool = False
     scope: Scope = Scope()         # set by the access check, before the handler runs
     _json: dict | None = field(default=None, repr=False)
 

@@ -48,7 +48,7 @@ class LoadWait:
         writer = self.exchange.writer
         if self.notice is not None and not self.opened:
             open_stream(self.exchange)
-            self.opened = True
+            self.opened = self.exchange.opened_early = True
         elif writer.peer_closed():
             raise ClientGone(f"peer closed while model {event.model} loaded")
         if self.notice is not None and time.monotonic() >= self.next_notice:
@@ -76,7 +76,8 @@ def use_model(models: ModelManager, body: dict, on_loading: Callable[[Loading], 
 def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve: Callable[[ServedModel], None],
                      *, notice: bytes | None = None) -> None:
     """serve(model) with the model the body names loaded and held; `notice`: a stream's load
-    notice, whose head may then go out before serve runs."""
+    notice, whose head may then go out before serve runs (as it may while serve decodes a clip:
+    media_wait.py); an error after such a head goes in the stream."""
     wait = LoadWait(exchange, notice)
     try:
         with use_model(models, body, wait) as model:
@@ -84,7 +85,7 @@ def serve_with_model(exchange: Exchange, models: ModelManager, body: dict, serve
     except ClientGone:
         raise
     except Exception as exc:
-        if not wait.opened or exchange.writer.finished:
+        if not exchange.opened_early or exchange.writer.finished:
             raise           # the router answers, or cuts short a response that ended or was not ours
         if isinstance(exc, ApiError):
             error = exc

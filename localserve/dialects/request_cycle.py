@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..generation import ActiveGeneration, Finished, GenerationOutput, GenerationRequest
+from ..prompt.media import decodes_run_by
 from .choices import Choices, choice_events, submit_choices, wait_for_choices
 from .exchange import Exchange
 from .fields import read_bool
@@ -21,7 +22,8 @@ from .fim import priority_client, supersede_key, superseding
 from .image_parts import report_omitted
 from .job_events import cancel_on_error, submit, wait_for_output
 from .loading import serve_with_model
-from .pump import StreamShape, pump, stream_job
+from .media_wait import MediaWait
+from .pump import PREFILL_COMMENT, StreamShape, pump, stream_job
 from .services import Services
 from .stored_defaults import StoredFields, put_stored
 
@@ -60,11 +62,14 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Ser
     models = services.ready()
     body = exchange.json() if body is None else body
     stream = streams(body)
+    # while a clip decodes, a stream whose format has comment lines says `: prefill` (media_wait.py)
+    media_notice = PREFILL_COMMENT if stream and shape_type.loading_notice() is not None else None
 
     def serve(model: ServedModel) -> None:
         if stored is not None:
             put_stored(model.entry.defaults, body, stored)
-        reply = read(model, body)
+        with decodes_run_by(MediaWait(exchange, media_notice, services.prefill_keepalive)):
+            reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
                        reply.request.label or f"{exchange.request.path} {exchange.request_id}")
         if reply.request.editor_completion:     # editor priority is shared out per client (runtime/fairness.py)

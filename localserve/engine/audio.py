@@ -1,4 +1,4 @@
-"""A clip through the projector's audio encoder (libmtmd), on a connection thread.
+"""A clip through the projector's audio encoder (libmtmd), off the runtime thread (a request's decode thread).
 
 The bytes come checked by localserve/audio.py (a WAV rewritten there, or an MP3 / FLAC stream
 whose declared length was held to the limit). libmtmd's helper decodes them with miniaudio,
@@ -10,6 +10,11 @@ log-mel frames for Whisper's), one audio chunk each, with the tokens its model w
 (Qwen2-Audio's <|audio_bos|> ... <|audio_eos|>); a cut in the prompt cache never falls inside
 one, as none falls inside an image. The runtime evaluates them as it does images
 (runtime/images.py): encoded once, decoded in parts between steps.
+
+The decode and the log-mel take a while for a long clip (a second or more for five minutes), so
+a caller runs them off the connection thread (dialects/media_wait.py) and hands in `stop`: a
+client that left sets it, and the work stops between its steps (before the decode, before the
+log-mel), with DecodeStopped.
 
 The projector (vision.Projector) is handed in: this module reads its context and sample rate
 and gets its segments back through Projector.segments_of, and imports nothing of vision.py.
@@ -24,7 +29,7 @@ from typing import Protocol
 from llama_cpp import mtmd_cpp as mtmd
 
 from ..audio import MAX_AUDIO_SECONDS
-from .facade import AudioUnreadable, ImageUnreadable
+from .facade import AudioUnreadable, DecodeStopped, ImageUnreadable
 
 CHUNK_AUDIO = 2
 # Clips decoded at once, all models together: each holds up to MAX_AUDIO_SECONDS of float
@@ -47,15 +52,18 @@ class _Projector(Protocol):
     def segments_of(self, bitmap: int, kind: int) -> list: ...
 
 
-def audio_segments(projector: _Projector, data: bytes) -> list:
-    """The clip's prompt segments: token lists and its audio chunks (vision.MediaChunk)."""
+def audio_segments(projector: _Projector, data: bytes, stop: threading.Event | None = None) -> list:
+    """The clip's prompt segments: token lists and its audio chunks (vision.MediaChunk);
+    DecodeStopped where `stop` was set before the decode or before the log-mel."""
     if not projector.audio:
         raise AudioUnreadable("this model's projector has no audio encoder")
     with _decoding:
+        _stop_if(stop, "before its decode")
         bitmap = _bitmap(projector, data)
         try:
             _check_decoded(mtmd.mtmd_bitmap_get_nx(bitmap), projector.sample_rate, MAX_AUDIO_SECONDS)
-        except AudioUnreadable:
+            _stop_if(stop, "after its decode, before its log-mel")
+        except (AudioUnreadable, DecodeStopped):
             mtmd.mtmd_bitmap_free(bitmap)
             raise
         try:
@@ -79,6 +87,11 @@ def stacking_refusal(meta: dict) -> str | None:
         return None
     return (f"its {kind} audio encoder stacks {factor} frames, which libmtmd counts as {counted} positions a "
             f"window while its graph makes {made}: the first clip would abort the process")
+
+
+def _stop_if(stop: threading.Event | None, where: str) -> None:
+    if stop is not None and stop.is_set():
+        raise DecodeStopped(where)
 
 
 def _bitmap(projector: _Projector, data: bytes) -> int:

@@ -10,6 +10,7 @@ catches its errors, loads no native library.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -42,6 +43,11 @@ class AudioUnreadable(ValueError):
     def __init__(self, message: str, code: str = "invalid_audio"):
         super().__init__(message)
         self.code = code
+
+
+class DecodeStopped(Exception):
+    """A clip's decode stopped between its steps: the caller's stop was set (its client left);
+    the message says where it stopped."""
 
 
 class ImageTooLargeForBatch(ValueError):
@@ -174,12 +180,13 @@ class EngineFacade:
         """A projector with an audio encoder is loaded with the model: it hears audio (engine/audio.py)."""
         return self._engine.projector is not None and self._engine.projector.audio
 
-    def audio_segments(self, data: bytes) -> list:
+    def audio_segments(self, data: bytes, stop: threading.Event | None = None) -> list:
         """One clip (bytes audio.py checked) as prompt segments: token lists (the model's own
-        wrapping) and one audio chunk per 30-second window (engine/audio.py); AudioUnreadable."""
+        wrapping) and one audio chunk per 30-second window (engine/audio.py); AudioUnreadable;
+        DecodeStopped once `stop` is set (checked between the decode's steps)."""
         if not self.has_audio:
             raise AudioUnreadable("this model has no audio encoder")
-        return self._engine.projector.audio_segments(data)
+        return self._engine.projector.audio_segments(data, stop)
 
     def image_segments(self, data: bytes) -> list:
         """One image as prompt segments (token lists and one image chunk, vision.py);

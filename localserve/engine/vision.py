@@ -152,9 +152,9 @@ class Projector:
         with _decoding:
             return self._decode(data)
 
-    def audio_segments(self, data: bytes) -> list[list[int] | MediaChunk]:
-        """One clip as prompt segments (engine/audio.py); AudioUnreadable."""
-        return audio_segments(self, data)
+    def audio_segments(self, data: bytes, stop: threading.Event | None = None) -> list[list[int] | MediaChunk]:
+        """One clip as prompt segments (engine/audio.py); AudioUnreadable, DecodeStopped."""
+        return audio_segments(self, data, stop)
 
     def _decode(self, data: bytes) -> list[list[int] | MediaChunk]:
         return self.segments_of(self._bitmap(data), CHUNK_IMAGE)

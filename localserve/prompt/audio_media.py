@@ -1,7 +1,8 @@
 """A clip's place in a prompt: prompt/media.py's step for a clip at a media marker.
 
 Its segments (libmtmd's decode through engine/audio.py, once a request per digest, kept in the
-request's media scope, media.RequestImages, which asks after the client before each decode)
+request's media scope, media.RequestImages, which asks after the client before each decode and
+runs it where the request's dialect says: run_decode)
 are appended to the prompt: token lists as they are, each audio chunk (one per 30-second
 window of a Whisper-style encoder) at the clip's placeholder ids as a generation.ImageChunk,
 which the runtime evaluates as it does an image's, and by which the prompt cache reuses a
@@ -22,7 +23,7 @@ def add_audio(engine: EngineFacade, scope, clip: Audio, tokens: list[int], chunk
     if clip.digest not in scope.segments:
         scope.check_client()
         try:
-            scope.segments[clip.digest] = engine.audio_segments(clip.data)
+            scope.segments[clip.digest] = scope.run_decode(lambda stop: engine.audio_segments(clip.data, stop))
         except AudioUnreadable as exc:
             raise PromptRefused(f"invalid '{where}': {exc}", code=exc.code, param=where) from None
     for segment in scope.segments[clip.digest]:

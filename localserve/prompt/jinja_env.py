@@ -15,6 +15,7 @@ whose message is fit for a 400 and names the template line it happened on.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import types
@@ -28,7 +29,7 @@ from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 
 from . import hf_json
 
-__all__ = ["TemplateError", "compile_template", "render", "tojson"]
+__all__ = ["TemplateError", "at_moment", "compile_template", "now", "render", "tojson"]
 
 
 class TemplateError(Exception):
@@ -60,8 +61,30 @@ def _raise_exception(message: Any) -> None:
     raise TemplateError(str(message))
 
 
+# The time templates show (strftime_now; Llama 3's date_string, firefunction's datetime): the wall
+# clock, or one moment held over renders that are compared with each other (at_moment), which a
+# second or a day turning between them would otherwise tell apart.
+_MOMENT: contextvars.ContextVar[datetime | None] = contextvars.ContextVar("moment", default=None)
+
+
+def now() -> datetime:
+    """The time a template rendered now shows."""
+    return _MOMENT.get() or datetime.now()
+
+
+@contextlib.contextmanager
+def at_moment(moment: datetime | None = None) -> Iterator[datetime]:
+    """Every render in the block shows `moment` (by default the time on entering) as the time."""
+    held = moment or datetime.now()
+    token = _MOMENT.set(held)
+    try:
+        yield held
+    finally:
+        _MOMENT.reset(token)
+
+
 def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
+    return now().strftime(fmt)
 
 
 class _GenerationTag(jinja2.ext.Extension):

@@ -16,10 +16,15 @@ since the decoding happens deep under each dialect's prompt build. That scope al
 request to MAX_REQUEST_PIXELS, each image charged as the dialect reads it (image_parts.py: the
 header checks' work is bounded too) and again before a first one is decoded, and asks after
 the client between two decodes: a client that has left stops the decoding, and no job is made.
+A clip's decode (seconds for a long one) runs through the scope's `run_decode`: here on the
+thread that asks, unless the request's dialect runs it off that thread while it answers the
+client (dialects/media_wait.py: the stream's head and keepalives, the client watched, a stop
+set when it leaves) for as long as decodes_run_by holds.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -32,12 +37,20 @@ from .audio_media import add_audio
 
 MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels of one request's images, each distinct one once (100 of 1.3 MP)
 
+Decode = Callable[[threading.Event], list]       # a clip's decode, stopped between its steps once the event is set
+
+
+def decode_here(decode: Decode) -> list:
+    return decode(threading.Event())
+
 
 @dataclass
 class RequestImages:
-    """One request's image decodes, by digest, and how to ask whether its client is still there
-    (raises ClientGone when it is not)."""
+    """One request's image decodes, by digest, how to ask whether its client is still there
+    (raises ClientGone when it is not), and how a clip's decode runs (decode_here, or the
+    dialect's runner: decodes_run_by)."""
     check_client: Callable[[], None] = lambda: None
+    run_decode: Callable[[Decode], list] = decode_here
     segments: dict[str, list] = field(default_factory=dict)
     admitted: set[str] = field(default_factory=set)
     pixels: int = 0                  # of the images admitted, each once
@@ -78,6 +91,20 @@ def request_images(check_client: Callable[[], None]) -> Iterator[RequestImages]:
         yield _request.get()
     finally:
         _request.reset(token)
+
+
+@contextmanager
+def decodes_run_by(run: Callable[[Decode], list]) -> Iterator[None]:
+    """The request's clips decoded through `run` while this holds (outside a request: no change)."""
+    scope = _request.get()
+    if scope is None:
+        yield
+        return
+    before, scope.run_decode = scope.run_decode, run
+    try:
+        yield
+    finally:
+        scope.run_decode = before
 
 
 def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *, fit: bool = True,

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 from ..parsing.tool_families import ToolSyntax
-from .jinja_env import TEMPLATES_CACHED, TemplateError, compile_template, render, tojson
+from .jinja_env import TEMPLATES_CACHED, TemplateError, at_moment, compile_template, now, render, tojson
 from .polyfill import fit_to_template
 from .probe import TemplateCaps, probe
 from .messages import (ToolArguments, fold_system_turns, has_later_system_turns, has_user_runs,
@@ -37,9 +36,9 @@ def _common_variables(text: str, tools: list[dict] | None) -> dict:
     """Variables real templates read that HF's renderer does not pass, each only for a template
     that names it: ``functions`` (firefunction: the definitions as JSON text), ``xml_tools``
     (SmolLM3: the tool objects), ``date_string`` (Llama 3.x), ``datetime`` (firefunction)."""
-    now = datetime.now()
-    found = {"date_string": lambda: now.strftime("%d %b %Y"),
-             "datetime": lambda: now.strftime("%Y-%m-%d %H:%M:%S")}
+    moment = now()
+    found = {"date_string": lambda: moment.strftime("%d %b %Y"),
+             "datetime": lambda: moment.strftime("%Y-%m-%d %H:%M:%S")}
     found["functions"] = lambda: tojson([t.get("function", t) for t in tools or []], indent=4)
     found["xml_tools"] = lambda: list(tools or [])
     return {name: make() for name, make in found.items() if name in text}
@@ -100,8 +99,9 @@ class ChatTemplate:
 @functools.lru_cache(maxsize=TEMPLATES_CACHED)
 def _probed(text: str, bos_token: str, eos_token: str) -> TemplateCaps:
     template = ChatTemplate("probe", text, bos_token, eos_token)
-    return probe(lambda messages, tools, gen: template.render_as_is(messages, tools=tools,
-                                                                    add_generation_prompt=gen))
+    with at_moment():       # the probes compare renders: one time shown in all of them
+        return probe(lambda messages, tools, gen: template.render_as_is(messages, tools=tools,
+                                                                        add_generation_prompt=gen))
 
 
 # --- built-in templates, for models whose GGUF has none ----------------------

@@ -18,9 +18,12 @@ import pytest
 from clients import anthropic_sdk
 from conftest import ServerProcess, slow_model
 from family_templates import FAMILY_SPECIAL_TOKENS, write_family_gguf
+from promtext import parse
 from rawhttp import RawConnection, post_json, request, request_id_of
 from sse import parse_sse
 from tinymodel import NO_EOG, token_ids
+
+GET_METRICS = b"GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n"
 
 USER = [{"role": "user", "content": "Say hello"}]
 HELLO = 'root ::= "Hello, world!"'
@@ -316,7 +319,7 @@ def test_full_queue_is_529_overloaded(slow_server):
     finally:
         running.close()
         queued.close()
-    assert slow_server.wait_cancelled(request_id_of(received), "client went away", timeout=5)
+    assert slow_server.wait_cancelled(request_id_of(received), "client went away")
 
 
 # ---- long prefill, disconnects ---------------------------------------------------------
@@ -340,7 +343,7 @@ def test_disconnect_mid_stream_cancels_the_job(slow_server):
     while received.count(b"event: content_block_delta") < 5:
         received += conn.sock.recv(4096)
     conn.close()
-    assert slow_server.wait_cancelled(request_id_of(received), "client went away during the stream", timeout=5)
+    assert slow_server.wait_cancelled(request_id_of(received), "client went away during the stream")
     quick = request(slow_server.port, post_json("/v1/messages", {"model": "m", "max_tokens": 2, "messages": USER}),
                     timeout=30)
     assert quick.status == 200
@@ -350,7 +353,10 @@ def test_disconnect_while_waiting_cancels_the_job(slow_server):
     conn = RawConnection(slow_server.port)
     conn.send(post_json("/v1/messages", {"model": "m", "max_tokens": 4000, "logit_bias": NO_EOG,
                                          "messages": [{"role": "user", "content": "leave me"}]}))
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30            # the job is running: the client leaves while it waits
+    while parse(request(slow_server.port, GET_METRICS).body.decode()).value("localserve_slots_busy") != 1:
+        assert time.monotonic() < deadline, "the request never reached the runtime"
+        time.sleep(0.05)
     reason = "client closed the connection while waiting"
     before = slow_server.log.count(reason)       # no response head, so no request-id: count new lines
     conn.close()

@@ -8,9 +8,13 @@ client's own bytes, greedy token for token."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from localserve import audio
+from localserve.engine import audio as engine_audio
+from localserve.engine.facade import DecodeStopped
 from localserve.conversation import Message, Text
 from localserve.generation import PromptRefused
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
@@ -94,3 +98,22 @@ def test_other_rates_channels_and_sample_sizes_hear_the_same_clip(model, bare):
         messages = hear(clip)
         _, output = run(model, messages)
         same_as_bare(model, bare, messages, [clip], output)
+
+
+def test_a_stop_set_before_the_decode_or_during_it_stops_it_before_the_log_mel(model, monkeypatch):
+    # dialects/media_wait.py sets the stop when the client leaves; the decode looks between its steps
+    engine, stop = model.chat.engine, threading.Event()
+    stop.set()
+    with pytest.raises(DecodeStopped, match="before its decode"):
+        engine.audio_segments(CLIP, stop)
+    stop.clear()
+    decoded = engine_audio._check_decoded
+    monkeypatch.setattr(engine_audio, "_check_decoded", lambda *a: (decoded(*a), stop.set()))  # the client leaves
+    tokenized = []
+    projector = model.chat.engine._engine.projector
+    monkeypatch.setattr(projector, "segments_of", lambda *a: tokenized.append(a))
+    with pytest.raises(DecodeStopped, match="after its decode, before its log-mel"):
+        engine.audio_segments(CLIP, stop)
+    assert not tokenized
+    monkeypatch.undo()
+    assert len(engine.audio_segments(CLIP, threading.Event())) >= 1       # and the next decode runs

@@ -5,7 +5,8 @@ multimodal_data answer as the bare engine does (bench/bare_vision.py: libmtmd's 
 tokenize and eval of the prompt /apply-template shows and the client's own bytes, greedy token
 for token); a repeated clip next turn comes from the cache (/metrics); each bad clip is a 400
 naming its part (hostile headers included: an MP3 Xing tag or a FLAC STREAMINFO that declares
-hours, a clip of one sample, which would end the process inside libmtmd) and the server goes on;
+hours, a clip of one sample, which would end the process inside libmtmd), in a stream too, and
+the server goes on;
 Anthropic's Messages API, which defines no audio, refuses an audio block by its place. On a model
 without an audio encoder a clip in the turn being answered is a 400 model_has_no_audio and an
 earlier one a text placeholder."""
@@ -115,6 +116,17 @@ def test_a_bad_clip_is_a_400_naming_its_part(audio_server, name, bad, code):
     if code:
         assert error["code"] == code, error
     assert chat(audio_server, ask(CLIP)).choices[0].message.content          # the server goes on
+
+
+def test_a_bad_clip_in_a_stream_is_still_a_400_before_any_head(audio_server):
+    # the decode runs beside the connection (dialects/media_wait.py); a short clip's refusal,
+    # found by the decode itself (one sample) or before it, still comes before the stream's head
+    for name, bad, code in BAD:
+        reply = request(audio_server.port, post_json("/v1/chat/completions", {
+            "model": "tiny", "max_tokens": 2, "stream": True,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, bad]}]}))
+        assert reply.status == 400 and reply.json()["error"]["param"].startswith("messages[0].content[1]"), name
+        assert code is None or reply.json()["error"]["code"] == code, name
 
 
 def test_anthropic_defines_no_audio_and_refuses_the_block_by_its_place(audio_server):

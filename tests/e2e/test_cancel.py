@@ -121,7 +121,7 @@ def test_full_queue_is_503_with_retry_after(slow_server):
     running.sock.recv(4096)                       # the stream has started: the slot is busy
     queued = RawConnection(slow_server.port)
     queued.send(long_generation(True))            # waits for the slot: the queue (size 1) is full
-    time.sleep(0.3)
+    scrape_until(slow_server.port, lambda m: m.value("localserve_queue_depth") == 1)
     resp = request(slow_server.port, long_generation(False))
     assert resp.status == 503 and resp.header("retry-after")
     assert resp.json()["error"]["message"]

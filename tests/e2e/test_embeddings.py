@@ -183,14 +183,14 @@ def greedy_stream(server, marks: dict, max_tokens: int) -> str:
     return text
 
 
-STREAM_TOKENS = 600          # the greedy stream's length
-CALL_INPUTS = 1600           # the embedding call's inputs, a batch each: well over the stream's tokens
+STREAM_TOKENS = 300          # the greedy stream's length
+CALL_INPUTS = 800            # the embedding call's inputs, a batch each: well over the stream's tokens
 
 
 def test_an_embedding_call_leaves_a_running_stream_unchanged(models_dir):
     """A large embedding call while a greedy stream runs: the stream's text is what it is alone, and
-    the stream is not held back by it. With --batch-size 16, each of the call's 1600 inputs is a batch;
-    one batch runs between two decode steps, so the stream's last 590-odd tokens are done long before
+    the stream is not held back by it. With --batch-size 16, each of the call's 800 inputs is a batch;
+    one batch runs between two decode steps, so the stream's last 290-odd tokens are done long before
     the call's last batch (were the call run whole first, the stream would still be going after it)."""
     path = slow_model(models_dir)
     srv = ServerProcess(path, "--no-store", "--slots", "2", "--pooling", "mean", "--batch-size", "16",

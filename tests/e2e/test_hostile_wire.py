@@ -233,13 +233,22 @@ def test_a_413_reaches_a_client_still_sending_its_body(tiny_model):
 
 # ---- item 5: the in-flight body budget, memory per request -------------------------------------
 
+def inflight_bytes(port: int) -> int:
+    held = re.search(r"^localserve_inflight_body_bytes (\d+)", request(port, GET_METRICS).body.decode(), re.M)
+    assert held, "no localserve_inflight_body_bytes in /metrics"
+    return int(held[1])
+
+
 def test_bodies_past_the_inflight_budget_get_503_in_their_dialect(tiny_model):
     srv = ServerProcess(tiny_model, "--max-body-bytes", "100000", "--max-inflight-bytes", "150000")
     try:
         slow = RawConnection(srv.port)             # announces 100,000 bytes and sends 95,000 of them
         slow.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100000\r\n\r\n" + b" " * 95000)
-        time.sleep(0.5)
+        deadline = time.monotonic() + 30             # the server has read the 95,000 bytes: they are held
+        while inflight_bytes(srv.port) < 95000:
+            assert time.monotonic() < deadline, "the slow body's bytes were never read"
+            time.sleep(0.05)
         big = {"messages": [{"role": "user", "content": "x" * 60000}], "max_tokens": 1}
         openai_resp = request(srv.port, post_json("/v1/chat/completions", big))
         assert openai_resp.status == 503 and openai_resp.header("retry-after")
@@ -248,10 +257,8 @@ def test_bodies_past_the_inflight_budget_get_503_in_their_dialect(tiny_model):
         assert anthropic_resp.status == 529 and anthropic_resp.header("retry-after")
         assert anthropic_resp.json()["error"]["type"] == "overloaded_error"
         assert request(srv.port, post_json("/tokenize", {"content": "hi"})).status == 200   # small ones pass
-        metrics = request(srv.port, GET_METRICS).body.decode()
-        held = re.search(r"^localserve_inflight_body_bytes (\d+)", metrics, re.M)
-        assert held and 95000 <= int(held[1]) < 150000         # the slow body (and maybe the last small one)
-        assert "localserve_inflight_body_limit_bytes 150000" in metrics
+        assert 95000 <= inflight_bytes(srv.port) < 150000       # the slow body (and maybe the last small one)
+        assert "localserve_inflight_body_limit_bytes 150000" in request(srv.port, GET_METRICS).body.decode()
         slow.send(b" " * (100000 - 95000))         # the held body ends (and is answered): its bytes free up
         assert slow.read_response().status == 400
         deadline = time.monotonic() + 10           # released once the answer is written, a moment after

@@ -192,8 +192,11 @@ def test_client_leaving_stops_the_download(server, mirror, home, files):
             seen += sock.recv(65536)
     partial = blob(home, data).with_name(sha + ".incomplete").parent.parent.parent / "models--org--Leave-GGUF" / \
         "blobs" / f"{sha}.incomplete"
+    # the download stops: the server leaves the CDN's answer (a pause in a download still running,
+    # on a busy box, would look like a partial file that stopped growing), then the file stops growing
+    assert mirror.cdn_requests(sha)[-1].answered.wait(30), "the download went on after its client left"
     size = -1
-    for _ in range(100):          # the download stops: the partial file stops growing
+    for _ in range(100):
         time.sleep(0.2)
         now = partial.stat().st_size
         if now == size:

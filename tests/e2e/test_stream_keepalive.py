@@ -10,6 +10,9 @@ The slow server has an audio projector slow enough to watch (a Whisper encoder 2
 keepalive goes on while a clip's 30-second windows are encoded, in a streamed transcription (a
 multipart form) and a chat stream with an input_audio part, and a client that leaves while a
 long clip encodes cancels the job between its windows (/metrics counts the windows encoded).
+Before that, a long clip's decode (libmtmd's resampling and log-mel, dialects/media_wait.py)
+opens the stream with the keepalive too, and a client that leaves then stops the request before
+it becomes a job.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tinyaudio import write_tiny_audio_mmproj
 from tinymodel import NO_EOG
 
 from localserve.app import App
+from localserve.audio import MAX_AUDIO_SECONDS
 from localserve.audio_headers import canonical_wav
 from localserve.settings import Settings
 
@@ -243,7 +247,9 @@ def test_a_client_gone_while_a_clip_is_encoded_cancels_between_its_windows(slow_
     conn = RawConnection(slow_server.port, timeout=120)
     conn.send(MULTIPART_STREAMING["/v1/audio/transcriptions"](clip(10, seed=99), 2))
     received = b""
-    while b": prefill" not in received:          # the head is out and the clip is being encoded
+    # the head is out while the clip is decoded (media_wait.py); a keepalive after that with a
+    # window encoded: the job runs
+    while b": prefill" not in received or audio_chunks_encoded(slow_server) == before:
         chunk = conn.sock.recv(4096)
         assert chunk, received
         received += chunk
@@ -256,3 +262,28 @@ def test_a_client_gone_while_a_clip_is_encoded_cancels_between_its_windows(slow_
         assert b"transcript.text.done" in conn.read_response().body
     finally:
         conn.close()
+
+
+# ---- while a clip is decoded, before there is a job ------------------------------------------
+
+def long_clip(seed: int) -> bytes:
+    """MAX_AUDIO_SECONDS of noise at 44.1 kHz, 8-bit (13 MB): its resampling and log-mel take the
+    decode well past the slow server's keepalive interval."""
+    return canonical_wav(1, 1, 44100, 8, random.Random(seed).randbytes(int(MAX_AUDIO_SECONDS) * 44100))
+
+
+@pytest.mark.parametrize("route", AUDIO_STREAMS)
+def test_a_long_decode_keeps_the_stream_alive_and_a_client_gone_stops_it_before_a_job(slow_server, route):
+    before = audio_chunks_encoded(slow_server)
+    conn = RawConnection(slow_server.port, timeout=120)
+    conn.send(AUDIO_STREAMS[route](long_clip(seed=len(route) + 7), 2))
+    received = b""
+    while b": prefill" not in received:          # the head and a keepalive, while the clip is decoded
+        chunk = conn.sock.recv(4096)
+        assert chunk, received
+        received += chunk
+    conn.close()
+    request_id = request_id_of(received)
+    assert slow_server.wait_log(f"({request_id}): the client left while its prompt was built; stopped", timeout=60), \
+        slow_server.log[-2000:]
+    assert audio_chunks_encoded(slow_server) == before                    # no job: nothing encoded

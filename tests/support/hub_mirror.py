@@ -52,6 +52,8 @@ class Seen:
     host: str
     range: str | None
     authorization: str | None
+    # set once the mirror is done with the request: its answer sent whole, or the client gone
+    answered: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
 
 
 class Mirror:
@@ -110,17 +112,21 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urlsplit(self.path)
         path = unquote(url.path)
-        self.mirror.seen.append(Seen("GET", path, self.headers.get("Host", ""), self.headers.get("Range"),
-                                     self.headers.get("Authorization")))
-        if path.startswith("/api/models/"):
-            self.api(path[len("/api/models/"):], parse_qs(url.query))
-        elif path.startswith("/cdn/"):
-            self.cdn(path[len("/cdn/"):])
-        elif "/resolve/" in path:
-            repo_id, _, rest = path.lstrip("/").partition("/resolve/")
-            self.resolve(repo_id, rest.partition("/")[2])
-        else:
-            self.reply(404, b"<html>not here</html>", "text/html")
+        seen = Seen("GET", path, self.headers.get("Host", ""), self.headers.get("Range"),
+                    self.headers.get("Authorization"))
+        self.mirror.seen.append(seen)
+        try:
+            if path.startswith("/api/models/"):
+                self.api(path[len("/api/models/"):], parse_qs(url.query))
+            elif path.startswith("/cdn/"):
+                self.cdn(path[len("/cdn/"):])
+            elif "/resolve/" in path:
+                repo_id, _, rest = path.lstrip("/").partition("/resolve/")
+                self.resolve(repo_id, rest.partition("/")[2])
+            else:
+                self.reply(404, b"<html>not here</html>", "text/html")
+        finally:
+            seen.answered.set()
 
     def api(self, rest: str, query: dict) -> None:
         parts = rest.split("/")

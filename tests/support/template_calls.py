@@ -17,6 +17,7 @@ from template_corpus import corpus_templates
 
 from localserve.models.loaded import detect_chat_family
 from localserve.parsing.reasoning import detect_reasoning, prompt_opens_reasoning
+from localserve.prompt.jinja_env import at_moment
 from localserve.prompt.templates import ChatTemplate, TemplateError
 
 EXPECTED_FAMILIES = {
@@ -173,13 +174,11 @@ def generation_prompt(name: str) -> str:
 def rendered_calls(chat: ChatTemplate, calls: list[tuple[str, dict]], as_served: bool = False,
                    content: str | None = "Sure.") -> str | None:
     """What the template writes after its generation prompt for an assistant turn of `calls`."""
-    # A template that shows the time (firefunction's `datetime`, to the second) renders the two
-    # differently across a clock tick: render again until the prompt is the same on both sides.
-    for _ in range(5):
+    # A template that shows the time (firefunction's `datetime`, to the second; Llama 3's date)
+    # would render the two differently across a clock tick: both show one moment.
+    with at_moment():
         prompt = _render(chat, ASKED, True, as_served)
         whole = _render(chat, ASKED + [_turn(calls, content)], False, as_served)
-        if prompt == _render(chat, ASKED, True, as_served):
-            break
     if prompt is None or whole is None:
         return None
     n = 0

@@ -291,9 +291,9 @@ def test_gpt_oss_reasoning_effort_date_and_analysis():
         {"role": "assistant", "content": None, "reasoning_content": "Use the tool.", "tool_calls": [CALL]},
         {"role": "tool", "tool_call_id": "call_1", "content": "sunny"},
     ]
-    prompt = family("gpt_oss").render(messages, tools=[WEATHER_TOOL], extra={"reasoning_effort": "high"})
-    today = datetime.date.today().isoformat()
-    assert_in_order(prompt, f"Current date: {today}", "Reasoning: high",
+    with jinja_env.at_moment(datetime.datetime(2026, 12, 31, 23, 59, 59)):     # no midnight between render and check
+        prompt = family("gpt_oss").render(messages, tools=[WEATHER_TOOL], extra={"reasoning_effort": "high"})
+    assert_in_order(prompt, "Current date: 2026-12-31", "Reasoning: high",
                     "<|start|>assistant<|channel|>analysis<|message|>Use the tool.<|end|>",
                     "<|start|>assistant to=functions.get_weather", "<|call|>", "<|start|>functions.get_weather to=assistant")
 
@@ -506,8 +506,26 @@ def test_tojson_matches_hugging_face():
     assert render("{{ v | tojson(ensure_ascii=true) }}", extra={"v": "é"}) == '"\\u00e9"'
 
 
-def test_strftime_now():
-    assert render("{{ strftime_now('%Y') }}") == str(datetime.datetime.now().year)
+def test_strftime_now_reads_the_wall_clock():
+    before = datetime.datetime.now()
+    shown = datetime.datetime.strptime(render("{{ strftime_now('%Y-%m-%d %H:%M:%S') }}"), "%Y-%m-%d %H:%M:%S")
+    assert before.replace(microsecond=0) <= shown <= datetime.datetime.now()
+
+
+TIME_SHOWN = "{{ strftime_now('%Y-%m-%d %H:%M:%S') }}|{{ datetime }}|{{ date_string }}"
+
+
+def test_every_time_a_template_shows_is_the_moment_held():
+    """strftime_now, firefunction's datetime and Llama 3's date_string: one moment, held across
+    renders (the probes' and any compared with each other), a second or a year turning meanwhile."""
+    moment = datetime.datetime(2026, 12, 31, 23, 59, 59, 999999)
+    with jinja_env.at_moment(moment) as held:
+        first = render(TIME_SHOWN)
+        assert held == moment and render(TIME_SHOWN) == first
+    assert first == "2026-12-31 23:59:59|2026-12-31 23:59:59|31 Dec 2026"
+    assert jinja_env.now() != moment                    # the wall clock again after the block
+    with jinja_env.at_moment() as held:                 # by default: the time on entering
+        assert render(TIME_SHOWN).startswith(held.strftime("%Y-%m-%d %H:%M:%S|"))
 
 
 def test_variables_and_extras_reach_the_template():
