@@ -49,6 +49,23 @@ class SamplingParams:
 # The LoRA adapters a job runs under: (adapter id, scale) for each at work, by id; () for none.
 # Jobs of different sets never share a decode batch (runtime/adapter_turns.py).
 AdapterSet = tuple[tuple[int, float], ...]
+ADAPTER_SCOPE = "\x00lora "     # between a cache scope's key part and its adapter set's
+
+
+def cache_scope(key_scope: str, adapters: AdapterSet) -> str:
+    """The prompt-cache scope of a job: its API key's, and its adapter set's when it has one (the
+    KV cache of a prefix computed under one set is not that prefix's under another)."""
+    if not adapters:
+        return key_scope
+    return key_scope + ADAPTER_SCOPE + ",".join(f"{i}:{scale!r}" for i, scale in adapters)
+
+
+def scope_parts(scope: str) -> tuple[str, AdapterSet]:
+    """cache_scope's inverse: the key's scope and the adapter set (a slot saved or erased is its
+    key's whichever set its prompt ran under: runtime/slot_state.py)."""
+    key, _, adapters = scope.partition(ADAPTER_SCOPE)
+    pairs = (pair.split(":") for pair in adapters.split(",")) if adapters else ()
+    return key, tuple((int(i), float(scale)) for i, scale in pairs)
 
 
 @dataclass
@@ -147,6 +164,7 @@ class GenerationRequest:
     client: str | None = None
     images: list[ImageChunk] = field(default_factory=list)   # in prompt order; their ids in prompt_tokens
     images_omitted: int = 0          # images the prompt shows as text (the model has no vision): said in a header
+    audio_omitted: int = 0           # clips it shows as text (no audio encoder): said in a header too
     # llama-server's id_slot: the job runs in this slot (modulo the slots there are), waiting for
     # it while it is busy; it neither parks another job nor is parked (runtime/preempt.py)
     slot_id: int | None = None

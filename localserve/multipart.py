@@ -9,15 +9,18 @@ preamble, the number of parts, each part's head, each text field, each file. One
 400 in its dialect's shape. No I/O here: :func:`parse_form` takes the Content-Type and the body.
 
 What is read of a part's head: ``Content-Disposition: form-data; name="..."; filename="..."``
-(a part without a name is refused) and ``Content-Type``. A part with a filename is a file;
+(or RFC 5987's ``filename*=UTF-8''...`` alone; a part without a name is refused) and
+``Content-Type``. A part with a filename is a file;
 any other is a text field, which must be UTF-8. A field may repeat only when its name ends in
-``[]`` (OpenAI's ``timestamp_granularities[]``): then its values are a list.
+``[]`` (OpenAI's ``timestamp_granularities[]``): then its values are a list, and no file may
+have its name.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from .errors import InputRefused
 
@@ -37,6 +40,14 @@ class MultipartError(InputRefused):
 
     def __init__(self, message: str, param: str = "body"):
         super().__init__(message, param=param)
+
+
+class FileTooLarge(MultipartError):
+    """A file past the caller's max_file_bytes: the caller names its own limit."""
+
+    def __init__(self, name: str, size: int, limit: int):
+        super().__init__(f"the file '{name}' is {size} bytes, more than {limit} are taken", name)
+        self.size = size
 
 
 @dataclass(frozen=True)
@@ -81,7 +92,7 @@ def parse_form(content_type: str | None, body: bytes | bytearray, *, max_file_by
         count += 1
         if count > MAX_PARTS:
             raise MultipartError(f"the form has more than MAX_PARTS ({MAX_PARTS}) parts")
-        head_end = body.find(b"\r\n\r\n", at, at + MAX_PART_HEAD_BYTES + 4)
+        head_end = _head_end(body, at)
         if head_end < 0:
             raise MultipartError(f"part {count}'s header lines end nowhere within MAX_PART_HEAD_BYTES "
                                  f"({MAX_PART_HEAD_BYTES})" if len(body) - at > MAX_PART_HEAD_BYTES
@@ -115,6 +126,14 @@ def _line_end(body: bytes | bytearray, at: int) -> int:
     return stop + 2
 
 
+def _head_end(body: bytes | bytearray, at: int) -> int:
+    """Where the blank line after a part's head starts (-1: none within MAX_PART_HEAD_BYTES); a
+    blank line at once is an empty head, whose CRLF before it ended the delimiter line."""
+    if body[at:at + 2] == b"\r\n":
+        return at - 2
+    return body.find(b"\r\n\r\n", at, at + MAX_PART_HEAD_BYTES + 4)
+
+
 def _head(head: bytes, count: int) -> tuple[str, str | None, str | None]:
     """(name, filename or None, content type or None) of a part's header lines."""
     try:
@@ -122,7 +141,7 @@ def _head(head: bytes, count: int) -> tuple[str, str | None, str | None]:
     except UnicodeDecodeError:
         raise MultipartError(f"part {count}'s header lines are not UTF-8") from None
     disposition, part_type = None, None
-    for line in text.split("\r\n"):
+    for line in text.split("\r\n") if text else ():
         key, colon, value = line.partition(":")
         if not colon:
             raise MultipartError(f"part {count} has a header line without a colon")
@@ -139,18 +158,32 @@ def _head(head: bytes, count: int) -> tuple[str, str | None, str | None]:
     name = params.get("name")
     if not name:
         raise MultipartError(f"part {count} has no name")
-    return name, params.get("filename"), part_type
+    filename = params.get("filename")
+    if filename is None and params.get("filename*") is not None:
+        filename = _extended_value(params["filename*"])
+    return name, filename, part_type
 
 
 def _unquote(value: str) -> str:
     return re.sub(r"\\(.)", r"\1", value)
 
 
+def _extended_value(value: str) -> str:
+    """RFC 5987's charset'language'percent-encoded value (filename*=UTF-8''a%20b.wav), which
+    RFC 7578 asks senders not to use and some send alone for a name that is not ASCII."""
+    charset, quote, rest = value.partition("'")
+    _language, _, encoded = rest.partition("'")
+    try:
+        return unquote(encoded if quote else value, encoding=charset if quote else "utf-8", errors="replace")
+    except LookupError:               # a charset Python does not know
+        return unquote(encoded, errors="replace")
+
+
 def _add(form: Form, name: str, filename: str | None, part_type: str | None, data: memoryview,
          max_file_bytes: int) -> None:
     if filename is not None:
         if len(data) > max_file_bytes:
-            raise MultipartError(f"the file '{name}' is {len(data)} bytes, more than {max_file_bytes} are taken", name)
+            raise FileTooLarge(name, len(data), max_file_bytes)
         if name in form.files or name in form.fields:
             raise MultipartError(f"the form has two parts named '{name}'; send one", name)
         form.files[name] = FilePart(filename, part_type, data)
@@ -162,7 +195,7 @@ def _add(form: Form, name: str, filename: str | None, part_type: str | None, dat
         value = bytes(data).decode("utf-8")
     except UnicodeDecodeError:
         raise MultipartError(f"the field '{name}' is not UTF-8 text", name) from None
-    if name.endswith("[]"):
+    if name.endswith("[]") and name not in form.files:
         listed = form.fields.setdefault(name, [])
         if isinstance(listed, list):
             listed.append(value)

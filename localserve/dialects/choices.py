@@ -5,8 +5,11 @@ runtime computes the prompt once and copies it into the others (runtime/placemen
 Each has its own sampler seed, seed + i when the request gives one, so a run repeats (without
 one, each draws its own). They are queued together or not at all, and choices beyond the slots
 wait for one, as any job does; a request that could never be queued whole is a 400 naming `n`.
-Their events come on one queue as ChoiceEvents. A client gone cancels them all; a choice that
-fails ends alone (its finish says so), and only when every choice fails does the request.
+Their events come on one queue as ChoiceEvents. A client gone cancels them all, and so does a
+choice that fails: the request fails with its error, in the dialect's error shape (a whole
+answer's status, or the stream's error event once the stream is open), as a single choice's
+would. OpenAI's choices have no error of their own: a finish_reason "error" is one the SDKs'
+types refuse, so the choices that went well would be lost to the client anyway.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import ApiError, ClientGone
+from ..errors import ClientGone
 from ..generation import ActiveGeneration, ChoiceEvent, Finished, GenerationRequest
 from .exchange import Scope, Writer
 from .fields import invalid, read_int
@@ -100,22 +103,17 @@ def choice_events(writer: Writer, choices: Choices, keepalive: float) -> Iterato
 
 
 def wait_for_choices(writer: Writer, choices: Choices) -> list[Finished]:
-    """Every choice's Finished, in index order; the first error when every choice failed.
-    A client that left cancels them all (ClientGone)."""
+    """Every choice's Finished, in index order; the error of the first to fail, once it fails
+    (the caller's cancel_on_error cancels the others). A client that left cancels them all
+    (ClientGone)."""
     ends: dict[int, Finished] = {}
     try:
         for event in choice_events(writer, choices, 0):
             if isinstance(event, ChoiceEvent) and isinstance(event.event, Finished):
+                if event.event.error is not None:
+                    raise error_from(event.event)
                 ends[event.index] = event.event
     except ClientGone:
         choices.cancel("client closed the connection while waiting")
         raise
-    finished = [ends[i] for i in range(len(choices.gens))]
-    if all(end.error is not None for end in finished):
-        raise error_from(finished[0])
-    return finished
-
-
-def choice_error(end: Finished) -> ApiError | None:
-    """Why this choice failed, or None."""
-    return error_from(end) if end.error is not None else None
+    return [ends[i] for i in range(len(choices.gens))]

@@ -21,8 +21,10 @@ from ..media_checks import IMAGE, hold_count, read_base64, read_data_url
 from ..prompt.media import current_request
 from .exchange import Exchange
 
-# Says how many images a prompt showed as text because the model has no vision projector.
+# Say how many images (clips) a prompt showed as text because the model has no vision projector
+# (no audio encoder).
 IMAGES_OMITTED_HEADER = "x-localserve-images-omitted"
+AUDIO_OMITTED_HEADER = "x-localserve-audio-omitted"
 
 log = logging.getLogger("localserve.dialects")
 
@@ -81,8 +83,12 @@ def typed_parts(parts: Any, where: str, kind: str) -> Iterator[str]:
                 yield f"{where}[{i}]"
 
 
-def report_omitted(exchange: Exchange, omitted: int, label: str) -> None:
-    """A header and a log line when a prompt showed images as text (the model has no vision)."""
+def report_omitted(exchange: Exchange, omitted: int, label: str, audio: int = 0) -> None:
+    """A header and a log line when a prompt showed images (audio: clips) as text, the model
+    having no vision projector (no audio encoder)."""
     if omitted:
         log.info("%s: %d image(s) shown as text: the model has no vision projector", label, omitted)
         exchange.writer.extra_headers.append((IMAGES_OMITTED_HEADER, str(omitted)))
+    if audio:
+        log.info("%s: %d audio clip(s) shown as text: the model has no audio encoder", label, audio)
+        exchange.writer.extra_headers.append((AUDIO_OMITTED_HEADER, str(audio)))

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING
 
 from ..errors import ApiError, ClientGone
 from ..generation import (ActiveGeneration, ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest,
-                          ToolCallDelta, ToolCallStart)
+                          ToolCallDelta, ToolCallStart, cache_scope)
 from ..settings import DISCONNECT_POLL_INTERVAL
-from ..models.adapters import cache_scope
 from .exchange import Scope, Writer
 from .failures import api_error, refusals
 

@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING
 
 from ..errors import ApiError
 from ..models.hub import pull as hub_pull
+from ..models.catalogue import ModelEntry
+from ..models.discovery.repo_models import hub_aliases
+from ..models.discovery.sources import REPO_STORES
 from ..models.hub.errors import HubError
 from ..models.hub.fetch import Cancelled
+from ..models.hub.names import parse_hub_name
 
 if TYPE_CHECKING:
     from ..models.manager import ModelManager
@@ -49,19 +53,42 @@ def progress(prepared: hub_pull.Prepared, models: ModelManager) -> Iterator[hub_
 
 
 def join_catalogue(prepared: hub_pull.Prepared, models: ModelManager) -> list[str]:
-    """The pulled model's names served. An alias another model holds stays that model's: the
-    repo's bare name belongs to the quant pulled first, though a later pull brings the repo's
-    default quant (Q4_K_M after Q8_0); the model joins by its other names."""
+    """The pulled model's names served. An alias another model holds stays that model's, but
+    for the repo's bare name (`org/repo`, `hf.co/org/repo`): it belongs to the repo's default
+    quant, as discovery names the cache at start, so a quant pulled first (Q8_0) gives it up to
+    the default (Q4_K_M) once that is pulled."""
     names = []
     for entry in prepared.entries():
         existing = models.catalogue.exact(entry.name)
         if existing is None:
-            entry = replace(entry, aliases=tuple(a for a in entry.aliases if models.catalogue.exact(a) is None))
-            if models.add(entry) is not None:
+            bare = (prepared.name.repo_id, *hub_aliases(prepared.name.repo_id))
+            taking = tuple(a for a in entry.aliases if a in bare and same_store(models.catalogue.exact(a), entry))
+            entry = replace(entry, aliases=tuple(a for a in entry.aliases
+                                                 if a in taking or models.catalogue.exact(a) is None))
+            if models.add(entry, taking) is not None:
                 existing = entry
         if existing is not None:
             names.append(existing.name)
     return names
+
+
+def same_store(holder: ModelEntry | None, entry: ModelEntry) -> bool:
+    """Whether `holder` came from the store `entry` was pulled into (a name the configuration or
+    another tool's store gave a model is that model's)."""
+    return holder is not None and (holder.source, holder.origin) == (entry.source, entry.origin)
+
+
+def asks_for_the_default(name: str, served: ModelEntry) -> bool:
+    """Whether a pull of `name`, which the catalogue serves, still has to ask the Hub: a repo's
+    bare name (no quant, or `:latest`) that a store of repos gave to the default of the quants it
+    holds. Which quant is the repo's default only the Hub's listing says (Ollama fetches it; a
+    cache that holds Q8_0 alone gave the name to Q8_0)."""
+    if served.source not in REPO_STORES:
+        return False
+    try:
+        return parse_hub_name(name).quant is None
+    except HubError:
+        return False
 
 
 @dataclass

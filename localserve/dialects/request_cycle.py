@@ -71,7 +71,8 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Ser
         with decodes_run_by(MediaWait(exchange, media_notice, services.prefill_keepalive)):
             reply = read(model, body)
         report_omitted(exchange, reply.request.images_omitted,
-                       reply.request.label or f"{exchange.request.path} {exchange.request_id}")
+                       reply.request.label or f"{exchange.request.path} {exchange.request_id}",
+                       audio=reply.request.audio_omitted)
         if reply.request.editor_completion:     # editor priority is shared out per client (runtime/fairness.py)
             reply.request.client = priority_client(exchange)
         if reply.choices > 1:
@@ -97,13 +98,15 @@ def serve_generation(exchange: Exchange, services: Services, read: Callable[[Ser
 
 def serve_choices(exchange: Exchange, services: Services, model: ServedModel, reply: Reply, stream: bool) -> None:
     """The request's choices (choices.py) where a single job would be: submitted together, one
-    stream of them all or one whole answer; whatever fails cancels every one."""
+    stream of them all or one whole answer; whatever fails cancels every one (a failed choice
+    ends the stream early: the others are cancelled then too)."""
     choices = submit_choices(model, reply.request, reply.choices, exchange.scope)
     with cancel_on_error(choices), superseding(supersede_key(exchange, reply.request), choices):
         if stream:
             assert reply.shape is not None
             events = choice_events(exchange.writer, choices, services.prefill_keepalive)
             pump(exchange, reply.shape(choices), events, job=choices, idle=choices.events.empty)
+            choices.cancel("another choice of the request failed")     # a flag: the choices that ended ignore it
         else:
             assert reply.choices_whole is not None
             exchange.send_json(reply.choices_whole(wait_for_choices(exchange.writer, choices)))

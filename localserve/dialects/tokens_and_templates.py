@@ -77,7 +77,8 @@ def apply_template(services: Services, exchange: Exchange) -> None:
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
         prompt = render_prompt(model.chat, chat)
-        report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}")
+        report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}",
+                       audio=chat.audio_omitted)
         exchange.send_json({"prompt": prompt})
 
 
@@ -92,6 +93,7 @@ def _apply_responses_template(services: Services, exchange: Exchange, body: dict
                                 "compaction_trigger, or context_management on an input that does not fit)",
                            param="input", code="compaction_required")
         tokens = plan.generation.prompt_tokens
-        report_omitted(exchange, plan.generation.images_omitted, f"apply-template {exchange.request_id}")
+        report_omitted(exchange, plan.generation.images_omitted, f"apply-template {exchange.request_id}",
+                       audio=plan.generation.audio_omitted)
         exchange.send_json({"prompt": shown_prompt(model.chat.engine, tokens, plan.generation.images),
                             "prompt_tokens": len(tokens)})

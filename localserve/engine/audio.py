@@ -23,6 +23,7 @@ and gets its segments back through Projector.segments_of, and imports nothing of
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 from typing import Protocol
 
@@ -36,7 +37,10 @@ CHUNK_AUDIO = 2
 # samples twice over (miniaudio's buffer, libmtmd's copy) and its log-mel frames.
 MAX_CONCURRENT_AUDIO_DECODES = 2
 _decoding = threading.BoundedSemaphore(MAX_CONCURRENT_AUDIO_DECODES)
-MIN_DECODED_SAMPLES = 2          # mtmd_tokenize asserts more than one float's bytes
+# The shortest clip every encoder's front end takes: mtmd_tokenize asserts more than one float's
+# bytes, and the conformer log-mel (LFM2-Audio) at least two hops (20 ms at 16 kHz) with
+# GGML_ASSERT(effective_n_len > 1); either ends the process. Twice that, for the hops of others.
+MIN_CLIP_SECONDS = 0.04
 SLACK_SECONDS = 1.0              # resampling and an MP3's estimated length may differ this much
 # Encoders that stack a Whisper window's frames with no pooling after (clip-model.h's
 # audio_has_stack_frames without audio_has_avgpool), and that window's log-mel frames
@@ -108,10 +112,16 @@ def _bitmap(projector: _Projector, data: bytes) -> int:
     return bitmap
 
 
+def shortest_clip(rate: int) -> int:
+    """The fewest decoded samples a clip may have at `rate`: MIN_CLIP_SECONDS of them, and never one."""
+    return max(2, math.ceil(MIN_CLIP_SECONDS * rate))
+
+
 def _check_decoded(n_samples: int, rate: int, max_seconds: float) -> None:
-    if n_samples < MIN_DECODED_SAMPLES:
-        raise AudioUnreadable(f"the clip decodes to {n_samples} sample(s); at least {MIN_DECODED_SAMPLES} are needed",
-                              "audio_too_short")
+    shortest = shortest_clip(rate)
+    if n_samples < shortest:
+        raise AudioUnreadable(f"the clip decodes to {n_samples} sample(s) at {rate} Hz; at least {shortest} "
+                              f"(MIN_CLIP_SECONDS: {MIN_CLIP_SECONDS:g}) are needed", "audio_too_short")
     seconds = n_samples / rate
     if seconds > max_seconds + SLACK_SECONDS:
         raise AudioUnreadable(f"the clip decodes to {seconds:.1f} seconds, more than MAX_AUDIO_SECONDS "

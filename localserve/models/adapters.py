@@ -10,8 +10,9 @@ adapter alone at scale 1 (adapter_files.py). Every scale lies within ±LORA_SCAL
 listed with its reason; a request that asks for it is refused (BadAdapter: a 400 naming it),
 and its global scale stays 0.
 
-The set a job runs under also keys its prompt caches (cache_scope): the KV cache of a prefix
-computed under one set is not that prefix's under another, and is never reused there.
+The set a job runs under also keys its prompt caches (generation.cache_scope): the KV cache of
+a prefix computed under one set is not that prefix's under another, and is never reused there;
+a slot file records its set by the adapters' names (names_of, by_names).
 """
 
 from __future__ import annotations
@@ -76,6 +77,27 @@ class AdapterTable:
         with self._lock:
             return tuple((a.id, a.scale) for a in self.adapters if a.scale != 0.0 and a.error is None)
 
+    def names_of(self, adapters: AdapterSet) -> list[list]:
+        """A set as a slot file records it: [name, scale] pairs (ids are the order of --lora, which
+        another start may change; names are unique per model)."""
+        return [[self.adapters[i].name, scale] for i, scale in adapters]
+
+    def by_names(self, recorded: object) -> AdapterSet:
+        """A set a slot file recorded (names_of) as this model's ids; BadAdapter naming an adapter
+        the model lacks or cannot run (its cache must not be used under another set)."""
+        if not isinstance(recorded, list) or not all(
+                isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], (int, float))
+                for p in recorded):
+            raise BadAdapter("the adapters it records are not [name, scale] pairs")
+        found = []
+        for name, scale in recorded:
+            adapter = next((a for a in self.adapters if a.name == name), None)
+            if adapter is None:
+                raise BadAdapter(f"model '{self.model_name}' has no LoRA adapter '{name}' ({self._listing()})")
+            self._usable(adapter, "lora")
+            found.append((adapter.id, float(scale)))
+        return tuple(found)
+
     def _check(self, pairs: tuple[tuple[int, float], ...], param: str) -> None:
         for adapter_id, scale in pairs:
             if adapter_id >= len(self.adapters):
@@ -94,9 +116,3 @@ class AdapterTable:
             return "it has none"
         return "it has " + ", ".join(f"{a.id} ({a.name})" for a in self.adapters)
 
-
-def cache_scope(key_scope: str, adapters: AdapterSet) -> str:
-    """The prompt-cache scope of a job: its API key's, and its adapter set's when it has one."""
-    if not adapters:
-        return key_scope
-    return key_scope + "\x00lora " + ",".join(f"{i}:{scale!r}" for i, scale in adapters)

@@ -96,13 +96,34 @@ class Catalogue:
         for adapter in entry.adapter_files():
             self._adapters[f"{entry.name}{ADAPTER_MARK}{adapter.name}"] = (entry, adapter.name)
 
-    def add(self, entry: ModelEntry) -> bool:
-        """A model found or pulled while the catalogue stands: False (and nothing added) when one
-        of its names is taken already."""
-        if any(name in self._names for name in (entry.name, *entry.aliases)):
-            return False
+    def add(self, entry: ModelEntry, taking: tuple[str, ...] = ()) -> list[ModelEntry] | None:
+        """A model found or pulled while the catalogue stands: None (and nothing added) when one
+        of its names is taken already, except the aliases in `taking`, which their holders give
+        up to it (a repo's bare name passing to its default quant, pulled later: pulls.py). The
+        holders, as they stand now without those names."""
+        held = {name: self._names[name] for name in (entry.name, *entry.aliases) if name in self._names}
+        if entry.name in held or any(name not in taking for name in held):
+            return None
+        holders = {id(h): h for h in held.values()}.values()
+        changed = [self._give_up(holder, entry, set(held)) for holder in holders]
         self._add(entry)
-        return True
+        return changed
+
+    def _give_up(self, holder: ModelEntry, to: ModelEntry, names: set[str]) -> ModelEntry:
+        """`holder` without its aliases in `names`, each of those now `to`'s (set before `to` joins:
+        a connection thread finds one model or the other by the name, never none)."""
+        kept = dataclasses.replace(holder, aliases=tuple(a for a in holder.aliases if a not in names))
+        self.entries[holder.name] = kept
+        for name in (holder.name, *holder.aliases):
+            folded = name.casefold()
+            now = to if name in names else kept
+            self._names[name] = now
+            if self._folded.get(folded) is holder:
+                self._folded[folded] = now
+        for name, (base, adapter) in list(self._adapters.items()):
+            if base is holder:
+                self._adapters[name] = (kept, adapter)
+        return kept
 
     def __iter__(self) -> Iterator[ModelEntry]:
         return iter(self.entries.values())

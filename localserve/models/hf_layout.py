@@ -22,6 +22,8 @@ REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 INCOMPLETE = ".incomplete"
+MAX_WALK_FILES = 10_000       # entries one repo's folder may hold (the largest repos hold a few hundred)
+MAX_WALK_DEPTH = 8            # folders down inside it (repos keep quants one or two down)
 
 
 def cache_root(environ: dict[str, str] | None = None) -> Path:
@@ -102,10 +104,31 @@ class RepoCache:
         return max(snapshots, key=lambda p: p.stat().st_mtime).name if snapshots else None
 
 
-def snapshot_files(snapshot: Path) -> list[str]:
-    """The repo paths (`/`-separated) of the files under a snapshot, links included."""
-    found = []
+class WalkRefused(OSError):
+    """A folder discovery will not read: it leads out of its store, or holds more than a repo does."""
+
+
+def within(root: Path, folder: Path) -> bool:
+    """Whether `folder`, its links followed, lies inside `root` (itself a link or not)."""
+    real_root, real = os.path.realpath(root), os.path.realpath(folder)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def snapshot_files(snapshot: Path, root: Path) -> list[str]:
+    """The repo paths (`/`-separated) of the files under a snapshot (or a folder laid out as one),
+    links to files included. The folder must lie inside its store's `root`: a snapshot folder
+    that is a link elsewhere (to /, to a huge tree) is none the store made. Links to folders
+    inside it are not followed (no loops), and the walk stops past MAX_WALK_FILES entries or
+    MAX_WALK_DEPTH folders down: WalkRefused, the repo skipped."""
+    if not within(root, snapshot):
+        raise WalkRefused(f"{snapshot} leads outside {root} (a linked folder); not followed")
+    found, seen = [], 0
     for directory, subdirs, files in os.walk(snapshot):
+        seen += len(subdirs) + len(files)
+        depth = len(Path(directory).relative_to(snapshot).parts)
+        if seen > MAX_WALK_FILES or (subdirs and depth >= MAX_WALK_DEPTH):
+            raise WalkRefused(f"{snapshot} holds more than a model repo does (over {MAX_WALK_FILES} entries or "
+                              f"{MAX_WALK_DEPTH} folders deep); not read")
         subdirs.sort()
         for name in sorted(files):
             found.append(os.path.relpath(os.path.join(directory, name), snapshot).replace(os.sep, "/"))

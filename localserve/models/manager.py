@@ -136,11 +136,15 @@ class ModelManager:
                 if self._unload(record, "request"):
                     return UNLOADED
 
-    def add(self, entry: ModelEntry) -> Record | None:
-        """A model pulled while the server runs joins the catalogue (None: one of its names is taken)."""
+    def add(self, entry: ModelEntry, taking: tuple[str, ...] = ()) -> Record | None:
+        """A model pulled while the server runs joins the catalogue (None: one of its names is
+        taken), with the aliases in `taking` from the models that hold them (Catalogue.add)."""
         with self.cond:
-            if not self.catalogue.add(entry):
+            changed = self.catalogue.add(entry, taking)
+            if changed is None:
                 return None
+            for other in changed:
+                self.records[other.name].entry = other
             keep = self.keep_alive.of_entry(entry, added=True)
             record = self.records[entry.name] = Record(entry, keep, self.changes)
             return record

@@ -66,6 +66,7 @@ class ChatInput:
     reasoning_budget: int | None = None
     add_generation_prompt: bool = True                   # False: a history only (/apply-template)
     images_omitted: int = 0                              # images shown as text: the model has no vision (media_checks.py)
+    audio_omitted: int = 0                               # clips shown as text: the model has no audio encoder
 
     @property
     def strict_tools(self) -> frozenset[str]:
@@ -75,7 +76,7 @@ class ChatInput:
 
 def fit_images(model: ChatModel, chat: ChatInput) -> bool:
     """chat.messages as `model` can take their images and clips (media_checks.fit_media),
-    chat.images_omitted counting the images that became text; PromptRefused naming a part past a
+    chat.images_omitted and chat.audio_omitted counting the parts that became text; PromptRefused naming a part past a
     limit, or one of a kind the model cannot take that it is asked about. True when it changed
     the messages; again on the same chat, a no-op."""
     takes = [kind for kind, has in ((IMAGE, model.vision), (AUDIO, model.audio)) if has]
@@ -87,6 +88,7 @@ def fit_images(model: ChatModel, chat: ChatInput) -> bool:
         return False
     chat.messages = messages
     chat.images_omitted += omitted.get(IMAGE.noun, 0)
+    chat.audio_omitted += omitted.get(AUDIO.noun, 0)
     return True
 
 
@@ -185,7 +187,7 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
     check_fits(model.engine, tokens)
     request = GenerationRequest(prompt_tokens=tokens, sampling=sampling, max_tokens=max_tokens, stop=stop,
                                 logprobs=logprobs, top_logprobs=top_logprobs, label=label, images=chunks,
-                                images_omitted=chat.images_omitted)
+                                images_omitted=chat.images_omitted, audio_omitted=chat.audio_omitted)
     fmt = detect_reasoning(model.template.text, text) or model.default_reasoning
     # A grammar forced on a prompt that opened the reasoning block first closes it:
     # otherwise the whole constrained answer would land inside the reasoning.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..conversation import Message, Text, text_message
 from ..engine.facade import EngineFacade
 from ..generation import ContextOverflow, GenerationRequest, SamplingParams
-from ..media_checks import IMAGE, without_media
+from ..media_checks import AUDIO, IMAGE, without_media
 from .build import ChatInput, ChatModel, ToolChoice, build_chat_request, render_chat
 
 SUMMARY_PROMPT = (
@@ -71,6 +71,16 @@ def _text_only(message: Message) -> bool:
     return all(isinstance(part, Text) for part in message.parts)
 
 
+def readable(model: ChatModel, messages: list[Message]) -> list[Message]:
+    """The messages as a model summarises them: every image a model without vision cannot see
+    and every clip one without an audio encoder cannot hear (the newest turn's too, since the
+    turn being answered is the summary request) is its kind's placeholder text."""
+    for kind, takes in ((IMAGE, model.vision), (AUDIO, model.audio)):
+        if not takes:
+            messages = [without_media(m, kind) for m in messages]
+    return messages
+
+
 def summary_room(n_ctx: int, max_tokens: int) -> int:
     """The tokens a summary may take in a context of n_ctx (--compact-max-tokens, capped)."""
     return max(1, min(max_tokens, n_ctx // SUMMARY_SHARE_OF_CONTEXT))
@@ -105,9 +115,7 @@ def build_compaction(model: ChatModel, chat: ChatInput, *, instructions: str | N
     when the conversation takes more than jobs_left jobs (fewest_jobs, each later summary taken
     as summary_tokens long: 0 before any is written)."""
     room = summary_room(model.engine.n_ctx, max_tokens)
-    # A model without vision summarises what it can read: every image (the newest turn's too,
-    # since the turn being answered is the summary request) becomes the placeholder text.
-    messages = chat.messages if model.vision else [without_media(m, IMAGE) for m in chat.messages]
+    messages = readable(model, chat.messages)
 
     def attempt(covered: int) -> ChatInput:
         request = text_message("user", summary_request_text(instructions))

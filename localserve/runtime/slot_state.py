@@ -6,7 +6,9 @@ queued between two steps. Files are the connection thread's business: a save han
 sequence's state as bytes for it to write; a restore is given the bytes it read. A slot that
 is running a job is refused (SlotBusy): its cache is changing under it. A slot holding another
 scope's prompt (another API key's, runtime/kvslots.py) is empty to a request: a save writes
-nothing of it, an erase leaves it; a restored slot is the restoring request's scope's.
+nothing of it, an erase leaves it; a restored slot is the restoring request's scope's. A prompt
+that ran under LoRA adapters is its key's too: a save hands back the adapter set with the state,
+and a restore puts the state back under the set it names, so only a job of that set reuses it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from ..generation import AdapterSet, cache_scope, scope_parts
 
 if TYPE_CHECKING:   # the request types are read by connection threads, which never load llama.cpp
     from ..engine.sequences import Sequences
@@ -35,8 +39,9 @@ class SlotRefused(Exception):
 class SlotRequest:
     action: str
     seq_id: int
-    scope: str = ""                                    # the request's cache scope (GenerationRequest.scope)
+    scope: str = ""                                    # the request's key's cache scope (exchange.Scope.cache)
     tokens: list[int] = field(default_factory=list)    # a restore's: what the state holds
+    adapters: AdapterSet = ()                          # the LoRA set of its tokens: a save's output, a restore's input
     state: bytes = b""                                 # a restore's input; a save's output
     n_erased: int = 0
     error: Exception | None = None
@@ -82,13 +87,16 @@ class SlotStates:
     def _run(self, request: SlotRequest, slot: Slot) -> None:
         if slot.job is not None:
             raise SlotBusy(f"slot {slot.seq_id} is running a request")
-        own = slot.scope == request.scope
+        key, adapters = scope_parts(slot.scope)
+        own = key == request.scope
         if request.action == SAVE:
             request.tokens = list(slot.tokens) if own else []
             request.state = self.sequences.save(slot.seq_id) if request.tokens else b""
+            request.adapters = adapters if request.tokens else ()
         elif request.action == RESTORE:
             self.kv.clear(slot)
-            slot.belongs_to(request.scope)
+            scope = cache_scope(request.scope, request.adapters)
+            slot.belongs_to(scope)
             if not request.tokens:          # a save of an empty slot
                 return
             if not self.sequences.restore(slot.seq_id, request.state):
@@ -98,7 +106,7 @@ class SlotStates:
                 self.sequences.remove(slot.seq_id)
                 raise SlotRefused(f"the file's {len(request.tokens)} tokens are not what its state holds "
                                   f"({positions} positions)")
-            slot.restored(list(request.tokens), positions, request.scope)
+            slot.restored(list(request.tokens), positions, scope)
         elif own:
             request.n_erased = len(slot.tokens)
             self.kv.clear(slot)

@@ -16,9 +16,10 @@ from localserve import audio
 from localserve.engine import audio as engine_audio
 from localserve.engine.facade import DecodeStopped
 from localserve.conversation import Message, Text
+from localserve.engine.audio import shortest_clip
 from localserve.generation import PromptRefused
 from localserve.prompt.build import ChatInput, build_chat_request, render_chat
-from tinyaudio import audio_tokens, tone, wav_bytes, write_tiny_audio_mmproj
+from tinyaudio import SAMPLE_RATE, audio_tokens, tone, wav_bytes, write_tiny_audio_mmproj
 from tinymodel import EOG_TEXTS, token_ids  # tests/support/
 from vision_engine import N_TOKENS, greedy, log_softmax, projector_fixtures, run
 
@@ -80,15 +81,20 @@ def test_a_repeated_clip_comes_from_the_cache(model):
 
 
 def test_a_clip_libmtmd_decodes_to_too_few_samples_is_refused_before_tokenizing(model):
-    # one sample (one 16 kHz frame, or three at 44.1 kHz resampled): mtmd_tokenize would assert
-    # GGML_ASSERT(buf.size() > sizeof(float)) and end the process
-    for clip in (wav_bytes([0.5]), wav_bytes([0.5] * 3, rate=44100)):
+    """One sample (one 16 kHz frame, or three at 44.1 kHz resampled): mtmd_tokenize would assert
+    GGML_ASSERT(buf.size() > sizeof(float)) and end the process; fewer than two hops (LFM2-Audio's
+    conformer log-mel asserts GGML_ASSERT(effective_n_len > 1)): MIN_CLIP_SECONDS holds every
+    encoder's front end, one sample fewer is refused and the shortest clip taken."""
+    shortest = shortest_clip(SAMPLE_RATE)
+    assert shortest >= 2 * 160 * 2         # two hops of 10 ms at 16 kHz, twice over
+    for clip in (wav_bytes([0.5]), wav_bytes([0.5] * 3, rate=44100), wav_bytes([0.5, -0.5] * 160),
+                 wav_bytes(tone(1.0)[:shortest - 1])):
         one = audio.from_bytes(clip, "wav", where="messages[0].content[1]")
         with pytest.raises(PromptRefused) as caught:
             build_chat_request(model.chat, ChatInput([Message("user", (Text("x"), one))]), greedy(), max_tokens=4,
                                stop=[])
         assert caught.value.code == "audio_too_short" and caught.value.param == "messages[0].content[1]"
-    _, output = run(model, hear(wav_bytes([0.5, -0.5])))         # two samples are a clip
+    _, output = run(model, hear(wav_bytes(tone(1.0)[:shortest])))
     assert output.completion_tokens == N_TOKENS
 
 

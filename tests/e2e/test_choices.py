@@ -2,7 +2,8 @@
 official SDK and on the raw wire. Each choice equals a request of its own with seed + i; the
 prompt is prefilled once and copied to the other choices (/metrics); streams carry each choice's
 index; usage is summed with the prompt counted once; a client gone cancels every choice; bad
-`n` is a 400 naming it, and the dialects without `n` refuse it as their APIs do."""
+`n` is a 400 naming it, and the dialects without `n` refuse it as their APIs do; a choice that
+fails fails the request in the shape the SDK reads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import socket
 import time
 import uuid
 
+import openai
 import pytest
 
 from clients import anthropic_sdk, openai_sdk
@@ -21,7 +23,7 @@ from promtext import parse
 from rawhttp import post_json, request
 from responses_support import hermes_model
 from sse import parse_sse
-from tinymodel import NO_EOG
+from tinymodel import NO_EOG, byte_token_id
 
 SLOTS, MAX_QUEUE = 4, 3
 
@@ -196,6 +198,45 @@ def test_raw_stream_shape(srv):
         assert [c["finish_reason"] for c in own[:-1]] == [None] * (len(own) - 1)
         assert own[-1]["delta"] == {} and own[-1]["finish_reason"] == "length"
     assert all(len(c["choices"]) == 1 for c in choice_chunks)
+
+
+DEAD_END = 'root ::= "x" "y" | "z"'     # y banned (its piece and its byte token): a choice that draws x fails
+DEAD_END_SEED = 110                     # seeds 110..113 alone: x, z, x, z
+
+
+def test_a_choice_that_fails_fails_the_request_as_the_sdk_reads_it(srv, client):
+    """OpenAI's choices have no error of their own: a choice ended with finish_reason "error"
+    was refused by the SDK's types, so the choices that went well were lost anyway. The request
+    fails with the failed choice's error: a 400 whole, the error event once streaming (nothing
+    of the failed choice before it), on Chat Completions and Completions."""
+    y = request(srv.port, post_json("/tokenize", {"content": "y"})).json()["tokens"]
+    assert request(srv.port, post_json("/detokenize", {"tokens": [byte_token_id(ord("y"))]})).json()["content"] == "y"
+    banned = {str(token): -100 for token in (*y, byte_token_id(ord("y")))}
+    fields = {"model": "tiny", "max_tokens": 4, "temperature": 1.0, "top_p": 1.0, "logit_bias": banned,
+              "extra_body": {"top_k": 0, "min_p": 0.0, "grammar": DEAD_END}}
+    messages = [{"role": "user", "content": "Pick one."}]
+    alone = []
+    for i in range(4):          # each choice as a request of its own: some end ("z"), some fail
+        try:
+            alone.append(client.chat.completions.create(messages=messages, seed=DEAD_END_SEED + i, **fields)
+                         .choices[0].message.content)
+        except openai.BadRequestError as error:
+            assert "no token is allowed" in error.message
+            alone.append(None)
+    assert "z" in alone and None in alone, alone
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(messages=messages, seed=DEAD_END_SEED, n=4, **fields)
+    assert "no token is allowed" in refused.value.message
+    loose = openai_sdk(srv, strict=False)   # Completion's type forbids a streamed chunk's null finish_reason
+    for create, body in ((client.chat.completions.create, {"messages": messages}),
+                         (loose.completions.create, {"prompt": "Pick one."})):
+        seen = []
+        with pytest.raises(openai.APIError) as failed:
+            for chunk in create(**body, seed=DEAD_END_SEED, n=4, stream=True, **fields):
+                seen.append(chunk)
+        assert "no token is allowed" in failed.value.message
+        assert all(c.choices[0].finish_reason in (None, "stop") for c in seen if c.choices)
+    assert client.chat.completions.create(model="tiny", messages=messages, n=2, max_tokens=2).choices[1].index == 1
 
 
 @pytest.mark.parametrize("value", [0, -1, 17, 1.5, "2", True, None])

@@ -100,7 +100,7 @@ def test_ollama_pull_streams_progress_then_serves(server, home, files, mirror):
 
 OLLAMA_AS_DOCUMENTED = """
 import json, ollama
-statuses = [p.status for p in ollama.pull("hf.co/org/Tiny-GGUF:Q4_K_M", stream=True)]
+statuses = [p.status for p in ollama.pull("hf.co/org/Tiny-GGUF", stream=True)]
 names = [m.model for m in ollama.list().models]
 shown = ollama.show("hf.co/org/Tiny-GGUF:Q4_K_M")
 print(json.dumps({"statuses": statuses, "names": names, "family": shown.details.family,
@@ -108,19 +108,26 @@ print(json.dumps({"statuses": statuses, "names": names, "family": shown.details.
 """
 
 
-def test_the_ollama_module_as_its_readme_configures_it(server):
+def test_the_ollama_module_as_its_readme_configures_it(server, files):
     """The ollama package's own functions (its README's `ollama.pull`, `ollama.list`,
-    `ollama.show`), pointed at this server by OLLAMA_HOST as its docs say. The repo's default
-    quant, pulled after another quant took the repo's bare name, is served by its own."""
+    `ollama.show`), pointed at this server by OLLAMA_HOST as its docs say. The repo's bare name,
+    pulled after another quant (Q8_0) took it, fetches the repo's default quant (Q4_K_M), as
+    Ollama would, and the bare name is that quant's from then on."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OLLAMA_", "HTTP_", "HTTPS_", "http_", "https_"))}
     done = subprocess.run([sys.executable, "-c", OLLAMA_AS_DOCUMENTED], capture_output=True, text=True, timeout=120,
                           env={**env, "OLLAMA_HOST": f"127.0.0.1:{server.port}"})
     assert done.returncode == 0, done.stderr
     said = json.loads(done.stdout)
     assert said["statuses"][0] == "pulling manifest" and said["statuses"][-1] == "success"
-    assert any(s.startswith("pulling ") and s != "pulling manifest" for s in said["statuses"])
+    default_sha = hashlib.sha256(files["tiny-Q4_K_M.gguf"]).hexdigest()
+    assert f"pulling {default_sha[:12]}" in said["statuses"]
     assert "org/Tiny-GGUF:Q4_K_M" in said["names"] and "own:latest" in said["names"]
     assert said["family"] == "llama" and "completion" in said["capabilities"]
+    models = {m["id"]: m for m in httpx.get(server.base_url + "/v1/models").json()["data"]}
+    assert {"org/Tiny-GGUF", "hf.co/org/Tiny-GGUF"} <= set(models["org/Tiny-GGUF:Q4_K_M"]["aliases"])
+    assert not {"org/Tiny-GGUF", "hf.co/org/Tiny-GGUF"} & set(models["org/Tiny-GGUF:Q8_0"]["aliases"])
+    again = httpx.post(server.base_url + "/api/pull", json={"model": "hf.co/org/Tiny-GGUF", "stream": False})
+    assert again.json() == {"status": "success"}
 
 
 @pytest.mark.parametrize("name, status, words", [
@@ -233,6 +240,18 @@ def test_llama_server_post_models_and_sse(server, mirror, files):
     assert again.status_code == 400 and "already exists" in again.json()["error"]["message"]
     bad = httpx.post(server.base_url + "/models", json={"model": "../x"})
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+    # a repo's bare name, held by the quant pulled first, still brings the repo's default quant
+    mirror.add("org/Pair-GGUF", Repo({"p-Q4_K_M.gguf": files["tiny-Q4_K_M.gguf"] + b"p",
+                                      "p-Q8_0.gguf": files["tiny-Q8_0.gguf"] + b"p"}))
+    pulled = httpx.post(server.base_url + "/api/pull", json={"model": "org/Pair-GGUF:Q8_0", "stream": False}, timeout=60)
+    assert pulled.json() == {"status": "success"}
+    assert httpx.post(server.base_url + "/models", json={"model": "org/Pair-GGUF"}).json() == {"success": True}
+    deadline = time.monotonic() + 60
+    while "org/Pair-GGUF:Q4_K_M" not in {m["id"] for m in httpx.get(server.base_url + "/models").json()["data"]}:
+        assert time.monotonic() < deadline, "the default quant was not pulled"
+        time.sleep(0.05)
+    again = httpx.post(server.base_url + "/models", json={"model": "org/Pair-GGUF"})
+    assert again.status_code == 400 and "as 'org/Pair-GGUF:Q4_K_M'" in again.json()["error"]["message"]
 
 
 def run_cli(home, mirror, *args, **extra) -> subprocess.CompletedProcess:

@@ -3,11 +3,12 @@ tiny model's output matrix, each with greedy text of its own.
 
 One server: `--lora` four times at scale 0 (alpha and beta run only when a request asks; wide's
 shapes are another model's; gemma's architecture is another), so a plain request is the base's.
-Pinned: the per-request `lora` field (the SDK's extra_body), the `base+adapter` model names
+Pinned: the per-request `lora` field (the SDK's extra_body), drafts verified under the request's
+adapters, the `base+adapter` model names
 (answers carry them; the lists show them; Ollama's client reaches them), GET/POST /lora-adapters
 rescaling, two requests of different adapters at once each getting its text alone, prompt
-caches never crossing adapter sets (cached_tokens), and bad adapters refused in each
-dialect's error shape while the server goes on.
+caches never crossing adapter sets (cached_tokens) nor slot files, and bad adapters refused in
+each dialect's error shape while the server goes on.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from conftest import CHATML_TEMPLATE, ServerProcess
 from rawhttp import RawConnection, post_json, request
 from sse import sse_data
 from tinylora import write_tiny_lora
-from tinymodel import NO_EOG, write_tiny_gguf
+from tinymodel import NO_EOG, byte_token_id, write_tiny_gguf
 
 ALPHA, BETA, WIDE, GEMMA = 0, 1, 2, 3
 PROMPT = [{"role": "user", "content": "Say something."}]
@@ -37,7 +38,7 @@ def lora_server(tmp_path_factory):
     write_tiny_lora(folder / "wide.gguf", model, seed=3, n_embd=32)
     write_tiny_lora(folder / "gemma.gguf", model, seed=4, arch="gemma3")
     adapters = [arg for name in ("alpha", "beta", "wide", "gemma") for arg in ("--lora", f"{folder / name}.gguf:0")]
-    srv = ServerProcess(model, "--model-id", "tiny", "--slots", "2", *adapters,
+    srv = ServerProcess(model, "--model-id", "tiny", "--slots", "2", *adapters, "--slot-save-path", str(folder / "saved"),
                         env={"XDG_DATA_HOME": str(tmp_path_factory.mktemp("data"))})
     yield srv
     srv.stop()
@@ -105,6 +106,32 @@ def test_global_scales_are_listed_and_set(lora_server, alone):
     assert text(chat(lora_server)) == alone["base"]
 
 
+def test_drafts_are_verified_under_the_requests_adapters(lora_server):
+    """Speculation (ngram, the default) with a prediction to draft from: a draft of alpha's own
+    text is accepted under alpha, and the text is alpha's whatever is predicted (a draft
+    verified under another set would turn into that set's tokens). Byte tokens are banned, so
+    that a text is its tokens' bytes and can be given back as a prediction."""
+    text_only = {**NO_EOG, **{str(byte_token_id(b)): -100 for b in range(256)}}
+
+    def complete(**extra) -> dict:
+        resp = call(lora_server, "/v1/completions", {"model": "tiny", "prompt": "the quick brown fox",
+                                                     "max_tokens": 40, "temperature": 0, "logit_bias": text_only,
+                                                     **extra})
+        assert resp.status == 200, resp.body
+        return resp.json()
+
+    alpha = [{"id": ALPHA, "scale": 1}]
+    own, base = complete(lora=alpha)["choices"][0]["text"], complete()["choices"][0]["text"]
+    assert own != base
+    for predicted in (own, base):
+        answer = complete(lora=alpha, prediction={"type": "content", "content": predicted})
+        assert answer["choices"][0]["text"] == own
+        if predicted == own:
+            assert answer["usage"]["completion_tokens_details"]["accepted_prediction_tokens"] >= 20
+    answer = complete(model="tiny+alpha", prediction={"type": "content", "content": own})
+    assert answer["choices"][0]["text"] == own
+
+
 def test_two_adapters_at_once_each_get_their_own_text(lora_server, alone):
     long = {"max_tokens": 400, "stream": True}
     body = {"model": "tiny", "messages": PROMPT, "temperature": 0, "logit_bias": NO_EOG, **long,
@@ -151,6 +178,28 @@ def test_prompt_caches_never_cross_adapter_sets(lora_server):
     assert run(lora=[{"id": ALPHA, "scale": 0.5}])[1] < n_prompt // 4    # alpha at another scale is another set
     again, cached, _ = run(lora=[{"id": ALPHA, "scale": 1}])
     assert cached > n_prompt // 2 and again == first                 # its own prefix, kept (a slot or RAM)
+
+
+def test_a_slot_saved_under_an_adapter_restores_for_that_adapter_set_alone(lora_server):
+    """/slots/N?action=save of a slot whose prompt ran under alpha saves it (it was saved empty),
+    with the set named in the file; restored, alpha's request reuses it and the base's does not."""
+    prompt = "A slot saved under an adapter: " + "lorem ipsum dolor sit amet " * 5
+    alpha = {"prompt": prompt, "n_predict": 2, "id_slot": 0, "lora": [{"id": ALPHA, "scale": 1}]}
+    first = call(lora_server, "/completion", alpha).json()
+    saved = call(lora_server, "/slots/0?action=save", {"filename": "alpha.bin"}).json()
+    assert saved["n_saved"] >= first["tokens_evaluated"]
+
+    def restored_then(body: dict) -> int:
+        for slot in (0, 1):
+            assert call(lora_server, f"/slots/{slot}?action=erase", {}).status == 200
+        done = call(lora_server, "/slots/0?action=restore", {"filename": "alpha.bin"}).json()
+        assert done["n_restored"] == saved["n_saved"]
+        return call(lora_server, "/completion", body).json()["timings"]["cache_n"]
+
+    assert restored_then(alpha) == first["tokens_evaluated"] - 1
+    others = ([], [{"id": ALPHA, "scale": 0.5}], [{"id": BETA, "scale": 1}])
+    for lora in others:     # at most the BOS another prompt of that set left (the RAM cache)
+        assert restored_then({**alpha, "lora": lora}) <= 1
 
 
 BAD = [([{"id": 7, "scale": 1}], "no LoRA adapter 7"),

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import ollama
 import openai
 import pytest
 
 from clients import ollama_client, openai_sdk
-from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE
+from localserve.dialects.openai.transcriptions import TRANSCRIBE, TRANSLATE, subtitles
 from localserve.multipart import MAX_FIELD_BYTES
-from media_server import N, bare_answer
+from media_server import N, bare_answer, chat
 from rawhttp import request
 from tinyaudio import audio_tokens, mp3_bytes, tone, wav_bytes
 from tinymodel import NO_EOG
@@ -57,9 +61,9 @@ def test_text_verbose_json_srt_and_vtt(audio_server, audio_bare):
     assert verbose.duration == pytest.approx(1.5) and verbose.language == "en"
     assert verbose.segments[0].end == pytest.approx(1.5)
     srt = transcribe(audio_server, "srt")
-    assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\n") and text in srt
+    assert srt.startswith("1\n00:00:00,000 --> 00:00:01,500\n") and srt == subtitles("srt", text, 1.5)
     vtt = transcribe(audio_server, "vtt")
-    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n") and text in vtt
+    assert vtt.startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.500\n") and vtt == subtitles("vtt", text, 1.5)
 
 
 def test_streamed_as_transcript_text_events(audio_server, audio_bare):
@@ -80,6 +84,72 @@ def test_translations_and_an_mp3_file(audio_server, audio_bare):
     got = openai_sdk(audio_server).audio.transcriptions.create(model="tiny", file=("clip.mp3", mp3, "audio/mpeg"),
                                                          temperature=0, extra_body=STEER)
     assert got.text == expected(audio_server, audio_bare, TRANSCRIBE, mp3, "mp3")
+    verbose = openai_sdk(audio_server).audio.translations.create(model="tiny", file=("clip.wav", CLIP, "audio/wav"),
+                                                                 response_format="verbose_json", extra_body=STEER)
+    assert (verbose.task, verbose.language, verbose.text) == ("translate", "english", result.text)
+
+
+def test_a_form_without_a_temperature_is_transcribed_at_openai_s_0(audio_server, audio_bare):
+    """OpenAI's default is 0 (the docs say so too), not a chat's 0.8: LiteLLM and curl send none."""
+    resp = post_form(audio_server, form(MODEL, ("file", CLIP, "a.wav"), ("response_format", b"text", None),
+                                        *((k, v.encode(), None) for k, v in STEER.items())))
+    assert resp.status == 200, resp.body
+    assert resp.body.decode().strip() == expected(audio_server, audio_bare, TRANSCRIBE)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl is not installed")
+def test_the_docs_curl_line_with_a_file_past_curl_s_expect_threshold(audio_server, audio_bare, tmp_path):
+    """docs/audio.rst's ``curl .../v1/audio/transcriptions -F model=... -F file=@speech.wav``, with
+    a file over 1 MiB, for which curl sends ``Expect: 100-continue`` and waits for the 100."""
+    speech = wav_bytes(tone(35.0, freq=300, glide=500, amplitude=0.3))
+    assert len(speech) > 1024 * 1024
+    (tmp_path / "speech.wav").write_bytes(speech)
+    steer = [arg for k, v in STEER.items() for arg in ("--form-string", f"{k}={v}")]
+    done = subprocess.run(["curl", "-sSv", "--fail-with-body", f"{audio_server.base_url}/v1/audio/transcriptions",
+                           "-F", "model=tiny", "-F", f"file=@{tmp_path / 'speech.wav'}", *steer],
+                          capture_output=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert b"> Expect: 100-continue" in done.stderr and b"< HTTP/1.1 100 Continue" in done.stderr
+    assert json.loads(done.stdout)["text"] == expected(audio_server, audio_bare, TRANSCRIBE, speech)
+
+
+def test_litellm_transcription_as_its_docs_configure_it(audio_server, audio_bare):
+    """LiteLLM's ``transcription(model="openai/<name>", api_base=...)``, as its OpenAI-compatible
+    docs configure it: its Whisper config asks for verbose_json (it reads the duration) and sends
+    no temperature; the extensions go through as extra_body."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")     # LiteLLM fetches a price list at import
+    import litellm
+    result = litellm.transcription(model="openai/tiny", file=("clip.wav", CLIP, "audio/wav"),
+                                   api_base=audio_server.base_url + "/v1", api_key="test", max_retries=0,
+                                   extra_body=STEER)
+    assert result.text == expected(audio_server, audio_bare, TRANSCRIBE)
+    assert result["duration"] == pytest.approx(1.5)
+
+
+def test_transcriptions_beside_audio_chats_at_once_each_answer_as_alone(audio_server, audio_bare):
+    """Three transcriptions of different clips and two chats hearing them, all at once on two
+    slots (clips decoded two at a time, MAX_CONCURRENT_AUDIO_DECODES): each is the bare engine's."""
+    clips = [wav_bytes(tone(1.0 + i / 4, freq=200 + 150 * i)) for i in range(3)]
+
+    def transcript(clip: bytes) -> str:
+        return openai_sdk(audio_server).audio.transcriptions.create(
+            model="tiny", file=("c.wav", clip, "audio/wav"), response_format="text", extra_body=STEER).strip()
+
+    def heard(clip: bytes) -> str:
+        return chat(audio_server, said(clip)).choices[0].message.content
+
+    with ThreadPoolExecutor(5) as pool:
+        texts = [pool.submit(transcript, c) for c in clips]
+        chats = [pool.submit(heard, c) for c in clips[:2]]
+        assert [t.result(timeout=120) for t in texts] == [expected(audio_server, audio_bare, TRANSCRIBE, c)
+                                                          for c in clips]
+        assert [c.result(timeout=120) for c in chats] == [bare_answer(audio_server, audio_bare, said(c), [c])
+                                                          for c in clips[:2]]
+
+
+def said(clip: bytes) -> list[dict]:
+    part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(clip).decode(), "format": "wav"}}
+    return [{"role": "user", "content": [{"type": "text", "text": "what was said?"}, part]}]
 
 
 def test_ollama_chat_and_generate_take_a_clip_among_images(audio_server, audio_bare):

@@ -153,6 +153,17 @@ def test_responses_an_image_in_a_function_call_output_reaches_the_model(vision_s
     assert loop(PNG) != loop(OTHER)
 
 
+def test_chat_an_image_in_a_tool_message_reaches_the_model(vision_server, vision_bare):
+    """A screenshot tool's result in a Chat Completions tool message: OpenAI's are text only,
+    llama-server takes media in any message, and so does this server."""
+    messages = [{"role": "user", "content": "look at the screen"},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "shot.png"}, url(PNG)]}]
+    reply = chat(vision_server, messages)
+    assert reply.choices[0].message.content == bare_answer(vision_server, vision_bare, messages, [PNG])
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_image_libmtmd_cannot_decode_is_a_400_naming_its_part_and_the_server_goes_on(vision_server, stream):
     broken = PNG[:60] + bytes(len(PNG) - 60)         # a sound header, its pixel data zeroed

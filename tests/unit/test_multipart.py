@@ -90,6 +90,34 @@ def test_a_name_given_twice_is_refused_naming_it(parts):
     assert caught.value.param == parts[0][0]
 
 
+@pytest.mark.parametrize("parts", [
+    (("a[]", b"x", "x.wav"), ("a[]", b"1", None)),                # a file, then a listed field of its name
+    (("a[]", b"1", None), ("a[]", b"x", "x.wav")),                # and the other way round
+])
+def test_a_listed_name_that_is_also_a_file_is_refused_in_either_order(parts):
+    with pytest.raises(MultipartError) as caught:
+        parse(form(*parts))
+    assert caught.value.param == "a[]"
+
+
+def test_a_part_with_no_header_lines_is_refused_for_what_it_lacks():
+    """The blank line straight after the delimiter ends an empty head: not a body cut short."""
+    with pytest.raises(MultipartError, match="no Content-Disposition"):
+        parse(f"--{B}\r\n\r\n1\r\n--{B}--\r\n".encode())
+
+
+@pytest.mark.parametrize("disposition, filename", [
+    ("name=\"file\"; filename*=UTF-8''caf%C3%A9%20take%202.wav", "caf\u00e9 take 2.wav"),
+    ("name=\"file\"; filename*=iso-8859-1'en'caf%E9.wav", "caf\u00e9.wav"),
+    ("name=\"file\"; filename=\"plain.wav\"; filename*=UTF-8''other.wav", "plain.wav"),
+])
+def test_an_rfc_5987_filename_makes_a_file_too(disposition, filename):
+    """RFC 7578 asks senders not to use filename*, but older urllib3 and some HTTP libraries
+    send a non-ASCII name so alone; the plain filename wins where both are given."""
+    body = f"--{B}\r\nContent-Disposition: form-data; {disposition}\r\n\r\nRIFF\r\n--{B}--\r\n".encode()
+    assert parse(body).files["file"].filename == filename
+
+
 @pytest.mark.parametrize("head", [b"Content-Type: text/plain", b"Content-Disposition: attachment; name=\"x\"",
                                   b"Content-Disposition: form-data", b"no colon here", b"\xff\xfe: x"])
 def test_a_part_without_a_named_form_data_disposition_is_refused(head):

@@ -38,7 +38,8 @@ def chat_input_tokens(services: Services, exchange: Exchange) -> None:
     body = {**exchange.json(), "stream": False}
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
         request = chat.read_request(model.chat, body, exchange.request_id)
-        report_omitted(exchange, request.images_omitted, f"input_tokens {exchange.request_id}")
+        report_omitted(exchange, request.images_omitted, f"input_tokens {exchange.request_id}",
+                       audio=request.audio_omitted)
         exchange.send_json(counted(len(request.prompt_tokens)))
 
 
@@ -53,5 +54,6 @@ def responses_input_tokens(services: Services, exchange: Exchange) -> None:
             raise ApiError(400, "this input is compacted before it runs (a compaction_trigger, or "
                                 "context_management on an input that does not fit): its tokens are known only then",
                            param="input", code="compaction_required")
-        report_omitted(exchange, plan.generation.images_omitted, f"input_tokens {exchange.request_id}")
+        report_omitted(exchange, plan.generation.images_omitted, f"input_tokens {exchange.request_id}",
+                       audio=plan.generation.audio_omitted)
         exchange.send_json(counted(len(plan.generation.prompt_tokens)))

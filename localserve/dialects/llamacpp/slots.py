@@ -4,14 +4,15 @@ save writes slot {id}'s KV cache (its tokens and llama.cpp's state of its sequen
 file the body names, `{"filename": NAME}`, inside --slot-save-path; restore puts such a file
 back into a slot (a prompt that starts with its tokens then goes there and skips that much
 prefill); erase empties the slot. A name is a plain file name: no directory, no path
-separator, no "..", no leading dot. A file records the model it was saved from and the
-key's cache scope (the digest the store keeps too), and is restored into that model, for
-that key, only; a slot holding another key's prompt is empty to a request (slot_state.py). With
-several API keys each key's files live in a folder of its own (its scope digest, as the store
-names it): two keys saving one name keep two files, and one key never learns another's names.
-A slot running a request is a 409. Without --slot-save-path
-every action is a 501, as llama-server answers. The model is the body's or `?model=`'s, else
-the one served.
+separator, no "..", no leading dot. A file records the model it was saved from, the key's
+cache scope (the digest the store keeps too) and the LoRA adapters (by name, with their scales)
+its prompt ran under, and is restored into that model, for that key, only, under that adapter
+set: only a request of that set reuses it (a model without one of them refuses it); a slot
+holding another key's prompt is empty to a request (slot_state.py). With several API keys
+each key's files live in a folder of its own (its scope digest, as the store names it): two
+keys saving one name keep two files, and one key never learns another's names. A slot running
+a request is a 409. Without --slot-save-path every action is a 501, as llama-server answers.
+The model is the body's or `?model=`'s, else the one served.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from typing import TYPE_CHECKING
 import orjson
 
 from ...errors import ApiError
+from ...generation import AdapterSet
+from ...models.errors import BadAdapter
 from ...runtime.slot_state import ERASE, RESTORE, SAVE, SlotBusy, SlotRefused, SlotRequest
 from ..exchange import Exchange, RouteTable
 from ..failures import refusals
@@ -127,7 +130,8 @@ def fingerprint(model: ServedModel) -> dict:
 def save(model: ServedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
     done = run(model, SlotRequest(SAVE, seq_id, scope))
-    header = orjson.dumps({**fingerprint(model), "scope": scope, "n_tokens": len(done.tokens)})
+    header = orjson.dumps({**fingerprint(model), "scope": scope, "n_tokens": len(done.tokens),
+                           "adapters": adapter_names(model, done.adapters)})
     tokens = struct.pack(f"<{len(done.tokens)}i", *done.tokens)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / filename
@@ -151,10 +155,29 @@ def save(model: ServedModel, seq_id: int, scope: str, directory: Path, filename:
 def restore(model: ServedModel, seq_id: int, scope: str, directory: Path, filename: str) -> dict:
     started = time.monotonic()
     data = read_regular_file(directory / filename, filename)
-    tokens, state = read_slot_file(data, fingerprint(model), scope, filename)
-    run(model, SlotRequest(RESTORE, seq_id, scope, tokens=tokens, state=state))
+    tokens, state, recorded = read_slot_file(data, fingerprint(model), scope, filename)
+    adapters = adapter_set(model, recorded, filename)
+    run(model, SlotRequest(RESTORE, seq_id, scope, tokens=tokens, state=state, adapters=adapters))
     return {"id_slot": seq_id, "filename": filename, "n_restored": len(tokens), "n_read": len(data),
             "timings": {"restore_ms": round((time.monotonic() - started) * 1000, 3)}}
+
+
+def adapter_names(model: ServedModel, adapters: AdapterSet) -> list[list]:
+    return model.adapters.names_of(adapters) if model.adapters is not None else []
+
+
+def adapter_set(model: ServedModel, recorded: object, filename: str) -> AdapterSet:
+    """The set a file's prompt ran under, as this model's adapter ids; a 400 when the model lacks
+    one (a file from before adapters were recorded ran under none)."""
+    if recorded == []:
+        return ()
+    try:
+        if model.adapters is None:
+            raise BadAdapter(f"model '{model.entry.name}' has no LoRA adapters")
+        return model.adapters.by_names(recorded)
+    except BadAdapter as error:
+        raise ApiError(400, f"'{filename}' was saved under LoRA adapters, and its cache is theirs alone: "
+                            f"{error.message}", param="filename", code="invalid_slot_file") from None
 
 
 def read_regular_file(path: Path, filename: str) -> bytes:
@@ -175,8 +198,9 @@ def read_regular_file(path: Path, filename: str) -> bytes:
         return handle.read()
 
 
-def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tuple[list[int], bytes]:
-    """The tokens and state a save wrote; a 400 for another model's or key's file, or none of ours."""
+def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tuple[list[int], bytes, object]:
+    """The tokens, state and adapter set (as recorded: adapter_set) a save wrote; a 400 for
+    another model's or key's file, or none of ours."""
     bad = ApiError(400, f"'{filename}' is not a slot file this server saved", param="filename",
                    code="invalid_slot_file")
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + 4:
@@ -187,6 +211,7 @@ def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tu
         header = orjson.loads(data[start:start + size])
         n_tokens = int(header.pop("n_tokens"))
         saved_scope = header.pop("scope")
+        adapters = header.pop("adapters", [])
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
         raise bad from None
     if saved_scope != scope:        # another key's prompt: restored, its prefix would answer to this key
@@ -203,4 +228,4 @@ def read_slot_file(data: bytes, expected: dict, scope: str, filename: str) -> tu
     if any(token >= expected["n_vocab"] for token in tokens):     # negative: an image's placeholder
         raise ApiError(400, f"'{filename}' holds token ids outside this model's vocabulary", param="filename",
                        code="invalid_slot_file")
-    return tokens, data[at + 4 * n_tokens:]
+    return tokens, data[at + 4 * n_tokens:], adapters

@@ -1,7 +1,9 @@
 """POST /api/pull, /api/push, /api/create, /api/copy and DELETE /api/delete.
 
 A pull of a model the catalogue has succeeds at once (streamed as Ollama streams its
-progress, unless `stream` is false), so clients that pull before they chat work unchanged.
+progress, unless `stream` is false), so clients that pull before they chat work unchanged;
+but a Hub repo's bare name (`hf.co/org/repo`) asks the Hub which quant is the repo's default,
+as Ollama does, and pulls that one when the quant the name serves is another.
 A pull of a Hub name (`hf.co/org/repo:quant`, `org/repo:quant`) fetches it from the Hugging
 Face Hub, or $HF_ENDPOINT, into the Hugging Face cache (models/hub/), then serves it: Ollama's
 progress lines (`pulling manifest`, `pulling <digest>` with `digest`, `total`, `completed`,
@@ -23,7 +25,7 @@ from ...models.hub.errors import HubError
 from ...models.hub.names import is_hub_name
 from ..exchange import Exchange
 from ..fields import read_bool
-from ..pulls import api_error, prepare, progress
+from ..pulls import api_error, asks_for_the_default, prepare, progress
 from ..services import Services
 from .names import not_found, requested_name
 
@@ -38,7 +40,8 @@ def pull(services: Services, exchange: Exchange) -> None:
     body = exchange.json()
     name = requested_name(body)
     stream = read_bool(body, "stream", default=True)
-    if models.catalogue.exact(name) is not None:
+    served = models.catalogue.exact(name)
+    if served is not None and not asks_for_the_default(name, served):
         done = [{"status": "pulling manifest"}, {"status": "success"}]
         send_whole(exchange, done, stream)
         return

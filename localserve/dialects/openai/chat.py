@@ -18,7 +18,8 @@ from .errors import openai_error_body
 from ..limits import MAX_PREDICTION_TOKENS
 from ..pump import DONE, PREFILL_COMMENT, StreamShape, sse
 from ..request_cycle import Reply, serve_generation
-from ..choices import choice_error, read_choices
+from ..choices import read_choices
+from ..job_events import error_from
 from ..exchange import Exchange
 from ..services import Services
 from ..function_tools import function_definitions, openai_call_id
@@ -166,28 +167,13 @@ def finish_reason(output: GenerationOutput) -> str:
     return "stop" if output.finish_reason == "cancelled" else output.finish_reason
 
 
-def succeeded(ends: list[Finished]) -> list[GenerationOutput]:
-    return [end.output for end in ends if end.error is None and end.output is not None]
-
-
-def failed_choice(error: ApiError) -> dict:
-    """What a choice that failed while others went on carries beside finish_reason "error"."""
-    return openai_error_body(error)["error"]
-
-
 def final_response(ends: list[Finished], meta: dict, with_logprobs: bool) -> dict:
-    """The whole answer of the choices' ends (at least one of them an output: choices.py)."""
-    choices = []
-    for index, end in enumerate(ends):
-        error = choice_error(end)
-        if error is not None:
-            choices.append({"index": index, "message": {"role": "assistant", "content": None},
-                            "finish_reason": "error", "logprobs": None, "error": failed_choice(error)})
-        else:
-            choices.append(chat_choice(end.output, index, with_logprobs))
-    outputs = succeeded(ends)
-    return {**meta, "object": "chat.completion", "choices": choices, "usage": usage(outputs),
-            "system_fingerprint": None, "timings": timings(outputs)}
+    """The whole answer of the choices' ends (every one an output: a failed choice fails the
+    request, choices.py)."""
+    outputs = [end.output for end in ends]
+    return {**meta, "object": "chat.completion",
+            "choices": [chat_choice(output, index, with_logprobs) for index, output in enumerate(outputs)],
+            "usage": usage(outputs), "system_fingerprint": None, "timings": timings(outputs)}
 
 
 def chat_choice(output: GenerationOutput, index: int, with_logprobs: bool) -> dict:
@@ -224,7 +210,8 @@ def timings(outputs: list[GenerationOutput]) -> dict:
 class ChatChunks(StreamShape):
     """Runtime events → chat.completion.chunk frames (the pump writes them). With `n` choices the
     events are ChoiceEvents, every chunk carries one choice, each choice ends with its own finish
-    chunk, and the usage chunk (summed) follows the last."""
+    chunk, and the usage chunk (summed) follows the last; a choice that fails ends the stream with
+    its error event (the caller cancels the others)."""
 
     def __init__(self, meta: dict, include_usage: bool, choices: int = 1):
         self.base = {**meta, "object": "chat.completion.chunk", "system_fingerprint": None}
@@ -232,11 +219,12 @@ class ChatChunks(StreamShape):
         self.choices = choices
         self.role_sent: set[int] = set()
         self.ends: dict[int, Finished] = {}     # each choice's end, once it came
+        self.failed = False
 
     @property
     def done(self) -> bool:
-        """Every choice has ended (the pump ends a stream of several choices here)."""
-        return len(self.ends) == self.choices
+        """Every choice has ended, or one failed (the pump ends a stream of several choices here)."""
+        return self.failed or len(self.ends) == self.choices
 
     def chunk(self, delta: dict, finish: str | None = None, logprobs: Any = None, index: int = 0,
               **extra: Any) -> bytes:
@@ -245,6 +233,8 @@ class ChatChunks(StreamShape):
 
     def feed(self, event: object) -> list[bytes]:
         index, event = (event.index, event.event) if isinstance(event, ChoiceEvent) else (0, event)
+        if isinstance(event, Finished) and event.error is not None:
+            return self.finish(index, event)
         out = []
         if index not in self.role_sent and isinstance(event, (Chunk, ToolCallStart, Finished)):
             out.append(self.chunk({"role": "assistant", "content": ""}, index=index))
@@ -265,19 +255,15 @@ class ChatChunks(StreamShape):
         return out
 
     def finish(self, index: int, end: Finished) -> list[bytes]:
-        """A choice's finish chunk; after the last choice's, the usage (or, when every one of
-        several choices failed, the first one's error)."""
+        """A choice's finish chunk; after the last choice's, the usage. A failed choice: the
+        stream's error event instead, and the stream is done."""
+        if end.error is not None:
+            self.failed = True
+            return self.fail(error_from(end))
         self.ends[index] = end
-        error = choice_error(end)
-        out = [self.chunk({}, "error", index=index, error=failed_choice(error)) if error is not None
-               else self.chunk({}, self.finish_reason_of(end), index=index)]
-        if not self.done:
-            return out
-        ends = [self.ends[i] for i in range(self.choices)]
-        outputs = succeeded(ends)
-        if not outputs:
-            return out + self.fail(choice_error(ends[0]))
-        if self.include_usage:
+        out = [self.chunk({}, self.finish_reason_of(end), index=index)]
+        if self.done and self.include_usage:
+            outputs = [self.ends[i].output for i in range(self.choices)]
             out.append(sse({**self.base, "choices": [], "usage": usage(outputs)}))
         return out
 

@@ -1,9 +1,11 @@
 """Chat Completions messages read into the conversation (localserve/conversation.py).
 
-Content is a string or text parts (``text``, ``input_text``), and in a user turn image parts
-(``image_url``: a base64 data: URL, as an object with ``url`` and ``detail`` or as the bare
+Content is a string or text parts (``text``, ``input_text``), and in a user or a tool turn image
+parts (``image_url``: a base64 data: URL, as an object with ``url`` and ``detail`` or as the bare
 string some clients send; dialects/image_parts.py checks it) and audio parts (``input_audio``:
-base64 ``data`` and its ``format``; dialects/audio_parts.py); an assistant turn's
+base64 ``data`` and its ``format``; dialects/audio_parts.py). OpenAI's tool messages are text,
+but llama-server takes media in any message and clients send what a tool saw or heard there, as
+Responses' function_call_output and Ollama's tool messages carry it; an assistant turn's
 ``reasoning_content`` and ``tool_calls`` (arguments a JSON string, or an object) and a tool
 turn's ``tool_call_id`` are kept with the client's ids; ``name`` too. Other fields of a
 message are not read.
@@ -21,6 +23,7 @@ from ..image_parts import hold_image_count, image_from_url, typed_parts
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 TEXT_PARTS = ("text", "input_text")
+MEDIA_ROLES = ("user", "tool")             # the turns whose content may hold images and clips
 
 
 def read_messages(body: dict) -> list[Message]:
@@ -40,7 +43,7 @@ def read_message(message: Any, where: str) -> Message:
     role = message.get("role")
     if role not in ROLES:
         raise invalid(f"{where}.role", f"expected one of {', '.join(ROLES)}")
-    content = _content(message.get("content"), f"{where}.content", images=role == "user")
+    content = _content(message.get("content"), f"{where}.content", images=role in MEDIA_ROLES)
     calls = read_tool_calls(message, f"{where}.tool_calls")
     name = message.get("name") if isinstance(message.get("name"), str) else None
     if role == "tool":
@@ -56,7 +59,7 @@ def read_message(message: Any, where: str) -> Message:
 
 
 def _content(content: Any, where: str, *, images: bool) -> list[Text | Image]:
-    """A message's content as parts; images: image parts are taken (a user turn's)."""
+    """A message's content as parts; images: image and audio parts are taken (MEDIA_ROLES)."""
     if content is None:
         return []
     if isinstance(content, str):
@@ -71,11 +74,11 @@ def _content(content: Any, where: str, *, images: bool) -> list[Text | Image]:
         elif kind == "image_url" and images:
             parts.append(_image(part, f"{where}[{i}]"))
         elif kind == "image_url":
-            raise invalid(f"{where}[{i}]", "image parts are taken in user messages only")
+            raise invalid(f"{where}[{i}]", "image parts are taken in user and tool messages only")
         elif kind == INPUT_AUDIO and images:
             parts.append(input_audio(part, f"{where}[{i}]"))
         elif kind == INPUT_AUDIO:
-            raise invalid(f"{where}[{i}]", "audio parts are taken in user messages only")
+            raise invalid(f"{where}[{i}]", "audio parts are taken in user and tool messages only")
         else:
             raise invalid(where, f"content part type '{kind}' is not supported; this server takes text, "
                                  f"image_url and input_audio parts")

@@ -14,8 +14,7 @@ from ..fim import fills_the_middle, fim_prompt, writes_its_own_fim
 from ..pump import sse
 from ..exchange import Exchange
 from ..services import Services
-from ..choices import choice_error
-from .chat import ChatChunks, failed_choice, finish_reason, read_prediction, serve_openai, succeeded, timings, usage
+from .chat import ChatChunks, finish_reason, read_prediction, serve_openai, timings, usage
 from ..fields import invalid, read_bool, read_int, read_sampling, read_stop, read_str
 
 
@@ -144,24 +143,17 @@ def completion_finish(output: GenerationOutput) -> str:
 
 def final_response(ends: list[Finished], meta: dict, with_logprobs: bool, echo: str = "") -> dict:
     """The whole answer of the choices' ends, each choice's text after the echoed prompt."""
-    choices = []
-    for index, end in enumerate(ends):
-        error = choice_error(end)
-        if error is not None:
-            choices.append({"text": echo, "index": index, "logprobs": None, "finish_reason": "error",
-                            "error": failed_choice(error)})
-        else:
-            choices.append({"text": echo + end.output.content, "index": index,
-                            "logprobs": legacy_logprobs(end.output.logprobs) if with_logprobs else None,
-                            "finish_reason": completion_finish(end.output)})
-    outputs = succeeded(ends)
+    outputs = [end.output for end in ends]     # every one an output: a failed choice fails the request
+    choices = [{"text": echo + output.content, "index": index,
+                "logprobs": legacy_logprobs(output.logprobs) if with_logprobs else None,
+                "finish_reason": completion_finish(output)} for index, output in enumerate(outputs)]
     return {**meta, "object": "text_completion", "choices": choices, "usage": usage(outputs),
             "system_fingerprint": None, "timings": timings(outputs)}
 
 
 class CompletionChunks(ChatChunks):
     """Runtime events → text_completion frames: text only, and the same error and end; each
-    choice's text starts with the echoed prompt."""
+    choice's text starts with the echoed prompt (a choice that fails sends none of it)."""
 
     def __init__(self, meta: dict, include_usage: bool, echo: str = "", choices: int = 1):
         super().__init__(meta, include_usage, choices)
@@ -171,6 +163,8 @@ class CompletionChunks(ChatChunks):
 
     def feed(self, event: object) -> list[bytes]:
         index, event = (event.index, event.event) if isinstance(event, ChoiceEvent) else (0, event)
+        if isinstance(event, Finished) and event.error is not None:
+            return self.finish(index, event)
         first = [self.text(self.echo, index=index)] if self.echo and index not in self.text_offsets else []
         self.text_offsets.setdefault(index, 0)
         return first + self._frames(index, event)

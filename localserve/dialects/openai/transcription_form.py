@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import orjson
 
-from ...audio import MAX_AUDIO_BYTES, from_bytes
+from ...audio import MAX_AUDIO_BYTES, from_bytes, too_large
 from ...audio_headers import AudioRefused
 from ...conversation import Audio
 from ...errors import ApiError
-from ...multipart import Form, MultipartError, parse_form
+from ...multipart import FileTooLarge, Form, MultipartError, parse_form
 from ..fields import invalid
 
 RESPONSE_FORMATS = ("json", "text", "verbose_json", "srt", "vtt")
@@ -40,6 +40,9 @@ class TranscriptionAsk:
 def read_form(content_type: str | None, raw: bytes | bytearray, *, translate: bool) -> TranscriptionAsk:
     try:
         form = parse_form(content_type, raw, max_file_bytes=MAX_AUDIO_BYTES)
+    except FileTooLarge as exc:            # the clip's own refusal, as an input_audio part past it gets
+        refusal = too_large(exc.size)
+        raise ApiError(400, f"invalid '{exc.param}': {refusal}", param=exc.param, code=refusal.code) from None
     except MultipartError as exc:
         raise ApiError(400, f"invalid '{exc.param}': {exc}", param=exc.param, code="invalid_multipart") from None
     clip = _clip(form)

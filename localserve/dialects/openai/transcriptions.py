@@ -14,11 +14,12 @@ with the usage, as ``data:`` lines.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from ...conversation import Message, Text
 from ...errors import ApiError
-from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest
+from ...generation import Chunk, Finished, GenerationOutput, GenerationRequest, SamplingParams
 from ...prompt.build import ChatInput, build_chat_request
 from ..exchange import Exchange
 from ..failures import prompt_refusals
@@ -36,6 +37,8 @@ if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp o
 TRANSCRIBE = "Transcribe the audio: write exactly what is said, nothing else."
 TRANSLATE = "Translate what is said in the audio into English: write the English text, nothing else."
 MAX_TRANSCRIPT_TOKENS = 4096         # a transcript's tokens when the form sets no max_tokens (extension)
+DEFAULT_TEMPERATURE = 0.0            # OpenAI's when the form sends none (the likeliest transcript), not a chat's
+_ARROWS = re.compile(r"-{2,}>")        # a cue's timing arrow, "-->", and any longer run ending in one
 TEXT_TYPES = {"text": "text/plain; charset=utf-8", "srt": "application/x-subrip; charset=utf-8",
               "vtt": "text/vtt; charset=utf-8"}
 
@@ -63,7 +66,9 @@ def build(model: ServedModel, ask: TranscriptionAsk, translate: bool, request_id
     chat = ChatInput(messages=[Message("user", (Text(instruction), ask.clip))])    # fitted by build_chat_request:
     # on a model without an audio encoder, 400 model_has_no_audio naming 'file'
     max_tokens = read_int(ask.body, "max_tokens", low=1, default=MAX_TRANSCRIPT_TOKENS)
-    return build_chat_request(model.chat, chat, read_sampling(ask.body, model.chat.engine.n_vocab),
+    sampling = read_sampling(ask.body, model.chat.engine.n_vocab,
+                             defaults=SamplingParams(temperature=DEFAULT_TEMPERATURE))
+    return build_chat_request(model.chat, chat, sampling,
                               max_tokens=max_tokens, stop=[],
                               label=f"{'translation' if translate else 'transcription'} {request_id}")
 
@@ -81,8 +86,7 @@ def deliver(exchange: Exchange, ask: TranscriptionAsk, translate: bool, request:
     text = output.content.strip()
     seconds = round(ask.clip.seconds, 3)
     if ask.response_format in TEXT_TYPES:
-        body = {"text": text + "\n", "srt": f"1\n{_stamp(0, ',')} --> {_stamp(seconds, ',')}\n{text}\n\n",
-                "vtt": f"WEBVTT\n\n{_stamp(0, '.')} --> {_stamp(seconds, '.')}\n{text}\n\n"}[ask.response_format]
+        body = text + "\n" if ask.response_format == "text" else subtitles(ask.response_format, text, seconds)
         exchange.writer.send(200, body.encode("utf-8"), content_type=TEXT_TYPES[ask.response_format])
         return
     if ask.response_format == "json":
@@ -95,6 +99,17 @@ def deliver(exchange: Exchange, ask: TranscriptionAsk, translate: bool, request:
                         "language": "english" if translate else (ask.language or "unknown"),
                         "duration": seconds, "text": text, "segments": [segment],
                         "usage": {"type": "duration", "seconds": seconds}})
+
+
+def subtitles(response_format: str, text: str, seconds: float) -> str:
+    """The transcript as one SRT or WebVTT cue spanning the clip. A blank line ends a cue and
+    "-->" starts a timing line, so neither stays in the text: a model's transcript (of audio
+    that says so) cannot add cues of its own."""
+    lines = [_ARROWS.sub("->", line) for line in text.splitlines() if line.strip()]
+    cue = "\n".join(lines)
+    if response_format == "srt":
+        return f"1\n{_stamp(0, ',')} --> {_stamp(seconds, ',')}\n{cue}\n\n"
+    return f"WEBVTT\n\n{_stamp(0, '.')} --> {_stamp(seconds, '.')}\n{cue}\n\n"
 
 
 def _stamp(seconds: float, comma: str) -> str:

@@ -53,9 +53,8 @@ def read_input(value: Any, param: str = "input", images: DecodedImages | None = 
         return [message_item("user", value)]
     if not isinstance(value, list):
         raise invalid(param, "expected a string or an array of input items")
-    hold_image_count(_image_places(value, param))
-    hold_audio_count(place for i, item in enumerate(value) if isinstance(item, dict)
-                     for place in typed_parts(item.get("content"), f"{param}[{i}].content", INPUT_AUDIO))
+    hold_image_count(_media_places(value, param, "input_image"))
+    hold_audio_count(_media_places(value, param, INPUT_AUDIO))
     return [normalize_item(item, f"{param}[{i}]", images) for i, item in enumerate(value)]
 
 
@@ -67,7 +66,8 @@ def read_items(value: Any, param: str = "items", *, required: bool = False) -> l
         raise invalid(param, "expected a non-empty array of items" if required else "expected an array of items")
     if len(value) > MAX_ITEMS:
         raise invalid(param, f"at most {MAX_ITEMS} items can be added at a time")
-    hold_image_count(_image_places(value, param))
+    hold_image_count(_media_places(value, param, "input_image"))
+    hold_audio_count(_media_places(value, param, INPUT_AUDIO))
     items = [normalize_item(item, f"{param}[{i}]") for i, item in enumerate(value)]
     for i, item in enumerate(items):
         if item["type"] == "compaction_trigger":     # a request to compact, not a turn to keep
@@ -75,12 +75,13 @@ def read_items(value: Any, param: str = "items", *, required: bool = False) -> l
     return items
 
 
-def _image_places(items: list, param: str) -> Iterator[str]:
-    """Where the input_image parts are: in a message's content and in a call output's output."""
+def _media_places(items: list, param: str, kind: str) -> Iterator[str]:
+    """Where the parts of type `kind` (input_image, input_audio) are: in a message's content and
+    in a call output's output."""
     for i, item in enumerate(items):
         if isinstance(item, dict):
-            yield from typed_parts(item.get("content"), f"{param}[{i}].content", "input_image")
-            yield from typed_parts(item.get("output"), f"{param}[{i}].output", "input_image")
+            yield from typed_parts(item.get("content"), f"{param}[{i}].content", kind)
+            yield from typed_parts(item.get("output"), f"{param}[{i}].output", kind)
 
 
 def message_item(role: str, text: str, item_id: str | None = None) -> dict:

@@ -1,5 +1,7 @@
 """The Hugging Face cache (hf_layout.py): every `models--org--repo` folder's snapshot (the
-commit `refs/main` names, else the newest), its GGUFs named `org/repo:QUANT` (repo_models.py)."""
+commit `refs/main` names, else the newest), its GGUFs named `org/repo:QUANT` (repo_models.py).
+A snapshot whose folder leads outside the cache, or holds more than a repo does, is skipped
+(hf_layout.snapshot_files)."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def scan_root(root: Path, source: str) -> list[ModelEntry]:
             if commit is None:
                 continue
             snapshot = repo.snapshot(commit)
-            files = snapshot_files(snapshot)
+            files = snapshot_files(snapshot, root)
         except OSError as exc:
             log.warning("discovery: %s %s: cannot read it: %s; skipped", source, repo_id, exc)
             continue

@@ -1,7 +1,8 @@
 """LM Studio's models folder: `~/.lmstudio/models/<publisher>/<repo>/*.gguf` (before LM Studio
 0.3: `~/.cache/lm-studio/models/`), the Hub's repos as LM Studio downloads them. Named as the
 Hub names them (`publisher/repo:QUANT`), and as LM Studio's own API listed them, by their path
-(`publisher/repo/file.gguf`)."""
+(`publisher/repo/file.gguf`). A folder that leads outside the models folder (a link) is not
+followed; files linked from elsewhere are read (LM Studio's import can link them)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 from pathlib import Path
 
 from ..catalogue import ModelEntry
-from ..hf_layout import snapshot_files
+from ..hf_layout import snapshot_files, within
 from .repo_models import repo_entries
 
 log = logging.getLogger("localserve.models")
@@ -34,6 +35,9 @@ def discover(environ: dict[str, str]) -> list[ModelEntry]:
 def scan(root: Path) -> list[ModelEntry]:
     entries: list[ModelEntry] = []
     for publisher in sorted(p for p in root.iterdir() if p.is_dir()):
+        if not within(root, publisher):
+            log.warning("discovery: %s %s leads outside %s (a linked folder); skipped", SOURCE, publisher, root)
+            continue
         try:
             repos = sorted(p for p in publisher.iterdir() if p.is_dir())
         except OSError as exc:
@@ -42,7 +46,7 @@ def scan(root: Path) -> list[ModelEntry]:
         for repo in repos:
             repo_id = f"{publisher.name}/{repo.name}"
             try:
-                files = snapshot_files(repo)
+                files = snapshot_files(repo, root)
             except OSError as exc:
                 log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, repo, exc)
                 continue

@@ -30,6 +30,7 @@ SOURCES: dict[str, Callable[[dict[str, str]], list[ModelEntry]]] = {
     "llamacpp": llamacpp_cache.discover,
 }
 ALL = tuple(SOURCES)
+REPO_STORES = (hf_cache.SOURCE, lmstudio.SOURCE, llamacpp_cache.SOURCE)    # named as the Hub names repos
 NONE = "none"
 EXCLUDE = "no-"
 

@@ -62,7 +62,7 @@ class Prepared:
     def entries(self) -> list[ModelEntry]:
         """The pulled model as the catalogue names it (hf-cache's names, repo_models.py)."""
         snapshot = self.repo.snapshot(self.commit)
-        files = snapshot_files(snapshot)
+        files = snapshot_files(snapshot, self.repo.root)
         model = str(self.model_path.relative_to(snapshot)).replace(os.sep, "/") if self.model_path else None
         found = repo_entries(self.name.repo_id, snapshot, files, SOURCE, str(self.repo.root))
         return [e for e in found if model is None or e.path == str(snapshot / model)]
@@ -82,7 +82,7 @@ def prepare(name: object, config: HubConfig | None = None) -> Prepared:
 def from_cache(name: HubName, repo: RepoCache) -> Prepared:
     commit = repo.newest_snapshot()
     if commit is not None:
-        files = snapshot_files(repo.snapshot(commit))
+        files = snapshot_files(repo.snapshot(commit), repo.root)
         cached = Listing(name.repo_id, commit, {p: RemoteFile(p, 0, None, None) for p in files})
         try:
             plan = plan_pull(cached, name)

@@ -1,7 +1,7 @@
 """OpenAI's `n` without sockets or a model (dialects/choices.py and the OpenAI shapes): the
 choices' requests and seeds, the bounds of `n`, the stream of several choices (one choice a
-chunk, a finish each, the usage summed once after the last), a choice that fails beside others
-that do not, and all failing. The real engine runs them in tests/e2e/test_choices.py."""
+chunk, a finish each, the usage summed once after the last), a choice that fails failing the
+request (OpenAI's choices have no error of their own). The real engine runs them in tests/e2e/test_choices.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from localserve.dialects.openai.chat import ChatChunks, final_response
 from localserve.dialects.openai.completions import CompletionChunks, final_response as completion_final
 from localserve.errors import ApiError
 from localserve.generation import (ActiveGeneration, ChoiceEvent, ChoiceEvents, Chunk, Context, Finished,
-                                   GenerationFailure, GenerationOutput, GenerationRequest, SamplingParams)
+                                   GenerationFailure, GenerationOutput, GenerationRequest, NoAllowedToken, SamplingParams)
 
 META = {"id": "chatcmpl-1", "created": 1, "model": "m"}
 
@@ -105,20 +105,21 @@ def test_every_chunk_carries_one_choice_each_ends_alone_and_usage_is_summed_once
     assert last["usage"]["prompt_tokens_details"]["cached_tokens"] == 0      # the first choice computed it
 
 
-def test_a_failed_choice_ends_alone_and_the_others_go_on():
-    shape = ChatChunks(META, include_usage=True, choices=2)
-    out = frames(shape, [ChoiceEvent(1, Finished(error=GenerationFailure("sampling failed"))),
-                         ChoiceEvent(0, Chunk(False, "ok")), ChoiceEvent(0, Finished(output("ok", 2)))])
-    failed = [c["choices"][0] for c in out if c["choices"] and c["choices"][0]["index"] == 1][-1]
-    assert failed["finish_reason"] == "error" and "sampling failed" in failed["error"]["message"]
-    assert out[-1]["usage"]["completion_tokens"] == 2 and shape.done
-    assert "error" not in out[-1]
+def test_a_failed_choice_ends_the_stream_with_its_error():
+    """OpenAI's choices have no error of their own (the SDKs refuse a finish_reason "error"): the
+    first choice to fail ends the stream with the error event, nothing of it before."""
+    for shape in (ChatChunks(META, include_usage=True, choices=2),
+                  CompletionChunks(META, include_usage=True, echo="> ", choices=2)):
+        out = frames(shape, [ChoiceEvent(0, Chunk(False, "ok")),
+                             ChoiceEvent(1, Finished(error=GenerationFailure("sampling failed")))])
+        assert shape.done and out[-1]["error"]["message"] == "sampling failed" and "choices" not in out[-1]
+        assert all(c["choices"][0]["index"] == 0 and c["choices"][0]["finish_reason"] is None for c in out[:-1])
 
 
-def test_every_choice_failing_ends_the_stream_with_the_error():
+def test_every_choice_failing_ends_the_stream_with_the_first_error():
     shape = ChatChunks(META, include_usage=True, choices=2)
-    out = frames(shape, [ChoiceEvent(i, Finished(error=GenerationFailure("broken"))) for i in (0, 1)])
-    assert shape.done and out[-1]["error"]["message"] == "broken" and "choices" not in out[-1]
+    out = frames(shape, [ChoiceEvent(i, Finished(error=NoAllowedToken(f"broken {i}"))) for i in (1, 0)])
+    assert shape.done and out[0]["error"]["message"] == "broken 1" and "choices" not in out[0]
 
 
 def test_one_choice_streams_as_before():
@@ -144,16 +145,15 @@ def test_completion_choices_each_echo_the_prompt_and_count_their_own_offsets():
 
 # ---- whole answers -----------------------------------------------------------------------
 
-def test_a_whole_answer_has_every_choice_in_order_a_failed_one_marked():
-    ends = [Finished(output("a", 2)), Finished(error=GenerationFailure("no")), Finished(output("c", 4, cached=9))]
+def test_a_whole_answer_has_every_choice_in_order():
+    ends = [Finished(output("a", 2)), Finished(output("b", 1)), Finished(output("c", 4, cached=9))]
     answer = final_response(ends, META, False)
     assert [c["index"] for c in answer["choices"]] == [0, 1, 2]
-    assert [c["message"]["content"] for c in answer["choices"]] == ["a", None, "c"]
-    assert answer["choices"][1]["finish_reason"] == "error" and answer["choices"][1]["error"]["message"] == "no"
-    assert answer["usage"]["completion_tokens"] == 6 and answer["usage"]["prompt_tokens"] == 10
-    assert answer["timings"]["prompt_n"] == 10 + 1 and answer["timings"]["predicted_n"] == 6
+    assert [c["message"]["content"] for c in answer["choices"]] == ["a", "b", "c"]
+    assert answer["usage"]["completion_tokens"] == 7 and answer["usage"]["prompt_tokens"] == 10
+    assert answer["timings"]["prompt_n"] == 10 + 10 + 1 and answer["timings"]["predicted_n"] == 7
     legacy = completion_final(ends, META, False, echo="> ")
-    assert [c["text"] for c in legacy["choices"]] == ["> a", "> ", "> c"]
+    assert [c["text"] for c in legacy["choices"]] == ["> a", "> b", "> c"]
 
 
 class Quiet:
@@ -169,11 +169,12 @@ def choices_with(ends: list[Finished]) -> Choices:
     return Choices(gens, shared)
 
 
-def test_waiting_for_choices_gives_their_ends_in_order_unless_all_failed():
-    ends = [Finished(output("a", 1)), Finished(error=GenerationFailure("x"))]
+def test_waiting_for_choices_gives_their_ends_in_order_unless_one_failed():
+    ends = [Finished(output("a", 1)), Finished(output("b", 2))]
     assert wait_for_choices(Quiet(), choices_with(ends)) == ends
-    with pytest.raises(ApiError):
-        wait_for_choices(Quiet(), choices_with([Finished(error=GenerationFailure("x"))] * 2))
+    with pytest.raises(ApiError) as caught:
+        wait_for_choices(Quiet(), choices_with([Finished(output("a", 1)), Finished(error=NoAllowedToken("x"))]))
+    assert caught.value.status == 400 and caught.value.message == "x"
 
 
 def test_cancelling_the_choices_cancels_every_job():

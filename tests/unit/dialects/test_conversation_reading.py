@@ -4,9 +4,12 @@ naming its part)."""
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 import imagefiles  # tests/support/
+from tinyaudio import tone, wav_bytes
 
 from localserve.conversation import Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult, text_message
 from localserve.dialects.anthropic.input import read_input as read_anthropic
@@ -151,6 +154,43 @@ def test_anthropic_an_image_outside_user_turns_is_a_400(body):
     with pytest.raises(ApiError) as info:
         read_anthropic(body, KEY)
     assert "image blocks are taken in user messages and tool results only" in info.value.message
+
+
+_AUDIO = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+
+
+@pytest.mark.parametrize("content, param", [
+    ([{"type": "text", "text": "hi"}, _AUDIO], "messages[0].content[1]"),
+    ([{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "rec"}, _AUDIO]}],
+     "messages[0].content[0].content[1]"),
+    ([{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "audio", "source": {}}]}],
+     "messages[0].content[0].content[0]")])
+def test_anthropic_defines_no_audio_a_block_is_a_400_naming_it_in_a_tool_result_too(content, param):
+    with pytest.raises(ApiError) as info:
+        read_anthropic({"messages": [{"role": "user", "content": content}]}, KEY)
+    error = info.value
+    assert (error.status, error.param, error.code) == (400, param, "unsupported_content_type")
+    assert "defines no audio" in error.message and "/v1/audio/transcriptions" in error.message
+
+
+def test_chat_a_tool_message_takes_what_the_tool_saw_and_heard():
+    """OpenAI's tool messages are text; llama-server takes media in any message, and clients send
+    a tool's screenshot or recording there as Responses and Ollama carry it."""
+    clip = base64.b64encode(wav_bytes(tone(0.2))).decode()
+    [_, message] = read_messages({"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": [
+            {"type": "text", "text": "done"}, {"type": "image_url", "image_url": {"url": PNG}},
+            {"type": "input_audio", "input_audio": {"data": clip, "format": "wav"}}]}]})
+    [result] = message.parts
+    text, image, audio = result.content
+    assert (result.call_id, text, image.where, audio.where) == ("c", Text("done"), "messages[1].content[1]",
+                                                                "messages[1].content[2]")
+    assert isinstance(image, Image) and audio.format == "wav"
+    with pytest.raises(ApiError) as info:
+        read_messages({"messages": [{"role": "assistant", "content": [
+            {"type": "input_audio", "input_audio": {"data": clip, "format": "wav"}}]}]})
+    assert "taken in user and tool messages only" in info.value.message
 
 
 # ---- Responses ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from localserve.dialects.openai.chat_input import read_messages as read_chat
 from localserve.dialects.responses.items import read_input as read_responses
 from localserve.dialects.responses.items import read_items as read_conversation_items
 from localserve.errors import ApiError
+from localserve.audio import MAX_AUDIO_PER_REQUEST as MAX_CLIPS
 from localserve.images import MAX_IMAGES_PER_REQUEST as MAX
 
 BAD = "not base64!"          # decoding it is a 400 of its own
@@ -88,3 +89,43 @@ def test_as_many_images_as_the_limit_are_each_read(body):
     with pytest.raises(ApiError) as info:
         body(MAX)()
     assert info.value.code == "invalid_image"
+
+
+# ---- clips: MAX_AUDIO_PER_REQUEST, wherever a dialect carries one (a tool's result included) ----
+
+CLIP = {"type": "input_audio", "input_audio": {"data": BAD, "format": "wav"}}
+
+
+def chat_clips(n: int) -> Callable[[], object]:
+    """Half the clips in a tool message (what a tool heard), the rest in a user turn."""
+    inside = n // 2
+    return lambda: read_chat({"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": [CLIP] * inside},
+        {"role": "user", "content": [CLIP] * (n - inside)}]})
+
+
+def responses_clips(n: int) -> Callable[[], object]:
+    inside = n // 2
+    return lambda: read_responses([{"type": "function_call_output", "call_id": "c", "output": [CLIP] * inside},
+                                   {"role": "user", "content": [CLIP] * (n - inside)}])
+
+
+def conversation_clips(n: int) -> Callable[[], object]:
+    return lambda: read_conversation_items([{"role": "user", "content": [CLIP] * n}])
+
+
+CLIP_BEYOND = {chat_clips: "messages[2].content[10]", responses_clips: "input[1].content[10]",
+               conversation_clips: "items[0].content[20]"}
+
+
+@pytest.mark.parametrize("body", CLIP_BEYOND, ids=lambda f: f.__name__)
+def test_one_clip_too_many_is_refused_before_any_is_read_tool_results_counted(body):
+    assert MAX_CLIPS == 20        # the places above count on it
+    with pytest.raises(ApiError) as info:
+        body(MAX_CLIPS + 1)()
+    error = info.value
+    assert (error.status, error.code, error.param) == (400, "too_many_audio_clips", CLIP_BEYOND[body])
+    with pytest.raises(ApiError) as read:
+        body(MAX_CLIPS)()
+    assert read.value.code == "invalid_audio"           # as many as the limit: each is read

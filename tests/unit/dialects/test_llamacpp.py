@@ -50,7 +50,9 @@ def slot_file(header: dict, tokens: list[int], state: bytes) -> bytes:
 
 def test_a_slot_file_reads_back():
     data = slot_file({**FINGERPRINT, "scope": "", "n_tokens": 3}, [1, -5, 7], b"STATE")
-    assert read_slot_file(data, FINGERPRINT, "", "f") == ([1, -5, 7], b"STATE")     # -5: an image's placeholder
+    assert read_slot_file(data, FINGERPRINT, "", "f") == ([1, -5, 7], b"STATE", [])     # -5: an image's placeholder
+    data = slot_file({**FINGERPRINT, "scope": "", "n_tokens": 1, "adapters": [["alpha", 1.0]]}, [1], b"S")
+    assert read_slot_file(data, FINGERPRINT, "", "f") == ([1], b"S", [["alpha", 1.0]])
 
 
 def test_a_slot_file_with_ids_past_the_vocabulary_is_refused():
@@ -88,7 +90,7 @@ def test_another_keys_file_is_refused():
     with pytest.raises(ApiError) as caught:
         read_slot_file(data, FINGERPRINT, "", "f")
     assert "another API key" in caught.value.message
-    assert read_slot_file(data, FINGERPRINT, "0123abcd", "f") == ([], b"")
+    assert read_slot_file(data, FINGERPRINT, "0123abcd", "f") == ([], b"", [])
 
 
 def test_the_norms_are_llama_cpps():

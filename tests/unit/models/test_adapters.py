@@ -14,7 +14,8 @@ import pytest
 from localserve.dialects.fields import read_adapter_scales
 from localserve.errors import ApiError
 from localserve.models.adapter_files import AdapterSpecError, adapter_files, read_spec
-from localserve.models.adapters import Adapter, AdapterTable, cache_scope
+from localserve.generation import cache_scope, scope_parts
+from localserve.models.adapters import Adapter, AdapterTable
 from localserve.models.errors import BadAdapter
 from localserve.models.catalogue import CatalogueError, read_catalogue, scan_dir
 from localserve.dialects.limits import LORA_SCALE_LIMIT
@@ -80,6 +81,22 @@ def test_each_set_is_a_cache_scope_of_its_own():
     scopes = {cache_scope("key", s) for s in ((), ((0, 1.0),), ((0, 0.5),), ((1, 1.0),), ((0, 1.0), (1, 1.0)))}
     assert len(scopes) == 5 and cache_scope("key", ()) == "key"
     assert cache_scope("", ((0, 1.0),)) != cache_scope("other", ((0, 1.0),))
+    for adapters in ((), ((0, 1.0),), ((3, -0.1), (1, 1e-07))):
+        assert scope_parts(cache_scope("key", adapters)) == ("key", adapters)
+    assert scope_parts("") == ("", ())
+
+
+def test_a_slot_file_names_its_set_and_a_model_without_one_of_them_refuses_it():
+    table = AdapterTable("tiny", [Adapter(0, "alpha", "/a.gguf", 0.0), Adapter(1, "beta", "/b.gguf", 0.0),
+                                  Adapter(2, "wide", "/w.gguf", 0.0, error="another width")])
+    assert table.names_of(((1, 0.5), (0, 1.0))) == [["beta", 0.5], ["alpha", 1.0]]
+    assert table.by_names([["beta", 0.5], ["alpha", 1.0]]) == ((1, 0.5), (0, 1.0))
+    assert table.by_names([]) == ()
+    for recorded, said in (([["gamma", 1.0]], "no LoRA adapter 'gamma'"), ([["wide", 1.0]], "another width"),
+                           ([["alpha"]], "not [name, scale] pairs"), ("alpha", "not [name, scale] pairs")):
+        with pytest.raises(BadAdapter) as caught:
+            table.by_names(recorded)
+        assert said in str(caught.value)
 
 
 def test_adapters_in_a_models_dir_go_to_their_base(tmp_path):

@@ -199,3 +199,20 @@ def test_a_projector_goes_to_every_quantisation_of_its_model(tmp_path):
     paired = {e.name: dict(e.overrides)["mmproj"] for e in scan_dir(str(tmp_path))}
     projector = str(tmp_path / "mmproj-gemma-3-4b-it-f16.gguf")
     assert paired == {"gemma-3-4b-it-Q4_K_M": projector, "gemma-3-4b-it-Q8_0": projector, "qwen3-8b": None}
+
+
+def test_a_pulled_default_quant_takes_the_repo_s_bare_name_and_nothing_else():
+    from localserve.models.catalogue import Catalogue, ModelEntry
+    q8 = ModelEntry("org/r:Q8_0", "/c/q8.gguf", ("hf.co/org/r:Q8_0", "org/r", "hf.co/org/r"), source="hf-cache")
+    own = ModelEntry("mine", "/m.gguf", ("Org/R:q4_k_m",))
+    catalogue = Catalogue([own], found=[q8])
+    q4 = ModelEntry("org/r:Q4_K_M", "/c/q4.gguf", ("hf.co/org/r:Q4_K_M", "org/r", "hf.co/org/r"), source="hf-cache")
+    assert catalogue.add(q4) is None and catalogue.exact("org/r") is catalogue.entries["org/r:Q8_0"]
+    changed = catalogue.add(q4, taking=("org/r", "hf.co/org/r"))
+    assert [e.aliases for e in changed] == [("hf.co/org/r:Q8_0",)]
+    assert catalogue.exact("hf.co/org/r") is q4 and catalogue.exact("org/r:latest") is q4
+    assert catalogue.exact("ORG/R") is q4 and catalogue.exact("hf.co/org/r:q8_0") is changed[0]
+    assert catalogue.entries["org/r:Q8_0"] is changed[0]
+    assert catalogue.exact("org/r:q4_k_m") is None         # folded, the name is two models'
+    taken = ModelEntry("mine", "/other.gguf", (), source="hf-cache")
+    assert catalogue.add(taken, taking=("mine",)) is None   # a model's own name is never taken

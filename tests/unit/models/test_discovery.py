@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
 from stores import hf_cache, llamacpp_flat, lmstudio, ollama_store  # noqa: E402
 
+from localserve.models import hf_layout  # noqa: E402
 from localserve.models.discovery import sources as discovery  # noqa: E402
 from localserve.models.catalogue import Catalogue, read_catalogue  # noqa: E402
 from localserve.settings import Settings  # noqa: E402
@@ -93,6 +94,53 @@ def test_hf_cache_env_and_missing_part(tmp_path, caplog):
     assert sum("s-Q4_0-00002-of-00002.gguf" in r.getMessage() for r in caplog.records) == 1
 
 
+def linked_snapshot(root: Path, repo_id: str, target: Path, commit: str = "b" * 40) -> None:
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    (repo / "snapshots").mkdir(parents=True)
+    (repo / "snapshots" / commit).symlink_to(target, target_is_directory=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+
+
+def test_a_linked_snapshot_folder_is_followed_only_inside_the_cache(tmp_path, caplog):
+    """A snapshot folder is the Hub's files; one that is a link elsewhere (to /, to a huge tree,
+    to a folder of someone else's GGUFs) is no snapshot the cache made: skipped, with one line.
+    One linked to another snapshot of the cache is read."""
+    root = tmp_path / "hub"
+    first = hf_cache(root, "org/In-GGUF", {"in-Q4_K_M.gguf": GGUF})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "out-Q8_0.gguf").write_bytes(GGUF)
+    linked_snapshot(root, "org/Out-GGUF", elsewhere)
+    linked_snapshot(root, "org/Root-GGUF", Path("/"))
+    linked_snapshot(root, "org/Twin-GGUF", first)
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = names(discovery.discover(("hf", "lmstudio"), env_for(tmp_path, HF_HUB_CACHE=str(root))))
+    assert set(found) == {"org/In-GGUF:Q4_K_M", "org/Twin-GGUF:Q4_K_M"}
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("org/Out-GGUF" in m and "outside" in m for m in said) == 1
+    assert sum("org/Root-GGUF" in m and "outside" in m for m in said) == 1
+
+
+def test_lmstudio_folders_linked_outside_are_skipped_and_walks_are_bounded(tmp_path, caplog, monkeypatch):
+    models = tmp_path / ".lmstudio" / "models"
+    lmstudio(models, "pub", "Kept-GGUF", {"kept-Q4_K_M.gguf": GGUF})
+    (models / "pub" / "Root-GGUF").symlink_to("/", target_is_directory=True)
+    (models / "everything").symlink_to("/", target_is_directory=True)    # a publisher folder
+    deep = lmstudio(models, "pub", "Deep-GGUF", {})
+    (deep / Path(*["d"] * 12)).mkdir(parents=True)
+    (deep / Path(*["d"] * 12) / "deep-Q4_K_M.gguf").write_bytes(GGUF)
+    wide = lmstudio(models, "pub", "Wide-GGUF", {f"part{i}.txt": b"" for i in range(30)})
+    (wide / "wide-Q8_0.gguf").write_bytes(GGUF)
+    monkeypatch.setattr(hf_layout, "MAX_WALK_FILES", 20)
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = names(discovery.discover(("lmstudio",), env_for(tmp_path)))
+    assert set(found) == {"pub/Kept-GGUF:Q4_K_M"}
+    said = [r.getMessage() for r in caplog.records]
+    for folder in ("pub/Root-GGUF", "everything", "Deep-GGUF", "Wide-GGUF"):
+        assert sum(folder in m for m in said) == 1, (folder, said)    # one line each, not one per folder of /
+
+
 def test_lmstudio_both_folders(tmp_path):
     lmstudio(tmp_path / ".lmstudio" / "models", "lmstudio-community", "Tiny-GGUF",
              {"Tiny-Q4_K_M.gguf": GGUF, "mmproj-Tiny-F16.gguf": GGUF + b"p"})
@@ -151,8 +199,8 @@ def test_catalogue_with_found_models(tmp_path):
 def test_catalogue_add_refuses_taken_names():
     from localserve.models.catalogue import ModelEntry
     catalogue = Catalogue([ModelEntry("a", "/a.gguf")])
-    assert not catalogue.add(ModelEntry("b", "/b.gguf", aliases=("a",)))
-    assert catalogue.add(ModelEntry("b", "/b.gguf")) and catalogue.exact("b").path == "/b.gguf"
+    assert catalogue.add(ModelEntry("b", "/b.gguf", aliases=("a",))) is None
+    assert catalogue.add(ModelEntry("b", "/b.gguf")) == [] and catalogue.exact("b").path == "/b.gguf"
     assert catalogue.exact("b:latest").name == "b"
 
 

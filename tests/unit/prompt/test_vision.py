@@ -94,13 +94,13 @@ def test_images_beside_tool_results_are_what_the_tools_saw_and_shown_as_text():
 
 def test_only_images_count_as_images_omitted_and_a_clip_is_fitted_in_the_same_call():
     """The header says how many images became text; a clip on a model without audio becomes its
-    own placeholder in the same fitting, not counted there."""
+    own placeholder in the same fitting, counted apart (x-localserve-audio-omitted)."""
     clip = Audio(b"RIFF", "wav", where="messages[0].content[2]", seconds=1.0)
     chat = ChatInput([Message("user", (Text("look, listen"), image("messages[0].content[1]"), clip)),
                       text_message("assistant", "ok"), text_message("user", "and?")])
     assert fit_images(TEXT_ONLY, chat)
     assert chat.messages[0] == Message("user", (Text("look, listen"), Text(IMAGE_OMITTED), Text(AUDIO_OMITTED)))
-    assert chat.images_omitted == 1
+    assert (chat.images_omitted, chat.audio_omitted) == (1, 1)
     assert not fit_images(TEXT_ONLY, chat)          # again: a no-op
 
 
