@@ -27,6 +27,7 @@ import pytest
 
 from agent_clis import claude_binary
 from conftest import ServerProcess
+from prompt_words import PROMPT_WORDS
 from scripted_model import tool_loop_script, write_scripted_gguf
 from sse import parse_sse
 from template_corpus import corpus_templates
@@ -35,7 +36,7 @@ from wiretap import Wiretap
 COMMAND = "touch made.txt"
 FINAL = "The file made.txt is created."
 REASONING = "The user wants a file; touch makes it."
-CONTEXT = 65536           # Claude Code's system prompt and tools: ~30k tokens of the tiny vocabulary
+CONTEXT = 65536           # Claude Code's system prompt and tools: ~12k tokens of PROMPT_WORDS (~30k without)
 RUN_TIMEOUT = 300
 # The prefill of that prompt is most of these tests' time, and the CLI waits meanwhile: it gets
 # two threads (the conftest's servers run on one).
@@ -66,7 +67,7 @@ def claude():
 def server(models_dir, tmp_path_factory):
     path = write_scripted_gguf(models_dir / "scripted-claude-code.gguf", tool_loop_script(
         "Bash", {"command": COMMAND, "description": "Create made.txt"}, FINAL,
-        reasoning=REASONING, final_reasoning="It ran."))
+        reasoning=REASONING, final_reasoning="It ran."), words=PROMPT_WORDS)
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "2",
                         *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-data")))
     yield srv
@@ -96,7 +97,7 @@ def real_template_server(request, models_dir, tmp_path_factory):
     """The script served with a real model's template (the step token after its generation prompt)."""
     name = request.param
     path = write_scripted_gguf(models_dir / f"scripted-claude-code-{name}.gguf", REAL_TEMPLATE_SCRIPTS[name](),
-                               real_template=corpus_templates()[name])
+                               real_template=corpus_templates()[name], words=PROMPT_WORDS)
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(2 * CONTEXT), "--slots", "1",
                         *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-real-template-data")))
     yield srv
@@ -214,7 +215,8 @@ def summarising_server(models_dir, tmp_path_factory):
     """A model whose every answer is in the shape Claude Code's compaction asks for (an analysis,
     then the summary): a greeting in the session, the summary when it compacts."""
     path = write_scripted_gguf(models_dir / "scripted-claude-code-compact.gguf",
-                               [["<analysis>A greeting.</analysis>", f"<summary>{SESSION_SUMMARY}</summary>"]])
+                               [["<analysis>A greeting.</analysis>", f"<summary>{SESSION_SUMMARY}</summary>"]],
+                               words=PROMPT_WORDS)
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",
                         *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-compact-data")))
     yield srv

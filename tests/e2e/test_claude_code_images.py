@@ -17,6 +17,7 @@ import pytest
 import imagefiles
 from agent_clis import claude_binary
 from conftest import ServerProcess
+from prompt_words import PROMPT_WORDS
 from scripted_model import tool_loop_script, write_scripted_gguf
 from test_claude_code import CONTEXT, PREFILL_THREADS, claude_print, message_posts
 
@@ -35,7 +36,7 @@ def work(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(models_dir, work, tmp_path_factory):
     path = write_scripted_gguf(models_dir / "scripted-claude-code-read.gguf", tool_loop_script(
-        "Read", {"file_path": str(work / "shot.png")}, FINAL))
+        "Read", {"file_path": str(work / "shot.png")}, FINAL), words=PROMPT_WORDS)
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",
                         *PREFILL_THREADS, "--data-dir", str(tmp_path_factory.mktemp("claude-code-images-data")))
     yield srv

@@ -17,6 +17,7 @@ import imagefiles
 from agent_clis import claude_binary
 from conftest import ServerProcess
 from rawhttp import request
+from prompt_words import PROMPT_WORDS
 from scripted_model import tool_loop_script, write_scripted_gguf
 from test_claude_code import CONTEXT, PREFILL_THREADS, claude_print, message_posts
 from tinyvision import write_tiny_mmproj
@@ -37,7 +38,7 @@ def work(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(models_dir, work, tmp_path_factory):
     path = write_scripted_gguf(models_dir / "scripted-claude-code-vision.gguf", tool_loop_script(
-        "Read", {"file_path": str(work / "shot.png")}, FINAL))
+        "Read", {"file_path": str(work / "shot.png")}, FINAL), words=PROMPT_WORDS)
     mmproj = write_tiny_mmproj(models_dir / "mmproj-scripted-claude-code-vision.gguf",
                                n_embd_text=read_shape(str(path)).n_embd)
     srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT), "--slots", "1",

@@ -19,6 +19,7 @@ import pytest
 
 from agent_clis import codex_binary
 from conftest import ServerProcess
+from prompt_words import PROMPT_WORDS
 from scripted_model import tool_loop_script, write_scripted_gguf
 from template_corpus import corpus_templates
 from wiretap import Wiretap
@@ -81,7 +82,7 @@ def serve(models_dir, tmp_path_factory):
 
     def start(name: str, script, real_template: str | None = None) -> Wiretap:
         path = write_scripted_gguf(models_dir / f"{name}.gguf", script, render_system=False,
-                                   real_template=real_template)
+                                   real_template=real_template, words=PROMPT_WORDS)
         # a real template writes Codex's instructions and tools into the prompt: room for them, and
         # two threads for their prefill (most of such a test's time; Codex waits meanwhile)
         room = ["--ctx-size", "65536", "--threads", "2"] if real_template is not None else []

@@ -187,18 +187,20 @@ def _chains(script: Script, summary: Sequence[str] | None = None) -> list[list[s
 
 def write_scripted_gguf(path: str | os.PathLike[str], script: Script, *, render_system: bool = True,
                         context_length: int = 65536, real_template: str | None = None,
-                        summary: Sequence[str] | None = None, summary_step: int = 0) -> Path:
+                        summary: Sequence[str] | None = None, summary_step: int = 0,
+                        words: Sequence[str] = ()) -> Path:
     """Write a model that, with the generation prompt at step K, writes ``script[K]`` then ends
     its turn. Returns the path. ``real_template``: a real model's chat template to serve with
     instead of the scripted one (the step token appended after its generation prompt).
     ``summary``: what it writes when asked for a compaction's summary; ``summary_step``: the step
-    it is at after a summary turn (a script that ends once the conversation was compacted)."""
+    it is at after a summary turn (a script that ends once the conversation was compacted).
+    ``words``: more vocabulary (tiny_vocab's), so that a long prompt is fewer tokens."""
     chains = _chains(script, summary)
-    base = {text for text, _, _ in tiny_vocab()}
+    base = {text for text, _, _ in tiny_vocab(words=words)}
     special: list[Any] = [(step_token(k), "control") for k in range(MAX_STEPS)] + [(SUMMARY_TOKEN, "control")]
     for chain in chains:
         special += [(p, "user_defined") for p in chain[1:] if p not in base and _spm(p) not in base]
-    vocab = tiny_vocab(_unique(special))
+    vocab = tiny_vocab(_unique(special), words)
     ids = {text: i for i, (text, _, _) in enumerate(vocab)}
     index = {piece: ids.get(piece, ids.get(_spm(piece))) for chain in chains for piece in chain}
     index[END_OF_TURN] = ids[END_OF_TURN]

@@ -114,11 +114,11 @@ GEMMA_TEMPLATE = (
 
 _TYPES = {"control": TokenType.CONTROL, "user_defined": TokenType.USER_DEFINED}
 
-def _pieces() -> list[str]:
+def _pieces(words: Iterable[str] = _WORDS, shortest: int = 2) -> list[str]:
     seen: set[str] = set()
     out: list[str] = []
-    for word in _WORDS:
-        for end in range(2, len(word) + 1):
+    for word in words:
+        for end in range(shortest, len(word) + 1):
             piece = word[:end]
             if piece not in seen:
                 seen.add(piece)
@@ -141,8 +141,12 @@ def _normalize_special(special_tokens: Iterable[Any]) -> list[tuple[str, int]]:
     return out
 
 
-def tiny_vocab(special_tokens: Sequence[Any] = ()) -> list[tuple[str, float, int]]:
+def tiny_vocab(special_tokens: Sequence[Any] = (), words: Sequence[str] = ()) -> list[tuple[str, float, int]]:
     """The vocabulary as (text, score, gguf.TokenType) tuples; the index is the id.
+
+    ``words``: more multi-character pieces (spaces as " " or "▁"), after the built-in ones and
+    before the special tokens, every prefix with them: a larger vocabulary, so that long prompts
+    are fewer tokens. The ids of the built-in tokens do not depend on it.
 
     A special token whose text is already in the vocabulary with the same type
     keeps its existing id; with a different type it is an error.
@@ -159,6 +163,10 @@ def tiny_vocab(special_tokens: Sequence[Any] = ()) -> list[tuple[str, float, int
     vocab += [(c, -1.0, int(TokenType.NORMAL)) for c in chars]
     # SPM merges the highest-scoring bigram first: prefer longer pieces.
     vocab += [(p, float(len(p)), int(TokenType.NORMAL)) for p in _pieces()]
+    if words:
+        known = {text for text, _, _ in vocab}
+        more = _pieces((w.replace(" ", "\u2581") for w in words), shortest=1)   # a non-ASCII first character too
+        vocab += [(p, float(len(p)), int(TokenType.NORMAL)) for p in more if p not in known]
 
     index = {text: i for i, (text, _, _) in enumerate(vocab)}
     for text, ttype in _normalize_special(special_tokens):
