@@ -282,6 +282,7 @@ def serve(settings: Settings) -> int:
     with StopSignals() as signals:      # SIGTERM, SIGINT, SIGHUP: drain and exit (ops/signals.py)
         for each in servers:
             each.start()
+        log_listening(servers)
         try:
             app.load(signals)
         except StartupError as exc:
@@ -329,6 +330,13 @@ def drain(app: App, servers: list[HTTPServer], settings: Settings) -> int:
     app.close()
     log.info("stopped")
     return 0
+
+
+def log_listening(servers: list[HTTPServer]) -> None:
+    """The addresses bound, before any model loads: with --port 0 (or :0) this names the port."""
+    log.info("listening on http://%s:%d", *servers[0].address)
+    for each in servers[1:]:
+        log.info("listening on http://%s:%d (--ollama-listen)", *each.address)
 
 
 def log_serving(app: App, host: str, port: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -44,19 +45,35 @@ def pytest_sessionstart(session):
 
 
 def free_port() -> int:
+    """A port free now, which another process may take before it is bound: only for programs
+    that cannot bind port 0 and say which port they got (`localserve worker`, llama.cpp's RPC
+    server). localserve itself takes ``--port 0`` (ServerProcess, listening_port)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
+# The server's line naming the address it bound (`--port 0`), and the --ollama-listen one's.
+_LISTENING = re.compile(r"localserve: listening on http://\S+:(\d+)( \(--ollama-listen\))?$")
+
+
+def listening_port(lines: list[str], ollama_listen: bool = False) -> int | None:
+    """The port a server's log says it bound (its main address, or its --ollama-listen one)."""
+    for line in list(lines):
+        found = _LISTENING.search(line.rstrip("\n"))
+        if found and bool(found.group(2)) == ollama_listen:
+            return int(found.group(1))
+    return None
+
+
 class ServerProcess:
-    """The real localserve, started as `python -m localserve` on a free port."""
+    """The real localserve, started as `python -m localserve --port 0`: it binds a free port and
+    names it (no other process can take the port between a probe and the bind)."""
 
     def __init__(self, model: str | None, *args: str, env: dict | None = None, wait: bool = True,
                  threads: int | None = 1):
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        cmd = [sys.executable, "-m", "localserve", "--port", str(self.port)]
+        self._port: int | None = None
+        cmd = [sys.executable, "-m", "localserve", "--port", "0"]
         if threads is not None:     # None: the default, all cores and fewer under load (engine/thread_policy.py)
             cmd += ["--threads", str(threads)]
         if model:
@@ -78,6 +95,32 @@ class ServerProcess:
     @property
     def log(self) -> str:
         return "".join(self.lines)
+
+    @property
+    def port(self) -> int:
+        """The port the server bound, from its log (waits for the line, which comes before any load)."""
+        if self._port is None:
+            self._port = self.wait_listening()
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_listening(self, timeout: float = START_TIMEOUT, ollama_listen: bool = False) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            port = listening_port(self.lines, ollama_listen)
+            if port is not None:
+                return port
+            if self.proc.poll() is not None:
+                self._reader.join(timeout=5)        # its last lines
+                port = listening_port(self.lines, ollama_listen)
+                if port is not None:
+                    return port
+                raise RuntimeError(f"server exited with {self.proc.returncode} before listening:\n{self.log}")
+            time.sleep(0.01)
+        raise RuntimeError(f"server named no port it listens on:\n{self.log}")
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout

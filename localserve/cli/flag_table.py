@@ -8,7 +8,8 @@ from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
 from .option_values import (Option, discovery_sources, duration, flag, listen_address_value, log_level, non_negative_float,
-                            non_negative_int, pooling_mode, positive_int, positive_seconds, size, speculative_mode)
+                            non_negative_int, pooling_mode, port_number, positive_int, positive_seconds, size,
+                            speculative_mode)
 
 MODELS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the demo model, SmolLM2-135M-Instruct)", "PATH"),
@@ -41,7 +42,8 @@ MODELS: tuple[Option, ...] = (
 
 LISTENING: tuple[Option, ...] = (
     Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
-    Option("port", int, defaults.DEFAULT_PORT, "TCP port to listen on"),
+    Option("port", port_number, defaults.DEFAULT_PORT, "TCP port to listen on (0: any free port, named in the "
+           "'listening on' log line)"),
     Option("ollama-listen", listen_address_value, None, "a second address to serve on, for tools with Ollama's "
            "port built in, e.g. 127.0.0.1:11434 (the same server and API on both)", "HOST:PORT"),
     Option("no-webui", flag, False, "serve no chat and status page at / (then / is a 404 to "

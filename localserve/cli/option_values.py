@@ -79,6 +79,8 @@ speculative_mode = _one_of("speculative_mode", defaults.SPECULATIVE_MODES)
 pooling_mode = _one_of("pooling_mode", ("mean", "last", "cls"))
 non_negative_int = _checked("non_negative_int", int, lambda n: n >= 0, "must not be negative", "int")
 positive_int = _checked("positive_int", int, lambda n: n >= 1, "must be at least 1", "int")
+# 0: any free port, which the "listening on" line names (a test's server, started with no race)
+port_number = _checked("port_number", int, lambda n: 0 <= n < 65536, "must be 0..65535 (0: any free port)", "int")
 # NaN is no number of seconds: `n >= 0` and `0 < n` say no to it
 non_negative_float = _checked("non_negative_float", float, lambda n: n >= 0, "must not be negative", "float")
 positive_seconds = _checked("positive_seconds", float, lambda n: 0 < n < float("inf"),

@@ -290,10 +290,11 @@ class HTTPServer:
 
 
 def listen_address(text: str, default_host: str) -> tuple[str, int]:
-    """HOST:PORT, [IPv6]:PORT, :PORT or PORT (on default_host) → (host, port); ValueError names the problem."""
+    """HOST:PORT, [IPv6]:PORT, :PORT or PORT (on default_host) → (host, port); ValueError names the problem.
+    Port 0 is any free port (the "listening on" log line names the one bound)."""
     host, _, port = text.strip().rpartition(":")
     host = host.removeprefix("[").removesuffix("]") or default_host
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port.isdigit() or not 0 <= int(port) < 65536:
         raise ValueError(f"'{text}' is not an address such as 127.0.0.1:11434 or :11434")
     return host, int(port)
 

@@ -118,6 +118,9 @@ def test_startup_and_access_log_lines(tiny_model):
         assert srv.wait_log("GET /health 200")
         assert "n_ctx" in srv.log and "chat template gguf:tokenizer.chat_template" in srv.log
         assert "threads" in srv.log and f"127.0.0.1:{srv.port}" in srv.log
+        # --port 0: the bound port, in the first line and the serving one
+        assert f"listening on http://127.0.0.1:{srv.port}\n" in srv.log
+        assert f"on http://127.0.0.1:{srv.port} — n_ctx" in srv.log
         assert "llama.cpp: CPU threads: ggml threadpool" in srv.log      # the build, said at start-up
     finally:
         srv.stop()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, free_port
+from conftest import ROOT, listening_port
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf
 
 from localserve.ops.demo import DEMO_MODEL_NAME
@@ -151,12 +151,12 @@ def base_python() -> str:
 
 
 class Served:
-    """A localserve command on a free port, stopped (SIGTERM) on exit."""
+    """A localserve command on a port it chooses (--port 0, read from its log), stopped (SIGTERM) on exit."""
 
     def __init__(self, command: list[str], model: Path, env: dict[str, str], cwd: Path):
-        self.port = free_port()
-        self.log_path = cwd / f"server-{self.port}.log"
-        self.command = [*command, "--model", str(model), "--model-id", "tiny", "--port", str(self.port),
+        self.port: int | None = None
+        self.log_path = cwd / f"server-{id(self):x}.log"
+        self.command = [*command, "--model", str(model), "--model-id", "tiny", "--port", "0",
                         "--threads", "2", "--slots", "1"]
         self.env, self.cwd = env, cwd
 
@@ -168,9 +168,9 @@ class Served:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(f"{self.command[0]} exited {self.proc.returncode}:\n{self.output()}")
+            self.port = self.port or listening_port(self.output().splitlines())
             try:
-                status, _ = self.request("GET", "/health")
-                if status == 200:
+                if self.port is not None and self.request("GET", "/health")[0] == 200:
                     return self
             except OSError:
                 pass

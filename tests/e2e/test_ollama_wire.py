@@ -12,7 +12,7 @@ import socket
 import ollama
 import pytest
 
-from conftest import ServerProcess, free_port
+from conftest import ServerProcess
 from rawhttp import RawConnection, post_json, request
 from scripted_model import tool_loop_script, write_scripted_gguf
 from tinymodel import NO_EOG
@@ -193,10 +193,11 @@ def test_a_client_gone_mid_stream_cancels_the_job(server):
 
 
 def test_a_second_address_serves_the_same_app(tiny_model):
-    second = free_port()
     srv = ServerProcess(tiny_model, "--model-id", "tiny", "--api-key", "k", "--no-store",
-                        env={"LOCALSERVE_OLLAMA_LISTEN": f"127.0.0.1:{second}"})
+                        env={"LOCALSERVE_OLLAMA_LISTEN": "127.0.0.1:0"})     # any free port, named in the log
     try:
+        second = srv.wait_listening(ollama_listen=True)
+        assert second != srv.port
         assert srv.wait_log(f"also serving on http://127.0.0.1:{second} (--ollama-listen)")
         client = ollama.Client(host=f"http://127.0.0.1:{second}", headers={"Authorization": "Bearer k"})
         assert [m.model for m in client.list().models] == ["tiny:latest"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, ServerProcess, free_port
+from conftest import ROOT, ServerProcess
 
 SUPPORT = Path(__file__).resolve().parent.parent / "support"
 
@@ -98,7 +98,7 @@ def stopped_at_line(tiny_model, line: int) -> tuple[int | None, str]:
     """Run the daemon with SIGTERM at this line of its main loop's wait: its exit status (None when
     it hung) and its output."""
     cmd = [sys.executable, str(SUPPORT / "signal_at_line.py"), str(line), "--model", str(tiny_model),
-           "--port", str(free_port()), "--threads", "1", "--no-store"]
+           "--port", "0", "--threads", "1", "--no-store"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

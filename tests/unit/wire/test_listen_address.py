@@ -1,4 +1,5 @@
-"""--ollama-listen's address: HOST:PORT, [IPv6]:PORT, :PORT or PORT; anything else refused by name."""
+"""--ollama-listen's address: HOST:PORT, [IPv6]:PORT, :PORT or PORT (port 0: any free one); anything else
+refused by name. --port: 0..65535."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from localserve.wire.server import listen_address
     (":11434", ("127.0.0.1", 11434)),
     ("11434", ("127.0.0.1", 11434)),
     ("localhost:1", ("localhost", 1)),
+    ("localhost:65535", ("localhost", 65535)),
+    ("127.0.0.1:0", ("127.0.0.1", 0)),          # any free port: the log's "listening on" line names it
+    (":0", ("127.0.0.1", 0)),
 ])
 def test_addresses(text, address):
     assert listen_address(text, "127.0.0.1") == address
 
 
-@pytest.mark.parametrize("text", ["", "host", "host:", "host:0", "host:65536", "host:x1", "1.2.3.4:-5"])
+@pytest.mark.parametrize("text", ["", "host", "host:", "host:65536", "host:x1", "1.2.3.4:-5", "host:-0"])
 def test_bad_addresses(text):
     with pytest.raises(ValueError, match="not an address"):
         listen_address(text, "127.0.0.1")
@@ -35,3 +39,15 @@ def test_the_flag_the_environment_the_config_and_the_default(tmp_path):
     config = tmp_path / "localserve.toml"
     config.write_text('ollama-listen = "0.0.0.0:11434"\n')
     assert resolve_settings(parser.parse_args(["--config", str(config)]), {}).ollama_listen == "0.0.0.0:11434"
+
+
+@pytest.mark.parametrize("port", ["0", "1", "65535"])
+def test_port_takes_0_to_65535(port):
+    assert resolve_settings(build_parser().parse_args(["--port", port]), {}).port == int(port)
+
+
+@pytest.mark.parametrize("port", ["-1", "65536", "70000", "x"])
+def test_a_port_past_the_range_is_a_usage_error(port, capsys):
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--port", port])
+    assert exited.value.code == 2 and "--port" in capsys.readouterr().err
