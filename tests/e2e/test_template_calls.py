@@ -38,7 +38,9 @@ def _model_id(name: str) -> str:
 
 @pytest.fixture(scope="module")
 def corpus_server(models_dir, tmp_path_factory):
-    model = write_tiny_gguf(models_dir / "tiny-corpus.gguf", context_length=CTX)
+    # one attention head (64 wide): llama.cpp's CPU flash attention decodes 16-wide heads about
+    # nine times slower, and these tests decode some 100k tokens, a character at a time
+    model = write_tiny_gguf(models_dir / "tiny-corpus.gguf", context_length=CTX, n_head=1)
     folder = corpus_dir()
     config = tmp_path_factory.mktemp("corpus") / "models.toml"
     config.write_text("".join(
