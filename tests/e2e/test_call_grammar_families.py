@@ -24,7 +24,7 @@ TOOLS = [{"name": "get_weather", "parameters": SCHEMA}]
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    path = write_tiny_gguf(tmp_path_factory.mktemp("families") / "tiny.gguf")
+    path = write_tiny_gguf(tmp_path_factory.mktemp("families") / "tiny.gguf", n_head=1)   # 64-wide: see test_grammar.py
     eng = Engine(str(path), n_ctx=256, n_seq=1, n_batch=64, threads=1)
     yield eng
     eng.close()
