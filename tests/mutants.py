@@ -841,6 +841,16 @@ MUTANTS = [
     Mutant("a snapshot folder linked outside the cache followed", "localserve/models/hf_layout.py",
            "    if not within(root, snapshot):", "    if False:",
            ("tests/unit/models/test_discovery.py::test_a_linked_snapshot_folder_is_followed_only_inside_the_cache",)),
+    Mutant("a port past 65535 taken", "localserve/cli/option_values.py",
+           "lambda n: 0 <= n < 65536", "lambda n: 0 <= n <= 65536",
+           ("tests/unit/wire/test_listen_address.py::test_a_port_past_the_range_is_a_usage_error",)),
+    Mutant("--ollama-listen :0 refused", "localserve/wire/server.py",
+           "not 0 <= int(port) < 65536", "not 0 < int(port) < 65536",
+           ("tests/unit/wire/test_listen_address.py::test_addresses",)),
+    Mutant("the listening line names the port asked for, not the one bound", "localserve/app.py",
+           'log.info("listening on http://%s:%d", *servers[0].address)',
+           'log.info("listening on http://%s:%d", servers[0].address[0], 0)',   # the setting's 0
+           ("tests/e2e/test_cli.py::test_startup_and_access_log_lines",)),
 ]
 
 
