@@ -23,6 +23,7 @@ from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 60.0
+READY_POLL = 0.01    # seconds between /health probes: a tiny model loads in ~30 ms, and every test server waits
 
 # Every server a test starts finds no models in the tester's own Ollama, Hugging Face, LM Studio or
 # llama.cpp stores (models/discovery/): what it lists must not depend on the machine. The tests of
@@ -134,7 +135,7 @@ class ServerProcess:
                         return
             except OSError:
                 pass
-            time.sleep(0.05)
+            time.sleep(READY_POLL)
         raise RuntimeError(f"server did not become ready:\n{self.log}")
 
     def wait_log(self, text: str, timeout: float = 10.0) -> bool:
