@@ -83,7 +83,7 @@ def test_a_client_gone_stops_the_decode_and_ends_the_wait(caplog):
         with pytest.raises(ClientGone):
             MediaWait(exchange, PREFILL_COMMENT, KEEPALIVE)(decode)
     assert stopped.is_set()                 # it stopped before the wait ended (the model was still held)
-    assert "(req_test): its client left; the clip's decode stopped before its log-mel" in caplog.text
+    assert "(req_test): its client left; the decode stopped before its log-mel" in caplog.text
 
 
 def test_a_refusal_comes_back_to_the_caller_and_after_the_head_goes_in_the_stream():

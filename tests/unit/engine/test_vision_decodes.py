@@ -27,7 +27,7 @@ def projector(decode) -> Projector:
                                   b"ID3\x04\x00\x00" + b"\x00" * 20, b"\xff\xfb\x90\x00" + b"\x00" * 20,
                                   b"fLaC" + b"\x00" * 20, b"\x00\x00\x00\x20ftypmp42" + b"\x00" * 20])
 def test_bytes_of_no_accepted_format_never_reach_libmtmd(data):
-    def decode(_):
+    def decode(*_):
         raise AssertionError("handed to libmtmd")
     with pytest.raises(ImageUnreadable, match="no PNG, JPEG, GIF or BMP"):
         projector(decode).image_segments(data)
@@ -37,7 +37,7 @@ def test_at_most_max_concurrent_decodes_run_at_once(monkeypatch):
     monkeypatch.setattr(vision, "_decoding", threading.BoundedSemaphore(2))
     running, most, lock = [0], [0], threading.Lock()
 
-    def decode(data):
+    def decode(data, stop):
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])

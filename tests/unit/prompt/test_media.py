@@ -33,7 +33,7 @@ class CountingEngine:
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool, limit: int | None = None) -> list[int]:
         return [ord(c) for c in text]
 
-    def image_segments(self, data: bytes) -> list:
+    def image_segments(self, data: bytes, stop=None) -> list:
         self.decoded.append(data)
         return [[7], Chunk()]
 
