@@ -1,8 +1,9 @@
-"""A clip's decode as a client sees it (dialects/media_wait.py), over a real socket pair and the real
-response writer: the decode runs on a thread of its own; a stream's head and `: prefill` go out
-only once a keepalive interval passed with it still running; a client gone stops it; its refusal
-comes back to the caller's thread. The decodes here wait on events the test sets (one outlasts a
-few of the socket's peeks on purpose)."""
+"""An image's or a clip's decode as a client sees it (dialects/media_wait.py), over a real socket
+pair and the real response writer: the decode runs on a thread of its own; a stream's head and
+`: prefill` go out only once a keepalive interval passed with a decode still running, the
+interval counted across a request's decodes; a client gone stops it; its refusal comes back to
+the caller's thread. The decodes here wait on events the test sets (one outlasts a few of the
+socket's peeks on purpose)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,19 @@ def test_a_long_decode_opens_the_stream_and_keeps_it_alive_until_it_ends():
     assert result == [["segments"]]
     assert received.startswith(b"HTTP/1.1 200") and b"text/event-stream" in received
     assert exchange.stream_open and exchange.opened_early
+
+
+def test_the_interval_runs_across_a_request_s_decodes():
+    # a request of many images, each decoded within the interval: the head goes out once their
+    # decodes together pass it (each waits past a peek: the socket is looked at in each)
+    exchange, theirs = _exchange()
+    wait = MediaWait(exchange, PREFILL_COMMENT, 0.3)
+    for _ in range(4):
+        assert wait(lambda stop: stop.wait(0.15) or ["segments"]) == ["segments"]
+    assert exchange.writer.started and exchange.opened_early
+    theirs.settimeout(5)
+    received = theirs.recv(4096)
+    assert received.startswith(b"HTTP/1.1 200") and PREFILL_COMMENT in received
 
 
 def test_a_whole_answer_waits_silently():
