@@ -750,6 +750,24 @@ MUTANTS = [
     Mutant("the log-mel made for a client that left", "localserve/engine/audio.py",
            '            stop_if(stop, "after its decode, before its log-mel")\n', "",
            ("tests/e2e/test_audio.py::test_a_stop_set_before_the_decode_or_during_it_stops_it_before_the_log_mel",)),
+    # an image's decode through the same runner (dialects/media_wait.py, prompt/media.py, engine/vision.py)
+    Mutant("an image decoded on the connection thread, not through the runner", "localserve/prompt/media.py",
+           "        return scope.decode(image.digest, lambda stop: engine.image_segments(image.data, stop))",
+           "        return engine.image_segments(image.data)",
+           ("tests/unit/prompt/test_media.py::test_images_and_clips_take_one_path_the_runner_the_dialect_sets",
+            "tests/e2e/test_image_wait.py::test_a_stream_whose_images_decode_long_gets_its_head_and_keepalives_"
+            "before_its_job")),
+    Mutant("the keepalive interval restarts at each decode", "localserve/dialects/media_wait.py",
+           "        if self.next_notice is None:\n", "        if True:\n",
+           ("tests/unit/dialects/test_media_wait.py::test_the_interval_runs_across_a_request_s_decodes",)),
+    Mutant("an image preprocessed for a client that left", "localserve/engine/vision.py",
+           '            stop_if(stop, "after its decode, before its preprocessing")\n', "            pass\n",
+           ("tests/e2e/test_vision.py::test_a_stop_set_before_the_decode_or_during_it_stops_it_before_the_"
+            "preprocessing",)),
+    Mutant("an image decode queued for its turn not stopped", "localserve/engine/vision.py",
+           '            stop_if(stop, "before its decode")\n', "",
+           ("tests/unit/engine/test_vision_decodes.py::test_a_decode_stopped_while_it_waited_for_its_turn_never_"
+            "reaches_libmtmd",)),
     Mutant("an error after a decode's head cut short, not in the stream", "localserve/dialects/loading.py",
            "        if not exchange.opened_early or exchange.writer.finished:",
            "        if not wait.opened or exchange.writer.finished:",

@@ -39,7 +39,7 @@ from .audio_media import clip_segments
 
 MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels of one request's images, each distinct one once (100 of 1.3 MP)
 
-Decode = Callable[[threading.Event], list]       # an image's or clip's decode, stopped between its steps once the event is set
+Decode = Callable[[threading.Event], list]       # a decode, stopped between its steps once the event is set
 
 
 def decode_here(decode: Decode) -> list:
@@ -127,9 +127,10 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
     tokens = _text_tokens(engine, pieces[0], fit, first=True)
     chunks: list[ImageChunk] = []
     for part, piece in zip(images, pieces[1:]):
-        # a clip stands at a marker too (prompt/audio_media.py)
-        segments = clip_segments(engine, scope, part) if isinstance(part, Audio) else _image_segments(engine, scope, part)
-        _place(segments, part.digest, tokens, chunks)
+        if isinstance(part, Audio):             # a clip stands at a marker too (prompt/audio_media.py)
+            _place(clip_segments(engine, scope, part), part.digest, tokens, chunks)
+        else:
+            _place(_image_segments(engine, scope, part), part.digest, tokens, chunks)
         tokens += _text_tokens(engine, piece, fit, first=False)
     if fit and len(tokens) >= engine.n_ctx:
         raise ContextOverflow(len(tokens), engine.n_ctx)

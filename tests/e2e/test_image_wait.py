@@ -2,9 +2,10 @@
 tiny vision projector and a keepalive interval shorter than a few large images take to decode
 (stb's inflate of a 28-megapixel PNG, then libmtmd's resize: about half a second each): a
 stream's head and `: prefill` go out while the images decode, before there is a job; a client
-that leaves then stops the request before it becomes a job (/metrics: no image encoded); and
-every bad image, streamed or not, is still a 400 before any head, in the dialect's own shape,
-those stb itself refuses (on the decode thread) among them.
+that leaves then stops the request before it becomes a job (/metrics: no image encoded); an
+image stb refuses once the head is out is an error in the stream; and every bad image,
+streamed or not, is still a 400 before any head, in the dialect's own shape, those stb itself
+refuses (on the decode thread, within the interval) among them.
 """
 
 from __future__ import annotations
@@ -87,6 +88,16 @@ def test_a_client_gone_while_its_images_decode_makes_no_job(server):
     assert metric(server, "localserve_images_encoded_total") == encoded          # no job: nothing encoded
     path, body, _ = chat([(large_png(7, 64, 64), "image/png")])                 # and the server goes on
     assert request(server.port, post_json(path, body), timeout=60).status == 200
+
+
+def test_an_image_stb_refuses_after_the_head_went_out_is_an_error_in_the_stream(server):
+    images = [(large_png(seed), "image/png") for seed in range(200, 200 + LARGE)]
+    resp = request(server.port, streamed(chat, images + [(hostile_images.gif_without_clear_code(), "image/gif")]),
+                   timeout=120)
+    assert resp.status == 200 and resp.body.startswith(b": prefill"), resp.body[:300]
+    (error,) = [data["error"] for _, data in parse_sse(resp.body) if "error" in data]
+    assert error["code"] == "invalid_image" and error["param"] == f"messages[0].content[{LARGE + 1}]", error
+    assert b"data: [DONE]" not in resp.body
 
 
 def mp4_head() -> bytes:

@@ -105,7 +105,8 @@ def test_images_and_clips_take_one_path_the_runner_the_dialect_sets():
     one, clip = image(1, "messages[0].content[0]"), audio.from_bytes(wav_bytes([0.0] * 1600), "wav", "messages[0].content[1]")
     with request_images(lambda: None), decodes_run_by(runner):
         _, chunks = tokenize_with_images(engine, prompt(3), [one, clip, image(1, "messages[0].content[2]")])
-    assert len(ran) == 2 and engine.decoded == [one.data, clip.data] and engine.stops == ["stop1", "stop2"]
+    assert len(ran) == 2 and engine.decoded == [one.data, clip.data]
+    assert engine.stops == ["stop1", "stop2"]
     assert [chunk.digest for chunk in chunks] == [one.digest, clip.digest, one.digest]
 
     def unreadable(decode):
