@@ -84,6 +84,11 @@ class ModelManager:
             raise UnknownModel(f"model '{shown(name)}' does not exist; this server serves {self._names()}")
         return self.records[entry.name]
 
+    def exact(self, name: str) -> Record | None:
+        """The record this name or alias is (Catalogue.exact), whatever the one-model server says."""
+        entry = self.catalogue.exact(name)
+        return None if entry is None else self.records[entry.name]
+
     @contextlib.contextmanager
     def use(self, name: Any, *, keep_alive: Any = None, n_ctx: int | None = None,
             on_loading: Callable[[Loading], None] | None = None) -> Iterator[ServedModel]:
@@ -140,13 +145,14 @@ class ModelManager:
         """A model pulled while the server runs joins the catalogue (None: one of its names is
         taken), with the aliases in `taking` from the models that hold them (Catalogue.add)."""
         with self.cond:
-            changed = self.catalogue.add(entry, taking)
-            if changed is None:
+            if not self.catalogue.can_add(entry, taking):
                 return None
-            for other in changed:
-                self.records[other.name].entry = other
+            # The record before the entry: a connection thread finds (find, exact) without the lock,
+            # and a name it finds in the catalogue must have its record already.
             keep = self.keep_alive.of_entry(entry, added=True)
             record = self.records[entry.name] = Record(entry, keep, self.changes)
+            for other in self.catalogue.add(entry, taking):
+                self.records[other.name].entry = other
             return record
 
     def loaded_models(self) -> list[LoadedModel]:
@@ -159,6 +165,7 @@ class ModelManager:
         return [loaded.served for loaded in self.loaded_models()]
 
     def all_models(self) -> list[Record]:
+        """The records as they stand (a copy, taken at once: a pull may add one while it is read)."""
         return list(self.records.values())
 
     # ---- start and end ----------------------------------------------------------
@@ -187,7 +194,7 @@ class ModelManager:
         self.changes.close()
         if self.sweeper.is_alive():
             self.sweeper.join(timeout=5)
-        for record in self.records.values():
+        for record in self.all_models():
             if record.loaded is not None:
                 loaded, record.loaded = record.loaded, None
                 record.enter(UNLOADED)
@@ -310,7 +317,7 @@ class ModelManager:
         self._make_room(record, need)
         watch.lap("making room")
         before = memory.rss_bytes() or 0
-        threads = threads_for(record, self.records.values(), self.settings)
+        threads = threads_for(record, self.all_models(), self.settings)     # a copy: a pull may add one meanwhile
         loaded = load(entry, settings, self.metrics, threads=threads, watch=watch,
                       progress=LoadProgress(load_stages(settings), record.report_progress))
         loaded.estimated_bytes = need
