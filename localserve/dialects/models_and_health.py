@@ -66,7 +66,7 @@ def health(services: Services, exchange: Exchange) -> None:
 def find_exact(models: ModelManager, name: str) -> Record:
     record = models.exact(name)
     if record is None:
-        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {models._names()}",
+        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {models.roster.names()}",
                        param="model", code="model_not_found")
     return record
 

@@ -63,7 +63,7 @@ def test_a_name_found_while_its_model_is_added_has_its_record(monkeypatch, name)
     assert "error" not in seen, seen
     found, exact, listed, catalogued = seen["value"]
     assert found is exact is record and listed >= catalogued
-    assert models.find("org/repo") is record and models.records["a"].entry.aliases == ()
+    assert models.find("org/repo") is record and models.roster.records["a"].entry.aliases == ()
 
 
 def test_a_model_whose_name_is_taken_is_not_added_nor_listed():
