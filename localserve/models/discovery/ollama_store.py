@@ -140,10 +140,9 @@ def read_model(store: Path, manifest: Path) -> ModelEntry | None:
 
 def read_layers(store: Path, manifest: Path) -> dict[str, list[Path]]:
     """{media type less Ollama's prefix: [blob paths]}."""
-    if manifest.stat().st_size > MAX_MANIFEST_BYTES:
-        raise Skip(f"its manifest {manifest} is too large to be one")
+    data = read_small(manifest, MAX_MANIFEST_BYTES, "its manifest")
     try:
-        body = orjson.loads(manifest.read_bytes())
+        body = orjson.loads(data)
         layers = body["layers"]
         if not isinstance(layers, list):
             raise TypeError("layers is not a list")
@@ -191,17 +190,25 @@ def regular(path: Path, layer: str) -> Path:
     return path
 
 
+def read_small(path: Path, limit: int, what: str) -> bytes:
+    """A file's bytes, at most `limit`: the size a stat tells is no bound (a /proc file says 0
+    and reads on for gigabytes)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Skip(f"{what} {path} is too large")
+    return data
+
+
 def read_text(path: Path, layer: str) -> str:
-    if regular(path, layer).stat().st_size > MAX_TEXT_LAYER_BYTES:
-        raise Skip(f"its {layer} layer {path} is too large")
-    return path.read_bytes().decode("utf-8", errors="replace")
+    data = read_small(regular(path, layer), MAX_TEXT_LAYER_BYTES, f"its {layer} layer")
+    return data.decode("utf-8", errors="replace")
 
 
 def read_params(path: Path) -> dict:
-    if regular(path, "params").stat().st_size > MAX_TEXT_LAYER_BYTES:
-        raise Skip(f"its params layer {path} is too large")
+    data = read_small(regular(path, "params"), MAX_TEXT_LAYER_BYTES, "its params layer")
     try:
-        params = orjson.loads(path.read_bytes())
+        params = orjson.loads(data)
     except ValueError as exc:
         raise Skip(f"its params layer {path} is not JSON ({exc})") from None
     if not isinstance(params, dict):
