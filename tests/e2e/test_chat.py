@@ -272,6 +272,19 @@ UNSAMPLEABLE = {"grammar": f"root ::= <[{TOKEN_A}]>", "logit_bias": {str(TOKEN_A
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_the_unsampleable_grammar_alone_admits_its_one_token(server, path):
+    """What makes UNSAMPLEABLE fail is the bias banning the one token the grammar allows: the
+    grammar alone is answered with that token (it refused every token once, so the error came
+    without the bias too: engine/sampler.py's TokenRefGuard)."""
+    body = {"messages": MESSAGES, "prompt": "Hi", "max_tokens": 5, "grammar": UNSAMPLEABLE["grammar"]}
+    body.pop("prompt" if path.endswith("chat/completions") else "messages")
+    resp = request(server.port, post_json(path, body))
+    assert resp.status == 200, resp.body
+    choice = resp.json()["choices"][0]
+    assert choice.get("text", choice.get("message", {}).get("content")) == "A" and choice["finish_reason"] == "stop"
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 def test_error_after_the_head_is_an_in_band_error_in_the_openai_shape(server, path):
     """The head is out when sampling fails: the error goes in a data event shaped as a whole
     error response (dialects/openai/errors.py's openai_error_body, as before the stream), then [DONE]."""
