@@ -52,7 +52,7 @@ def test_chat_a_clip_is_answered_as_the_bare_engine_answers_it(audio_server, aud
         reply = chat(audio_server, ask(CLIP))
         content, usage = reply.choices[0].message.content, reply.usage
     assert content == expected
-    assert usage.prompt_tokens > audio_tokens()
+    assert usage.prompt_tokens > audio_tokens() and usage.prompt_tokens_details.audio_tokens == audio_tokens()
 
 
 @pytest.mark.parametrize("fmt, data", [("mp3", mp3_bytes(tone(1.2, freq=500))), ("flac", flac_bytes(tone(1.2, freq=500)))])
@@ -69,6 +69,7 @@ def test_the_same_clip_next_turn_comes_from_the_cache(audio_server, audio_bare):
             {"role": "user", "content": "and now?"}]
     second = chat(audio_server, turn)
     assert second.usage.prompt_tokens_details.cached_tokens > audio_tokens()
+    assert second.usage.prompt_tokens_details.audio_tokens == audio_tokens()       # in the prompt, cached or not
     assert metric(audio_server, "localserve_audio_chunks_encoded_total") == encoded        # not encoded again
     assert second.choices[0].message.content == bare_answer(audio_server, audio_bare, turn, [OTHER])
     assert metric(audio_server, "localserve_audio_seconds_total") > 0

@@ -35,6 +35,7 @@ def test_chat_completion_shape(openai_client):
     assert choice.message.role == "assistant" and choice.finish_reason == "length"
     assert reply.usage.completion_tokens == 5
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 5
+    assert reply.usage.prompt_tokens_details.audio_tokens == 0        # no clip: OpenAI's usage says 0
 
 
 def test_forced_text_and_finish_reason_stop(openai_client):
