@@ -808,7 +808,7 @@ MUTANTS = [
            ("tests/e2e/test_audio_history.py::test_chat_clips_in_an_earlier_turn_and_a_tool_message_are_the_placeholder",)),
     Mutant("call output clips uncounted", "localserve/dialects/responses/items.py",
            '            yield from typed_parts(item.get("output"), f"{param}[{i}].output", kind)', "            pass",
-           ("tests/unit/dialects/test_image_count.py::test_one_clip_too_many_is_refused_before_any_is_read_tool_results_counted",)),
+           ("tests/unit/dialects/test_image_count.py::test_one_part_too_many_is_refused_before_any_is_read",)),
     Mutant("transcriptions sample at a chat's temperature", "localserve/dialects/openai/transcriptions.py",
            "DEFAULT_TEMPERATURE = 0.0 ", "DEFAULT_TEMPERATURE = 0.8 ",
            ("tests/e2e/test_transcriptions.py::test_a_form_without_a_temperature_is_transcribed_at_openai_s_0",)),
