@@ -25,11 +25,9 @@ runs it after the images table.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import http.client
 import math
-import os
 import statistics
 import sys
 import tempfile
@@ -42,8 +40,8 @@ from localserve.engine.gguf_meta import read_shape
 
 from . import table
 from .bare_vision import BareVision
-from .demo import model_or_demo
 from .server import RunningServer
+from .versus_bare import seconds_row, standalone
 from .vision import SERVER_MARKER, post
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
@@ -155,12 +153,12 @@ def print_table(result: dict) -> None:
     windows = math.ceil(CLIP_SECONDS / 30)
     header = (f"audio (synthetic {windows} x {tinyaudio.audio_tokens(STACK_FACTOR)}-position clip)", "bare s",
               "localserve s", "ratio", "target")
-    rows = [("decode + encode + prefill, chat", f"{result['bare']:.3f}", f"{result['first']:.3f}",
-             f"{result['first_ratio']:.3f} x bare", f"<= {FIRST_TARGET}"),
-            ("the same, transcription form", f"{result['heard_bare']:.3f}", f"{result['heard']:.3f}",
-             f"{result['heard_ratio']:.3f} x bare", f"<= {FIRST_TARGET}"),
-            ("second turn, same clip", f"{result['first']:.3f} (first)", f"{result['second']:.3f}",
-             f"{result['second_ratio']:.3f} x first", f"<= {SECOND_TARGET}")]
+    rows = [seconds_row("decode + encode + prefill, chat", result["bare"], result["first"], result["first_ratio"],
+                        f"<= {FIRST_TARGET}"),
+            seconds_row("the same, transcription form", result["heard_bare"], result["heard"], result["heard_ratio"],
+                        f"<= {FIRST_TARGET}"),
+            seconds_row("second turn, same clip", f"{result['first']:.3f} (first)", result["second"],
+                        result["second_ratio"], f"<= {SECOND_TARGET}", against="first")]
     table.print_table(header, rows)
 
 
@@ -172,18 +170,8 @@ def run(model: str, args, rounds: int | None = None) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="bench.audio")
-    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    model = model_or_demo(args.model)
-    if model is None:
-        return 2
-    print(f"model {os.path.basename(model)}, {args.threads} threads, median of {args.repeat}", flush=True)
-    with tempfile.TemporaryDirectory() as directory:
-        print_table(measure(model, synthetic_projector(model, directory), args.threads, args.repeat))
-    return 0
+    return standalone("bench.audio", lambda model, args, directory: print_table(
+        measure(model, synthetic_projector(model, directory), args.threads, args.repeat)))
 
 
 if __name__ == "__main__":

@@ -16,9 +16,7 @@ throughput table.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import socket
 import statistics
 import sys
@@ -29,8 +27,8 @@ from localserve.engine import cpu_weights
 
 from . import table
 from .bare_embed import BareEmbedder
-from .demo import model_or_demo
 from .server import RunningServer
+from .versus_bare import ratio, standalone
 
 N_INPUTS = 256
 CALLS = 8
@@ -121,7 +119,7 @@ def print_table(result: dict) -> None:
     for name, r in result["shapes"].items():
         rows.append((name, f"{N_INPUTS / r['bare']:.1f}", f"{n_tokens / r['bare']:.0f}",
                      f"{N_INPUTS / r['ours']:.1f}", f"{n_tokens / r['ours']:.0f}",
-                     f"{r['ratio']:.3f} x bare", f">= {TARGET}"))
+                     ratio(r["ratio"]), f">= {TARGET}"))
     table.print_table(header, rows)
 
 
@@ -132,17 +130,7 @@ def run(model: str, args) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="bench.embeddings")
-    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    model = model_or_demo(args.model)
-    if model is None:
-        return 2
-    print(f"model {os.path.basename(model)}, {args.threads} threads, median of {args.repeat}", flush=True)
-    print_table(measure(model, args.threads, args.repeat))
-    return 0
+    return standalone("bench.embeddings", lambda model, args, _: print_table(measure(model, args.threads, args.repeat)))
 
 
 if __name__ == "__main__":

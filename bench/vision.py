@@ -24,7 +24,6 @@ import argparse
 import base64
 import http.client
 import json
-import os
 import re
 import statistics
 import sys
@@ -37,8 +36,8 @@ from localserve.engine.gguf_meta import read_shape
 
 from . import table
 from .bare_vision import BareVision
-from .demo import model_or_demo
 from .server import RunningServer
+from .versus_bare import seconds_row, standalone
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 import tinyvision  # noqa: E402  (the synthetic projector's writer and the images)
@@ -123,10 +122,10 @@ def measure(model: str, mmproj: str, threads: int, repeat: int) -> dict:
 
 def print_table(result: dict, label: str) -> None:
     header = (f"images ({label})", "bare s", "localserve s", "ratio", "target")
-    rows = [("encode + prefill, first turn", f"{result['bare']:.3f}", f"{result['first']:.3f}",
-             f"{result['first_ratio']:.3f} x bare", f"<= {FIRST_TARGET}"),
-            ("second turn, same image", f"{result['first']:.3f} (first)", f"{result['second']:.3f}",
-             f"{result['second_ratio']:.3f} x first", f"<= {SECOND_TARGET}")]
+    rows = [seconds_row("encode + prefill, first turn", result["bare"], result["first"], result["first_ratio"],
+                        f"<= {FIRST_TARGET}"),
+            seconds_row("second turn, same image", f"{result['first']:.3f} (first)", result["second"],
+                        result["second_ratio"], f"<= {SECOND_TARGET}", against="first")]
     table.print_table(header, rows)
 
 
@@ -138,21 +137,14 @@ def run(model: str, args, mmproj: str | None = None) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="bench.vision")
-    parser.add_argument("--model", help="GGUF model (default: Gemma 3 270M)")
-    parser.add_argument("--mmproj", help="its vision projector (default: a synthetic one)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    model = model_or_demo(args.model)
-    if model is None:
-        return 2
-    print(f"model {os.path.basename(model)}, {args.threads} threads, median of {args.repeat}", flush=True)
-    with tempfile.TemporaryDirectory() as directory:
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--mmproj", help="its vision projector (default: a synthetic one)")
+
+    def bench(model: str, args: argparse.Namespace, directory: str) -> None:
         mmproj = args.mmproj or synthetic_projector(model, directory)
         print_table(measure(model, mmproj, args.threads, args.repeat),
                     "--mmproj" if args.mmproj else "synthetic 576-position projector")
-    return 0
+    return standalone("bench.vision", bench, options)
 
 
 if __name__ == "__main__":

@@ -248,6 +248,7 @@ class GenerationOutput:
     stop_sequence: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    audio_tokens: int = 0            # of prompt_tokens, the positions its clips' chunks take
     completion_tokens: int = 0
     reasoning_tokens: int = 0
     accepted_prediction_tokens: int = 0     # tokens drafted from the request's prediction the model confirmed

@@ -7,7 +7,8 @@ A request's media are checked in three steps, each here and the same for both ki
    (:func:`hold_count`, called by the dialects): a body of thousands of tiny images costs no
    base64 decoding and sniffing before its 400;
 2. each part a dialect extracts is read from its base64 (:func:`read_base64`, held to the kind's
-   byte limit before it is decoded) or its ``data:`` URL (:func:`read_data_url`) by the kind's
+   byte limit before it is decoded) or its ``data:`` URL (:func:`read_data_url`,
+   :func:`read_audio_data_url`) by the kind's
    own reader: images.py (format, then header and structure: image_headers.py), audio.py
    (format, header and length: audio_headers.py);
 3. building the request (prompt/build.py's fit_images, one call for every dialect) takes the whole
@@ -43,6 +44,7 @@ from .image_headers import ImageRefused
 
 IMAGE_OMITTED = "[image omitted: this model has no vision]"
 AUDIO_OMITTED = "[audio omitted: this model has no audio encoder]"
+AUDIO_DATA_URL = "data:audio/wav;base64,..."
 MAX_DATA_URL_HEAD = 256               # "data:<media type>;<parameters>," before the data: a header, not a body
 _WHITESPACE = b" \t\r\n"            # what base64 text may carry between its characters
 
@@ -133,13 +135,39 @@ def read_data_url(url: object, where: str = "") -> Image:
     if url[:8].lower().startswith(("http://", "https://")):
         raise ImageRefused("remote image URLs are not fetched: this server does not reach the network "
                            "(air-gapped by design); send the image inline as a base64 data: URL", "remote_image_url")
+    media_type, data = split_data_url(IMAGE, url, "data:image/png;base64,...")
+    return read_base64(IMAGE, data, media_type or None, where)
+
+
+def read_audio_data_url(url: str, declared: object = None, where: str = "") -> Audio:
+    """A clip from a base64 ``data:audio/...`` URL (llama-server takes one in ``input_audio.data``):
+    its media type names the format, which a `declared` one beside it must agree with; then
+    every check a clip's base64 passes (read_base64)."""
+    media_type, data = split_data_url(AUDIO, url, AUDIO_DATA_URL)
+    if not media_type.lower().startswith("audio/"):
+        raise AudioRefused(f"a data: URL of a clip must name an audio media type ({AUDIO_DATA_URL}), "
+                           f"not {media_type[:40]!r}", "unsupported_audio_format")
+    named = audio.declared_format(media_type)
+    if declared is not None and audio.declared_format(declared) != named:
+        raise AudioRefused(f"the format says {str(declared)[:40]!r} but the data: URL says {media_type[:40]!r}",
+                           "audio_format_mismatch")
+    return read_base64(AUDIO, data, named, where)
+
+
+def is_data_url(text: object) -> bool:
+    return isinstance(text, str) and text[:5].lower() == "data:"
+
+
+def split_data_url(kind: MediaKind, url: str, example: str) -> tuple[str, str]:
+    """A base64 ``data:`` URL's media type ("" for none) and its base64 text; the kind's refusal
+    for another URL. Its head (before the comma) is looked for in MAX_DATA_URL_HEAD characters."""
     comma = url.find(",", 0, MAX_DATA_URL_HEAD)
-    if not url[:5].lower() == "data:" or comma < 0:
-        raise ImageRefused("expected a data: URL (data:image/png;base64,...)")
+    if not is_data_url(url) or comma < 0:
+        raise kind.refused(f"expected a data: URL ({example})")
     media_type, *params = url[5:comma].split(";")
     if "base64" not in (p.strip().lower() for p in params):
-        raise ImageRefused("a data: URL of an image must be base64 (data:image/png;base64,...)")
-    return read_base64(IMAGE, url[comma + 1:], media_type.strip() or None, where)
+        raise kind.refused(f"a data: URL of {kind.noun} data must be base64 ({example})")
+    return media_type.strip(), url[comma + 1:]
 
 
 # ---- the whole conversation, as one model can take it --------------------------------------

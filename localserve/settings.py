@@ -34,6 +34,8 @@ DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
 DEFAULT_DRAFT_MAX = 32             # --draft-max: most tokens drafted per sequence per step (measured: docs/performance.rst)
+DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences,
+MAX_STEP_DRAFTS = 32               # and no more than this many (--draft-max itself, where that is more)
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs
 RETRY_AFTER_SECONDS = 1            # Retry-After on 503 when the queue is full
 
@@ -49,6 +51,12 @@ MODEL_EVICT_WAIT = 30.0            # --evict-wait: a load waits this long for a 
 def user_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "localserve"
+
+
+def step_drafts(draft_max: int) -> int:
+    """The most drafted tokens one decode step verifies, every sequence's together
+    (runtime/speculative.py): the engine reserves a logits row for each, and one per sequence."""
+    return min(draft_max * DRAFT_STEP_SHARE, max(draft_max, MAX_STEP_DRAFTS))
 
 
 def default_inflight_bytes(max_body_bytes: int) -> int:

@@ -1,16 +1,21 @@
-"""A clip's decode as a client sees it: off the connection thread, which answers the client meanwhile.
+"""An image's or a clip's decode as a client sees it: off the connection thread, which answers the client meanwhile.
 
-libmtmd's decode of a long clip (miniaudio's decode and resampling, then the log-mel frames
-mtmd_tokenize makes of it) takes a second or more, and it happens while the request is built,
-before there is a job to stream. So it runs on a thread of its own while the connection thread
-waits as it waits for a job (job_events.py): a peek at the socket every DISCONNECT_POLL_INTERVAL;
-a client that left sets the decode's stop (engine/audio.py stops before its next step) and, once
-the decode stopped, the wait ends with ClientGone: no job is made. A stream's head goes out with
-its notice (the `: prefill` comment) once a keepalive interval has passed with the decode still
-running, and the notice again every interval after. A clip decoded sooner, every short or refused
-one among them, is answered as if it had been decoded on the connection thread, a refusal a
-plain 400; what is refused after the head went out (a clip that decoded to more than its header
-said, a prompt the clip made too long for the context) is an error in the stream
+libmtmd's decode of a large image (stb's inflate of a 30-megapixel PNG, then the resize and
+normalising mtmd_tokenize does: half a second) or of a long clip (miniaudio's decode and
+resampling, then the log-mel frames: a second or more) happens while the request is built,
+before there is a job to stream. So each decode of a request (prompt/media.py's one path for
+both kinds: RequestImages.decode) runs on a thread of its own while the connection thread
+waits as it waits for a job (job_events.py): a peek at the socket every
+DISCONNECT_POLL_INTERVAL; a client that left sets the decode's stop (engine/vision.py and
+engine/audio.py stop before their next step) and, once the decode stopped, the wait ends with
+ClientGone: no job is made. A stream's head goes out with its notice (the `: prefill` comment)
+once a keepalive interval has passed with a decode still running, counted from the request's
+first decode (a request of many images, each decoded within the interval, is no silence
+longer than one), and the notice again every interval after. Decodes that end sooner, every
+small or refused image and every short or refused clip among them, are answered as if they
+had been decoded on the connection thread, a refusal a plain 400; what is refused after the
+head went out (an image stb or the projector cannot read, a clip that decoded to more than
+its header said, a prompt the media made too long for the context) is an error in the stream
 (loading.serve_with_model: the head went out early, Exchange.opened_early).
 """
 
@@ -30,27 +35,29 @@ log = logging.getLogger("localserve.dialects")
 
 
 class MediaWait:
-    """Runs a request's clip decodes (prompt/media.py's run_decode) for `exchange`; `notice`: a
-    stream's keepalive before its job (None: a whole answer, or NDJSON, which has no comment line),
-    sent every `keepalive` seconds (0: never)."""
+    """Runs a request's image and clip decodes (prompt/media.py's run_decode) for `exchange`;
+    `notice`: a stream's keepalive before its job (None: a whole answer, or NDJSON, which has no
+    comment line), sent every `keepalive` seconds (0: never) from the request's first decode."""
 
     def __init__(self, exchange: Exchange, notice: bytes | None, keepalive: float):
         self.exchange = exchange
         self.notice = notice if keepalive > 0 else None
         self.keepalive = keepalive
+        self.next_notice: float | None = None    # set by the first decode: the interval runs across decodes
 
     def __call__(self, decode: Decode) -> list:
         stop = threading.Event()
         done = threading.Event()
         outcome: list = []                       # (True, segments) or (False, the exception)
-        threading.Thread(target=self._run, args=(decode, stop, done, outcome), name="clip-decode",
+        threading.Thread(target=self._run, args=(decode, stop, done, outcome), name="media-decode",
                          daemon=True).start()
-        next_notice = time.monotonic() + self.keepalive
+        if self.next_notice is None:
+            self.next_notice = time.monotonic() + self.keepalive
         try:
             while not done.wait(DISCONNECT_POLL_INTERVAL):
                 self.exchange.raise_if_gone()
-                if self.notice is not None and time.monotonic() >= next_notice:
-                    next_notice = time.monotonic() + self.keepalive
+                if self.notice is not None and time.monotonic() >= self.next_notice:
+                    self.next_notice = time.monotonic() + self.keepalive
                     self._send_notice()
         except BaseException:                    # the client left (or the write failed): stop the decode
             stop.set()
@@ -73,7 +80,7 @@ class MediaWait:
         try:
             outcome.append((True, decode(stop)))
         except DecodeStopped as exc:
-            log.info("%s (%s): its client left; the clip's decode stopped %s", self.exchange.request.path,
+            log.info("%s (%s): its client left; the decode stopped %s", self.exchange.request.path,
                      self.exchange.request_id, exc)
         except BaseException as exc:             # handed to the connection thread, which raises it
             outcome.append((False, exc))

@@ -64,11 +64,11 @@ def health(services: Services, exchange: Exchange) -> None:
 
 
 def find_exact(models: ModelManager, name: str) -> Record:
-    entry = models.catalogue.exact(name)
-    if entry is None:
-        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {models._names()}",
+    record = models.exact(name)
+    if record is None:
+        raise ApiError(404, f"model '{shown(name)}' does not exist; this server serves {models.roster.names()}",
                        param="model", code="model_not_found")
-    return models.records[entry.name]
+    return record
 
 
 def model_object(record: Record, created: int, server_settings: Settings) -> dict:

@@ -30,7 +30,7 @@ from typing import Protocol
 from llama_cpp import mtmd_cpp as mtmd
 
 from ..audio import MAX_AUDIO_SECONDS
-from .facade import AudioUnreadable, DecodeStopped, ImageUnreadable
+from .facade import AudioUnreadable, DecodeStopped, ImageUnreadable, stop_if
 
 CHUNK_AUDIO = 2
 # Clips decoded at once, all models together: each holds up to MAX_AUDIO_SECONDS of float
@@ -62,11 +62,11 @@ def audio_segments(projector: _Projector, data: bytes, stop: threading.Event | N
     if not projector.audio:
         raise AudioUnreadable("this model's projector has no audio encoder")
     with _decoding:
-        _stop_if(stop, "before its decode")
+        stop_if(stop, "before its decode")
         bitmap = _bitmap(projector, data)
         try:
             _check_decoded(mtmd.mtmd_bitmap_get_nx(bitmap), projector.sample_rate, MAX_AUDIO_SECONDS)
-            _stop_if(stop, "after its decode, before its log-mel")
+            stop_if(stop, "after its decode, before its log-mel")
         except (AudioUnreadable, DecodeStopped):
             mtmd.mtmd_bitmap_free(bitmap)
             raise
@@ -91,11 +91,6 @@ def stacking_refusal(meta: dict) -> str | None:
         return None
     return (f"its {kind} audio encoder stacks {factor} frames, which libmtmd counts as {counted} positions a "
             f"window while its graph makes {made}: the first clip would abort the process")
-
-
-def _stop_if(stop: threading.Event | None, where: str) -> None:
-    if stop is not None and stop.is_set():
-        raise DecodeStopped(where)
 
 
 def _bitmap(projector: _Projector, data: bytes) -> int:

@@ -31,6 +31,7 @@ from .stopwatch import Stopwatch
 from .thread_policy import STEP_COST_ROWS, StepCosts, measure_step_costs
 from .threadpool import StepThreads
 from ..grammar.scan import token_refs
+from ..settings import step_drafts
 
 TOKENIZE_ALONE_BYTES = 256 * 1024  # texts this long are tokenized one at a time (~40 B of work per byte)
 
@@ -106,10 +107,10 @@ class Engine:
         # Sliding-window layers keep only their window (llama.cpp's default keeps it all);
         # Runtime checks with can_extend() that a cached prefix is still usable.
         cparams.swa_full = False
-        # One logits row per sequence per step, and one per drafted token (speculative decoding),
-        # is all we read; llama.cpp would otherwise reserve n_batch rows of n_vocab floats (512 MB
-        # for Gemma 3).
-        cparams.n_outputs_max = n_seq * (1 + max(0, draft_max))
+        # One logits row per sequence per step, and one per drafted token (speculative decoding:
+        # as many as a step verifies, settings.step_drafts), is all we read; llama.cpp would
+        # otherwise reserve n_batch rows of n_vocab floats (512 MB for Gemma 3).
+        cparams.n_outputs_max = n_seq + (step_drafts(draft_max) if draft_max > 0 else 0)
         cparams.no_perf = True
         model_load.recent_native_errors.clear()
         model_load.whole_cache_context.on = kv_unified

@@ -46,8 +46,14 @@ class AudioUnreadable(ValueError):
 
 
 class DecodeStopped(Exception):
-    """A clip's decode stopped between its steps: the caller's stop was set (its client left);
-    the message says where it stopped."""
+    """An image's or a clip's decode stopped between its steps: the caller's stop was set (its
+    client left); the message says where it stopped."""
+
+
+def stop_if(stop: threading.Event | None, where: str) -> None:
+    """DecodeStopped, saying `where`, once the caller's stop is set."""
+    if stop is not None and stop.is_set():
+        raise DecodeStopped(where)
 
 
 class ImageTooLargeForBatch(ValueError):
@@ -65,7 +71,7 @@ class ImageTooLargeForBatch(ValueError):
 class MediaSegments(Protocol):
     """What the facade reads of the vision projector (vision.Projector)."""
 
-    def image_segments(self, data: bytes) -> list: ...
+    def image_segments(self, data: bytes, stop: threading.Event | None = None) -> list: ...
 
 
 @dataclass(frozen=True)
@@ -188,10 +194,11 @@ class EngineFacade:
             raise AudioUnreadable("this model has no audio encoder")
         return self._engine.projector.audio_segments(data, stop)
 
-    def image_segments(self, data: bytes) -> list:
+    def image_segments(self, data: bytes, stop: threading.Event | None = None) -> list:
         """One image as prompt segments (token lists and one image chunk, vision.py);
         ImageUnreadable when its bytes are no image the projector's loader reads,
-        ImageTooLargeForBatch when it must be decoded in one batch and the batch is too small."""
+        ImageTooLargeForBatch when it must be decoded in one batch and the batch is too small;
+        DecodeStopped once `stop` is set (checked between the decode's steps)."""
         if self._engine.projector is None:
             raise ImageUnreadable("this model has no vision projector")
-        return self._engine.projector.image_segments(data)
+        return self._engine.projector.image_segments(data, stop)

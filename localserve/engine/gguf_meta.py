@@ -76,15 +76,15 @@ def read_shape(path: str) -> ModelShape:
 
 
 def estimate(shape: ModelShape, *, n_ctx_seq: int, n_seq: int, n_batch: int, reserve: int,
-             outputs_per_seq: int = 1) -> MemoryEstimate:
+             drafted_rows: int = 0) -> MemoryEstimate:
     """What llama.cpp will allocate: the weights (the file), an f16 KV cache of n_ctx_seq tokens for
-    each of n_seq sequences, and compute buffers (logits rows, `outputs_per_seq` a sequence: more
-    with speculative drafts; one batch's activations and attention scores) plus `reserve` for the
-    rest of the graph."""
+    each of n_seq sequences, and compute buffers (logits rows, one a sequence and `drafted_rows`
+    more with speculative drafts; one batch's activations and attention scores) plus `reserve` for
+    the rest of the graph."""
     head_dim = shape.n_embd // max(shape.n_head, 1)
     n_kv_tokens = n_ctx_seq * n_seq
     kv = 2 * shape.n_layer * n_kv_tokens * head_dim * shape.n_head_kv * F16_BYTES
-    logits = n_seq * outputs_per_seq * shape.n_vocab * 4
+    logits = (n_seq + drafted_rows) * shape.n_vocab * 4
     activations = n_batch * shape.n_embd * 4 * 8
     scores = n_batch * shape.n_head * min(n_kv_tokens, n_ctx_seq) * 4
     return MemoryEstimate(shape.file_bytes, kv, logits + activations + scores + reserve)

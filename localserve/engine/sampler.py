@@ -303,20 +303,24 @@ class TokenRefGuard:
         return self._probe.logit(0) != float("-inf")
 
     def _spelling(self, token: int) -> list[int] | None:
-        """The token's text as single-character tokens not named by the grammar; None if there is none."""
-        if token in self._spellings:
-            return self._spellings[token]
-        spelling: list[int] | None = []
-        try:
-            text = self.engine.piece(token).decode("utf-8")
-        except UnicodeDecodeError:
-            text, spelling = "", None
+        """The token's text as single-character tokens not named by the grammar; None if there is none.
+        A token of one character is its own spelling: it passes whole, as itself or as that
+        character, never in part each way (spelt by its characters it had none, its own
+        tokenization being the named token, and ``root ::= <[id]>`` of it refused every token)."""
+        if token not in self._spellings:
+            try:
+                text = self.engine.piece(token).decode("utf-8")
+            except UnicodeDecodeError:
+                text = None
+            self._spellings[token] = None if text is None else [token] if len(text) == 1 else self._spelt(text)
+        return self._spellings[token]
+
+    def _spelt(self, text: str) -> list[int] | None:
+        spelling = []
         for char in text:
             tokens = self.engine.tokenize(char, add_special=False, parse_special=False)
             if (len(tokens) != 1 or tokens[0] in self.named
                     or self.engine.piece(tokens[0]) != char.encode("utf-8")):
-                spelling = None
-                break
+                return None
             spelling.append(tokens[0])
-        self._spellings[token] = spelling
         return spelling

@@ -3,11 +3,13 @@
 The projector loads beside its text model, as part of that model's load, on the same devices
 (--n-gpu-layers 0 keeps it on the CPU). Two sides, as the engine has:
 
-- connection threads turn one image's bytes into prompt segments (image_segments): libmtmd
-  decodes the picture (PNG, JPEG, GIF or BMP, through stb_image), preprocesses it and
-  returns the tokens the model wraps an image in (Gemma 3's <start_of_image> ...) around one
-  image chunk. That reads the projector's fixed settings and the vocabulary, never the
-  llama context, so it is safe off the runtime thread. Only bytes images.py read as one of
+- a request's decode thread (dialects/media_wait.py, beside its connection thread) turns one
+  image's bytes into prompt segments (image_segments): libmtmd decodes the picture (PNG, JPEG,
+  GIF or BMP, through stb_image), preprocesses it and returns the tokens the model wraps an
+  image in (Gemma 3's <start_of_image> ...) around one image chunk. That reads the projector's
+  fixed settings and the vocabulary, never the llama context, so it is safe off the runtime
+  thread. A client that left sets the decode's `stop`, and the work stops between its steps
+  (before stb's decode, before the preprocessing), as a clip's does. Only bytes images.py read as one of
   those four formats are handed over, and never with a way to start a program: libmtmd's
   helper falls back to audio for some magic bytes and, built with video, to ffprobe and ffmpeg
   for whatever stb cannot read; the build turns video off (MTMD_VIDEO=OFF) and the helper is
@@ -40,7 +42,7 @@ from ..generation import MEDIA_MARKER
 from ..images import reaches_libmtmd
 from . import model_load
 from .audio import CHUNK_AUDIO, audio_segments, stacking_refusal
-from .facade import ImageTooLargeForBatch, ImageUnreadable
+from .facade import DecodeStopped, ImageTooLargeForBatch, ImageUnreadable, stop_if
 from .gguf_header import HeaderError, read_header
 from .model_load import ModelLoadError
 
@@ -141,23 +143,31 @@ class Projector:
 
     # ---- connection threads ----------------------------------------------------------
 
-    def image_segments(self, data: bytes) -> list[list[int] | MediaChunk]:
+    def image_segments(self, data: bytes, stop: threading.Event | None = None) -> list[list[int] | MediaChunk]:
         """One image as prompt segments, in order: token lists (the model's own wrapping) and its
         image chunk. ImageUnreadable when libmtmd cannot decode the bytes, or they are of no
-        format images.py reads (they never reach libmtmd then)."""
+        format images.py reads (they never reach libmtmd then); DecodeStopped where `stop` was
+        set before stb's decode or before the preprocessing."""
         if not self.vision:
             raise ImageUnreadable("this model's projector has no vision encoder")
         if not reaches_libmtmd(data):
             raise ImageUnreadable("the bytes are no PNG, JPEG, GIF or BMP image")
         with _decoding:
-            return self._decode(data)
+            stop_if(stop, "before its decode")
+            return self._decode(data, stop)
 
     def audio_segments(self, data: bytes, stop: threading.Event | None = None) -> list[list[int] | MediaChunk]:
         """One clip as prompt segments (engine/audio.py); AudioUnreadable, DecodeStopped."""
         return audio_segments(self, data, stop)
 
-    def _decode(self, data: bytes) -> list[list[int] | MediaChunk]:
-        return self.segments_of(self._bitmap(data), CHUNK_IMAGE)
+    def _decode(self, data: bytes, stop: threading.Event | None) -> list[list[int] | MediaChunk]:
+        bitmap = self._bitmap(data)
+        try:
+            stop_if(stop, "after its decode, before its preprocessing")
+        except DecodeStopped:
+            mtmd.mtmd_bitmap_free(bitmap)
+            raise
+        return self.segments_of(bitmap, CHUNK_IMAGE)
 
     def segments_of(self, bitmap: int, kind: int) -> list[list[int] | MediaChunk]:
         """A bitmap (freed here) through mtmd_tokenize alone: its chunks, each of `kind` or text

@@ -101,13 +101,18 @@ class Catalogue:
         of its names is taken already, except the aliases in `taking`, which their holders give
         up to it (a repo's bare name passing to its default quant, pulled later: pulls.py). The
         holders, as they stand now without those names."""
-        held = {name: self._names[name] for name in (entry.name, *entry.aliases) if name in self._names}
-        if entry.name in held or any(name not in taking for name in held):
+        if not self.can_add(entry, taking):
             return None
+        held = {name: self._names[name] for name in (entry.name, *entry.aliases) if name in self._names}
         holders = {id(h): h for h in held.values()}.values()
         changed = [self._give_up(holder, entry, set(held)) for holder in holders]
         self._add(entry)
         return changed
+
+    def can_add(self, entry: ModelEntry, taking: tuple[str, ...] = ()) -> bool:
+        """Whether add() takes the entry: none of its names is held, but the aliases in `taking`."""
+        held = [name for name in (entry.name, *entry.aliases) if name in self._names]
+        return entry.name not in held and all(name in taking for name in held)
 
     def _give_up(self, holder: ModelEntry, to: ModelEntry, names: set[str]) -> ModelEntry:
         """`holder` without its aliases in `names`, each of those now `to`'s (set before `to` joins:

@@ -11,7 +11,7 @@ from typing import Sequence
 
 from ..engine.gguf_meta import estimate, read_shape
 from ..engine.model_load import ModelLoadError, check_model_file
-from ..settings import MAX_DEFAULT_CTX, Settings
+from ..settings import MAX_DEFAULT_CTX, Settings, step_drafts
 from .loaded import LoadFailed
 
 COMPUTE_RESERVE_BYTES = 32 * 1024 * 1024   # memory estimate: llama.cpp's compute buffers, besides weights + KV
@@ -34,7 +34,7 @@ def estimate_bytes(path: str, settings: Settings, adapters: Sequence[str] = ()) 
     drafting = settings.speculative != "off"
     need = estimate(shape, n_ctx_seq=n_ctx_seq, n_seq=settings.slots, n_batch=settings.batch_size,
                     reserve=COMPUTE_RESERVE_BYTES,
-                    outputs_per_seq=1 + (settings.draft_max if drafting else 0)).total
+                    drafted_rows=step_drafts(settings.draft_max) if drafting else 0).total
     if settings.mmproj and os.path.isfile(settings.mmproj):    # the vision projector: its weights, and
         need += os.path.getsize(settings.mmproj) + COMPUTE_RESERVE_BYTES    # its encoder's compute
     need += sum(os.path.getsize(adapter) for adapter in adapters if os.path.isfile(adapter))

@@ -1,6 +1,6 @@
 """Which models are loaded: load on first use, unload when idle, stay inside the limits.
 
-Each model in the catalogue is a Record (record.py):
+Each model in the catalogue is a Record (record.py; found by name in roster.py):
 unloaded → loading → loaded → unloading → unloaded.
 - A request holds its model with use(): while it is inside, the model is never unloaded.
   The first request for an unloaded model starts its load on a loader thread; whoever asks
@@ -32,20 +32,20 @@ import time
 from typing import Any, Callable, Iterator
 
 from ..engine.stopwatch import Stopwatch
-from ..errors import shown
 from ..generation import Loading
 from ..ops import memory
 from ..ops.metrics import ServerMetrics
 from ..settings import DISCONNECT_POLL_INTERVAL, Settings
 from .catalogue import Catalogue, ModelEntry
 from .context_size import wanted_context
-from .errors import BadModelRequest, ModelBusy, ModelError, UnknownModel
+from .errors import ModelBusy, ModelError
 from .footprint import estimate_bytes
 from .graveyard import Graveyard
 from .keep_alive import KeepAlive, expiry
 from .load_progress import LoadProgress, load_stages
 from .loaded import LoadedModel, LoadFailed, load
 from .record import Attempt, Record, load_error
+from .roster import Roster
 from .room import check_fits_alone, room_for, threads_for
 from .served import ServedModel
 from .state_feed import StateFeed
@@ -63,7 +63,7 @@ class ModelManager:
         self.metrics = metrics
         self.keep_alive = KeepAlive(settings, one_model=catalogue.any_name)
         self.changes = StateFeed()      # each model's state as it changes (GET /models/sse follows it)
-        self.records = {e.name: Record(e, self.keep_alive.of_entry(e), self.changes) for e in catalogue}
+        self.roster = Roster(catalogue, self.keep_alive, self.changes)
         self.cond = threading.Condition()
         self.load_lock = threading.Lock()
         self.graveyard = Graveyard()
@@ -73,16 +73,11 @@ class ModelManager:
     # ---- what handlers call -------------------------------------------------------
 
     def find(self, name: Any) -> Record:
-        """The record a request's `model` names; UnknownModel naming the models there are."""
-        if name is not None and not isinstance(name, str):
-            raise BadModelRequest("model: expected a string naming one of the models", param="model")
-        entry = self.catalogue.find(name)
-        if entry is None:
-            if not name:
-                raise BadModelRequest(f"model is required: this server serves {self._names()}", param="model",
-                                      code="missing_model")
-            raise UnknownModel(f"model '{shown(name)}' does not exist; this server serves {self._names()}")
-        return self.records[entry.name]
+        """The record a request's `model` names (roster.py)."""
+        return self.roster.find(name)
+
+    def exact(self, name: str) -> Record | None:
+        return self.roster.exact(name)
 
     @contextlib.contextmanager
     def use(self, name: Any, *, keep_alive: Any = None, n_ctx: int | None = None,
@@ -137,29 +132,20 @@ class ModelManager:
                     return UNLOADED
 
     def add(self, entry: ModelEntry, taking: tuple[str, ...] = ()) -> Record | None:
-        """A model pulled while the server runs joins the catalogue (None: one of its names is
-        taken), with the aliases in `taking` from the models that hold them (Catalogue.add)."""
-        with self.cond:
-            changed = self.catalogue.add(entry, taking)
-            if changed is None:
-                return None
-            for other in changed:
-                self.records[other.name].entry = other
-            keep = self.keep_alive.of_entry(entry, added=True)
-            record = self.records[entry.name] = Record(entry, keep, self.changes)
-            return record
+        """A model pulled while the server runs joins the catalogue (roster.py)."""
+        return self.roster.add(entry, taking)
 
     def loaded_models(self) -> list[LoadedModel]:
         """For the app and its metrics: the models themselves."""
         with self.cond:
-            return [r.loaded for r in self.records.values() if r.loaded is not None]
+            return [r.loaded for r in self.roster.all() if r.loaded is not None]
 
     def served_models(self) -> list[ServedModel]:
         """For handlers: each loaded model as a connection thread may see it."""
         return [loaded.served for loaded in self.loaded_models()]
 
     def all_models(self) -> list[Record]:
-        return list(self.records.values())
+        return self.roster.all()
 
     # ---- start and end ----------------------------------------------------------
 
@@ -187,7 +173,7 @@ class ModelManager:
         self.changes.close()
         if self.sweeper.is_alive():
             self.sweeper.join(timeout=5)
-        for record in self.records.values():
+        for record in self.all_models():
             if record.loaded is not None:
                 loaded, record.loaded = record.loaded, None
                 record.enter(UNLOADED)
@@ -310,7 +296,7 @@ class ModelManager:
         self._make_room(record, need)
         watch.lap("making room")
         before = memory.rss_bytes() or 0
-        threads = threads_for(record, self.records.values(), self.settings)
+        threads = threads_for(record, self.all_models(), self.settings)     # a copy: a pull may add one meanwhile
         loaded = load(entry, settings, self.metrics, threads=threads, watch=watch,
                       progress=LoadProgress(load_stages(settings), record.report_progress))
         loaded.estimated_bytes = need
@@ -331,7 +317,7 @@ class ModelManager:
         deadline = time.monotonic() + (self.settings.evict_wait if wait is None else wait)
         while True:
             with self.cond:
-                room = room_for(record, self.records.values(), need, self.settings)
+                room = room_for(record, self.roster.all(), need, self.settings)
                 if room.fits:
                     return
                 if room.evict is None:
@@ -375,7 +361,7 @@ class ModelManager:
                 if self.stopping:
                     return
                 now = time.monotonic()
-                due = [r for r in self.records.values()
+                due = [r for r in self.roster.all()
                        if r.expires is not None and now >= r.expires and r.unloadable()]
             self.graveyard.sweep()
             for record in due:
@@ -390,10 +376,8 @@ class ModelManager:
 
     def _share_threads(self) -> None:
         """Under cond, whenever a model's requests start or end: each busy model's share (room.py)."""
-        for record in self.records.values():
+        records = self.roster.all()
+        for record in records:
             if record.loaded is not None and record.users > 0:
-                record.loaded.engine.wanted_threads = threads_for(record, self.records.values(), self.settings)
-
-    def _names(self) -> str:
-        return ", ".join(f"'{name}'" for name in self.catalogue.names())
+                record.loaded.engine.wanted_threads = threads_for(record, records, self.settings)
 

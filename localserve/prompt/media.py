@@ -9,17 +9,19 @@ from the hash of its bytes), and GenerationRequest.images says where each chunk 
 prefix matching in the slots and the RAM cache then reuses a repeated image and stops at a
 different one, and the runtime evaluates the chunk when its sequence reaches it.
 
-A request decodes each distinct image once, however many times its conversation shows it or
-its prompt is built (a truncation's attempts, a count then a run): the decodes live in the
-request's :class:`RequestImages`, which the router opens around each request (request_images),
-since the decoding happens deep under each dialect's prompt build. That scope also holds the
-request to MAX_REQUEST_PIXELS, each image charged as the dialect reads it (image_parts.py: the
-header checks' work is bounded too) and again before a first one is decoded, and asks after
-the client between two decodes: a client that has left stops the decoding, and no job is made.
-A clip's decode (seconds for a long one) runs through the scope's `run_decode`: here on the
-thread that asks, unless the request's dialect runs it off that thread while it answers the
-client (dialects/media_wait.py: the stream's head and keepalives, the client watched, a stop
-set when it leaves) for as long as decodes_run_by holds.
+A request decodes each distinct image or clip once, however many times its conversation shows
+it or its prompt is built (a truncation's attempts, a count then a run): the decodes live in
+the request's :class:`RequestImages`, which the router opens around each request
+(request_images), since the decoding happens deep under each dialect's prompt build. That scope
+also holds the request to MAX_REQUEST_PIXELS, each image charged as the dialect reads it
+(image_parts.py: the header checks' work is bounded too) and again before a first one is
+decoded, and asks after the client between two decodes: a client that has left stops the
+decoding, and no job is made. Each decode, an image's (a large PNG's inflate and resize: half
+a second) as a clip's (seconds for a long one), runs through the scope's one path
+(RequestImages.decode, then `run_decode`): here on the thread that asks, unless the request's
+dialect runs it off that thread while it answers the client (dialects/media_wait.py: the
+stream's head and keepalives, the client watched, a stop set when it leaves) for as long as
+decodes_run_by holds.
 """
 
 from __future__ import annotations
@@ -33,11 +35,11 @@ from dataclasses import dataclass, field
 from ..conversation import Audio, Image
 from ..engine.facade import EngineFacade, ImageTooLargeForBatch, ImageUnreadable, TooManyTokens
 from ..generation import MEDIA_MARKER, ContextOverflow, ImageChunk, PromptRefused, placeholder_id
-from .audio_media import add_audio
+from .audio_media import clip_segments
 
 MAX_REQUEST_PIXELS = 128 * 1024 * 1024  # pixels of one request's images, each distinct one once (100 of 1.3 MP)
 
-Decode = Callable[[threading.Event], list]       # a clip's decode, stopped between its steps once the event is set
+Decode = Callable[[threading.Event], list]       # a decode, stopped between its steps once the event is set
 
 
 def decode_here(decode: Decode) -> list:
@@ -46,8 +48,8 @@ def decode_here(decode: Decode) -> list:
 
 @dataclass
 class RequestImages:
-    """One request's image decodes, by digest, how to ask whether its client is still there
-    (raises ClientGone when it is not), and how a clip's decode runs (decode_here, or the
+    """One request's image and clip decodes, by digest, how to ask whether its client is still
+    there (raises ClientGone when it is not), and how a decode runs (decode_here, or the
     dialect's runner: decodes_run_by)."""
     check_client: Callable[[], None] = lambda: None
     run_decode: Callable[[Decode], list] = decode_here
@@ -68,11 +70,13 @@ class RequestImages:
                                     f"than MAX_REQUEST_PIXELS ({MAX_REQUEST_PIXELS}) allows", code="image_too_large",
                                     param=where)
 
-    def decode(self, engine: EngineFacade, image: Image) -> list:
-        if image.digest not in self.segments:
+    def decode(self, digest: str, decode: Decode) -> list:
+        """The segments of the image or clip of this digest: decoded through run_decode once a
+        request, the client asked after first."""
+        if digest not in self.segments:
             self.check_client()
-            self.segments[image.digest] = engine.image_segments(image.data)
-        return self.segments[image.digest]
+            self.segments[digest] = self.run_decode(decode)
+        return self.segments[digest]
 
 
 _request: ContextVar[RequestImages | None] = ContextVar("request_images", default=None)
@@ -122,11 +126,11 @@ def tokenize_with_images(engine: EngineFacade, text: str, images: list[Image], *
     scope.admit([image for image in images if isinstance(image, Image)])
     tokens = _text_tokens(engine, pieces[0], fit, first=True)
     chunks: list[ImageChunk] = []
-    for image, piece in zip(images, pieces[1:]):
-        if isinstance(image, Audio):            # a clip stands at a marker too (prompt/audio_media.py)
-            add_audio(engine, scope, image, tokens, chunks)
+    for part, piece in zip(images, pieces[1:]):
+        if isinstance(part, Audio):             # a clip stands at a marker too (prompt/audio_media.py)
+            _place(clip_segments(engine, scope, part), part.digest, tokens, chunks)
         else:
-            _add_image(engine, scope, image, tokens, chunks)
+            _place(_image_segments(engine, scope, part), part.digest, tokens, chunks)
         tokens += _text_tokens(engine, piece, fit, first=False)
     if fit and len(tokens) >= engine.n_ctx:
         raise ContextOverflow(len(tokens), engine.n_ctx)
@@ -155,16 +159,19 @@ def _text_tokens(engine: EngineFacade, text: str, fit: bool, *, first: bool) -> 
         raise ContextOverflow(exc.at_least, engine.n_ctx, at_least=True) from None
 
 
-def _add_image(engine: EngineFacade, scope: RequestImages, image: Image, tokens: list[int],
-               chunks: list[ImageChunk]) -> None:
+def _image_segments(engine: EngineFacade, scope: RequestImages, image: Image) -> list:
     where = image.where or "messages"
-    digest = image.digest
     try:
-        segments = scope.decode(engine, image)
+        return scope.decode(image.digest, lambda stop: engine.image_segments(image.data, stop))
     except ImageUnreadable as exc:
         raise PromptRefused(f"invalid '{where}': {exc}", code="invalid_image", param=where) from None
     except ImageTooLargeForBatch as exc:
         raise PromptRefused(f"invalid '{where}': {exc}", code="image_too_large_for_batch", param=where) from None
+
+
+def _place(segments: list, digest: str, tokens: list[int], chunks: list[ImageChunk]) -> None:
+    """An image's or clip's segments onto the prompt: token lists as they are, each media chunk
+    at the placeholder ids of its digest."""
     for segment in segments:
         if isinstance(segment, list):
             tokens += segment

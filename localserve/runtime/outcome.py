@@ -58,6 +58,7 @@ def finished_output(job: Job, reason: str, now: float) -> GenerationOutput:
         stop_sequence=job.pipeline.stop_sequence,
         prompt_tokens=len(job.prompt),
         cached_tokens=job.progress.n_cached,
+        audio_tokens=sum(chunk.n_tokens for chunk in job.request.images if chunk.handle.audio),
         completion_tokens=len(job.generated),
         reasoning_tokens=job.progress.reasoning_tokens,
         accepted_prediction_tokens=predicted_accepted,

@@ -24,6 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from ..engine.thread_policy import MIN_ROW_SHARE
+from ..settings import step_drafts
 from .copy_cursor import CopyCursor
 from .draft_budget import DraftBudget, shared_length
 from .jobs import JobStatus
@@ -34,8 +35,6 @@ if TYPE_CHECKING:
 
 STRAYED_DRAFT = 4                  # the most drafted from a place just found while the output strays from a copy
 NGRAM_PROMPT_WINDOW = 16384        # prompt tokens the lookup indexes (the latest); more costs the runtime thread
-DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences,
-MAX_STEP_DRAFTS = 32               # and no more than this many (--draft-max itself, where that is more)
 PREDICTION_BYTES_PER_TOKEN = 16    # a prediction's text is tokenized this many bytes per wanted draft token at a time
 
 log = logging.getLogger("localserve.runtime")
@@ -256,7 +255,7 @@ class Speculator:
         row_share = self.row_share
         asking = [(job, job.drafts.wants(job.generated, room, row_share)) for job, room in asking if room > 0]
         asking = [(job, want) for job, want in asking if want > 0]
-        budget = min(budget, self.draft_max * DRAFT_STEP_SHARE, max(self.draft_max, MAX_STEP_DRAFTS))
+        budget = min(budget, step_drafts(self.draft_max))
         wanted: dict[int, tuple[Job, int]] = {}
         asking.sort(key=lambda pair: pair[1])      # the smallest wants first: what they leave goes to the rest
         for n, (job, want) in enumerate(asking):

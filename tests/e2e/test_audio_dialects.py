@@ -39,6 +39,12 @@ def part(data: bytes, fmt: str = "wav") -> dict:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
 
 
+def url_part(data: bytes, media_type: str, fmt: str | None = None) -> dict:
+    """The clip as a data: URL in `data` (llama-server takes one), `format` beside it or not."""
+    value = {"data": f"data:{media_type};base64,{base64.b64encode(data).decode()}"}
+    return {"type": "input_audio", "input_audio": value if fmt is None else {**value, "format": fmt}}
+
+
 def ask(data: bytes, fmt: str = "wav") -> list[dict]:
     return [{"role": "user", "content": [{"type": "text", "text": "what is this?"}, part(data, fmt)]}]
 
@@ -52,7 +58,17 @@ def test_chat_a_clip_is_answered_as_the_bare_engine_answers_it(audio_server, aud
         reply = chat(audio_server, ask(CLIP))
         content, usage = reply.choices[0].message.content, reply.usage
     assert content == expected
-    assert usage.prompt_tokens > audio_tokens()
+    assert usage.prompt_tokens > audio_tokens() and usage.prompt_tokens_details.audio_tokens == audio_tokens()
+
+
+@pytest.mark.parametrize("fmt", [None, "wav"])
+def test_a_clip_as_a_data_url_is_the_same_clip(audio_server, fmt):
+    plain = chat(audio_server, ask(CLIP))
+    messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
+                                             url_part(CLIP, "audio/wav", fmt)]}]
+    reply = chat(audio_server, messages)
+    assert reply.choices[0].message.content == plain.choices[0].message.content
+    assert reply.usage.prompt_tokens_details.audio_tokens == plain.usage.prompt_tokens_details.audio_tokens > 0
 
 
 @pytest.mark.parametrize("fmt, data", [("mp3", mp3_bytes(tone(1.2, freq=500))), ("flac", flac_bytes(tone(1.2, freq=500)))])
@@ -69,6 +85,7 @@ def test_the_same_clip_next_turn_comes_from_the_cache(audio_server, audio_bare):
             {"role": "user", "content": "and now?"}]
     second = chat(audio_server, turn)
     assert second.usage.prompt_tokens_details.cached_tokens > audio_tokens()
+    assert second.usage.prompt_tokens_details.audio_tokens == audio_tokens()       # in the prompt, cached or not
     assert metric(audio_server, "localserve_audio_chunks_encoded_total") == encoded        # not encoded again
     assert second.choices[0].message.content == bare_answer(audio_server, audio_bare, turn, [OTHER])
     assert metric(audio_server, "localserve_audio_seconds_total") > 0
@@ -103,6 +120,8 @@ BAD = [
     ("streaminfo says hours", part(flac_bytes(tone(0.5), declared=2 ** 35), "flac"), "audio_too_long"),
     ("streaminfo says nothing", part(flac_bytes(tone(0.5), declared=0), "flac"), "invalid_audio"),
     ("no format", {"type": "input_audio", "input_audio": {"data": base64.b64encode(CLIP).decode()}}, None),
+    ("data URL of an image", url_part(CLIP, "image/png"), "unsupported_audio_format"),
+    ("data URL against its format", url_part(CLIP, "audio/wav", "mp3"), "audio_format_mismatch"),
 ]
 
 

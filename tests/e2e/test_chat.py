@@ -35,6 +35,7 @@ def test_chat_completion_shape(openai_client):
     assert choice.message.role == "assistant" and choice.finish_reason == "length"
     assert reply.usage.completion_tokens == 5
     assert reply.usage.total_tokens == reply.usage.prompt_tokens + 5
+    assert reply.usage.prompt_tokens_details.audio_tokens == 0        # no clip: OpenAI's usage says 0
 
 
 def test_forced_text_and_finish_reason_stop(openai_client):
@@ -269,6 +270,19 @@ def test_raw_stream_carries_role_first(server):
 # ---- an error after the stream started ----------------------------------------------
 
 UNSAMPLEABLE = {"grammar": f"root ::= <[{TOKEN_A}]>", "logit_bias": {str(TOKEN_A): -100}}   # fails at the first token
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_the_unsampleable_grammar_alone_admits_its_one_token(server, path):
+    """What makes UNSAMPLEABLE fail is the bias banning the one token the grammar allows: the
+    grammar alone is answered with that token (it refused every token once, so the error came
+    without the bias too: engine/sampler.py's TokenRefGuard)."""
+    body = {"messages": MESSAGES, "prompt": "Hi", "max_tokens": 5, "grammar": UNSAMPLEABLE["grammar"]}
+    body.pop("prompt" if path.endswith("chat/completions") else "messages")
+    resp = request(server.port, post_json(path, body))
+    assert resp.status == 200, resp.body
+    choice = resp.json()["choices"][0]
+    assert choice.get("text", choice.get("message", {}).get("content")) == "A" and choice["finish_reason"] == "stop"
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])

@@ -135,6 +135,23 @@ def test_a_call_grammar_refuses_a_call_text_that_strays_from_it(engine):
     assert grammar_after(engine, grammar, b'{"name', engine.tokenize('": ab', add_special=False)
                          + [engine.eog_tokens[0]]) is None
 
+def test_a_grammar_naming_a_one_character_token_by_id_takes_it(engine):
+    """``<[id]>`` of a token whose text is one character (the character's own token): the
+    guard against half-and-half tokens found it no spelling and refused it, and so every token
+    the grammar allows (a 400 no_allowed_token with no bias at all)."""
+    a = engine.tokenize("A", add_special=False)
+    assert len(a) == 1 and engine.piece(a[0]) == b"A"
+    row = prefill(engine, TEXTS)[0]
+    sampler = engine.new_sampler(SamplingParams(temperature=0, grammar=f'root ::= <[{a[0]}]> "B"'))
+    try:
+        assert sampler._guard is not None and sampler._guard.named == {a[0]}
+        assert sampler.sample(row) == a[0]
+        assert engine.piece(sampler.sample(row)) == b"B"
+        assert sampler.sample(row) in engine.eog_tokens
+    finally:
+        sampler.free()
+
+
 # ---- what a load learns of its file, kept for the next load (engine/file_facts.py) -------------
 
 LONG_PIECE = "<|the longest piece in this vocabulary|>"

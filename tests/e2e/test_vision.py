@@ -7,9 +7,12 @@ eval of the same prompt text, greedy token for token."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import imagefiles
+from localserve.engine.facade import DecodeStopped
 from localserve.conversation import Image, Message, Text, ToolCall, ToolResult, images_in
 from localserve.generation import PromptRefused
 from localserve.dialects import image_parts
@@ -80,6 +83,25 @@ def test_bytes_that_are_no_image_are_refused_before_the_runtime(model):
     with pytest.raises(PromptRefused) as caught:
         build_chat_request(model.chat, ChatInput(ask(b"GIF89a not really")), greedy(), max_tokens=1, stop=[])
     assert caught.value.code == "invalid_image"
+
+
+def test_a_stop_set_before_the_decode_or_during_it_stops_it_before_the_preprocessing(model, monkeypatch):
+    # dialects/media_wait.py sets the stop when the client leaves; the decode looks between its steps
+    engine, stop = model.chat.engine, threading.Event()
+    stop.set()
+    with pytest.raises(DecodeStopped, match="before its decode"):
+        engine.image_segments(PNG, stop)
+    stop.clear()
+    projector = engine._engine.projector
+    bitmap = projector._bitmap
+    monkeypatch.setattr(projector, "_bitmap", lambda data: (bitmap(data), stop.set())[0])   # the client leaves
+    preprocessed = []
+    monkeypatch.setattr(projector, "segments_of", lambda *a: preprocessed.append(a))
+    with pytest.raises(DecodeStopped, match="after its decode, before its preprocessing"):
+        engine.image_segments(PNG, stop)
+    assert not preprocessed
+    monkeypatch.undo()
+    assert len(engine.image_segments(PNG, threading.Event())) >= 1       # and the next decode runs
 
 
 def test_text_that_looks_like_a_marker_is_only_text(model):

@@ -13,12 +13,13 @@ import pytest
 import imagefiles  # tests/support/
 from localserve import audio, images
 from localserve.audio_headers import AudioRefused
+from localserve.dialects.audio_parts import input_audio
 from localserve.conversation import Audio, Image, Message, Text, ToolResult, text_message
-from localserve.errors import InputRefused
+from localserve.errors import ApiError, InputRefused
 from localserve.image_headers import ImageRefused
 from localserve.media_checks import (AUDIO, AUDIO_OMITTED, IMAGE, IMAGE_OMITTED, KINDS, fit_media, hold_count,
                                      read_base64)
-from tinyaudio import tone, wav_bytes
+from tinyaudio import mp3_bytes, tone, wav_bytes
 
 PNG = imagefiles.png(8, 8)
 WAV = wav_bytes(tone(0.05))
@@ -113,3 +114,61 @@ def test_every_refusal_is_an_input_refused_with_its_kind():
     assert issubclass(ImageRefused, InputRefused) and issubclass(AudioRefused, InputRefused)
     assert (ImageRefused("x").code, AudioRefused("x").code, ImageRefused("x", "too_many_images").code) == \
         ("invalid_image", "invalid_audio", "too_many_images")
+
+
+# ---- a clip as a data: URL in input_audio.data (llama-server takes one) -----------------------
+
+def audio_part(data: str, fmt: str | None = None) -> dict:
+    value = {"data": data} if fmt is None else {"data": data, "format": fmt}
+    return {"type": "input_audio", "input_audio": value}
+
+
+def wav_url(head: str = "data:audio/wav;base64,", data: bytes = WAV) -> str:
+    return head + base64.b64encode(data).decode()
+
+
+@pytest.mark.parametrize("head, fmt", [
+    ("data:audio/wav;base64,", None), ("data:audio/wav;base64,", "wav"), ("DATA:Audio/X-WAV;BASE64,", "wave"),
+    ("data:audio/wav;rate=16000;base64,", "audio/wav"), ("data: audio/wave ;base64,", None)])
+def test_a_clip_s_data_url_is_read_with_the_format_its_media_type_names(head, fmt):
+    clip = input_audio(audio_part(wav_url(head), fmt), "messages[0].content[1]")
+    assert clip == read_base64(AUDIO, base64.b64encode(WAV).decode(), "wav", "messages[0].content[1]")
+    assert (clip.format, clip.where) == ("wav", "messages[0].content[1]")
+
+
+MP3 = mp3_bytes(tone(0.5))
+
+
+@pytest.mark.parametrize("url, fmt, code, said", [
+    (wav_url("data:image/png;base64,"), None, "unsupported_audio_format", "must name an audio media type"),
+    (wav_url("data:;base64,"), "wav", "unsupported_audio_format", "must name an audio media type"),
+    (wav_url("data:application/octet-stream;base64,"), "wav", "unsupported_audio_format", "audio media type"),
+    (wav_url("data:audio/ogg;base64,"), None, "unsupported_audio_format", "'audio/ogg' is not read here"),
+    (wav_url(), "mp3", "audio_format_mismatch", "the format says 'mp3' but the data: URL says 'audio/wav'"),
+    (wav_url(), 7, "invalid_audio", "must be a string"),
+    (wav_url("data:audio/wav;base64,", MP3), None, "audio_format_mismatch", "the bytes are MP3"),
+    (wav_url("data:audio/wav,"), None, "invalid_audio", "must be base64"),
+    ("data:audio/wav;" + "x" * 300 + ";base64," + base64.b64encode(WAV).decode(), None, "invalid_audio",
+     "expected a data: URL"),
+    ("data:audio/wav;base64,%%%not base64%%%", None, "invalid_audio", "not valid base64"),
+    ("data:audio/wav;base64,", "wav", "audio_too_short", "the audio is empty")])
+def test_a_bad_data_url_is_a_400_naming_the_part(url, fmt, code, said):
+    with pytest.raises(ApiError) as caught:
+        input_audio(audio_part(url, fmt), "input[0].content[2]")
+    error = caught.value
+    assert (error.status, error.code, error.param) == (400, code, "input[0].content[2]") and said in error.message
+
+
+def test_a_data_url_past_the_byte_limit_is_refused_before_it_is_decoded(monkeypatch):
+    decoded = []
+    monkeypatch.setattr(audio, "MAX_AUDIO_BYTES", len(WAV) - 1)
+    monkeypatch.setattr(base64, "b64decode", lambda *a, **k: decoded.append(a) or b"")
+    with pytest.raises(ApiError) as caught:
+        input_audio(audio_part(wav_url()), "messages[0].content[0]")
+    assert caught.value.code == "audio_too_large" and decoded == []
+
+
+def test_plain_base64_still_needs_its_format():
+    with pytest.raises(ApiError) as caught:
+        input_audio(audio_part(base64.b64encode(WAV).decode()), "messages[0].content[0]")
+    assert caught.value.param == "messages[0].content[0].input_audio.format"

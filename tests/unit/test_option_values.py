@@ -11,38 +11,26 @@ from localserve.cli import option_values as values
 from localserve.cli.flags import _value_kind
 
 
-@pytest.mark.parametrize("convert, text, expected", [
-    (values.log_level, " DEBUG ", "debug"),
-    (values.speculative_mode, "Ngram", "ngram"),
-    (values.pooling_mode, "cls", "cls"),
-    (values.non_negative_int, "0", 0),
-    (values.positive_int, "1", 1),
-    (values.non_negative_float, "0", 0.0),
-    (values.positive_seconds, "0.5", 0.5),
-    (values.duration, "1m30s", 90.0),
-    (values.size, "1K", 1024),
-])
-def test_each_converter_takes_its_values(convert, text, expected):
+CONVERTERS = [  # each converter: a value it takes, what that becomes; values it refuses, what it says
+    (values.log_level, " DEBUG ", "debug", ("trace",), "must be one of debug, info, warning, error"),
+    (values.speculative_mode, "Ngram", "ngram", ("eagle",), "must be one of off, ngram, draft"),
+    (values.pooling_mode, "cls", "cls", ("max",), "must be one of mean, last, cls"),
+    (values.non_negative_int, "0", 0, ("-1",), "must not be negative"),
+    (values.positive_int, "1", 1, ("0",), "must be at least 1"),
+    (values.non_negative_float, "0", 0.0, ("-0.5", "nan"), "must not be negative"),
+    (values.positive_seconds, "0.5", 0.5, ("0", "inf", "nan"), "must be a positive number of seconds"),
+    (values.duration, "1m30s", 90.0, ("5x",), "is not a duration"),
+    (values.size, "1K", 1024, ("lots",), "size"),
+]
+
+
+@pytest.mark.parametrize("convert, text, expected, refused, refusal", CONVERTERS,
+                         ids=[row[0].__name__ for row in CONVERTERS])
+def test_each_converter_takes_its_values_and_names_what_it_expected(convert, text, expected, refused, refusal):
     assert convert(text) == expected
-
-
-@pytest.mark.parametrize("convert, text, refusal", [
-    (values.log_level, "trace", "must be one of debug, info, warning, error"),
-    (values.speculative_mode, "eagle", "must be one of off, ngram, draft"),
-    (values.pooling_mode, "max", "must be one of mean, last, cls"),
-    (values.non_negative_int, "-1", "must not be negative"),
-    (values.positive_int, "0", "must be at least 1"),
-    (values.non_negative_float, "-0.5", "must not be negative"),
-    (values.non_negative_float, "nan", "must not be negative"),
-    (values.positive_seconds, "0", "must be a positive number of seconds"),
-    (values.positive_seconds, "inf", "must be a positive number of seconds"),
-    (values.positive_seconds, "nan", "must be a positive number of seconds"),
-    (values.duration, "5x", "is not a duration"),
-    (values.size, "lots", "size"),
-])
-def test_each_converter_names_what_it_expected(convert, text, refusal):
-    with pytest.raises(argparse.ArgumentTypeError, match=refusal):
-        convert(text)
+    for bad in refused:
+        with pytest.raises(argparse.ArgumentTypeError, match=refusal):
+            convert(bad)
 
 
 def test_text_that_is_no_number_is_argparses_invalid_value_under_the_converters_name():

@@ -147,14 +147,16 @@ def read_response_format(body: dict, chat: ChatInput) -> None:
 
 def usage(outputs: list[GenerationOutput]) -> dict:
     """The choices' usage summed; their one prompt counted once (as OpenAI counts `n`), and
-    cached as far as every choice found it so (the first computed it)."""
+    cached as far as every choice found it so (the first computed it). `audio_tokens`: the
+    prompt's positions that its clips take (OpenAI's usage counts them so)."""
     prompt = outputs[0].prompt_tokens
     completion = sum(o.completion_tokens for o in outputs)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": min(o.cached_tokens for o in outputs)},
+        "prompt_tokens_details": {"cached_tokens": min(o.cached_tokens for o in outputs),
+                                  "audio_tokens": outputs[0].audio_tokens},
         "completion_tokens_details": {"reasoning_tokens": sum(o.reasoning_tokens for o in outputs),
                                       "accepted_prediction_tokens": sum(o.accepted_prediction_tokens
                                                                         for o in outputs),

@@ -73,8 +73,8 @@ def build(model: ServedModel, ask: TranscriptionAsk, translate: bool, request_id
                               label=f"{'translation' if translate else 'transcription'} {request_id}")
 
 
-def usage(request: GenerationRequest, output: GenerationOutput) -> dict:
-    audio = sum(chunk.n_tokens for chunk in request.images)
+def usage(output: GenerationOutput) -> dict:
+    audio = output.audio_tokens
     return {"type": "tokens", "input_tokens": output.prompt_tokens,
             "input_token_details": {"text_tokens": output.prompt_tokens - audio, "audio_tokens": audio},
             "output_tokens": output.completion_tokens, "total_tokens": output.prompt_tokens + output.completion_tokens}
@@ -90,7 +90,7 @@ def deliver(exchange: Exchange, ask: TranscriptionAsk, translate: bool, request:
         exchange.writer.send(200, body.encode("utf-8"), content_type=TEXT_TYPES[ask.response_format])
         return
     if ask.response_format == "json":
-        exchange.send_json({"text": text, "usage": usage(request, output)})
+        exchange.send_json({"text": text, "usage": usage(output)})
         return
     segment = {"id": 0, "seek": 0, "start": 0.0, "end": seconds, "text": text,
                "tokens": [], "temperature": request.sampling.temperature, "avg_logprob": 0.0,
@@ -131,7 +131,7 @@ class TranscriptEvents(StreamShape):
             return [sse({"type": "transcript.text.delta", "delta": event.text, "logprobs": None})]
         if isinstance(event, Finished) and event.output is not None:
             return [sse({"type": "transcript.text.done", "text": "".join(self.text).strip(), "logprobs": None,
-                         "usage": usage(self.request, event.output)})]
+                         "usage": usage(event.output)})]
         return []
 
     def fail(self, error: ApiError) -> list[bytes]:

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import orjson
 
+from .. import hf_layout
 from ..catalogue import ModelEntry
 from ..defaults import ModelDefaults
+from ..hf_layout import WalkRefused, within
 
 log = logging.getLogger("localserve.models")
 
@@ -35,6 +37,7 @@ DEFAULT_HOST = "registry.ollama.ai"
 DEFAULT_NAMESPACE = "library"
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
 MEDIA = "application/vnd.ollama.image."
+LAYOUT = ("host", "namespace", "model", "tag")     # manifests/<host>/<namespace>/<model>/<tag>
 DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})$")
 MAX_MANIFEST_BYTES = 1 << 20       # a manifest lists a few layers: a few kB
 MAX_TEXT_LAYER_BYTES = 1 << 20     # a system prompt or a params object
@@ -55,13 +58,52 @@ def stores(environ: dict[str, str]) -> list[Path]:
 def discover(environ: dict[str, str]) -> list[ModelEntry]:
     entries: list[ModelEntry] = []
     for store in stores(environ):
-        manifests = store / "manifests"
-        if manifests.is_dir():
-            for path in sorted(manifests.glob("*/*/*/*")):
-                entry = read_model(store, path)
-                if entry is not None:
-                    entries.append(entry)
+        if not (store / "manifests").is_dir():
+            continue
+        try:
+            paths = manifest_paths(store)
+        except WalkRefused as exc:
+            log.warning("discovery: %s: %s; skipped", SOURCE, exc)
+            continue
+        for path in paths:
+            entry = read_model(store, path)
+            if entry is not None:
+                entries.append(entry)
     return entries
+
+
+def manifest_paths(store: Path) -> list[Path]:
+    """Every manifests/<host>/<namespace>/<model>/<tag> under the store, a level at a time (the
+    layout is four deep: MAX_WALK_DEPTH is never reached). A folder that leads outside the store
+    (a link to /, to another tree) is none Ollama made: skipped with one line, never listed.
+    Past MAX_WALK_FILES entries in all the store holds more than Ollama's does (a huge tree
+    linked inside it): WalkRefused, none of it read."""
+    level = [store / "manifests"]
+    seen = 0
+    for _ in LAYOUT:
+        below: list[Path] = []
+        for folder in level:
+            if not within(store, folder):
+                log.warning("discovery: %s %s leads outside %s (a linked folder); skipped", SOURCE,
+                            ascii(str(folder))[:300], store)
+                continue
+            try:
+                with os.scandir(folder) as listing:
+                    for item in listing:
+                        seen += 1
+                        if seen > hf_layout.MAX_WALK_FILES:
+                            raise WalkRefused(f"{store / 'manifests'} holds more than a model store does (over "
+                                              f"{hf_layout.MAX_WALK_FILES} entries); not read")
+                        below.append(Path(item.path))
+            except WalkRefused:
+                raise
+            except NotADirectoryError:
+                continue            # a file where a folder of the layout should be
+            except OSError as exc:
+                log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, ascii(str(folder))[:300],
+                            exc.strerror or exc)
+        level = sorted(below)
+    return level
 
 
 def display_name(host: str, namespace: str, model: str, tag: str) -> str:
@@ -98,10 +140,9 @@ def read_model(store: Path, manifest: Path) -> ModelEntry | None:
 
 def read_layers(store: Path, manifest: Path) -> dict[str, list[Path]]:
     """{media type less Ollama's prefix: [blob paths]}."""
-    if manifest.stat().st_size > MAX_MANIFEST_BYTES:
-        raise Skip(f"its manifest {manifest} is too large to be one")
+    data = read_small(manifest, MAX_MANIFEST_BYTES, "its manifest")
     try:
-        body = orjson.loads(manifest.read_bytes())
+        body = orjson.loads(data)
         layers = body["layers"]
         if not isinstance(layers, list):
             raise TypeError("layers is not a list")
@@ -149,17 +190,25 @@ def regular(path: Path, layer: str) -> Path:
     return path
 
 
+def read_small(path: Path, limit: int, what: str) -> bytes:
+    """A file's bytes, at most `limit`: the size a stat tells is no bound (a /proc file says 0
+    and reads on for gigabytes)."""
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise Skip(f"{what} {path} is too large")
+    return data
+
+
 def read_text(path: Path, layer: str) -> str:
-    if regular(path, layer).stat().st_size > MAX_TEXT_LAYER_BYTES:
-        raise Skip(f"its {layer} layer {path} is too large")
-    return path.read_bytes().decode("utf-8", errors="replace")
+    data = read_small(regular(path, layer), MAX_TEXT_LAYER_BYTES, f"its {layer} layer")
+    return data.decode("utf-8", errors="replace")
 
 
 def read_params(path: Path) -> dict:
-    if regular(path, "params").stat().st_size > MAX_TEXT_LAYER_BYTES:
-        raise Skip(f"its params layer {path} is too large")
+    data = read_small(regular(path, "params"), MAX_TEXT_LAYER_BYTES, "its params layer")
     try:
-        params = orjson.loads(path.read_bytes())
+        params = orjson.loads(data)
     except ValueError as exc:
         raise Skip(f"its params layer {path} is not JSON ({exc})") from None
     if not isinstance(params, dict):

@@ -18,6 +18,7 @@ from localserve.dialects.responses.items import read_items as read_conversation_
 from localserve.errors import ApiError
 from localserve.audio import MAX_AUDIO_PER_REQUEST as MAX_CLIPS
 from localserve.images import MAX_IMAGES_PER_REQUEST as MAX
+from localserve.media_checks import AUDIO, IMAGE
 
 BAD = "not base64!"          # decoding it is a 400 of its own
 URL = f"data:image/png;base64,{BAD}"
@@ -73,24 +74,6 @@ BEYOND = {  # the place of the first image past the limit, for MAX + 1 images
 }
 
 
-@pytest.mark.parametrize("body", BEYOND, ids=lambda f: f.__name__)
-def test_one_image_too_many_is_refused_before_any_is_read(body):
-    assert MAX == 100        # the places below count on it
-    with pytest.raises(ApiError) as info:
-        body(MAX + 1)()
-    error = info.value
-    assert (error.status, error.code, error.param) == (400, "too_many_images", BEYOND[body])
-    assert f"carries {MAX + 1} images" in error.message and f"MAX_IMAGES_PER_REQUEST ({MAX})" in error.message
-    assert f"'{BEYOND[body]}'" in error.message
-
-
-@pytest.mark.parametrize("body", BEYOND, ids=lambda f: f.__name__)
-def test_as_many_images_as_the_limit_are_each_read(body):
-    with pytest.raises(ApiError) as info:
-        body(MAX)()
-    assert info.value.code == "invalid_image"
-
-
 # ---- clips: MAX_AUDIO_PER_REQUEST, wherever a dialect carries one (a tool's result included) ----
 
 CLIP = {"type": "input_audio", "input_audio": {"data": BAD, "format": "wav"}}
@@ -119,13 +102,25 @@ CLIP_BEYOND = {chat_clips: "messages[2].content[10]", responses_clips: "input[1]
                conversation_clips: "items[0].content[20]"}
 
 
-@pytest.mark.parametrize("body", CLIP_BEYOND, ids=lambda f: f.__name__)
-def test_one_clip_too_many_is_refused_before_any_is_read_tool_results_counted(body):
-    assert MAX_CLIPS == 20        # the places above count on it
+PLACES = [(IMAGE, body, place) for body, place in BEYOND.items()] + \
+         [(AUDIO, body, place) for body, place in CLIP_BEYOND.items()]
+
+
+@pytest.mark.parametrize("kind, body, place", PLACES, ids=lambda x: getattr(x, "noun", None) or getattr(x, "__name__", None))
+def test_one_part_too_many_is_refused_before_any_is_read(kind, body, place):
+    """Images and clips alike, tool results counted (Responses' outputs were not)."""
+    limit = kind.max_per_request
+    assert (MAX, MAX_CLIPS) == (100, 20)        # the places above count on them
     with pytest.raises(ApiError) as info:
-        body(MAX_CLIPS + 1)()
+        body(limit + 1)()
     error = info.value
-    assert (error.status, error.code, error.param) == (400, "too_many_audio_clips", CLIP_BEYOND[body])
-    with pytest.raises(ApiError) as read:
-        body(MAX_CLIPS)()
-    assert read.value.code == "invalid_audio"           # as many as the limit: each is read
+    assert (error.status, error.code, error.param) == (400, kind.count_code, place)
+    assert f"carries {limit + 1} {kind.plural}" in error.message
+    assert f"{kind.count_setting} ({limit})" in error.message and f"'{place}'" in error.message
+
+
+@pytest.mark.parametrize("kind, body, place", PLACES, ids=lambda x: getattr(x, "noun", None) or getattr(x, "__name__", None))
+def test_as_many_parts_as_the_limit_are_each_read(kind, body, place):
+    with pytest.raises(ApiError) as info:
+        body(kind.max_per_request)()
+    assert info.value.code == kind.refused.code       # the first one's own refusal: invalid_image, invalid_audio

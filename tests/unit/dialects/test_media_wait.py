@@ -1,8 +1,9 @@
-"""A clip's decode as a client sees it (dialects/media_wait.py), over a real socket pair and the real
-response writer: the decode runs on a thread of its own; a stream's head and `: prefill` go out
-only once a keepalive interval passed with it still running; a client gone stops it; its refusal
-comes back to the caller's thread. The decodes here wait on events the test sets (one outlasts a
-few of the socket's peeks on purpose)."""
+"""An image's or a clip's decode as a client sees it (dialects/media_wait.py), over a real socket
+pair and the real response writer: the decode runs on a thread of its own; a stream's head and
+`: prefill` go out only once a keepalive interval passed with a decode still running, the
+interval counted across a request's decodes; a client gone stops it; its refusal comes back to
+the caller's thread. The decodes here wait on events the test sets (one outlasts a few of the
+socket's peeks on purpose)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,19 @@ def test_a_long_decode_opens_the_stream_and_keeps_it_alive_until_it_ends():
     assert exchange.stream_open and exchange.opened_early
 
 
+def test_the_interval_runs_across_a_request_s_decodes():
+    # a request of many images, each decoded within the interval: the head goes out once their
+    # decodes together pass it (each waits past a peek: the socket is looked at in each)
+    exchange, theirs = _exchange()
+    wait = MediaWait(exchange, PREFILL_COMMENT, 0.3)
+    for _ in range(4):
+        assert wait(lambda stop: stop.wait(0.15) or ["segments"]) == ["segments"]
+    assert exchange.writer.started and exchange.opened_early
+    theirs.settimeout(5)
+    received = theirs.recv(4096)
+    assert received.startswith(b"HTTP/1.1 200") and PREFILL_COMMENT in received
+
+
 def test_a_whole_answer_waits_silently():
     exchange, theirs = _exchange()
     calls = []
@@ -83,7 +97,7 @@ def test_a_client_gone_stops_the_decode_and_ends_the_wait(caplog):
         with pytest.raises(ClientGone):
             MediaWait(exchange, PREFILL_COMMENT, KEEPALIVE)(decode)
     assert stopped.is_set()                 # it stopped before the wait ended (the model was still held)
-    assert "(req_test): its client left; the clip's decode stopped before its log-mel" in caplog.text
+    assert "(req_test): its client left; the decode stopped before its log-mel" in caplog.text
 
 
 def test_a_refusal_comes_back_to_the_caller_and_after_the_head_goes_in_the_stream():

@@ -66,6 +66,46 @@ def test_ollama_skips_what_it_cannot_serve(tmp_path, caplog):
         assert sum(name in line for line in lines) == 1, lines
 
 
+def test_ollama_folders_linked_outside_are_skipped_and_the_walk_is_bounded(tmp_path, caplog, monkeypatch):
+    """The manifests tree is read a level at a time: a manifests, host, namespace or model folder
+    that is a link out of the store (to /) one line each and never listed; one linked inside
+    the store read; past MAX_WALK_FILES entries in all the store is not read (one line)."""
+    store = tmp_path / "ollama"
+    library = store / "manifests" / "registry.ollama.ai" / "library"
+    ollama_store(store, ("registry.ollama.ai", "library", "kept", "latest"), GGUF + b"k")
+    (store / "manifests" / "everything").symlink_to("/", target_is_directory=True)          # a host folder
+    (library.parent / "root").symlink_to("/", target_is_directory=True)                     # a namespace
+    (library / "etc").symlink_to("/etc", target_is_directory=True)                          # a model
+    (library / "twin").symlink_to(library / "kept", target_is_directory=True)              # inside: read
+    listed = []
+    real_scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: listed.append(str(path)) or real_scandir(path))
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = names(discovery.discover(("ollama",), env_for(tmp_path, OLLAMA_MODELS=str(store))))
+    assert set(found) == {"kept:latest", "twin:latest"}
+    said = [r.getMessage() for r in caplog.records]
+    for folder in ("manifests/everything", "registry.ollama.ai/root", "library/etc"):
+        assert sum(folder in m and "outside" in m for m in said) == 1, (folder, said)
+    assert not any(os.path.realpath(path) in ("/", "/etc") for path in listed), listed
+
+    root = tmp_path / "linked"
+    (root / "manifests").parent.mkdir()
+    (root / "manifests").symlink_to("/", target_is_directory=True)        # the whole manifests folder
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        assert discovery.discover(("ollama",), env_for(tmp_path, OLLAMA_MODELS=str(root))) == []
+    assert len(caplog.records) == 1 and "outside" in caplog.records[0].getMessage()
+
+    for i in range(30):
+        (library / f"m{i}").mkdir()
+    monkeypatch.setattr(hf_layout, "MAX_WALK_FILES", 20)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        assert discovery.discover(("ollama",), env_for(tmp_path, OLLAMA_MODELS=str(store))) == []
+    said = [r.getMessage() for r in caplog.records if "over 20 entries" in r.getMessage()]
+    assert len(said) == 1 and str(store / "manifests") in said[0], said
+
+
 def test_hf_cache_quants_splits_and_projector(tmp_path):
     root = tmp_path / ".cache" / "huggingface" / "hub"
     snapshot = hf_cache(root, "org/Tiny-GGUF", {

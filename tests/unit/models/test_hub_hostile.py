@@ -240,3 +240,36 @@ def test_looping_and_huge_manifests_are_skipped(tmp_path, caplog):
         found = discover_within(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
     assert [e.name for e in found] == ["ok:latest"]
     assert any("huge:latest" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records)
+
+
+def _proc_file_past_the_limit() -> str | None:
+    """/proc/kallsyms: a regular file whose stat says 0 bytes and which reads some megabytes."""
+    try:
+        with open("/proc/kallsyms", "rb") as f:
+            return "/proc/kallsyms" if len(f.read((1 << 20) + 1)) > 1 << 20 else None
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(_proc_file_past_the_limit() is None, reason="no /proc/kallsyms past 1 MiB here")
+@pytest.mark.parametrize("what", ["manifest", "system", "params"])
+def test_an_ollama_file_whose_size_says_nothing_is_read_no_further_than_its_limit(tmp_path, caplog, what):
+    """A manifest or a text layer linked to a file whose stat says 0 bytes and which holds more
+    (a /proc file) is read to its limit (1 MiB) and skipped: the system layer was read whole and
+    became a 5 MB system prompt."""
+    store = tmp_path / "ollama"
+    ollama_store(store, ("registry.ollama.ai", "library", "ok", "latest"), GGUF + b"o")
+    ollama_store(store, ("registry.ollama.ai", "library", "proc", "latest"), GGUF + b"p",
+                 system="terse", params={"temperature": 0.5})
+    manifest = store / "manifests" / "registry.ollama.ai" / "library" / "proc" / "latest"
+    if what == "manifest":
+        target = manifest
+    else:
+        data = b"terse" if what == "system" else json.dumps({"temperature": 0.5}).encode()
+        target = store / "blobs" / ("sha256-" + hashlib.sha256(data).hexdigest())
+    target.unlink()
+    target.symlink_to(_proc_file_past_the_limit())
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discover_within(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
+    assert [e.name for e in found] == ["ok:latest"]
+    assert sum("proc:latest" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records) == 1

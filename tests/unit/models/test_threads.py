@@ -17,12 +17,12 @@ def manager(threads: int) -> ModelManager:
 
 
 def share(models: ModelManager, record) -> int:
-    return threads_for(record, models.records.values(), models.settings)
+    return threads_for(record, models.roster.records.values(), models.settings)
 
 
 def test_busy_models_share_the_threads_and_one_alone_gets_them_all():
     models = manager(8)
-    a, b, c = (models.records[name] for name in "abc")
+    a, b, c = (models.roster.records[name] for name in "abc")
     a.users = 1
     assert share(models, a) == 8
     b.users = 2
@@ -36,6 +36,6 @@ def test_busy_models_share_the_threads_and_one_alone_gets_them_all():
 def test_never_fewer_than_one_and_a_models_own_threads_stand():
     models = manager(2)
     for name in ("a", "b", "c"):
-        models.records[name].users = 1
-    assert share(models, models.records["a"]) == 1
-    assert share(models, models.records["own"]) == 3
+        models.roster.records[name].users = 1
+    assert share(models, models.roster.records["a"]) == 1
+    assert share(models, models.roster.records["own"]) == 3

@@ -10,12 +10,15 @@ from dataclasses import dataclass
 import pytest
 
 import imagefiles  # tests/support/
+from tinyaudio import wav_bytes
+from localserve import audio
 from localserve.conversation import Image
+from localserve.engine.facade import ImageUnreadable
 from localserve.errors import ClientGone
 from localserve.generation import MEDIA_MARKER, PromptRefused
 from localserve.images import from_bytes
 from localserve.prompt import media
-from localserve.prompt.media import request_images, tokenize_with_images
+from localserve.prompt.media import decodes_run_by, request_images, tokenize_with_images
 
 
 @dataclass
@@ -24,18 +27,23 @@ class Chunk:
 
 
 class CountingEngine:
-    """Tokenizes a character a token, decodes an image into one token and a chunk of two."""
+    """Tokenizes a character a token, decodes an image or a clip into one token and a chunk of
+    two; `stops`: the stop each decode was handed."""
     n_ctx = 4096
 
     def __init__(self):
         self.decoded: list[bytes] = []
+        self.stops: list = []
 
     def tokenize(self, text: str, *, add_special: bool, parse_special: bool, limit: int | None = None) -> list[int]:
         return [ord(c) for c in text]
 
-    def image_segments(self, data: bytes) -> list:
+    def image_segments(self, data: bytes, stop=None) -> list:
         self.decoded.append(data)
+        self.stops.append(stop)
         return [[7], Chunk()]
+
+    audio_segments = image_segments
 
 
 def image(seed: int, where: str) -> Image:
@@ -84,3 +92,25 @@ def test_the_request_pixel_budget_is_held_before_any_decode(monkeypatch):
     assert (caught.value.code, caught.value.param) == ("image_too_large", "messages[0].content[3]")
     assert "MAX_REQUEST_PIXELS (150)" in str(caught.value) and "192 pixels" in str(caught.value)
     assert len(engine.decoded) == 2
+
+
+def test_images_and_clips_take_one_path_the_runner_the_dialect_sets():
+    """media_wait.py runs every decode of a request, each distinct image or clip once, each
+    handed the stop its runner made; a refusal in the runner still names its part."""
+    engine, ran = CountingEngine(), []
+
+    def runner(decode):
+        ran.append(decode)
+        return decode(f"stop{len(ran)}")
+    one, clip = image(1, "messages[0].content[0]"), audio.from_bytes(wav_bytes([0.0] * 1600), "wav", "messages[0].content[1]")
+    with request_images(lambda: None), decodes_run_by(runner):
+        _, chunks = tokenize_with_images(engine, prompt(3), [one, clip, image(1, "messages[0].content[2]")])
+    assert len(ran) == 2 and engine.decoded == [one.data, clip.data]
+    assert engine.stops == ["stop1", "stop2"]
+    assert [chunk.digest for chunk in chunks] == [one.digest, clip.digest, one.digest]
+
+    def unreadable(decode):
+        raise ImageUnreadable("libmtmd could not decode the image")
+    with request_images(lambda: None), decodes_run_by(unreadable), pytest.raises(PromptRefused) as caught:
+        tokenize_with_images(engine, prompt(1), [image(2, "messages[3].content[1]")])
+    assert (caught.value.code, caught.value.param) == ("invalid_image", "messages[3].content[1]")

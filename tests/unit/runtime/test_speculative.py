@@ -13,6 +13,8 @@ from localserve.runtime.jobs import Job, JobStatus, Slot
 from localserve.runtime.ngram import NgramIndex
 from localserve.runtime.scheduler import SHARED_PREFILL_CHUNK, draft_room, plan_batch
 from localserve.runtime.speculative import NGRAM_PROMPT_WINDOW, JobDrafts, Speculator
+from localserve.engine.gguf_meta import ModelShape, estimate
+from localserve.settings import MAX_STEP_DRAFTS, step_drafts
 
 EOS = 2
 
@@ -165,7 +167,7 @@ def test_one_stream_drafts_up_to_draft_max_and_a_shared_step_verifies_at_most_th
             job.drafts.record(32, 32)           # accepted whole: each asks for --draft-max
     assert len(speculator.propose(jobs[:1], budget=100, n_ctx_seq=4096)[id(jobs[0])]) == 32
     shared = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
-    assert sum(len(draft) for draft in shared.values()) <= speculative.MAX_STEP_DRAFTS     # not 3 x 32
+    assert sum(len(draft) for draft in shared.values()) <= MAX_STEP_DRAFTS     # not 3 x 32
     assert {len(draft) for draft in shared.values()} == {10}
 
 
@@ -292,3 +294,28 @@ def test_drafts_are_those_of_indexes_built_at_admission():
             assert lazy.lookup(generated, limit) == reference.lookup(generated, limit)
             assert lazy.from_prediction == reference.from_prediction
             generated += rng.choice(lines)[:rng.randrange(1, 4)]
+
+
+def test_no_step_verifies_more_drafted_rows_than_the_engine_reserves():
+    """The engine reserves logits rows for one token a sequence and step_drafts(--draft-max) drafted
+    ones (engine.py), not --draft-max for every sequence: no step, alone or shared, drafts more."""
+    copied = list(range(60, 200))
+    prompt = [10, 11, 50] + copied + [11]
+    for draft_max in (4, 32, 64):
+        speculator = Speculator("ngram", draft_max, Text())
+        jobs = [job_in(Slot(i), prompt, speculator=speculator) for i in range(4)]
+        for job in jobs:
+            for _ in range(8):
+                job.drafts.record(draft_max, draft_max)      # accepted whole: each asks for --draft-max
+        for n in (1, 2, 4):
+            drafts = speculator.propose(jobs[:n], budget=512, n_ctx_seq=4096)
+            assert sum(len(draft) for draft in drafts.values()) <= step_drafts(draft_max)
+        assert len(speculator.propose(jobs[:1], budget=512, n_ctx_seq=4096)[id(jobs[0])]) == draft_max
+    assert step_drafts(64) == 64 and step_drafts(32) == 32 and step_drafts(4) == 8    # 4 x 65 rows before
+
+
+def test_the_memory_estimate_counts_the_step_s_drafted_rows_once():
+    shape = ModelShape(file_bytes=0, n_layer=2, n_embd=64, n_head=2, n_head_kv=1, n_ctx_train=256, n_vocab=1000)
+    one = estimate(shape, n_ctx_seq=256, n_seq=4, n_batch=64, reserve=0)
+    drafting = estimate(shape, n_ctx_seq=256, n_seq=4, n_batch=64, reserve=0, drafted_rows=step_drafts(32))
+    assert drafting.total - one.total == 32 * 1000 * 4
