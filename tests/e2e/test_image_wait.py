@@ -76,11 +76,7 @@ def test_a_client_gone_while_its_images_decode_makes_no_job(server):
     encoded = metric(server, "localserve_images_encoded_total")
     conn = RawConnection(server.port, timeout=120)
     conn.send(streamed(chat, [(large_png(seed), "image/png") for seed in range(100, 100 + LARGE)]))
-    received = b""
-    while b": prefill" not in received:        # the head and a keepalive, while the images decode
-        chunk = conn.sock.recv(4096)
-        assert chunk, received
-        received += chunk
+    received = conn.read_until(b": prefill")      # the head and a keepalive, while the images decode
     conn.close()
     request_id = request_id_of(received)
     assert server.wait_log(f"({request_id}): the client left while its prompt was built; stopped", timeout=60), \

@@ -277,11 +277,7 @@ def test_a_long_decode_keeps_the_stream_alive_and_a_client_gone_stops_it_before_
     before = audio_chunks_encoded(slow_server)
     conn = RawConnection(slow_server.port, timeout=120)
     conn.send(AUDIO_STREAMS[route](long_clip(seed=len(route) + 7), 2))
-    received = b""
-    while b": prefill" not in received:          # the head and a keepalive, while the clip is decoded
-        chunk = conn.sock.recv(4096)
-        assert chunk, received
-        received += chunk
+    received = conn.read_until(b": prefill")      # the head and a keepalive, while the clip is decoded
     conn.close()
     request_id = request_id_of(received)
     assert slow_server.wait_log(f"({request_id}): the client left while its prompt was built; stopped", timeout=60), \

@@ -44,6 +44,15 @@ class RawConnection:
         self.buffer += data
         return True
 
+    def read_until(self, marker: bytes) -> bytes:
+        """Raw bytes up to and past marker (a stream's head and comments, unparsed); fails if the server closes first."""
+        received = b""
+        while marker not in received:
+            chunk = self.sock.recv(4096)
+            assert chunk, received
+            received += chunk
+        return received
+
     def _line(self) -> bytes:
         while b"\r\n" not in self.buffer:
             if not self._fill():
