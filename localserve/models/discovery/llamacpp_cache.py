@@ -74,9 +74,11 @@ def manifest_entry(base: Path, manifest: Path) -> ModelEntry | None:
         found = manifest.stat()
         if not stat.S_ISREG(found.st_mode):      # a FIFO would block the read: the server would not start
             raise ValueError("not a regular file")
-        if found.st_size > MAX_MANIFEST_BYTES:
+        with open(manifest, "rb") as f:        # to the limit: a stat's size is no bound (a /proc file says 0)
+            data = f.read(MAX_MANIFEST_BYTES + 1)
+        if len(data) > MAX_MANIFEST_BYTES:
             raise ValueError("too large for a manifest")
-        body = orjson.loads(manifest.read_bytes())
+        body = orjson.loads(data)
         model_file = body["ggufFile"]["rfilename"]
         projector_file = (body.get("mmprojFile") or {}).get("rfilename")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -273,3 +273,20 @@ def test_an_ollama_file_whose_size_says_nothing_is_read_no_further_than_its_limi
         found = discover_within(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
     assert [e.name for e in found] == ["ok:latest"]
     assert sum("proc:latest" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.skipif(_proc_file_past_the_limit() is None, reason="no /proc/kallsyms past 1 MiB here")
+def test_a_llamacpp_manifest_whose_size_says_nothing_is_read_no_further_than_its_limit(tmp_path, caplog):
+    """llama.cpp's flat cache: a manifest linked to a /proc file (stat 0 bytes, megabytes to read)
+    is read to MAX_MANIFEST_BYTES and skipped as too large, as Ollama's files are."""
+    cache = tmp_path / "llama.cpp"
+    llamacpp_flat(cache, "ggml-org", "ok-GGUF", "Q8_0", "ok-Q8_0.gguf", GGUF + b"o")
+    llamacpp_flat(cache, "ggml-org", "proc-GGUF", "Q8_0", "proc-Q8_0.gguf", GGUF + b"p")
+    manifest = next(cache.glob("manifest=ggml-org=proc-GGUF=*.json"))
+    manifest.unlink()
+    manifest.symlink_to(_proc_file_past_the_limit())
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discover_within(("llamacpp",), {"HOME": str(tmp_path), "LLAMA_CACHE": str(cache)})
+    names = [e.name for e in found]
+    assert "ggml-org/ok-GGUF:Q8_0" in names and "ggml-org/proc-GGUF:Q8_0" not in names, names
+    assert sum("proc-GGUF" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records) == 1
