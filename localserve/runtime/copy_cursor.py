@@ -26,7 +26,11 @@ class CopyCursor:
     as the last tokens written match the tokens before it there. Once they do not (an edit: a
     name renamed), the copy is looked for again near where it would be now, for it goes on after
     the edit: the latest match anywhere (the lookup's) is often the request's own words about the
-    edit, and drafts from there are refused until the output finds its way back."""
+    edit, and drafts from there are refused until the output finds its way back.
+
+    Where the place is in the output itself, near its end (the output repeats a line it just
+    wrote, over and over), the draft would stop at the output's end: it goes on as the
+    repetition does, for as many tokens as the output has already repeated (ahead())."""
 
     def __init__(self):
         self.source: int | None = None      # the source position the next token was expected at
@@ -42,13 +46,13 @@ class CopyCursor:
             if check > 0 and at < len(tokens) and tokens[at - check:at] == tail[len(tail) - check:]:
                 self.source, self.mark = at, len(tail)
                 self.held, self.fresh = (at, len(tail)), False
-                return tokens[at:at + limit]
+                return ahead(tokens, at, limit, tail is tokens)
         at = self._near(tokens, tail)
         self.fresh = True
         if at is None:
             at = index.find(tail)
         self.source, self.mark = at, len(tail)
-        return tokens[at:at + limit] if at is not None else []
+        return ahead(tokens, at, limit, tail is tokens) if at is not None else []
 
     def _near(self, tokens: list[int], tail: list[int]) -> int | None:
         """Where the output's last tokens (2 or more of them, the more the better, then the
@@ -74,3 +78,21 @@ class CopyCursor:
             if n >= COPY_CHECK_TOKENS and (best_key is None or key > best_key):
                 best, best_key = end, key
         return best
+
+
+def ahead(tokens: list[int], at: int, limit: int, own: bool) -> list[int]:
+    """Up to `limit` tokens from `at` on. In the output's own sequence (`own`), a draft that reaches
+    its end goes on as a repetition: the output wrote tokens[at:] after the same tokens that end it
+    now, so what follows is that span again, and again. It goes on for as many tokens as the
+    output has repeated that span already (a line written fifteen times over drafts in full; a line
+    written twice, one line's worth): a long repetition ends seldom, a short one often."""
+    draft = tokens[at:at + limit]
+    if not own or len(draft) >= limit or not draft:
+        return draft
+    period, end = len(draft), len(tokens)
+    repeated = 0            # the output's last tokens that repeat those one span before them
+    while (repeated < limit and end - period - repeated > 0
+           and tokens[end - 1 - repeated] == tokens[end - period - 1 - repeated]):
+        repeated += 1
+    length = min(limit, max(period, repeated))
+    return (draft * (length // period + 1))[:length]

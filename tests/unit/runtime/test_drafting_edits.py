@@ -90,3 +90,21 @@ def test_a_prediction_drafts_freely_while_followed_and_pays_once_the_output_stra
     for _ in range(6):
         accepted.record(8, 8)                   # a prediction being accepted
     assert accepted.wants(list(b"abXdef"), 8, 0.5) == 8                # after the edit: what it earned pays
+
+
+def test_an_output_that_repeats_itself_drafts_the_repetition_as_far_as_it_has_gone():
+    line = [70, 71, 72, 73]
+    index = NgramIndex(SOURCE, sizes=(4, 3, 2))
+    cursor = CopyCursor()
+    index.extend(line * 2)              # a line written twice: one line's worth, as the lookup has it
+    assert cursor.draft(index, index.tokens, 16) == line
+    index.extend(line)                  # three times: two lines' worth
+    assert cursor.draft(index, index.tokens, 16) == line * 2
+    index.extend(line * 3)              # followed on, six times over: the whole draft
+    assert cursor.draft(index, index.tokens, 16) == line * 4
+    assert not cursor.fresh
+    assert cursor.draft(index, index.tokens, 3) == line[:3]
+    other = CopyCursor()                # a copy of another sequence (a prediction) ends at its end
+    assert other.draft(index, list(SOURCE) + line * 6, 16) == line
+    prediction = NgramIndex(line * 2, sizes=(2,))
+    assert other.draft(prediction, [5, 72, 73], 16) == line
