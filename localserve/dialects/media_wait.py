@@ -32,7 +32,7 @@ from ..engine.facade import DecodeStopped
 from ..prompt.media import Decode, RequestImages, request_images
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Exchange
-from .pump import open_stream
+from .pump import open_stream_early
 
 log = logging.getLogger("localserve.dialects")
 
@@ -80,9 +80,7 @@ class MediaWait:
         raise value
 
     def _send_notice(self) -> None:
-        if not self.exchange.stream_open:
-            open_stream(self.exchange)
-            self.exchange.opened_early = True
+        open_stream_early(self.exchange)
         self.exchange.writer.stream(self.notice)
 
     def _run(self, decode: Decode, stop: threading.Event, done: threading.Event, outcome: list) -> None:
