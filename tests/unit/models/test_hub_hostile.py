@@ -221,6 +221,9 @@ def test_an_ollama_name_ollama_would_not_give_is_skipped(tmp_path, caplog):
     store = tmp_path / "ollama"
     ollama_store(store, ("registry.ollama.ai", "library", "evil", "x\n\x1b[31mINJECTED"), GGUF + b"e")
     ollama_store(store, ("registry.ollama.ai", "library", "ok", "latest"), GGUF + b"o")
+    # a newline at the end of a part: a pattern's `$` matches before it (the name was served)
+    ollama_store(store, ("registry.ollama.ai", "library", "trailing", "latest\n"), GGUF + b"t")
+    ollama_store(store, ("registry.ollama.ai\n", "library", "hosted", "latest"), GGUF + b"h")
     with caplog.at_level(logging.WARNING, "localserve.models"):
         found = discovery.discover(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
     assert [e.name for e in found] == ["ok:latest"]
@@ -290,3 +293,12 @@ def test_a_llamacpp_manifest_whose_size_says_nothing_is_read_no_further_than_its
     names = [e.name for e in found]
     assert "ggml-org/ok-GGUF:Q8_0" in names and "ggml-org/proc-GGUF:Q8_0" not in names, names
     assert sum("proc-GGUF" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_commit_with_a_newline_after_it_is_refused(mirror, cache):
+    """A pattern's `$` matches before a last newline: the mirror's commit went into the cache's
+    folder and refs/main names."""
+    mirror.add("org/Tiny-GGUF", Repo({"tiny-Q4_K_M.gguf": GGUF + b"m"}, commit="c0ffee" + "0" * 34 + "\n"))
+    with pytest.raises(HubError, match="commit"):
+        pull(mirror, "org/Tiny-GGUF")
+    assert not [p for p in cache.rglob("*") if "\n" in p.name]
