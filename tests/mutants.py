@@ -921,11 +921,19 @@ MUTANTS = [
            "lambda n: 0 <= n < 65536", "lambda n: 0 <= n <= 65536",
            ("tests/unit/wire/test_listen_address.py::test_a_port_past_the_range_is_a_usage_error",)),
     Mutant("--ollama-listen :0 refused", "localserve/wire/server.py",
-           "not 0 <= int(port) < 65536", "not 0 < int(port) < 65536",
+           "or int(port) >= 65536 or", "or not 0 < int(port) < 65536 or",
            ("tests/unit/wire/test_listen_address.py::test_addresses",)),
+    Mutant("a port in any script's digits", "localserve/wire/server.py",
+           "if not PORT.fullmatch(port) or", "if not port.isdigit() or",
+           ("tests/unit/wire/test_listen_address.py::test_bad_addresses",)),
+    Mutant("a host bind() cannot take passed on", "localserve/wire/server.py",
+           'valid = bool(host) and not any(c.isspace() or not c.isprintable() or c in "[]" for c in host)',
+           "valid = True",
+           ("tests/unit/wire/test_listen_address.py::test_a_host_no_socket_can_bind_is_refused_by_name",
+            "tests/unit/wire/test_listen_address.py::test_a_bad_host_flag_is_a_usage_error")),
     Mutant("the listening line names the port asked for, not the one bound", "localserve/app.py",
-           'log.info("listening on http://%s:%d", *servers[0].address)',
-           'log.info("listening on http://%s:%d", servers[0].address[0], 0)',   # the setting's 0
+           'log.info("listening on %s", http_url(*servers[0].address))',
+           'log.info("listening on %s", http_url(servers[0].address[0], 0))',   # the setting's 0
            ("tests/e2e/test_cli.py::test_startup_and_access_log_lines",)),
 ]
 
