@@ -82,12 +82,13 @@ def manifest_entry(base: Path, manifest: Path) -> ModelEntry | None:
         model_file = body["ggufFile"]["rfilename"]
         projector_file = (body.get("mmprojFile") or {}).get("rfilename")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        log.warning("discovery: %s %s: not a manifest llama.cpp wrote (%s); skipped", SOURCE, manifest, exc)
+        log.warning("discovery: %s %s: not a manifest llama.cpp wrote (%s); skipped", SOURCE, ascii(str(manifest)),
+                    exc)
         return None
     path = local_file(base, org, repo, model_file)
     if path is None:
-        log.warning("discovery: %s %s: its model file %s is missing or unreadable; skipped", SOURCE, manifest,
-                    model_file)
+        log.warning("discovery: %s %s: its model file %s is missing or unreadable; skipped", SOURCE,
+                    ascii(str(manifest)), ascii(model_file)[:200])
         return None
     projector = local_file(base, org, repo, projector_file) if isinstance(projector_file, str) else None
     name = f"{org}/{repo}:{tag}"
