@@ -60,9 +60,14 @@ class AudioFacts:
     data: bytes            # what goes to libmtmd's decoder: a canonical WAV, an MP3 stream without ID3 tags,
                            # a FLAC stream of STREAMINFO and frames
     format: str            # "wav", "mp3", "flac"
-    seconds: float         # the duration the header declares (MP3 without a tag: estimated from its bitrate)
+    seconds: float         # the duration the header declares (MP3 without a tag: its frames walked)
     sample_rate: int
     channels: int
+    decodes_to: float | None = None     # at most what the decoders make of it, where more than `seconds`
+
+    @property
+    def most_seconds(self) -> float:
+        return self.seconds if self.decodes_to is None else max(self.seconds, self.decodes_to)
 
 
 # ---- WAV ---------------------------------------------------------------------------------
@@ -246,7 +251,7 @@ def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
     if decodable > max_seconds:
         raise AudioRefused(f"the MP3's frame headers come to {decodable:.0f} seconds or more, more than "
                            f"{max_seconds:g} are read", "audio_too_long")
-    return AudioFacts(stream, "mp3", _mp3_walked_seconds(stream), first.rate, 1)
+    return AudioFacts(stream, "mp3", _mp3_walked_seconds(stream), first.rate, 1, decodable)
 
 
 def _mp3_decodable_seconds(stream: bytes, max_seconds: float) -> float:
