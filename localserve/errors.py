@@ -73,15 +73,18 @@ def same_status(status: int) -> int:
 @dataclass(frozen=True)
 class ErrorShape:
     """How one dialect's clients read an error: the HTTP status they expect and the JSON body,
-    and the SSE event that carries it in a stream whose head is out (None: a bare data line)."""
+    and the SSE event that carries it in a stream whose head is out (None: a bare data line),
+    with its own body where the stream's differs from the whole answer's (Responses' error event)."""
     body: Callable[[ApiError], dict[str, Any]]
     status: Callable[[int], int] = same_status
     stream_event: str | None = None
+    stream_body: Callable[[ApiError], dict[str, Any]] | None = None
 
     def render(self, error: ApiError) -> tuple[int, bytes]:
         return self.status(error.status), orjson.dumps(self.body(error))
 
     def stream_frame(self, error: ApiError) -> bytes:
         event = f"event: {self.stream_event}\n".encode() if self.stream_event else b""
-        return event + b"data: " + orjson.dumps(self.body(error)) + b"\n\n"
+        body = (self.stream_body or self.body)(error)
+        return event + b"data: " + orjson.dumps(body) + b"\n\n"
 

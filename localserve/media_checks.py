@@ -46,6 +46,8 @@ IMAGE_OMITTED = "[image omitted: this model has no vision]"
 AUDIO_OMITTED = "[audio omitted: this model has no audio encoder]"
 AUDIO_DATA_URL = "data:audio/wav;base64,..."
 MAX_DATA_URL_HEAD = 256               # "data:<media type>;<parameters>," before the data: a header, not a body
+# URLs llama-server reads a part from (file: under its --media-path): never read here
+REMOTE_SCHEMES = ("http://", "https://", "file:")
 _WHITESPACE = b" \t\r\n"            # what base64 text may carry between its characters
 
 
@@ -132,9 +134,7 @@ def read_data_url(url: object, where: str = "") -> Image:
     behalf would be a request forgery."""
     if not isinstance(url, str):
         raise ImageRefused("expected a data: URL string")
-    if url[:8].lower().startswith(("http://", "https://")):
-        raise ImageRefused("remote image URLs are not fetched: this server does not reach the network "
-                           "(air-gapped by design); send the image inline as a base64 data: URL", "remote_image_url")
+    refuse_remote(IMAGE, url, "a base64 data: URL")
     media_type, data = split_data_url(IMAGE, url, "data:image/png;base64,...")
     return read_base64(IMAGE, data, media_type or None, where)
 
@@ -152,6 +152,16 @@ def read_audio_data_url(url: str, declared: object = None, where: str = "") -> A
         raise AudioRefused(f"the format says {str(declared)[:40]!r} but the data: URL says {media_type[:40]!r}",
                            "audio_format_mismatch")
     return read_base64(AUDIO, data, named, where)
+
+
+def refuse_remote(kind: MediaKind, url: str, inline: str) -> None:
+    """The kind's refusal (remote_image_url, remote_audio_url) of a URL the part would be fetched
+    from, never fetched: the server is meant to run with no network at all, and a fetch (or a
+    file read) on a client's behalf would be a request forgery. `inline`: how to send it instead."""
+    if url[:8].lower().startswith(REMOTE_SCHEMES):
+        raise kind.refused(f"remote {kind.noun} URLs are not fetched: this server does not reach the network "
+                           f"(air-gapped by design) nor reads files for a client; send the {kind.noun} inline as "
+                           f"{inline}", f"remote_{kind.noun}_url")
 
 
 def is_data_url(text: object) -> bool:

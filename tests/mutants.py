@@ -801,6 +801,35 @@ MUTANTS = [
            "        if not wait.opened or exchange.writer.finished:",
            ("tests/unit/dialects/test_media_wait.py::test_a_refusal_comes_back_to_the_caller_and_after_the_head_goes_"
             "in_the_stream",)),
+    Mutant("a route without a job decodes on its connection thread", "localserve/dialects/media_wait.py",
+           "    return request_images(exchange.raise_if_gone, MediaWait(exchange, None, 0))",
+           "    return request_images(exchange.raise_if_gone)",
+           ("tests/unit/dialects/test_media_wait.py::test_a_route_s_decodes_run_off_its_connection_thread",
+            "tests/unit/dialects/test_media_wait.py::test_a_client_gone_stops_a_route_s_decode_and_no_answer_is_"
+            "written")),
+    Mutant("a compaction's comment cuts the stream on a later error", "localserve/dialects/responses/compaction_steps.py",
+           "    open_stream_early(exchange)\n    exchange.writer.stream(COMPACTING_COMMENT)",
+           "    exchange.stream_open or exchange.writer.start_stream()\n    exchange.stream_open = True\n"
+           "    exchange.writer.stream(COMPACTING_COMMENT)",
+           ("tests/unit/dialects/test_opened_early.py::test_what_fails_once_the_compaction_returned_goes_in_the_"
+            "stream_too",
+            "tests/e2e/test_compaction_responses.py::test_a_prompt_that_fails_after_the_compaction_opened_the_stream_"
+            "ends_it_with_an_error_event")),
+    Mutant("a Responses error before the response began in Chat's data line", "localserve/dialects/responses/errors.py",
+           'RESPONSES_ERRORS = ErrorShape(openai_error_body, stream_event="error", stream_body=error_event)',
+           "RESPONSES_ERRORS = ErrorShape(openai_error_body)",
+           ("tests/unit/dialects/test_opened_early.py::test_a_responses_prompt_that_fails_after_a_compaction_comment_"
+            "is_its_error_event",)),
+    Mutant("names from disk logged raw", "localserve/models/hf_layout.py",
+           "    return ascii(str(path))[:MAX_SHOWN_PATH]", "    return str(path)[:MAX_SHOWN_PATH]",
+           ("tests/unit/models/test_hub_hostile.py::test_lmstudio_names_with_control_characters_are_skipped_and_"
+            "logged_escaped",
+            "tests/unit/models/test_hub_hostile.py::test_an_ollama_name_ollama_would_not_give_is_skipped")),
+    Mutant("input_audio.url ignored", "localserve/dialects/audio_parts.py",
+           '    data = value.get("data") if value.get("data") is not None else value.get("url")',
+           '    data = value.get("data")',
+           ("tests/unit/test_media_checks.py::test_url_stands_for_a_data_not_given_and_is_read_the_same_way",
+            "tests/unit/test_media_checks.py::test_a_clip_s_url_to_fetch_is_refused_never_fetched")),
     # several choices (issue 51)
     Mutant("every choice one seed", "localserve/dialects/choices.py",
            "seed=None if seed is None else seed + i)", "seed=seed)",

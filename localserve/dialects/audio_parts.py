@@ -3,7 +3,8 @@ the request part (``messages[2].content[1]``) in the route's own error shape.
 
 OpenAI's shape, which Chat Completions and Responses share:
 ``{"type": "input_audio", "input_audio": {"data": "<base64>", "format": "wav" | "mp3"}}`` (FLAC
-is taken too, and a ``data:audio/...;base64,`` URL as the data, as llama-server takes them). A dialect that defines no audio (Anthropic) refuses the
+is taken too, a ``data:audio/...;base64,`` URL as the data, and `url` in place of `data`, as
+llama-server takes them; a URL to fetch is refused). A dialect that defines no audio (Anthropic) refuses the
 part by its place (:func:`no_audio_here`). MAX_AUDIO_PER_REQUEST is held before any clip's base64
 is decoded (:func:`hold_audio_count`), as image_parts.py holds the image count."""
 
@@ -17,7 +18,8 @@ from typing import Any
 from ..audio import FORMATS, sniff
 from ..conversation import Audio
 from ..errors import ApiError, InputRefused
-from ..media_checks import AUDIO, hold_count, is_data_url, read_audio_data_url, read_base64
+from ..media_checks import (AUDIO, AUDIO_DATA_URL, hold_count, is_data_url, read_audio_data_url, read_base64,
+                            refuse_remote)
 from .fields import invalid
 from .image_parts import part_refused, refused
 
@@ -27,12 +29,19 @@ AUDIO_KINDS = (INPUT_AUDIO, "audio", "input_file_audio")   # what clients call a
 
 def input_audio(part: dict, where: str) -> Audio:
     """{"type": "input_audio", "input_audio": {"data": base64, "format": "wav" | "mp3" | "flac"}};
-    `data` may be a base64 ``data:audio/...`` URL too (llama-server takes one), whose media type
-    then names the format (`format` beside it, optional, must agree)."""
+    `data` may be a base64 ``data:audio/...`` URL too, whose media type then names the format
+    (`format` beside it, optional, must agree). As llama-server reads a clip, `url` stands for a
+    `data` not given and is read the same way; one it would fetch (http, https, file) is refused."""
     value = part.get(INPUT_AUDIO)
     if not isinstance(value, dict):
         raise invalid(f"{where}.{INPUT_AUDIO}", 'expected {"data": "<base64>", "format": "wav"}')
-    data, declared = value.get("data"), value.get("format")
+    data = value.get("data") if value.get("data") is not None else value.get("url")
+    declared = value.get("format")
+    if isinstance(data, str):
+        try:
+            refuse_remote(AUDIO, data, f"base64 `data` or a base64 data: URL ({AUDIO_DATA_URL})")
+        except InputRefused as exc:
+            raise part_refused(exc, where) from None
     if not is_data_url(data):
         if declared is None:
             raise invalid(f"{where}.{INPUT_AUDIO}.format", "expected the clip's format: wav, mp3 or flac")

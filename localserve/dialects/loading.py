@@ -24,7 +24,7 @@ from ..generation import Loading
 from .exchange import Exchange
 from .failures import refusals
 from .fields import read_num_ctx
-from .pump import open_stream
+from .pump import open_stream_early
 
 if TYPE_CHECKING:        # the models themselves: importing them would load llama.cpp on a connection thread
     from ..models.served import ServedModel
@@ -47,8 +47,8 @@ class LoadWait:
     def __call__(self, event: Loading) -> None:
         writer = self.exchange.writer
         if self.notice is not None and not self.opened:
-            open_stream(self.exchange)
-            self.opened = self.exchange.opened_early = True
+            open_stream_early(self.exchange)
+            self.opened = True
         elif writer.peer_closed():
             raise ClientGone(f"peer closed while model {event.model} loaded")
         if self.notice is not None and time.monotonic() >= self.next_notice:

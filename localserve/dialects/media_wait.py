@@ -3,15 +3,17 @@
 libmtmd's decode of a large image (stb's inflate of a 30-megapixel PNG, then the resize and
 normalising mtmd_tokenize does: half a second) or of a long clip (miniaudio's decode and
 resampling, then the log-mel frames: a second or more) happens while the request is built,
-before there is a job to stream. So each decode of a request (prompt/media.py's one path for
-both kinds: RequestImages.decode) runs on a thread of its own while the connection thread
-waits as it waits for a job (job_events.py): a peek at the socket every
-DISCONNECT_POLL_INTERVAL; a client that left sets the decode's stop (engine/vision.py and
-engine/audio.py stop before their next step) and, once the decode stopped, the wait ends with
-ClientGone: no job is made. A stream's head goes out with its notice (the `: prefill` comment)
-once a keepalive interval has passed with a decode still running, counted from the request's
-first decode (a request of many images, each decoded within the interval, is no silence
-longer than one), and the notice again every interval after. Decodes that end sooner, every
+before there is a job to stream, or with no job at all (a count of tokens, a template shown).
+So each decode of every request (prompt/media.py's one path for both kinds:
+RequestImages.decode; the router opens each request's scope with request_media) runs on a
+thread of its own while the connection thread waits as it waits for a job (job_events.py): a
+peek at the socket every DISCONNECT_POLL_INTERVAL; a client that left sets the decode's stop
+(engine/vision.py and engine/audio.py stop before their next step) and, once the decode
+stopped, the wait ends with ClientGone: no job is made, no answer written. A route that
+streams (request_cycle.py) swaps in a MediaWait with its notice: the stream's head goes out
+with it (the `: prefill` comment) once a keepalive interval has passed with a decode still
+running, counted from the request's first decode (a request of many images, each decoded
+within the interval, is no silence longer than one), and the notice again every interval after. Decodes that end sooner, every
 small or refused image and every short or refused clip among them, are answered as if they
 had been decoded on the connection thread, a refusal a plain 400; what is refused after the
 head went out (an image stb or the projector cannot read, a clip that decoded to more than
@@ -24,14 +26,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import AbstractContextManager
 
 from ..engine.facade import DecodeStopped
-from ..prompt.media import Decode
+from ..prompt.media import Decode, RequestImages, request_images
 from ..settings import DISCONNECT_POLL_INTERVAL
 from .exchange import Exchange
-from .pump import open_stream
+from .pump import open_stream_early
 
 log = logging.getLogger("localserve.dialects")
+
+
+def request_media(exchange: Exchange) -> AbstractContextManager[RequestImages]:
+    """The scope of one request's images and clips (the router's, around its handler): each
+    decoded once, off the connection thread, its client watched; nothing sent meanwhile."""
+    return request_images(exchange.raise_if_gone, MediaWait(exchange, None, 0))
 
 
 class MediaWait:
@@ -71,9 +80,7 @@ class MediaWait:
         raise value
 
     def _send_notice(self) -> None:
-        if not self.exchange.stream_open:
-            open_stream(self.exchange)
-            self.exchange.opened_early = True
+        open_stream_early(self.exchange)
         self.exchange.writer.stream(self.notice)
 
     def _run(self, decode: Decode, stop: threading.Event, done: threading.Event, outcome: list) -> None:

@@ -74,6 +74,15 @@ def open_stream(exchange: Exchange, content_type: str = SSE_MEDIA_TYPE) -> None:
         exchange.stream_open = True
 
 
+def open_stream_early(exchange: Exchange, content_type: str = SSE_MEDIA_TYPE) -> None:
+    """The stream's head, sent before the handler knows its answer, to say something while it
+    waits (a model load, a long decode, a compaction): whatever fails after it, until the
+    stream ends, is an error in the stream (loading.serve_with_model), never a cut connection."""
+    if not exchange.stream_open:
+        open_stream(exchange, content_type)
+        exchange.opened_early = True
+
+
 class Job(Protocol):
     def cancel(self, reason: str) -> object: ...
 

@@ -24,6 +24,7 @@ SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 INCOMPLETE = ".incomplete"
 MAX_WALK_FILES = 10_000       # entries one repo's folder may hold (the largest repos hold a few hundred)
 MAX_WALK_DEPTH = 8            # folders down inside it (repos keep quants one or two down)
+MAX_SHOWN_PATH = 300          # characters of a name read from disk that a log line shows
 
 
 def cache_root(environ: dict[str, str] | None = None) -> Path:
@@ -33,6 +34,13 @@ def cache_root(environ: dict[str, str] | None = None) -> Path:
         if env.get(name):
             return Path(os.path.expanduser(env[name])) / below
     return Path(env.get("HOME") or os.path.expanduser("~")) / ".cache" / "huggingface" / "hub"
+
+
+def shown_path(path: object) -> str:
+    """A name read from disk (a folder, a file, a message naming one) as a log line shows it:
+    every control character escaped (a folder named with a newline or a terminal escape forges
+    no log line and colours no terminal), at most MAX_SHOWN_PATH characters."""
+    return ascii(str(path))[:MAX_SHOWN_PATH]
 
 
 def valid_repo_id(repo_id: str) -> bool:

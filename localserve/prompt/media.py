@@ -18,10 +18,12 @@ also holds the request to MAX_REQUEST_PIXELS, each image charged as the dialect 
 decoded, and asks after the client between two decodes: a client that has left stops the
 decoding, and no job is made. Each decode, an image's (a large PNG's inflate and resize: half
 a second) as a clip's (seconds for a long one), runs through the scope's one path
-(RequestImages.decode, then `run_decode`): here on the thread that asks, unless the request's
-dialect runs it off that thread while it answers the client (dialects/media_wait.py: the
-stream's head and keepalives, the client watched, a stop set when it leaves) for as long as
-decodes_run_by holds.
+(RequestImages.decode, then `run_decode`): the router opens every request's scope with a
+runner that takes it off the connection thread and watches the client meanwhile, a stop set
+when it leaves (dialects/media_wait.py), whatever route decodes (a count of tokens, a template
+shown, a generation); a streaming dialect's cycle swaps in one that also sends the stream's
+head and keepalives, for as long as decodes_run_by holds. Outside a request (no scope) a decode
+runs on the thread that asks.
 """
 
 from __future__ import annotations
@@ -88,9 +90,11 @@ def current_request() -> RequestImages | None:
 
 
 @contextmanager
-def request_images(check_client: Callable[[], None]) -> Iterator[RequestImages]:
-    """The scope of one request's images, on the thread that serves it."""
-    token = _request.set(RequestImages(check_client))
+def request_images(check_client: Callable[[], None],
+                   run_decode: Callable[[Decode], list] = decode_here) -> Iterator[RequestImages]:
+    """The scope of one request's images, on the thread that serves it, each decode run by
+    `run_decode` (the router's: off the connection thread, dialects/media_wait.py)."""
+    token = _request.set(RequestImages(check_client, run_decode))
     try:
         yield _request.get()
     finally:

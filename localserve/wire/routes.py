@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..dialects.exchange import JSON_BODY, Exchange, Handler
+from ..dialects.media_wait import request_media
 from ..dialects.openai.errors import OPENAI_ERRORS
 from ..errors import ApiError, ClientGone, ErrorShape
-from ..prompt.media import request_images
 from .http import Request
 from .response_writer import ResponseWriter
 
@@ -132,7 +132,7 @@ class Router:
                 if method in route.methods:
                     exchange.params = params
                     exchange.errors = route.errors
-                    with request_images(exchange.raise_if_gone):     # each image decoded once, the client asked after
+                    with request_media(exchange):     # each image or clip decoded once, off this thread
                         route.handler(exchange)
                     return
             allow = ", ".join(self.allowed(matches))

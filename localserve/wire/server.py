@@ -98,23 +98,38 @@ class HTTPServer:
                     return
                 time.sleep(0.05)   # EMFILE and friends: back off instead of spinning
                 continue
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                full = len(self._connections) >= self.max_connections
-                if not full:
-                    self._connections[sock] = False
-            if full:
-                self._refuse(sock)
-                continue
-            threading.Thread(target=self._serve_connection, args=(sock, peer), daemon=True,
-                             name=f"conn-{peer[1] if len(peer) > 1 else ''}").start()
+            try:
+                self._take(sock, peer)
+            except Exception:          # one connection's failure must never end the accept loop
+                log.exception("could not take a new connection")
+                with self._lock:
+                    self._connections.pop(sock, None)
+                _close(sock)
 
-    def _refuse(self, sock: socket.socket) -> None:
-        """Over --max-connections: a 503 and close, without a thread of its own."""
+    def _take(self, sock: socket.socket, peer: tuple) -> None:
+        """Give an accepted connection its thread, or a 503 when the server or the system has no room."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            full = len(self._connections) >= self.max_connections
+            if not full:
+                self._connections[sock] = False
+        if full:
+            self._refuse(sock, f"too many open connections (--max-connections {self.max_connections}); retry shortly")
+            return
+        thread = threading.Thread(target=self._serve_connection, args=(sock, peer), daemon=True,
+                                  name=f"conn-{peer[1] if len(peer) > 1 else ''}")
+        try:
+            thread.start()
+        except RuntimeError:           # the system's thread limit: refuse this one, keep accepting
+            log.warning("no thread could be started for a new connection: answered 503")
+            with self._lock:
+                self._connections.pop(sock, None)
+            self._refuse(sock, "the server cannot start a thread for another connection now; retry shortly")
+
+    def _refuse(self, sock: socket.socket, reason: str) -> None:
+        """A 503 and close, without a thread of its own."""
         sock.setblocking(False)      # a few hundred bytes into an empty send buffer: never waits
-        self._send_protocol_error(sock, ProtocolError(503, f"too many open connections (--max-connections "
-                                                            f"{self.max_connections}); retry shortly",
-                                                      headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]))
+        self._send_protocol_error(sock, ProtocolError(503, reason, headers=[("Retry-After", str(RETRY_AFTER_SECONDS))]))
         self.lingerer.add(sock)
 
     def connection_count(self) -> int:

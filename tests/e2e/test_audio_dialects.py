@@ -40,9 +40,9 @@ def part(data: bytes, fmt: str = "wav") -> dict:
     return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": fmt}}
 
 
-def url_part(data: bytes, media_type: str, fmt: str | None = None) -> dict:
-    """The clip as a data: URL in `data` (llama-server takes one), `format` beside it or not."""
-    value = {"data": f"data:{media_type};base64,{base64.b64encode(data).decode()}"}
+def url_part(data: bytes, media_type: str, fmt: str | None = None, field: str = "data") -> dict:
+    """The clip as a data: URL in `data` or `url` (llama-server takes both), `format` beside it or not."""
+    value = {field: f"data:{media_type};base64,{base64.b64encode(data).decode()}"}
     return {"type": "input_audio", "input_audio": value if fmt is None else {**value, "format": fmt}}
 
 
@@ -62,11 +62,11 @@ def test_chat_a_clip_is_answered_as_the_bare_engine_answers_it(audio_server, aud
     assert usage.prompt_tokens > audio_tokens() and usage.prompt_tokens_details.audio_tokens == audio_tokens()
 
 
-@pytest.mark.parametrize("fmt", [None, "wav"])
-def test_a_clip_as_a_data_url_is_the_same_clip(audio_server, fmt):
+@pytest.mark.parametrize("fmt, field", [(None, "data"), ("wav", "data"), (None, "url")])
+def test_a_clip_as_a_data_url_is_the_same_clip(audio_server, fmt, field):
     plain = chat(audio_server, ask(CLIP))
     messages = [{"role": "user", "content": [{"type": "text", "text": "what is this?"},
-                                             url_part(CLIP, "audio/wav", fmt)]}]
+                                             url_part(CLIP, "audio/wav", fmt, field)]}]
     reply = chat(audio_server, messages)
     assert reply.choices[0].message.content == plain.choices[0].message.content
     assert reply.usage.prompt_tokens_details.audio_tokens == plain.usage.prompt_tokens_details.audio_tokens > 0
@@ -132,6 +132,8 @@ BAD = [
     ("no format", {"type": "input_audio", "input_audio": {"data": base64.b64encode(CLIP).decode()}}, None),
     ("data URL of an image", url_part(CLIP, "image/png"), "unsupported_audio_format"),
     ("data URL against its format", url_part(CLIP, "audio/wav", "mp3"), "audio_format_mismatch"),
+    ("a URL to fetch", {"type": "input_audio", "input_audio": {"url": "http://127.0.0.1:9/clip.wav"}},
+     "remote_audio_url"),
 ]
 
 

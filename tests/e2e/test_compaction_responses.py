@@ -266,10 +266,12 @@ def test_a_background_compaction_trigger_is_stored_and_chained(server):
 # ---- what the piece limit cannot hold is known before any summary (issue 44, item 8) ---------
 
 @pytest.fixture(scope="module")
-def small(models_dir):
-    """A 1024-token context: a summarisation job reads a few hundred tokens of conversation."""
+def small(models_dir, tmp_path_factory):
+    """A 1024-token context: a summarisation job reads a few hundred tokens of conversation. A
+    stream's keepalive comes at the first event of any job (`: compacting` during every piece)."""
     path = write_scripted_gguf(models_dir / "compaction-scripted-small.gguf", [[ANSWER]], summary=[SUMMARY])
-    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1", "--ctx-size", "1024", "--no-store")
+    srv = ServerProcess(path, "--model-id", "scripted", "--slots", "1", "--ctx-size", "1024",
+                        "--prefill-keepalive", "0.001", "--data-dir", str(tmp_path_factory.mktemp("data")))
     yield srv
     srv.stop()
 
@@ -305,6 +307,31 @@ def test_a_conversation_a_few_pieces_can_hold_is_still_compacted(small):
     answer = post(small.port, "/v1/responses/compact", {"model": "scripted", "input": turns})
     assert answer.status == 200, answer.body
     assert compactions(small.port) >= before + 3
+
+
+def test_a_prompt_that_fails_after_the_compaction_opened_the_stream_ends_it_with_an_error_event(small):
+    """Earlier turns summarised in pieces, each with `: compacting` on the stream (its head out),
+    then this turn's own input, longer than the context, cannot be built even beside the
+    summary: the stream ends with the Responses error event (the SDK's ResponseErrorEvent), and
+    nothing of the response is stored (the conversation keeps its items, and goes on)."""
+    c = openai_sdk(small)
+    conversation = c.conversations.create()
+    c.responses.create(model="scripted", input="Tell me about tea.", conversation=conversation.id)
+    before = [item.id for item in c.conversations.items.list(conversation.id)]
+    turns = [{"role": ("user", "assistant")[i % 2], "content": f"turn {i}: " + "tea leaves and water " * 12}
+             for i in range(6)]
+    events = list(c.responses.create(model="scripted", conversation=conversation.id, stream=True,
+                                     input=[*turns, {"role": "user", "content": LONG}],
+                                     extra_body={"context_management": [{"type": "compaction"}]}))
+    assert [event.type for event in events] == ["error"], events
+    assert events[0].code == "context_length_exceeded" and events[0].sequence_number == 0, events[0]
+    assert [item.id for item in c.conversations.items.list(conversation.id)] == before
+    assert c.responses.create(model="scripted", input="And now?", conversation=conversation.id).status == "completed"
+    raw = post(small.port, "/v1/responses", {"model": "scripted", "stream": True, "store": False,
+                                             "input": [*turns, {"role": "user", "content": LONG}],
+                                             "context_management": [{"type": "compaction"}]})
+    assert raw.status == 200 and raw.body.startswith(b": compacting\n\n"), raw.body[:200]
+    assert [name for name, _ in parse_sse(raw.body)] == ["error"] and raw.body.endswith(b"\n\n"), raw.body[-300:]
 
 
 def test_compact_max_tokens_bounds_the_summary(models_dir, tmp_path):

@@ -5,7 +5,9 @@ stream's head and `: prefill` go out while the images decode, before there is a 
 that leaves then stops the request before it becomes a job (/metrics: no image encoded); an
 image stb refuses once the head is out is an error in the stream; and every bad image,
 streamed or not, is still a 400 before any head, in the dialect's own shape, those stb itself
-refuses (on the decode thread, within the interval) among them.
+refuses (on the decode thread, within the interval) among them. The routes that count a
+prompt's tokens (no job) decode their images the same way, off the connection thread, and
+answer a refused one in their own shape.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from conftest import ServerProcess
 from media_server import metric
 from rawhttp import RawConnection, post_json, request, request_id_of
 from sse import parse_sse
-from test_image_bombs import anthropic, chat
+from test_image_bombs import anthropic, chat, responses
 from tinyaudio import tone, wav_bytes
 from tinyvision import write_tiny_mmproj
 
@@ -125,3 +127,21 @@ def test_a_bad_image_is_still_a_400_before_any_head(server, route, stream):
             assert error["param"] == where and (code is None or error["code"] == code), (name, error)
         else:
             assert reply.json()["type"] == "error" and error["type"] == "invalid_request_error", (name, error)
+
+
+COUNTS = [   # (the route that counts, the request whose body it takes, how its 400 names the part)
+    ("/v1/messages/count_tokens", anthropic, lambda body: body["error"]["message"]),
+    ("/v1/chat/completions/input_tokens", chat, lambda body: body["error"]["param"]),
+    ("/v1/responses/input_tokens", responses, lambda body: body["error"]["param"]),
+]
+
+
+@pytest.mark.parametrize("path,route,named", COUNTS, ids=[c[0] for c in COUNTS])
+def test_a_count_of_tokens_decodes_its_images_as_its_request_would(server, path, route, named):
+    _, body, where = route([(large_png(9, 64, 64), "image/png")])
+    counted = request(server.port, post_json(path, body), timeout=60)
+    assert counted.status == 200 and counted.json()["input_tokens"] > 0, counted.body[:300]
+    _, body, where = route([(large_png(9, 64, 64), "image/png"), (hostile_images.gif_without_clear_code(), "image/gif")])
+    refused = request(server.port, post_json(path, body), timeout=60)
+    assert refused.status == 400, refused.body[:300]
+    assert where.replace("[1]", "[2]") in named(refused.json()), refused.json()    # stb's refusal, from its thread

@@ -108,8 +108,9 @@ def test_data_urls_must_be_base64_and_remote_urls_are_not_fetched():
     assert "not fetched" in str(caught.value) and "air-gapped" in str(caught.value)
     with pytest.raises(ImageRefused, match="not fetched"):
         read_data_url("HTTP://10.0.0.1/admin")
-    with pytest.raises(ImageRefused, match="expected a data: URL"):
-        read_data_url("file:///etc/passwd")
+    with pytest.raises(ImageRefused, match="nor reads files") as caught:
+        read_data_url("file:///etc/passwd")         # llama-server reads one under its --media-path
+    assert caught.value.code == "remote_image_url"
     with pytest.raises(ImageRefused, match="must be base64"):
         read_data_url("data:image/png,%89PNG")
     with pytest.raises(ImageRefused, match="expected a data: URL string"):

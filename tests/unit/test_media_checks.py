@@ -181,6 +181,33 @@ def test_a_data_url_past_the_byte_limit_is_refused_before_it_is_decoded(monkeypa
     assert caught.value.code == "audio_too_large" and decoded == []
 
 
+# ---- input_audio.url, which llama-server reads where `data` is not given -------------------
+
+def test_url_stands_for_a_data_not_given_and_is_read_the_same_way():
+    where = "messages[0].content[1]"
+    same = input_audio(audio_part(wav_url()), where)
+    assert input_audio({"type": "input_audio", "input_audio": {"url": wav_url()}}, where) == same
+    assert input_audio({"type": "input_audio", "input_audio": {"url": base64.b64encode(WAV).decode(),
+                                                               "format": "wav"}}, where) == same
+    # `data` first, as llama-server reads them
+    assert input_audio({"type": "input_audio", "input_audio": {"data": wav_url(), "url": "https://x.test/a.wav"}},
+                       where) == same
+    with pytest.raises(ApiError) as caught:     # the url of a clip with no format is plain base64 too
+        input_audio({"type": "input_audio", "input_audio": {"url": base64.b64encode(WAV).decode()}}, where)
+    assert caught.value.param == f"{where}.input_audio.format"
+
+
+@pytest.mark.parametrize("url", ["https://x.test/a.wav", "HTTP://10.0.0.1/admin", "file:///etc/passwd",
+                                 "file:clip.wav"])
+@pytest.mark.parametrize("field", ["url", "data"])
+def test_a_clip_s_url_to_fetch_is_refused_never_fetched(url, field):
+    with pytest.raises(ApiError) as caught:
+        input_audio({"type": "input_audio", "input_audio": {field: url, "format": "wav"}}, "input[0].content[2]")
+    error = caught.value
+    assert (error.status, error.code, error.param) == (400, "remote_audio_url", "input[0].content[2]")
+    assert "not fetched" in error.message and "data:audio/wav;base64," in error.message
+
+
 def test_plain_base64_still_needs_its_format():
     with pytest.raises(ApiError) as caught:
         input_audio(audio_part(base64.b64encode(WAV).decode()), "messages[0].content[0]")

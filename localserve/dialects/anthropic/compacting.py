@@ -26,7 +26,7 @@ from ..compaction import CompactionOptions, CompactionUsage, compact_pieces
 from ..exchange import Exchange
 from ..failures import prompt_refusals
 from ..job_events import error_from, job_events, submit
-from ..pump import PREFILL_COMMENT, open_stream, pump
+from ..pump import PREFILL_COMMENT, open_stream_early, pump
 from ..request_cycle import Reply
 from .answer import AnswerBuilder
 from .compaction import Compact, Compaction
@@ -63,20 +63,14 @@ def compacting_reply(exchange: Exchange, model: ServedModel, chat: ChatInput, an
                                 label=f"{answer.label} compaction", param="messages")
     if stream:      # pieces summarised before the request's own job: the head and comments go out meanwhile
         options.on_wait, options.wait_interval = lambda: _keepalive(exchange), keepalive
-    opened_before = exchange.stream_open       # by a load notice: then loading.py answers an error in-band
-    try:
-        last = compact_pieces(exchange, model, chat, options)
-    except ApiError as error:
-        if not opened_before and exchange.stream_open and not exchange.writer.finished:
-            exchange.writer.stream(exchange.errors.stream_frame(error))
-            exchange.writer.end_stream()
-        raise
+    # whatever fails once a keepalive sent the head goes in the stream (loading.serve_with_model)
+    last = compact_pieces(exchange, model, chat, options)
     run = CompactingRun(exchange, model, chat, answer, meta, compact.pause, last.usage, keepalive)
     return Reply(last.step.request, deliver=run.stream if stream else run.whole)
 
 
 def _keepalive(exchange: Exchange) -> None:
-    open_stream(exchange)
+    open_stream_early(exchange)
     exchange.writer.stream(PREFILL_COMMENT)
 
 

@@ -17,7 +17,7 @@ from ...conversation import Message
 from ...errors import ApiError
 from ..compaction import CompactionOptions, compact, compact_pieces
 from ..exchange import Exchange
-from ..pump import open_stream
+from ..pump import open_stream_early
 from .compacting import check_conversation, compaction_item, opened
 from .items import to_messages
 from .request import Plan
@@ -32,7 +32,9 @@ def compact_as_planned(exchange: Exchange, model: ServedModel, plan: Plan, key: 
                        keepalive: float) -> None:
     """Set plan.generation (and plan.compaction, once compacted) as the request asks. A stream's
     head goes out with the first `: compacting` comment, every `keepalive` seconds of a compaction
-    waited for here; an error after it goes in-band."""
+    waited for here; whatever fails after it (the compaction, the prompt built from its summary,
+    the job's submission) is an error event in the stream (loading.serve_with_model, in the
+    route's Responses shape: errors.py), and nothing of the response is stored."""
     plan.seal_compaction = lambda summary: compaction_item(key, summary)
     if not plan.triggered and not _needs_compaction(plan):
         return
@@ -43,14 +45,7 @@ def compact_as_planned(exchange: Exchange, model: ServedModel, plan: Plan, key: 
                                 cache_key=plan.response["prompt_cache_key"])
     if plan.stream:
         options.on_wait, options.wait_interval = lambda: _comment(exchange), keepalive
-    opened_before = exchange.stream_open     # by a load notice: then loading.py answers an error in-band
-    try:
-        _compact(exchange, model, plan, key, chat, options)
-    except ApiError as error:
-        if not opened_before and exchange.stream_open and not exchange.writer.finished:
-            exchange.writer.stream(exchange.errors.stream_frame(error))
-            exchange.writer.end_stream()
-        raise
+    _compact(exchange, model, plan, key, chat, options)
 
 
 def compaction_messages(plan: Plan) -> list[Message]:
@@ -61,7 +56,7 @@ def compaction_messages(plan: Plan) -> list[Message]:
 
 
 def _comment(exchange: Exchange) -> None:
-    open_stream(exchange)
+    open_stream_early(exchange)
     exchange.writer.stream(COMPACTING_COMMENT)
 
 

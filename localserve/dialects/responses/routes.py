@@ -7,12 +7,13 @@ from functools import partial
 from ..exchange import RouteTable
 from ..services import Services
 from . import compact_endpoint, conversations, handlers
+from .errors import RESPONSES_ERRORS
 from .runs import ResponseRuns
 
 
 def add_routes(table: RouteTable, services: Services, runs: ResponseRuns) -> None:
     responses = handlers.ResponsesServices(services, runs)
-    table.add("/v1/responses", "POST", partial(handlers.create, responses))
+    table.add("/v1/responses", "POST", partial(handlers.create, responses), RESPONSES_ERRORS)
     table.add("/v1/responses/compact", "POST", partial(compact_endpoint.compact_conversation, services))
     table.add("/v1/responses/{response_id}", "GET", partial(handlers.retrieve, responses))
     table.add("/v1/responses/{response_id}", "DELETE", partial(handlers.delete, responses))

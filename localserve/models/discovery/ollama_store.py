@@ -28,7 +28,7 @@ import orjson
 from .. import hf_layout
 from ..catalogue import ModelEntry
 from ..defaults import ModelDefaults
-from ..hf_layout import WalkRefused, within
+from ..hf_layout import WalkRefused, shown_path, within
 
 log = logging.getLogger("localserve.models")
 
@@ -85,7 +85,7 @@ def manifest_paths(store: Path) -> list[Path]:
         for folder in level:
             if not within(store, folder):
                 log.warning("discovery: %s %s leads outside %s (a linked folder); skipped", SOURCE,
-                            ascii(str(folder))[:300], store)
+                            shown_path(folder), store)
                 continue
             try:
                 with os.scandir(folder) as listing:
@@ -100,7 +100,7 @@ def manifest_paths(store: Path) -> list[Path]:
             except NotADirectoryError:
                 continue            # a file where a folder of the layout should be
             except OSError as exc:
-                log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, ascii(str(folder))[:300],
+                log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, shown_path(folder),
                             exc.strerror or exc)
         level = sorted(below)
     return level
@@ -124,7 +124,7 @@ def read_model(store: Path, manifest: Path) -> ModelEntry | None:
     host, namespace, model, tag = manifest.relative_to(store / "manifests").parts
     if not HOST_PART.match(host) or not all(NAME_PART.match(part) for part in (namespace, model, tag)):
         log.warning("discovery: %s: %s is not a name Ollama gives; skipped", SOURCE,
-                    ascii("/".join((host, namespace, model, tag)))[:200])
+                    shown_path("/".join((host, namespace, model, tag))))
         return None
     name = display_name(host, namespace, model, tag)
     try:

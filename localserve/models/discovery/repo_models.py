@@ -2,7 +2,9 @@
 (also `hf.co/org/repo:QUANT`, Ollama's spelling), the repo's default quant (Q4_K_M, else Q8_0,
 else the first) also as the bare `org/repo`. A split model is one model, loaded from its first
 part; a projector beside a model is paired with it (gguf_files.best_projector). The Hugging
-Face cache, LM Studio's folder and llama.cpp's cache all hold repos this way.
+Face cache, LM Studio's folder and llama.cpp's cache all hold repos this way. A model file
+named with a control character is skipped (it would be in the model's name), and every name
+from disk a log line shows is escaped (hf_layout.shown_path).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from ..catalogue import ModelEntry
 from ..gguf_files import basename, best_projector, default_model, first_parts, parts_of, split_info, whole
+from ..hf_layout import shown_path
 
 log = logging.getLogger("localserve.models")
 
@@ -31,15 +34,19 @@ def repo_entries(repo_id: str, base: Path, files: list[str], source: str, origin
     default = default_model(files)
     taken: set[str] = set()
     for first in first_parts(files):
+        if not first.isprintable():     # it would name the model: no control character in a log line or a listing
+            log.warning("discovery: %s %s: %s: a file name with a control character is no model's name; skipped",
+                        source, shown_path(repo_id), shown_path(first))
+            continue
         parts = parts_of(files, first)
         if not whole(parts):
-            log.warning("discovery: %s %s: %s is part 1 of %d but the folder holds %s; skipped", source, repo_id,
-                        first, split_info(first).count, ", ".join(parts))
+            log.warning("discovery: %s %s: %s is part 1 of %d but the folder holds %s; skipped", source,
+                        shown_path(repo_id), shown_path(first), split_info(first).count, shown_path(", ".join(parts)))
             continue
         unreadable = [p for p in parts if not readable(base / p)]
         if unreadable:
-            log.warning("discovery: %s %s: %s is missing or unreadable; skipped", source, repo_id,
-                        base / unreadable[0])
+            log.warning("discovery: %s %s: %s is missing or unreadable; skipped", source, shown_path(repo_id),
+                        shown_path(base / unreadable[0]))
             continue
         tag = split_info(first).tag or split_info(basename(first)).prefix
         name = f"{repo_id}:{tag}"

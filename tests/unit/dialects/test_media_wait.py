@@ -8,16 +8,19 @@ socket's peeks on purpose)."""
 from __future__ import annotations
 
 import contextlib
+import socket
 import threading
 
 import pytest
 
+from localserve.dialects.exchange import Exchange
 from localserve.dialects.loading import serve_with_model
 from localserve.dialects.media_wait import MediaWait
 from localserve.dialects.pump import PREFILL_COMMENT
 from localserve.engine.facade import AudioUnreadable, DecodeStopped
 from localserve.errors import ApiError, ClientGone
-from localserve.prompt.media import decodes_run_by, request_images
+from localserve.prompt.media import current_request, decodes_run_by, request_images
+from localserve.wire.routes import Router
 from .test_loading import _exchange, _read
 
 KEEPALIVE = 0.05
@@ -128,3 +131,51 @@ def test_a_refusal_comes_back_to_the_caller_and_after_the_head_goes_in_the_strea
     received += _read(theirs)
     assert received.startswith(b"HTTP/1.1 200") and PREFILL_COMMENT in received
     assert b"audio_too_long" in received and received.endswith(b"0\r\n\r\n")
+
+
+# ---- every route's decodes: the router's scope (a count of tokens has no job, and no stream) --
+
+class _Gate:
+    def check_access(self, exchange) -> None:
+        pass
+
+
+def _route(handler) -> tuple[Exchange, socket.socket, Router]:
+    exchange, theirs = _exchange()
+    router = Router(_Gate())
+    router.add("/v1/chat/completions", "POST", handler)
+    return exchange, theirs, router
+
+
+def test_a_route_s_decodes_run_off_its_connection_thread():
+    # /v1/messages/count_tokens and the */input_tokens routes build a prompt and make no job:
+    # their images' and clips' decodes take the one path that every route's take
+    ran_on = []
+
+    def count(exchange):
+        scope = current_request()
+        segments = scope.decode("digest", lambda stop: ran_on.append(threading.current_thread()) or ["segments"])
+        exchange.send_json({"input_tokens": len(segments)})
+    exchange, theirs, router = _route(count)
+    router.dispatch(exchange.request, exchange.writer, "req_test")
+    assert ran_on and ran_on[0] is not threading.current_thread()
+    theirs.settimeout(5)
+    assert theirs.recv(4096).startswith(b"HTTP/1.1 200")
+
+
+def test_a_client_gone_stops_a_route_s_decode_and_no_answer_is_written(caplog):
+    stopped = threading.Event()
+
+    def count(exchange):
+        def decode(stop):
+            theirs.close()              # the client leaves while the decode runs
+            assert stop.wait(5)
+            stopped.set()
+            raise DecodeStopped("before stb's decode")
+        current_request().decode("digest", decode)
+        exchange.send_json({"input_tokens": 1})
+    exchange, theirs, router = _route(count)
+    with caplog.at_level("INFO", logger="localserve.dialects"), pytest.raises(ClientGone):
+        router.dispatch(exchange.request, exchange.writer, "req_test")
+    assert stopped.is_set() and not exchange.writer.started
+    assert "(req_test): its client left; the decode stopped before stb's decode" in caplog.text

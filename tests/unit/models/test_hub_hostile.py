@@ -20,8 +20,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
 
 from hub_mirror import Repo  # noqa: E402
-from stores import hf_cache, llamacpp_flat, ollama_store  # noqa: E402
+from stores import hf_cache, llamacpp_flat, lmstudio, ollama_store  # noqa: E402
 
+from localserve.models import hf_layout  # noqa: E402
 from localserve.models.discovery import sources as discovery  # noqa: E402
 from localserve.models.hub import client as hub_client  # noqa: E402
 from localserve.models.hub import fetch as hub_fetch  # noqa: E402
@@ -229,6 +230,25 @@ def test_an_ollama_name_ollama_would_not_give_is_skipped(tmp_path, caplog):
     assert [e.name for e in found] == ["ok:latest"]
     said = [r.getMessage() for r in caplog.records if "evil" in r.getMessage()]
     assert len(said) == 1 and "\n" not in said[0] and "\x1b" not in said[0]
+
+
+def test_lmstudio_names_with_control_characters_are_skipped_and_logged_escaped(tmp_path, caplog, monkeypatch):
+    evil = "x\n\x1b[31mINJECTED"
+    home = tmp_path / evil                  # every path a line names holds it
+    models = home / ".lmstudio" / "models"
+    lmstudio(models, evil, "Repo-GGUF", {"a-Q4_K_M.gguf": GGUF + b"1"})             # a publisher so named
+    lmstudio(models, "pub", evil, {"b-Q4_K_M.gguf": GGUF + b"2"})                   # a repo
+    lmstudio(models, "pub", "Files-GGUF", {f"{evil}-Q8_0.gguf": GGUF + b"3"})        # a model file
+    lmstudio(models, "pub", "Ok-GGUF", {"ok-Q4_K_M.gguf": GGUF + b"4"})
+    (models / "pub" / "Root-GGUF").symlink_to("/", target_is_directory=True)        # a link outside
+    lmstudio(models, "pub", "Wide-GGUF", {f"part{i}.txt": b"" for i in range(10)})    # a walk refused
+    monkeypatch.setattr(hf_layout, "MAX_WALK_FILES", 5)
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discovery.discover(("lmstudio",), {"HOME": str(home)})
+    assert [e.name for e in found] == ["pub/Ok-GGUF:Q4_K_M"]
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 5 and all("INJECTED" in m for m in said), said
+    assert not any("\n" in m or "\x1b" in m for m in said), said
 
 
 def test_looping_and_huge_manifests_are_skipped(tmp_path, caplog):
