@@ -132,9 +132,10 @@ def test_a_sampled_job_whose_drafts_are_refused_stops_drafting(tiny_model):
             assert answer["usage"]["completion_tokens"] == 1000
             sampled.append(answer["timings"]["draft_n"])
         # a first draft or two, then one token now and then, ever more rarely (runtime/draft_budget.py),
-        # a try accepted by chance earning a few more: 10 to 37 drafted tokens an answer here; drafting
-        # on, each refused draft halving the next and pausing at most 32 steps, came to 65-126
-        assert all(drafted > 0 for drafted in sampled) and sum(sampled) <= 90, sampled
+        # a try accepted by chance earning a few more: 13 to 92 drafted tokens an answer here (this
+        # model's sampled letters match a draft now and then: 7 to 12 accepted); drafts that cost
+        # nothing (drafting on whatever is refused) came to about 500 an answer
+        assert all(drafted > 0 for drafted in sampled) and sum(sampled) <= 300, sampled
         greedy = request(srv.port, post_json("/v1/completions", {**body, "temperature": 0}), timeout=120).json()
         assert greedy["timings"]["draft_n_accepted"] > 300      # the same text, its drafts accepted: on they go
         speculation = request(srv.port, GET_SLOTS).json()["models"]["tiny"]["speculation"]

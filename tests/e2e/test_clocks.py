@@ -30,44 +30,52 @@ DRAIN_TIMEOUT = 1
 EXIT_MARGIN = 20.0              # seconds past the drain's end: the stalled send itself lasts --idle-timeout
 
 
-def settled(srv: ServerProcess) -> None:
+def settled(*servers: ServerProcess) -> None:
     """Wait until start-up's work (the first load, the threads' first turns) is over."""
-    assert srv.wait_log("serving", timeout=30), srv.log[-2000:]
+    for srv in servers:
+        assert srv.wait_log("serving", timeout=30), srv.log[-2000:]
     time.sleep(1.0)
 
 
-def idle_cost(pid: int) -> tuple[int, float]:
-    """(wake-ups, CPU seconds) of the process over IDLE_SECONDS with nothing to do."""
-    switches, cpu = context_switches(pid), cpu_seconds(pid)
+def idle_costs(*pids: int) -> list[tuple[int, float]]:
+    """(wake-ups, CPU seconds) of each process over the same IDLE_SECONDS with nothing to do."""
+    before = [(context_switches(pid), cpu_seconds(pid)) for pid in pids]
     time.sleep(IDLE_SECONDS)
-    return context_switches(pid) - switches, cpu_seconds(pid) - cpu
+    return [(context_switches(pid) - switches, cpu_seconds(pid) - cpu) for pid, (switches, cpu) in zip(pids, before)]
 
 
-def test_an_idle_server_sleeps(tiny_model):
-    srv = ServerProcess(tiny_model, "--no-store")
+@pytest.fixture(scope="module")
+def idle_servers(tmp_path_factory, tiny_model):
+    """A plain server and one with a systemd watchdog, idle over the same IDLE_SECONDS (side by side:
+    neither does anything, so neither's count is the other's): for each, (wake-ups, CPU seconds),
+    and the watchdog's pings in that time."""
+    notify = NotifyListener(str(tmp_path_factory.mktemp("notify") / "notify.sock"))
+    plain = ServerProcess(tiny_model, "--no-store", wait=False)
+    watched = ServerProcess(tiny_model, "--no-store", wait=False,
+                            env={"NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
     try:
-        settled(srv)
-        wakeups, cpu = idle_cost(srv.proc.pid)
-        assert wakeups < IDLE_WAKEUPS and cpu < IDLE_CPU_SECONDS, (wakeups, cpu)
-    finally:
-        srv.stop()
-
-
-def test_the_watchdog_is_pinged_at_its_interval_and_no_faster(tmp_path, tiny_model):
-    path = str(tmp_path / "notify.sock")
-    notify = NotifyListener(path)
-    srv = ServerProcess(tiny_model, "--no-store", env={"NOTIFY_SOCKET": path, "WATCHDOG_USEC": str(WATCHDOG_USEC)})
-    try:
-        settled(srv)
+        for srv in (plain, watched):
+            srv.wait_ready()
+        settled(plain, watched)
         before = notify.count("WATCHDOG=1")
-        wakeups, cpu = idle_cost(srv.proc.pid)
-        pings = notify.count("WATCHDOG=1") - before
-        # 6 expected; at least one (systemd would kill a silent service), never a stream of them
-        assert 1 <= pings <= 15, pings
-        assert wakeups < IDLE_WAKEUPS and cpu < IDLE_CPU_SECONDS, (wakeups, cpu)
+        costs = idle_costs(plain.proc.pid, watched.proc.pid)
+        yield {"plain": costs[0], "watched": costs[1], "pings": notify.count("WATCHDOG=1") - before}
     finally:
-        srv.stop()
+        for srv in (plain, watched):
+            srv.stop()
         notify.close()
+
+
+def test_an_idle_server_sleeps(idle_servers):
+    wakeups, cpu = idle_servers["plain"]
+    assert wakeups < IDLE_WAKEUPS and cpu < IDLE_CPU_SECONDS, (wakeups, cpu)
+
+
+def test_the_watchdog_is_pinged_at_its_interval_and_no_faster(idle_servers):
+    # 6 expected; at least one (systemd would kill a silent service), never a stream of them
+    assert 1 <= idle_servers["pings"] <= 15, idle_servers["pings"]
+    wakeups, cpu = idle_servers["watched"]
+    assert wakeups < IDLE_WAKEUPS and cpu < IDLE_CPU_SECONDS, (wakeups, cpu)
 
 
 class NotifyListener:
@@ -75,6 +83,7 @@ class NotifyListener:
     the sender, and hide a sender that never pauses)."""
 
     def __init__(self, path: str):
+        self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(path)
         self.sock.settimeout(0.1)

@@ -222,9 +222,9 @@ def test_cancel_mid_run_frees_the_slot(plain, spec):
     assert text_of(complete(spec.port, PROMPTS[1])) == text_of(complete(plain.port, PROMPTS[1]))
 
 
-# Sharp enough that the prediction (the greedy answer) is often what is sampled; some thirty
-# (position, token) outcomes still occur over the seeds.
-TEMPERATURE = 0.3
+# Sharp enough that the prediction (the greedy answer) is often what is sampled (some 55 drafted
+# tokens accepted over the seeds); some twenty-five (position, token) outcomes still occur.
+TEMPERATURE = 0.2
 
 
 def test_sampled_tokens_are_distributed_as_without_drafts(plain, spec):

@@ -278,7 +278,7 @@ def write_tiny_gguf(
     context_length: int = 2048,
     n_embd: int = 64,
     n_layer: int = 2,
-    n_head: int = 4,
+    n_head: int = 1,
     n_ff: int = 128,
     seed: int = 0,
     arch: str = "llama",
@@ -287,6 +287,10 @@ def write_tiny_gguf(
     fim: str | None = None,
 ) -> Path:
     """Write a tiny random-weight llama GGUF model to ``path`` and return the path.
+
+    ``n_head``: one 64-wide head by default: llama.cpp's CPU flash attention decodes four
+    16-wide heads several times slower per token (0.94 against 0.11 ms), and the suite decodes
+    hundreds of thousands of tokens on these models.
 
     ``special_tokens``: strings (CONTROL tokens) or ``(text, "control" |
     "user_defined")`` pairs, appended to the vocabulary.  CONTROL tokens are only
