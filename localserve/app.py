@@ -39,7 +39,7 @@ from .wire.routes import Router
 from .wire.access import AccessPolicy, is_body_type, load_api_keys, sent_by_browser
 from .ops import systemd
 from .ops.signals import StopSignals
-from .wire.server import HTTPServer, listen_address
+from .wire.server import HTTPServer, http_url, listen_address
 from .settings import Settings, user_data_dir
 from .dialects.signing import load_signing_key
 from .store.store import Store
@@ -294,7 +294,7 @@ def serve(settings: Settings) -> int:
         host, port = server.address
         log_serving(app, host, port)
         for each in servers[1:]:
-            log.info("also serving on http://%s:%d (--ollama-listen)", *each.address)
+            log.info("also serving on %s (--ollama-listen)", http_url(*each.address))
         systemd.notify(f"READY=1\nSTATUS=serving {', '.join(app.models.catalogue.names())} on {host}:{port}")
         watchdog = systemd.watchdog_interval()
         while not signals.wait(watchdog or MAIN_LOOP_WAKE):
@@ -334,9 +334,9 @@ def drain(app: App, servers: list[HTTPServer], settings: Settings) -> int:
 
 def log_listening(servers: list[HTTPServer]) -> None:
     """The addresses bound, before any model loads: with --port 0 (or :0) this names the port."""
-    log.info("listening on http://%s:%d", *servers[0].address)
+    log.info("listening on %s", http_url(*servers[0].address))
     for each in servers[1:]:
-        log.info("listening on http://%s:%d (--ollama-listen)", *each.address)
+        log.info("listening on %s (--ollama-listen)", http_url(*each.address))
 
 
 def log_serving(app: App, host: str, port: int) -> None:
@@ -348,15 +348,15 @@ def log_serving(app: App, host: str, port: int) -> None:
     if app.models.catalogue.any_name and loaded:       # the one-model server: its line as it always was
         model = loaded[0]
         engine = model.engine
-        log.info("serving %s (%s, %s params) as '%s' on http://%s:%d — n_ctx %d per slot, %d slot(s), %d threads, "
+        log.info("serving %s (%s, %s params) as '%s' on %s — n_ctx %d per slot, %d slot(s), %d threads, "
                  "chat template %s, tool syntax %s, %s, weights in %s%s", engine.info.path, engine.info.architecture,
-                 human_count(engine.info.n_params), model.name, host, port, engine.n_ctx_seq, settings.slots,
+                 human_count(engine.info.n_params), model.name, http_url(host, port), engine.n_ctx_seq, settings.slots,
                  settings.resolved_threads(), model.chat.template.source, model.chat.tool_syntax,
                  offload_summary(engine), describe_buffers(engine.weight_buffers),
                  f", {engine.projector.describe()}" if engine.projector is not None else "")
         return
-    log.info("serving %d model(s) on http://%s:%d (%s loaded) — %d threads, %s", len(app.models.catalogue),
-             host, port, ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
+    log.info("serving %d model(s) on %s (%s loaded) — %d threads, %s", len(app.models.catalogue),
+             http_url(host, port), ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
 
 
 def models_summary(app: App) -> str:

@@ -11,7 +11,9 @@ resampled to its encoder's rate: engine/audio.py):
   other containers (Ogg, WebM, MP4/M4A, AIFF, ...) are refused by name;
 - the bytes are held to MAX_AUDIO_BYTES; then audio_headers.py reads
   the header (channels, rate, sample size, the declared length) and the clip is held to
-  MAX_AUDIO_SECONDS; a request's clips together to MAX_REQUEST_AUDIO_SECONDS (media_checks.py),
+  MAX_AUDIO_SECONDS; a request's clips together to MAX_REQUEST_AUDIO_SECONDS (media_checks.py,
+  counting what each may decode to: an MP3 whose frames walk as 10 s may hide frames that decode
+  to 200 s),
   the decoded length checked again against both once libmtmd has decoded it.
 The caller names the request part (``messages[2].content[1]``) in the error it makes.
 """
@@ -51,7 +53,7 @@ def from_bytes(data: bytes, audio_format: object = None, where: str = "") -> Aud
         else read_flac(data)
     if facts.seconds > MAX_AUDIO_SECONDS:
         raise too_long(facts.seconds)
-    return Audio(facts.data, found, where=where, seconds=facts.seconds)
+    return Audio(facts.data, found, where=where, seconds=facts.seconds, most_seconds=facts.most_seconds)
 
 
 def declared_format(audio_format: object) -> str:

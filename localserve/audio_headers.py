@@ -19,7 +19,12 @@ process. So each format is read here first, and only bytes whose declarations we
   walking the frames alone misses a second chain of short frames hidden in the data of long
   ones, which dr_mp3 follows when the long ones do not chain);
 - FLAC must start (after ID3v2 tags, cut off) with ``fLaC`` and a STREAMINFO block whose sample
-  count is known (not 0) and within the limit.
+  count is known (not 0) and within the limit, and its metadata blocks must end within the bytes;
+  only STREAMINFO goes on, flagged as the last block, then the frames. miniaudio tries dr_wav,
+  dr_flac and dr_mp3 in turn until one opens the bytes, and dr_mp3 finds frames anywhere: a FLAC
+  dr_flac could not open (a block running past the end, a last block never flagged) was decoded
+  as the MP3 frames hidden in its padding (a 24 MB file declaring 1 s decoded to 24,000 s: 3 GB
+  of floats and 20 s of CPU before the length was checked).
 
 Each reader returns :class:`AudioFacts` (the bytes to hand on, their format, the duration the
 header declares) or raises :class:`AudioRefused` saying why.
@@ -38,6 +43,7 @@ MIN_SAMPLE_RATE = 1000           # below this no speech survives; it would also 
 MAX_SAMPLE_RATE = 384000
 MAX_WAV_CHUNKS = 64              # RIFF chunks walked before the data chunk (LIST, fact, cue, ...)
 MAX_ID3_TAGS = 4                 # ID3v2 tags in a row before the audio
+MAX_FLAC_BLOCKS = 128            # FLAC metadata blocks (STREAMINFO, SEEKTABLE, tags, pictures, padding, ...)
 
 _PCM, _FLOAT, _EXTENSIBLE = 1, 3, 0xFFFE
 _GUID_TAIL = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
@@ -51,11 +57,17 @@ class AudioRefused(InputRefused):
 
 @dataclass(frozen=True)
 class AudioFacts:
-    data: bytes            # what goes to libmtmd's decoder: a canonical WAV, or the stream without ID3 tags
+    data: bytes            # what goes to libmtmd's decoder: a canonical WAV, an MP3 stream without ID3 tags,
+                           # a FLAC stream of STREAMINFO and frames
     format: str            # "wav", "mp3", "flac"
-    seconds: float         # the duration the header declares (MP3 without a tag: estimated from its bitrate)
+    seconds: float         # the duration the header declares (MP3 without a tag: its frames walked)
     sample_rate: int
     channels: int
+    decodes_to: float | None = None     # at most what the decoders make of it, where more than `seconds`
+
+    @property
+    def most_seconds(self) -> float:
+        return self.seconds if self.decodes_to is None else max(self.seconds, self.decodes_to)
 
 
 # ---- WAV ---------------------------------------------------------------------------------
@@ -239,7 +251,7 @@ def read_mp3(data: bytes, max_seconds: float) -> AudioFacts:
     if decodable > max_seconds:
         raise AudioRefused(f"the MP3's frame headers come to {decodable:.0f} seconds or more, more than "
                            f"{max_seconds:g} are read", "audio_too_long")
-    return AudioFacts(stream, "mp3", _mp3_walked_seconds(stream), first.rate, 1)
+    return AudioFacts(stream, "mp3", _mp3_walked_seconds(stream), first.rate, 1, decodable)
 
 
 def _mp3_decodable_seconds(stream: bytes, max_seconds: float) -> float:
@@ -307,4 +319,24 @@ def read_flac(data: bytes) -> AudioFacts:
     if total == 0:
         raise AudioRefused("the FLAC stream does not declare its length (STREAMINFO's sample count is 0); "
                            "re-encode it with the count, or send WAV")
-    return AudioFacts(stream, "flac", total / rate, rate, channels)
+    frames = _flac_frames_start(stream)
+    return AudioFacts(b"fLaC" + bytes([0x80]) + stream[5:42] + stream[frames:], "flac", total / rate, rate, channels)
+
+
+def _flac_frames_start(stream: bytes) -> int:
+    """Where the frames start: past the metadata blocks, each within the bytes, the last one flagged.
+    Only STREAMINFO goes on, flagged last (read_flac): dr_flac then never walks a block, so it
+    never fails to open the stream, and miniaudio never hands the bytes to dr_mp3 instead."""
+    at, last = 4, False
+    for _ in range(MAX_FLAC_BLOCKS):
+        if at + 4 > len(stream):
+            break
+        last, size = bool(stream[at] & 0x80), int.from_bytes(stream[at + 1:at + 4], "big")
+        at += 4 + size
+        if at > len(stream):
+            break
+        if last:
+            return at
+    else:
+        raise AudioRefused(f"the FLAC stream has more than MAX_FLAC_BLOCKS ({MAX_FLAC_BLOCKS}) metadata blocks")
+    raise AudioRefused("the FLAC stream's metadata blocks run past its end (no last block within the file)")

@@ -61,12 +61,15 @@ class Audio:
     """An audio clip in a prompt: the bytes libmtmd's decoder is handed (localserve/audio.py
     checked them: a canonical WAV, or an MP3 or FLAC stream), their format, and their sha256
     (hex), which two clips are compared by (the prompt cache keys a clip by it). seconds: the
-    duration its header declares; where: the request part it came from."""
+    duration its header declares; most_seconds: at most what libmtmd's decoders make of it (an
+    MP3's hidden frames decode too), which a request's limit counts; where: the request part it
+    came from."""
     data: bytes = field(repr=False, compare=False)
     format: str
     digest: str = ""
     where: str = field(default="", compare=False)
     seconds: float = field(default=0.0, compare=False)
+    most_seconds: float = field(default=0.0, compare=False)
 
     def __post_init__(self) -> None:
         if not self.digest:

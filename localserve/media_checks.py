@@ -220,9 +220,9 @@ def hold_request(kind: MediaKind, parts: list) -> None:
         if part.digest in seen:
             continue
         seen.add(part.digest)
-        seconds += part.seconds
+        seconds += max(part.seconds, part.most_seconds)      # what the decoders may make of it
         if seconds > limit:
-            raise kind.refused(f"the request's clips come to {seconds:.1f} seconds, more than "
+            raise kind.refused(f"the request's clips decode to as much as {seconds:.1f} seconds, more than "
                                f"{kind.seconds_setting} ({limit:g}) allows", "audio_too_long", part.where or "messages")
 
 

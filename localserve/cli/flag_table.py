@@ -7,7 +7,7 @@ from __future__ import annotations
 from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
-from .option_values import (Option, discovery_sources, duration, flag, listen_address_value, log_level, non_negative_float,
+from .option_values import (Option, discovery_sources, duration, flag, host_name, listen_address_value, log_level, non_negative_float,
                             non_negative_int, pooling_mode, port_number, positive_int, positive_seconds, size,
                             speculative_mode)
 
@@ -41,7 +41,8 @@ MODELS: tuple[Option, ...] = (
 )
 
 LISTENING: tuple[Option, ...] = (
-    Option("host", str, defaults.DEFAULT_HOST, "address to listen on"),
+    Option("host", host_name, defaults.DEFAULT_HOST, "address to listen on (a name, an IPv4 address, an IPv6 one in "
+           "brackets or not)"),
     Option("port", port_number, defaults.DEFAULT_PORT, "TCP port to listen on (0: any free port, named in the "
            "'listening on' log line)"),
     Option("ollama-listen", listen_address_value, None, "a second address to serve on, for tools with Ollama's "

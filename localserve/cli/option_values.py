@@ -11,7 +11,7 @@ from typing import Any, Callable
 from .. import settings as defaults
 from ..models.discovery.sources import parse_sources
 from ..models.units import parse_duration, parse_size
-from ..wire.server import listen_address
+from ..wire.server import listen_address, listen_host
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,7 @@ positive_seconds = _checked("positive_seconds", float, lambda n: 0 < n < float("
 duration = _parsed("duration", parse_duration)
 size = _parsed("size", parse_size)
 discovery_sources = _parsed("discovery_sources", parse_sources)
+host_name = _parsed("host_name", listen_host)
 
 
 def listen_address_value(value: str) -> str:

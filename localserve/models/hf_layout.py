@@ -18,9 +18,9 @@ from pathlib import Path
 
 REPO_PREFIX = "models--"
 # huggingface_hub's repo id rule (validators.py): one slash; letters, digits, `-_.`; no `--` or `..`
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
-SHA256 = re.compile(r"^[0-9a-f]{64}$")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}\Z")
+COMMIT = re.compile(r"^[0-9a-f]{40}\Z")
+SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 INCOMPLETE = ".incomplete"
 MAX_WALK_FILES = 10_000       # entries one repo's folder may hold (the largest repos hold a few hundred)
 MAX_WALK_DEPTH = 8            # folders down inside it (repos keep quants one or two down)

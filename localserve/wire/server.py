@@ -18,6 +18,7 @@ reads the answer instead of a reset.
 from __future__ import annotations
 
 import logging
+import re
 import socket
 import threading
 import time
@@ -43,6 +44,7 @@ access_log = logging.getLogger("localserve.access")
 
 RECV_SIZE = 65536
 LISTEN_BACKLOG = 512
+PORT = re.compile(r"[0-9]{1,5}")      # ASCII digits: int() reads other scripts' digits too
 
 
 class _Timeout(Exception):
@@ -308,10 +310,29 @@ def listen_address(text: str, default_host: str) -> tuple[str, int]:
     """HOST:PORT, [IPv6]:PORT, :PORT or PORT (on default_host) → (host, port); ValueError names the problem.
     Port 0 is any free port (the "listening on" log line names the one bound)."""
     host, _, port = text.strip().rpartition(":")
-    host = host.removeprefix("[").removesuffix("]") or default_host
-    if not port.isdigit() or not 0 <= int(port) < 65536:
+    if not PORT.fullmatch(port) or int(port) >= 65536 or (host.startswith("[") and not host.endswith("]")):
         raise ValueError(f"'{text}' is not an address such as 127.0.0.1:11434 or :11434")
-    return host, int(port)
+    return (listen_host(host) if host else default_host), int(port)
+
+
+def listen_host(text: str) -> str:
+    """A host a socket can bind: a name, an IPv4 address, an IPv6 one in brackets or not; ValueError
+    for one bind() would raise TypeError over (a NUL, a name IDNA cannot encode) or that holds
+    what no name does (spaces, control characters, a stray bracket)."""
+    host = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        host.encode("idna")
+        valid = bool(host) and not any(c.isspace() or not c.isprintable() or c in "[]" for c in host)
+    except UnicodeError:
+        valid = False
+    if not valid:
+        raise ValueError(f"{ascii(text)[:80]} is not a host to listen on: a name or an IP address (IPv6 in brackets)")
+    return host
+
+
+def http_url(host: str, port: int) -> str:
+    """The URL of an address bound (an IPv6 one in brackets)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
 def _close(sock: socket.socket) -> None:

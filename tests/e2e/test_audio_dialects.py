@@ -5,7 +5,8 @@ multimodal_data answer as the bare engine does (bench/bare_vision.py: libmtmd's 
 tokenize and eval of the prompt /apply-template shows and the client's own bytes, greedy token
 for token); a repeated clip next turn comes from the cache (/metrics); each bad clip is a 400
 naming its part (hostile headers included: an MP3 Xing tag or a FLAC STREAMINFO that declares
-hours, a clip of one sample, which would end the process inside libmtmd), in a stream too, and
+hours, a FLAC hiding MP3 frames that dr_flac cannot open, a clip of one sample, which would end
+the process inside libmtmd), in a stream too, and
 the server goes on;
 Anthropic's Messages API, which defines no audio, refuses an audio block by its place. On a model
 without an audio encoder a clip in the turn being answered is a 400 model_has_no_audio and an
@@ -22,7 +23,7 @@ from clients import anthropic_sdk, openai_sdk
 from localserve.media_checks import AUDIO_OMITTED
 from media_server import N, SERVER_MARKER, BANNED, bare_answer, chat, metric
 from rawhttp import post_json, request
-from tinyaudio import audio_tokens, flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
+from tinyaudio import audio_tokens, flac_bytes, flac_with_blocks, mp3_bytes, silent_mp3_frames, tone, wav_bytes, with_xing
 from tinymodel import NO_EOG
 
 CLIP = wav_bytes(tone(1.0, freq=300, glide=500))
@@ -71,7 +72,15 @@ def test_a_clip_as_a_data_url_is_the_same_clip(audio_server, fmt, field):
     assert reply.usage.prompt_tokens_details.audio_tokens == plain.usage.prompt_tokens_details.audio_tokens > 0
 
 
-@pytest.mark.parametrize("fmt, data", [("mp3", mp3_bytes(tone(1.2, freq=500))), ("flac", flac_bytes(tone(1.2, freq=500)))])
+# a FLAC with blocks after STREAMINFO (a seek table, tags, padding that hides MP3 frames)
+TAGGED_FLAC = flac_with_blocks(flac_bytes(tone(1.2, freq=500)), [(3, bytes(18)), (4, bytes(8)), (1, silent_mp3_frames(5))])
+# one declaring 1 s whose metadata never ends: dr_flac cannot open it and dr_mp3 decoded the
+# 100 s of frames in its padding instead (a 200 of four windows; 24 MB of them were 3 GB of floats)
+UNENDING_FLAC = flac_with_blocks(flac_bytes(tone(1.0)), [(1, silent_mp3_frames(100))], tail=b"\x00\x00")
+
+
+@pytest.mark.parametrize("fmt, data", [("mp3", mp3_bytes(tone(1.2, freq=500))), ("flac", flac_bytes(tone(1.2, freq=500))),
+                                       ("flac", TAGGED_FLAC)])
 def test_mp3_and_flac_go_through_libmtmd_s_own_decoders(audio_server, audio_bare, fmt, data):
     reply = chat(audio_server, ask(data, fmt))
     assert reply.choices[0].message.content == bare_answer(audio_server, audio_bare, ask(data, fmt), [data])
@@ -119,6 +128,7 @@ BAD = [
     ("xing says hours", part(with_xing(mp3_bytes(tone(0.5)), 2 ** 31), "mp3"), "audio_too_long"),
     ("streaminfo says hours", part(flac_bytes(tone(0.5), declared=2 ** 35), "flac"), "audio_too_long"),
     ("streaminfo says nothing", part(flac_bytes(tone(0.5), declared=0), "flac"), "invalid_audio"),
+    ("flac hiding mp3", part(UNENDING_FLAC, "flac"), "invalid_audio"),
     ("no format", {"type": "input_audio", "input_audio": {"data": base64.b64encode(CLIP).decode()}}, None),
     ("data URL of an image", url_part(CLIP, "image/png"), "unsupported_audio_format"),
     ("data URL against its format", url_part(CLIP, "audio/wav", "mp3"), "audio_format_mismatch"),

@@ -47,8 +47,8 @@ import numpy as np
 from tinymodel import write_gguf  # tests/support/
 from tinyvision import write_tiny_mmproj
 
-__all__ = ["SAMPLE_RATE", "audio_tokens", "flac_bytes", "mp3_bytes", "tone", "wav_bytes", "with_xing",
-           "write_tiny_audio_mmproj", "write_tiny_av_mmproj"]
+__all__ = ["SAMPLE_RATE", "audio_tokens", "flac_bytes", "flac_with_blocks", "mp3_bytes", "mp3_hiding_frames",
+           "silent_mp3_frames", "tone", "wav_bytes", "with_xing", "write_tiny_audio_mmproj", "write_tiny_av_mmproj"]
 
 #: The rate libmtmd's Whisper front end resamples everything to.
 SAMPLE_RATE = 16000
@@ -254,3 +254,37 @@ def flac_bytes(samples: list[float], *, rate: int = SAMPLE_RATE, block: int = 40
         frame = head + b"\x02" + struct.pack(f">{len(chunk)}h", *chunk)
         out += frame + struct.pack(">H", _crc16(frame))
     return out
+
+
+def silent_mp3_frames(seconds: float) -> bytes:
+    """MPEG-2.5 Layer III mono frames at 8 kHz and 8 kbps (72 bytes, 72 ms each) of silence: the
+    most audio dr_mp3 decodes from a byte, found by it anywhere in the bytes it is handed."""
+    frame = bytes([0xFF, 0xE3, 0x18, 0xC0]) + bytes(68)
+    return frame * math.ceil(seconds / 0.072)
+
+
+def flac_with_blocks(flac: bytes, blocks: list[tuple[int, bytes]], *, tail: bytes | None = None) -> bytes:
+    """The FLAC (flac_bytes: STREAMINFO alone, then its frames) with metadata `blocks` (type,
+    body) after STREAMINFO, the last one flagged last; `tail` in place of the frames (say two
+    stray bytes) leaves no block flagged last, a chain dr_flac cannot open."""
+    head = b"fLaC" + bytes([0x00 if blocks else 0x80]) + flac[5:42]
+    for i, (kind, body) in enumerate(blocks):
+        last = i == len(blocks) - 1 and tail is None
+        head += bytes([kind | (0x80 if last else 0)]) + len(body).to_bytes(3, "big") + body
+    return head + (flac[42:] if tail is None else tail)
+
+
+def mp3_hiding_frames(size: int, salt: int = 0) -> bytes:
+    """About `size` bytes of MP3 whose frames walk as a twentieth of what dr_mp3 decodes: long
+    frames (MPEG-2.5 at 8 kHz and MPEG-2 at 16 kHz in turn, which dr_mp3 does not chain) with a
+    chain of 8 kbps frames in their data, 36 bytes off, which it follows (200 KB walk as 10 s and
+    decode to 200 s). `salt` makes another clip of the same length."""
+    data = bytearray(size)
+    for at in range(36, size - 72, 72):
+        data[at:at + 4] = bytes([0xFF, 0xE3, 0x18, 0xC0])
+    at, turn = 0, 0
+    while at + 1440 <= size:
+        data[at:at + 4] = bytes([0xFF, 0xE3 if turn == 0 else 0xF3, 0xE8, 0xC0])
+        at, turn = at + (1440 if turn == 0 else 720), turn ^ 1
+    data[100] = salt & 0xFF
+    return bytes(data[:at])

@@ -2,7 +2,7 @@
 length; the declared format checked against the bytes; WAV chunks walked with their sizes
 checked and rewritten canonical; the declarations libmtmd's decoders would trust (an MP3's
 Xing/Info frame count, a FLAC STREAMINFO sample count) held to MAX_AUDIO_SECONDS before any
-decoder runs; other containers refused by name; the byte limit before base64 is decoded."""
+decoder runs; a FLAC's metadata chain walked to its last block and handed on as STREAMINFO alone; other containers refused by name; the byte limit before base64 is decoded."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import struct
 
 import pytest
 
-from localserve import audio
+from localserve import audio, audio_headers
 from localserve.audio_headers import MAX_WAV_CHUNKS, AudioRefused, canonical_wav, read_mp3, read_wav
 from localserve.media_checks import AUDIO, read_base64
-from tinyaudio import flac_bytes, mp3_bytes, tone, wav_bytes, with_xing
+from tinyaudio import flac_bytes, flac_with_blocks, mp3_bytes, silent_mp3_frames, tone, wav_bytes, with_xing
 
 CLIP = wav_bytes(tone(0.5))
 
@@ -209,3 +209,30 @@ def refused_b64(data) -> AudioRefused:
 def test_a_clip_past_max_audio_seconds_is_refused(monkeypatch):
     monkeypatch.setattr(audio, "MAX_AUDIO_SECONDS", 0.4)
     assert refused(CLIP).code == "audio_too_long"
+
+
+PADDING, SEEKTABLE, COMMENT = 1, 3, 4
+
+
+def test_a_flac_dr_flac_cannot_open_is_refused_before_dr_mp3_reads_it_instead():
+    """miniaudio hands bytes dr_flac cannot open to dr_mp3, which finds frames anywhere: a FLAC
+    declaring 1 s whose metadata chain never ends (no last block; a block past the end) decoded
+    as the 24,000 s of MP3 frames in its padding (3 GB of floats for a 24 MB upload)."""
+    flac, hidden = flac_bytes(tone(1.0)), silent_mp3_frames(20.0)
+    for bad in (flac_with_blocks(flac, [(PADDING, hidden)], tail=b"\x00\x00"),
+                flac_with_blocks(flac, [(PADDING, hidden)], tail=b""),
+                flac_with_blocks(flac, [(SEEKTABLE, bytes(18)), (PADDING, hidden)])[:-len(flac[42:]) - 10]):
+        assert "past its end" in str(refused(bad, "flac"))
+    many = flac_with_blocks(flac, [(PADDING, b"")] * (audio_headers.MAX_FLAC_BLOCKS - 1))
+    assert audio.from_bytes(many).seconds == pytest.approx(1.0)
+    assert "MAX_FLAC_BLOCKS" in str(refused(flac_with_blocks(flac, [(PADDING, b"")] * audio_headers.MAX_FLAC_BLOCKS)))
+
+
+def test_a_flac_goes_on_as_streaminfo_alone_and_its_frames():
+    """dr_flac then walks no block: it opens what it is handed, and dr_mp3 never sees it."""
+    flac = flac_bytes(tone(1.0))
+    blocks = [(SEEKTABLE, bytes(18)), (COMMENT, b"\x00" * 8), (PADDING, silent_mp3_frames(20.0))]
+    clip = audio.from_bytes(flac_with_blocks(flac, blocks), "flac")
+    assert clip.data == flac and clip.seconds == pytest.approx(1.0)
+    tagged = b"ID3\x03\x00\x00\x00\x00\x00\x00" + flac_with_blocks(flac, blocks)
+    assert audio.from_bytes(tagged).data == flac

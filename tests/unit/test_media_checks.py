@@ -19,7 +19,7 @@ from localserve.errors import ApiError, InputRefused
 from localserve.image_headers import ImageRefused
 from localserve.media_checks import (AUDIO, AUDIO_OMITTED, IMAGE, IMAGE_OMITTED, KINDS, fit_media, hold_count,
                                      read_base64)
-from tinyaudio import mp3_bytes, tone, wav_bytes
+from tinyaudio import mp3_bytes, mp3_hiding_frames, tone, wav_bytes
 
 PNG = imagefiles.png(8, 8)
 WAV = wav_bytes(tone(0.05))
@@ -88,6 +88,19 @@ def test_a_request_s_clips_add_up_once_per_distinct_clip():
         fit_media([Message("user", tuple(same)), Message("user", (other,))], takes=(AUDIO,), model_name="m")
     assert (caught.value.code, caught.value.param) == ("audio_too_long", "messages[1].content[0]")
     assert "MAX_REQUEST_AUDIO_SECONDS" in str(caught.value)
+
+
+def test_a_request_s_clips_count_what_they_decode_to_not_what_they_walk_as():
+    """MP3s whose frames walk as 10 s and hide frames dr_mp3 decodes to 200 s: twenty of them
+    (200 s walked) were answered after 5,400 s of decoding (60 s of server CPU, 370 MB)."""
+    clips = [audio.from_bytes(mp3_hiding_frames(200_000, i), "mp3", f"messages[0].content[{i}]") for i in range(3)]
+    assert clips[0].seconds < 11 and clips[0].most_seconds > 190
+    fit_media([Message("user", tuple(clips[:2]))], takes=(AUDIO,), model_name="m")
+    with pytest.raises(AudioRefused) as caught:
+        fit_media([Message("user", tuple(clips))], takes=(AUDIO,), model_name="m")
+    assert (caught.value.code, caught.value.param) == ("audio_too_long", "messages[0].content[2]")
+    wav = audio.from_bytes(wav_bytes(tone(0.5)))
+    assert wav.most_seconds == wav.seconds == 0.5
 
 
 def test_a_model_that_sees_but_cannot_hear_refuses_only_the_clip_asked_about():

@@ -19,6 +19,7 @@ import orjson
 
 from ..catalogue import ModelEntry
 from ..gguf_files import basename, is_model, split_info
+from ..hf_layout import shown_path
 from .hf_cache import scan_root
 from .repo_models import hub_aliases, readable
 
@@ -82,12 +83,13 @@ def manifest_entry(base: Path, manifest: Path) -> ModelEntry | None:
         model_file = body["ggufFile"]["rfilename"]
         projector_file = (body.get("mmprojFile") or {}).get("rfilename")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        log.warning("discovery: %s %s: not a manifest llama.cpp wrote (%s); skipped", SOURCE, manifest, exc)
+        log.warning("discovery: %s %s: not a manifest llama.cpp wrote (%s); skipped", SOURCE, shown_path(manifest),
+                    exc)
         return None
     path = local_file(base, org, repo, model_file)
     if path is None:
-        log.warning("discovery: %s %s: its model file %s is missing or unreadable; skipped", SOURCE, manifest,
-                    model_file)
+        log.warning("discovery: %s %s: its model file %s is missing or unreadable; skipped", SOURCE,
+                    shown_path(manifest), shown_path(model_file))
         return None
     projector = local_file(base, org, repo, projector_file) if isinstance(projector_file, str) else None
     name = f"{org}/{repo}:{tag}"

@@ -38,14 +38,14 @@ DEFAULT_NAMESPACE = "library"
 SERVICE_STORE = Path("/usr/share/ollama/.ollama/models")
 MEDIA = "application/vnd.ollama.image."
 LAYOUT = ("host", "namespace", "model", "tag")     # manifests/<host>/<namespace>/<model>/<tag>
-DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})$")
+DIGEST = re.compile(r"^sha256[:-]([0-9a-fA-F]{64})\Z")
 MAX_MANIFEST_BYTES = 1 << 20       # a manifest lists a few layers: a few kB
 MAX_TEXT_LAYER_BYTES = 1 << 20     # a system prompt or a params object
 GGUF_MAGIC = b"GGUF"
 # Ollama's own rules for a name's parts (types/model/name.go): a folder named otherwise (a
 # newline, an escape sequence) is no model Ollama made, and would be a name in every log line
-HOST_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,349}$")
-NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}$")
+HOST_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,349}\Z")
+NAME_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}\Z")
 
 
 def stores(environ: dict[str, str]) -> list[Path]:

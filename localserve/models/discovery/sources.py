@@ -8,7 +8,7 @@ name the configuration or an earlier source took keeps its first owner):
 - lmstudio: LM Studio's folder, `publisher/repo:QUANT` (lmstudio.py);
 - llamacpp: llama.cpp's own download cache (llamacpp_cache.py).
 Nothing here writes: a store that cannot be read is skipped with one log line, and so is
-each model whose files are gone or unreadable.
+each model whose files are gone or unreadable, or whose name holds characters no client sends.
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ def parse_sources(value: str) -> tuple[str, ...]:
     return tuple(name for name in chosen if name not in excluded)
 
 
+def sendable(name: str) -> bool:
+    """A name a client can send and a log line can hold: no control or formatting characters (a
+    newline, an escape, a right-to-left override), which a store's file names may hold."""
+    return name.isprintable()
+
+
 def discover(sources: tuple[str, ...], environ: dict[str, str] | None = None) -> list[ModelEntry]:
     """Every model the named sources hold, each once."""
     env = dict(os.environ if environ is None else environ)
@@ -64,6 +70,11 @@ def discover(sources: tuple[str, ...], environ: dict[str, str] | None = None) ->
             log.warning("discovery: %s: cannot read its store: %s; skipped", source, exc)
             continue
         for entry in entries:
+            if not sendable(entry.name):
+                log.warning("discovery: %s %s: the name holds characters no client sends (control or "
+                            "formatting characters); skipped", source, ascii(entry.name)[:200])
+                continue
+            entry = dataclasses.replace(entry, aliases=tuple(a for a in entry.aliases if sendable(a)))
             real = os.path.realpath(entry.path)
             taken = [n for n in (entry.name, *entry.aliases) if n in names]
             if real in earlier:

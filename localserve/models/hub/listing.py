@@ -24,7 +24,7 @@ log = logging.getLogger("localserve.models")
 
 MAX_PAGES = 100               # pages of a tree listing (the Hub sends 1,000 entries a page)
 MAX_FILES = 100_000           # files a repo may list (the Hub's largest GGUF repos list a few thousand)
-GIT_OID = re.compile(r"^[0-9a-f]{40}$")
+GIT_OID = re.compile(r"^[0-9a-f]{40}\Z")
 NEXT_LINK = re.compile(r'<([^>]+)>\s*;\s*rel="?next"?')
 
 

@@ -18,8 +18,8 @@ from ..hf_layout import valid_repo_id
 from .errors import bad_name
 
 HUB_HOSTS = ("hf.co", "huggingface.co")
-HOSTNAME = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:\d+)?$")
-QUANT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}$")
+HOSTNAME = re.compile(r"^[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:\d+)?\Z")
+QUANT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}\Z")
 LATEST = "latest"
 MAX_NAME = 300
 

@@ -222,6 +222,9 @@ def test_an_ollama_name_ollama_would_not_give_is_skipped(tmp_path, caplog):
     store = tmp_path / "ollama"
     ollama_store(store, ("registry.ollama.ai", "library", "evil", "x\n\x1b[31mINJECTED"), GGUF + b"e")
     ollama_store(store, ("registry.ollama.ai", "library", "ok", "latest"), GGUF + b"o")
+    # a newline at the end of a part: a pattern's `$` matches before it (the name was served)
+    ollama_store(store, ("registry.ollama.ai", "library", "trailing", "latest\n"), GGUF + b"t")
+    ollama_store(store, ("registry.ollama.ai\n", "library", "hosted", "latest"), GGUF + b"h")
     with caplog.at_level(logging.WARNING, "localserve.models"):
         found = discovery.discover(("ollama",), {"HOME": str(tmp_path), "OLLAMA_MODELS": str(store)})
     assert [e.name for e in found] == ["ok:latest"]
@@ -310,3 +313,30 @@ def test_a_llamacpp_manifest_whose_size_says_nothing_is_read_no_further_than_its
     names = [e.name for e in found]
     assert "ggml-org/ok-GGUF:Q8_0" in names and "ggml-org/proc-GGUF:Q8_0" not in names, names
     assert sum("proc-GGUF" in r.getMessage() and "too large" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_a_name_no_client_could_send_is_never_served(tmp_path, caplog):
+    """llama.cpp's flat cache names a model by its manifest's file name, or a loose GGUF by its
+    stem: a newline, an escape or a right-to-left override there was listed as a model name
+    (and its missing file written raw into the log). Skipped, one escaped line each."""
+    cache = tmp_path / "llama.cpp"
+    llamacpp_flat(cache, "ggml-org", "ok-GGUF", "Q8_0", "ok-Q8_0.gguf", GGUF + b"o")
+    llamacpp_flat(cache, "ggml-org", "evil-GGUF", "Q8_0\n\x1b[31mINJECTED", "evil-Q8_0.gguf", GGUF + b"e")
+    llamacpp_flat(cache, "ggml-org", "rlo-GGUF", "Q8_0\u202e", "rlo-Q8_0.gguf", GGUF + b"r")
+    (cache / "loose\n\x1b[31mINJECTED.gguf").write_bytes(GGUF + b"l")
+    (cache / "manifest=ggml-org=gone-GGUF=Q8_0.json").write_text(json.dumps({"ggufFile": {"rfilename": "x\n\x1b[31m"}}))
+    with caplog.at_level(logging.WARNING, "localserve.models"):
+        found = discover_within(("llamacpp",), {"HOME": str(tmp_path), "LLAMA_CACHE": str(cache)})
+    assert [e.name for e in found] == ["ggml-org/ok-GGUF:Q8_0"]
+    said = [r.getMessage() for r in caplog.records]
+    assert len([m for m in said if "evil" in m or "rlo" in m or "loose" in m or "gone" in m]) == 4, said
+    assert not [m for m in said if "\n" in m or "\x1b" in m or "\u202e" in m], said
+
+
+def test_a_commit_with_a_newline_after_it_is_refused(mirror, cache):
+    """A pattern's `$` matches before a last newline: the mirror's commit went into the cache's
+    folder and refs/main names."""
+    mirror.add("org/Tiny-GGUF", Repo({"tiny-Q4_K_M.gguf": GGUF + b"m"}, commit="c0ffee" + "0" * 34 + "\n"))
+    with pytest.raises(HubError, match="commit"):
+        pull(mirror, "org/Tiny-GGUF")
+    assert not [p for p in cache.rglob("*") if "\n" in p.name]

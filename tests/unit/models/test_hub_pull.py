@@ -62,7 +62,9 @@ def test_names(name, repo, quant):
     ("../etc/passwd", "not a Hub repo"), ("org/../x", "not a Hub repo"), ("org/repo/extra", "not a Hub repo"),
     ("https://evil.example/org/repo", "another host"), ("evil.example/org/repo:Q4", "another host"),
     ("org/repo:Q4/../../x", "not a quantization"), ("org\\repo", "not a Hub repo"), ("org/repo:", "empty"),
-    ("", "expected a model name"), ("ftp://hf.co/org/repo", "another host"), ("org/re\x00po", "not a Hub repo")])
+    ("", "expected a model name"), ("ftp://hf.co/org/repo", "another host"), ("org/re\x00po", "not a Hub repo"),
+    # a newline ending the repo part, where a pattern's `$` matches (the repo was asked for with it)
+    ("org/repo\n:Q4_K_M", "not a Hub repo"), ("hf.co/org/repo\n:latest", "not a Hub repo")])
 def test_bad_names(name, words):
     with pytest.raises(HubError, match=words) as caught:
         parse_hub_name(name)
