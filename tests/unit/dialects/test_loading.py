@@ -32,6 +32,17 @@ class _LoadingModels:
         yield
 
 
+class ModelThereAtOnce:
+    """A model there at once (loading.use_model's side of the manager)."""
+    class catalogue:
+        @staticmethod
+        def adapter_named(name):
+            return None
+
+    def use(self, name, **_):
+        return contextlib.nullcontext("model")
+
+
 def _exchange() -> tuple[Exchange, socket.socket]:
     ours, theirs = socket.socketpair()
     req = Request("POST", "/v1/chat/completions", "/v1/chat/completions", {}, "HTTP/1.1", [("host", "x")], b"{}")

@@ -7,7 +7,6 @@ socket's peeks on purpose)."""
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 
@@ -21,20 +20,9 @@ from localserve.engine.facade import AudioUnreadable, DecodeStopped
 from localserve.errors import ApiError, ClientGone
 from localserve.prompt.media import current_request, decodes_run_by, request_images
 from localserve.wire.routes import Router
-from .test_loading import _exchange, _read
+from .test_loading import ModelThereAtOnce, _exchange, _read
 
 KEEPALIVE = 0.05
-
-
-class _Models:
-    """A model there at once (loading.use_model's side of the manager)."""
-    class catalogue:
-        @staticmethod
-        def adapter_named(name):
-            return None
-
-    def use(self, name, **_):
-        return contextlib.nullcontext("model")
 
 
 def test_a_decode_within_the_interval_sends_nothing():
@@ -122,7 +110,7 @@ def test_a_refusal_comes_back_to_the_caller_and_after_the_head_goes_in_the_strea
             except AudioUnreadable as exc:
                 raise ApiError(400, str(exc), code=exc.code) from None
 
-    serving = threading.Thread(target=serve_with_model, args=(exchange, _Models(), {}, serve))
+    serving = threading.Thread(target=serve_with_model, args=(exchange, ModelThereAtOnce(), {}, serve))
     serving.start()
     theirs.settimeout(5)
     received = theirs.recv(4096)

@@ -6,7 +6,6 @@ pair and the real response writer."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 
@@ -19,18 +18,7 @@ from localserve.dialects.responses.errors import RESPONSES_ERRORS
 from localserve.errors import ApiError, ErrorShape
 from localserve.wire.http import Request
 from localserve.wire.response_writer import ResponseWriter
-from .test_loading import _read
-
-
-class _Models:
-    """A model there at once (loading.use_model's side of the manager)."""
-    class catalogue:
-        @staticmethod
-        def adapter_named(name):
-            return None
-
-    def use(self, name, **_):
-        return contextlib.nullcontext("model")
+from .test_loading import ModelThereAtOnce, _read
 
 
 def _exchange(path: str, errors: ErrorShape) -> tuple[Exchange, socket.socket]:
@@ -41,7 +29,7 @@ def _exchange(path: str, errors: ErrorShape) -> tuple[Exchange, socket.socket]:
 
 def _served(exchange: Exchange, theirs: socket.socket, serve) -> tuple[str, list[tuple[str, dict]]]:
     """What the client read: the comments before the first event, and the events."""
-    serve_with_model(exchange, _Models(), {}, serve)
+    serve_with_model(exchange, ModelThereAtOnce(), {}, serve)
     exchange.writer.sock.close()
     received = _read(theirs)
     assert received.startswith(b"HTTP/1.1 200") and received.endswith(b"0\r\n\r\n"), received
