@@ -877,6 +877,8 @@ MUTANTS = [
     Mutant("lora scale unbounded", "localserve/dialects/fields.py", "        if abs(scale) > LORA_SCALE_LIMIT:",
            "        if False:", ("tests/unit/models/test_adapters.py::test_bad_requests_name_what_is_wrong",
                                  "tests/e2e/test_lora.py::test_bad_adapters_are_refused_in_chat")),
+    Mutant("--lora scale unbounded", "localserve/models/adapter_files.py", "    if abs(scale) > LORA_SCALE_LIMIT:",
+           "    if False:", ("tests/unit/models/test_adapters.py::test_a_spec_is_a_path_and_maybe_a_scale",)),
     Mutant("lora model name picks nothing", "localserve/dialects/loading.py",
            "        yield model if adapter is None else dataclasses.replace(model, adapter=adapter)",
            "        yield model", ("tests/e2e/test_lora.py::test_an_adapter_is_a_model_of_its_own",)),

@@ -14,7 +14,8 @@ from typing import Any
 from ..errors import ApiError
 from ..generation import SamplingParams
 from ..grammar.limits import GrammarTooCostly, check_client_grammar
-from .limits import LORA_SCALE_LIMIT, MAX_INT_PARAM
+from ..models.adapter_files import LORA_SCALE_LIMIT
+from .limits import MAX_INT_PARAM
 
 SEED_LOW, SEED_HIGH = -(2**63), 2**64 - 1     # any 64-bit seed; llama.cpp uses its low 32 bits
 

@@ -7,5 +7,4 @@ MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, .
 MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
 MAX_PROMPT_ITEMS = 4096            # Responses input items with their stored context (chain, conversation), at most
 MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
-LORA_SCALE_LIMIT = 4.0             # a LoRA adapter's scale, per request or global, lies within ±this
 MAX_CHOICES = 16                   # OpenAI's n: choices of one request, each a sequence of its own

@@ -27,6 +27,7 @@ from ..engine.gguf_header import HeaderError, read_header
 log = logging.getLogger("localserve.models")
 
 ADAPTER_MARK = "+"          # base+adapter: a model name that picks one adapter
+LORA_SCALE_LIMIT = 4.0      # a LoRA adapter's scale, per request or global, lies within ±this
 
 
 class AdapterSpecError(ValueError):
@@ -57,6 +58,9 @@ def read_spec(text: str) -> AdapterFile:
         return AdapterFile(os.path.expanduser(text))
     if not math.isfinite(scale):
         raise AdapterSpecError(f"LoRA adapter {text}: the scale must be a finite number")
+    if abs(scale) > LORA_SCALE_LIMIT:       # as a request's scale is held (dialects/fields.py)
+        raise AdapterSpecError(f"LoRA adapter {text}: the scale {scale:g} is outside -{LORA_SCALE_LIMIT:g} to "
+                               f"{LORA_SCALE_LIMIT:g}")
     return AdapterFile(os.path.expanduser(path), scale)
 
 

@@ -18,7 +18,7 @@ from localserve.generation import cache_scope, scope_parts
 from localserve.models.adapters import Adapter, AdapterTable
 from localserve.models.errors import BadAdapter
 from localserve.models.catalogue import CatalogueError, read_catalogue, scan_dir
-from localserve.dialects.limits import LORA_SCALE_LIMIT
+from localserve.models.adapter_files import LORA_SCALE_LIMIT
 from localserve.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "support"))
@@ -45,6 +45,9 @@ def test_a_spec_is_a_path_and_maybe_a_scale():
     assert read_spec("C:/m:x/a.gguf").path == "C:/m:x/a.gguf"
     with pytest.raises(AdapterSpecError):
         read_spec("/m/a.gguf:inf")
+    assert read_spec("/m/a.gguf:-4").scale == -4
+    with pytest.raises(AdapterSpecError, match="outside -4 to 4"):
+        read_spec("/m/a.gguf:100")          # what a request may not ask for, --lora may not either
     with pytest.raises(AdapterSpecError, match="named 'a'"):
         adapter_files(["/m/a.gguf", "/n/a.gguf:0.5"])
 
