@@ -110,8 +110,11 @@ class StepThreads:
             ll.llama_set_n_threads(self.ctx, self.in_use, self.in_use)
 
     def as_json(self) -> dict:
-        """/slots: in use now, the most it may use, whether the count adapts, its pool's workers."""
-        return {**self.policy.as_json(), "pool": self.pool.n_threads if self.pool is not None else None}
+        """/slots: in use now, the most it may use, whether the count adapts, its pool's workers.
+        In use: what the last step ran on, as /metrics says (the policy's next count, which a step's
+        cost may have moved since, takes hold at the next step)."""
+        return {**self.policy.as_json(), "in_use": self.in_use,
+                "pool": self.pool.n_threads if self.pool is not None else None}
 
     def free(self) -> None:
         if self.pool is not None:
