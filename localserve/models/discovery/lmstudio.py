@@ -2,10 +2,9 @@
 0.3: `~/.cache/lm-studio/models/`), the Hub's repos as LM Studio downloads them. Named as the
 Hub names them (`publisher/repo:QUANT`), and as LM Studio's own API listed them, by their path
 (`publisher/repo/file.gguf`). A folder that leads outside the models folder (a link) is not
-followed; files linked from elsewhere are read (LM Studio's import can link them). A folder
-whose name holds a control character (a newline, a terminal escape) is no name LM Studio gives,
-and would be a model's name in every log line and listing: skipped. Every name from disk a log
-line shows is escaped (hf_layout.shown_path), as the Ollama walk's are."""
+followed; files linked from elsewhere are read (LM Studio's import can link them). Every name
+from disk a log line shows is escaped (hf_layout.shown_path), as the Ollama walk's are; a model
+whose name would hold a control character is skipped where every store's are (sources.py)."""
 
 from __future__ import annotations
 
@@ -38,8 +37,6 @@ def discover(environ: dict[str, str]) -> list[ModelEntry]:
 def scan(root: Path) -> list[ModelEntry]:
     entries: list[ModelEntry] = []
     for publisher in sorted(p for p in root.iterdir() if p.is_dir()):
-        if not named_so(publisher):
-            continue
         if not within(root, publisher):
             log.warning("discovery: %s %s leads outside %s (a linked folder); skipped", SOURCE, shown_path(publisher),
                         shown_path(root))
@@ -50,7 +47,7 @@ def scan(root: Path) -> list[ModelEntry]:
             log.warning("discovery: %s %s: cannot read it: %s; skipped", SOURCE, shown_path(publisher),
                         shown_path(exc.strerror or exc))
             continue
-        for repo in filter(named_so, repos):
+        for repo in repos:
             repo_id = f"{publisher.name}/{repo.name}"
             try:
                 files = snapshot_files(repo, root)
@@ -62,12 +59,3 @@ def scan(root: Path) -> list[ModelEntry]:
                                     extra_aliases=lambda path, r=repo_id: (f"{r}/{path}",))
     return entries
 
-
-def named_so(folder: Path) -> bool:
-    """Whether a folder's name can be part of a model's name (no control character); one line
-    for one that cannot."""
-    if folder.name.isprintable():
-        return True
-    log.warning("discovery: %s %s: a folder name with a control character is no model's name; skipped", SOURCE,
-                shown_path(folder))
-    return False

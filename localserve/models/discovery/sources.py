@@ -19,6 +19,7 @@ import os
 from typing import Callable
 
 from ..catalogue import ModelEntry
+from ..hf_layout import shown_path
 from . import hf_cache, llamacpp_cache, lmstudio, ollama_store
 
 log = logging.getLogger("localserve.models")
@@ -72,7 +73,7 @@ def discover(sources: tuple[str, ...], environ: dict[str, str] | None = None) ->
         for entry in entries:
             if not sendable(entry.name):
                 log.warning("discovery: %s %s: the name holds characters no client sends (control or "
-                            "formatting characters); skipped", source, ascii(entry.name)[:200])
+                            "formatting characters); skipped", source, shown_path(entry.name))
                 continue
             entry = dataclasses.replace(entry, aliases=tuple(a for a in entry.aliases if sendable(a)))
             real = os.path.realpath(entry.path)
