@@ -356,7 +356,8 @@ def log_serving(app: App, host: str, port: int) -> None:
                  f", {engine.projector.describe()}" if engine.projector is not None else "")
         return
     log.info("serving %d model(s) on %s (%s loaded) — %d threads, %s", len(app.models.catalogue),
-             http_url(host, port), ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(), models_summary(app))
+             http_url(host, port), ", ".join(m.name for m in loaded) or "none", settings.resolved_threads(),
+             models_summary(app))
 
 
 def models_summary(app: App) -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 from .. import settings as defaults
 from ..engine.cpu_weights import cpu_weights_mode
 from ..engine.rpc_config import rpc_workers, tensor_split
-from .option_values import (Option, discovery_sources, duration, flag, host_name, listen_address_value, log_level, non_negative_float,
-                            non_negative_int, pooling_mode, port_number, positive_int, positive_seconds, size,
-                            speculative_mode)
+from .option_values import (Option, discovery_sources, duration, flag, host_name, listen_address_value, log_level,
+                            non_negative_float, non_negative_int, pooling_mode, port_number, positive_int,
+                            positive_seconds, size, speculative_mode)
 
 MODELS: tuple[Option, ...] = (
     Option("model", str, None, "GGUF model file to serve (default: the demo model, SmolLM2-135M-Instruct)", "PATH"),

@@ -13,11 +13,12 @@ stopped, the wait ends with ClientGone: no job is made, no answer written. A rou
 streams (request_cycle.py) swaps in a MediaWait with its notice: the stream's head goes out
 with it (the `: prefill` comment) once a keepalive interval has passed with a decode still
 running, counted from the request's first decode (a request of many images, each decoded
-within the interval, is no silence longer than one), and the notice again every interval after. Decodes that end sooner, every
-small or refused image and every short or refused clip among them, are answered as if they
-had been decoded on the connection thread, a refusal a plain 400; what is refused after the
-head went out (an image stb or the projector cannot read, a clip that decoded to more than
-its header said, a prompt the media made too long for the context) is an error in the stream
+within the interval, is no silence longer than one), and the notice again every interval
+after. Decodes that end sooner, every small or refused image and every short or refused clip
+among them, are answered as if they had been decoded on the connection thread, a refusal a
+plain 400; what is refused after the head went out (an image stb or the projector cannot read,
+a clip that decoded to more than its header said, a prompt the media made too long for the
+context) is an error in the stream
 (loading.serve_with_model: the head went out early, Exchange.opened_early).
 """
 
