@@ -1,7 +1,8 @@
 """What both OpenAI dialects (Chat Completions, /apply-template, Responses) read alike: function
 tools, ``{"type": "function", "function": {...}}`` or the flat ``{"type": "function", "name":
 ...}``, into tool definitions; a call's arguments sent as JSON text, into data; the id of a
-call the model makes, as they show it."""
+call the model makes, as they show it; Chat Completions' ``tool_choice``, which Ollama's chat
+takes too."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import orjson
 from ..conversation import ToolDefinition
 from ..errors import ApiError
 from ..generation import ToolCall, ToolCallStart
+from ..prompt.build import ToolChoice
+from .fields import invalid
 
 NO_PARAMETERS = {"type": "object", "properties": {}}
 
@@ -58,3 +61,23 @@ def call_arguments(value: str | dict | None) -> tuple[dict | str, str | None]:
     except ValueError:
         return value, None
     return (parsed, value) if isinstance(parsed, dict) else (value, None)
+
+
+def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> ToolChoice:
+    """`tool_choice` as Chat Completions takes it (Ollama's /api/chat too, where the AI SDK's
+    Ollama provider sends it): none, auto, required, or a function named nested or flat."""
+    if value is None:
+        return ToolChoice("auto")
+    if isinstance(value, str):
+        if value not in ("none", "auto", "required"):
+            raise invalid("tool_choice", "expected none, auto, required or a named function")
+        if value == "required" and not tools:
+            raise invalid("tool_choice", "'required' needs at least one tool")
+        return ToolChoice(value)
+    if isinstance(value, dict):
+        fn = value.get("function") if isinstance(value.get("function"), dict) else value
+        name = fn.get("name")
+        if not isinstance(name, str) or name not in {t.name for t in tools}:
+            raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
+        return ToolChoice("named", name)
+    raise invalid("tool_choice", "expected a string or an object")

@@ -91,6 +91,18 @@ def test_stream_false_is_one_object(server):
     assert_last_line(whole)
 
 
+def test_a_named_tool_choice_forces_the_call(server):
+    """Not Ollama's field: the AI SDK's Ollama provider sends Chat Completions' tool_choice, flat."""
+    tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC"]}}, "required": ["zone"]}}}]
+    whole = post(server, "/api/chat", {"model": "tiny", "stream": False, "tools": tools,
+                                       "tool_choice": {"type": "function", "name": "get_time"},
+                                       "options": {"num_predict": 40, "logit_bias": NO_EOG},
+                                       "messages": [{"role": "user", "content": "time?"}]}).json()
+    calls = whole["message"]["tool_calls"]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [("get_time", {"zone": "UTC"})]
+
+
 def test_load_and_unload_through_empty_requests(server):
     assert post(server, "/api/generate", {"model": "other", "keep_alive": 0}).json()["done_reason"] == "unload"
     assert "other:latest" not in loaded_names(server)

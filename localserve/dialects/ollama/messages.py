@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...conversation import Audio, Image, Message, Part, Reasoning, Text, ToolCall, ToolResult
-from ...prompt.build import ChatInput, ToolChoice
+from ...prompt.build import ChatInput
 from ..fields import invalid, kind_of
-from ..function_tools import call_arguments, function_definitions
+from ..function_tools import call_arguments, function_definitions, read_tool_choice
 from ..audio_parts import audio_from_base64, hold_audio_count, is_audio_base64
 from ..image_parts import hold_image_count, image_from_base64
 from .options import read_format, template_kwargs
@@ -30,7 +30,8 @@ def read_chat(body: dict, think: bool | None, level: str | None, messages: list[
     """The chat input of a request whose messages were read (read_messages)."""
     chat = ChatInput(messages=messages, template_kwargs=template_kwargs(think, level))
     chat.tools = function_definitions(body.get("tools"))
-    chat.tool_choice = ToolChoice("auto")
+    # not Ollama's (it ignores one): the AI SDK's Ollama provider sends Chat Completions' form
+    chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)
     chat.json_object, chat.response_schema = read_format(body)
     return chat
 

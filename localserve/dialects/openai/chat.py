@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import stored_defaults
 from ..stored_defaults import StoredFields
-from ...conversation import ToolDefinition
 from ...generation import (ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                            ToolCallStart)
-from ...prompt.build import ChatInput, ChatModel, ToolChoice, build_chat_request
+from ...prompt.build import ChatInput, ChatModel, build_chat_request
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
@@ -22,7 +21,7 @@ from ..choices import read_choices
 from ..job_events import error_from
 from ..exchange import Exchange
 from ..services import Services
-from ..function_tools import function_definitions, openai_call_id
+from ..function_tools import function_definitions, openai_call_id, read_tool_choice
 from .chat_input import read_messages
 from ..failures import prompt_refusals
 from ..fields import (invalid, read_bool, read_dict, read_int, read_sampling, read_stop, read_str,
@@ -104,24 +103,6 @@ def read_prediction(engine, body: dict) -> str | None:
     except TooManyTokens:
         raise invalid("prediction.content", f"is longer than {MAX_PREDICTION_TOKENS} tokens") from None
     return content or None
-
-
-def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> ToolChoice:
-    if value is None:
-        return ToolChoice("auto")
-    if isinstance(value, str):
-        if value not in ("none", "auto", "required"):
-            raise invalid("tool_choice", "expected none, auto, required or a named function")
-        if value == "required" and not tools:
-            raise invalid("tool_choice", "'required' needs at least one tool")
-        return ToolChoice(value)
-    if isinstance(value, dict):
-        fn = value.get("function") if isinstance(value.get("function"), dict) else value
-        name = fn.get("name")
-        if not isinstance(name, str) or name not in {t.name for t in tools}:
-            raise invalid("tool_choice", f"names a function that is not among the tools: {name!r}")
-        return ToolChoice("named", name)
-    raise invalid("tool_choice", "expected a string or an object")
 
 
 def read_response_format(body: dict, chat: ChatInput) -> None:

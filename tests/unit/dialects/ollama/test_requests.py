@@ -148,6 +148,30 @@ def test_think_format_and_tools():
     assert [t.name for t in chat.tools] == ["f"] and chat.template_kwargs["enable_thinking"] is False
 
 
+TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+
+@pytest.mark.parametrize("sent, mode, name", [
+    (None, "auto", None),
+    ("required", "required", None),
+    ("none", "none", None),
+    ({"type": "function", "name": "f"}, "named", "f"),                     # the AI SDK's Ollama provider
+    ({"type": "function", "function": {"name": "f"}}, "named", "f"),
+])
+def test_tool_choice_is_read_as_chat_completions_reads_it(sent, mode, name):
+    chat = read_chat({"tools": TOOLS, "tool_choice": sent}, None, None, [text_message("user", "x")])
+    assert (chat.tool_choice.mode, chat.tool_choice.name) == (mode, name)
+
+
+@pytest.mark.parametrize("body", [{"tools": TOOLS, "tool_choice": "any"}, {"tool_choice": "required"},
+                                  {"tools": TOOLS, "tool_choice": {"type": "function", "name": "g"}},
+                                  {"tools": TOOLS, "tool_choice": 1}])
+def test_a_tool_choice_it_cannot_honour_is_a_400(body):
+    with pytest.raises(ApiError) as caught:
+        read_chat(body, None, None, [text_message("user", "x")])
+    assert caught.value.status == 400 and caught.value.param == "tool_choice"
+
+
 def test_names_answer_with_and_without_latest():
     catalogue = Catalogue([ModelEntry("qwen", "/q.gguf", aliases=("qwen3:8b",)), ModelEntry("llama", "/l.gguf")])
     models = SimpleNamespace(catalogue=catalogue)
