@@ -978,6 +978,23 @@ MUTANTS = [
            'log.info("listening on %s", http_url(*servers[0].address))',
            'log.info("listening on %s", http_url(servers[0].address[0], 0))',   # the setting's 0
            ("tests/e2e/test_cli.py::test_startup_and_access_log_lines",)),
+    Mutant("a thread continue served as a plain request", "localserve/dialects/anthropic/threads.py",
+           'if kind == "create":', 'if kind in ("create", "continue"):',
+           ("tests/unit/dialects/test_anthropic_threads.py",
+            "tests/e2e/test_anthropic_js.py::test_the_tool_runner_replays_a_thread_the_server_does_not_hold")),
+    Mutant("thread_not_found without its error code", "localserve/dialects/anthropic/threads.py",
+           'extra={"details": {"error_code": THREAD_NOT_FOUND}}', "extra={}",
+           ("tests/unit/dialects/test_anthropic_threads.py",
+            "tests/e2e/test_anthropic_js.py::test_the_tool_runner_replays_a_thread_the_server_does_not_hold")),
+    Mutant("Ollama's chat ignores tool_choice", "localserve/dialects/ollama/messages.py",
+           'chat.tool_choice = read_tool_choice(body.get("tool_choice"), chat.tools)',
+           "chat.tool_choice = read_tool_choice(None, chat.tools)",
+           ("tests/unit/dialects/ollama/test_requests.py",
+            "tests/e2e/test_ollama_wire.py::test_a_named_tool_choice_forces_the_call")),
+    Mutant("a flat named tool_choice refused", "localserve/dialects/function_tools.py",
+           'fn = value.get("function") if isinstance(value.get("function"), dict) else value',
+           'fn = value.get("function") or {}',
+           ("tests/unit/dialects/ollama/test_requests.py::test_tool_choice_is_read_as_chat_completions_reads_it",)),
 ]
 
 
