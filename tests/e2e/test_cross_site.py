@@ -26,6 +26,7 @@ from conftest import ROOT, ServerProcess
 from needs import check_skip, missing
 from rawhttp import post_json, request
 from tinyaudio import tone, wav_bytes
+from wiretap import SHUTDOWN_POLL
 
 EVIL = "https://evil.example"
 BROWSER_HEADERS = f"Origin: {EVIL}\r\nSec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: no-cors\r\n"
@@ -249,7 +250,7 @@ def test_a_no_cors_fetch_from_another_local_port_changes_nothing(srv, browser, t
     (tmp_path / "index.html").write_text(ATTACK_PAGE % {"port": srv.port})
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=site.serve_forever, daemon=True).start()
+    threading.Thread(target=site.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     refused_before = srv.log.count(" 403 ")
     try:
         browser.driver.get(f"http://127.0.0.1:{site.server_address[1]}/index.html")
