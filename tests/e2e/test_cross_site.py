@@ -21,9 +21,7 @@ from functools import partial
 
 import pytest
 
-from browser import Browser, find_browser
 from conftest import ROOT, ServerProcess
-from needs import check_skip, missing
 from rawhttp import post_json, request
 from tinyaudio import tone, wav_bytes
 from wiretap import SHUTDOWN_POLL
@@ -236,14 +234,9 @@ window.attempts = Promise.allSettled([
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    check_skip("browser")
-    found = find_browser()
-    if found is None:
-        missing("browser", "chromium and chromedriver are not installed")
-    chrome = Browser(*found, tmp_path_factory.mktemp("cross-site-profile"), ROOT / "test-output" / "webui")
-    yield chrome
-    chrome.quit()
+def browser(chromium):
+    yield chromium.lend(ROOT / "test-output" / "webui")
+    chromium.park()
 
 
 def test_a_no_cors_fetch_from_another_local_port_changes_nothing(srv, browser, tmp_path):
