@@ -978,6 +978,46 @@ MUTANTS = [
            'log.info("listening on %s", http_url(*servers[0].address))',
            'log.info("listening on %s", http_url(servers[0].address[0], 0))',   # the setting's 0
            ("tests/e2e/test_cli.py::test_startup_and_access_log_lines",)),
+    Mutant("a tool call cut off at the end rolled back into content", "localserve/parsing/tools.py",
+           "            if self._current is not None:   # its start went out: a call it stays, cut where it broke\n",
+           "            if self._current is not None and not self._cur.eof:\n",
+           ("tests/unit/parsing/test_tools.py::test_a_call_cut_off_or_broken_after_its_start_stays_a_call",
+            "tests/unit/dialects/test_cut_calls.py::test_chat_completions",
+            "tests/e2e/test_tool_cut.py::test_chat_completions")),
+    Mutant("scanning goes on after a call that broke after its start", "localserve/parsing/tools.py",
+           "                self._close_call(complete=False)\n                self._done = True\n",
+           "                self._close_call(complete=False)\n",
+           ("tests/unit/parsing/test_tools.py::test_a_call_cut_off_or_broken_after_its_start_stays_a_call",)),
+    Mutant("a cut call's fragments before a bad bracket depend on the chunking", "localserve/parsing/json_stream.py",
+           "                        if sink and piece:   # what came before went out, however the text was chunked\n"
+           "                            sink(\"\".join(piece))\n",
+           "",
+           ("tests/unit/parsing/test_tools.py::test_a_call_cut_off_or_broken_after_its_start_stays_a_call",)),
+    Mutant("a cut call's Anthropic input is empty", "localserve/dialects/anthropic/replies.py",
+           "    return close_object(arguments)\n",
+           "    return close_object(arguments) if arguments.endswith(\"}\") else {}\n",
+           ("tests/unit/dialects/test_cut_calls.py::test_anthropic_messages",
+            "tests/e2e/test_tool_cut.py::test_anthropic_messages")),
+    Mutant("a partial JSON's number cut off kept", "localserve/parsing/partial_json.py",
+           "    return end if end > start and whole(text[start:end]) else None\n",
+           "    return end if end > start and (whole(text[start:end]) or end == len(text)) else None\n",
+           ("tests/unit/parsing/test_partial_json.py::test_every_prefix_closes_as_the_anthropic_sdk_reads_it",)),
+    Mutant("a Responses call cut by a stop shown completed", "localserve/dialects/responses/stream.py",
+           "            if not open_call.complete:      # cut off by a stop string or the end of generation, or broken\n"
+           "                status = \"incomplete\"\n",
+           "",
+           ("tests/unit/dialects/test_cut_calls.py::test_a_responses_call_cut_by_a_stop_is_incomplete_in_a_completed_response",)),
+    Mutant("a Responses stream's failure numbered 0 after the run's events", "localserve/dialects/responses/handlers.py",
+           "        if not exchange.stream_open or exchange.writer.finished:\n            raise\n"
+           "        log.exception(\"responses %s: the stream failed",
+           "        if True:\n            raise\n        log.exception(\"responses %s: the stream failed",
+           ("tests/unit/dialects/test_opened_early.py::"
+            "test_a_run_that_fails_while_it_streams_ends_with_its_response_failed_numbered_on",)),
+    Mutant("frames made before a stream's failure lost", "localserve/dialects/pump.py",
+           "        if buffer and not writer.finished:    # what came before the failure goes out before its error\n",
+           "        if False:\n",
+           ("tests/unit/dialects/test_opened_early.py::"
+            "test_a_run_that_fails_while_it_streams_ends_with_its_response_failed_numbered_on",)),
 ]
 
 
