@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...generation import Chunk, Compacted, Context, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...generation import Chunk, Compacted, Context, GenerationOutput, ToolCall, ToolCallDelta, ToolCallStart
 from ...store.store import new_id
 from ..compaction import CompactionUsage
 from ..function_tools import openai_call_id
@@ -135,9 +135,7 @@ class ResponseEvents:
         if not self.items and not self.compaction.triggered:    # nothing generated: an (empty) message
             events += self._text("", None)
         status = "incomplete" if incomplete else "completed"
-        open_call = self.current is not None and self.current["type"] in CALL_ITEMS and next(
-            (c for c in output.tool_calls if openai_call_id(c) == self.current["call_id"]), None)
-        if open_call:
+        if (open_call := self._open_call(output)) is not None:
             self.pieces = [open_call.arguments]
             if not open_call.complete:      # cut off by a stop string or the end of generation, or broken
                 status = "incomplete"
@@ -155,6 +153,12 @@ class ResponseEvents:
         self.terminal = True
         kind = "response.incomplete" if incomplete else "response.completed"
         return events + [self.event(kind, response=self.snapshot())]
+
+    def _open_call(self, output: GenerationOutput) -> ToolCall | None:
+        """The answer's call for the item open now, if that item is a call."""
+        if self.current is None or self.current["type"] not in CALL_ITEMS:
+            return None
+        return next((c for c in output.tool_calls if openai_call_id(c) == self.current["call_id"]), None)
 
     def fail(self, message: str, code: str = "server_error") -> list[dict]:
         if self.terminal:
