@@ -3,7 +3,8 @@ once, as a call with the arguments it got (never its markup as content after it)
 streamed and whole, as OpenAI sends one: Chat Completions' partial arguments and
 finish_reason "length"; Responses' function_call item "incomplete" in a response incomplete for
 max_output_tokens; Anthropic's tool_use input and Ollama's arguments the object the partial
-JSON had begun, stop_reason "max_tokens" / done_reason "length".
+JSON had begun, stop_reason "max_tokens" / done_reason "length". A stop string inside the call
+cuts it the same way (finish_reason "tool_calls", as llama-server says it).
 
 The scripted model writes its call in five tokens; four of them cut it after `"Paris",`.
 """
@@ -89,3 +90,14 @@ def test_ollama(server):
     assert "".join(p.message.content or "" for p in parts) == ""
     calls = [(c.function.name, c.function.arguments) for p in parts for c in p.message.tool_calls or []]
     assert calls == [("get_weather", BEGUN)] and parts[-1].done_reason == "length"
+
+
+def test_a_stop_string_inside_the_call_cuts_it_the_same_way(server):
+    client = openai_sdk(server)
+    kwargs = dict(model="scripted", messages=ASK, tools=TOOLS, stop=['"days"'])
+    choice = client.chat.completions.create(**kwargs).choices[0]
+    assert choice.finish_reason == "tool_calls" and not choice.message.content
+    assert [(c.function.name, c.function.arguments) for c in choice.message.tool_calls] == [("get_weather", ARGUMENTS)]
+    streamed = "".join(call.function.arguments or "" for chunk in client.chat.completions.create(**kwargs, stream=True)
+                       for call in chunk.choices[0].delta.tool_calls or [])
+    assert streamed == ARGUMENTS
