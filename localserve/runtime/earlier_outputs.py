@@ -1,0 +1,80 @@
+"""Earlier outputs: what a scope's latest finished jobs wrote, for drafting where a job leaves its prompt.
+
+An edit asked again (a retry, an agent's next turn over the same file, the same refactor on a
+sibling file) is often answered the same way: where the output departs from the file (the
+renamed name, a line of the model's own), it departs as an earlier answer did, and that earlier
+answer is in no prompt. llama-server's ngram-mod keeps one pool of every request's 24-grams for
+all clients (docs/performance.rst); here each cache scope (an API key's, with its adapters:
+generation.cache_scope) keeps its own last few outputs, so one client's text never drafts for
+another's. A draft changes no output (speculative.py verifies every drafted token), but the time
+a step takes would tell what another scope wrote.
+
+The lookup matches the job's last EARLIER_MATCH tokens: a shorter match finds the prompt's own
+words again (the copy cursor's job), a long one a place where an earlier answer went on as this
+one does. The index maps the hash of each such window to the position after it, checked against
+the tokens on a hit (a dict of int keys: a tuple per window would cost ten times the memory).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+EARLIER_OUTPUTS = 4            # a scope's latest finished outputs kept for drafting
+EARLIER_MATCH = 16             # tokens the job's output must end with as an earlier output had them
+EARLIER_OUTPUT_TOKENS = 4096   # the most of one output kept (its latest tokens)
+EARLIER_SCOPES = 8             # scopes kept at once; the one used least lately goes (a few MB at most)
+
+
+class OutputIndex:
+    """One finished output: each EARLIER_MATCH-token window's latest end."""
+
+    def __init__(self, tokens: list[int]):
+        self.tokens = tokens = tokens[-EARLIER_OUTPUT_TOKENS:]
+        self._after: dict[int, int] = {}
+        for end in range(EARLIER_MATCH, len(tokens)):
+            self._after[hash(tuple(tokens[end - EARLIER_MATCH:end]))] = end
+
+    def follow(self, tail: list[int], limit: int) -> list[int]:
+        """Up to `limit` tokens that followed the last EARLIER_MATCH tokens of `tail` here."""
+        window = tail[-EARLIER_MATCH:]
+        if len(window) < EARLIER_MATCH:
+            return []
+        at = self._after.get(hash(tuple(window)))
+        if at is None or self.tokens[at - EARLIER_MATCH:at] != window:
+            return []
+        return self.tokens[at:at + limit]
+
+
+class EarlierOutputs:
+    """A scope's latest outputs, the latest first."""
+
+    def __init__(self):
+        self.outputs: deque[OutputIndex] = deque(maxlen=EARLIER_OUTPUTS)
+
+    def add(self, tokens: list[int]) -> None:
+        if len(tokens) > EARLIER_MATCH:
+            self.outputs.appendleft(OutputIndex(list(tokens)))
+
+    def follow(self, tail: list[int], limit: int) -> list[int]:
+        """What followed `tail`'s last tokens in the latest output that had them; [] where none did."""
+        if limit < 1:
+            return []
+        for output in self.outputs:
+            draft = output.follow(tail, limit)
+            if draft:
+                return draft
+        return []
+
+
+class ScopedOutputs:
+    """Every scope's EarlierOutputs, at most EARLIER_SCOPES of them."""
+
+    def __init__(self):
+        self._scopes: OrderedDict[str, EarlierOutputs] = OrderedDict()
+
+    def of(self, scope: str) -> EarlierOutputs:
+        outputs = self._scopes.pop(scope, None) or EarlierOutputs()
+        self._scopes[scope] = outputs
+        while len(self._scopes) > EARLIER_SCOPES:
+            self._scopes.popitem(last=False)
+        return outputs
