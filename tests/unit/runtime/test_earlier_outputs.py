@@ -115,3 +115,11 @@ def test_a_finished_job_s_output_drafts_for_its_own_scope_alone():
     assert speculator.earlier.of("key-b").follow(answer[:18], 4) == []
     assert speculator.start(FILE, None, "key-b").earlier is not speculator.start(FILE, None, "key-a").earlier
     assert Speculator("draft", 4, engine).start(FILE, None, "key-a").earlier is None
+
+
+def test_a_window_that_only_shares_a_hash_drafts_nothing(monkeypatch):
+    monkeypatch.setattr(earlier_outputs, "hash", lambda window: 0, raising=False)   # every window collides
+    earlier = EarlierOutputs()
+    earlier.add(ANSWER)
+    assert earlier.follow(ANSWER[:22], 4) == []            # the index holds another window's end
+    assert earlier.follow(ANSWER[:-1], 4) == ANSWER[-1:]   # the last window's own
