@@ -9,6 +9,13 @@ generation.cache_scope) keeps its own last few outputs, so one client's text nev
 another's. A draft changes no output (speculative.py verifies every drafted token), but the time
 a step takes would tell what another scope wrote.
 
+Where the output's own copy is lost or was just found again, an earlier answer drafts when it
+drafts more. Where the output follows a copy and an earlier answer went on otherwise from the
+same tokens (it departed there), the earlier answer drafts: the output may depart as it did
+(an edit asked again), and if it does not, the draft refused where the two part costs one
+step's rows; the job then follows its copy for the rest of its life (FromEarlier.trusted).
+llama-server's pool does the same without the stop: the latest text after a 24-gram wins.
+
 The lookup matches the job's last EARLIER_MATCH tokens: a shorter match finds the prompt's own
 words again (the copy cursor's job), a long one a place where an earlier answer went on as this
 one does. The index maps the hash of each such window to the position after it, checked against
@@ -80,3 +87,36 @@ class ScopedOutputs:
         while len(self._scopes) > EARLIER_SCOPES:
             self._scopes.popitem(last=False)
         return outputs
+
+
+class FromEarlier:
+    """One job's drafting from its scope's earlier outputs, and its finished output added to them."""
+
+    def __init__(self, outputs: EarlierOutputs):
+        self.outputs = outputs
+        self.trusted = True             # an earlier answer may still part from the copy the output follows
+        self.parting: int | None = None     # where the draft taken parted from that copy's
+
+    def choose(self, generated: list[int], own: list[int], limit: int, following: bool) -> list[int]:
+        """The draft: `own` (the job's own lookup's, from a copy it `following`s or one just found)
+        or an earlier answer's."""
+        self.parting = None
+        if not following:
+            before = self.outputs.follow(generated, limit)
+            return before if len(before) > len(own) else own
+        if not self.trusted:
+            return own
+        before = self.outputs.follow(generated, limit)
+        if len(before) < len(own) or before[:len(own)] == own:
+            return own
+        self.parting = next(i for i, (mine, theirs) in enumerate(zip(own, before)) if mine != theirs)
+        return before
+
+    def verified(self, drafted: int, accepted: int) -> None:
+        """The last draft chosen was verified; refused where it parted from the copy: no more."""
+        if self.parting is not None and accepted <= self.parting < drafted:
+            self.trusted = False
+        self.parting = None
+
+    def finished(self, generated: list[int]) -> None:
+        self.outputs.add(generated)

@@ -28,7 +28,7 @@ from ..engine.thread_policy import MIN_ROW_SHARE
 from ..settings import step_drafts
 from .copy_cursor import CopyCursor
 from .draft_budget import DraftBudget, shared_length
-from .earlier_outputs import EarlierOutputs, ScopedOutputs
+from .earlier_outputs import EarlierOutputs, FromEarlier, ScopedOutputs
 from .jobs import JobStatus
 from .ngram import NgramIndex
 
@@ -69,7 +69,7 @@ class JobDrafts:
         self._predicted_index: NgramIndex | None = None
         self._prediction_text = prediction
         self.text = text
-        self.earlier = earlier          # its scope's latest outputs (earlier_outputs.py); None: not drafted from
+        self.earlier = FromEarlier(earlier) if earlier is not None else None     # its scope's latest outputs
         self.prediction = prediction.encode("utf-8") if prediction else None
         self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
         self.matched = 0                # many tokens (-1: the output strayed from it)
@@ -107,7 +107,7 @@ class JobDrafts:
     def finished(self, generated: list[int]) -> None:
         """The job's output is complete: later jobs of its scope may draft from it."""
         if self.earlier is not None:
-            self.earlier.add(generated)
+            self.earlier.finished(generated)
 
     def verifying(self, drafted: int, accepted: int) -> None:
         """A job can finish inside a draft it is verifying: its usage counts that draft too."""
@@ -131,12 +131,15 @@ class JobDrafts:
         in it the output goes on copying), else a copy the output goes on following in its own
         prompt and output, else a place just found in either, the prediction's first. (After an
         edit a model may write its own: it often repeats what it just wrote, which the prediction
-        cannot foresee.) Where the copy was just found again or is lost, an earlier output of the
-        scope that went on from the same last tokens drafts, when it drafts more (the output
-        departs from the prompt as an earlier answer did: earlier_outputs.py). `shared`: the step
+        cannot foresee.) An earlier output of the scope that went on from the same last tokens
+        drafts where the copy was just found again or is lost and it drafts more, or where it
+        departs from the copy followed (the output may depart from the prompt as an earlier
+        answer did: earlier_outputs.py). `shared`: the step
         decodes other streams too (see _wary)."""
         self.from_prediction = False
         self.shared = shared
+        if self.earlier is not None:
+            self.earlier.parting = None
         self.history.extend(generated[self.indexed:])
         self.indexed = len(generated)
         predicted, fresh = self._predicted(generated, limit) if self.prediction is not None else ([], True)
@@ -144,10 +147,8 @@ class JobDrafts:
             self.from_prediction = True
             return predicted
         own = self._wary(self.copying.draft(self.history, self.history.tokens, limit), self.copying)
-        if self.earlier is not None and (self.copying.fresh or not own):
-            before = self.earlier.follow(generated, limit)
-            if len(before) > len(own):
-                own = before
+        if self.earlier is not None:
+            own = self.earlier.choose(generated, own, limit, following=bool(own) and not self.copying.fresh)
         if predicted and (self.copying.fresh or not own):
             self.from_prediction = True
             return predicted
@@ -212,6 +213,8 @@ class JobDrafts:
 
     def record(self, drafted: int, accepted: int) -> None:
         self.run = (0, 0)
+        if self.earlier is not None:
+            self.earlier.verified(drafted, accepted)
         from_prediction, self.from_prediction = self.from_prediction, False
         if not drafted:
             return

@@ -43,17 +43,26 @@ class Asked(EarlierOutputs):
         return super().follow(tail, limit)
 
 
-def test_a_copy_the_output_follows_wins_over_an_earlier_answer_that_went_elsewhere():
+def test_where_an_earlier_answer_parted_from_the_copy_followed_it_drafts_until_it_is_refused_there():
     earlier = Asked()
     earlier.add(FILE[:20] + [300, 301, 302, 303, 304] + FILE[20:])
     drafts = JobDrafts(FILE, None, Text(), draft_max=4, earlier=earlier)
-    drafts.lookup(FILE[:18], 3)             # the copy found
+    assert drafts.lookup(FILE[:10], 3) == FILE[10:13]          # the copy found; the earlier answer agrees
+    drafts.record(3, 3)
+    assert drafts.lookup(FILE[:14], 3) == FILE[14:17]          # followed on; the earlier answer agrees
+    drafts.record(3, 3)
+    assert drafts.lookup(FILE[:18], 3) == [FILE[18], FILE[19], 300]     # it parts from the copy: it drafts
+    drafts.record(3, 2)                                         # refused where it parted: the output copies
     asked = earlier.asked
-    assert drafts.lookup(FILE[:20], 3) == FILE[20:23]      # followed on: the earlier answer is not asked
-    assert earlier.asked == asked
-    again = JobDrafts(FILE, None, Text(), draft_max=4, earlier=earlier)
-    assert again.lookup(FILE[:20], 3) == FILE[20:23]       # just found: asked, and no longer than the copy
-    assert earlier.asked == asked + 1
+    assert drafts.lookup(FILE[:21], 3) == FILE[21:24]
+    assert earlier.asked == asked                               # and the earlier answer is not asked again
+    trusting = JobDrafts(FILE, None, Text(), draft_max=4, earlier=earlier)
+    trusting.lookup(FILE[:14], 3)
+    assert trusting.lookup(FILE[:18], 3) == [FILE[18], FILE[19], 300]
+    trusting.record(3, 3)                                       # accepted: the output departs as it did
+    assert trusting.lookup(FILE[:20] + [300, 301], 3) == [302, 303, 304]
+    as_long = JobDrafts(FILE, None, Text(), draft_max=4, earlier=earlier)
+    assert as_long.lookup(FILE[:20], 3) == FILE[20:23]         # just found, no longer than the copy: the copy
 
 
 def test_an_earlier_answer_needs_the_output_to_end_as_it_did_for_a_long_match():
@@ -113,7 +122,9 @@ def test_a_finished_job_s_output_drafts_for_its_own_scope_alone():
     assert job.generated == answer
     assert speculator.earlier.of("key-a").follow(answer[:18], 4) == answer[18:]
     assert speculator.earlier.of("key-b").follow(answer[:18], 4) == []
-    assert speculator.start(FILE, None, "key-b").earlier is not speculator.start(FILE, None, "key-a").earlier
+    theirs, mine = speculator.start(FILE, None, "key-b"), speculator.start(FILE, None, "key-a")
+    assert theirs.earlier.outputs is not mine.earlier.outputs
+    assert mine.earlier.outputs is speculator.earlier.of("key-a")
     assert Speculator("draft", 4, engine).start(FILE, None, "key-a").earlier is None
 
 
