@@ -134,8 +134,7 @@ class JobDrafts:
         cannot foresee.) An earlier output of the scope that went on from the same last tokens
         drafts where the copy was just found again or is lost and it drafts more, or where it
         departs from the copy followed (the output may depart from the prompt as an earlier
-        answer did: earlier_outputs.py). `shared`: the step
-        decodes other streams too (see _wary)."""
+        answer did: earlier_outputs.py). `shared`: the step decodes other streams too (see _wary)."""
         self.from_prediction = False
         self.shared = shared
         if self.earlier is not None:
