@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-MAX_JSON_DEPTH = 128               # nesting of a request body (the walks over it recurse; orjson writes 254)
 MAX_INT_PARAM = 2**31 - 1          # counts (max_tokens, top_k, repeat_last_n, ...): llama.cpp's int32
 MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the longest taken
 MAX_PROMPT_ITEMS = 4096            # Responses input items with their stored context (chain, conversation), at most

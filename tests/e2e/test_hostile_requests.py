@@ -218,6 +218,25 @@ def test_tool_calls_of_the_wrong_type_are_a_400(srv, calls):
     assert resp.json()["error"]["param"].startswith("messages[1].tool_calls")
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/apply-template"])
+def test_a_call_s_arguments_nested_past_the_body_limit_are_rendered_as_text(srv, path):
+    """Arguments are JSON text: 1,000 nested objects parsed (orjson reads 1,024 levels), and the
+    template's tojson recursed past Python's limit: a 500 (hostile2). Now they stay text."""
+    deep = '{"a":' * 1000 + "1" + "}" * 1000
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": deep}}
+    body = {"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c", "content": "r"}], "max_tokens": 1}
+    if path == "/v1/responses":
+        body = {"input": [*USER, {"type": "function_call", "call_id": "c", "name": "f", "arguments": deep},
+                          {"type": "function_call_output", "call_id": "c", "output": "r"}], "max_output_tokens": 1}
+    resp = post(srv, path, body)
+    if path == "/apply-template":
+        assert resp.status == 200 and '\\"a\\":{' in resp.json()["prompt"], resp.body[:300]
+    else:       # the text is longer than the context: refused as any long prompt is
+        assert resp.status == 400 and resp.json()["error"]["code"] == "context_length_exceeded", resp.body
+    alive(srv)
+
+
 def _nested_arrays(depth: int) -> str:
     return '{"type":"array","items":' * depth + '{"type":"boolean"}' + "}" * depth
 
