@@ -26,11 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from ...errors import ApiError
 from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, ToolCall, ToolCallDelta,
                           ToolCallStart)
+from ...parsing.json_depth import json_object
 from ..pump import PREFILL_COMMENT, StreamShape, sse
 from ..signing import sign
 from .compaction import Compaction, compaction_block, compaction_events, with_iterations
@@ -79,11 +78,9 @@ def stop_reason(output: GenerationOutput) -> str:
 
 
 def tool_input(arguments: str) -> dict:
-    try:
-        value = orjson.loads(arguments or "{}")
-    except orjson.JSONDecodeError:
-        return {}
-    return value if isinstance(value, dict) else {}
+    """The call's arguments as an object; {} for text that is none (or nests past what the answer's
+    writer takes: a grammar can make a model write 300 levels, and orjson writes 254)."""
+    return json_object(arguments) or {}
 
 
 def message_shell(meta: MessageMeta, content: list, stop: str | None, stop_sequence: str | None,

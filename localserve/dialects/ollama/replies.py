@@ -19,6 +19,7 @@ import orjson
 
 from ...errors import ApiError
 from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...parsing.json_depth import json_object
 from ..pump import StreamShape
 from .clock import nanoseconds, timestamp
 from .errors import ollama_error_body
@@ -83,7 +84,7 @@ class Answer:
 
 def tool_calls(output: GenerationOutput, leave_out: set[int] | None = None) -> list[dict]:
     """The answer's calls in Ollama's shape; `leave_out`: the indices a stream already sent."""
-    return [call_json(i, call.id, call.name, orjson.loads(call.arguments))
+    return [call_json(i, call.id, call.name, json_object(call.arguments) or {})    # {}: none, or too deep to write
             for i, call in enumerate(output.tool_calls) if not leave_out or i not in leave_out]
 
 
@@ -115,11 +116,8 @@ class WholeCalls:
         call = self.open
         if call.index in self.sent:
             return []
-        try:
-            arguments = orjson.loads("".join(self.fragments))
-        except orjson.JSONDecodeError:
-            return []
-        if not isinstance(arguments, dict):
+        arguments = json_object("".join(self.fragments))
+        if arguments is None:
             return []
         self.sent.add(call.index)
         return [call_json(call.index, call.id, call.name, arguments)]

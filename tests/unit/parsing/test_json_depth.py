@@ -36,3 +36,21 @@ def test_a_call_s_arguments_too_deep_stay_the_client_s_text():
     shallow = nested_objects(3)
     assert call_arguments(shallow) == (orjson.loads(shallow), shallow)
     assert isinstance(_tool_arguments(shallow), ToolArguments)
+
+
+def test_a_generated_call_nested_past_what_the_answer_s_writer_takes_is_answered_with_empty_arguments():
+    """A grammar made the model write 300 nested objects (orjson writes 254): Anthropic's and
+    Ollama's whole answers were a 500, Ollama's stream was cut without its last line."""
+    from localserve.dialects.anthropic.replies import tool_input
+    from localserve.dialects.ollama.replies import WholeCalls, tool_calls
+    from localserve.generation import GenerationOutput, ToolCall, ToolCallDelta, ToolCallStart
+
+    deep = nested_objects(300)
+    assert tool_input(deep) == {} and tool_input(nested_objects(2)) == {"a": {"a": 1}}
+    output = GenerationOutput(tool_calls=[ToolCall("c1", "f", deep), ToolCall("c2", "g", '{"x": 1}')])
+    answered = tool_calls(output)
+    assert [c["function"]["arguments"] for c in answered] == [{}, {"x": 1}]
+    orjson.dumps(answered)
+    whole = WholeCalls()
+    whole.start(ToolCallStart(0, "c1", "f"))
+    assert whole.delta(ToolCallDelta(0, deep)) == []          # never whole: it goes out at the end, as {}
