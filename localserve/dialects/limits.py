@@ -7,3 +7,4 @@ MAX_PREDICTION_TOKENS = 65536      # OpenAI's prediction content, tokenized: the
 MAX_PROMPT_ITEMS = 4096            # Responses input items with their stored context (chain, conversation), at most
 MAX_CONTEXT_EDITS = 8              # Anthropic context_management.edits in one request (each may cost a tokenize)
 MAX_CHOICES = 16                   # OpenAI's n: choices of one request, each a sequence of its own
+MAX_DETOKENIZE_TOKENS = 1 << 20    # /detokenize's tokens: each piece is held, then the text (5M took 530 MB)

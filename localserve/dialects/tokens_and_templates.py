@@ -13,6 +13,7 @@ from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
 from .fields import invalid, read_bool
 from .function_tools import function_definitions
+from .limits import MAX_DETOKENIZE_TOKENS
 from .loading import LoadWait, use_model
 from .openai.chat_input import read_messages
 from .responses.request import read_plan
@@ -57,6 +58,9 @@ def detokenize(services: Services, exchange: Exchange) -> None:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise invalid("tokens", "expected an array of token ids")
+    if len(tokens) > MAX_DETOKENIZE_TOKENS:
+        raise invalid("tokens", f"has {len(tokens)} tokens; at most {MAX_DETOKENIZE_TOKENS} are detokenized at once "
+                                f"(MAX_DETOKENIZE_TOKENS)")
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
         engine = model.chat.engine
         bad = [t for t in tokens if not engine.valid_token(t)]
