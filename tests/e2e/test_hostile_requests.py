@@ -257,6 +257,13 @@ def test_a_generated_call_nested_past_what_the_writer_takes_gets_empty_arguments
     alive(srv)
 
 
+@pytest.mark.parametrize("kwargs", ["x", [{}], 5, True])
+def test_apply_template_s_template_kwargs_of_the_wrong_type_are_a_400(srv, kwargs):
+    """It called dict() on whatever came: a 500 for a string, a list or a number (hostile2)."""
+    resp = post(srv, "/apply-template", {"messages": USER, "chat_template_kwargs": kwargs})
+    assert_400(resp, "chat_template_kwargs", "expected an object")
+
+
 def _nested_arrays(depth: int) -> str:
     return '{"type":"array","items":' * depth + '{"type":"boolean"}' + "}" * depth
 
