@@ -408,7 +408,7 @@ class GrammarBuilder:
         if not elems:
             return '"[" ws "]"'
         elems = [e.strip() for e in elems]
-        first = max(min(lo, len(elems)), 1)  # the elements before the first that may be left out
+        first = max(lo, 1)  # the elements before the first that may be left out (all, past minItems)
         rest = ""
         for elem in reversed(elems[first:]):  # each only after the one before: a rule each, as groups
             rest = " " + self.add_rule(f"{hint}-tail", f'( ws "," ws {elem}{rest} )?')  # nested past llama.cpp's parser

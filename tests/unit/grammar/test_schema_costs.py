@@ -113,9 +113,15 @@ def test_prefix_items_nest_no_group_per_item(least):
     assert deepest < MAX_GRAMMAR_NESTING
 
 
-def test_prefix_items_keep_their_order_and_minimum():
+@pytest.mark.parametrize("least, written", [(0, 1), (1, 1), (2, 2), (3, 3), (5, 3)])
+def test_prefix_items_keep_their_order_and_minimum(least, written):
+    """The first `least` items are written in the root's rule; each later one in a rule of its own,
+    each optional; minItems 0 leaves the whole list optional."""
     grammar = json_schema_grammar({"type": "array", "prefixItems": [{"type": "null"}, {"type": "string"},
-                                                                    {"type": "boolean"}], "minItems": 2})
+                                                                    {"type": "boolean"}], "minItems": least})
     root = next(line for line in grammar.splitlines() if line.startswith("schema ::="))
-    assert root.startswith('schema ::= "[" ws null ws "," ws ')       # two required, the third in its rule
-    assert "( ws \",\" ws boolean" in grammar and '")?' not in root
+    assert root.startswith('schema ::= "[" ws ' + ("( null" if least == 0 else "null"))
+    assert root.count(' ws "," ws ') == written - 1
+    assert root.endswith('ws )? "]"') is (least == 0)
+    tails = [line for line in grammar.splitlines() if line.startswith("schema-tail")]
+    assert len(tails) == 3 - written and all(line.endswith(")?") for line in tails)
