@@ -227,6 +227,9 @@ class ToolCall:
     name: str
     arguments: str  # a JSON object: the generated text less insignificant whitespace
     minted: bool = False
+    # False: the call was cut off (max_tokens, a stop, its text turned malformed) after its start
+    # went out; `arguments` is then what it got, maybe no JSON (parsing/partial_json closes it)
+    complete: bool = True
 
 
 @dataclass

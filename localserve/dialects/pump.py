@@ -116,6 +116,10 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
         if job is not None:
             job.cancel("client went away during the stream")
         raise
+    except Exception:
+        if buffer and not writer.finished:    # what came before the failure goes out before its error
+            writer.stream(b"".join(buffer))
+        raise
 
 
 def stream_job(exchange: Exchange, shape: StreamShape, gen: ActiveGeneration, keepalive: float,

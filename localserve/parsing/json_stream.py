@@ -134,6 +134,8 @@ class Cursor:
                     stack.append("}" if ch == "{" else "]")
                 elif ch in "}]":
                     if not stack or stack.pop() != ch:
+                        if sink and piece:   # what came before went out, however the text was chunked
+                            sink("".join(piece))
                         raise Malformed("bracket")
                     complete = not stack
                 elif ch.isspace():

@@ -36,8 +36,6 @@ def _take_value_text(cur: Cursor) -> tuple[str, bool]:
     Held back: a possible partial closing tag and a newline before it (maybe the last)."""
     rest = cur.text[cur.pos:]
     end = rest.find(_PARAM_END)
-    if end < 0 and cur.eof:
-        raise Malformed(_PARAM_END)
     cut = end if end >= 0 else partial_start(rest, (_PARAM_END,))
     piece = rest if cut is None else rest[:cut]
     piece = piece[:-1] if piece.endswith("\n") else piece
@@ -72,4 +70,6 @@ def read_parameter_value(cur: Cursor, add_arguments: Callable[[str], None], sche
             add_arguments(compact(piece)[1:-1] + ('"' if last else ""))
         if last:
             return
+        if cur.eof:     # cut off: the value's text so far went out as it would have in pieces
+            raise Malformed(_PARAM_END)
         yield

@@ -9,12 +9,15 @@ construction. What keeps them agreeing under any chunking is that every decision
 text, never at how much has arrived: a marker is matched only once no earlier marker could
 still be completing, a search window is fixed, and the end of input is explicit.
 
-A call that proves malformed (bad JSON, unknown name, missing markers) is rolled back: the
-marker that opened it becomes content and scanning resumes right after it, so the call's
-whole text ends up in the content, exactly as it was generated. Calls already completed in the
-same block stay. In a stream, a call may already have sent its ToolCallStart and some argument
-fragments when it proves malformed; it is abandoned (never in `calls`) and its text follows as
-content. The next call gets a fresh index.
+A call that proves malformed (bad JSON, unknown name, missing markers) before its start
+went out is rolled back: the marker that opened it becomes content and scanning resumes right
+after it, so the call's whole text ends up in the content, exactly as it was generated. Calls
+already completed in the same block stay. A call whose start has gone out (ToolCallStart, as
+soon as its name is read) stays a call whatever follows, so that a stream never says the same
+text twice: cut off at the end of the input (max_tokens, a stop string, end of generation) or
+turned malformed, it ends there with the argument fragments it got (`complete` False), and
+the projector is done, as after a block's end. What a parser had read of the call's text and
+not yet passed on is nobody's.
 
 Normalisation: a call's `arguments` is the generated JSON object less whitespace outside
 strings (raw control characters inside strings escaped), and its streamed fragments
@@ -139,9 +142,7 @@ class ToolProjector:
             self._events.append(ToolCallDelta(self._current[0], fragment))
 
     def end_call(self) -> None:
-        _, call_id, name, fragments, minted = self._current
-        self._calls.append(ToolCall(call_id, name, "".join(fragments), minted=minted))
-        self._current = None
+        self._close_call(complete=True)
         self._commit = self._cur.pos  # a later failure in this block rolls back only to here
         if not self._parallel:
             raise _BlockDone
@@ -233,14 +234,22 @@ class ToolProjector:
         except _BlockDone:
             self._block, self._done = None, True
         except Malformed:
-            self._block, self._current = None, None
-            if self._commit > self._block_start:
+            self._block = None
+            if self._current is not None:   # its start went out: a call it stays, cut where it broke
+                self._close_call(complete=False)
+                self._done = True
+            elif self._commit > self._block_start:
                 self._cur.pos = self._commit
             else:
                 if self._block_start >= self._phantom:
                     self._content(self._marker)
                 self._cur.pos = self._block_start + len(self._marker)
         return True
+
+    def _close_call(self, complete: bool) -> None:
+        _, call_id, name, fragments, minted = self._current
+        self._calls.append(ToolCall(call_id, name, "".join(fragments), minted=minted, complete=complete))
+        self._current = None
 
     def _content(self, text: str) -> None:
         if text:

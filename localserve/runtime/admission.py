@@ -86,6 +86,6 @@ class Admission:
             admitted.failed_unstarted.append((gen, InvalidGrammar(str(exc))))
             return
         job = Job(gen, slot, sampler, keep, checkpoint_at=self.kv.checkpoint_wanted(slot.seq_id),
-                  drafts=self.speculator.start(text_tokens(gen.request), gen.request.prediction))
+                  drafts=self.speculator.start(text_tokens(gen.request), gen.request.prediction, gen.request.scope))
         job.start()
         admitted.started.append((gen, Context(keep, self.engine.n_ctx_seq)))

@@ -15,6 +15,7 @@ COPY_CHECK_TOKENS = 2              # a copy is followed on while the last tokens
 RESYNC_WINDOW = 64                 # after an edit, the copy is looked for this far either side of where it would be,
 RESYNC_SPAN = 256                  # while the output has written at most this many tokens since the copy last held
 MAX_RESYNC_MATCH = 8               # the longest match that counts there (as the lookup's longest n-gram)
+LONG_MATCH = 32                    # how far back a place found again and the latest match are compared
 
 
 class CopyCursor:
@@ -47,10 +48,13 @@ class CopyCursor:
                 self.source, self.mark = at, len(tail)
                 self.held, self.fresh = (at, len(tail)), False
                 return ahead(tokens, at, limit, tail is tokens)
-        at = self._near(tokens, tail)
+        at, latest = self._near(tokens, tail), index.find(tail)
         self.fresh = True
-        if at is None:
-            at = index.find(tail)
+        # near where the copy would be, unless the latest match goes back further: an output that
+        # repeats a block of its own (imports written over and over) matches its last block in
+        # full, and an earlier, different one near the copy in part
+        if at is None or (latest is not None and matched(tokens, latest, tail) > matched(tokens, at, tail)):
+            at = latest
         self.source, self.mark = at, len(tail)
         return ahead(tokens, at, limit, tail is tokens) if at is not None else []
 
@@ -78,6 +82,14 @@ class CopyCursor:
             if n >= COPY_CHECK_TOKENS and (best_key is None or key > best_key):
                 best, best_key = end, key
         return best
+
+
+def matched(tokens: list[int], end: int, tail: list[int]) -> int:
+    """How many of `tail`'s last tokens (at most LONG_MATCH) the tokens before `end` are."""
+    n = 0
+    while n < LONG_MATCH and n < end and n < len(tail) and tokens[end - 1 - n] == tail[-1 - n]:
+        n += 1
+    return n
 
 
 def ahead(tokens: list[int], at: int, limit: int, own: bool) -> list[int]:

@@ -31,6 +31,8 @@ class Endings:
         for event in events:
             self.outbox.put(job.gen, event)
         output = finished_output(job, reason, time.monotonic())
+        if job.drafts is not None:
+            job.drafts.finished(job.generated)
         _release(job)
         self.metrics.record_generation(output)
         if job.request.compaction:     # a model that only thought still leaves its thoughts as the summary

@@ -9,7 +9,8 @@ decoding gives (for sampling, the same distribution: a draft never depends on th
 that tests it). What was decoded past the first mismatch is cut from the KV cache after.
 
 Where drafts come from (--speculative): "ngram", the job's own prompt and output (ngram.py),
-after the OpenAI ``prediction`` text when the request gave one; "draft", a small model with
+after the OpenAI ``prediction`` text when the request gave one, and where the output leaves
+its prompt, its cache scope's latest outputs (earlier_outputs.py); "draft", a small model with
 the same vocabulary (engine/draft_model.py). Each job adapts its draft length: a draft wholly
 accepted doubles it (up to --draft-max), a partial one moves it toward what was accepted, a
 draft with nothing accepted halves it. And drafts must pay (draft_budget.py): a job drafts no
@@ -27,6 +28,7 @@ from ..engine.thread_policy import MIN_ROW_SHARE
 from ..settings import step_drafts
 from .copy_cursor import CopyCursor
 from .draft_budget import DraftBudget, shared_length
+from .earlier_outputs import EarlierOutputs, FromEarlier, ScopedOutputs
 from .jobs import JobStatus
 from .ngram import NgramIndex
 
@@ -58,7 +60,7 @@ class JobDrafts:
     """One job's drafting: its lookup indexes, its adaptive draft length, its counts."""
 
     def __init__(self, prompt: list[int], prediction: str | None, text: TextCodec, draft_max: int,
-                 row_share: float = MIN_ROW_SHARE):
+                 row_share: float = MIN_ROW_SHARE, earlier: EarlierOutputs | None = None):
         # The lookup indexes are built at the first lookup, after the prefill, not here: a job is
         # admitted on the runtime thread before its prefill (at every editor keystroke), and a
         # job that never looks one up (drafts from a draft model) never pays for them.
@@ -67,6 +69,7 @@ class JobDrafts:
         self._predicted_index: NgramIndex | None = None
         self._prediction_text = prediction
         self.text = text
+        self.earlier = FromEarlier(earlier) if earlier is not None else None     # its scope's latest outputs
         self.prediction = prediction.encode("utf-8") if prediction else None
         self.aligned = 0                # the output is the prediction's first `matched` bytes, in this
         self.matched = 0                # many tokens (-1: the output strayed from it)
@@ -101,6 +104,11 @@ class JobDrafts:
             self._predicted_index = NgramIndex(self.text.tokenize(self._prediction_text))
         return self._predicted_index
 
+    def finished(self, generated: list[int]) -> None:
+        """The job's output is complete: later jobs of its scope may draft from it."""
+        if self.earlier is not None:
+            self.earlier.finished(generated)
+
     def verifying(self, drafted: int, accepted: int) -> None:
         """A job can finish inside a draft it is verifying: its usage counts that draft too."""
         self.run = (drafted, accepted)
@@ -123,9 +131,14 @@ class JobDrafts:
         in it the output goes on copying), else a copy the output goes on following in its own
         prompt and output, else a place just found in either, the prediction's first. (After an
         edit a model may write its own: it often repeats what it just wrote, which the prediction
-        cannot foresee.) `shared`: the step decodes other streams too (see _wary)."""
+        cannot foresee.) An earlier output of the scope that went on from the same last tokens
+        drafts where the copy was just found again or is lost and it drafts more, or where it
+        departs from the copy followed (the output may depart from the prompt as an earlier
+        answer did: earlier_outputs.py). `shared`: the step decodes other streams too (see _wary)."""
         self.from_prediction = False
         self.shared = shared
+        if self.earlier is not None:
+            self.earlier.parting = None
         self.history.extend(generated[self.indexed:])
         self.indexed = len(generated)
         predicted, fresh = self._predicted(generated, limit) if self.prediction is not None else ([], True)
@@ -133,6 +146,8 @@ class JobDrafts:
             self.from_prediction = True
             return predicted
         own = self._wary(self.copying.draft(self.history, self.history.tokens, limit), self.copying)
+        if self.earlier is not None:
+            own = self.earlier.choose(generated, own, limit, following=bool(own) and not self.copying.fresh)
         if predicted and (self.copying.fresh or not own):
             self.from_prediction = True
             return predicted
@@ -197,6 +212,8 @@ class JobDrafts:
 
     def record(self, drafted: int, accepted: int) -> None:
         self.run = (0, 0)
+        if self.earlier is not None:
+            self.earlier.verified(drafted, accepted)
         from_prediction, self.from_prediction = self.from_prediction, False
         if not drafted:
             return
@@ -234,6 +251,7 @@ class Speculator:
         self.costs = getattr(engine, "step_costs", None)    # measured at load, learned on (engine/thread_policy.py)
         self.drafted = 0                # every job's, since start (/metrics)
         self.accepted = 0
+        self.earlier = ScopedOutputs()  # finished outputs by cache scope, drafted from (earlier_outputs.py)
 
     @property
     def row_share(self) -> float:
@@ -244,8 +262,12 @@ class Speculator:
     def on(self) -> bool:
         return self.mode != "off"
 
-    def start(self, prompt: list[int], prediction: str | None) -> JobDrafts | None:
-        return JobDrafts(prompt, prediction, self.text, self.draft_max, self.row_share) if self.on else None
+    def start(self, prompt: list[int], prediction: str | None, scope: str = "") -> JobDrafts | None:
+        """A job's drafting (None: speculation off); `scope` is its cache scope (GenerationRequest.scope)."""
+        if not self.on:
+            return None
+        earlier = self.earlier.of(scope) if self.mode == "ngram" else None
+        return JobDrafts(prompt, prediction, self.text, self.draft_max, self.row_share, earlier)
 
     def propose(self, jobs: list[Job], budget: int, n_ctx_seq: int) -> dict[int, list[int]]:
         """Drafts for the step's decoding jobs, by id(job), within `budget` batch entries in all."""

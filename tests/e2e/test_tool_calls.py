@@ -109,15 +109,26 @@ def test_parallel_false_stops_after_the_first_call(families):
     assert reply.usage.completion_tokens * 2 < parallel.usage.completion_tokens
 
 
-def test_malformed_or_unknown_calls_come_back_as_content(families):
+def test_an_unknown_call_comes_back_as_content_and_one_broken_after_its_name_as_a_call(families):
     client = families.client("hermes")
-    for bad in ('<tool_call>{\\"name\\": \\"nope\\", \\"arguments\\": {}}</tool_call>',
-                '<tool_call>{\\"name\\": \\"get_time\\", \\"arguments\\": {broken</tool_call>'):
-        reply = client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, temperature=0,
-                                               max_tokens=100, extra_body={"grammar": f'root ::= "{bad}"'})
-        message = reply.choices[0].message
-        assert not message.tool_calls and reply.choices[0].finish_reason == "stop"
-        assert "<tool_call>" in message.content
+
+    def forced(text, **options):
+        return client.chat.completions.create(model="m", messages=MESSAGES, tools=TOOLS, temperature=0,
+                                              max_tokens=100, extra_body={"grammar": f'root ::= "{text}"'}, **options)
+
+    reply = forced('<tool_call>{\\"name\\": \\"nope\\", \\"arguments\\": {}}</tool_call>')
+    message = reply.choices[0].message
+    assert not message.tool_calls and reply.choices[0].finish_reason == "stop"
+    assert "<tool_call>" in message.content
+    # its start went out as a call: a call it stays, with what it got, streamed or not (never content too)
+    broken = '<tool_call>{\\"name\\": \\"get_time\\", \\"arguments\\": {broken</tool_call>'
+    reply = forced(broken)
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "tool_calls" and not message.content
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [("get_time", "{broken</tool_call>")]
+    content, calls, finish = collect_stream(forced(broken, stream=True))
+    assert (content, [(c["name"], c["arguments"]) for c in calls], finish) == (
+        "", [("get_time", "{broken</tool_call>")], "tool_calls")
 
 
 def test_tool_choice_none_neither_renders_nor_parses(families):

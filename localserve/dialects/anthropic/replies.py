@@ -29,7 +29,7 @@ from typing import Any
 from ...errors import ApiError
 from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, ToolCall, ToolCallDelta,
                           ToolCallStart)
-from ...parsing.json_depth import json_object
+from ...parsing.partial_json import close_object
 from ..pump import PREFILL_COMMENT, StreamShape, sse
 from ..signing import sign
 from .compaction import Compaction, compaction_block, compaction_events, with_iterations
@@ -78,9 +78,9 @@ def stop_reason(output: GenerationOutput) -> str:
 
 
 def tool_input(arguments: str) -> dict:
-    """The call's arguments as an object; {} for text that is none (or nests past what the answer's
-    writer takes: a grammar can make a model write 300 levels, and orjson writes 254)."""
-    return json_object(arguments) or {}
+    """A call's input: its arguments, or the object they had begun when the call was cut off (as
+    the SDK reads the input_json_delta fragments a stream sent)."""
+    return close_object(arguments)
 
 
 def message_shell(meta: MessageMeta, content: list, stop: str | None, stop_sequence: str | None,

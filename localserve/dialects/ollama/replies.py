@@ -20,6 +20,7 @@ import orjson
 from ...errors import ApiError
 from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
 from ...parsing.json_depth import json_object
+from ...parsing.partial_json import close_object
 from ..pump import StreamShape
 from .clock import nanoseconds, timestamp
 from .errors import ollama_error_body
@@ -84,7 +85,7 @@ class Answer:
 
 def tool_calls(output: GenerationOutput, leave_out: set[int] | None = None) -> list[dict]:
     """The answer's calls in Ollama's shape; `leave_out`: the indices a stream already sent."""
-    return [call_json(i, call.id, call.name, json_object(call.arguments) or {})    # {}: none, or too deep to write
+    return [call_json(i, call.id, call.name, close_object(call.arguments))
             for i, call in enumerate(output.tool_calls) if not leave_out or i not in leave_out]
 
 

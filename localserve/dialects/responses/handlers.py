@@ -157,8 +157,21 @@ class Replay(StreamShape):
 
 
 def stream_run(exchange: Exchange, run: ResponseRun, keepalive: float) -> None:
-    """The run's events as SSE while it generates; a client gone cancels it."""
-    stream_job(exchange, RunStream(run), run.gen, keepalive, job=run)
+    """The run's events as SSE while it generates; a client gone cancels it. What fails once the
+    run's events are going out ends the stream with the run's own response.failed, numbered on
+    from them and stored so (errors.py), not with an error event of its own numbering."""
+    shape = RunStream(run)
+    try:
+        stream_job(exchange, shape, run.gen, keepalive, job=run)
+    except ClientGone:
+        raise
+    except Exception:
+        if not exchange.stream_open or exchange.writer.finished:
+            raise
+        log.exception("responses %s: the stream failed while the response was generated", run.id)
+        run.interrupt("the response failed while it was being generated")
+        exchange.writer.stream(b"".join(shape.pending()))
+        exchange.writer.end_stream()
 
 
 # ---- GET /v1/responses/{response_id} ----------------------------------------------------

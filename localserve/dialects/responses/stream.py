@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...generation import Chunk, Compacted, Context, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...generation import Chunk, Compacted, Context, GenerationOutput, ToolCall, ToolCallDelta, ToolCallStart
 from ...store.store import new_id
 from ..compaction import CompactionUsage
 from ..function_tools import openai_call_id
@@ -73,7 +73,6 @@ class ResponseEvents:
         self.calls = 0                       # function calls started
         self.input = InputDecoder()          # the open custom call's input, decoded as it streams
         self.streamed_input = 0              # characters of it sent so far
-        self.dropped: set[str] = set()       # ids of calls the model abandoned
         self.terminal = False
 
     @property
@@ -132,23 +131,21 @@ class ResponseEvents:
             return self.fail(PARALLEL_VIOLATION)
         incomplete = output.finish_reason == "length" and not self.compaction.triggered   # a summary cut short is one
         final_arguments = {openai_call_id(call): call.arguments for call in output.tool_calls}
-        for item in self.items:
-            if item["type"] in CALL_ITEMS and item["call_id"] not in final_arguments:
-                self.dropped.add(item["id"])
         events = self.started()
         if not self.items and not self.compaction.triggered:    # nothing generated: an (empty) message
             events += self._text("", None)
-        if self.current is not None and self.current["type"] in CALL_ITEMS:
-            call_id = self.current["call_id"]
-            if call_id in final_arguments:
-                self.pieces = [final_arguments[call_id]]
-        events += self._close("incomplete" if incomplete else "completed")
+        status = "incomplete" if incomplete else "completed"
+        if (open_call := self._open_call(output)) is not None:
+            self.pieces = [open_call.arguments]
+            if not open_call.complete:      # cut off by a stop string or the end of generation, or broken
+                status = "incomplete"
+        events += self._close(status)
         for item in self.items:
             if item["type"] in CALL_ITEMS and item["call_id"] in final_arguments:
                 _set_arguments(item, final_arguments[item["call_id"]])
         self.response.update(
             status="incomplete" if incomplete else "completed",
-            output=[copy.deepcopy(i) for i in self.items if i["id"] not in self.dropped],
+            output=[copy.deepcopy(i) for i in self.items],
             usage=usage(output, self.compaction.usage),
             incomplete_details={"reason": "max_output_tokens"} if incomplete else None,
             completed_at=None if incomplete else int(time.time()),
@@ -156,6 +153,12 @@ class ResponseEvents:
         self.terminal = True
         kind = "response.incomplete" if incomplete else "response.completed"
         return events + [self.event(kind, response=self.snapshot())]
+
+    def _open_call(self, output: GenerationOutput) -> ToolCall | None:
+        """The answer's call for the item open now, if that item is a call."""
+        if self.current is None or self.current["type"] not in CALL_ITEMS:
+            return None
+        return next((c for c in output.tool_calls if openai_call_id(c) == self.current["call_id"]), None)
 
     def fail(self, message: str, code: str = "server_error") -> list[dict]:
         if self.terminal:
@@ -170,8 +173,7 @@ class ResponseEvents:
         if self.terminal:
             return []
         events = self._close("incomplete")
-        self.response.update(status="cancelled",
-                             output=[copy.deepcopy(i) for i in self.items if i["id"] not in self.dropped])
+        self.response.update(status="cancelled", output=[copy.deepcopy(i) for i in self.items])
         self.terminal = True
         return events
 
@@ -227,7 +229,7 @@ class ResponseEvents:
             events = self._close_reasoning(text)
         else:
             events = self._close_call(text)
-        item["status"] = "incomplete" if item["id"] in self.dropped else status
+        item["status"] = status
         events.append(self.event("response.output_item.done", output_index=len(self.items) - 1,
                                  item=copy.deepcopy(item)))
         self.current, self.pieces, self.logprobs = None, [], []

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import json
 import socket
+from types import SimpleNamespace
 
 from localserve.dialects.anthropic import compacting as anthropic_compacting
 from localserve.dialects.anthropic.errors import ANTHROPIC_ERRORS
 from localserve.dialects.exchange import Exchange
 from localserve.dialects.loading import serve_with_model
-from localserve.dialects.responses import compaction_steps
+from localserve.dialects.responses import compaction_steps, handlers
 from localserve.dialects.responses.errors import RESPONSES_ERRORS
+from localserve.dialects.responses.runs import ResponseRun
 from localserve.errors import ApiError, ErrorShape
+from localserve.generation import ActiveGeneration, Chunk, Context, GenerationRequest
 from localserve.wire.http import Request
 from localserve.wire.response_writer import ResponseWriter
 from .test_loading import ModelThereAtOnce, _read
@@ -81,3 +84,34 @@ def test_an_anthropic_stream_opened_by_its_compaction_ends_with_its_error_event(
     assert comments == ": prefill"
     assert events == [("error", {"type": "error", "error": {"type": "overloaded_error",
                                                             "message": "the server is busy"}})]
+
+
+def test_a_run_that_fails_while_it_streams_ends_with_its_response_failed_numbered_on():
+    # the head went out early (a compaction's comment), the run's events followed, then something
+    # unforeseen failed in the stream: the run's own response.failed, its number the next
+    exchange, theirs = _exchange("/v1/responses", RESPONSES_ERRORS)
+    plan = SimpleNamespace(response={"id": "resp_1", "object": "response", "status": "in_progress", "output": []},
+                           summary=False, parallel_tool_calls=True, logprobs=False, tool_kinds={}, seal=None,
+                           compaction=None, triggered=False, seal_compaction=None, compaction_usage=None,
+                           store=False)
+    gen = ActiveGeneration(GenerationRequest([1]))
+    run = ResponseRun(plan, gen, None)
+    shaper_feed = run.shaper.feed
+
+    def feed(event):
+        if isinstance(event, Chunk) and event.text == "boom":
+            raise RuntimeError("unforeseen")
+        return shaper_feed(event)
+    run.shaper.feed = feed
+    for event in (Context(3, 64), Chunk(False, "Hi"), Chunk(False, "boom")):
+        gen.events.put(event)
+
+    def serve(model):
+        compaction_steps._comment(exchange)
+        run.begin()
+        handlers.stream_run(exchange, run, 0)
+    comments, events = _served(exchange, theirs, serve)
+    assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
+    assert [name for name, _ in events][-2:] == ["response.output_item.done", "response.failed"]
+    assert run.done and gen.cancelled and run.response["status"] == "failed"
+    assert [e["type"] for e in run.events] == [name for name, _ in events]     # as stored, so replayed

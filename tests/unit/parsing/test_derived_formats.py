@@ -84,11 +84,18 @@ def test_a_call_with_no_arguments_and_one_cut_off_at_the_end():
     assert [(c.name, c.arguments) for c in calls] == [("f", '{"s":"x"}')]
 
 
-def test_a_malformed_or_unknown_call_stays_content_as_written():
-    for text in ("<tool_call>f<arg_key>s</arg_key>oops</tool_call>", "<tool_call>h<arg_key>s</arg_key>"
-                 "<arg_value>x</arg_value></tool_call>", "see <tool_call> here"):
+def test_an_unknown_call_stays_content_as_written():
+    for text in ("<tool_call>h<arg_key>s</arg_key><arg_value>x</arg_value></tool_call>", "see <tool_call> here"):
         content, calls = parse_generated_tools(text, glm(), SCHEMAS)
         assert (content, calls) == (text, [])
+
+
+def test_a_call_malformed_after_its_name_stays_a_call_with_the_pairs_it_got():
+    for text, arguments in (("<tool_call>f<arg_key>s</arg_key>oops</tool_call>", ""),
+                            ("<tool_call>f<arg_key>s</arg_key><arg_value>x</arg_value><arg_key>n</arg_key>oops",
+                             '{"s":"x"')):
+        content, calls = parse_generated_tools(text, glm(), SCHEMAS)
+        assert (content, [(c.name, c.arguments, c.complete) for c in calls]) == ("", [("f", arguments, False)])
 
 
 def test_key_value_pairs_stream_one_pair_at_a_time():

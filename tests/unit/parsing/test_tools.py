@@ -36,8 +36,13 @@ def stream(text_chunks, syntax, names=None, parallel=True):
             assert event.index in started, "fragments before the call's start"
             fragments[event.index] += event.fragment
     streamed = {started[i].id: (started[i].name, fragments[i]) for i in started}
-    for call in projector.calls:  # every completed call was streamed, fragments == arguments
-        assert streamed[call.id] == (call.name, call.arguments)
+    # every call whose start went out is a call, with the fragments streamed as its arguments
+    # (never abandoned, its text never content as well), and the call left incomplete is the last
+    assert streamed == {call.id: (call.name, call.arguments) for call in projector.calls}
+    assert all(call.complete for call in projector.calls[:-1])
+    after_cut = events[next((i for i, e in enumerate(events) if isinstance(e, ToolCallStart)
+                             and not projector.calls[e.index].complete), len(events)):]
+    assert not any(isinstance(e, Chunk) for e in after_cut), "content after a call cut off"
     return content, [(c.name, c.arguments) for c in projector.calls], projector, events
 
 
@@ -186,29 +191,82 @@ def test_raw_control_characters_in_strings_are_escaped():
     assert json.loads(calls[0][1]) == {"code": "a\n\tb"}
 
 
-MALFORMED = [
-    ("hermes", 'Hi <tool_call>\n{"name": "f", "arguments": {"a": 1,,}}\n</tool_call> bye'),
-    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>'),
-    ("hermes", '<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>'),
-    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\nnot the end'),
-    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1'),  # cut off mid-arguments
-    ("hermes", '<tool_call>\n{"arguments": {"a": NaN}, "name": "f"}</tool_call>'),
-    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>"),
-    ("qwen3_coder", "<tool_call>\n<function=f>\n<oops>\n</function>\n</tool_call>"),
-    ("llama3", '{"name": "f", "parameters": {"a": }}'),
+# markup that never became a call (no start went out): it stays content, exactly as written
+NEVER_CALLS = [
+    ("hermes", '<tool_call>\n{"arguments": {"a": NaN}, "name": "f"}</tool_call>'),  # broke before its name
+    ("hermes", '<tool_call>\n{"name": "f'),                  # cut off inside the name
+    ("hermes", "<tool_call> I changed my mind."),               # the marker, then prose, then EOS
+    ("hermes", 'Hi <tool_call>{"nme": "f", "arguments": {}}</tool_call> bye'),
+    ("qwen3_coder", "<tool_call>\n<function=f"),
     ("llama3", '<|python_tag|>brave_search.call(query="x")'),
-    ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}'),
-    ("deepseek", f"{DS_CALLS_BEGIN}{DS_CALL_BEGIN}function{DS_SEP}f\n```json\n{{\"a\": }}\n```{DS_CALL_END}"),
-    ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1,}<|call|>'),
+    ("llama3", '{"name": "f'),
+    ("mistral", '[TOOL_CALLS][{"name": "f", "arguments'),     # a Mistral call starts with its arguments
+    ("deepseek", f"{DS_CALLS_BEGIN}{DS_CALL_BEGIN}function{DS_SEP}f\n```js"),
     ("harmony", "<|channel|>commentary to=browser.search<|message|>{}<|call|>"),
+    ("harmony", "<|channel|>commentary to=functions.f <|constrain|>js"),
 ]
 
 
-@pytest.mark.parametrize("syntax,text", MALFORMED)
-def test_malformed_call_stays_content(syntax, text):
+@pytest.mark.parametrize("syntax,text", NEVER_CALLS)
+def test_markup_that_never_became_a_call_stays_content(syntax, text):
     assert whole(text, syntax) == (text, [])
     for i in range(len(text) + 1):
         assert stream([text[:i], text[i:]], syntax)[:2] == (text, [])
+
+
+# a call whose start went out, then cut off (at the end of the input: max_tokens, a stop string,
+# EOS) or turned malformed: a call it stays, with the arguments it got, and nothing follows it
+CUT_CALLS = [
+    ("hermes", 'Hi <tool_call>\n{"name": "f", "arguments": {"a": 1', "Hi ", ("f", '{"a":1')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": "x y', "", ("f", '{"a":"x y')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b"', "", ("f", '{"a":1,"b"')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": ', "", ("f", "")),
+    ("hermes", '<tool_call>\n{"name": "f"', "", ("f", "")),
+    ("hermes", 'Hi <tool_call>\n{"name": "f", "arguments": {"a": 1,,}}\n</tool_call> bye', "Hi ",
+     ("f", '{"a":1,,}')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>', "", ("f", '{"a":tru}')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', "", ("f", "")),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1]}</tool_call>', "", ("f", '{"a":1')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\nnot the end', "", ("f", '{"a":1}')),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\nhello wor", "", ("f", '{"a":"hello wor')),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n12", "", ("f", '{"a":')),  # JSON, maybe longer
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>", "",
+     ("f", '{"a":"1\\n</function>\\n</tool_call>')),
+    ("qwen3_coder", "<tool_call>\n<function=f>\n<oops>\n</function>\n</tool_call>", "", ("f", "{}")),
+    ("llama3", '{"name": "f", "parameters": {"a": }}', "", ("f", '{"a":}')),
+    ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}', "", ("f", '{"a":1}')),
+    ("mistral", '[TOOL_CALLS]f[ARGS]{"a": [1, 2', "", ("f", '{"a":[1,2')),
+    ("deepseek", f"{DS_CALLS_BEGIN}{DS_CALL_BEGIN}function{DS_SEP}f\n```json\n{{\"a\": }}\n```{DS_CALL_END}", "",
+     ("f", '{"a":}')),
+    ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1,}<|call|>', "",
+     ("f", '{"a":1,}')),
+    ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "b', "", ("f", '{"a":"b')),
+]
+
+
+@pytest.mark.parametrize("syntax,text,content,call", CUT_CALLS)
+def test_a_call_cut_off_or_broken_after_its_start_stays_a_call(syntax, text, content, call):
+    assert whole(text, syntax) == (content, [call])
+    for i in range(len(text) + 1):
+        got, calls, projector, _ = stream([text[:i], text[i:]], syntax)
+        assert (got, calls) == (content, [call]), i
+        assert projector.done and not projector.calls[0].complete
+    assert stream(list(text), syntax)[:2] == (content, [call])
+
+
+def test_a_string_parameter_cut_off_keeps_its_text_so_far():
+    schema = {"f": {"properties": {"a": {"type": "string"}}}}
+    text = "<tool_call>\n<function=f>\n<parameter=a>\n12 3\n</param"
+    for i in range(len(text) + 1):
+        assert stream([text[:i], text[i:]], "qwen3_coder", schema)[1] == [("f", '{"a":"12 3')]
+
+
+def test_calls_before_a_cut_one_stay_whole():
+    text = EXAMPLES[0][1]
+    cut = text[:text.index('"arguments": {}') + 5]      # the second call cut inside "arguments"
+    content, calls, projector, _ = stream([cut], "hermes")
+    assert (content, calls) == ("Let me check.\n", [("get_weather", '{"city":"Paris","days":3}'), ("get_time", "")])
+    assert [c.complete for c in projector.calls] == [True, False]
 
 
 @pytest.mark.parametrize("syntax,text,content,calls", EXAMPLES)
@@ -239,16 +297,9 @@ def test_calls_completed_before_a_break_in_their_block_stay(syntax, text, rest):
 
 
 def test_valid_call_after_a_malformed_one_is_still_found():
-    bad = '<tool_call>{"name": "f", "arguments": {,}}</tool_call>'
+    bad = '<tool_call>{"arguments": {,}, "name": "f"}</tool_call>'     # broken before its start went out
     good = '<tool_call>{"name": "g", "arguments": {"x": 1}}</tool_call>'
     assert whole(bad + " mid " + good, "hermes") == (bad + " mid ", [("g", '{"x":1}')])
-
-
-def test_started_call_that_turns_malformed_is_abandoned_in_a_stream():
-    text = '<tool_call>{"name": "f", "arguments": {"a": 1]}</tool_call>'
-    content, calls, projector, events = stream(list(text), "hermes")
-    assert calls == [] and content == text
-    assert any(isinstance(e, ToolCallStart) for e in events)  # it had started: documented
 
 
 @pytest.mark.parametrize("syntax,text,content,calls", EXAMPLES)
@@ -474,14 +525,20 @@ def chunked(draw, text):
 @given(data=st.data(), syntax=st.sampled_from(sorted(TOOL_SYNTAXES)),
        names=st.sampled_from([None, set(NAMES), {"f"}]), parallel=st.booleans())
 def test_any_chunking_matches_whole_parse(data, syntax, names, parallel):
+    """Streamed in any pieces, the same content and calls as the whole text parsed at once (the
+    non-streamed reply); every call whose start went out is in it with exactly the fragments
+    streamed, and no text is said twice (stream() checks both)."""
     text = data.draw(generated_text(syntax))
     chunks = data.draw(chunked(text))
-    expected = whole(text, syntax, names, parallel=parallel)
+    content, calls = parse_generated_tools(text, syntax, names, parallel=parallel)
+    expected = content, [(c.name, c.arguments) for c in calls]
     assert stream(chunks, syntax, names, parallel=parallel)[:2] == expected
-    for _, arguments in expected[1]:
-        assert isinstance(json.loads(arguments), dict)
-    if not expected[1]:  # no call: not a character lost or changed
-        assert expected[0] == text
+    for call in calls:      # a call that ended as it should is a JSON object
+        assert not call.complete or isinstance(json.loads(call.arguments), dict)
+    if not calls:  # no call: not a character lost or changed
+        assert content == text
+    # no text twice: a call's name is never content as well
+    assert len(content) + sum(len(c.name) for c in calls) <= len(text)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

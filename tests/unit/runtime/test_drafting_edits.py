@@ -108,3 +108,18 @@ def test_an_output_that_repeats_itself_drafts_the_repetition_as_far_as_it_has_go
     assert other.draft(index, list(SOURCE) + line * 6, 16) == line
     prediction = NgramIndex(line * 2, sizes=(2,))
     assert other.draft(prediction, [5, 72, 73], 16) == line
+
+
+def test_a_place_found_again_near_the_copy_gives_way_to_a_repetition_that_goes_back_further():
+    line = list(range(1, 9))
+    early = [90] + line + [20, 21, 22]          # the output wrote the line once, going on one way
+    late = [91] + line + [30, 31, 32]           # and now writes it over and over, going on another
+    index = NgramIndex(SOURCE + early + list(range(300, 400)) + late * 3 + [91] + line, sizes=(8, 4, 3, 2))
+    cursor = CopyCursor()
+    cursor.held = (len(SOURCE) + 1 + len(line), len(index.tokens))     # the copy last held in the early line
+    assert cursor.draft(index, index.tokens, 3) == [30, 31, 32]         # both match the line; the latest, more
+    assert cursor.fresh
+    index.extend([60, 61, 62, 63, 64, 65, 66, 67])
+    cursor.held = (len(SOURCE), len(index.tokens))
+    index.extend([90, 1, 2])                    # near the copy, and as far back as the latest match
+    assert cursor.draft(index, index.tokens, 3) == [3, 4, 5]
