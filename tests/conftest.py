@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import importlib.util
 import os
 import re
 import socket
@@ -18,7 +19,9 @@ from hypothesis import HealthCheck, settings
 # The helpers (tiny models, raw HTTP, SSE, SDK clients) live in tests/support/ and are imported by name.
 sys.path.insert(0, str(Path(__file__).parent / "support"))
 
+from browser import Browser, find_browser
 from clients import openai_sdk
+from needs import check_skip, missing
 from tinymodel import CHATML_TEMPLATE, write_tiny_gguf  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,6 +215,21 @@ def server(tiny_model, tmp_path_factory):
 @pytest.fixture
 def openai_client(server):
     return openai_sdk(server)
+
+
+@pytest.fixture(scope="session")
+def chromium(tmp_path_factory):
+    """One headless Chromium for every module that drives the built-in page (browser.py), started
+    on first use: a module takes it with `chromium.lend(its_screenshots)` and parks it after."""
+    check_skip("browser")
+    found = find_browser()
+    if found is None:
+        missing("browser", "chromium or chromedriver is not installed")
+    if importlib.util.find_spec("selenium") is None:
+        missing("browser", "selenium is not installed")
+    shared = Browser(*found, tmp_path_factory.mktemp("chromium-profile"), ROOT / "test-output" / "webui")
+    yield shared
+    shared.quit()
 
 
 # The image and audio servers every module of those tests shares (one process each, for the session).

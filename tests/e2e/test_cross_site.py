@@ -21,11 +21,10 @@ from functools import partial
 
 import pytest
 
-from browser import Browser, find_browser
 from conftest import ROOT, ServerProcess
-from needs import check_skip, missing
 from rawhttp import post_json, request
 from tinyaudio import tone, wav_bytes
+from wiretap import SHUTDOWN_POLL
 
 EVIL = "https://evil.example"
 BROWSER_HEADERS = f"Origin: {EVIL}\r\nSec-Fetch-Site: cross-site\r\nSec-Fetch-Mode: no-cors\r\n"
@@ -235,21 +234,16 @@ window.attempts = Promise.allSettled([
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    check_skip("browser")
-    found = find_browser()
-    if found is None:
-        missing("browser", "chromium and chromedriver are not installed")
-    chrome = Browser(*found, tmp_path_factory.mktemp("cross-site-profile"), ROOT / "test-output" / "webui")
-    yield chrome
-    chrome.quit()
+def browser(chromium):
+    yield chromium.lend(ROOT / "test-output" / "webui")
+    chromium.park()
 
 
 def test_a_no_cors_fetch_from_another_local_port_changes_nothing(srv, browser, tmp_path):
     (tmp_path / "index.html").write_text(ATTACK_PAGE % {"port": srv.port})
     handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
     site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=site.serve_forever, daemon=True).start()
+    threading.Thread(target=site.serve_forever, args=(SHUTDOWN_POLL,), daemon=True).start()
     refused_before = srv.log.count(" 403 ")
     try:
         browser.driver.get(f"http://127.0.0.1:{site.server_address[1]}/index.html")

@@ -9,15 +9,13 @@ default system prompt, its greedy answer starts in French ("L'Étoile, …", 0.3
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from browser import Browser, find_browser
 from clients import anthropic_sdk, openai_sdk
 from conftest import ROOT, ServerProcess
-from needs import demo_model, missing
+from needs import demo_model
 
 from localserve.ops.demo import DEMO_MODEL_NAME
 
@@ -70,15 +68,9 @@ def test_weights_kept_out_of_amx_unless_asked(demo_server):
 
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    found = find_browser()
-    if found is None:
-        missing("browser", "chromium or chromedriver is not installed")
-    if importlib.util.find_spec("selenium") is None:
-        missing("browser", "selenium is not installed")
-    b = Browser(*found, tmp_path_factory.mktemp("chromium-profile"), SHOTS)
-    yield b
-    b.quit()
+def browser(chromium):
+    yield chromium.lend(SHOTS)
+    chromium.park()
 
 
 def test_the_page_shows_the_demo_models_answer(demo_server, browser):

@@ -16,10 +16,8 @@ import httpx
 import ollama
 import pytest
 
-from browser import Browser, find_browser
 from clients import anthropic_sdk, ollama_client, openai_sdk
 from conftest import ROOT, ServerProcess
-from needs import check_skip, missing
 from stores import hf_cache, llamacpp_flat, lmstudio, ollama_store
 from tinymodel import write_tiny_gguf
 from tinyvision import write_tiny_mmproj
@@ -163,13 +161,9 @@ def test_a_go_template_alone_is_refused_at_load(server):
     assert "Go template" in ollama.json()["error"]
 
 
-def test_the_pages_source_column(server, tmp_path):
+def test_the_pages_source_column(server, chromium):
     """The page's Models table says where each model came from, in a real browser."""
-    check_skip("browser")
-    found = find_browser()
-    if found is None:
-        missing("browser", "chromium or chromedriver is not installed")
-    browser = Browser(*found, tmp_path / "profile", ROOT / "test-output" / "webui")
+    browser = chromium.lend(ROOT / "test-output" / "webui")
     try:
         browser.open(server.base_url + "/")
         browser.el("#tab-status").click()
@@ -181,7 +175,7 @@ def test_the_pages_source_column(server, tmp_path):
         assert browser.console_errors() == []
         browser.screenshot("discovered_sources")
     finally:
-        browser.quit()
+        browser.park()
 
 
 def test_discovery_off_and_limited(home, tiny_model):

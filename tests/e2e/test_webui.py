@@ -9,16 +9,14 @@ Each browser test leaves a screenshot in test-output/webui/ for a person to look
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 
 import pytest
 
-from browser import Browser, find_browser
+from browser import Browser
 from clients import openai_sdk
 from conftest import ROOT, ServerProcess, slow_model
-from needs import check_skip, missing
 from promtext import parse
 from rawhttp import RawConnection, post_json, request
 from tinymodel import CHATML_TEMPLATE, FIM_TOKENS, NO_EOG, token_ids, write_tiny_gguf
@@ -142,16 +140,9 @@ def test_no_webui_turns_the_page_off(page_model, how, tmp_path):
 # ---- in the browser ---------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    check_skip("browser")
-    found = find_browser()
-    if found is None:
-        missing("browser", "chromium or chromedriver is not installed")
-    if importlib.util.find_spec("selenium") is None:
-        missing("browser", "selenium is not installed")
-    b = Browser(*found, tmp_path_factory.mktemp("chromium-profile"), SHOTS)
-    yield b
-    b.quit()
+def browser(chromium):
+    yield chromium.lend(SHOTS)
+    chromium.park()
 
 
 @pytest.fixture

@@ -3,7 +3,8 @@
 Debian's `chromium` and `chromium-driver` packages (`make test` installs them where apt-get
 can). Both paths are given to Selenium, so Selenium Manager never looks for a browser on the
 network. The flags keep Chromium off Google's hosts (the test machines have no network): no
-background networking, component updates, sync or QUIC, and a fresh profile each run.
+background networking, component updates, sync or QUIC, and a fresh profile each run. One
+Chromium serves the whole run (conftest's `chromium`); each module borrows it (Browser.lend).
 
 What the page logs to its console and every URL it requests are collected from Chromium's
 logs (the "browser" and "performance" logs), so a test can assert there were no errors and
@@ -50,6 +51,19 @@ class Browser:
 
     def quit(self) -> None:
         self.driver.quit()
+
+    def lend(self, shots: Path) -> Browser:
+        """This browser for one module of tests (one Chromium serves the run: each start was ~2 s):
+        its screenshots in `shots`, the window its first size, a blank page, no logs."""
+        self.shots = shots
+        self.driver.set_window_size(*WINDOW)
+        self.park()
+        return self
+
+    def park(self) -> None:
+        """A blank page: no page of a server that is gone goes on asking it."""
+        self.driver.get("about:blank")
+        self.forget_logs()
 
     # ---- navigation and waiting ----------------------------------------------------------
 
