@@ -14,6 +14,7 @@ from typing import Any, Callable
 import orjson
 
 SHOWN_NAME_CHARS = 200             # a client's name (a model's) echoed in an error: cut past this
+MAX_MESSAGE_CHARS = 2000           # an error's whole message: what passes it is cut out of the middle
 
 
 class ClientGone(Exception):
@@ -38,6 +39,7 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, *, type: str | None = None, param: str | None = None,
                  code: str | None = None, headers: list[tuple[str, str]] | None = None,
                  extra: dict[str, Any] | None = None):
+        message = clipped(message)
         super().__init__(message)
         self.status = status
         self.message = message
@@ -52,6 +54,16 @@ def shown(text: str, limit: int = SHOWN_NAME_CHARS) -> str:
     """A client's text as an error message quotes it: whole when short, else its start and how
     long it was (a 1 MB model name echoed whole makes a 1 MB error, and a log line as long)."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def clipped(message: str) -> str:
+    """A message as an answer carries it: many quote a client's value (a role, a type, a tool's
+    schema keyword), and a 200 KB value quoted whole made a 200 KB error and log line. The
+    middle goes, so the field named at the start and the hint at the end stay."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    keep = MAX_MESSAGE_CHARS // 2
+    return f"{message[:keep]}... ({len(message) - 2 * keep} characters left out) ...{message[-keep:]}"
 
 
 def context_exceeded(n_prompt_tokens: int, n_ctx: int, *, at_least: bool = False) -> ApiError:

@@ -1044,6 +1044,30 @@ MUTANTS = [
            "        if False:\n",
            ("tests/unit/dialects/test_opened_early.py::"
             "test_a_run_that_fails_while_it_streams_ends_with_its_response_failed_numbered_on",)),
+    # hostile2: what a request's schema, arguments and answers may cost
+    Mutant("a schema's grammar walked whole before its size counts", "localserve/grammar/schema.py",
+           "        if self._size > MAX_GRAMMAR_BYTES:", "        if False:",
+           ("tests/unit/grammar/test_schema_costs.py::test_a_grammar_past_the_limit_is_refused_while_it_is_built",)),
+    Mutant("a pattern's character sets translated anew each time", "localserve/grammar/regex.py",
+           "        if key not in self.encoded:", "        if True:",
+           ("tests/unit/grammar/test_schema_costs.py::test_a_repeated_character_set_in_a_pattern_is_translated_once",)),
+    Mutant("a call's arguments text read however deep it nests", "localserve/parsing/json_depth.py",
+           "    if not isinstance(value, dict) or nests_deeper(text, value):", "    if not isinstance(value, dict):",
+           ("tests/unit/parsing/test_json_depth.py::test_a_call_s_arguments_too_deep_stay_the_client_s_text",
+            "tests/e2e/test_hostile_requests.py::test_a_call_s_arguments_nested_past_the_body_limit_are_rendered_as_text")),
+    Mutant("a generated call's arguments answered however deep they nest", "localserve/parsing/partial_json.py",
+           "    return value if isinstance(value, dict) and not nests_deeper(text, value) else {}",
+           "    return value if isinstance(value, dict) else {}",
+           ("tests/unit/parsing/test_json_depth.py::"
+            "test_a_generated_call_nested_past_what_the_answer_s_writer_takes_is_answered_with_empty_arguments",
+            "tests/e2e/test_hostile_requests.py::test_a_generated_call_nested_past_what_the_writer_takes_gets_empty_arguments")),
+    Mutant("an error quotes a client's value whole", "localserve/errors.py",
+           "        message = clipped(message)\n", "",
+           ("tests/unit/dialects/test_failures.py::test_a_message_past_its_limit_loses_its_middle_and_keeps_both_ends",
+            "tests/e2e/test_error_echoes.py::test_a_huge_value_quoted_in_an_error_is_cut")),
+    Mutant("/detokenize takes any number of tokens", "localserve/dialects/tokens_and_templates.py",
+           "    if len(tokens) > MAX_DETOKENIZE_TOKENS:", "    if False:",
+           ("tests/e2e/test_hostile_wire.py::test_detokenize_takes_at_most_its_limit_of_tokens",)),
     Mutant("a thread continue served as a plain request", "localserve/dialects/anthropic/threads.py",
            'if kind == "create":', 'if kind in ("create", "continue"):',
            ("tests/unit/dialects/test_anthropic_threads.py",
@@ -1062,7 +1086,6 @@ MUTANTS = [
            'fn = value.get("function") or {}',
            ("tests/unit/dialects/ollama/test_requests.py::test_tool_choice_is_read_as_chat_completions_reads_it",)),
 ]
-
 
 
 class PatternNotFound(Exception):

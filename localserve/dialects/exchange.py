@@ -19,7 +19,7 @@ import orjson
 from ..errors import ApiError, ClientGone, ErrorShape
 from .openai.errors import OPENAI_ERRORS
 from ..ops import memory
-from .limits import MAX_JSON_DEPTH
+from ..parsing.json_depth import MAX_JSON_DEPTH, nests_deeper
 
 log = logging.getLogger("localserve.dialects")
 
@@ -138,21 +138,3 @@ class RouteTable(Protocol):
             errors: ErrorShape = OPENAI_ERRORS, body_type: str = JSON_BODY) -> None: ...
 
     def add_family(self, prefix: str, errors: ErrorShape) -> None: ...
-
-
-def nests_deeper(body: bytes | bytearray, value: Any, limit: int) -> bool:
-    """Whether arrays and objects nest more than `limit` deep. The readers, schema walks,
-    templates and store writes after this recurse; checked once, here, without recursion.
-    Fewer brackets in the body than the limit can't nest past it (the usual case, no walk);
-    otherwise a walk level by level, where an empty container leads no deeper and is dropped:
-    about a second for 7.5 million of them (a walk of (node, depth) pairs took twelve)."""
-    if body.count(b"[") + body.count(b"{") <= limit:
-        return False
-    level = [value]
-    for _ in range(limit - 1):
-        level = [child for node in level for child in (node.values() if type(node) is dict else node)
-                 if (type(child) is dict or type(child) is list) and child]
-        if not level:
-            return False
-    return any(type(child) is dict or type(child) is list
-               for node in level for child in (node.values() if type(node) is dict else node))

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from ..conversation import ToolDefinition
 from ..errors import ApiError
 from ..generation import ToolCall, ToolCallStart
+from ..parsing.json_depth import json_object
 from ..prompt.build import ToolChoice
 from .fields import invalid
 
@@ -56,11 +55,8 @@ def call_arguments(value: str | dict | None) -> tuple[dict | str, str | None]:
         return value or {}, None
     if not value.strip():
         return {}, None
-    try:
-        parsed = orjson.loads(value)
-    except ValueError:
-        return value, None
-    return (parsed, value) if isinstance(parsed, dict) else (value, None)
+    parsed = json_object(value)
+    return (parsed, value) if parsed is not None else (value, None)
 
 
 def read_tool_choice(value: Any, tools: list[ToolDefinition]) -> ToolChoice:

@@ -11,8 +11,9 @@ from ..prompt.media import shown_prompt
 from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
-from .fields import invalid, read_bool
+from .fields import invalid, read_bool, read_template_kwargs
 from .function_tools import function_definitions
+from .limits import MAX_DETOKENIZE_TOKENS
 from .loading import LoadWait, use_model
 from .openai.chat_input import read_messages
 from .responses.request import read_plan
@@ -57,6 +58,9 @@ def detokenize(services: Services, exchange: Exchange) -> None:
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise invalid("tokens", "expected an array of token ids")
+    if len(tokens) > MAX_DETOKENIZE_TOKENS:
+        raise invalid("tokens", f"has {len(tokens)} tokens; at most {MAX_DETOKENIZE_TOKENS} are detokenized at once "
+                                f"(MAX_DETOKENIZE_TOKENS)")
     with use_model(services.ready(), body, LoadWait(exchange)) as model:
         engine = model.chat.engine
         bad = [t for t in tokens if not engine.valid_token(t)]
@@ -73,7 +77,7 @@ def apply_template(services: Services, exchange: Exchange) -> None:
         _apply_responses_template(services, exchange, body)
         return
     chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
-                     template_kwargs=dict(body.get("chat_template_kwargs") or {}),
+                     template_kwargs=read_template_kwargs(body),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
         prompt = render_prompt(model.chat, chat)

@@ -287,7 +287,11 @@ class Engine:
         return self.piece(token).decode("utf-8", "replace")
 
     def detokenize(self, tokens: Sequence[int]) -> str:
-        return b"".join(self.piece(t) for t in tokens if 0 <= t < self.n_vocab).decode("utf-8", "replace")
+        text = bytearray()          # b"".join of a generator holds every piece at once first
+        for t in tokens:
+            if 0 <= t < self.n_vocab:
+                text += self.piece(t)
+        return text.decode("utf-8", "replace")
 
     def is_eog(self, token: int) -> bool:
         return self._eog[token]

@@ -8,6 +8,7 @@ from typing import Callable
 import orjson
 
 from .gbnf import SchemaError
+from .limits import MAX_ALL_OF_BRANCHES
 
 ANNOTATIONS = frozenset({
     "title", "description", "default", "examples", "$schema", "$id", "$comment", "$anchor", "strict",
@@ -29,6 +30,8 @@ def merge_all_of(schemas: list, path: str, resolve: Callable[[object, str], obje
     if depth > 16:
         raise SchemaError(f"{path}: allOf/$ref nesting too deep to merge")
     schemas = [sub for sub in schemas if sub is not True and sub != {}]
+    if len(schemas) > MAX_ALL_OF_BRANCHES:      # merging objects costs their keys times the branches
+        raise SchemaError(f"{path}: allOf has more than {MAX_ALL_OF_BRANCHES} branches (MAX_ALL_OF_BRANCHES)")
     if len(schemas) == 1 and isinstance(schemas[0], dict) and "allOf" not in schemas[0]:
         return schemas[0]  # nothing to merge: a $ref in it stays a reference
     flat = []

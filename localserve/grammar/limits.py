@@ -25,6 +25,8 @@ MAX_GRAMMAR_NESTING = 64           # ( ... ) groups one inside another: llama.cp
 MAX_GRAMMAR_QUANTIFIERS = 512      # ?, *, + and {m,n} in a client's own GBNF: many in a row cost cubic time
 MAX_GRAMMAR_OPTIONAL_RUN = 32      # items in a row that may each match nothing (a stack each, every token)
 MAX_REPEAT_NESTING = 4096          # product of nested {m,n} bounds in a schema pattern, e.g. (a{0,64}){0,64}
+MAX_ALL_OF_BRANCHES = 64          # schemas one allOf merges (with a $ref beside other keywords, two)
+MAX_PATTERN_CHARS = 64 * 1024     # the patterns of one grammar's schemas together (a few us a character to translate)
 MAX_SCHEMA_KEY_LENGTH = 256        # a property name beside additionalProperties (its exclusion nests per character)
 MAX_SCHEMA_DEPTH = 64              # nesting of a JSON schema (properties, items, anyOf...)
 

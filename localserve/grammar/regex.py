@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Protocol
 
+from ..errors import shown
 from .gbnf import RULE_NAME, SCALARS, SchemaError, char_class, repeat, subtract
 from ..parsing.json_stream import compact
 from .limits import MAX_GRAMMAR_NESTING, MAX_GRAMMAR_QUANTIFIERS, MAX_REPEAT_NESTING
@@ -45,9 +46,10 @@ class _Regex:
         self.atom_nested = 1        # the same for the atom just read
         self.quantifiers = 0
         self.specials = [0x3C] if raw else [0x22, 0x5C, *range(0x20)]  # written otherwise or never
+        self.encoded: dict[tuple, str] = {}   # (negated, ranges) -> GBNF: "." or "a" a thousand times is one encode
 
     def fail(self, what: str):
-        raise SchemaError(f"{self.path}: {what} in {self.p!r} is not supported")
+        raise SchemaError(f"{self.path}: {what} in {shown(self.p)!r} is not supported")
 
     def peek(self, n: int = 1) -> str:
         return self.p[self.i:self.i + n]
@@ -182,14 +184,22 @@ class _Regex:
             raise SchemaError(f"{self.path}: the pattern has more than {MAX_GRAMMAR_QUANTIFIERS} quantifiers "
                               f"(MAX_GRAMMAR_QUANTIFIERS)")
         if nested > MAX_REPEAT_NESTING:
-            raise SchemaError(f"{self.path}: nested repetitions in {self.p!r} multiply to {nested} (a '*' or '+' "
+            raise SchemaError(f"{self.path}: nested repetitions in {shown(self.p)!r} multiply to {nested} (a '*' or '+' "
                               f"counts {UNBOUNDED_WEIGHT}), over the limit of {MAX_REPEAT_NESTING} "
                               f"(MAX_REPEAT_NESTING)")
         self.nested = max(self.nested, nested)
 
     def encode(self, negated: bool, ranges: list[tuple[int, int]]) -> str:
         """GBNF for the characters of a set, as they are written in the string."""
+        key = (negated, tuple(ranges))
+        if key not in self.encoded:
+            self.encoded[key] = self._encode(negated, ranges)
+        return self.encoded[key]
+
+    def _encode(self, negated: bool, ranges: list[tuple[int, int]]) -> str:
         chosen = subtract(SCALARS, ranges) if negated else subtract(ranges, [(0, 0), (0xD800, 0xDFFF)])
+        if chosen and min(a for a, _ in chosen) > max(self.specials):     # most characters: nothing to escape
+            return char_class(chosen)
         plain = subtract(chosen, [(cp, cp) for cp in self.specials])
         parts = [char_class(plain)] if plain else []
         if not self.raw:  # '"', '\' and controls appear as their JSON escapes

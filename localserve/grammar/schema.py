@@ -22,7 +22,7 @@ from .gbnf import (KEY_CHARS, PRIMITIVES, RULE_NAME, STRING_FORMATS, SchemaError
                    subtract)
 from .numbers import bounds, signed_range
 from .regex import translate_pattern
-from .limits import MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
+from .limits import MAX_GRAMMAR_BYTES, MAX_PATTERN_CHARS, MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
 
 _TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 _INFER = (  # keywords that imply a type when "type" is absent
@@ -57,6 +57,9 @@ class GrammarBuilder:
 
     def __init__(self) -> None:
         self._rules: dict[str, str] = {}
+        self._suffixes: dict[str, int] = {}  # base name -> the last suffix tried: finding a free name is O(1)
+        self._size = 0  # bytes of the rules so far: the grammar is at least this long
+        self._pattern_chars = 0  # characters of the patterns translated so far
         self._memo: dict[tuple[int, str], str] = {}  # (document, schema) -> rule
         self._refs: dict[tuple[int, str], str] = {}  # (document, $ref) -> rule
         self._documents: list = []  # keeps documents alive, so that their ids stay unique
@@ -77,10 +80,16 @@ class GrammarBuilder:
         base = "-".join(RULE_NAME.findall(name.replace("_", "-"))) or "rule"
         if body and self._rules.get(base) == body:
             return base
-        candidate, n = base, 1
+        candidate, n = base, self._suffixes.get(base, 1)
+        if n > 1:
+            candidate = f"{base}-{n}"
         while candidate in self._rules or candidate in PRIMITIVES or candidate == "root":
             n += 1
             candidate = f"{base}-{n}"
+        self._suffixes[base] = n
+        self._size += len(candidate) + len(body.encode("utf-8", "surrogatepass")) + 5
+        if self._size > MAX_GRAMMAR_BYTES:  # refused anyway once built: stop before the rest is walked
+            raise SchemaError(f"the grammar it needs is over {MAX_GRAMMAR_BYTES} bytes (MAX_GRAMMAR_BYTES)")
         self._rules[candidate] = body
         return candidate
 
@@ -272,6 +281,10 @@ class GrammarBuilder:
                 raise SchemaError(f"{path}.pattern: must be a string")
             if lo or hi is not None:
                 raise SchemaError(f"{path}: pattern together with minLength/maxLength is not supported")
+            self._pattern_chars += len(s["pattern"])
+            if self._pattern_chars > MAX_PATTERN_CHARS:     # each character costs a step to translate
+                raise SchemaError(f"{path}.pattern: the schema's patterns are over {MAX_PATTERN_CHARS} characters "
+                                  f"together (MAX_PATTERN_CHARS)")
             inner = translate_pattern(self, s["pattern"], raw, f"{path}.pattern")
         elif s.get("format") in STRING_FORMATS and not lo and hi is None:
             inner = STRING_FORMATS[s["format"]]
@@ -305,8 +318,9 @@ class GrammarBuilder:
             if extra is False and r not in props:
                 raise SchemaError(f"{path}: required property {r!r} is not allowed")
         names = list(dict.fromkeys([*props, *required]))
+        required = set(required)  # looked up once per name below: a list made that quadratic
         least, most = _count(s, "minProperties", 0, path), _count(s, "maxProperties", None, path)
-        if least > len(set(required)) or (most is not None and (extra is not False or most < len(names))):
+        if least > len(required) or (most is not None and (extra is not False or most < len(names))):
             raise SchemaError(f"{path}: minProperties/maxProperties are not supported here")
         order = [k for k in names if k in required] + [k for k in names if k not in required]
         saved, self._bare_refs = self._bare_refs, set()  # "{" is written before any member
@@ -393,7 +407,10 @@ class GrammarBuilder:
             self._bare_refs = saved
         if not elems:
             return '"[" ws "]"'
-        seq = elems[-1].strip()
-        for i in reversed(range(1, len(elems))):  # element i may be left out from minItems on
-            seq = f'{elems[i - 1]} ( ws "," ws {seq} )' + ("" if i < lo else "?")
+        elems = [e.strip() for e in elems]
+        first = max(lo, 1)  # the elements before the first that may be left out (all, past minItems)
+        rest = ""
+        for elem in reversed(elems[first:]):  # each only after the one before: a rule each, as groups
+            rest = " " + self.add_rule(f"{hint}-tail", f'( ws "," ws {elem}{rest} )?')  # nested past llama.cpp's parser
+        seq = ' ws "," ws '.join(elems[:first]) + rest
         return f'"[" ws {seq} ws "]"' if lo else f'"[" ws ( {seq} ws )? "]"'

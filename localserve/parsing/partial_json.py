@@ -15,6 +15,8 @@ import re
 
 import orjson
 
+from .json_depth import nests_deeper
+
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _NUMBER_CHARS = re.compile(r"[-+0-9.eE]*")
 _WORD = re.compile(r"[a-z]*")
@@ -32,7 +34,8 @@ def close_object(text: str) -> dict:
             value = orjson.loads(closed) if closed else None
         except orjson.JSONDecodeError:   # a string's bad escape: the scan leaves strings to orjson
             value = None
-    return value if isinstance(value, dict) else {}
+    # too deep for the answer's writer (orjson writes 254 levels; a grammar can make a model write more): {}
+    return value if isinstance(value, dict) and not nests_deeper(text, value) else {}
 
 
 def closed_prefix(text: str) -> str:

@@ -12,7 +12,7 @@ get None: the caller writes Hermes markup instead.
 from __future__ import annotations
 
 from ..parsing.call_format import ID_SLOT, KEY_SLOT, NAME_SLOT, OTHER, STRING, CallFormat
-from ..parsing.json_stream import strict_loads
+from ..parsing.json_depth import json_object
 from ..parsing.tool_families import CallsGrammar, ToolSyntax
 from .jinja_env import tojson
 
@@ -30,10 +30,7 @@ def family_calls_text(family: ToolSyntax | None, calls: list[Call]) -> str | Non
     parsed = []
     for name, arguments, call_id in calls:
         if isinstance(arguments, str):
-            try:
-                arguments = strict_loads(arguments)
-            except ValueError:
-                return None
+            arguments = json_object(arguments)      # None past MAX_JSON_DEPTH: tojson recurses
         if not isinstance(arguments, dict):
             return None
         parsed.append((name, arguments, call_id))

@@ -16,6 +16,7 @@ import orjson
 
 from ..conversation import Audio, Image, Message, Reasoning, Text, ToolCall, ToolDefinition, ToolResult
 from ..generation import MEDIA_MARKER
+from ..parsing.json_depth import json_object
 from .jinja_env import TemplateError, tojson as _tojson
 
 __all__ = ["ToolArguments", "fold_system_turns", "has_later_system_turns", "join_text_parts",
@@ -208,11 +209,8 @@ def _tool_arguments(value: Any) -> Any:
     if isinstance(value, dict):
         return ToolArguments(value, _tojson(value))
     if isinstance(value, str):
-        try:
-            parsed = orjson.loads(value)
-        except ValueError:
-            return value
-        if isinstance(parsed, dict):
+        parsed = json_object(value)
+        if parsed is not None:
             return ToolArguments(parsed, value)
     return value
 

@@ -47,6 +47,19 @@ def test_a_failed_load_names_no_path_and_the_log_has_it(srv, catalogue):
     assert srv.wait_log(str(catalogue / "broken.gguf"))        # the operator's log names the file whole
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {**CHAT, "model": "good", "response_format": {"type": "y" * 1_000_000}}),
+    ("/v1/messages", {**CHAT, "model": "good", "messages": [{"role": "user", "content": [{"type": "y" * 1_000_000}]}]}),
+    ("/v1/responses", {"model": "good", "input": [{"type": "y" * 1_000_000}]}),
+    ("/api/chat", {"model": "good", "messages": [{"role": "y" * 1_000_000, "content": "hi"}]}),
+])
+def test_a_huge_value_quoted_in_an_error_is_cut(srv, path, body):
+    """Messages quote a client's role or type; a 1 MB one made an answer (and a log line) as long (hostile2)."""
+    resp = request(srv.port, post_json(path, body), timeout=30)
+    assert resp.status == 400 and len(resp.body) < 3000, resp.body[:300]
+    assert b"characters left out" in resp.body
+
+
 @pytest.mark.parametrize("keep_alive", ["９s", "٣m", "1e3"])
 def test_keep_alive_takes_ascii_digits_only(srv, keep_alive):
     resp = request(srv.port, post_json("/v1/chat/completions", {**CHAT, "model": "good", "keep_alive": keep_alive}))

@@ -6,6 +6,7 @@ so an abort inside llama.cpp shows as its exit status, checked when the module e
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -216,6 +217,51 @@ def test_tool_calls_of_the_wrong_type_are_a_400(srv, calls):
     resp = post(srv, "/v1/chat/completions", {"messages": messages, "max_tokens": 2})
     assert resp.status == 400, resp.body
     assert resp.json()["error"]["param"].startswith("messages[1].tool_calls")
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses", "/apply-template"])
+def test_a_call_s_arguments_nested_past_the_body_limit_are_rendered_as_text(srv, path):
+    """Arguments are JSON text: 1,000 nested objects parsed (orjson reads 1,024 levels), and the
+    template's tojson recursed past Python's limit: a 500 (hostile2). Now they stay text."""
+    deep = '{"a":' * 1000 + "1" + "}" * 1000
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": deep}}
+    body = {"messages": [*USER, {"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": "c", "content": "r"}], "max_tokens": 1}
+    if path == "/v1/responses":
+        body = {"input": [*USER, {"type": "function_call", "call_id": "c", "name": "f", "arguments": deep},
+                          {"type": "function_call_output", "call_id": "c", "output": "r"}], "max_output_tokens": 1}
+    resp = post(srv, path, body)
+    if path == "/apply-template":
+        assert resp.status == 200 and '\\"a\\":{' in resp.json()["prompt"], resp.body[:300]
+    else:       # the text is longer than the context: refused as any long prompt is
+        assert resp.status == 400 and resp.json()["error"]["code"] == "context_length_exceeded", resp.body
+    alive(srv)
+
+
+def test_a_generated_call_nested_past_what_the_writer_takes_gets_empty_arguments(srv):
+    """A grammar made the model write a call of 300 nested objects (orjson writes 254): Anthropic's
+    and Ollama's whole answers were a 500, Ollama's stream was cut without its last line (hostile2)."""
+    text = '<tool_call>\n{"name": "f", "arguments": ' + '{"a":' * 300 + "1" + "}" * 300 + "}\n</tool_call>"
+    grammar = "root ::= " + json.dumps(text)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+    message = post(srv, "/v1/messages", {"model": "tiny", "messages": USER, "max_tokens": 1900, "grammar": grammar,
+                                         "tools": [{"name": "f", "input_schema": {"type": "object"}}]})
+    assert message.status == 200 and message.json()["content"][-1]["input"] == {}, message.body[-300:]
+    for stream in (False, True):
+        chat = post(srv, "/api/chat", {"model": "tiny", "messages": USER, "tools": tools, "stream": stream,
+                                       "options": {"grammar": grammar, "num_predict": 1900}})
+        lines = [json.loads(line) for line in chat.body.splitlines()]
+        assert chat.status == 200 and lines[-1]["done"], chat.body[-300:]
+        calls = [c for line in lines for c in line["message"].get("tool_calls", [])]
+        assert [c["function"]["arguments"] for c in calls] == [{}]
+    alive(srv)
+
+
+@pytest.mark.parametrize("kwargs", ["x", [{}], 5, True])
+def test_apply_template_s_template_kwargs_of_the_wrong_type_are_a_400(srv, kwargs):
+    """It called dict() on whatever came: a 500 for a string, a list or a number (hostile2)."""
+    resp = post(srv, "/apply-template", {"messages": USER, "chat_template_kwargs": kwargs})
+    assert_400(resp, "chat_template_kwargs", "expected an object")
 
 
 def _nested_arrays(depth: int) -> str:

@@ -305,3 +305,14 @@ def test_a_30_mb_prompt_costs_a_few_times_its_size_and_rss_comes_back(tiny_model
         conn.close()
     finally:
         srv.stop()
+
+
+def test_detokenize_takes_at_most_its_limit_of_tokens(stored):
+    """5 million tokens (a 15 MB body) took the server past 640 MB: every piece was held, then the
+    text, then its JSON (hostile2)."""
+    from localserve.dialects.limits import MAX_DETOKENIZE_TOKENS
+    srv, _ = stored
+    past = request(srv.port, post_json("/detokenize", {"tokens": [5] * (MAX_DETOKENIZE_TOKENS + 1)}), timeout=60)
+    assert past.status == 400 and "MAX_DETOKENIZE_TOKENS" in past.json()["error"]["message"]
+    at = request(srv.port, post_json("/detokenize", {"tokens": [5] * MAX_DETOKENIZE_TOKENS}), timeout=60)
+    assert at.status == 200 and len(at.json()["content"]) >= MAX_DETOKENIZE_TOKENS

@@ -19,6 +19,7 @@ import orjson
 
 from ...errors import ApiError
 from ...generation import Chunk, Finished, GenerationOutput, ToolCallDelta, ToolCallStart
+from ...parsing.json_depth import json_object
 from ...parsing.partial_json import close_object
 from ..pump import StreamShape
 from .clock import nanoseconds, timestamp
@@ -116,11 +117,8 @@ class WholeCalls:
         call = self.open
         if call.index in self.sent:
             return []
-        try:
-            arguments = orjson.loads("".join(self.fragments))
-        except orjson.JSONDecodeError:
-            return []
-        if not isinstance(arguments, dict):
+        arguments = json_object("".join(self.fragments))
+        if arguments is None:
             return []
         self.sent.add(call.index)
         return [call_json(call.index, call.id, call.name, arguments)]

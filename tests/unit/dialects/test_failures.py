@@ -62,3 +62,15 @@ def test_a_prompt_that_cannot_be_built_is_a_400_naming_the_field_at_fault():
     error = caught.value
     assert (error.status, error.code, error.param, error.message) == (
         400, "template_error", "messages", "the chat template failed: boom")
+
+
+def test_a_message_past_its_limit_loses_its_middle_and_keeps_both_ends():
+    """Many messages quote a client's value whole: a 200 KB role made a 200 KB answer (hostile2)."""
+    from localserve.errors import MAX_MESSAGE_CHARS
+    long = ApiError(400, "invalid 'messages[0].role': got '" + "y" * 200_000 + "'; use user or assistant")
+    assert len(long.message) < MAX_MESSAGE_CHARS + 50 and str(long) == long.message
+    assert long.message.startswith("invalid 'messages[0].role': got 'yyy")
+    assert long.message.endswith("yyy'; use user or assistant") and "characters left out" in long.message
+    assert len(ANTHROPIC_ERRORS.render(long)[1]) < MAX_MESSAGE_CHARS + 200
+    exact = "m" * MAX_MESSAGE_CHARS
+    assert ApiError(400, exact).message == exact
