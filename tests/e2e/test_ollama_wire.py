@@ -97,10 +97,10 @@ def test_a_named_tool_choice_forces_the_call(server):
         "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC"]}}, "required": ["zone"]}}}]
     whole = post(server, "/api/chat", {"model": "tiny", "stream": False, "tools": tools,
                                        "tool_choice": {"type": "function", "name": "get_time"},
-                                       "options": {"num_predict": 40, "logit_bias": NO_EOG},
+                                       "options": {"num_predict": 200},
                                        "messages": [{"role": "user", "content": "time?"}]}).json()
-    calls = whole["message"]["tool_calls"]
-    assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [("get_time", {"zone": "UTC"})]
+    first = whole["message"]["tool_calls"][0]["function"]     # random weights may go on to another call
+    assert (first["name"], first["arguments"]) == ("get_time", {"zone": "UTC"})
 
 
 def test_load_and_unload_through_empty_requests(server):
