@@ -49,8 +49,10 @@ class Endings:
 
     def end_cancelled(self, job: Job) -> None:
         """A cancelled job's answer; its slot's sequence is already dealt with (a parked job has none)."""
+        # n_past goes on past the prompt as tokens are written: the prompt's share is what was prefilled
         log.info("cancelled job %s (%s) after %d tokens (%d of %d prompt tokens in the cache): %s", job.gen.id,
-                 job.request.label, len(job.generated), job.n_past, len(job.prompt), job.gen.cancel_reason)
+                 job.request.label, len(job.generated), min(job.n_past, len(job.prompt)), len(job.prompt),
+                 job.gen.cancel_reason)
         self.metrics.record_cancellation(len(job.generated))
         # with the text it wrote so far (what its text pipeline still held back is dropped): a client
         # still there, as a superseded editor completion's, reads an answer its token count matches

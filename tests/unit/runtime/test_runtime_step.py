@@ -219,3 +219,16 @@ def test_a_job_started_in_a_slot_chosen_elsewhere_starts_with_its_own_prefix():
     assert [g for g, _ in admitted.started] == [gen]
     assert rt.slots[0].job is not None and rt.slots[0].job.progress.n_cached == 0
     assert rt.kv.prefix_json(0) == {"tokens": 0, "source": "own", "slot": None}
+
+
+def test_a_cancelled_job_logs_its_prompt_share_of_the_cache_not_its_written_tokens_too(caplog):
+    engine = ScriptedEngine(answer=(10, 11, 12, 13, 14, 15))
+    rt = Runtime(engine, slots=1, max_queue=4)
+    gen = rt.submit(request(prompt=(1, 5, 6, 7), max_tokens=50))
+    for _ in range(4):
+        rt.step()
+    gen.cancel("client left")
+    with caplog.at_level("INFO", logger="localserve"):
+        rt.step()
+    [line] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cancelled job")]
+    assert "(4 of 4 prompt tokens in the cache)" in line, line
