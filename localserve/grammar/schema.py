@@ -18,11 +18,11 @@ from contextlib import contextmanager
 from urllib.parse import unquote
 
 from .all_of import ANNOTATIONS, canon, merge_all_of
-from .gbnf import (KEY_CHARS, PRIMITIVES, RULE_NAME, STRING_FORMATS, SchemaError, char_class, json_text, repeat,
-                   subtract)
+from .gbnf import PRIMITIVES, RULE_NAME, STRING_FORMATS, SchemaError, json_text, repeat
 from .numbers import bounds, signed_range
+from .object_members import key_not_in, object_members
 from .regex import translate_pattern
-from .limits import MAX_GRAMMAR_BYTES, MAX_PATTERN_CHARS, MAX_SCHEMA_DEPTH, MAX_SCHEMA_KEY_LENGTH
+from .limits import MAX_GRAMMAR_BYTES, MAX_PATTERN_CHARS, MAX_SCHEMA_DEPTH
 
 _TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 _INFER = (  # keywords that imply a type when "type" is absent
@@ -334,50 +334,11 @@ class GrammarBuilder:
             extra_kv = None
             if extra is not False:
                 value = self._visit(extra, f"{path}.additionalProperties", f"{hint}-extra")
-                extra_kv = self.add_rule(f"{hint}-extra-kv", f'{self._key_not_in(names, path)} ws ":" ws {value}')
+                extra_kv = self.add_rule(f"{hint}-extra-kv", f'{key_not_in(self, names, path)} ws ":" ws {value}')
         finally:
             self._bare_refs = saved
-        return self._members(hint, [members[k] for k in order if k in required],
-                             [members[k] for k in order if k not in required], extra_kv)
-
-    def _members(self, hint: str, req: list[str], opt: list[str], extra: str | None) -> str:
-        tail = f' ( ws "," ws {extra} )*' if extra else ""
-        if req:
-            body = ' ws "," ws '.join(req) + "".join(f' ( ws "," ws {o} )?' for o in opt)
-            return f'"{{" ws {body}{tail} ws "}}"'
-        if not opt and not extra:
-            return '"{" ws "}"'
-        alts, rest = [], tail  # rest: what may follow opt[i], each member led by its comma
-        for i in reversed(range(len(opt))):
-            alts.insert(0, f"{opt[i]}{rest}")
-            if i:
-                rest = " " + self.add_rule(f"{hint}-rest", f'( ws "," ws {opt[i]} )?{rest}')
-        if extra:
-            alts.append(f"{extra}{tail}")
-        return f'"{{" ws ( ( {" | ".join(alts)} ) ws )? "}}"'
-
-    def _key_not_in(self, names: list[str], path: str) -> str:
-        """A key that is none of ``names``: unescaped characters only, so it reads as written."""
-        trie: dict = {}
-        for name in names:
-            if len(name) > MAX_SCHEMA_KEY_LENGTH:     # the rule nests a group per character
-                raise SchemaError(f"{path}: a property name longer than {MAX_SCHEMA_KEY_LENGTH} characters beside "
-                                  f"additional properties is not supported (MAX_SCHEMA_KEY_LENGTH)")
-            if not any(c in '"\\' or ord(c) < 0x20 for c in name):  # no plain key can equal it
-                node = trie
-                for c in name:
-                    node = node.setdefault(c, {})
-                node[""] = {}
-        if not trie:
-            return "string"
-
-        def walk(node: dict) -> str:
-            chars = sorted(c for c in node if c)
-            others = subtract(KEY_CHARS, [(ord(c), ord(c)) for c in chars])
-            alts = [f'{char_class(others)} keychar* "\\""'] + [f"{self.literal(c)} {walk(node[c])}" for c in chars]
-            return "( " + " | ".join(alts + ['"\\""'] * ("" not in node)) + " )"
-
-        return self.add_rule("key", '"\\"" ' + walk(trie))
+        return object_members(self, hint, [members[k] for k in order if k in required],
+                              [members[k] for k in order if k not in required], extra_kv)
 
     def _array(self, s: dict, path: str, hint: str) -> str:
         prefix, items = s.get("prefixItems", []), s.get("items", True)
