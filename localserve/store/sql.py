@@ -39,7 +39,26 @@ SCHEMA_V2 = (
     "ALTER TABLE responses ADD COLUMN scope TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE conversations ADD COLUMN scope TEXT NOT NULL DEFAULT ''",
 )
-MIGRATIONS = [SCHEMA_V1, SCHEMA_V2]
+# Anthropic Message Threads (store/threads.py): a thread's held conversation, and each reply id it
+# answered, so a continue from any of them finds the thread (and knows whether it is the latest).
+SCHEMA_V3 = (
+    """CREATE TABLE threads (
+        id TEXT PRIMARY KEY,
+        scope TEXT NOT NULL,
+        latest_message_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        created_at REAL NOT NULL,
+        used_at REAL NOT NULL,
+        continuing INTEGER NOT NULL DEFAULT 0)""",
+    "CREATE INDEX threads_by_scope_use ON threads(scope, used_at)",
+    "CREATE INDEX threads_by_use ON threads(used_at)",
+    """CREATE TABLE thread_messages (
+        message_id TEXT PRIMARY KEY,
+        thread_id TEXT NOT NULL REFERENCES threads(id) ON DELETE CASCADE) WITHOUT ROWID""",
+    "CREATE INDEX thread_messages_by_thread ON thread_messages(thread_id)",
+)
+MIGRATIONS = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3]
 
 # Every statement that finds a response or a conversation by its id names the scope too: another
 # key's is not found (statements that follow such a find in one transaction need not).
@@ -89,3 +108,26 @@ SELECT_ITEMS_DESC = """SELECT item FROM conversation_items
     WHERE conversation_id = ? AND position < ? ORDER BY position DESC LIMIT ?"""
 SELECT_ALL_ITEMS = "SELECT item FROM conversation_items WHERE conversation_id = ? ORDER BY position"
 DELETE_ITEM = "DELETE FROM conversation_items WHERE conversation_id = ? AND item_id = ?"
+
+# Threads: found by a reply id in the key's scope; a continue claims the thread (continuing = 1)
+# until its reply is kept or it fails; a process that died left its claims, released at start.
+INSERT_THREAD = """INSERT INTO threads (id, scope, latest_message_id, state, bytes, created_at, used_at)
+    VALUES (?, ?, ?, ?, ?, ?, ?)"""
+INSERT_THREAD_MESSAGE = "INSERT INTO thread_messages (message_id, thread_id) VALUES (?, ?)"
+SELECT_THREAD_OF = """SELECT t.id, t.latest_message_id, t.state, t.continuing, t.used_at
+    FROM thread_messages m JOIN threads t ON t.id = m.thread_id WHERE m.message_id = ? AND t.scope = ?"""
+SELECT_THREAD_HELD = "SELECT 1 FROM threads WHERE id = ?"
+CLAIM_THREAD = "UPDATE threads SET continuing = 1 WHERE id = ?"
+RELEASE_THREAD = "UPDATE threads SET continuing = 0 WHERE id = ? AND scope = ?"
+RELEASE_ALL_THREADS = "UPDATE threads SET continuing = 0 WHERE continuing = 1"
+ADVANCE_THREAD = """UPDATE threads SET latest_message_id = ?, state = ?, bytes = ?, used_at = ?, continuing = 0
+    WHERE id = ? AND scope = ? AND latest_message_id = ?"""
+DELETE_EXPIRED_THREADS = "DELETE FROM threads WHERE used_at < ? AND continuing = 0"
+# a key's threads past its count, then one past its bytes alone, then past its bytes together, newest
+# kept first; claimed ones are spared
+DELETE_THREADS_TOO_LARGE = "DELETE FROM threads WHERE scope = ? AND bytes > ? AND continuing = 0"
+DELETE_THREADS_PAST_COUNT = """DELETE FROM threads WHERE id IN (
+    SELECT id FROM threads WHERE scope = ?1 ORDER BY used_at DESC, id LIMIT -1 OFFSET ?2) AND continuing = 0"""
+DELETE_THREADS_PAST_BYTES = """DELETE FROM threads WHERE id IN (
+    SELECT id FROM (SELECT id, sum(bytes) OVER (ORDER BY used_at DESC, id) AS total FROM threads WHERE scope = ?1)
+    WHERE total > ?2) AND continuing = 0"""

@@ -1,4 +1,5 @@
-"""Embedded SQLite storage for the Responses API: responses, their stream events, conversations.
+"""Embedded SQLite storage for the Responses API: responses, their stream events, conversations
+(and, in the same database, Anthropic's message threads: threads.py).
 
 Threading: one connection, opened with check_same_thread=False and guarded by one lock, serves
 every thread. Connection threads come and go (one per client), so per-thread connections would
@@ -40,7 +41,7 @@ from .sql import (
     INSERT_RESPONSE, MAX_CHAIN_DEPTH, MIGRATIONS, SELECT_ALL_ITEMS, SELECT_CHAIN, SELECT_CONVERSATION,
     SELECT_EVENTS, SELECT_INPUT_ITEMS, SELECT_INTERRUPTED, SELECT_ITEM, SELECT_ITEMS_ASC, SELECT_ITEMS_DESC,
     SELECT_ITEM_POSITION, SELECT_LAST_SEQUENCE, SELECT_NEXT_POSITION, SELECT_RESPONSE,
-    SELECT_STATUS, UPDATE_CONVERSATION, UPDATE_RESPONSE)
+    SELECT_STATUS, UPDATE_CONVERSATION, UPDATE_RESPONSE, RELEASE_ALL_THREADS)
 
 
 def _dumps(value) -> str:
@@ -121,6 +122,8 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=10000")
         self._migrate()
         self.recovered = self.recover_interrupted() if recover else 0
+        if recover:          # a continue the last process was running ended with it (threads.py)
+            self._write(RELEASE_ALL_THREADS, ())
         self.scope = ""
 
     def scoped(self, scope: str) -> Store:
@@ -150,6 +153,10 @@ class Store:
                 self._db.execute("ROLLBACK")
                 raise
             self._db.execute("COMMIT")
+
+    def transaction(self):
+        """A write transaction for the records kept beside the store's own (threads.py)."""
+        return self._tx()
 
     def _one(self, sql: str, args: tuple):
         with self._lock:
