@@ -30,7 +30,7 @@ from ..pump import PREFILL_COMMENT, open_stream_early, pump
 from ..request_cycle import Reply
 from .answer import AnswerBuilder
 from .compaction import Compact, Compaction
-from .replies import MessageMeta, MessageStream, final_response, message_start, paused_end, paused_response
+from .replies import MessageMeta, MessageStream, final_answer, message_start, paused_end, paused_response
 
 if TYPE_CHECKING:        # the model itself: importing it would load llama.cpp on a connection thread
     from ...models.served import ServedModel
@@ -107,11 +107,11 @@ class CompactingRun:
                 if isinstance(event, RunFailure):
                     raise event.error
                 if isinstance(event, Compaction) and self.pause:
-                    return paused_response(self.meta, event)
+                    return self.meta.ended(paused_response(self.meta, event))
                 if isinstance(event, Finished):
                     if event.error is not None:
                         raise error_from(event)
-                    return final_response(event.output, self.meta)
+                    return final_answer(event.output, self.meta)
         raise AssertionError("the events end with a Finished, a failure or a paused compaction")
 
     def stream(self, gen: ActiveGeneration) -> None:
@@ -180,5 +180,6 @@ class CompactingStream(MessageStream):
         out += self.blocks.compaction(ev.summary)
         if self.pause:
             self.done = True
+            self.meta.ended(paused_response(self.meta, ev))
             out += paused_end(self.meta, ev)
         return out

@@ -2,7 +2,8 @@
 
 Input conversion lives in input.py and prompt.py; here the request becomes a GenerationRequest,
 answered in replies.py's shapes; a prompt past its compaction trigger is compacted first
-(compacting.py); answer.py builds the answer's job either way.
+(compacting.py); answer.py builds the answer's job either way. A request on a thread
+(threads.py) is answered as its whole conversation, and its reply kept with the thread.
 """
 
 from __future__ import annotations
@@ -20,14 +21,15 @@ from ..request_cycle import Reply, serve_generation, wants_stream
 from ..exchange import Exchange
 from ..services import Services
 from ..failures import prompt_refusals
+from ...store.threads import ThreadRecords
 from ..image_parts import report_omitted
 from ...parsing.tool_families import new_call_id
 from .answer import AnswerBuilder
 from .compacting import compacted, compacting_reply
 from .compaction import is_summary, read_summarize
 from .prompt import MessagesPrompt, read_prompt
-from .replies import MessageMeta, final_response, message_stream
-from .threads import read_thread
+from .replies import MessageMeta, final_answer, message_stream
+from .threads import ThreadTurn, open_thread
 from .tools_and_thinking import check_budget_below_max_tokens
 from ..fields import (IGNORED_TOOLS_HEADER, ignored_tools_value, invalid, read_dict, read_int, read_sampling, read_stop,
                      read_str)
@@ -39,11 +41,24 @@ log = logging.getLogger("localserve.anthropic")
 
 
 def handle_messages(services: Services, exchange: Exchange) -> None:
-    serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model),
-                     stored=stored_defaults.MESSAGES)
+    services.ready()
+    body = exchange.json()
+    # before the model's stored defaults fill the body: a continue's own system is refused, not theirs
+    store = services.store_for(exchange.scope)
+    turn = open_thread(body, ThreadRecords(store) if store is not None else None)
+    if turn is not None and turn.held is not None:
+        log.info("messages %s: continues the thread at %s (%d messages held, %d new)", exchange.request_id,
+                 turn.held.previous_message_id, len(turn.held.state["messages"]), len(turn.messages))
+    try:
+        serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model, turn),
+                         body=body if turn is None else turn.body, stored=stored_defaults.MESSAGES)
+    finally:
+        if turn is not None:
+            turn.close()
 
 
-def read_reply(services: Services, exchange: Exchange, body: dict, model: ServedModel) -> Reply:
+def read_reply(services: Services, exchange: Exchange, body: dict, model: ServedModel,
+               turn: ThreadTurn | None = None) -> Reply:
     name = read_model(body, model.model_id)
     signing_key = services.signing_key_for(exchange.scope)
     with prompt_refusals():
@@ -55,14 +70,15 @@ def read_reply(services: Services, exchange: Exchange, body: dict, model: Served
         log.info("messages %s: server tools left out (they cannot run here): %s", exchange.request_id, ignored)
         exchange.writer.extra_headers.append((IGNORED_TOOLS_HEADER, ignored))
     meta = MessageMeta(new_call_id("msg_"), name, signing_key, prompt.input.thinking.omitted,
-                       prompt.cache_breakpoint_tokens, prompt.context_management())
+                       prompt.cache_breakpoint_tokens, prompt.context_management(),
+                       on_reply=turn.keep if turn is not None else None)
     if gen_request is None:         # past its compaction trigger: summarised first
         log.info("messages %s: compacting the conversation before the answer", exchange.request_id)
         assert prompt.compact is not None
         return compacting_reply(exchange, model, prompt.chat, answer, meta, prompt.compact, stream=wants_stream(body),
                                 max_tokens=services.settings.compact_max_tokens, keepalive=services.prefill_keepalive)
     return Reply(gen_request, shape=lambda gen: message_stream(meta, gen),
-                 whole=lambda output: final_response(output, meta))
+                 whole=lambda output: final_answer(output, meta))
 
 
 def handle_count_tokens(services: Services, exchange: Exchange) -> None:
@@ -96,7 +112,6 @@ def read_request(chat_model: ChatModel, signing_key: bytes, body: dict, request_
     """The answer's job, and how to make it again for a compacted conversation; no job when the
     prompt passes its compaction trigger. betas: the anthropic-beta header (interleaved thinking
     lifts the budget's limit)."""
-    read_thread(body)      # a continue names a conversation this server does not hold: before its parts are read
     max_tokens = read_int(body, "max_tokens", low=1)
     if max_tokens is None:
         raise invalid("max_tokens", "this field is required")

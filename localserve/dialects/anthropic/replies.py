@@ -24,7 +24,7 @@ comments, and pings while it is prefilled; a failure after the headers is `event
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ...errors import ApiError
 from ...generation import (ActiveGeneration, Chunk, Context, Finished, GenerationOutput, ToolCall, ToolCallDelta,
@@ -48,10 +48,17 @@ class MessageMeta:
     cache_breakpoint_tokens: int = 0          # where the last cache_control falls in the prompt
     context_management: dict | None = None    # {"applied_edits": [...]} when the request asked for edits
     compaction: Compaction | None = None      # the summary written before the answer, once it is
+    on_reply: Callable[[dict], None] | None = None     # told the whole message once it ends (threads.py keeps it)
 
     def usage(self, prompt_tokens: int, cached_tokens: int, output_tokens: int) -> dict:
         return {**cache_usage(prompt_tokens, cached_tokens, self.cache_breakpoint_tokens),
                 "output_tokens": output_tokens}
+
+    def ended(self, message: dict) -> dict:
+        """`message`, the whole answer, once it has ended well: whoever keeps it is told."""
+        if self.on_reply is not None:
+            self.on_reply(message)
+        return message
 
     def with_context_management(self, fields: dict) -> dict:
         if self.context_management is not None:
@@ -109,6 +116,13 @@ def final_response(output: GenerationOutput, meta: MessageMeta) -> dict:
     message = message_shell(meta, content, reason, output.stop_sequence if reason == "stop_sequence" else None,
                             final_usage(output, meta))
     return meta.with_context_management(message)
+
+
+def final_answer(output: GenerationOutput, meta: MessageMeta) -> dict:
+    """The whole answer, whose end whoever keeps it is told (a job the runtime cancelled, as the
+    server stops, ended no turn)."""
+    message = final_response(output, meta)
+    return message if output.finish_reason == "cancelled" else meta.ended(message)
 
 
 def paused_response(meta: MessageMeta, compaction: Compaction) -> dict:
@@ -251,6 +265,8 @@ class MessageStream(StreamShape):
         elif isinstance(ev, Finished):
             if not self.started:
                 out.append(message_start(self.meta, ev.output.prompt_tokens, ev.output.cached_tokens))
+            if self.meta.on_reply is not None:
+                final_answer(ev.output, self.meta)
             out += self.blocks.close() + message_end(ev.output, self.meta)
         return out
 
