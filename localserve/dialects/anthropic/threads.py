@@ -16,7 +16,8 @@ acts on, in the API's shape (`error.details.error_code`): 404 `thread_not_found`
 for this key, expired, evicted, or --no-store: nothing is held) and 400
 `thread_already_continued` / `thread_continue_in_flight`: on each the SDK sends the whole
 conversation again under a new thread. A continue that sends `system` or `tools` is a 400:
-the thread's own are the ones it runs with.
+the thread's own are the ones it runs with (a `system` of Claude Code's per-request billing
+header alone, which its continues carry, is no change and is dropped).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ...errors import ApiError, shown
 from ...store.store import new_id
 from ...store.threads import ALREADY_CONTINUED, IN_FLIGHT, NOT_FOUND, HeldThread, ThreadMiss, ThreadRecords
 from ..fields import invalid, kind_of
+from .input import BILLING_HEADER
 
 log = logging.getLogger("localserve.anthropic")
 
@@ -104,8 +106,10 @@ def open_thread(body: dict, records: ThreadRecords | None) -> ThreadTurn | None:
     previous = thread.get("previous_message_id")
     if not isinstance(previous, str) or not previous:
         raise invalid("thread.previous_message_id", f"expected a message id, got {kind_of(previous)}")
+    if per_request(body.get("system")):
+        rest.pop("system")
     for name in HELD_FIELDS:
-        if body.get(name) is not None:
+        if rest.get(name) is not None:
             raise invalid(name, f"a thread continue runs with its thread's {name}: leave it out, or send the "
                                 f"whole conversation with thread {{\"type\": \"create\"}} to change it")
     messages = body.get("messages", [])
@@ -116,6 +120,15 @@ def open_thread(body: dict, records: ThreadRecords | None) -> ThreadTurn | None:
     whole = {**rest, **{key: state[key] for key in HELD_FIELDS if key in state},
              "messages": [*state["messages"], *messages]}
     return ThreadTurn(whole, records, {}, messages, held)
+
+
+def per_request(system: object) -> bool:
+    """A continue's `system` that only says what changes per request, which Claude Code sends on
+    a continue (its billing header: input.py leaves it out of every prompt): no change of the
+    thread's system, so it is dropped, not refused."""
+    return isinstance(system, list) and bool(system) and all(
+        isinstance(block, dict) and isinstance(block.get("text"), str) and block["text"].startswith(BILLING_HEADER)
+        for block in system)
 
 
 def claim(records: ThreadRecords | None, previous: str) -> HeldThread:

@@ -140,6 +140,16 @@ def test_a_continue_that_sends_the_thread_s_own_fields_is_a_400_and_claims_nothi
     assert open_thread(continuing("msg_1", [RESULT]), records) is not None
 
 
+def test_a_continue_s_system_of_claude_code_s_billing_header_alone_is_no_change(records):
+    create(records)
+    billing = [{"type": "text", "text": "x-anthropic-billing-header: cc_version=2.1.332; cch=0f3a;"}]
+    turn = open_thread(continuing("msg_1", [RESULT], system=billing), records)
+    assert turn.body["system"] == "be brief"
+    turn.close()
+    error = refused(continuing("msg_1", [RESULT], system=[*billing, {"type": "text", "text": "be long"}]), records)
+    assert error.status == 400 and error.param == "system"
+
+
 @pytest.mark.parametrize("thread, param", [
     ("create", "thread"),
     ([], "thread"),
