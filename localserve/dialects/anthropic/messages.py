@@ -46,10 +46,10 @@ def handle_messages(services: Services, exchange: Exchange) -> None:
     # before the model's stored defaults fill the body: a continue's own system is refused, not theirs
     store = services.store_for(exchange.scope)
     turn = open_thread(body, ThreadRecords(store) if store is not None else None)
-    if turn is not None and turn.held is not None:
-        log.info("messages %s: continues the thread at %s (%d messages held, %d new)", exchange.request_id,
-                 turn.held.previous_message_id, len(turn.held.state["messages"]), len(turn.messages))
     try:
+        if turn is not None and turn.held is not None:
+            log.info("messages %s: continues the thread at %s (%d messages held, %d new)", exchange.request_id,
+                     turn.held.previous_message_id, len(turn.held.state["messages"]), len(turn.messages))
         serve_generation(exchange, services, lambda model, body: read_reply(services, exchange, body, model, turn),
                          body=body if turn is None else turn.body, stored=stored_defaults.MESSAGES)
     finally:
