@@ -3,7 +3,8 @@ result), with two API keys and a store: the Python SDK's own thread (`client.bet
 sends each turn's new messages only, whole and streamed, and so does its tool runner; raw requests check what a client that
 goes wrong gets: another key's, an unknown or a stale reply id, a malformed thread, a continue
 that sends its own system, each in Anthropic's error shape with the code the SDKs act on, and
-the server serves the thread on afterwards."""
+the server serves the thread on afterwards; a turn paused after its compaction is resumed by a
+continue with no message."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from clients import anthropic_sdk
 from conftest import ServerProcess
 from scripted_model import tool_loop_script, write_scripted_gguf
 from sse import parse_sse
+from test_anthropic_compaction import ANSWER as COMPACTED_ANSWER, CONTEXT, SUMMARY, compact_edit, history
 
 ARGUMENTS = {"path": "notes.txt"}
 ANSWER = "It says hello."
@@ -37,7 +39,7 @@ def server(tmp_path_factory):
 def post(server, body: dict, key: str = KEYS[0]) -> httpx.Response:
     return httpx.post(server.base_url + "/v1/messages", json=body, timeout=60,
                       headers={"x-api-key": key, "anthropic-version": "2023-06-01",
-                               "anthropic-beta": "message-threads-2026-08-12"})
+                               "anthropic-beta": "message-threads-2026-08-12,compact-2026-01-12"})
 
 
 def create(server, key: str = KEYS[0]) -> dict:
@@ -162,3 +164,35 @@ def test_a_continue_refused_for_what_it_sends_leaves_the_thread_waiting(server):
     assert bad["type"] == "invalid_request_error" and "details" not in bad
     reply = post(server, continuing(first, [result_of(first)]))
     assert reply.status_code == 200 and text_of(reply.json()) == ANSWER
+
+
+@pytest.fixture(scope="module")
+def compacting(models_dir, tmp_path_factory):
+    path = write_scripted_gguf(models_dir / "scripted-thread-compaction.gguf", [[COMPACTED_ANSWER]],
+                               summary=[SUMMARY])
+    srv = ServerProcess(path, "--model-id", "scripted", "--ctx-size", str(CONTEXT),
+                        "--data-dir", str(tmp_path_factory.mktemp("thread-compaction-data")))
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_paused_after_its_compaction_is_resumed_by_a_continue_with_no_message(compacting, stream):
+    def ask(body: dict) -> dict:
+        reply = post(compacting, {"model": "m", "max_tokens": 50, "stream": stream, **body})
+        assert reply.status_code == 200, reply.text
+        if not stream:
+            return reply.json()
+        events = parse_sse(reply.content)
+        start = next(data["message"] for name, data in events if name == "message_start")
+        stop = next(data["delta"]["stop_reason"] for name, data in events if name == "message_delta")
+        return {"id": start["id"], "stop_reason": stop}
+
+    paused = ask({"messages": history(), "thread": {"type": "create"},
+                  "context_management": compact_edit(pause_after_compaction=True)})
+    assert paused["stop_reason"] == "compaction"
+    # the thread holds the conversation and the compaction block: an empty turn goes on from the summary
+    answer = post(compacting, continuing(paused["id"], [], model="m", max_tokens=50,
+                                         context_management=compact_edit()))
+    assert answer.status_code == 200, answer.text
+    assert text_of(answer.json()) == COMPACTED_ANSWER and answer.json().get("usage", {}).get("iterations") is None
