@@ -3,6 +3,7 @@ limits and the one error the parser speaks in (see http.py for the reader that f
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -20,7 +21,8 @@ ABSOLUTE_FORM = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # other ":" than the port's, a port of digits only. "localhost:80@evil.com" is not a host.
 REG_NAME = r"(?:[-A-Za-z0-9._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*"
 IP_LITERAL = r"\[(?:[0-9A-Fa-f:.]+|[vV][0-9A-Fa-f]+\.[-A-Za-z0-9._~!$&'()*+,;=:]+)\]"
-HOST = re.compile(rf"(?:{IP_LITERAL}|{REG_NAME})(?::[0-9]*)?")
+HOST = re.compile(rf"(?P<host>{IP_LITERAL}|{REG_NAME})(?::(?P<port>[0-9]*))?")
+MAX_PORT = 65535
 OWS = b" \t"
 
 # --- Rules that are not limits --------------------------------------------------------------
@@ -103,11 +105,29 @@ def parse_head(head: bytes, limits: Limits = Limits()) -> Request:
     hosts = request._values("host")
     if version == "HTTP/1.1" and len(hosts) != 1:
         raise ProtocolError(400, "HTTP/1.1 needs exactly one Host header")
-    if any(not HOST.fullmatch(value) for value in hosts):
+    if any(not is_host(value) for value in hosts):
         raise ProtocolError(400, "the Host header is not a host[:port]")   # RFC 9112 §3.2
     if ABSOLUTE_FORM.match(target):
         request.target_authority = target_authority(target)
     return request
+
+
+def is_host(value: str) -> bool:
+    """Whether a Host value (or a target's authority) is host[:port]: HOST's grammar, a port
+    of 0-65535 (or none after the colon, as RFC 3986 allows), an IPv6 literal that is one."""
+    match = HOST.fullmatch(value)
+    if match is None:
+        return False
+    port = match["port"]
+    if port and (len(port.lstrip("0")) > len(str(MAX_PORT)) or int(port) > MAX_PORT):
+        return False                    # never int() a kilobyte of digits
+    host = match["host"]
+    if host.startswith("[") and host[1:2] not in ("v", "V"):    # IPvFuture: the grammar's alone
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+    return True
 
 
 def parse_request_line(line: bytes) -> tuple[str, str, str]:
@@ -158,6 +178,6 @@ def target_authority(target: str) -> str:
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
     if "@" in authority:
         raise ProtocolError(400, "userinfo in the request target is not allowed")   # RFC 9110 §4.2.4
-    if not authority or authority.startswith(":") or not HOST.fullmatch(authority):
+    if not authority or authority.startswith(":") or not is_host(authority):
         raise ProtocolError(400, "the request target's authority is not a host[:port]")
     return authority
