@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 # --- The head's grammar (RFC 9110, RFC 9112), as regexes; body framing's is in http_body.py
 TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
@@ -54,7 +54,8 @@ class Limits:
 class Request:
     method: str
     target: str  # raw request-target
-    path: str  # percent-decoded path without query
+    path: str  # the path as sent, without the query: percent-escapes kept (routing runs on it, a route
+               # decodes its parameters: "/v1%2Fmodels" is no "/v1/models", a %2F in a model id no "/")
     query: dict[str, str]  # last value wins
     version: str  # "HTTP/1.1" or "HTTP/1.0"
     headers: list[tuple[str, str]]  # names lower-cased, values stripped, in order
@@ -154,7 +155,8 @@ def parse_field_line(line: bytes) -> tuple[str, str]:
 
 
 def split_target(target: str) -> tuple[str, dict[str, str]]:
-    """Percent-decoded path and query of an origin-form, absolute-form or "*" target."""
+    """The path (as sent: percent-escapes kept) and the decoded query of an origin-form,
+    absolute-form or "*" target."""
     if target == "*":
         return "*", {}
     if target.startswith("/"):
@@ -167,7 +169,7 @@ def split_target(target: str) -> tuple[str, dict[str, str]]:
         path, query = parts.path or "/", parts.query
     else:
         raise ProtocolError(400, "request target must be a path, an absolute URI or *")
-    return unquote(path), dict(parse_qsl(query, keep_blank_values=True))
+    return path, dict(parse_qsl(query, keep_blank_values=True))
 
 
 def target_authority(target: str) -> str:

@@ -6,6 +6,11 @@ router itself names no dialect) and the media type its body is sent as (JSON, or
 multipart form for the transcription routes: the app holds a browser's body to it). Unknown path → 404 in the shape of the family of
 paths it falls in; known path, other method → 405 with Allow; OPTIONS → 204 with Allow;
 a WebSocket handshake on a known path → 426 (this server speaks plain HTTP only).
+
+Routing runs on the path as sent, percent-escapes kept: "/v1%2Fchat%2Fcompletions" is no
+route (a proxy or an access rule in front of us that reads the path as sent must see what we
+serve), and a parameter is one segment, decoded once matched, so a %2F in it is a "/" of its
+value (a model id such as "namespace/model:tag").
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import unquote
 
 from ..dialects.exchange import JSON_BODY, Exchange, Handler
 from ..dialects.media_wait import request_media
@@ -130,7 +136,7 @@ class Router:
                 raise websocket_refused(request.path)
             for route, params in matches:
                 if method in route.methods:
-                    exchange.params = params
+                    exchange.params = decoded(params)
                     exchange.errors = route.errors
                     with request_media(exchange):     # each image or clip decoded once, off this thread
                         route.handler(exchange)
@@ -158,6 +164,14 @@ class Router:
         """A started response can only be cut short (a stream's errors go in-band from its dialect)."""
         log.warning("error after the response started: %s", error.message)
         exchange.writer.close_after = True
+
+
+def decoded(params: dict[str, str]) -> dict[str, str]:
+    """A route's parameters, each segment percent-decoded as UTF-8; a 400 for one that is not."""
+    try:
+        return {name: unquote(value, errors="strict") for name, value in params.items()}
+    except UnicodeDecodeError:
+        raise ApiError(400, "a path parameter is not percent-encoded UTF-8", code="invalid_path") from None
 
 
 def websocket_refused(path: str) -> ApiError:
