@@ -80,7 +80,8 @@ def apply_template(services: Services, exchange: Exchange) -> None:
                      template_kwargs=read_template_kwargs(body),
                      add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
-        prompt = render_prompt(model.chat, chat)
+        # the prompt the model would run: one that cannot fit its context is the 400 the run would be
+        prompt = render_prompt(model.chat, chat, model.chat.fit_limit())
         report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}",
                        audio=chat.audio_omitted)
         exchange.send_json({"prompt": prompt})
