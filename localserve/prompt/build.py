@@ -108,7 +108,7 @@ def render_chat(template: ChatTemplate, chat: ChatInput, limit: RenderLimit | No
     `limit`: the prompt is refused as soon as it surely passes it (prompt/room.py)."""
     tools = template_tools(chat.tools) if chat.tools and chat.tool_choice.mode != "none" else None
     if limit is not None:
-        limit.check_turns(chat.messages)
+        limit.check_turns(message.role for message in chat.messages)
 
     def render(messages: list[dict]) -> str:
         return template.render(normalize_messages(messages), tools=tools,

@@ -21,9 +21,10 @@ that is tokenized at once, with the refusal that text would get when tokenized.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from ..conversation import Message
 from ..generation import ContextOverflow, PromptRefused
 
 MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
@@ -47,10 +48,11 @@ class RenderLimit:
         """For a prompt counted or shown whatever its length, as far as it is tokenized at all."""
         return cls(MAX_TOKENIZE_BYTES)
 
-    def check_turns(self, messages: list[Message]) -> None:
-        """ContextOverflow, before any render, for a conversation with more turns than fit."""
+    def check_turns(self, roles: Iterable[Any]) -> None:
+        """ContextOverflow, before any render, for a conversation with more turns than fit
+        (its messages' roles: Message.role, or sent_roles of a body not read yet)."""
         if self.n_ctx is not None:
-            n = turns(messages)
+            n = turns(roles)
             if n >= self.n_ctx:
                 raise ContextOverflow(n, self.n_ctx, at_least=True)
 
@@ -62,11 +64,20 @@ class RenderLimit:
                              f"once, the prompt is longer", param="messages", code="text_too_long")
 
 
-def turns(messages: list[Message]) -> int:
-    """The turns of a conversation: user and assistant messages, a run of one role counted once."""
+def turns(roles: Iterable[Any]) -> int:
+    """The turns of a conversation, from its messages' roles: user and assistant messages, a run
+    of one role counted once."""
     count, last = 0, None
-    for message in messages:
-        role = message.role
+    for role in roles:
         if role != last and role in TURN_ROLES:
             count, last = count + 1, role
     return count
+
+
+def sent_roles(messages: Any) -> Iterator[Any]:
+    """The roles of a body's messages as sent, before they are read: reading 200,000 messages
+    into the conversation is itself a second of CPU, and a count of their turns can refuse them
+    first. Whatever is not a message has no role here (reading it is the 400 it gets)."""
+    if isinstance(messages, list):
+        for message in messages:
+            yield message.get("role") if isinstance(message, dict) else None

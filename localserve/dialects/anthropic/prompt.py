@@ -20,7 +20,7 @@ from typing import Callable
 from ...conversation import Message, Text, ToolResult
 from ...prompt.build import ChatInput, ChatModel, fit_images, render_prompt, tokenize_shown
 from ...prompt.messages import result_text
-from ...prompt.room import RenderLimit
+from ...prompt.room import RenderLimit, sent_roles
 from .compaction import Compact
 from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
@@ -53,11 +53,12 @@ def read_prompt(chat_model: ChatModel, signing_key: bytes, body: dict, *, breakp
     check_client raises when the client has left (between context edits, before the render).
     `to_run`: the prompt runs as it is rendered, unless context edits may shorten it: one that
     cannot fit the context is refused as soon as its render shows it (prompt/room.py)."""
+    edit_list = read_edits(body, chat_model.engine.n_ctx)
+    limit = chat_model.fit_limit() if to_run and edit_list is None else RenderLimit.to_count()
+    limit.check_turns(sent_roles(body.get("messages")))      # before they are read (prompt/room.py)
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
     fit_images(chat_model, chat)         # before the edits count: count_tokens counts what /v1/messages runs
-    edit_list = read_edits(body, chat_model.engine.n_ctx)
-    limit = chat_model.fit_limit() if to_run and edit_list is None else RenderLimit.to_count()
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:

@@ -21,7 +21,7 @@ from localserve.generation import ContextOverflow, PromptRefused  # noqa: E402
 from localserve.models.loaded import detect_chat_family  # noqa: E402
 from localserve.prompt.build import ChatInput, render_chat  # noqa: E402
 from localserve.prompt.jinja_env import OutputTooLong, render  # noqa: E402
-from localserve.prompt.room import MAX_TOKENIZE_BYTES, RenderLimit, turns  # noqa: E402
+from localserve.prompt.room import MAX_TOKENIZE_BYTES, RenderLimit, sent_roles, turns  # noqa: E402
 from localserve.prompt.templates import BUILTIN_TEMPLATES, ChatTemplate  # noqa: E402
 
 
@@ -71,9 +71,16 @@ def test_every_turn_is_shown_with_a_marker_of_its_own_empty_or_not(name):
 def test_turns_count_role_changes_between_user_and_assistant_only():
     messages = [text_message(role, "x") for role in
                 ("system", "user", "user", "assistant", "tool", "assistant", "system", "user", "tool", "user")]
-    assert turns(messages) == 3
-    assert turns(conversation(*["x"] * 7)) == 7
+    assert turns(m.role for m in messages) == 3
+    assert turns(m.role for m in conversation(*["x"] * 7)) == 7
     assert turns([]) == 0
+
+
+def test_the_roles_of_messages_not_read_yet():
+    sent = [{"role": "user"}, "junk", {"role": "assistant"}, {"content": "no role"}, {"role": "user"}, 5]
+    assert list(sent_roles(sent)) == ["user", None, "assistant", None, "user", None]
+    assert list(sent_roles({"role": "user"})) == [] and list(sent_roles(None)) == []
+    assert turns(sent_roles(sent)) == 3
 
 
 LINES = "{% for m in messages %}<{{ m.role }}>{{ m.content }}\n{% endfor %}"
