@@ -114,6 +114,28 @@ class Router:
     def all_methods(self) -> list[str]:
         return self.allowed([(route, {}) for route in self.routes])
 
+    def refusal_before_body(self, request: Request) -> ApiError | None:
+        """The answer a request whose head waits for 100 Continue gets whatever its body says: the
+        access gate's refusal (Host, API key, the cross-site check), no route, a method its route
+        does not serve, in dispatch's order. Its client hears it at once instead of sending the
+        body first to hear it after (RFC 9110 §10.1.1); None: the body is wanted."""
+        matches = self.match(request.path)
+        errors = matches[0][0].errors if matches else self.errors_for(request.path)
+        try:
+            self.gate.check_access(Exchange(request, _HeadersOnly(), {}, errors))
+        except ApiError as error:
+            return error
+        if request.target == "*" or request.method == "OPTIONS":
+            return None
+        if not matches:
+            return ApiError(404, f"no route for {request.path}", code="not_found")
+        method = "GET" if request.method == "HEAD" else request.method
+        if any(method in route.methods for route, _ in matches):
+            return None
+        allow = ", ".join(self.allowed(matches))
+        return ApiError(405, f"method {request.method} is not allowed on {request.path}; allowed: {allow}",
+                        code="method_not_allowed", headers=[("Allow", allow)])
+
     def dispatch(self, request: Request, writer: ResponseWriter, request_id: str = "") -> None:
         matches = self.match(request.path)
         errors = matches[0][0].errors if matches else self.errors_for(request.path)
@@ -164,6 +186,20 @@ class Router:
         """A started response can only be cut short (a stream's errors go in-band from its dialect)."""
         log.warning("error after the response started: %s", error.message)
         exchange.writer.close_after = True
+
+
+class _HeadersOnly:
+    """Where the access gate puts the headers of an answer that is never written (a check made
+    before the body is there): a refusal is written by the server, in the route's shape."""
+
+    def __init__(self) -> None:
+        self.extra_headers: list[tuple[str, str]] = []
+        self.head_only = self.started = self.finished = self.close_after = False
+
+    def send(self, *args, **kwargs) -> None:
+        raise AssertionError("no answer is written before the body")
+
+    start_stream = stream = send
 
 
 def decoded(params: dict[str, str]) -> dict[str, str]:
