@@ -307,6 +307,7 @@ def http_server(app: App, listener) -> HTTPServer:
     """One listening address's server; every one serves the same app (routes, access, limits)."""
     settings = app.settings
     return HTTPServer(app.router.dispatch, errors_for=app.router.errors_for,
+                      refusal_before_body=app.router.refusal_before_body,
                       limits=Limits(max_body_bytes=settings.max_body_bytes), header_timeout=settings.header_timeout,
                       max_connections=settings.max_connections, max_inflight_bytes=settings.max_inflight_bytes,
                       idle_timeout=settings.idle_timeout, listener=listener, metrics=app.metrics)

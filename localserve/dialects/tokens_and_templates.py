@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import ApiError
 from ..prompt.build import ChatInput, ChatModel, render_prompt, tokenize_capped
 from ..prompt.media import shown_prompt
+from ..prompt.room import sent_roles
 from .image_parts import report_omitted
 from .exchange import Exchange, RouteTable
 from .failures import prompt_refusals
@@ -76,11 +77,15 @@ def apply_template(services: Services, exchange: Exchange) -> None:
     if "input" in body and "messages" not in body:
         _apply_responses_template(services, exchange, body)
         return
-    chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
-                     template_kwargs=read_template_kwargs(body),
-                     add_generation_prompt=read_bool(body, "add_generation_prompt", True))
     with use_model(services.ready(), body, LoadWait(exchange)) as model, prompt_refusals():
-        prompt = render_prompt(model.chat, chat)
+        # the prompt the model would run: one that cannot fit its context is the 400 the run would
+        # be, as soon as that is certain (prompt/room.py), before its messages are read
+        limit = model.chat.fit_limit()
+        limit.check_turns(sent_roles(body.get("messages")))
+        chat = ChatInput(messages=read_messages(body), tools=function_definitions(body.get("tools")),
+                         template_kwargs=read_template_kwargs(body),
+                         add_generation_prompt=read_bool(body, "add_generation_prompt", True))
+        prompt = render_prompt(model.chat, chat, limit)
         report_omitted(exchange, chat.images_omitted, f"apply-template {exchange.request_id}",
                        audio=chat.audio_omitted)
         exchange.send_json({"prompt": prompt})

@@ -28,11 +28,9 @@ from ..parsing.tool_families import TOOL_SYNTAXES, ToolSyntax
 from ..parsing.tools import marker_prompt_opened
 from .media import tokenize_with_images
 from .messages import template_messages, template_tools
-from .templates import (ChatTemplate, TemplateError, fold_system_turns, has_later_system_turns, has_user_runs,
-                        normalize_messages, shows_every_system_turn)
-
-
-MAX_TOKENIZE_BYTES = 4 * 1024 * 1024   # /tokenize and count_tokens: the longest text they take
+from .room import MAX_TOKENIZE_BYTES, RenderLimit
+from .templates import (ChatTemplate, OutputTooLong, TemplateError, fold_system_turns, has_later_system_turns,
+                        has_user_runs, normalize_messages, shows_every_system_turn)
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,10 @@ class ChatModel:
     name: str = ""                                     # the model's name, as refusals name it
     vision: bool = False                               # it has a vision projector: it reads images
     audio: bool = False                                # its projector has an audio encoder: it hears clips
+
+    def fit_limit(self) -> RenderLimit:
+        """How far a prompt that must fit this model's context is rendered (prompt/room.py)."""
+        return RenderLimit.to_fit(self.engine.n_ctx, self.engine.max_piece_bytes)
 
 
 @dataclass
@@ -92,22 +94,26 @@ def fit_images(model: ChatModel, chat: ChatInput) -> bool:
     return True
 
 
-def render_prompt(model: ChatModel, chat: ChatInput) -> str:
+def render_prompt(model: ChatModel, chat: ChatInput, limit: RenderLimit) -> str:
     """The prompt text `model` would run for `chat`: its images fitted first (fit_images)."""
     fit_images(model, chat)
-    return render_chat(model.template, chat)
+    return render_chat(model.template, chat, limit)
 
 
-def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
+def render_chat(template: ChatTemplate, chat: ChatInput, limit: RenderLimit | None = None) -> str:
     """The prompt text. System turns after the first message are kept where the template
     shows them; a template that refuses them, or leaves one out, gets them merged into the
     user turns around them instead (so the prefix before them, and its cache, stays). User turns
-    in a row that a template refuses are joined into one the same way."""
+    in a row that a template refuses are joined into one the same way.
+    `limit`: the prompt is refused as soon as it surely passes it (prompt/room.py)."""
     tools = template_tools(chat.tools) if chat.tools and chat.tool_choice.mode != "none" else None
+    if limit is not None:
+        limit.check_turns(message.role for message in chat.messages)
 
     def render(messages: list[dict]) -> str:
         return template.render(normalize_messages(messages), tools=tools,
-                               add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs)
+                               add_generation_prompt=chat.add_generation_prompt, extra=chat.template_kwargs,
+                               max_chars=None if limit is None else limit.max_chars)
 
     try:
         messages = template_messages(chat.messages)
@@ -121,6 +127,9 @@ def render_chat(template: ChatTemplate, chat: ChatInput) -> str:
             if not has_later_system_turns(messages) or shows_every_system_turn(messages, render):
                 return text
         return render(fold_system_turns(messages))
+    except OutputTooLong as exc:
+        assert limit is not None
+        raise limit.refusal(exc.chars) from None
     except TemplateError as exc:
         raise PromptRefused(f"the chat template failed: {exc}", code="template_error", param="messages") from None
 
@@ -172,9 +181,10 @@ def build_chat_request(model: ChatModel, chat: ChatInput, sampling: SamplingPara
                        cut: Callable[[list[int]], list[int]] | None = None) -> GenerationRequest:
     """`text`: the chat already rendered by the caller (render_prompt), to render it once. `cut`:
     makes the tokens of a prompt longer than the context fit it (Ollama's truncate; a prompt
-    with images is never cut); without it such a prompt is ContextOverflow."""
+    with images is never cut); without it such a prompt is ContextOverflow, refused as soon as
+    its render shows it (prompt/room.py)."""
     if fit_images(model, chat) or text is None:     # a text rendered before its images were fitted is stale
-        text = render_chat(model.template, chat)
+        text = render_chat(model.template, chat, RenderLimit.to_count() if cut is not None else model.fit_limit())
     images = media_in(chat.messages)
     if images:
         tokens, chunks = tokenize_with_images(model.engine, text, images)

@@ -29,11 +29,19 @@ from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
 
 from . import hf_json
 
-__all__ = ["TemplateError", "at_moment", "compile_template", "now", "render", "tojson"]
+__all__ = ["OutputTooLong", "TemplateError", "at_moment", "compile_template", "now", "render", "tojson"]
 
 
 class TemplateError(Exception):
     """A chat template could not be loaded or rendered; the message is fit for a 400."""
+
+
+class OutputTooLong(Exception):
+    """A render passed its max_chars: stopped at `chars` characters of output."""
+
+    def __init__(self, chars: int):
+        super().__init__(f"the template's output passed {chars} characters")
+        self.chars = chars
 
 
 def tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None,
@@ -130,12 +138,18 @@ def compile_template(text: str) -> jinja2.Template:
         raise TemplateError(f"chat template syntax error on line {e.lineno}: {e.message}") from None
 
 
-def render(text: str, variables: dict) -> str:
-    """The template's output for ``variables``, whose lists and dicts the template may not change."""
+def render(text: str, variables: dict, max_chars: int | None = None) -> str:
+    """The template's output for ``variables``, whose lists and dicts the template may not change;
+    OutputTooLong as soon as it passes ``max_chars`` (a template writes as it loops: the rest of
+    the conversation is never rendered)."""
     template = compile_template(text)
     token = _FROZEN.set(frozenset(_container_ids(variables)))
     try:
-        return template.render(variables)
+        if max_chars is None:
+            return template.render(variables)
+        return _bounded(template.generate(variables), max_chars)
+    except OutputTooLong:
+        raise
     except TemplateError as e:
         raise TemplateError(f"{e}{_where(e)}") from None
     except jinja2.TemplateError as e:
@@ -144,6 +158,16 @@ def render(text: str, variables: dict) -> str:
         raise TemplateError(f"chat template error{_where(e)}: {type(e).__name__}: {e}") from None
     finally:
         _FROZEN.reset(token)
+
+
+def _bounded(parts: Iterator[str], max_chars: int) -> str:
+    kept, chars = [], 0
+    for part in parts:
+        chars += len(part)
+        if chars > max_chars:
+            raise OutputTooLong(chars)
+        kept.append(part)
+    return "".join(kept)
 
 
 def _container_ids(value: Any, found: set[int] | None = None) -> set[int]:

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..parsing.tool_families import ToolSyntax
-from .jinja_env import TEMPLATES_CACHED, TemplateError, at_moment, compile_template, now, render, tojson
+from .jinja_env import TEMPLATES_CACHED, OutputTooLong, TemplateError, at_moment, compile_template, now, render, tojson
 from .polyfill import fit_to_template
 from .probe import TemplateCaps, probe
 from .messages import (ToolArguments, fold_system_turns, has_later_system_turns, has_user_runs,
                        normalize_messages, shows_every_system_turn)
 
-__all__ = ["BUILTIN_TEMPLATES", "ChatTemplate", "TemplateError", "ToolArguments",
+__all__ = ["BUILTIN_TEMPLATES", "ChatTemplate", "OutputTooLong", "TemplateError", "ToolArguments",
            "choose_template", "fold_system_turns", "has_later_system_turns", "has_user_runs", "normalize_messages",
            "shows_every_system_turn"]
 
@@ -60,19 +60,20 @@ class ChatTemplate:
         return _probed(self.text, self.bos_token, self.eos_token)
 
     def render(self, messages: list[dict], *, tools: list[dict] | None = None,
-               add_generation_prompt: bool = True, extra: dict | None = None) -> str:
+               add_generation_prompt: bool = True, extra: dict | None = None, max_chars: int | None = None) -> str:
         """The prompt text for ``messages`` (OpenAI-shaped), with what the template cannot show
         (null content, a system turn, tools, calls, parallel calls, free-form call ids) made up
-        for as :mod:`.polyfill` describes."""
+        for as :mod:`.polyfill` describes. OutputTooLong past ``max_chars``."""
         fitted, fitted_tools = fit_to_template(normalize_messages(messages), tools or None, self.caps,
                                                self.calls_family)
         if fitted_tools is None and self.caps.needs_tools_list:
             fitted_tools = []
         return self.render_as_is(fitted, tools=fitted_tools, add_generation_prompt=add_generation_prompt,
-                                 extra=extra)
+                                 extra=extra, max_chars=max_chars)
 
     def render_as_is(self, messages: list[dict], *, tools: list[dict] | None = None,
-                     add_generation_prompt: bool = True, extra: dict | None = None) -> str:
+                     add_generation_prompt: bool = True, extra: dict | None = None,
+                     max_chars: int | None = None) -> str:
         """The prompt text for ``messages`` (OpenAI-shaped; normalized here, nothing else).
 
         ``tools``: OpenAI tool objects or None, as given (:meth:`render` passes no tools as
@@ -93,7 +94,7 @@ class ChatTemplate:
             "bos_token": self.bos_token,
             "eos_token": self.eos_token,
         }
-        return render(self.text, variables)
+        return render(self.text, variables, max_chars)
 
 
 @functools.lru_cache(maxsize=TEMPLATES_CACHED)

@@ -35,7 +35,7 @@ import socket
 from dataclasses import dataclass, field
 
 from ..dialects.exchange import Scope
-from .http_head import HOST
+from .http_head import is_host
 
 LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
 CORS_ALLOW_HEADERS = "authorization, content-type, x-api-key, anthropic-version, anthropic-beta, openai-beta, " \
@@ -105,7 +105,7 @@ class AccessPolicy:
             return True                 # HTTP/1.0 without Host: not a browser
         # The head's grammar already refuses userinfo and junk; checked again here so this
         # decision never rests on what another module let through.
-        if HOST.fullmatch(host_header.strip()) is None:
+        if not is_host(host_header.strip()):
             return False
         host = _strip_port(host_header.strip().lower()).rstrip(".")
         if not host:

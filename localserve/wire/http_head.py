@@ -3,9 +3,10 @@ limits and the one error the parser speaks in (see http.py for the reader that f
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 # --- The head's grammar (RFC 9110, RFC 9112), as regexes; body framing's is in http_body.py
 TOKEN = rb"[-!#$%&'*+.^_`|~0-9A-Za-z]+"
@@ -20,7 +21,8 @@ ABSOLUTE_FORM = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
 # other ":" than the port's, a port of digits only. "localhost:80@evil.com" is not a host.
 REG_NAME = r"(?:[-A-Za-z0-9._~!$&'()*+,;=]|%[0-9A-Fa-f]{2})*"
 IP_LITERAL = r"\[(?:[0-9A-Fa-f:.]+|[vV][0-9A-Fa-f]+\.[-A-Za-z0-9._~!$&'()*+,;=:]+)\]"
-HOST = re.compile(rf"(?:{IP_LITERAL}|{REG_NAME})(?::[0-9]*)?")
+HOST = re.compile(rf"(?P<host>{IP_LITERAL}|{REG_NAME})(?::(?P<port>[0-9]*))?")
+MAX_PORT = 65535
 OWS = b" \t"
 
 # --- Rules that are not limits --------------------------------------------------------------
@@ -52,7 +54,8 @@ class Limits:
 class Request:
     method: str
     target: str  # raw request-target
-    path: str  # percent-decoded path without query
+    path: str  # the path as sent, without the query: percent-escapes kept (routing runs on it, a route
+               # decodes its parameters: "/v1%2Fmodels" is no "/v1/models", a %2F in a model id no "/")
     query: dict[str, str]  # last value wins
     version: str  # "HTTP/1.1" or "HTTP/1.0"
     headers: list[tuple[str, str]]  # names lower-cased, values stripped, in order
@@ -103,11 +106,29 @@ def parse_head(head: bytes, limits: Limits = Limits()) -> Request:
     hosts = request._values("host")
     if version == "HTTP/1.1" and len(hosts) != 1:
         raise ProtocolError(400, "HTTP/1.1 needs exactly one Host header")
-    if any(not HOST.fullmatch(value) for value in hosts):
+    if any(not is_host(value) for value in hosts):
         raise ProtocolError(400, "the Host header is not a host[:port]")   # RFC 9112 §3.2
     if ABSOLUTE_FORM.match(target):
         request.target_authority = target_authority(target)
     return request
+
+
+def is_host(value: str) -> bool:
+    """Whether a Host value (or a target's authority) is host[:port]: HOST's grammar, a port
+    of 0-65535 (or none after the colon, as RFC 3986 allows), an IPv6 literal that is one."""
+    match = HOST.fullmatch(value)
+    if match is None:
+        return False
+    port = match["port"]
+    if port and (len(port.lstrip("0")) > len(str(MAX_PORT)) or int(port) > MAX_PORT):
+        return False                    # never int() a kilobyte of digits
+    host = match["host"]
+    if host.startswith("[") and host[1:2] not in ("v", "V"):    # IPvFuture: the grammar's alone
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+    return True
 
 
 def parse_request_line(line: bytes) -> tuple[str, str, str]:
@@ -134,7 +155,8 @@ def parse_field_line(line: bytes) -> tuple[str, str]:
 
 
 def split_target(target: str) -> tuple[str, dict[str, str]]:
-    """Percent-decoded path and query of an origin-form, absolute-form or "*" target."""
+    """The path (as sent: percent-escapes kept) and the decoded query of an origin-form,
+    absolute-form or "*" target."""
     if target == "*":
         return "*", {}
     if target.startswith("/"):
@@ -147,7 +169,7 @@ def split_target(target: str) -> tuple[str, dict[str, str]]:
         path, query = parts.path or "/", parts.query
     else:
         raise ProtocolError(400, "request target must be a path, an absolute URI or *")
-    return unquote(path), dict(parse_qsl(query, keep_blank_values=True))
+    return path, dict(parse_qsl(query, keep_blank_values=True))
 
 
 def target_authority(target: str) -> str:
@@ -158,6 +180,6 @@ def target_authority(target: str) -> str:
     authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
     if "@" in authority:
         raise ProtocolError(400, "userinfo in the request target is not allowed")   # RFC 9110 §4.2.4
-    if not authority or authority.startswith(":") or not HOST.fullmatch(authority):
+    if not authority or authority.startswith(":") or not is_host(authority):
         raise ProtocolError(400, "the request target's authority is not a host[:port]")
     return authority

@@ -6,6 +6,11 @@ router itself names no dialect) and the media type its body is sent as (JSON, or
 multipart form for the transcription routes: the app holds a browser's body to it). Unknown path → 404 in the shape of the family of
 paths it falls in; known path, other method → 405 with Allow; OPTIONS → 204 with Allow;
 a WebSocket handshake on a known path → 426 (this server speaks plain HTTP only).
+
+Routing runs on the path as sent, percent-escapes kept: "/v1%2Fchat%2Fcompletions" is no
+route (a proxy or an access rule in front of us that reads the path as sent must see what we
+serve), and a parameter is one segment, decoded once matched, so a %2F in it is a "/" of its
+value (a model id such as "namespace/model:tag").
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 import re
 from dataclasses import dataclass, field
 from typing import Protocol
+from urllib.parse import unquote
 
 from ..dialects.exchange import JSON_BODY, Exchange, Handler
 from ..dialects.media_wait import request_media
@@ -108,6 +114,28 @@ class Router:
     def all_methods(self) -> list[str]:
         return self.allowed([(route, {}) for route in self.routes])
 
+    def refusal_before_body(self, request: Request) -> ApiError | None:
+        """The answer a request whose head waits for 100 Continue gets whatever its body says: the
+        access gate's refusal (Host, API key, the cross-site check), no route, a method its route
+        does not serve, in dispatch's order. Its client hears it at once instead of sending the
+        body first to hear it after (RFC 9110 §10.1.1); None: the body is wanted."""
+        matches = self.match(request.path)
+        errors = matches[0][0].errors if matches else self.errors_for(request.path)
+        try:
+            self.gate.check_access(Exchange(request, _HeadersOnly(), {}, errors))
+        except ApiError as error:
+            return error
+        if request.target == "*" or request.method == "OPTIONS":
+            return None
+        if not matches:
+            return ApiError(404, f"no route for {request.path}", code="not_found")
+        method = "GET" if request.method == "HEAD" else request.method
+        if any(method in route.methods for route, _ in matches):
+            return None
+        allow = ", ".join(self.allowed(matches))
+        return ApiError(405, f"method {request.method} is not allowed on {request.path}; allowed: {allow}",
+                        code="method_not_allowed", headers=[("Allow", allow)])
+
     def dispatch(self, request: Request, writer: ResponseWriter, request_id: str = "") -> None:
         matches = self.match(request.path)
         errors = matches[0][0].errors if matches else self.errors_for(request.path)
@@ -130,7 +158,7 @@ class Router:
                 raise websocket_refused(request.path)
             for route, params in matches:
                 if method in route.methods:
-                    exchange.params = params
+                    exchange.params = decoded(params)
                     exchange.errors = route.errors
                     with request_media(exchange):     # each image or clip decoded once, off this thread
                         route.handler(exchange)
@@ -158,6 +186,28 @@ class Router:
         """A started response can only be cut short (a stream's errors go in-band from its dialect)."""
         log.warning("error after the response started: %s", error.message)
         exchange.writer.close_after = True
+
+
+class _HeadersOnly:
+    """Where the access gate puts the headers of an answer that is never written (a check made
+    before the body is there): a refusal is written by the server, in the route's shape."""
+
+    def __init__(self) -> None:
+        self.extra_headers: list[tuple[str, str]] = []
+        self.head_only = self.started = self.finished = self.close_after = False
+
+    def send(self, *args, **kwargs) -> None:
+        raise AssertionError("no answer is written before the body")
+
+    start_stream = stream = send
+
+
+def decoded(params: dict[str, str]) -> dict[str, str]:
+    """A route's parameters, each segment percent-decoded as UTF-8; a 400 for one that is not."""
+    try:
+        return {name: unquote(value, errors="strict") for name, value in params.items()}
+    except UnicodeDecodeError:
+        raise ApiError(400, "a path parameter is not percent-encoded UTF-8", code="invalid_path") from None
 
 
 def websocket_refused(path: str) -> ApiError:

@@ -51,14 +51,24 @@ class _Timeout(Exception):
     pass
 
 
+class _Refused(Exception):
+    """A request answered from its head alone (it waited for 100 Continue)."""
+
+    def __init__(self, error: ApiError, request: Request):
+        super().__init__(error.message)
+        self.error, self.request = error, request
+
+
 class HTTPServer:
     def __init__(self, dispatch: Callable[[Request, ResponseWriter, str], None], *, limits: Limits,
                  header_timeout: float, idle_timeout: float, listener: socket.socket,
                  max_connections: int = 1024, max_inflight_bytes: int | None = None,
                  errors_for: Callable[[str | None], ErrorShape] = lambda path: OPENAI_ERRORS,
+                 refusal_before_body: Callable[[Request], ApiError | None] = lambda request: None,
                  metrics: ServerMetrics | None = None):
         self.dispatch = dispatch
         self.errors_for = errors_for   # a path's error shape, for requests that never reach a route
+        self.refusal_before_body = refusal_before_body    # asked before a 100 Continue goes out
         self.max_connections = max_connections
         self.inflight = ByteBudget(max_inflight_bytes or default_inflight_bytes(limits.max_body_bytes))
         self.lingerer = Lingerer()
@@ -157,6 +167,10 @@ class HTTPServer:
                     self._send_protocol_error(sock, exc)
                     linger = True
                     return
+                except _Refused as refused:
+                    self._send_refusal(sock, refused.error, refused.request.path, refused.request.method)
+                    linger = True
+                    return
                 first_head_deadline = None
                 if request is None:
                     return
@@ -191,8 +205,7 @@ class HTTPServer:
             if request is not None:
                 return request
             if reader.wants_continue():
-                sock.sendall(CONTINUE_RESPONSE)
-                reader.mark_continue_sent()
+                self._continue(sock, reader)
             slow_body = False
             if not reader.head_complete() and (reader.has_partial or head_deadline is not None) \
                     and self.header_timeout > 0:        # 0: no header clock
@@ -221,6 +234,17 @@ class HTTPServer:
                     log.debug("client closed mid-request")
                 return None
             reader.feed(data)
+
+    def _continue(self, sock: socket.socket, reader: RequestReader) -> None:
+        """100 Continue to a head that waits for it, unless its answer is known without the body:
+        then that answer, and the connection closes (the body may still come: linger)."""
+        request = reader.pending
+        assert request is not None
+        refusal = self.refusal_before_body(request)
+        if refusal is not None:
+            raise _Refused(refusal, request)
+        sock.sendall(CONTINUE_RESPONSE)
+        reader.mark_continue_sent()
 
     def _body_wait(self, started: float, received: int) -> tuple[float, bool]:
         """How long to wait for the body's next bytes, and whether running out of that time means
@@ -274,18 +298,23 @@ class HTTPServer:
         return not writer.close_after and writer.finished and not self.draining.is_set()
 
     def _send_protocol_error(self, sock: socket.socket, exc: ProtocolError) -> None:
-        status, body = self.errors_for(exc.path).render(ApiError(exc.status, exc.message))
+        self._send_refusal(sock, ApiError(exc.status, exc.message, headers=exc.headers), exc.path, exc.method)
+
+    def _send_refusal(self, sock: socket.socket, error: ApiError, path: str | None, method: str | None) -> None:
+        """An answer written by the server itself, in the shape of the path's dialect; the
+        connection closes after it."""
+        status, body = self.errors_for(path).render(error)
         request_id = "req_" + uuid.uuid4().hex[:24]
         headers = [("Content-Type", "application/json"), ("Connection", "close"),
-                   ("request-id", request_id), ("x-request-id", request_id), *exc.headers]
+                   ("request-id", request_id), ("x-request-id", request_id), *error.headers]
         try:
             if sock.getblocking():
                 sock.settimeout(1.0)
-            sock.sendall(format_response(status, headers, body, head_only=exc.method == "HEAD"))
+            sock.sendall(format_response(status, headers, body, head_only=method == "HEAD"))
         except OSError:
             pass
-        access_log.info("- - %d %d (%s)", status, len(body), exc.message)
-        self.metrics.record_request(exc.path, "", status, None)
+        access_log.info("%s %s %d %d (%s)", method or "-", path or "-", status, len(body), error.message)
+        self.metrics.record_request(path, method or "", status, None)
 
     def shutdown(self, drain_timeout: float) -> None:
         """Stop accepting, close idle connections, wait for busy ones up to drain_timeout."""

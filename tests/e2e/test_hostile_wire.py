@@ -158,7 +158,8 @@ def test_an_absolute_target_s_authority_replaces_host(stored):
     assert local.status == 200
 
 
-@pytest.mark.parametrize("host", [b"localhost:80@evil.com", b"localhost:abc", b"local host", b"[::1"])
+@pytest.mark.parametrize("host", [b"localhost:80@evil.com", b"localhost:abc", b"local host", b"[::1",
+                                  b"localhost:99999999999999999999", b"localhost:65536", b"[::1::2]:8080"])
 def test_a_host_that_is_not_host_port_is_400(stored, host):
     srv, _ = stored
     resp = request(srv.port, b"GET /health HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")

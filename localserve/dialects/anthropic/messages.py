@@ -117,7 +117,8 @@ def read_request(chat_model: ChatModel, signing_key: bytes, body: dict, request_
         raise invalid("max_tokens", "this field is required")
     refuse_choices(body, "n: Extra inputs are not permitted (Messages answers one message per request)")
     read_dict(body, "metadata")          # accepted (user_id); nothing here uses it
-    prompt = read_prompt(chat_model, signing_key, body, check_client=check_client)
+    # a prompt to run, unless the `compaction` parameter summarises it first
+    prompt = read_prompt(chat_model, signing_key, body, check_client=check_client, to_run=body.get("compaction") is None)
     prompt.compact = read_summarize(body) or prompt.compact       # count_tokens ignores `compaction`
     check_budget_below_max_tokens(body.get("thinking"), max_tokens, betas)
     sampling = read_sampling(body, chat_model.engine.n_vocab, temperature_high=1.0)

@@ -20,6 +20,7 @@ from typing import Callable
 from ...conversation import Message, Text, ToolResult
 from ...prompt.build import ChatInput, ChatModel, fit_images, render_prompt, tokenize_shown
 from ...prompt.messages import result_text
+from ...prompt.room import RenderLimit, sent_roles
 from .compaction import Compact
 from .edits import EditResult, apply_edits, compact_edit, read_edits
 from .input import MessagesInput, read_input
@@ -47,18 +48,22 @@ class MessagesPrompt:
 
 
 def read_prompt(chat_model: ChatModel, signing_key: bytes, body: dict, *, breakpoints: bool = True,
-                check_client: Callable[[], None] = lambda: None) -> MessagesPrompt:
+                check_client: Callable[[], None] = lambda: None, to_run: bool = False) -> MessagesPrompt:
     """The request's prompt text; `breakpoints`: also find the cache breakpoint's token;
-    check_client raises when the client has left (between context edits, before the render)."""
+    check_client raises when the client has left (between context edits, before the render).
+    `to_run`: the prompt runs as it is rendered, unless context edits may shorten it: one that
+    cannot fit the context is refused as soon as its render shows it (prompt/room.py)."""
+    edit_list = read_edits(body, chat_model.engine.n_ctx)
+    limit = chat_model.fit_limit() if to_run and edit_list is None else RenderLimit.to_count()
+    limit.check_turns(sent_roles(body.get("messages")))      # before they are read (prompt/room.py)
     messages_input = read_input(body, signing_key)
     chat = messages_input.chat
     fit_images(chat_model, chat)         # before the edits count: count_tokens counts what /v1/messages runs
-    edit_list = read_edits(body, chat_model.engine.n_ctx)
     edits = None
     counted: list[tuple[list[Message], str, list[int]]] = []  # each message list counted: its text, tokens
     if edit_list is not None:
         def count(messages: list[Message]) -> int:
-            text = render_prompt(chat_model, dataclasses.replace(chat, messages=messages))
+            text = render_prompt(chat_model, dataclasses.replace(chat, messages=messages), limit)
             counted.append((messages, text, tokenize_shown(chat_model.engine, text, messages)))
             return len(counted[-1][2])
         edits = apply_edits(edit_list, chat.messages, count, check_client)
@@ -68,20 +73,20 @@ def read_prompt(chat_model: ChatModel, signing_key: bytes, body: dict, *, breakp
     # the edits' last count may have been of the messages they left: rendered and tokenized once
     text, tokens = next(((text, tokens) for messages, text, tokens in counted if messages is chat.messages),
                         (None, None))
-    prompt = MessagesPrompt(messages_input, render_prompt(chat_model, chat) if text is None else text, edits,
+    prompt = MessagesPrompt(messages_input, render_prompt(chat_model, chat, limit) if text is None else text, edits,
                             tokens=tokens, compact=compact_edit(edit_list))
     if breakpoints and messages_input.cache_breakpoint is not None:
         prompt.cache_breakpoint_tokens = _breakpoint_tokens(chat_model, chat, messages_input.cache_breakpoint,
-                                                            prompt.text)
+                                                            prompt.text, limit)
     return prompt
 
 
-def _breakpoint_tokens(chat_model: ChatModel, chat: ChatInput, index: int, text: str) -> int:
+def _breakpoint_tokens(chat_model: ChatModel, chat: ChatInput, index: int, text: str, limit: RenderLimit) -> int:
     """Prompt tokens up to the end of message `index`: render once more with a mark there;
     the text before the mark, when the real prompt starts with it, is tokenized."""
     marked = list(chat.messages)
     marked[index] = _with_mark(chat.messages[index])
-    marked_text = render_prompt(chat_model, dataclasses.replace(chat, messages=marked))
+    marked_text = render_prompt(chat_model, dataclasses.replace(chat, messages=marked), limit)
     cut = marked_text.find(_MARK)
     if cut < 0 or not text.startswith(marked_text[:cut]):
         return 0

@@ -11,6 +11,7 @@ from ..stored_defaults import StoredFields
 from ...generation import (ChoiceEvent, Chunk, Finished, GenerationOutput, GenerationRequest, ToolCallDelta,
                            ToolCallStart)
 from ...prompt.build import ChatInput, ChatModel, build_chat_request
+from ...prompt.room import sent_roles
 from ...engine.facade import TooManyTokens
 from ...errors import ApiError
 from .errors import openai_error_body
@@ -57,6 +58,7 @@ def serve_openai(services: Services, exchange: Exchange, read, id_prefix: str, f
 
 
 def read_request(chat_model: ChatModel, body: dict, request_id: str) -> GenerationRequest:
+    chat_model.fit_limit().check_turns(sent_roles(body.get("messages")))    # before reading them (prompt/room.py)
     messages = read_messages(body)
     max_tokens = read_int(body, "max_completion_tokens", low=1)
     if max_tokens is None:

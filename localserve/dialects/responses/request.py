@@ -89,12 +89,23 @@ class TurnInput:
 def read_turn(body: dict, store: Store | None, previous_id: str | None, conversation_id: str | None) -> TurnInput:
     """The input and its stored context; a 400 when both are empty."""
     images: DecodedImages = {}
-    read = read_input(body.get("input", []), images=images)      # rendered as read (split_trigger)
+    sent = body.get("input", [])
+    if isinstance(sent, list):          # counted before they are read: reading 200,000 items is seconds
+        counted = sum(not (isinstance(item, dict) and item.get("type") == "compaction_trigger") for item in sent)
+        if counted > MAX_PROMPT_ITEMS:
+            raise too_many_items(counted, 0)
+    read = read_input(sent, images=images)      # rendered as read (split_trigger)
     items, triggered = split_trigger(read)
     context = since_last_compaction(context_items(store, previous_id, conversation_id))
     if not items and not context:
         raise invalid("input", "expected a string or a non-empty array of input items")
     return TurnInput(read, items, triggered, context, images)
+
+
+def too_many_items(items: int, context: int) -> ApiError:
+    return ApiError(400, f"invalid 'input': {items} input items and {context} of stored context are more than "
+                         f"the {MAX_PROMPT_ITEMS} one response may render (MAX_PROMPT_ITEMS)",
+                    param="input", code="too_many_items")
 
 
 def storage_off(what: str) -> ApiError:
@@ -133,9 +144,7 @@ def read_plan(body: dict, request_id: str, *, chat_model: ChatModel, model_id: s
     turn = read_turn(body, store, previous_id, conversation_id)
     read, items, triggered, context, images = turn.read, turn.items, turn.triggered, turn.context, turn.images
     if len(items) + len(context) > MAX_PROMPT_ITEMS:
-        raise ApiError(400, f"invalid 'input': {len(items)} input items and {len(context)} of stored context "
-                            f"are more than the {MAX_PROMPT_ITEMS} one response may render (MAX_PROMPT_ITEMS)",
-                       param="input", code="too_many_items")
+        raise too_many_items(len(items), len(context))
     check_client()
 
     tools = read_tools(body)

@@ -3,7 +3,7 @@
 The names are the ones an attacker picks: a loopback name as a prefix, suffix or infix of
 their own domain, look-alikes in other scripts and their IDNA forms, trailing dots, ports,
 IPv6 spellings and userinfo. A Host reaches host_ok only once the request head's grammar
-(http_head.HOST: host[:port], no userinfo) has passed it, so `served` checks both, as the
+(http_head.is_host: host[:port], a port 0-65535, no userinfo) has passed it, so `served` checks both, as the
 server does; host_ok also refuses on its own what that grammar refuses.
 """
 
@@ -15,7 +15,7 @@ import pytest
 
 from localserve.dialects.exchange import Scope
 from localserve.wire.access import CORS_ALLOW_HEADERS, AccessPolicy, load_api_keys
-from localserve.wire.http_head import HOST
+from localserve.wire.http_head import is_host
 
 GUARDED = AccessPolicy(api_keys=["k1", "k2"], allowed_hosts=["llm.internal", ".lan.example"],
                        cors_origins=["http://app.example"])
@@ -24,7 +24,7 @@ OPEN = AccessPolicy()
 
 def served(policy: AccessPolicy, host: str) -> bool:
     """Whether a request with this Host is answered: the head's grammar, then the Host check."""
-    return bool(HOST.fullmatch(host)) and policy.host_ok(host)
+    return is_host(host) and policy.host_ok(host)
 
 
 # ---- Host ------------------------------------------------------------------------------
@@ -35,6 +35,7 @@ LOOPBACK_AND_IP = [
     "app.localhost.",
     "127.0.0.1", "127.0.0.1:8080", "127.1.2.3", "0.0.0.0", "192.168.1.20:80", "10.0.0.1",
     "[::1]", "[::1]:8080", "[0:0:0:0:0:0:0:1]", "[::ffff:127.0.0.1]:80", "[fe80::1]",
+    "localhost:0", "localhost:65535", "127.0.0.1:00080", "[::1]:65535",
 ]
 
 
@@ -72,10 +73,13 @@ def test_other_names_are_refused(host):
     "localhost:abc", "localhost:80:80", "[::1]evil.com", "[::1]:80@evil.com", "localhost evil.com",
     "localhost/evil", "localhost\\evil", "localhost#evil", "localhost?x", "l\u043ecalhost",
     "\uff4c\uff4f\uff43\uff41\uff4c\uff48\uff4f\uff53\uff54",     # full-width: browsers send its IDNA form
+    # ports past 65535, and IP literals that are no IPv6 address
+    "localhost:99999999999999999999", "localhost:65536", "127.0.0.1:70000", "[::1]:65536",
+    "[:::::]", "[1.2.3.4]", "[::1::2]", "[12345::1]", "[::1]:" + "9" * 5000,
 ])
 def test_userinfo_and_junk_never_reach_the_host_check(host):
     # The head's grammar refuses these (a 400) before host_ok sees them, and host_ok refuses them too.
-    assert HOST.fullmatch(host) is None
+    assert not is_host(host)
     assert not GUARDED.host_ok(host) and not OPEN.host_ok(host)
 
 
