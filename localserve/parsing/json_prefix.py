@@ -29,6 +29,7 @@ _NUMBER = {
     ("int", "e"): "exp", ("int", "E"): "exp", ("zero", "e"): "exp", ("zero", "E"): "exp",
     ("exp", "+"): "exp_sign", ("exp", "-"): "exp_sign",
 }
+# where a digit (other than a leading 0: _NUMBER) leads; none after a leading 0
 _DIGIT_STEP = {"start": "int", "sign": "int", "int": "int", "dot": "frac", "frac": "frac",
                "exp": "exp_digits", "exp_sign": "exp_digits", "exp_digits": "exp_digits"}
 _NUMBER_ENDS = ("zero", "int", "frac", "exp_digits")
@@ -135,8 +136,6 @@ class JsonPrefix:
                 return True
             return False
         digit = ch.isascii() and ch.isdigit()
-        if digit and self.number == "zero":
-            return False                    # no leading zeros
         step = _NUMBER.get((self.number, ch)) or (_DIGIT_STEP.get(self.number) if digit else None)
         if step is None:
             return False
