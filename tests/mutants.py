@@ -1048,7 +1048,8 @@ MUTANTS = [
     # streams: what a stream says when it goes wrong
     Mutant("an unforeseen failure after a stream's head cuts the connection", "localserve/dialects/pump.py",
            "        fail_in_band(exchange, shape, buffer, exc, job)\n", "        raise\n",
-           ("tests/unit/dialects/test_stream_failures.py",)),
+           ("tests/unit/dialects/test_stream_failures.py",
+            "tests/e2e/test_hub_pull.py::test_a_pull_that_fails_after_its_stream_began_raises_in_the_ollama_client")),
     Mutant("a stream that failed leaves its job running", "localserve/dialects/pump.py",
            "        job.cancel(f\"the stream failed: {error.message}\")\n", "        pass\n",
            ("tests/unit/dialects/test_stream_failures.py",)),
