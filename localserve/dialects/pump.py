@@ -6,6 +6,8 @@ nothing has been generated, the in-band error (the job failed after the head wen
 the dialect frames it, the route's ErrorShape gives its body), batching frames into one
 write while more events wait, the end of the stream, and a client that went away: a
 failed write or a closed socket cancels the job the stream reads, here and nowhere else.
+Whatever else fails once the head is out (a shape or a source raising) ends the stream the
+same way as a failed job, with the dialect's error event, and cancels the job (fail_in_band).
 
 Sources are iterators of runtime events (or whatever the shape takes) with KEEPALIVE
 whenever the keepalive interval passes with nothing to send (a live job's: job_events.job_events,
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import ClassVar, Protocol
+
+import logging
 
 import orjson
 
@@ -28,6 +32,8 @@ PREFILL_COMMENT = b": prefill\n\n"
 LOADING_COMMENT = b": loading\n\n"     # the SSE dialects' load notice (loading.py)
 DONE = b"data: [DONE]\n\n"
 SSE_MEDIA_TYPE = "text/event-stream"
+
+log = logging.getLogger("localserve.dialects")
 
 
 def sse(data: object, event: str | None = None) -> bytes:
@@ -116,10 +122,33 @@ def pump(exchange: Exchange, shape: StreamShape, source: Iterable[object], *, jo
         if job is not None:
             job.cancel("client went away during the stream")
         raise
-    except Exception:
-        if buffer and not writer.finished:    # what came before the failure goes out before its error
-            writer.stream(b"".join(buffer))
-        raise
+    except Exception as exc:
+        if not exchange.stream_open or writer.finished:
+            raise           # no head out: the router answers in the route's shape
+        fail_in_band(exchange, shape, buffer, exc, job)
+
+
+def fail_in_band(exchange: Exchange, shape: StreamShape, buffer: list[bytes], exc: Exception,
+                 job: Job | None) -> None:
+    """The stream failed after its head went out (a shape or a source raised): what came before
+    goes out, then the dialect's own error event and the stream's end, as its API ends a stream
+    that failed; the job stops. The traceback is logged here, once: nothing is raised on."""
+    if isinstance(exc, ApiError):
+        error = exc
+        log.warning("%s %s (%s): the stream ended with an error: %s", exchange.request.method,
+                    exchange.request.path, exchange.request_id, exc.message)
+    else:
+        log.exception("%s %s (%s): the stream failed after its head went out", exchange.request.method,
+                      exchange.request.path, exchange.request_id)
+        error = ApiError(500, "internal server error", code="server_error")
+    try:
+        frames = shape.fail(error) + shape.end()
+    except Exception:            # the shape is what broke: the route's own error event, bare
+        frames = [exchange.errors.stream_frame(error)]
+    if job is not None:          # after the frames: a Responses run ends failed, not cancelled
+        job.cancel(f"the stream failed: {error.message}")
+    exchange.writer.stream(b"".join(buffer + frames))
+    exchange.writer.end_stream()
 
 
 def stream_job(exchange: Exchange, shape: StreamShape, gen: ActiveGeneration, keepalive: float,

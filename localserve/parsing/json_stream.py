@@ -12,6 +12,8 @@ from __future__ import annotations
 import orjson
 from collections.abc import Callable, Collection, Iterator
 
+from .json_prefix import JsonPrefix
+
 
 class Malformed(Exception):
     """The text at hand is not what the reader expects: for a tool call, not a well-formed one."""
@@ -102,45 +104,31 @@ class Cursor:
     def json_value(self, sink: Callable[[str], None] | None = None) -> Iterator[None]:
         """One JSON value, returned compact (whitespace outside strings dropped, raw control
         characters inside strings escaped) and validated. Objects, arrays and strings are
-        passed to `sink` piece by piece as they arrive."""
+        passed to `sink` piece by piece as they arrive, each piece checked first (json_prefix):
+        what goes out is always the start of a JSON value, and where the text stops being
+        one, what came before it goes out and the reader raises Malformed."""
         yield from self.wait(1)
         if self.char() in ("", "}", "]", ",", ":"):
             raise Malformed("value")
         if self.char() not in '{["':
             return (yield from self._json_scalar())
         out: list[str] = []
-        stack: list[str] = []
-        in_string = escaped = complete = False
-        while not complete:
+        grammar = JsonPrefix()
+        while not grammar.complete:
             yield from self.wait(1)
             if self.pos >= len(self.text):
                 raise Malformed("unterminated JSON")
             piece, i, text = [], self.pos, self.text
-            while i < len(text) and not complete:
+            while i < len(text) and not grammar.complete:
                 ch = text[i]
+                space = not grammar.in_string and ch.isspace()   # any space, as a model spaces JSON
+                if not grammar.take(" " if space else ch):
+                    if sink and piece:   # what came before went out, however the text was chunked
+                        sink("".join(piece))
+                    raise Malformed("JSON")
                 i += 1
-                if in_string:
-                    if escaped:
-                        escaped = False
-                    elif ch == "\\":
-                        escaped = True
-                    elif ch == '"':
-                        in_string, complete = False, not stack
-                    elif ch < " ":
-                        ch = compact(ch)[1:-1]
-                elif ch == '"':
-                    in_string = True
-                elif ch in "{[":
-                    stack.append("}" if ch == "{" else "]")
-                elif ch in "}]":
-                    if not stack or stack.pop() != ch:
-                        if sink and piece:   # what came before went out, however the text was chunked
-                            sink("".join(piece))
-                        raise Malformed("bracket")
-                    complete = not stack
-                elif ch.isspace():
-                    continue
-                piece.append(ch)
+                if not space:
+                    piece.append(compact(ch)[1:-1] if ch < " " else ch)   # only a string takes one
             self.pos = i
             fragment = "".join(piece)
             out.append(fragment)

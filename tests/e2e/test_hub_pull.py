@@ -155,6 +155,18 @@ def test_corrupted_byte_is_an_error_line(server, mirror, home, files):
     still_serving(server)
 
 
+def test_a_pull_that_fails_after_its_stream_began_raises_in_the_ollama_client(server, mirror, files):
+    # the head and the first progress lines went out: the failure is the stream's `{"error"}` line,
+    # which the client raises on, and the stream ends (the connection is not cut)
+    mirror.add("org/Worse-GGUF", Repo({"worse-Q4_K_M.gguf": files["tiny-Q4_K_M.gguf"] + b"y"}, mode="corrupt"))
+    statuses = []
+    with pytest.raises(ollama.ResponseError, match="do not match the checksum"):
+        for part in ollama_client(server).pull("org/Worse-GGUF", stream=True):
+            statuses.append(part.status)
+    assert statuses[0] == "pulling manifest"
+    still_serving(server)
+
+
 def test_cut_pull_resumes(server, mirror, files):
     data = files["tiny-Q4_K_M.gguf"] + b"cut"
     sha = hashlib.sha256(data).hexdigest()

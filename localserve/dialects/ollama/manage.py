@@ -18,15 +18,22 @@ tools share and may be using it (`hf cache delete` removes it there).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import cast
+
 import orjson
 
 from ...errors import ApiError, ClientGone, shown
 from ...models.hub.errors import HubError
 from ...models.hub.names import is_hub_name
+from ...models.hub.pull import Progress
 from ..exchange import Exchange
 from ..fields import read_bool
 from ..pulls import api_error, asks_for_the_default, prepare, progress
+from ..pump import StreamShape, pump
 from ..services import Services
+from .errors import ollama_error_body
 from .names import not_found, requested_name
 
 NDJSON = "application/x-ndjson"
@@ -51,32 +58,58 @@ def pull(services: Services, exchange: Exchange) -> None:
     events = progress(prepare(name), models)
     try:
         if stream:
-            stream_progress(exchange, events)
-        else:
+            pump(exchange, PullLines(), hub_failures(events))
+            return
+        with hub_refusals():
             for _ in events:
                 if exchange.writer.peer_closed():
                     raise ClientGone("the /api/pull client left")
-            exchange.send_json({"status": "success"})
-    except (HubError, OSError) as exc:
-        error = api_error(exc) if isinstance(exc, HubError) else \
-            ApiError(500, f"the pull failed writing the cache: {exc.strerror or exc}", code="pull_failed")
-        if not exchange.stream_open:
-            raise error from None
-        exchange.writer.stream(orjson.dumps({"error": error.message}) + b"\n")
-        exchange.writer.end_stream()
+        exchange.send_json({"status": "success"})
     finally:
         events.close()
 
 
-def stream_progress(exchange: Exchange, events) -> None:
-    exchange.writer.start_stream(content_type=NDJSON)
-    exchange.stream_open = True
-    for event in events:
-        line = {"status": event.status}
-        if event.digest is not None:
-            line.update(digest=event.digest, total=event.total, completed=event.completed)
-        exchange.writer.stream(orjson.dumps(line) + b"\n")
-    exchange.writer.end_stream()
+@contextlib.contextmanager
+def hub_refusals():
+    """Around a pull's progress: the Hub's errors, and a cache that cannot be written, as answers."""
+    try:
+        yield
+    except HubError as exc:
+        raise api_error(exc) from None
+    except OSError as exc:
+        raise ApiError(500, f"the pull failed writing the cache: {exc.strerror or exc}", code="pull_failed") from None
+
+
+def hub_failures(events: Iterator[Progress]) -> Iterator[Progress]:
+    """The progress, its failures as answers: the stream's `{"error"}` line (the pump's)."""
+    with hub_refusals():
+        yield from events
+
+
+class PullLines(StreamShape):
+    """A pull's progress → Ollama's NDJSON status lines; a failure, its `{"error"}` line."""
+    done = False
+    content_type = NDJSON
+
+    @classmethod
+    def loading_notice(cls) -> None:
+        return None
+
+    def feed(self, event: object) -> list[bytes]:
+        step = cast(Progress, event)
+        line: dict = {"status": step.status}
+        if step.digest is not None:
+            line.update(digest=step.digest, total=step.total, completed=step.completed)
+        return [orjson.dumps(line) + b"\n"]
+
+    def fail(self, error: ApiError) -> list[bytes]:
+        return [orjson.dumps(ollama_error_body(error)) + b"\n"]
+
+    def keepalive(self) -> list[bytes]:
+        return []
+
+    def end(self) -> list[bytes]:
+        return []
 
 
 def send_whole(exchange: Exchange, statuses: list[dict], stream: bool) -> None:

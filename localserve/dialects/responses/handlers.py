@@ -24,6 +24,7 @@ from ..pump import PREFILL_COMMENT, StreamShape, pump, sse, stream_job
 from ..request_cycle import Reply, serve_generation
 from ..services import Services
 from .compaction_steps import compact_as_planned
+from .errors import error_event
 from .paging import list_page, read_page_query
 from .request import Plan, read_plan
 from .runs import ACTIVE, ResponseRun, ResponseRuns
@@ -143,11 +144,17 @@ class Replay(StreamShape):
     """Stored events, batch by batch, as they are read or followed."""
     done = False
 
+    def __init__(self, after: int = -1):
+        self.next_number = after + 1
+
     def feed(self, events: object) -> list[bytes]:
+        if events:
+            self.next_number = events[-1]["sequence_number"] + 1     # type: ignore[index]
         return [encode(events)]            # type: ignore[arg-type]
 
     def fail(self, error: ApiError) -> list[bytes]:
-        raise AssertionError("a replay reads no job")   # its source yields no Finished
+        # reading the store or following the run failed: the stream's error event, numbered on
+        return [sse({**error_event(error), "sequence_number": self.next_number}, "error")]
 
     def keepalive(self) -> list[bytes]:
         return [FOLLOW_KEEPALIVE]
@@ -159,19 +166,9 @@ class Replay(StreamShape):
 def stream_run(exchange: Exchange, run: ResponseRun, keepalive: float) -> None:
     """The run's events as SSE while it generates; a client gone cancels it. What fails once the
     run's events are going out ends the stream with the run's own response.failed, numbered on
-    from them and stored so (errors.py), not with an error event of its own numbering."""
-    shape = RunStream(run)
-    try:
-        stream_job(exchange, shape, run.gen, keepalive, job=run)
-    except ClientGone:
-        raise
-    except Exception:
-        if not exchange.stream_open or exchange.writer.finished:
-            raise
-        log.exception("responses %s: the stream failed while the response was generated", run.id)
-        run.interrupt("the response failed while it was being generated")
-        exchange.writer.stream(b"".join(shape.pending()))
-        exchange.writer.end_stream()
+    from them and stored so (RunStream.fail, through the pump), not with an error event of its
+    own numbering (errors.py)."""
+    stream_job(exchange, RunStream(run), run.gen, keepalive, job=run)
 
 
 # ---- GET /v1/responses/{response_id} ----------------------------------------------------
@@ -196,11 +193,11 @@ def replay(responses: ResponsesServices, exchange: Exchange, store: Store, respo
     if run is None:
         if store.get_response(response_id) is None:
             raise not_found(response_id)
-        pump(exchange, Replay(), [store.events(response_id, starting_after=after)])
+        pump(exchange, Replay(after), [store.events(response_id, starting_after=after)])
     elif writer.head_only:        # the head is all a HEAD asks for: don't follow the run
         pump(exchange, Replay(), [])
     else:
-        pump(exchange, Replay(), follow(exchange, run, after, responses.services.prefill_keepalive or 5.0))
+        pump(exchange, Replay(after), follow(exchange, run, after, responses.services.prefill_keepalive or 5.0))
 
 
 def follow(exchange: Exchange, run: ResponseRun, after: int, keepalive: float) -> Iterator[object]:

@@ -96,14 +96,15 @@ class ResponseRun:
     # ---- other threads ------------------------------------------------------------------
 
     def cancel(self, reason: str) -> bool:
-        """Stop the run: status cancelled, partial output kept. False when it had ended."""
+        """Stop the run: status cancelled, partial output kept. False when it had ended; its job
+        is stopped either way (a run its stream failed has ended, failed, with its job running)."""
         with self.cond:
-            if self.done:
-                return False
-            self._publish(self.shaper.cancel())
-            self._end()
+            ended = self.done
+            if not ended:
+                self._publish(self.shaper.cancel())
+                self._end()
         self.gen.cancel(reason)
-        return True
+        return not ended
 
     def interrupt(self, message: str = STOPPED_MESSAGE) -> None:
         """The server is stopping: fail the run unless it has ended."""

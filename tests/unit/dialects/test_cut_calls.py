@@ -1,9 +1,12 @@
-"""A tool call cut off by max_tokens, in every dialect: the stream sends it once, as a call (never
-its markup as content after it), and the whole answer holds the same calls and content, as
-OpenAI answers it: the arguments it got and finish_reason "length" (Responses: the item
-"incomplete", the response incomplete for max_output_tokens); where arguments must be an object
-(Anthropic's input, Ollama's arguments) the object they had begun, stop_reason "max_tokens" /
-done_reason "length". The events are the tool projector's own, from the cut text."""
+"""A tool call cut off by max_tokens, or turned malformed part way, in every dialect: the stream
+sends it once, as a call (never its markup as content after it), and the whole answer holds the
+same calls and content, as OpenAI answers it: the arguments it got, always the start of a JSON
+object (what a client's partial parser reads: the SDKs read streamed arguments with jiter's partial
+mode and raise on anything else), and finish_reason "length" (a malformed call: "tool_calls", the
+text after it dropped); Responses: the item "incomplete" (the response incomplete for
+max_output_tokens when cut); where arguments must be an object (Anthropic's input, Ollama's
+arguments) the object they had begun, stop_reason "max_tokens" / done_reason "length" (malformed:
+"tool_use" / "stop"). The events are the tool projector's own, from the generated text."""
 
 from __future__ import annotations
 
@@ -27,19 +30,33 @@ CUTS = [
     ('{"city', '{"city', {}),
     ('"arguments', "", {}),
 ]
+# (how the arguments turn malformed, the arguments up to there, the object they had begun)
+BROKEN = [
+    ('{"city": "Paris",, "days": 3}', '{"city":"Paris",', {"city": "Paris"}),
+    ('{"city": "Paris" "days": 3}', '{"city":"Paris"', {"city": "Paris"}),
+    ('{"city": "Paris", "days": 3 4}', '{"city":"Paris","days":3', {"city": "Paris", "days": 3}),
+    ('{"city": "Paris", "days": tru}', '{"city":"Paris","days":tru', {"city": "Paris"}),
+    ('{"city": "Pa\\xis"}', '{"city":"Pa\\', {}),           # no such escape
+    ('{"city": "Paris", "days": [3,]}', '{"city":"Paris","days":[3,', {"city": "Paris", "days": [3]}),
+]
+# (the generated text, why generation ended, the arguments, the object they had begun)
+CASES = ([(WHOLE[:WHOLE.index(cut) + len(cut)], "length", arguments, closed) for cut, arguments, closed in CUTS]
+         + [(WHOLE.replace('{"city": "Paris", "days": 3}', broken) + " and so on", "tool_calls", arguments, closed)
+            for broken, arguments, closed in BROKEN])
 
 
-def generation(cut_after: str) -> tuple[list, GenerationOutput]:
-    """The events and the answer of a generation cut where `cut_after` ends in WHOLE, fed in
-    pieces of three characters as a model writes them."""
-    text = WHOLE[:WHOLE.index(cut_after) + len(cut_after)]
+def generation(text: str, finish: str) -> tuple[list, GenerationOutput]:
+    """The events and the answer of a generation of `text`, fed in pieces of three characters as
+    a model writes them, and stopped once the projector is done (the runtime stops there)."""
     projector = ToolProjector("hermes", {"get_weather"})
     events = [Context(10, 100)]
     for i in range(0, len(text), 3):
         events += projector.feed(text[i:i + 3])
+        if projector.done:
+            break
     events += projector.finish()
     content = "".join(e.text for e in events if isinstance(e, Chunk))
-    output = GenerationOutput(content=content, tool_calls=projector.calls, finish_reason="length",
+    output = GenerationOutput(content=content, tool_calls=projector.calls, finish_reason=finish,
                               prompt_tokens=10, completion_tokens=20)
     return events + [Finished(output)], output
 
@@ -48,28 +65,35 @@ def sse_data(frames: list[bytes]) -> list[dict]:
     return [orjson.loads(line[6:]) for frame in frames for line in frame.split(b"\n") if line.startswith(b"data: {")]
 
 
-@pytest.mark.parametrize("cut_after,arguments,_", CUTS)
-def test_chat_completions(cut_after, arguments, _):
-    events, output = generation(cut_after)
+@pytest.mark.parametrize("text,finish,arguments,_", CASES)
+def test_chat_completions(text, finish, arguments, _):
+    events, output = generation(text, finish)
     shape = ChatChunks({"id": "chatcmpl-1", "model": "m"}, False)
-    content, calls, finish = "", {}, None
+    content, calls, why = "", {}, finish
+    finish = None
     for chunk in sse_data([frame for event in events for frame in shape.feed(event)]):
         delta = chunk["choices"][0]["delta"]
         content += delta.get("content") or ""
         for call in delta.get("tool_calls", []):
             calls.setdefault(call["index"], {"name": call["function"].get("name"), "arguments": ""})
             calls[call["index"]]["arguments"] += call["function"]["arguments"]
+            if calls[call["index"]]["arguments"]:       # as openai-python's helpers read them
+                jiter.from_json(calls[call["index"]]["arguments"].encode(), partial_mode=True)
         finish = chunk["choices"][0]["finish_reason"] or finish
     assert (content, list(calls.values()), finish) == ("Sure.", [{"name": "get_weather", "arguments": arguments}],
-                                                       "length")
+                                                       why)
     choice = chat_final([events[-1]], {"id": "chatcmpl-1"}, False)["choices"][0]
-    assert choice["finish_reason"] == "length" and choice["message"]["content"] == "Sure."
+    assert choice["finish_reason"] == why and choice["message"]["content"] == "Sure."
     assert [c["function"] for c in choice["message"]["tool_calls"]] == list(calls.values())
 
 
-@pytest.mark.parametrize("cut_after,_,closed", CUTS)
-def test_anthropic_messages(cut_after, _, closed):
-    events, output = generation(cut_after)
+STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use"}
+DONE_REASONS = {"length": "length", "tool_calls": "stop"}
+
+
+@pytest.mark.parametrize("text,finish,_,closed", CASES)
+def test_anthropic_messages(text, finish, _, closed):
+    events, output = generation(text, finish)
     meta = MessageMeta("msg_1", "m", b"k" * 32)
     shape = MessageStream(meta, 10)
     blocks, partial_json, stop = [], {}, None
@@ -80,20 +104,21 @@ def test_anthropic_messages(cut_after, _, closed):
             blocks[data["index"]]["text"] += data["delta"]["text"]
         elif data["type"] == "content_block_delta" and data["delta"]["type"] == "input_json_delta":
             partial_json[data["index"]] = partial_json.get(data["index"], "") + data["delta"]["partial_json"]
+            jiter.from_json(partial_json[data["index"]].encode(), partial_mode=True)     # as the SDK reads each
         elif data["type"] == "message_delta":
             stop = data["delta"]["stop_reason"]
     for index, text in partial_json.items():       # as the SDK reads a tool input that streams
         blocks[index]["input"] = jiter.from_json(text.encode(), partial_mode=True)
-    assert stop == "max_tokens" and [b["type"] for b in blocks] == ["text", "tool_use"]
+    assert stop == STOP_REASONS[finish] and [b["type"] for b in blocks] == ["text", "tool_use"]
     assert blocks[0]["text"] == "Sure." and blocks[1]["input"] == closed
     message = anthropic_final(output, meta)
-    assert message["stop_reason"] == "max_tokens" and message["content"] == blocks
+    assert message["stop_reason"] == stop and message["content"] == blocks
 
 
-@pytest.mark.parametrize("cut_after,_,closed", CUTS)
+@pytest.mark.parametrize("text,finish,_,closed", CASES)
 @pytest.mark.parametrize("chat", [True, False])
-def test_ollama(cut_after, _, closed, chat):
-    events, output = generation(cut_after)
+def test_ollama(text, finish, _, closed, chat):
+    events, output = generation(text, finish)
     answer = Answer("m:latest", chat=chat)
     shape = NdjsonLines(answer)
     lines = [orjson.loads(line) for event in events for line in shape.feed(event)]
@@ -101,26 +126,33 @@ def test_ollama(cut_after, _, closed, chat):
     streamed = "".join(part(line)["content" if chat else "response"] for line in lines)
     calls = [call for line in lines for call in part(line).get("tool_calls", [])]
     assert streamed == "Sure." and [c["function"]["arguments"] for c in calls] == [closed]
-    assert lines[-1]["done_reason"] == "length"
+    assert lines[-1]["done_reason"] == DONE_REASONS[finish]
     whole = answer.whole(output)
-    assert part(whole)["tool_calls"] == calls and whole["done_reason"] == "length"
+    assert part(whole)["tool_calls"] == calls and whole["done_reason"] == DONE_REASONS[finish]
 
 
-@pytest.mark.parametrize("cut_after,arguments,_", CUTS)
-def test_responses(cut_after, arguments, _):
-    events, output = generation(cut_after)
+@pytest.mark.parametrize("text,finish,arguments,_", CASES)
+def test_responses(text, finish, arguments, _):
+    events, output = generation(text, finish)
     shaper = ResponseEvents({"status": "in_progress"})
     streamed = [e for event in events[:-1] for e in shaper.feed(event)] + shaper.finish(output)
     done_items = [e["item"] for e in streamed if e["type"] == "response.output_item.done"]
-    deltas = "".join(e["delta"] for e in streamed if e["type"] == "response.function_call_arguments.delta")
+    deltas = ""
+    for e in streamed:
+        if e["type"] == "response.function_call_arguments.delta":
+            deltas += e["delta"]
+            jiter.from_json(deltas.encode(), partial_mode=True)
     assert [i["type"] for i in done_items] == ["message", "function_call"]
     assert done_items[0]["content"][0]["text"] == "Sure." and done_items[0]["status"] == "completed"
     call = done_items[1]
     assert (call["name"], call["arguments"], call["status"]) == ("get_weather", arguments, "incomplete")
     assert deltas == arguments
     last = streamed[-1]
-    assert last["type"] == "response.incomplete"
-    assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    if finish == "length":
+        assert last["type"] == "response.incomplete"
+        assert last["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
+    else:
+        assert last["type"] == "response.completed"
     assert last["response"]["output"] == done_items
     assert [e["sequence_number"] for e in streamed] == list(range(len(streamed)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import string
 
+import jiter
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -35,6 +36,8 @@ def stream(text_chunks, syntax, names=None, parallel=True):
         elif isinstance(event, ToolCallDelta):
             assert event.index in started, "fragments before the call's start"
             fragments[event.index] += event.fragment
+        if isinstance(event, ToolCallDelta):     # as a client reads a call's arguments while they stream
+            jiter.from_json(fragments[event.index].encode(), partial_mode=True)
     streamed = {started[i].id: (started[i].name, fragments[i]) for i in started}
     # every call whose start went out is a call, with the fragments streamed as its arguments
     # (never abandoned, its text never content as well), and the call left incomplete is the last
@@ -222,9 +225,14 @@ CUT_CALLS = [
     ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1, "b"', "", ("f", '{"a":1,"b"')),
     ("hermes", '<tool_call>\n{"name": "f", "arguments": ', "", ("f", "")),
     ("hermes", '<tool_call>\n{"name": "f"', "", ("f", "")),
+    # turned malformed: the arguments are what came before, always the start of a JSON object
     ("hermes", 'Hi <tool_call>\n{"name": "f", "arguments": {"a": 1,,}}\n</tool_call> bye', "Hi ",
-     ("f", '{"a":1,,}')),
-    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>', "", ("f", '{"a":tru}')),
+     ("f", '{"a":1,')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": tru}}\n</tool_call>', "", ("f", '{"a":tru')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1 2}}\n</tool_call>', "", ("f", '{"a":1')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": "\\x"}}\n</tool_call>', "", ("f", '{"a":"\\')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 01}}\n</tool_call>', "", ("f", '{"a":0')),
+    ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a" 1}}\n</tool_call>', "", ("f", '{"a"')),
     ("hermes", '<tool_call>\n{"name": "f", "arguments": [1]}\n</tool_call>', "", ("f", "")),
     ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1]}</tool_call>', "", ("f", '{"a":1')),
     ("hermes", '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\nnot the end', "", ("f", '{"a":1}')),
@@ -233,13 +241,13 @@ CUT_CALLS = [
     ("qwen3_coder", "<tool_call>\n<function=f>\n<parameter=a>\n1\n</function>\n</tool_call>", "",
      ("f", '{"a":"1\\n</function>\\n</tool_call>')),
     ("qwen3_coder", "<tool_call>\n<function=f>\n<oops>\n</function>\n</tool_call>", "", ("f", "{}")),
-    ("llama3", '{"name": "f", "parameters": {"a": }}', "", ("f", '{"a":}')),
+    ("llama3", '{"name": "f", "parameters": {"a": }}', "", ("f", '{"a":')),
     ("mistral", '[TOOL_CALLS][{"name": "f", "arguments": {"a": 1}', "", ("f", '{"a":1}')),
     ("mistral", '[TOOL_CALLS]f[ARGS]{"a": [1, 2', "", ("f", '{"a":[1,2')),
     ("deepseek", f"{DS_CALLS_BEGIN}{DS_CALL_BEGIN}function{DS_SEP}f\n```json\n{{\"a\": }}\n```{DS_CALL_END}", "",
-     ("f", '{"a":}')),
+     ("f", '{"a":')),
     ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": 1,}<|call|>', "",
-     ("f", '{"a":1,}')),
+     ("f", '{"a":1,')),
     ("harmony", '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "b', "", ("f", '{"a":"b')),
 ]
 
