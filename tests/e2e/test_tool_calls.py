@@ -120,15 +120,16 @@ def test_an_unknown_call_comes_back_as_content_and_one_broken_after_its_name_as_
     message = reply.choices[0].message
     assert not message.tool_calls and reply.choices[0].finish_reason == "stop"
     assert "<tool_call>" in message.content
-    # its start went out as a call: a call it stays, with what it got, streamed or not (never content too)
+    # its start went out as a call: a call it stays, with what it got up to where its JSON broke, streamed
+    # or not (never content too)
     broken = '<tool_call>{\\"name\\": \\"get_time\\", \\"arguments\\": {broken</tool_call>'
     reply = forced(broken)
     message = reply.choices[0].message
     assert reply.choices[0].finish_reason == "tool_calls" and not message.content
-    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [("get_time", "{broken</tool_call>")]
+    assert [(c.function.name, c.function.arguments) for c in message.tool_calls] == [("get_time", "{")]
     content, calls, finish = collect_stream(forced(broken, stream=True))
     assert (content, [(c["name"], c["arguments"]) for c in calls], finish) == (
-        "", [("get_time", "{broken</tool_call>")], "tool_calls")
+        "", [("get_time", "{")], "tool_calls")
 
 
 def test_tool_choice_none_neither_renders_nor_parses(families):
