@@ -82,7 +82,8 @@ $(LLAMA_SERVER): $(SDIST)
 # Without it, a tool that cannot be installed stops `make test` here, and its tests fail with the reason.
 skipping = case ",$$(echo "$$LOCALSERVE_TEST_SKIP" | tr -d ' ')," in *,$(1),*) true;; *) false;; esac
 
-# The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them), and the
+# The coding-agent CLIs the end-to-end tests drive (tests/support/agent_clis.py finds them: Codex CLI,
+# Claude Code, Qwen Code and Continue's `cn`), and the
 # official `ollama` and Anthropic JavaScript clients (tests/e2e/test_ollama_js.py and
 # test_anthropic_js.py drive them with node), pinned and installed once from the npm registry into
 # .cache/agent-clis.
@@ -90,8 +91,10 @@ CODEX_VERSION ?= 0.171.0
 CLAUDE_CODE_VERSION ?= 2.1.332
 OLLAMA_JS_VERSION ?= 0.6.4
 ANTHROPIC_JS_VERSION ?= 1.17.0
+QWEN_CODE_VERSION ?= 0.15.10
+CONTINUE_CLI_VERSION ?= 1.5.47
 AGENT_CLIS := .cache/agent-clis
-AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)-ollama-$(OLLAMA_JS_VERSION)-anthropic-$(ANTHROPIC_JS_VERSION)
+AGENT_CLIS_STAMP := $(AGENT_CLIS)/.installed-codex-$(CODEX_VERSION)-claude-code-$(CLAUDE_CODE_VERSION)-ollama-$(OLLAMA_JS_VERSION)-anthropic-$(ANTHROPIC_JS_VERSION)-qwen-code-$(QWEN_CODE_VERSION)-cn-$(CONTINUE_CLI_VERSION)
 
 agent-clis:
 	@if $(call skipping,agent-clis); then \
@@ -103,7 +106,8 @@ agent-clis:
 		mkdir -p $(AGENT_CLIS) && \
 		npm install --prefix $(AGENT_CLIS) --no-audit --no-fund --save-exact \
 			@openai/codex@$(CODEX_VERSION) @anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION) \
-			ollama@$(OLLAMA_JS_VERSION) @anthropic-ai/sdk@$(ANTHROPIC_JS_VERSION) && \
+			ollama@$(OLLAMA_JS_VERSION) @anthropic-ai/sdk@$(ANTHROPIC_JS_VERSION) \
+			@qwen-code/qwen-code@$(QWEN_CODE_VERSION) @continuedev/cli@$(CONTINUE_CLI_VERSION) && \
 		touch $(AGENT_CLIS_STAMP); \
 	fi
 

@@ -1,8 +1,8 @@
-"""The coding-agent CLIs (Codex CLI, Claude Code) that end-to-end tests drive.
+"""The coding-agent CLIs (Codex CLI, Claude Code, Qwen Code, Continue's `cn`) that end-to-end tests drive.
 
 `make agent-clis` (a prerequisite of `make test`) installs the pinned versions from the npm
-registry into .cache/agent-clis. A test asks for a binary with :func:`codex_binary` or
-:func:`claude_binary`: without node, or without the install, it fails saying which command
+registry into .cache/agent-clis. A test asks for a binary with :func:`codex_binary`,
+:func:`claude_binary`, :func:`qwen_binary` or :func:`continue_binary`: without node, or without the install, it fails saying which command
 installs it; LOCALSERVE_TEST_SKIP=agent-clis skips these tests (needs.py).
 """
 
@@ -24,9 +24,12 @@ CODEX_VERSION = "0.171.0"
 CLAUDE_CODE_VERSION = "2.1.332"
 OLLAMA_JS_VERSION = "0.6.4"
 ANTHROPIC_JS_VERSION = "1.17.0"
+QWEN_CODE_VERSION = "0.15.10"
+CONTINUE_CLI_VERSION = "1.5.47"
 
-__all__ = ["AGENT_CLIS", "ANTHROPIC_JS_VERSION", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "OLLAMA_JS_VERSION",
-           "anthropic_js_module", "claude_binary", "codex_binary", "ollama_js_module"]
+__all__ = ["AGENT_CLIS", "ANTHROPIC_JS_VERSION", "CLAUDE_CODE_VERSION", "CODEX_VERSION", "CONTINUE_CLI_VERSION",
+           "OLLAMA_JS_VERSION", "QWEN_CODE_VERSION", "anthropic_js_module", "claude_binary", "codex_binary",
+           "continue_binary", "ollama_js_module", "qwen_binary"]
 
 
 def _binary(name: str, package: str, version: str) -> Path:
@@ -50,6 +53,14 @@ def codex_binary() -> Path:
 
 def claude_binary() -> Path:
     return _binary("claude", "@anthropic-ai/claude-code", CLAUDE_CODE_VERSION)
+
+
+def qwen_binary() -> Path:
+    return _binary("qwen", "@qwen-code/qwen-code", QWEN_CODE_VERSION)
+
+
+def continue_binary() -> Path:
+    return _binary("cn", "@continuedev/cli", CONTINUE_CLI_VERSION)
 
 
 def ollama_js_module() -> Path:
