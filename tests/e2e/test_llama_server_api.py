@@ -300,6 +300,23 @@ def test_the_openai_sdk_is_unaffected(server):
     assert text.choices[0].text == "ok"
 
 
+def test_chat_completions_are_answered_without_the_v1_as_llama_server_answers_them(server):
+    """DSPy's ollama_chat/ models, and the openai SDK given the server's bare address, post to
+    /chat/completions: the same Chat Completion, errors in OpenAI's shape."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "grammar": forced("ok")}
+    whole = post(server, "/chat/completions", body)
+    assert whole.status == 200, whole.body
+    answer = whole.json()
+    assert answer["object"] == "chat.completion" and answer["choices"][0]["message"]["content"] == "ok"
+    streamed = post(server, "/chat/completions", {**body, "stream": True})
+    assert streamed.body.rstrip().endswith(b"data: [DONE]")
+    chunks = sse_data(streamed.body)
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"]) == "ok"
+    refused = post(server, "/chat/completions", {"model": "tiny", "messages": []})
+    assert refused.status == 400 and refused.json()["error"]["param"] == "messages"
+
+
 # ---- /props ----------------------------------------------------------------------------------
 
 def test_props_describe_the_model(server, model_path):
