@@ -33,11 +33,7 @@ DEFAULT_COMPACT_MAX_TOKENS = 1024  # --compact-max-tokens: the longest summary a
 # Speculative decoding (runtime/speculative.py): drafts verified in the decode batch
 DEFAULT_SPECULATIVE = "ngram"      # --speculative: off | ngram | draft
 SPECULATIVE_MODES = ("off", "ngram", "draft")
-# --draft-max: most tokens drafted per sequence per step. 63 makes a copying stream's step 64 rows:
-# from 64 query rows ggml's CPU flash attention takes its tiled f32 kernel, under 64 a vector kernel
-# whose rounding flips a greedy copy's near-ties, and the output leaves the text it copies twice as
-# often (docs/performance.rst, "Why our edit wrote other text").
-DEFAULT_DRAFT_MAX = 63
+DEFAULT_DRAFT_MAX = 32             # --draft-max: most tokens drafted per sequence per step (measured: docs/performance.rst)
 DRAFT_STEP_SHARE = 2               # a step verifies at most this many times --draft-max drafted tokens, all sequences,
 MAX_STEP_DRAFTS = 32               # and no more than this many (--draft-max itself, where that is more)
 DISCONNECT_POLL_INTERVAL = 0.1     # seconds between socket peeks while a non-streaming job runs

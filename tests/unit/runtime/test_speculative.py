@@ -14,7 +14,7 @@ from localserve.runtime.ngram import NgramIndex
 from localserve.runtime.scheduler import SHARED_PREFILL_CHUNK, draft_room, plan_batch
 from localserve.runtime.speculative import NGRAM_PROMPT_WINDOW, JobDrafts, Speculator
 from localserve.engine.gguf_meta import ModelShape, estimate
-from localserve.settings import DEFAULT_DRAFT_MAX, MAX_STEP_DRAFTS, step_drafts
+from localserve.settings import MAX_STEP_DRAFTS, step_drafts
 
 EOS = 2
 
@@ -169,19 +169,6 @@ def test_one_stream_drafts_up_to_draft_max_and_a_shared_step_verifies_at_most_th
     shared = speculator.propose(jobs, budget=100, n_ctx_seq=4096)
     assert sum(len(draft) for draft in shared.values()) <= MAX_STEP_DRAFTS     # not 3 x 32
     assert {len(draft) for draft in shared.values()} == {10}
-
-
-def test_a_copying_stream_verifies_in_steps_of_64_rows_by_default():
-    """ggml's CPU flash attention runs a step of 64 query rows or more through its tiled f32
-    kernel, fewer through a vector kernel whose rounding makes greedy copies leave the text more
-    often (docs/performance.rst): a stream whose drafts are accepted reaches 64 rows a step."""
-    speculator = Speculator("ngram", DEFAULT_DRAFT_MAX, Text())
-    copied = [60 + i % 120 for i in range(200)]
-    job = job_in(Slot(0), [10, 11, 50] + copied + [11], speculator=speculator)
-    for _ in range(6):
-        job.drafts.record(DEFAULT_DRAFT_MAX, DEFAULT_DRAFT_MAX)
-    draft = speculator.propose([job], budget=512, n_ctx_seq=4096)[id(job)]
-    assert 1 + len(draft) >= 64
 
 
 def test_speculative_mode_from_flag_environment_and_config_file(tmp_path):
