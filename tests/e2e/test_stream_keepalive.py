@@ -52,6 +52,10 @@ STREAMING = {
     "/v1/chat/completions": Dialect(
         lambda prompt, n: {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "stream": True,
                            "logit_bias": NO_EOG}, None, b"data: [DONE]"),
+    # llama-server's path for the same Chat Completions (dialects/openai/routes.py)
+    "/chat/completions": Dialect(
+        lambda prompt, n: {"messages": [{"role": "user", "content": prompt}], "max_tokens": n, "stream": True,
+                           "logit_bias": NO_EOG}, None, b"data: [DONE]"),
     "/v1/completions": Dialect(
         lambda prompt, n: {"prompt": prompt, "max_tokens": n, "stream": True, "logit_bias": NO_EOG},
         None, b"data: [DONE]"),
