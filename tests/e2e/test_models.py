@@ -136,15 +136,15 @@ def stream_chunks(url: str, body: dict, timeout: float = 120):
 class LongStream(threading.Thread):
     """A streamed chat with the slow model that runs for seconds; keeps every SSE block."""
 
-    def __init__(self, server, model: str):
+    def __init__(self, server, model: str, tokens: int = LONG_ANSWER):
         super().__init__(daemon=True)
-        self.server, self.model = server, model
+        self.server, self.model, self.tokens = server, model, tokens
         self.started = threading.Event()
         self.body = b""
         self.ended_at = None
 
     def run(self):
-        body = {"model": self.model, "stream": True, "messages": HI, "max_tokens": LONG_ANSWER, "logit_bias": NO_EOG}
+        body = {"model": self.model, "stream": True, "messages": HI, "max_tokens": self.tokens, "logit_bias": NO_EOG}
         _, chunks, response = stream_chunks(self.server.base_url + "/v1/chat/completions", body)
         with response:
             for chunk in chunks:
@@ -238,7 +238,7 @@ def test_a_stored_response_keeps_its_model_and_another_model_continues_it(srv):
     client = openai_sdk(srv)
     first = client.responses.create(model="alpha", input="hi", max_output_tokens=2)
     second = client.responses.create(model="gamma", input="and?", previous_response_id=first.id,
-                                     max_output_tokens=2)
+                                     max_output_tokens=2, extra_body={"logit_bias": NO_EOG})   # cut, not ended
     assert second.model == "gamma" and second.status == "incomplete"
     assert client.responses.retrieve(first.id).model == "alpha"
     items = client.responses.input_items.list(second.id)
@@ -362,9 +362,11 @@ def test_a_busy_model_is_never_unloaded_under_its_stream_and_waiters_share_one_l
 
 
 def test_a_load_that_finds_no_idle_model_in_time_is_503_retry_after(catalogue, tmp_path_factory):
-    server = start(catalogue, tmp_path_factory, "--max-models", "1", "--evict-wait", "0.5")
+    # the slow model's stream must still run after alpha's wait and the unload's: no drafts (a copy drafted
+    # well ends it sooner), and more tokens than elsewhere (a fast AVX-512 core wrote 1,500 in under 2 s)
+    server = start(catalogue, tmp_path_factory, "--max-models", "1", "--evict-wait", "0.5", "--speculative", "off")
     try:
-        long = LongStream(server, "slow1")
+        long = LongStream(server, "slow1", tokens=4 * LONG_ANSWER)
         long.start()
         assert long.started.wait(60)
         request = urllib.request.Request(server.base_url + "/v1/chat/completions", method="POST",
